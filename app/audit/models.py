@@ -1,0 +1,28 @@
+"""The append-only audit trail."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ForeignKey, Index, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, utcnow
+
+
+class AuditEvent(Base):
+    __tablename__ = "audit_events"
+    __table_args__ = (Index(None, "tenant_id", "occurred_at"), Index(None, "occurred_at"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    occurred_at: Mapped[datetime] = mapped_column(default=utcnow)
+    actor_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    actor_label: Mapped[str] = mapped_column(String(320), default="")
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
+    action: Mapped[str] = mapped_column(String(100), index=True)
+    target_type: Mapped[str] = mapped_column(String(50), default="")
+    target_id: Mapped[str] = mapped_column(String(255), default="")
+    before: Mapped[dict[str, Any] | None]
+    after: Mapped[dict[str, Any] | None]
+    request_id: Mapped[str] = mapped_column(String(64), default="")

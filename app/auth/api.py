@@ -1,0 +1,28 @@
+"""REST: the caller."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from sqlalchemy import select
+
+from app.auth.schemas import MembershipOut, MeOut
+from app.deps import CurrentPrincipal, DbSession
+from app.tenants.models import Tenant
+
+router = APIRouter(prefix="/api/v1", tags=["me"])
+
+
+@router.get("/me", response_model=MeOut)
+def me(principal: CurrentPrincipal, db: DbSession) -> MeOut:
+    rows = db.execute(select(Tenant.id, Tenant.slug).where(Tenant.id.in_(list(principal.roles))))
+    slugs = dict(rows.all())
+    return MeOut(
+        id=principal.user.id,
+        email=principal.user.email,
+        name=principal.user.name,
+        platform_admin=principal.is_platform_admin,
+        memberships=[
+            MembershipOut(tenant=slugs[tenant_id], role=role)
+            for tenant_id, role in sorted(principal.roles.items())
+        ],
+    )

@@ -1,0 +1,120 @@
+"""Sign-in rules: who a user is, and whether the IdP makes them a platform admin."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth import repository, tokens
+from app.auth.models import ApiToken, User
+from app.db import utcnow
+from app.errors import ValidationFailed
+
+
+@dataclass(frozen=True)
+class Identity:
+    issuer: str
+    subject: str
+    email: str
+    name: str
+    groups: tuple[str, ...]
+
+
+def identity_from_claims(issuer: str, claims: dict[str, Any], groups_claim: str) -> Identity:
+    raw_groups = claims.get(groups_claim) or []
+    groups = tuple(str(g) for g in raw_groups) if isinstance(raw_groups, list) else ()
+    email = str(claims.get("email") or "")
+    return Identity(
+        issuer=issuer,
+        subject=str(claims["sub"]),
+        email=email,
+        name=str(claims.get("name") or email),
+        groups=groups,
+    )
+
+
+def sign_in(db: Session, identity: Identity, admin_group: str) -> User:
+    """Finds or creates the user, refreshes their profile and admin flag, and audits it."""
+    user = repository.user_by_identity(db, identity.issuer, identity.subject)
+    if user is None and identity.email:
+        user = repository.unbound_user_by_email(db, identity.email)
+    if user is None:
+        user = User(email=identity.email)
+        db.add(user)
+    before = {"is_platform_admin": user.is_platform_admin} if user.id else None
+    user.issuer = identity.issuer
+    user.subject = identity.subject
+    user.email = identity.email or user.email
+    user.name = identity.name
+    user.groups = list(identity.groups)
+    user.is_platform_admin = admin_group in identity.groups
+    user.last_login_at = utcnow()
+    db.flush()
+    audit.record(
+        db, action="auth.sign_in", actor_id=user.id, actor_label=user.email,
+        target_type="user", target_id=user.id, before=before,
+        after={"is_platform_admin": user.is_platform_admin, "groups": list(identity.groups)},
+    )
+    return user
+
+
+def user_for_email(db: Session, email: str) -> User:
+    """The user with this email, created (unbound until first sign-in) if unknown."""
+    user = repository.user_by_email(db, email)
+    if user is None:
+        user = User(email=email, name=email)
+        db.add(user)
+        db.flush()
+        audit.record(db, action="user.create", actor_id=None, actor_label="cli",
+                     target_type="user", target_id=user.id, after={"email": email})
+    return user
+
+
+def grant_platform_admin(db: Session, email: str, actor_label: str) -> User:
+    user = user_for_email(db, email)
+    before = {"admin_granted": user.admin_granted}
+    user.admin_granted = True
+    audit.record(db, action="user.make_admin", actor_id=None, actor_label=actor_label,
+                 target_type="user", target_id=user.id, before=before,
+                 after={"admin_granted": True})
+    return user
+
+
+def issue_api_token(
+    db: Session,
+    user: User,
+    *,
+    name: str,
+    scopes: list[str],
+    expires_at: datetime | None,
+    actor_label: str,
+) -> tuple[ApiToken, str]:
+    """Creates a token and returns it with its secret, which is never retrievable again."""
+    unknown = sorted(set(scopes) - set(tokens.SCOPES))
+    if unknown or not scopes:
+        raise ValidationFailed.on_field(
+            "scopes", f"scopes must be some of {', '.join(tokens.SCOPES)}; got {unknown or 'none'}"
+        )
+    if expires_at is not None and expires_at <= utcnow():
+        raise ValidationFailed.on_field("expires_at", "the expiry must be in the future")
+    secret = tokens.new_token_secret()
+    token = ApiToken(
+        user_id=user.id, name=name, token_hash=tokens.hash_token(secret),
+        prefix=secret[:10], scopes=sorted(set(scopes)), expires_at=expires_at,
+    )
+    db.add(token)
+    db.flush()
+    audit.record(
+        db, action="api_token.create", actor_id=user.id, actor_label=actor_label,
+        target_type="api_token", target_id=token.id,
+        after={"name": name, "scopes": token.scopes, "expires_at": _iso(expires_at)},
+    )
+    return token, secret
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None

@@ -1,0 +1,177 @@
+"""Server-side browser sessions.
+
+The cookie carries only a random id; the row is keyed by its SHA-256, so a database leak does
+not hand out live sessions. A session ends on logout, after an idle period and after an
+absolute lifetime. ``rotate_session`` gives the session a new id (at login).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from http.cookies import SimpleCookie
+from typing import Any
+
+from anyio import to_thread
+from sqlalchemy import delete
+from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.auth.models import WebSession
+from app.db import Database, utcnow
+
+PLAIN_COOKIE = "portal_session"
+SECURE_COOKIE = "__Host-portal_session"
+_TOUCH_EVERY = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class SessionPolicy:
+    idle: timedelta
+    absolute: timedelta
+
+
+def hash_session_id(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def rotate_session(request: Request) -> None:
+    request.scope["session_rotate"] = True
+
+
+def end_session(request: Request) -> None:
+    request.session.clear()
+    request.scope["session_end"] = True
+
+
+@dataclass
+class _Loaded:
+    id_hash: str | None
+    data: dict[str, Any]
+    needs_touch: bool
+
+
+class SessionStore:
+    def __init__(self, database: Database, policy: SessionPolicy) -> None:
+        self.database = database
+        self.policy = policy
+
+    def load(self, session_id: str | None) -> _Loaded:
+        if not session_id:
+            return _Loaded(None, {}, needs_touch=False)
+        id_hash = hash_session_id(session_id)
+        with self.database.session() as db:
+            row = db.get(WebSession, id_hash)
+            if row is None:
+                return _Loaded(None, {}, needs_touch=False)
+            now = utcnow()
+            if row.expires_at <= now or row.last_seen_at + self.policy.idle <= now:
+                db.delete(row)
+                db.commit()
+                return _Loaded(None, {}, needs_touch=False)
+            return _Loaded(id_hash, dict(row.data), row.last_seen_at + _TOUCH_EVERY <= now)
+
+    def save(self, id_hash: str | None, data: dict[str, Any]) -> str | None:
+        """Writes the session; returns a new cookie value when a new row was made."""
+        now = utcnow()
+        with self.database.session() as db:
+            row = db.get(WebSession, id_hash) if id_hash else None
+            new_id = None
+            if row is None:
+                new_id = secrets.token_urlsafe(32)
+                row = WebSession(
+                    id_hash=hash_session_id(new_id), created_at=now,
+                    expires_at=now + self.policy.absolute,
+                )
+                db.add(row)
+            row.data = data
+            row.user_id = data.get("uid")
+            row.last_seen_at = now
+            db.commit()
+            return new_id
+
+    def delete(self, id_hash: str) -> None:
+        with self.database.session() as db:
+            db.execute(delete(WebSession).where(WebSession.id_hash == id_hash))
+            db.commit()
+
+    def delete_for_user(self, user_id: int) -> None:
+        with self.database.session() as db:
+            db.execute(delete(WebSession).where(WebSession.user_id == user_id))
+            db.commit()
+
+
+class ServerSideSessionMiddleware:
+    def __init__(self, app: ASGIApp, store_factory: Callable[[], SessionStore]) -> None:
+        self.app = app
+        self.store_factory = store_factory
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        store = self.store_factory()
+        secure = scope.get("scheme") == "https"
+        cookie_name = SECURE_COOKIE if secure else PLAIN_COOKIE
+        loaded = await to_thread.run_sync(store.load, _read_cookie(scope, cookie_name))
+        scope["session"] = dict(loaded.data)
+        original = json.dumps(loaded.data, sort_keys=True)
+
+        async def send_with_session(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                cookie = await self._persist(scope, store, loaded, original)
+                if cookie is not None:
+                    header = _cookie_header(cookie_name, cookie, secure, store.policy)
+                    MutableHeaders(scope=message).append("Set-Cookie", header)
+            await send(message)
+
+        await self.app(scope, receive, send_with_session)
+
+    async def _persist(
+        self, scope: Scope, store: SessionStore, loaded: _Loaded, original: str
+    ) -> str | None:
+        """Returns the new cookie value, "" to clear the cookie, None to leave it."""
+        data: dict[str, Any] = scope["session"]
+        if scope.get("session_end"):
+            if loaded.id_hash:
+                await to_thread.run_sync(store.delete, loaded.id_hash)
+            return ""
+        id_hash = loaded.id_hash
+        if scope.get("session_rotate") and id_hash:
+            await to_thread.run_sync(store.delete, id_hash)
+            id_hash = None
+        changed = json.dumps(data, sort_keys=True) != original
+        if not data and id_hash is None:
+            return None
+        if changed or id_hash is None or loaded.needs_touch:
+            return await to_thread.run_sync(store.save, id_hash, data)
+        return None
+
+
+def _read_cookie(scope: Scope, name: str) -> str | None:
+    raw = dict(scope["headers"]).get(b"cookie", b"").decode("latin-1")
+    cookie: SimpleCookie = SimpleCookie()
+    try:
+        cookie.load(raw)
+    except Exception:
+        return None
+    morsel = cookie.get(name)
+    return morsel.value if morsel else None
+
+
+def _cookie_header(name: str, value: str, secure: bool, policy: SessionPolicy) -> str:
+    parts = [f"{name}={value}", "Path=/", "HttpOnly", "SameSite=Lax"]
+    if secure:
+        parts.append("Secure")
+    if value:
+        parts.append(f"Max-Age={int(policy.absolute.total_seconds())}")
+    else:
+        parts.append("Max-Age=0")
+    return "; ".join(parts)
+
+

@@ -1,0 +1,58 @@
+"""The one place that decides which tenant rows a principal may see and what it may do.
+
+Every tenant-scoped query starts from ``tenants_visible_to`` or ``tenant_for``. A tenant the
+principal may not see answers 404, never 403, so slugs and ids cannot be probed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session
+
+from app.auth.principal import Principal
+from app.errors import Forbidden, NotFound
+from app.tenants.models import Tenant
+
+Action = Literal["read", "operate", "manage"]
+# operate: create/resize clusters, get kubeconfigs; manage: members, quota requests.
+_ROLE_ACTIONS: dict[str, frozenset[str]] = {
+    "viewer": frozenset({"read"}),
+    "member": frozenset({"read", "operate"}),
+    "admin": frozenset({"read", "operate", "manage"}),
+}
+
+
+def tenants_visible_to(principal: Principal) -> Select[Tenant]:
+    query = select(Tenant)
+    if principal.is_platform_admin:
+        return query
+    return query.where(Tenant.id.in_(list(principal.roles)))
+
+
+def tenant_for(db: Session, principal: Principal, slug: str, action: Action = "read") -> Tenant:
+    tenant = db.scalar(tenants_visible_to(principal).where(Tenant.slug == slug))
+    if tenant is None:
+        raise NotFound(f"no tenant {slug!r}")
+    ensure_allowed(principal, tenant, action)
+    return tenant
+
+
+def ensure_allowed(principal: Principal, tenant: Tenant, action: Action) -> None:
+    if action != "read" and not principal.can_write():
+        raise Forbidden("this API token is read-only")
+    if principal.is_platform_admin:
+        return
+    role = principal.roles.get(tenant.id)
+    if role is None:
+        raise NotFound(f"no tenant {tenant.slug!r}")
+    if action not in _ROLE_ACTIONS[role]:
+        raise Forbidden(f"your role {role!r} in {tenant.slug!r} may not {action} here")
+    if action != "read" and tenant.state == "suspended":
+        raise Forbidden(f"tenant {tenant.slug!r} is suspended: read-only until reactivated")
+
+
+def ensure_platform_admin(principal: Principal) -> None:
+    if not principal.is_platform_admin:
+        raise Forbidden("only platform admins may do this")

@@ -1,0 +1,180 @@
+"""The ``portal`` command."""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+import uvicorn
+from cryptography.fernet import Fernet
+
+from app import migrate
+from app.auth import service as auth_service
+from app.config import Settings, get_settings
+from app.db import Database, utcnow
+from app.devmode import demo_users, local_oidc_provider, seed_demo
+from app.errors import ProblemError
+from app.logs import configure_logging
+from app.reconcilers.registry import build_worker
+
+cli = typer.Typer(help="GPU Tenant Portal", no_args_is_help=True, add_completion=False)
+db_cli = typer.Typer(help="Database migrations", no_args_is_help=True)
+users_cli = typer.Typer(help="Users (operator bootstrap)", no_args_is_help=True)
+tokens_cli = typer.Typer(help="API tokens (operator bootstrap)", no_args_is_help=True)
+keys_cli = typer.Typer(help="Keys", no_args_is_help=True)
+cli.add_typer(db_cli, name="db")
+cli.add_typer(users_cli, name="users")
+cli.add_typer(tokens_cli, name="tokens")
+cli.add_typer(keys_cli, name="keys")
+log = logging.getLogger("portal")
+
+
+def _settings() -> Settings:
+    try:
+        settings = get_settings()
+    except ValueError as error:
+        typer.echo(f"configuration error: {error}", err=True)
+        raise typer.Exit(2) from error
+    configure_logging(settings.log_level)
+    return settings
+
+
+@cli.command()
+def serve(
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+) -> None:
+    """Serve the web UI and the REST API."""
+    from app.main import create_app
+
+    settings = _settings()
+    uvicorn.run(create_app(settings), host=host, port=port, log_config=None,
+                proxy_headers=True)
+
+
+@cli.command()
+def worker() -> None:
+    """Run the reconcile loop until SIGTERM or Ctrl-C."""
+    settings = _settings()
+    loop = build_worker(settings, Database(settings.database_url))
+    _stop_on_signals(loop.stop)
+    loop.run()
+
+
+def _stop_on_signals(stop: Callable[[], None]) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+@db_cli.command("upgrade")
+def db_upgrade(revision: str = "head") -> None:
+    """Apply migrations up to REVISION (default: head)."""
+    settings = _settings()
+    migrate.upgrade(settings.database_url, revision)
+    typer.echo(f"database at {revision}")
+
+
+@db_cli.command("downgrade")
+def db_downgrade(revision: str) -> None:
+    """Revert migrations down to REVISION (``base`` empties the database)."""
+    settings = _settings()
+    migrate.downgrade(settings.database_url, revision)
+    typer.echo(f"database at {revision}")
+
+
+@users_cli.command("make-admin")
+def make_admin(email: str) -> None:
+    """Make EMAIL a platform admin (the user record is created if needed)."""
+    settings = _settings()
+    with Database(settings.database_url).transaction() as db:
+        auth_service.grant_platform_admin(db, email, actor_label="cli")
+    typer.echo(f"{email} is a platform admin", err=True)
+
+
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_duration(text: str) -> timedelta:
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise typer.BadParameter("use a number and a unit, such as 90m, 12h or 30d")
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
+
+@tokens_cli.command("create")
+def create_token(
+    email: str,
+    scope: Annotated[list[str], typer.Option(help="read, write or admin; repeatable")],
+    expires_in: Annotated[str, typer.Option(help="lifetime such as 12h or 30d")] = "30d",
+    name: Annotated[str, typer.Option(help="a label to recognise the token")] = "cli",
+) -> None:
+    """Mint an API token for EMAIL and print it, alone, on stdout."""
+    settings = _settings()
+    expires_at = utcnow() + parse_duration(expires_in)
+    try:
+        with Database(settings.database_url).transaction() as db:
+            user = auth_service.user_for_email(db, email)
+            _token, secret = auth_service.issue_api_token(
+                db, user, name=name, scopes=scope, expires_at=expires_at, actor_label="cli"
+            )
+    except ProblemError as error:
+        typer.echo(f"error: {error.detail}", err=True)
+        raise typer.Exit(2) from error
+    typer.echo(secret)
+
+
+@keys_cli.command("generate")
+def generate_key() -> None:
+    """Print a fresh key for PORTAL_ENCRYPTION_KEY."""
+    typer.echo(Fernet.generate_key().decode())
+
+
+@cli.command()
+def dev(
+    port: Annotated[int, typer.Option(help="portal port")] = 8000,
+    idp_port: Annotated[int, typer.Option(help="local OIDC provider port")] = 8900,
+    database: Annotated[Path, typer.Option(help="SQLite file")] = Path("portal-dev.db"),
+) -> None:
+    """The embedded default: SQLite, a local OIDC provider with demo users, web and worker."""
+    from app.main import create_app
+
+    base = _settings()
+    url = f"sqlite:///{database.resolve()}"
+    with local_oidc_provider(demo_users(base.oidc_admin_group), port=idp_port) as issuer:
+        settings = base.model_copy(update={"database_url": url, "oidc_issuer": issuer})
+        migrate.upgrade(url)
+        store = Database(url)
+        with store.transaction() as db:
+            seed_demo(db)
+        loop = build_worker(settings, store)
+        worker_thread = threading.Thread(target=loop.run, name="worker", daemon=True)
+        worker_thread.start()
+        typer.echo(f"GPU Tenant Portal: http://127.0.0.1:{port}  (sign-in provider {issuer})")
+        typer.echo("demo users: admin@example.com (platform admin), alice@example.com "
+                   "(admin of tenant 'demo'), bob@example.com (member). Ctrl-C stops.")
+        try:
+            uvicorn.run(create_app(settings, store), host="127.0.0.1", port=port,
+                        log_config=None)
+        finally:
+            loop.stop()
+            worker_thread.join(10)
+            store.dispose()
+
+
+def main() -> None:
+    cli()
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Virtual clusters: the desired spec, the reconciler's progress and its lease."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import CheckConstraint, ForeignKey, Index, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, utcnow
+
+PLACEMENTS = ("shared-pool", "dedicated-nodes")
+
+
+class VirtualCluster(Base):
+    __tablename__ = "virtual_clusters"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "name"),
+        CheckConstraint("placement IN ('shared-pool', 'dedicated-nodes')", name="placement"),
+        CheckConstraint("gpus >= 0", name="gpus_non_negative"),
+        CheckConstraint("cpu_millicores >= 0", name="cpu_non_negative"),
+        CheckConstraint("memory_mib >= 0", name="memory_non_negative"),
+        CheckConstraint("generation >= 1", name="generation_positive"),
+        Index(None, "next_reconcile_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    host_cluster_id: Mapped[int] = mapped_column(ForeignKey("host_clusters.id"))
+    name: Mapped[str] = mapped_column(String(40))
+    kubernetes_version: Mapped[str] = mapped_column(String(20))
+    placement: Mapped[str] = mapped_column(String(20))
+    gpu_class_id: Mapped[int | None] = mapped_column(ForeignKey("gpu_classes.id"))
+    gpus: Mapped[int] = mapped_column(default=0)
+    cpu_millicores: Mapped[int] = mapped_column(default=0)
+    memory_mib: Mapped[int] = mapped_column(default=0)
+    generation: Mapped[int] = mapped_column(default=1)
+    observed_generation: Mapped[int] = mapped_column(default=0)
+    conditions: Mapped[list[Any]] = mapped_column(default=list)
+    endpoint: Mapped[str] = mapped_column(String(500), default="")
+    admin_kubeconfig_encrypted: Mapped[str | None]
+    over_quota: Mapped[bool] = mapped_column(default=False)
+    deletion_requested_at: Mapped[datetime | None]
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    # The reconcile lease: at most one worker holds a cluster until lease_expires_at.
+    lease_owner: Mapped[str | None] = mapped_column(String(100))
+    lease_expires_at: Mapped[datetime | None]
+    next_reconcile_at: Mapped[datetime] = mapped_column(default=utcnow)
+    failed_attempts: Mapped[int] = mapped_column(default=0)

@@ -1,0 +1,80 @@
+"""The embedded default: a local OIDC provider with demo users and demo data.
+
+Only for ``portal dev`` and tests; production points PORTAL_OIDC_ISSUER at a real IdP.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import oidc_provider_mock
+import werkzeug.serving
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth import service as auth_service
+from app.nodes.models import HostCluster
+from app.tenants.models import Membership, Tenant
+
+DEMO_ADMIN = "admin@example.com"
+DEMO_TENANT_ADMIN = "alice@example.com"
+DEMO_MEMBER = "bob@example.com"
+DEMO_TENANT = "demo"
+
+
+def demo_users(admin_group: str) -> list[oidc_provider_mock.User]:
+    return [
+        oidc_provider_mock.User(
+            sub=DEMO_ADMIN,
+            claims={"email": DEMO_ADMIN, "name": "Ada Admin", "groups": [admin_group]},
+        ),
+        oidc_provider_mock.User(
+            sub=DEMO_TENANT_ADMIN,
+            claims={"email": DEMO_TENANT_ADMIN, "name": "Alice Example", "groups": ["demo"]},
+        ),
+        oidc_provider_mock.User(
+            sub=DEMO_MEMBER,
+            claims={"email": DEMO_MEMBER, "name": "Bob Example", "groups": ["demo"]},
+        ),
+    ]
+
+
+@contextmanager
+def local_oidc_provider(
+    users: list[oidc_provider_mock.User], host: str = "127.0.0.1", port: int = 0
+) -> Iterator[str]:
+    """Serves a real OIDC provider on loopback; yields its issuer URL."""
+    app = oidc_provider_mock.app(user_claims=users, require_nonce=True)
+    server = werkzeug.serving.make_server(host, port, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                              daemon=True, name="local-oidc")
+    thread.start()
+    try:
+        yield f"http://{host}:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def seed_demo(db: Session) -> None:
+    """Idempotent demo data: one host cluster, a demo tenant and its admin and member."""
+    if db.scalar(select(HostCluster).where(HostCluster.is_default)) is None:
+        db.add(HostCluster(name="local", region="dev", is_default=True))
+    tenant = db.scalar(select(Tenant).where(Tenant.slug == DEMO_TENANT))
+    if tenant is None:
+        tenant = Tenant(slug=DEMO_TENANT, display_name="Demo Research")
+        db.add(tenant)
+        db.flush()
+        audit.record(db, action="tenant.create", actor_id=None, actor_label="portal dev",
+                     tenant_id=tenant.id, target_type="tenant", target_id=tenant.slug,
+                     after={"slug": tenant.slug, "display_name": tenant.display_name})
+    for email, role in ((DEMO_TENANT_ADMIN, "admin"), (DEMO_MEMBER, "member")):
+        user = auth_service.user_for_email(db, email)
+        exists = db.scalar(select(Membership).where(
+            Membership.tenant_id == tenant.id, Membership.user_id == user.id))
+        if exists is None:
+            db.add(Membership(tenant_id=tenant.id, user_id=user.id, role=role))

@@ -1,0 +1,126 @@
+"""Namespaced host objects of one virtual cluster: Namespace, quota, limits, network policies."""
+
+from typing import Any
+
+from app.kube.manifests import labels as lbl
+from app.kube.manifests.names import cluster_queue_name, host_namespace_name, release_name
+from app.kube.manifests.specs import ClusterSpec, ManifestPolicy
+from app.kube.manifests.units import cpu_quantity, memory_quantity
+
+Manifest = dict[str, Any]
+
+
+def _meta(spec: ClusterSpec, name: str) -> Manifest:
+    return {
+        "name": name,
+        "namespace": host_namespace_name(spec.tenant, spec.name),
+        "labels": lbl.cluster_labels(spec.tenant, spec.name),
+    }
+
+
+def namespace(spec: ClusterSpec, policy: ManifestPolicy) -> Manifest:
+    del policy  # part of the uniform builder signature; nothing here is operator-tunable yet
+    labels = {
+        **lbl.cluster_labels(spec.tenant, spec.name),
+        lbl.PLACEMENT: spec.placement,
+        lbl.QUEUE: cluster_queue_name(spec.tenant, spec.name),
+        f"{lbl.PSA_PREFIX}enforce": spec.pod_security,
+        f"{lbl.PSA_PREFIX}enforce-version": "latest",
+        # Always warn and audit at restricted so a baseline namespace still shows what would break.
+        f"{lbl.PSA_PREFIX}warn": "restricted",
+        f"{lbl.PSA_PREFIX}warn-version": "latest",
+        f"{lbl.PSA_PREFIX}audit": "restricted",
+        f"{lbl.PSA_PREFIX}audit-version": "latest",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": host_namespace_name(spec.tenant, spec.name), "labels": labels},
+    }
+
+
+def quota_lines(spec: ClusterSpec) -> dict[str, str]:
+    """The hard limits shared by the host ResourceQuota and the chart's own quota."""
+    gpus = str(spec.gpus)
+    memory = memory_quantity(spec.memory_mib)
+    return {
+        f"requests.{lbl.GPU_RESOURCE}": gpus,
+        # Extended resources cannot be overcommitted (limit == request), so quota admission
+        # enforces the requests.* line; the limits.* line states the same cap for readers.
+        f"limits.{lbl.GPU_RESOURCE}": gpus,
+        "requests.cpu": cpu_quantity(spec.cpu_millicores),
+        "requests.memory": memory,
+        # No memory overcommit on nodes shared by tenants; CPU limits stay free (only throttling).
+        "limits.memory": memory,
+        "services.nodeports": "0",
+        "services.loadbalancers": "0",
+    }
+
+
+def resource_quota(spec: ClusterSpec) -> Manifest:
+    hard = {**quota_lines(spec), "pods": str(spec.pods)}
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": _meta(spec, "tenant-quota"),
+        "spec": {"hard": dict(sorted(hard.items()))},
+    }
+
+
+def container_limits(policy: ManifestPolicy) -> dict[str, dict[str, str]]:
+    d = policy.container_defaults
+    return {
+        "default": {"cpu": d.cpu_limit, "memory": d.memory_limit},
+        "defaultRequest": {"cpu": d.cpu_request, "memory": d.memory_request},
+    }
+
+
+def limit_range(spec: ClusterSpec, policy: ManifestPolicy) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": _meta(spec, "tenant-defaults"),
+        "spec": {"limits": [{"type": "Container", **container_limits(policy)}]},
+    }
+
+
+def network_policy(spec: ClusterSpec) -> Manifest:
+    """Deny ingress from other tenants; allow the namespace itself and the tenant's other clusters.
+
+    Egress is left to the chart's own policy (policies.networkPolicy in the values), which allows
+    DNS, the virtual control plane and public egress. Cross-tenant traffic is still blocked
+    because every tenant namespace refuses ingress from foreign tenants on the receiving side.
+    """
+    same_tenant = {"namespaceSelector": {"matchLabels": {lbl.TENANT: spec.tenant}}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(spec, "tenant-isolation"),
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {}}, same_tenant]}],
+        },
+    }
+
+
+def api_server_network_policy(spec: ClusterSpec, policy: ManifestPolicy) -> Manifest:
+    """Let tenants reach their virtual API server from outside the tenant (ingress, load balancer).
+
+    The API server authenticates every request, so its port is open to any source; the selector
+    excludes pods synced from the virtual cluster, so a tenant pod cannot borrow these labels.
+    """
+    selector = {
+        "matchLabels": {"app": "vcluster", "release": release_name(spec.name)},
+        "matchExpressions": [{"key": lbl.VCLUSTER_SYNCED_MARKER, "operator": "DoesNotExist"}],
+    }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(spec, "vcluster-api-server"),
+        "spec": {
+            "podSelector": selector,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"ports": [{"protocol": "TCP", "port": policy.vcluster_api_port}]}],
+        },
+    }

@@ -1,0 +1,38 @@
+"""Label, annotation and name constants shared by every manifest builder."""
+
+from typing import Final
+
+FIELD_MANAGER: Final = "gpu-tenant-portal"
+
+MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE: Final = "gpu-tenant-portal"
+TENANT: Final = "gpu-tenant-portal/tenant"
+CLUSTER: Final = "gpu-tenant-portal/cluster"
+PLACEMENT: Final = "gpu-tenant-portal/placement"
+# The leaf queue a shared-pool namespace's pods must name; read by the admission guard.
+QUEUE: Final = "gpu-tenant-portal/queue"
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+GPU_PRODUCT: Final = "nvidia.com/gpu.product"
+
+KAI_SCHEDULER_NAME: Final = "kai-scheduler"
+KAI_QUEUE_LABEL: Final = "kai.scheduler/queue"
+KAI_API_VERSION: Final = "scheduling.run.ai/v2"
+
+# Set by the vCluster syncer on every object it writes to the host namespace.
+VCLUSTER_SYNCED_MARKER: Final = "vcluster.loft.sh/managed-by"
+
+PSA_PREFIX: Final = "pod-security.kubernetes.io/"
+
+
+def managed(**extra: str) -> dict[str, str]:
+    """The managed-by label plus the given labels, in a stable order."""
+    return {MANAGED_BY: MANAGED_BY_VALUE, **dict(sorted(extra.items()))}
+
+
+def tenant_labels(tenant: str) -> dict[str, str]:
+    return {MANAGED_BY: MANAGED_BY_VALUE, TENANT: tenant}
+
+
+def cluster_labels(tenant: str, cluster: str) -> dict[str, str]:
+    return {MANAGED_BY: MANAGED_BY_VALUE, TENANT: tenant, CLUSTER: cluster}

@@ -1,0 +1,140 @@
+"""Inputs of the manifest builders: small frozen values, decoupled from the ORM.
+
+Every string that a tenant can influence is validated here, so that builders only ever place
+known-good values at fixed keys (nothing tenant-supplied becomes a key or a YAML fragment).
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import Final, Literal
+from urllib.parse import urlsplit
+
+from app.kube.manifests.names import is_dns_label
+
+Placement = Literal["shared-pool", "dedicated-nodes"]
+PodSecurityLevel = Literal["restricted", "baseline"]
+
+TENANT_SLUG_MAX: Final = 30
+_K8S_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
+# A Kubernetes label value, which is what GPU Feature Discovery's product label is.
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_PLACEMENTS: Final = ("shared-pool", "dedicated-nodes")
+_POD_SECURITY: Final = ("restricted", "baseline")
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+def _require_slug(value: str, what: str, max_len: int = 63) -> None:
+    _require(
+        is_dns_label(value) and len(value) <= max_len, f"{what} is not a DNS-1123 label: {value!r}"
+    )
+
+
+def _require_non_negative(**values: int) -> None:
+    for name, value in values.items():
+        _require(value >= 0, f"{name} must be >= 0, got {value}")
+
+
+@dataclass(frozen=True)
+class TenantSpec:
+    slug: str
+    display_name: str
+    # Approved GPUs per GPU class (the nvidia.com/gpu.product label value).
+    gpu_quota: dict[str, int]
+    cpu_millicores: int
+    memory_mb: int
+    # Hard cap on the tenant's GPUs including borrowing; None means the policy decides.
+    gpu_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        _require_slug(self.slug, "tenant slug", TENANT_SLUG_MAX)
+        _require(all(_LABEL_VALUE.fullmatch(c) for c in self.gpu_quota), "invalid GPU class")
+        _require_non_negative(cpu_millicores=self.cpu_millicores, memory_mb=self.memory_mb)
+        _require(all(n >= 0 for n in self.gpu_quota.values()), "GPU quota must be >= 0")
+        _require(self.gpu_limit is None or self.gpu_limit >= -1, "gpu_limit must be >= -1")
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(self.gpu_quota.values())
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    tenant: str
+    name: str
+    kubernetes_version: str
+    placement: Placement
+    gpu_class: str | None
+    gpus: int
+    cpu_millicores: int
+    memory_mib: int
+    endpoint: str
+    pods: int = 200
+    pod_security: PodSecurityLevel = "restricted"
+
+    def __post_init__(self) -> None:
+        _require_slug(self.tenant, "tenant slug", TENANT_SLUG_MAX)
+        _require_slug(self.name, "cluster name")
+        _require(self.placement in _PLACEMENTS, f"unknown placement {self.placement!r}")
+        _require(self.pod_security in _POD_SECURITY, f"unknown level {self.pod_security!r}")
+        _require(
+            _K8S_VERSION.fullmatch(self.kubernetes_version) is not None,
+            f"kubernetes_version must be MAJOR.MINOR.PATCH: {self.kubernetes_version!r}",
+        )
+        _require(
+            self.gpu_class is None or _LABEL_VALUE.fullmatch(self.gpu_class) is not None,
+            f"invalid GPU class {self.gpu_class!r}",
+        )
+        _require(self.gpus == 0 or self.gpu_class is not None, "GPUs need a GPU class")
+        _require_non_negative(
+            gpus=self.gpus,
+            cpu_millicores=self.cpu_millicores,
+            memory_mib=self.memory_mib,
+            pods=self.pods,
+        )
+        _require(_is_https_url(self.endpoint), f"endpoint must be an https URL: {self.endpoint!r}")
+
+    @property
+    def image_tag(self) -> str:
+        return "v" + self.kubernetes_version.removeprefix("v")
+
+
+def _is_https_url(value: str) -> bool:
+    if any(c.isspace() or not c.isprintable() for c in value):
+        return False
+    parts = urlsplit(value)
+    return parts.scheme == "https" and bool(parts.hostname) and not parts.query
+
+
+@dataclass(frozen=True)
+class ContainerDefaults:
+    """LimitRange defaults for containers that state no resources (Kubernetes quantities)."""
+
+    cpu_limit: str = "1"
+    memory_limit: str = "2Gi"
+    cpu_request: str = "100m"
+    memory_request: str = "256Mi"
+
+
+@dataclass(frozen=True)
+class ManifestPolicy:
+    """Operator settings that shape the manifests; defaults are the safe choice."""
+
+    kai_root_queue: str = "tenants"
+    over_quota_weight: int = 1
+    tenant_queue_priority: int = 100
+    # Tenant queue GPU limit = ceil(approved * factor) unless the tenant has an explicit limit;
+    # None means no cap (-1). 1.0 means no borrowing beyond the approved quota.
+    tenant_gpu_limit_factor: float | None = 1.0
+    container_defaults: ContainerDefaults = field(default_factory=ContainerDefaults)
+    # Port of the vCluster API server pod that tenants reach (through an ingress or LB).
+    vcluster_api_port: int = 8443
+
+    def __post_init__(self) -> None:
+        _require_slug(self.kai_root_queue, "kai_root_queue")
+        _require(self.over_quota_weight >= 0, "over_quota_weight must be >= 0")
+        factor = self.tenant_gpu_limit_factor
+        _require(factor is None or factor >= 1.0, "tenant_gpu_limit_factor must be >= 1")

@@ -1,0 +1,30 @@
+"""Every table, imported in one place so that Alembic and tests see the whole metadata."""
+
+from app.audit.models import AuditEvent
+from app.auth.models import ApiToken, IdempotencyKey, User, WebSession
+from app.clusters.models import VirtualCluster
+from app.db import Base
+from app.kubeconfigs.models import KubeconfigGrant
+from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
+from app.quotas.models import QuotaRequest, TenantQuota
+from app.tenants.models import GroupMapping, Membership, Tenant
+
+__all__ = [
+    "ApiToken",
+    "AuditEvent",
+    "Base",
+    "GpuClass",
+    "GroupMapping",
+    "HostCluster",
+    "IdempotencyKey",
+    "KubeconfigGrant",
+    "Membership",
+    "Node",
+    "NodeAssignment",
+    "QuotaRequest",
+    "Tenant",
+    "TenantQuota",
+    "User",
+    "VirtualCluster",
+    "WebSession",
+]

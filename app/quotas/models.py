@@ -1,0 +1,63 @@
+"""GPU quota: what tenants ask for and what they were granted."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import CheckConstraint, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, utcnow
+
+REQUEST_STATES = ("pending", "approved", "rejected", "cancelled", "expired")
+
+
+class QuotaRequest(Base):
+    __tablename__ = "quota_requests"
+    __table_args__ = (
+        CheckConstraint("gpus > 0", name="gpus_positive"),
+        CheckConstraint("cpu_millicores >= 0", name="cpu_non_negative"),
+        CheckConstraint("memory_mib >= 0", name="memory_non_negative"),
+        CheckConstraint("approved_gpus IS NULL OR approved_gpus >= 0", name="approved_non_neg"),
+        CheckConstraint(
+            "state IN ('pending', 'approved', 'rejected', 'cancelled', 'expired')", name="state"
+        ),
+        Index(None, "state", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    gpu_class_id: Mapped[int] = mapped_column(ForeignKey("gpu_classes.id"))
+    gpus: Mapped[int]
+    cpu_millicores: Mapped[int] = mapped_column(default=0)
+    memory_mib: Mapped[int] = mapped_column(default=0)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    ends_at: Mapped[datetime | None]
+    state: Mapped[str] = mapped_column(String(20), default="pending")
+    requested_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    approved_gpus: Mapped[int | None]
+    overcommitted: Mapped[bool] = mapped_column(default=False)
+    decided_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    decided_at: Mapped[datetime | None]
+    decision_note: Mapped[str] = mapped_column(Text, default="")
+
+
+class TenantQuota(Base):
+    """The approved GPUs of one class (plus CPU/memory) a tenant may spread over its clusters."""
+
+    __tablename__ = "tenant_quotas"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "gpu_class_id"),
+        CheckConstraint("gpus >= 0", name="gpus_non_negative"),
+        CheckConstraint("cpu_millicores >= 0", name="cpu_non_negative"),
+        CheckConstraint("memory_mib >= 0", name="memory_non_negative"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    gpu_class_id: Mapped[int] = mapped_column(ForeignKey("gpu_classes.id"))
+    gpus: Mapped[int] = mapped_column(default=0)
+    cpu_millicores: Mapped[int] = mapped_column(default=0)
+    memory_mib: Mapped[int] = mapped_column(default=0)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -1,0 +1,24 @@
+"""The landing page and the signed-in dashboard."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.authz import tenants_visible_to
+from app.deps import DbSession, MaybePrincipal
+from app.tenants.models import Tenant
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/")
+def home(request: Request, db: DbSession, principal: MaybePrincipal) -> Response:
+    tenants: list[tuple[Tenant, str]] = []
+    if principal is not None:
+        rows = db.scalars(tenants_visible_to(principal).order_by(Tenant.slug))
+        tenants = [
+            (t, principal.roles.get(t.id, "platform admin")) for t in rows
+        ]
+    return render(request, "home.html", {"tenants": tenants})

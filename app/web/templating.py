@@ -1,0 +1,31 @@
+"""Jinja2 rendering shared by every HTML router."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi.templating import Jinja2Templates
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATES_DIR = ROOT / "templates"
+STATIC_DIR = ROOT / "static"
+
+templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
+templates.env.globals["htmx_script"] = "vendor/htmx-2.0.11.min.js"
+
+
+def render(
+    request: Request, template: str, context: dict[str, Any] | None = None, status_code: int = 200
+) -> HTMLResponse:
+    page = {
+        "principal": getattr(request.state, "principal", None),
+        "csrf_token": request.session.get("csrf", "") if "session" in request.scope else "",
+        "request_id": getattr(request.state, "request_id", ""),
+    }
+    page.update(context or {})
+    response = templates.TemplateResponse(request, template, page, status_code=status_code)
+    response.headers["Vary"] = "HX-Request, Cookie"
+    return response

@@ -1,0 +1,95 @@
+"""Fixtures: a migrated throwaway PostgreSQL per run, a rolled-back transaction per test,
+the embedded SQLite default, the local OIDC provider and the app under test."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from app import migrate
+from app.config import Settings
+from app.db import Database
+from app.devmode import demo_users, local_oidc_provider
+from app.main import create_app
+from tests.support import postgres
+
+warnings.filterwarnings("ignore", module="authlib")
+warnings.filterwarnings("ignore", category=DeprecationWarning, module="starlette")
+
+ADMIN_GROUP = "platform-admins"
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """A database migrated to head once per run; tests get transactions in it or clones of it."""
+    name = postgres.unique_name("gtp_tpl")
+    postgres.create_database(name)
+    migrate.upgrade(postgres.sqlalchemy_url(name))
+    yield name
+    postgres.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def pg_engine_database(pg_template: str) -> Iterator[Database]:
+    database = Database(postgres.sqlalchemy_url(pg_template))
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def database(pg_engine_database: Database) -> Iterator[Database]:
+    """The app's database inside one outer transaction, rolled back after the test."""
+    with pg_engine_database.engine.connect() as connection:
+        outer = connection.begin()
+        yield Database.within(connection)
+        outer.rollback()
+
+
+@pytest.fixture
+def db(database: Database) -> Iterator[Session]:
+    with database.session() as session:
+        yield session
+
+
+@pytest.fixture
+def own_pg_database(pg_template: str) -> Iterator[Database]:
+    """A real, separately committed database for tests that need many connections."""
+    name = postgres.unique_name("gtp_own")
+    postgres.create_database(name, template=pg_template)
+    database = Database(postgres.sqlalchemy_url(name), pool_size=20, max_overflow=40)
+    yield database
+    database.dispose()
+    postgres.drop_database(name)
+
+
+@pytest.fixture
+def sqlite_database(tmp_path: Path) -> Iterator[Database]:
+    """The embedded default: an SQLite file migrated with Alembic."""
+    url = f"sqlite:///{tmp_path / 'portal.db'}"
+    migrate.upgrade(url)
+    database = Database(url)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture(scope="session")
+def oidc_issuer() -> Iterator[str]:
+    with local_oidc_provider(demo_users(ADMIN_GROUP)) as issuer:
+        yield issuer
+
+
+@pytest.fixture
+def settings(oidc_issuer: str) -> Settings:
+    return Settings(env="test", database_url="sqlite://", oidc_issuer=oidc_issuer,
+                    oidc_admin_group=ADMIN_GROUP)
+
+
+@pytest.fixture
+def client(settings: Settings, database: Database) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, database)) as test_client:
+        yield test_client

@@ -1,0 +1,87 @@
+"""Plain factory functions: each adds a row with sensible defaults and flushes."""
+
+from __future__ import annotations
+
+import itertools
+
+from sqlalchemy.orm import Session
+
+from app.auth.models import User
+from app.clusters.models import VirtualCluster
+from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
+from app.quotas.models import TenantQuota
+from app.tenants.models import Membership, Tenant
+
+_seq = itertools.count(1)
+
+
+def user(db: Session, email: str | None = None, *, admin: bool = False, **fields: object) -> User:
+    n = next(_seq)
+    row = User(email=email or f"user{n}@example.com", name=f"User {n}",
+               issuer="http://idp.test", subject=f"sub-{n}", is_platform_admin=admin, **fields)
+    db.add(row)
+    db.flush()
+    return row
+
+
+def tenant(db: Session, slug: str | None = None, **fields: object) -> Tenant:
+    slug = slug or f"tenant-{next(_seq)}"
+    row = Tenant(slug=slug, display_name=str(fields.pop("display_name", slug.title())), **fields)
+    db.add(row)
+    db.flush()
+    return row
+
+
+def membership(db: Session, tenant_row: Tenant, user_row: User, role: str = "member") -> Membership:
+    row = Membership(tenant_id=tenant_row.id, user_id=user_row.id, role=role)
+    db.add(row)
+    db.flush()
+    return row
+
+
+def host_cluster(db: Session, name: str | None = None) -> HostCluster:
+    row = HostCluster(name=name or f"host-{next(_seq)}", region="test", is_default=False)
+    db.add(row)
+    db.flush()
+    return row
+
+
+def gpu_class(db: Session, product: str = "NVIDIA-H100-80GB-HBM3", **fields: object) -> GpuClass:
+    row = GpuClass(product=product, display_name=str(fields.pop("display_name", product)),
+                   memory_mib=int(str(fields.pop("memory_mib", 81559))), **fields)
+    db.add(row)
+    db.flush()
+    return row
+
+
+def node(db: Session, host: HostCluster, gpu: GpuClass | None, name: str | None = None,
+         gpu_count: int = 8, **fields: object) -> Node:
+    row = Node(host_cluster_id=host.id, name=name or f"node-{next(_seq)}",
+               gpu_class_id=gpu.id if gpu else None, gpu_count=gpu_count, ready=True, **fields)
+    db.add(row)
+    db.flush()
+    return row
+
+
+def assignment(db: Session, node_row: Node, tenant_row: Tenant) -> NodeAssignment:
+    row = NodeAssignment(node_id=node_row.id, tenant_id=tenant_row.id)
+    db.add(row)
+    db.flush()
+    return row
+
+
+def quota(db: Session, tenant_row: Tenant, gpu: GpuClass, gpus: int) -> TenantQuota:
+    row = TenantQuota(tenant_id=tenant_row.id, gpu_class_id=gpu.id, gpus=gpus)
+    db.add(row)
+    db.flush()
+    return row
+
+
+def cluster(db: Session, tenant_row: Tenant, host: HostCluster, name: str = "train",
+            **fields: object) -> VirtualCluster:
+    fields.setdefault("kubernetes_version", "1.32.4")
+    fields.setdefault("placement", "shared-pool")
+    row = VirtualCluster(tenant_id=tenant_row.id, host_cluster_id=host.id, name=name, **fields)
+    db.add(row)
+    db.flush()
+    return row

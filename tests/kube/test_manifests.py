@@ -1,0 +1,412 @@
+"""Manifest builders: golden files plus the properties a reviewer checks by hand.
+
+UPDATE_GOLDEN=1 rewrites tests/kube/golden/*.yaml from the current builders.
+"""
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.kube.manifests import (
+    ClusterSpec,
+    ManifestPolicy,
+    TenantSpec,
+    cluster_host_objects,
+    cluster_queue,
+    dump_yaml,
+    host_namespace_name,
+    kubeconfig_secret_name,
+    node_tenant_patch,
+    platform_objects,
+    release_name,
+    resource_quota,
+    root_queue,
+    tenant_queue,
+    vcluster_values,
+    vcluster_values_yaml,
+)
+from app.kube.manifests import labels as lbl
+
+GOLDEN = Path(__file__).parent / "golden"
+REFERENCE = Path("/work/shared/reference/kai-queue.yaml")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+H100 = "NVIDIA-H100-80GB-HBM3"
+POLICY = ManifestPolicy()
+
+
+def acme() -> TenantSpec:
+    return TenantSpec("acme", "Acme Research", {H100: 6, "NVIDIA-L40S": 2}, 128000, 1024000)
+
+
+def train(placement: str = "shared-pool", **overrides: Any) -> ClusterSpec:
+    fields: dict[str, Any] = {
+        "tenant": "acme",
+        "name": "train",
+        "kubernetes_version": "1.32.4",
+        "placement": placement,
+        "gpu_class": H100,
+        "gpus": 4,
+        "cpu_millicores": 64000,
+        "memory_mib": 524288,
+        "endpoint": "https://train.acme.vc.example.com",
+    }
+    return ClusterSpec(**{**fields, **overrides})
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"missing golden {path}; run with UPDATE_GOLDEN=1"
+    assert text == path.read_text()
+
+
+@pytest.mark.parametrize("placement", ["shared-pool", "dedicated-nodes"])
+def test_golden_host_objects(placement: str) -> None:
+    objects = cluster_host_objects(train(placement), acme(), POLICY)
+    check_golden(f"{placement}.objects.yaml", "---\n".join(map(dump_yaml, objects)))
+
+
+@pytest.mark.parametrize("placement", ["shared-pool", "dedicated-nodes"])
+def test_golden_vcluster_values(placement: str) -> None:
+    check_golden(f"{placement}.values.yaml", vcluster_values_yaml(train(placement), POLICY))
+
+
+def test_golden_platform_objects() -> None:
+    check_golden("platform.yaml", dump_yaml(platform_objects(POLICY)))
+
+
+def test_output_is_deterministic_and_pure() -> None:
+    first = vcluster_values_yaml(train(), POLICY)
+    vcluster_values(train(), POLICY)["sync"]["toHost"]["pods"]["patches"].clear()
+    assert vcluster_values_yaml(train(), POLICY) == first
+    assert "&id" not in first
+    assert "*id" not in first
+
+
+def test_apply_order_and_common_labels() -> None:
+    objects = cluster_host_objects(train(), acme(), POLICY)
+    kinds = [o["kind"] for o in objects]
+    assert kinds[:5] == [
+        "Namespace",
+        "ResourceQuota",
+        "LimitRange",
+        "NetworkPolicy",
+        "NetworkPolicy",
+    ]
+    assert kinds[5:] == ["Queue"] * 3
+    for obj in objects:
+        assert obj["metadata"]["labels"][lbl.MANAGED_BY] == "gpu-tenant-portal"
+    for obj in objects[:5] + objects[-1:]:
+        assert obj["metadata"]["labels"][lbl.TENANT] == "acme"
+        assert obj["metadata"]["labels"][lbl.CLUSTER] == "train"
+    assert {o["metadata"].get("namespace") for o in objects[1:5]} == {"t-acme-train"}
+
+
+def test_cluster_of_another_tenant_is_refused() -> None:
+    with pytest.raises(ValueError, match="does not belong"):
+        cluster_host_objects(train(tenant="other"), acme(), POLICY)
+
+
+# --- names -----------------------------------------------------------------------------
+
+
+LONG_TENANT = "t" * 10 + "-" + "a" * 19  # 30 chars, the longest slug allowed
+LONG_CLUSTER = "c" + "-x" * 31  # 63 chars
+
+
+@pytest.mark.parametrize(
+    ("tenant", "cluster"),
+    [("acme", "train"), (LONG_TENANT, LONG_CLUSTER), (LONG_TENANT, "1" * 63), ("a", "9")],
+)
+def test_names_are_dns_labels(tenant: str, cluster: str) -> None:
+    spec = train(tenant=tenant, name=cluster)
+    release = release_name(cluster)
+    names = [
+        host_namespace_name(tenant, cluster),
+        release,
+        kubeconfig_secret_name(release),
+        cluster_queue(spec, POLICY)["metadata"]["name"],
+    ]
+    for name in names:
+        assert len(name) <= 63, name
+        assert DNS_LABEL.fullmatch(name), name
+    assert len(release) <= 40
+    assert release[0].isalpha()
+
+
+def test_short_names_follow_the_reference() -> None:
+    assert host_namespace_name("acme", "train") == "t-acme-train"
+    assert release_name("train") == "train"
+    assert kubeconfig_secret_name("train") == "vc-train"
+    assert cluster_queue(train(), POLICY)["metadata"]["name"] == "acme-train"
+
+
+def test_shortened_names_stay_unique() -> None:
+    a, b = LONG_CLUSTER, LONG_CLUSTER[:-1] + "y"
+    assert host_namespace_name(LONG_TENANT, a) != host_namespace_name(LONG_TENANT, b)
+    assert release_name(a) != release_name(b)
+
+
+# --- validation: tenant-supplied strings -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"name": "train\nexperimental: {}"},
+        {"name": "Train"},
+        {"name": "x" * 64},
+        {"tenant": "a" * 31},
+        {"gpu_class": "H100: {}\nsync"},
+        {"kubernetes_version": "1.32.4\ncontrolPlane: {}"},
+        {"kubernetes_version": "latest"},
+        {"endpoint": "http://train.example.com"},
+        {"endpoint": "https://train.example.com\nsync: {}"},
+        {"endpoint": "https://x.example.com/?a=b"},
+        {"placement": "private-nodes"},
+        {"gpus": -1},
+        {"gpus": 2, "gpu_class": None},
+    ],
+)
+def test_bad_cluster_input_is_refused(overrides: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011 - any validation message is fine
+        train(**overrides)
+
+
+def test_display_name_stays_a_value() -> None:
+    tenant = TenantSpec("acme", "x\nparentQueue: evil\n", {H100: 1}, 1000, 1000)
+    text = dump_yaml(tenant_queue(tenant, POLICY))
+    parsed = yaml.safe_load(text)
+    assert parsed["spec"]["parentQueue"] == "tenants"
+    assert parsed["spec"]["displayName"] == "x\nparentQueue: evil\n"
+
+
+ALLOWED_VALUE_PATHS = {
+    "controlPlane.distro.k8s.enabled",
+    "controlPlane.distro.k8s.image.tag",
+    "controlPlane.advanced.virtualScheduler.enabled",
+    "controlPlane.statefulSet.security",
+    "controlPlane.coredns.security",
+    "sync.fromHost.nodes.enabled",
+    "sync.fromHost.nodes.clearImageStatus",
+    "sync.fromHost.nodes.selector.labels",
+    "sync.toHost.pods.enforceTolerations",
+    "sync.toHost.pods.patches",
+    "policies.podSecurityStandard",
+    "policies.resourceQuota.enabled",
+    "policies.resourceQuota.quota",
+    "policies.limitRange.enabled",
+    "policies.limitRange.default",
+    "policies.limitRange.defaultRequest",
+    "policies.networkPolicy.enabled",
+    "experimental.syncSettings.setOwner",
+    "exportKubeConfig.server",
+}
+
+
+def leaf_paths(values: dict[str, Any], prefix: str = "") -> set[str]:
+    paths: set[str] = set()
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if path in ALLOWED_VALUE_PATHS or not isinstance(value, dict):
+            paths.add(path)
+        else:
+            paths |= leaf_paths(value, f"{path}.")
+    return paths
+
+
+@pytest.mark.parametrize("placement", ["shared-pool", "dedicated-nodes"])
+@pytest.mark.parametrize("pod_security", ["restricted", "baseline"])
+def test_values_only_use_allowlisted_keys(placement: str, pod_security: str) -> None:
+    values = vcluster_values(train(placement, pod_security=pod_security), POLICY)
+    assert leaf_paths(values) <= ALLOWED_VALUE_PATHS
+    assert yaml.safe_load(vcluster_values_yaml(train(placement), POLICY)) == vcluster_values(
+        train(placement), POLICY
+    )
+
+
+# --- placement semantics ----------------------------------------------------------------
+
+
+def test_shared_pool_values_use_kai_and_the_leaf_queue() -> None:
+    values = vcluster_values(train(), POLICY)
+    patches = {p["path"]: p["expression"] for p in values["sync"]["toHost"]["pods"]["patches"]}
+    assert patches["spec.schedulerName"] == '"kai-scheduler"'
+    assert '{"kai.scheduler/queue": "acme-train"}' in patches["metadata.labels"]
+    assert values["experimental"]["syncSettings"]["setOwner"] is False
+    assert "virtualScheduler" not in values["controlPlane"].get("advanced", {})
+    assert "enforceTolerations" not in values["sync"]["toHost"]["pods"]
+    assert values["sync"]["fromHost"]["nodes"]["selector"]["labels"] == {lbl.GPU_PRODUCT: H100}
+
+
+def test_dedicated_nodes_values_select_only_the_tenants_nodes() -> None:
+    values = vcluster_values(train("dedicated-nodes"), POLICY)
+    nodes = values["sync"]["fromHost"]["nodes"]
+    assert nodes["enabled"]
+    assert nodes["clearImageStatus"]
+    assert nodes["selector"]["labels"] == {lbl.TENANT: "acme", lbl.GPU_PRODUCT: H100}
+    assert values["sync"]["toHost"]["pods"] == {
+        "enforceTolerations": ["gpu-tenant-portal/tenant=acme:NoSchedule"]
+    }
+    assert values["controlPlane"]["advanced"]["virtualScheduler"]["enabled"] is True
+    assert "experimental" not in values
+
+
+def test_values_always_carry_policies_version_and_endpoint() -> None:
+    for placement in ("shared-pool", "dedicated-nodes"):
+        values = vcluster_values(train(placement, kubernetes_version="v1.31.2"), POLICY)
+        assert values["controlPlane"]["distro"]["k8s"] == {
+            "enabled": True,
+            "image": {"tag": "v1.31.2"},
+        }
+        policies = values["policies"]
+        assert policies["resourceQuota"]["enabled"]
+        assert policies["limitRange"]["enabled"]
+        assert policies["networkPolicy"]["enabled"]
+        assert values["exportKubeConfig"]["server"] == "https://train.acme.vc.example.com"
+
+
+def test_chart_quota_matches_host_quota() -> None:
+    host = resource_quota(train())["spec"]["hard"]
+    chart = vcluster_values(train(), POLICY)["policies"]["resourceQuota"]["quota"]
+    assert chart.pop("count/pods") == host.pop("pods") == "200"
+    assert chart.pop("limits.cpu") is None  # deletes the chart default
+    assert chart == host
+
+
+def test_baseline_namespace_still_warns_at_restricted() -> None:
+    ns = cluster_host_objects(train(pod_security="baseline"), acme(), POLICY)[0]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/warn"] == "restricted"
+    values = vcluster_values(train(pod_security="baseline"), POLICY)
+    assert "statefulSet" not in values["controlPlane"]
+
+
+# --- units ------------------------------------------------------------------------------
+
+
+def test_quota_units() -> None:
+    hard = resource_quota(train(cpu_millicores=1500, memory_mib=1000))["spec"]["hard"]
+    assert hard["requests.cpu"] == "1500m"
+    assert hard["requests.memory"] == "1000Mi"
+    assert hard["requests.nvidia.com/gpu"] == "4"
+    assert hard["services.nodeports"] == "0"
+    assert hard["services.loadbalancers"] == "0"
+    assert all(isinstance(v, str) for v in hard.values())
+
+
+def test_queue_memory_is_megabytes_not_mebibytes() -> None:
+    leaf = cluster_queue(train(memory_mib=524288), POLICY)["spec"]["resources"]
+    assert leaf["memory"]["quota"] == 549756  # 512 GiB = 549755.8 MB, rounded up
+    assert leaf["cpu"]["quota"] == 64000
+    tenant = tenant_queue(acme(), POLICY)["spec"]["resources"]
+    assert tenant["memory"]["quota"] == 1024000  # already MB
+
+
+# --- queues against reference/kai-queue.yaml --------------------------------------------
+
+
+def shape(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: shape(v) for k, v in obj.items() if k != "displayName"}
+    return type(obj).__name__
+
+
+@pytest.fixture(scope="module")
+def reference_queues() -> list[dict[str, Any]]:
+    if not REFERENCE.exists():
+        pytest.skip("reference/kai-queue.yaml is not available")
+    return list(yaml.safe_load_all(REFERENCE.read_text()))
+
+
+def test_queues_match_the_reference(reference_queues: list[dict[str, Any]]) -> None:
+    ref_root, ref_tenant, ref_leaf = reference_queues
+    policy = ManifestPolicy(tenant_gpu_limit_factor=1.5)
+    tenant = TenantSpec("acme", "Acme Research", {H100: 8}, 128000, 1024000)
+    leaf_spec = train(gpus=4, memory_mib=488281)  # 488281 MiB = 511999.9 MB
+    built = [root_queue(policy), tenant_queue(tenant, policy), cluster_queue(leaf_spec, policy)]
+    for ours, ref in zip(built, (ref_root, ref_tenant, ref_leaf), strict=True):
+        assert ours["apiVersion"] == ref["apiVersion"]
+        assert ours["kind"] == ref["kind"]
+        assert "namespace" not in ours["metadata"]
+        assert ours["metadata"]["name"] == ref["metadata"]["name"]
+        assert {**ref["metadata"].get("labels", {}), **lbl.managed()} == ours["metadata"]["labels"]
+        assert shape(ours["spec"]) == shape(ref["spec"])
+    assert built[0]["spec"] == ref_root["spec"]
+    assert built[1]["spec"] == ref_tenant["spec"]
+    assert built[2]["spec"]["resources"]["memory"] == ref_leaf["spec"]["resources"]["memory"]
+    assert built[2]["spec"]["parentQueue"] == "acme"
+
+
+def test_queue_limits_are_always_explicit() -> None:
+    for queue in (root_queue(POLICY), tenant_queue(acme(), POLICY), cluster_queue(train(), POLICY)):
+        for resource in queue["spec"]["resources"].values():
+            assert set(resource) == {"quota", "limit", "overQuotaWeight"}
+
+
+def test_tenant_queue_quota_sums_gpu_classes() -> None:
+    gpu = tenant_queue(acme(), POLICY)["spec"]["resources"]["gpu"]
+    assert gpu == {"quota": 8, "limit": 8, "overQuotaWeight": 1}
+    explicit = TenantSpec("acme", "A", {H100: 8}, 0, 0, gpu_limit=-1)
+    assert tenant_queue(explicit, POLICY)["spec"]["resources"]["gpu"]["limit"] == -1
+    unlimited = ManifestPolicy(tenant_gpu_limit_factor=None)
+    assert tenant_queue(acme(), unlimited)["spec"]["resources"]["gpu"]["limit"] == -1
+
+
+def test_tenant_named_like_the_root_queue_is_refused() -> None:
+    with pytest.raises(ValueError, match="root queue"):
+        tenant_queue(TenantSpec("tenants", "T", {}, 0, 0), POLICY)
+
+
+# --- admission guard --------------------------------------------------------------------
+
+
+def test_queue_guard_reads_the_namespace_queue_label() -> None:
+    _, vap, binding = platform_objects(POLICY)
+    expression = vap["spec"]["validations"][0]["expression"]
+    assert "namespaceObject.metadata.labels['gpu-tenant-portal/queue']" in expression
+    assert "'kai-scheduler'" in expression
+    match = binding["spec"]["matchResources"]
+    assert match["namespaceSelector"]["matchLabels"][lbl.PLACEMENT] == "shared-pool"
+    ns = cluster_host_objects(train(), acme(), POLICY)[0]
+    assert ns["metadata"]["labels"][lbl.QUEUE] == "acme-train"
+    assert ns["metadata"]["labels"][lbl.PLACEMENT] == "shared-pool"
+
+
+# --- nodes ------------------------------------------------------------------------------
+
+
+OTHER_TAINTS = [
+    {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2025-01-01"},
+    {"key": lbl.TENANT, "value": "previous", "effect": "NoSchedule"},
+]
+
+
+def test_node_assignment_keeps_other_taints() -> None:
+    patch = node_tenant_patch("h100-r1-n1", "acme", OTHER_TAINTS, resource_version="42")
+    assert patch["metadata"] == {
+        "name": "h100-r1-n1",
+        "labels": {lbl.TENANT: "acme"},
+        "resourceVersion": "42",
+    }
+    assert patch["spec"]["taints"] == [
+        OTHER_TAINTS[0],
+        {"key": lbl.TENANT, "value": "acme", "effect": "NoSchedule"},
+    ]
+    assert OTHER_TAINTS[1]["value"] == "previous"  # input not mutated
+
+
+def test_node_release_drops_only_ours() -> None:
+    patch = node_tenant_patch("h100-r1-n1", None, OTHER_TAINTS)
+    assert patch["metadata"] == {"name": "h100-r1-n1"}
+    assert patch["spec"]["taints"] == [OTHER_TAINTS[0]]
+
+
+def test_node_patch_refuses_bad_slug() -> None:
+    with pytest.raises(ValueError, match="DNS-1123"):
+        node_tenant_patch("n", "Acme:NoExecute", [])

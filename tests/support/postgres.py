@@ -1,0 +1,38 @@
+"""Throwaway PostgreSQL databases on the machine's server (127.0.0.1:5432, trust auth)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+import psycopg
+from psycopg import sql
+
+ADMIN_DSN = os.environ.get("PORTAL_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def sqlalchemy_url(name: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
+    host, port, user = info.get("host", "127.0.0.1"), info.get("port", "5432"), info["user"]
+    return f"postgresql+psycopg://{user}@{host}:{port}/{name}"
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
+
+
+def create_database(name: str, template: str | None = None) -> None:
+    query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template:
+        query = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(template)
+        )
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as connection:
+        connection.execute(query)
+
+
+def drop_database(name: str) -> None:
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as connection:
+        connection.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )

@@ -1,0 +1,88 @@
+"""The app shell: probes, request ids, problem details, static assets and headers."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from app.config import Settings
+from app.db import Database
+from app.main import create_app
+
+
+def test_healthz_says_alive(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_readyz_checks_the_database(client: TestClient) -> None:
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["database"] == "ok"
+
+
+def test_readyz_is_503_when_the_database_is_unreachable(settings: Settings) -> None:
+    unreachable = Database("postgresql+psycopg://nobody@127.0.0.1:1/nothing",
+                           connect_args={"connect_timeout": 1})
+    with TestClient(create_app(settings, unreachable)) as client:
+        response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["status"] == "unavailable"
+
+
+def test_every_response_carries_a_request_id(client: TestClient) -> None:
+    first, second = client.get("/healthz"), client.get("/healthz")
+    assert first.headers["x-request-id"] != second.headers["x-request-id"]
+
+
+def test_a_sane_incoming_request_id_is_kept_and_a_hostile_one_replaced(
+    client: TestClient,
+) -> None:
+    kept = client.get("/healthz", headers={"X-Request-ID": "lb-1234"})
+    assert kept.headers["x-request-id"] == "lb-1234"
+    replaced = client.get("/healthz", headers={"X-Request-ID": "bad id\nInjected: yes"})
+    assert replaced.headers["x-request-id"] != "bad id\nInjected: yes"
+    assert "injected" not in replaced.headers
+
+
+def test_api_errors_are_problem_json_with_the_request_id(client: TestClient) -> None:
+    response = client.get("/api/v1/me")
+    assert response.status_code == 401
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["status"] == 401
+    assert problem["instance"] == "/api/v1/me"
+    assert problem["request_id"] == response.headers["x-request-id"]
+
+
+def test_unknown_api_path_is_a_404_problem(client: TestClient) -> None:
+    response = client.get("/api/v1/nothing-here")
+    assert response.status_code == 404
+    assert response.json()["title"] == "Not Found"
+
+
+def test_htmx_is_vendored_and_served_locally(client: TestClient) -> None:
+    page = client.get("/", headers={"accept": "text/html"})
+    assert '/static/vendor/htmx-2.0.11.min.js' in page.text
+    assert "https://" not in page.text.split("<body")[0]
+    script = client.get("/static/vendor/htmx-2.0.11.min.js")
+    assert script.status_code == 200
+    assert "htmx" in script.text[:200]
+
+
+def test_pages_send_security_headers(client: TestClient) -> None:
+    response = client.get("/", headers={"accept": "text/html"})
+    policy = response.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in policy
+    assert "'unsafe-inline'" not in policy
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert "referrer-policy" in response.headers
+
+
+def test_anonymous_home_offers_sign_in(client: TestClient) -> None:
+    page = client.get("/", headers={"accept": "text/html"})
+    assert page.status_code == 200
+    assert 'href="/auth/login"' in page.text
+
+
+def test_openapi_document_is_served(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    assert "/api/v1/me" in schema["paths"]

@@ -1,0 +1,57 @@
+"""Settings from the environment; production refuses development secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cryptography.fernet import Fernet
+
+from app.config import InsecureProductionConfig, Settings
+
+
+def test_the_default_database_is_an_sqlite_file_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PORTAL_DATABASE_URL", raising=False)
+    assert Settings().database_url == f"sqlite:///{tmp_path / 'portal.db'}"
+
+
+def test_settings_are_read_with_the_portal_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PORTAL_OIDC_ISSUER", "https://idp.example.com")
+    monkeypatch.setenv("PORTAL_OIDC_ADMIN_GROUP", "gpu-admins")
+    settings = Settings()
+    assert (settings.oidc_issuer, settings.oidc_admin_group) == (
+        "https://idp.example.com", "gpu-admins")
+
+
+def _production(**overrides: str) -> Settings:
+    values = {"env": "production", "secret_key": "s" * 40,
+              "encryption_key": Fernet.generate_key().decode(),
+              "oidc_issuer": "https://idp.example.com"}
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def test_production_starts_with_real_secrets() -> None:
+    assert _production().env == "production"
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [("secret_key", "PORTAL_SECRET_KEY"), ("encryption_key", "PORTAL_ENCRYPTION_KEY")],
+)
+def test_production_refuses_development_defaults(field: str, message: str) -> None:
+    defaults = Settings()
+    with pytest.raises(ValueError, match=message):
+        _production(**{field: getattr(defaults, field)})
+
+
+def test_production_needs_an_identity_provider() -> None:
+    with pytest.raises(ValueError, match="PORTAL_OIDC_ISSUER"):
+        _production(oidc_issuer="")
+
+
+def test_the_refusal_is_its_own_error_type() -> None:
+    assert issubclass(InsecureProductionConfig, ValueError)
