@@ -7,7 +7,7 @@ from datetime import timedelta
 from http import HTTPStatus
 from urllib.parse import quote
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -31,6 +31,10 @@ API_ROUTERS = [auth_api.router]
 WEB_ROUTERS = [home.router, auth_web.router]
 
 
+def all_routers() -> list[APIRouter]:
+    return [health_router, *API_ROUTERS, *WEB_ROUTERS]
+
+
 def create_app(settings: Settings | None = None, database: Database | None = None) -> FastAPI:
     settings = settings or get_settings()
     database = database or Database(settings.database_url)
@@ -51,8 +55,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(RequestIdMiddleware)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.include_router(health_router)
-    for router in [*API_ROUTERS, *WEB_ROUTERS]:
+    for router in all_routers():
         app.include_router(router)
     _add_error_handlers(app)
     return app
