@@ -67,6 +67,8 @@ def _roles(db: Session, user_id: int) -> dict[int, str]:
 def optional_principal(request: Request, db: DbSession) -> Principal | None:
     principal = _principal_for(db, request)
     request.state.principal = principal
+    # Plain values for error handlers, which run after the request's session is gone.
+    request.state.actor = (principal.user_id, principal.label) if principal else None
     return principal
 
 

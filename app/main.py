@@ -7,28 +7,41 @@ from datetime import timedelta
 from http import HTTPStatus
 from urllib.parse import quote
 
+from anyio import to_thread
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
+from app.audit import api as audit_api
+from app.audit import service as audit
+from app.audit import web as audit_web
 from app.auth import api as auth_api
+from app.auth import group_mappings, token_api, token_web
 from app.auth import web as auth_web
 from app.auth.oidc import make_oauth
 from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
+from app.authz.scoping import TenantHidden
 from app.config import Settings, get_settings
 from app.db import Database
-from app.errors import PROBLEM_JSON, ProblemError, ValidationFailed
+from app.errors import PROBLEM_JSON, Forbidden, ProblemError, Unauthenticated, ValidationFailed
 from app.health import router as health_router
 from app.middleware import RequestIdMiddleware, SecurityHeadersMiddleware
+from app.nodes import gpu_classes_api, gpu_classes_web
+from app.quotas import api as quotas_api
+from app.quotas import web as quotas_web
+from app.tenants import api as tenants_api
+from app.tenants import web as tenants_web
 from app.web import home
 from app.web.templating import STATIC_DIR, render
 
 log = logging.getLogger(__name__)
 
-API_ROUTERS = [auth_api.router]
-WEB_ROUTERS = [home.router, auth_web.router]
+API_ROUTERS = [auth_api.router, token_api.router, group_mappings.router, audit_api.router,
+               tenants_api.router, quotas_api.router, gpu_classes_api.router]
+WEB_ROUTERS = [home.router, auth_web.router, token_web.router, audit_web.router,
+               tenants_web.router, quotas_web.router, gpu_classes_web.router]
 
 
 def all_routers() -> list[APIRouter]:
@@ -51,7 +64,8 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
         absolute=timedelta(hours=settings.session_absolute_hours),
     )
     store = SessionStore(database, policy)
-    app.add_middleware(ServerSideSessionMiddleware, store_factory=lambda: store)
+    app.add_middleware(ServerSideSessionMiddleware, store_factory=lambda: store,
+                       always_secure=settings.env == "production")
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(RequestIdMiddleware)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
@@ -79,9 +93,30 @@ def _problem_response(request: Request, error: ProblemError) -> Response:
                   status_code=error.status)
 
 
+def _audit_denial(request: Request, error: ProblemError) -> None:
+    """Failed authorizations are audited in their own transaction: the request's rolled back."""
+    actor: tuple[int, str] | None = getattr(request.state, "actor", None)
+    if isinstance(error, Unauthenticated) and actor is None and not _sent_token(request):
+        return  # plain anonymous visits are not worth an audit row each
+    database: Database = request.app.state.database
+    with database.transaction() as db:
+        audit.record(
+            db, action="authz.denied", actor_id=actor[0] if actor else None,
+            actor_label=actor[1] if actor else "anonymous",
+            target_type="route", target_id=f"{request.method} {request.url.path}",
+            after={"status": error.status, "detail": error.detail},
+        )
+
+
+def _sent_token(request: Request) -> bool:
+    return request.headers.get("authorization", "").lower().startswith("bearer ")
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ProblemError)
     async def handle_problem(request: Request, error: ProblemError) -> Response:
+        if isinstance(error, Forbidden | TenantHidden | Unauthenticated):
+            await to_thread.run_sync(_audit_denial, request, error)
         return _problem_response(request, error)
 
     @app.exception_handler(RequestValidationError)

@@ -17,8 +17,10 @@ _seq = itertools.count(1)
 
 def user(db: Session, email: str | None = None, *, admin: bool = False, **fields: object) -> User:
     n = next(_seq)
+    fields.setdefault("issuer", "http://idp.test")
+    fields.setdefault("subject", f"sub-{n}")
     row = User(email=email or f"user{n}@example.com", name=f"User {n}",
-               issuer="http://idp.test", subject=f"sub-{n}", is_platform_admin=admin, **fields)
+               is_platform_admin=admin, **fields)
     db.add(row)
     db.flush()
     return row

@@ -15,18 +15,26 @@ class Principal:
     scopes: frozenset[str] = frozenset({"read", "write", "admin"})
     # tenant id -> role
     roles: dict[int, str] = field(default_factory=dict)
+    # Copied from the user at construction: error pages render after a rollback has expired
+    # the ORM row, and must still show who is signed in.
+    user_id: int = field(init=False)
+    email: str = field(init=False)
+    name: str = field(init=False)
+    _user_is_admin: bool = field(init=False, repr=False)
 
-    @property
-    def user_id(self) -> int:
-        return self.user.id
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "user_id", self.user.id)
+        object.__setattr__(self, "email", self.user.email)
+        object.__setattr__(self, "name", self.user.name or self.user.email)
+        object.__setattr__(self, "_user_is_admin", self.user.platform_admin)
 
     @property
     def label(self) -> str:
-        return self.user.email
+        return self.email
 
     @property
     def is_platform_admin(self) -> bool:
-        return self.user.platform_admin and "admin" in self.scopes
+        return self._user_is_admin and "admin" in self.scopes
 
     def can_write(self) -> bool:
         return "write" in self.scopes or "admin" in self.scopes

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
-from pydantic import BaseModel
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
+
+from app.validation import SingleLine
 
 
 class MembershipOut(BaseModel):
@@ -14,3 +19,26 @@ class MeOut(BaseModel):
     name: str
     platform_admin: bool
     memberships: list[MembershipOut]
+
+
+class TokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[SingleLine, StringConstraints(min_length=1, max_length=100)]
+    scopes: Annotated[list[Literal["read", "write", "admin"]], Field(min_length=1, max_length=3)]
+    expires_in_days: Annotated[StrictInt, Field(ge=1, le=365)] = 30
+
+
+class TokenOut(BaseModel):
+    id: int
+    name: str
+    prefix: str
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="the secret: shown once, never again")

@@ -107,16 +107,20 @@ class SessionStore:
 
 
 class ServerSideSessionMiddleware:
-    def __init__(self, app: ASGIApp, store_factory: Callable[[], SessionStore]) -> None:
+    def __init__(
+        self, app: ASGIApp, store_factory: Callable[[], SessionStore], always_secure: bool
+    ) -> None:
         self.app = app
         self.store_factory = store_factory
+        # In production the cookie is Secure even when TLS ends at a proxy in front of us.
+        self.always_secure = always_secure
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         store = self.store_factory()
-        secure = scope.get("scheme") == "https"
+        secure = self.always_secure or scope.get("scheme") == "https"
         cookie_name = SECURE_COOKIE if secure else PLAIN_COOKIE
         loaded = await to_thread.run_sync(store.load, _read_cookie(scope, cookie_name))
         scope["session"] = dict(loaded.data)

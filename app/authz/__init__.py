@@ -2,7 +2,9 @@ from app.authz.scoping import (
     ensure_allowed,
     ensure_platform_admin,
     tenant_for,
+    tenant_ids_managed_by,
     tenants_visible_to,
 )
 
-__all__ = ["ensure_allowed", "ensure_platform_admin", "tenant_for", "tenants_visible_to"]
+__all__ = ["ensure_allowed", "ensure_platform_admin", "tenant_for", "tenant_ids_managed_by",
+           "tenants_visible_to"]

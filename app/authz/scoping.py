@@ -16,6 +16,11 @@ from app.errors import Forbidden, NotFound
 from app.tenants.models import Tenant
 
 Action = Literal["read", "operate", "manage"]
+
+
+class TenantHidden(NotFound):
+    """A tenant the caller may not see: a 404 so slugs cannot be probed, audited as a denial."""
+
 # operate: create/resize clusters, get kubeconfigs; manage: members, quota requests.
 _ROLE_ACTIONS: dict[str, frozenset[str]] = {
     "viewer": frozenset({"read"}),
@@ -34,7 +39,7 @@ def tenants_visible_to(principal: Principal) -> Select[Tenant]:
 def tenant_for(db: Session, principal: Principal, slug: str, action: Action = "read") -> Tenant:
     tenant = db.scalar(tenants_visible_to(principal).where(Tenant.slug == slug))
     if tenant is None:
-        raise NotFound(f"no tenant {slug!r}")
+        raise TenantHidden(f"no tenant {slug!r}")
     ensure_allowed(principal, tenant, action)
     return tenant
 
@@ -46,7 +51,7 @@ def ensure_allowed(principal: Principal, tenant: Tenant, action: Action) -> None
         return
     role = principal.roles.get(tenant.id)
     if role is None:
-        raise NotFound(f"no tenant {tenant.slug!r}")
+        raise TenantHidden(f"no tenant {tenant.slug!r}")
     if action not in _ROLE_ACTIONS[role]:
         raise Forbidden(f"your role {role!r} in {tenant.slug!r} may not {action} here")
     if action != "read" and tenant.state == "suspended":
@@ -56,3 +61,10 @@ def ensure_allowed(principal: Principal, tenant: Tenant, action: Action) -> None
 def ensure_platform_admin(principal: Principal) -> None:
     if not principal.is_platform_admin:
         raise Forbidden("only platform admins may do this")
+
+
+def tenant_ids_managed_by(principal: Principal) -> list[int] | None:
+    """Tenants whose admin pages (audit, members) the principal may see; None means all."""
+    if principal.is_platform_admin:
+        return None
+    return [tenant_id for tenant_id, role in principal.roles.items() if role == "admin"]

@@ -26,6 +26,7 @@ class Access(Enum):
     TENANT_MEMBER = "member or admin of the tenant, or a platform admin"
     TENANT_ADMIN = "admin of the tenant, or a platform admin"
     PLATFORM_ADMIN = "platform admins only"
+    ANY_TENANT_ADMIN = "an admin of some tenant (sees that tenant's rows), or a platform admin"
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,115 @@ ROUTES: list[Route] = [
     Route("POST", "/auth/logout", Access.PUBLIC, also_ok=(403,)),
     Route("GET", "/api/v1/me", Access.SIGNED_IN),
     Route("GET", "/openapi.json", Access.PUBLIC),
+    # The caller's own API tokens; world.current names the caller, whose token is revoked.
+    Route("GET", "/api/v1/tokens", Access.SIGNED_IN),
+    Route("POST", "/api/v1/tokens", Access.SIGNED_IN,
+          body=lambda w: {"name": "ci", "scopes": ["read"], "expires_in_days": 7}),
+    Route("DELETE", "/api/v1/tokens/{token_id}", Access.SIGNED_IN,
+          params=lambda w: {"token_id": w.spare_token_ids.get(w.current, 0)}),
+    Route("GET", "/tokens", Access.SIGNED_IN),
+    Route("POST", "/tokens", Access.SIGNED_IN,
+          body=lambda w: {"name": "ci", "scopes": "read", "expires_in_days": "7"}),
+    Route("POST", "/tokens/{token_id}/revoke", Access.SIGNED_IN,
+          params=lambda w: {"token_id": w.spare_token_ids.get(w.current, 0)}),
+    Route("GET", "/api/v1/tenants/{tenant}/group-mappings", Access.TENANT_ADMIN, params=acme),
+    Route("POST", "/api/v1/tenants/{tenant}/group-mappings", Access.PLATFORM_ADMIN,
+          params=acme, body=lambda w: {"group": "acme-researchers", "role": "member"}),
+    Route("DELETE", "/api/v1/tenants/{tenant}/group-mappings/{mapping_id}",
+          Access.PLATFORM_ADMIN, params=lambda w: {"tenant": "acme", "mapping_id": w.mapping_id}),
+    Route("GET", "/api/v1/audit", Access.ANY_TENANT_ADMIN),
+    Route("GET", "/audit", Access.ANY_TENANT_ADMIN),
     Route("GET", "/docs", Access.PUBLIC),
     Route("GET", "/docs/oauth2-redirect", Access.PUBLIC),
     Route("GET", "/redoc", Access.PUBLIC),
+]
+
+# Tenants, members, GPU classes and quota (issue 4). World attributes these entries use:
+# world.acme_member_id (the Membership id of acme's member), world.pending_request_id (a pending
+# quota request of acme for 2 GPUs), world.gpu_class_id (NVIDIA-H100-80GB-HBM3). That class has
+# no nodes while acme already holds 8 GPUs of it, so approvals carry overcommit to succeed.
+
+
+def acme_member(world: World) -> dict[str, Any]:
+    return {"tenant": "acme", "member_id": world.acme_member_id}
+
+
+def acme_request(world: World) -> dict[str, Any]:
+    return {"tenant": "acme", "request_id": world.pending_request_id}
+
+
+def pending_request(world: World) -> dict[str, Any]:
+    return {"request_id": world.pending_request_id}
+
+
+def gpu_class(world: World) -> dict[str, Any]:
+    return {"class_id": world.gpu_class_id}
+
+
+def quota_request_body(world: World) -> dict[str, Any]:
+    return {"gpu_class_id": world.gpu_class_id, "gpus": 4, "reason": "training"}
+
+
+ROUTES += [
+    Route("GET", "/api/v1/tenants", Access.SIGNED_IN),
+    Route("POST", "/api/v1/tenants", Access.PLATFORM_ADMIN,
+          body=lambda _w: {"slug": "initech", "display_name": "Initech"}),
+    Route("GET", "/api/v1/tenants/{tenant}", Access.TENANT_VIEWER, params=acme),
+    Route("PATCH", "/api/v1/tenants/{tenant}", Access.PLATFORM_ADMIN, params=acme,
+          body=lambda _w: {"display_name": "Acme Corp"}),
+    Route("GET", "/api/v1/tenants/{tenant}/members", Access.TENANT_VIEWER, params=acme),
+    Route("POST", "/api/v1/tenants/{tenant}/members", Access.TENANT_ADMIN, params=acme,
+          body=lambda _w: {"email": "new-member@example.com", "role": "member"}),
+    Route("PATCH", "/api/v1/tenants/{tenant}/members/{member_id}", Access.TENANT_ADMIN,
+          params=acme_member, body=lambda _w: {"role": "viewer"}),
+    Route("DELETE", "/api/v1/tenants/{tenant}/members/{member_id}", Access.TENANT_ADMIN,
+          params=acme_member),
+    Route("GET", "/api/v1/tenants/{tenant}/quota", Access.TENANT_VIEWER, params=acme),
+    Route("GET", "/api/v1/tenants/{tenant}/quota-requests", Access.TENANT_VIEWER, params=acme),
+    Route("POST", "/api/v1/tenants/{tenant}/quota-requests", Access.TENANT_ADMIN, params=acme,
+          body=quota_request_body),
+    Route("POST", "/api/v1/tenants/{tenant}/quota-requests/{request_id}/cancel",
+          Access.TENANT_ADMIN, params=acme_request),
+    Route("GET", "/api/v1/quota-requests", Access.PLATFORM_ADMIN),
+    Route("POST", "/api/v1/quota-requests/{request_id}/approve", Access.PLATFORM_ADMIN,
+          params=pending_request, body=lambda _w: {"gpus": 2, "note": "ok", "overcommit": True}),
+    Route("POST", "/api/v1/quota-requests/{request_id}/reject", Access.PLATFORM_ADMIN,
+          params=pending_request, body=lambda _w: {"note": "no"}),
+    Route("GET", "/api/v1/gpu-classes", Access.SIGNED_IN),
+    Route("POST", "/api/v1/gpu-classes", Access.PLATFORM_ADMIN,
+          body=lambda _w: {"product": "NVIDIA-A100-SXM4-40GB", "display_name": "A100 40GB",
+                          "memory_mib": 40960}),
+    Route("PATCH", "/api/v1/gpu-classes/{class_id}", Access.PLATFORM_ADMIN, params=gpu_class,
+          body=lambda _w: {"display_name": "H100"}),
+    # Web pages and their htmx endpoints (form fields, CSRF added by the runner).
+    Route("GET", "/t/{tenant}", Access.TENANT_VIEWER, params=acme),
+    Route("GET", "/t/{tenant}/members", Access.TENANT_VIEWER, params=acme),
+    Route("POST", "/t/{tenant}/members", Access.TENANT_ADMIN, params=acme,
+          body=lambda _w: {"email": "new-member@example.com", "role": "member"}),
+    Route("POST", "/t/{tenant}/members/{member_id}", Access.TENANT_ADMIN, params=acme_member,
+          body=lambda _w: {"role": "viewer"}),
+    Route("POST", "/t/{tenant}/members/{member_id}/remove", Access.TENANT_ADMIN,
+          params=acme_member),
+    Route("GET", "/t/{tenant}/quota-requests/new", Access.TENANT_ADMIN, params=acme),
+    Route("POST", "/t/{tenant}/quota-requests/validate", Access.TENANT_ADMIN, params=acme,
+          body=lambda w: {k: str(v) for k, v in quota_request_body(w).items()}),
+    Route("POST", "/t/{tenant}/quota-requests", Access.TENANT_ADMIN, params=acme,
+          body=lambda w: {k: str(v) for k, v in quota_request_body(w).items()}),
+    Route("POST", "/t/{tenant}/quota-requests/{request_id}/cancel", Access.TENANT_ADMIN,
+          params=acme_request),
+    Route("GET", "/admin/quota-requests", Access.PLATFORM_ADMIN),
+    Route("POST", "/admin/quota-requests/{request_id}/approve", Access.PLATFORM_ADMIN,
+          params=pending_request, body=lambda _w: {"gpus": "2", "overcommit": "on"}),
+    Route("POST", "/admin/quota-requests/{request_id}/reject", Access.PLATFORM_ADMIN,
+          params=pending_request, body=lambda _w: {"note": "no"}),
+    Route("GET", "/admin/tenants", Access.PLATFORM_ADMIN),
+    Route("POST", "/admin/tenants", Access.PLATFORM_ADMIN,
+          body=lambda _w: {"slug": "initech", "display_name": "Initech"}),
+    Route("POST", "/admin/tenants/{tenant}", Access.PLATFORM_ADMIN, params=acme,
+          body=lambda _w: {"state": "suspended"}),
+    Route("GET", "/admin/gpu-classes", Access.PLATFORM_ADMIN),
+    Route("POST", "/admin/gpu-classes", Access.PLATFORM_ADMIN,
+          body=lambda _w: {"product": "NVIDIA-A100-SXM4-40GB", "display_name": "A100 40GB"}),
+    Route("POST", "/admin/gpu-classes/{class_id}", Access.PLATFORM_ADMIN, params=gpu_class,
+          body=lambda _w: {"display_name": "H100"}),
 ]

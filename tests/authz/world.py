@@ -9,9 +9,11 @@ from datetime import timedelta
 from sqlalchemy.orm import Session
 
 from app.auth.models import User, WebSession
+from app.auth.service import issue_api_token
 from app.auth.sessions import hash_session_id
 from app.db import utcnow
 from app.quotas.models import QuotaRequest
+from app.tenants.models import GroupMapping
 from tests import factories
 from tests.support.principals import bearer
 
@@ -40,7 +42,11 @@ class World:
     gpu_class_id: int
     pending_request_id: int
     acme_member_id: int
+    mapping_id: int
     callers: dict[str, Caller] = field(default_factory=dict)
+    # A second token per user, for the revoke routes; ``current`` is the caller under test.
+    spare_token_ids: dict[str, int] = field(default_factory=dict)
+    current: str = "anonymous"
 
 
 def _session_cookie(db: Session, user: User) -> tuple[str, str]:
@@ -65,14 +71,19 @@ def build_world(db: Session) -> World:
     factories.quota(db, acme, gpu, gpus=8)
     request = QuotaRequest(tenant_id=acme.id, gpu_class_id=gpu.id, gpus=2, reason="matrix")
     db.add(request)
+    mapping = GroupMapping(tenant_id=acme.id, group_name="acme-staff", role="viewer")
+    db.add(mapping)
     db.flush()
     assert member is not None
     world = World(users=users, gpu_class_id=gpu.id, pending_request_id=request.id,
-                  acme_member_id=member.id)
+                  acme_member_id=member.id, mapping_id=mapping.id)
     world.callers["anonymous"] = Caller(user=None)
     for name, user in users.items():
         cookie, csrf = _session_cookie(db, user)
         world.callers[name] = Caller(user=user, headers=bearer(db, user), cookie=cookie,
                                      csrf=csrf)
+        spare, _secret = issue_api_token(db, user, name="spare", scopes=["read"],
+                                         expires_at=None, actor_label="test")
+        world.spare_token_ids[name] = spare.id
     db.flush()
     return world

@@ -28,6 +28,12 @@ def create_database(name: str, template: str | None = None) -> None:
             sql.Identifier(name), sql.Identifier(template)
         )
     with psycopg.connect(ADMIN_DSN, autocommit=True) as connection:
+        if template:
+            # PostgreSQL copies a template only while nobody else is connected to it.
+            connection.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()", (template,),
+            )
         connection.execute(query)
 
 

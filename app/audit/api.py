@@ -1,0 +1,35 @@
+"""REST: the audit log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from app.audit import service
+from app.audit.schemas import AuditEventOut, AuditFilters
+from app.deps import CurrentPrincipal, DbSession
+from app.pagination import Page, PageParams, page_params
+
+router = APIRouter(prefix="/api/v1/audit", tags=["audit"])
+
+
+def audit_filters(
+    tenant: Annotated[str | None, Query(max_length=30)] = None,
+    actor: Annotated[str | None, Query(max_length=320, description="actor email")] = None,
+    action: Annotated[str | None, Query(max_length=100, description="'quota.' = family")] = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> AuditFilters:
+    return AuditFilters(tenant=tenant, actor=actor, action=action, since=since, until=until)
+
+
+@router.get("", response_model=Page[AuditEventOut])
+def list_audit_events(
+    principal: CurrentPrincipal, db: DbSession,
+    filters: Annotated[AuditFilters, Depends(audit_filters)],
+    params: Annotated[PageParams, Depends(page_params)],
+) -> Page[AuditEventOut]:
+    items, cursor = service.list_events(db, principal, filters, params)
+    return Page(items=items, next_cursor=cursor)

@@ -1,0 +1,29 @@
+"""HTML: the audit log, filterable, paged with htmx."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from app.audit import service
+from app.audit.api import audit_filters
+from app.audit.schemas import AuditFilters
+from app.deps import CurrentPrincipal, DbSession
+from app.pagination import PageParams, page_params
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/audit")
+def audit_page(
+    request: Request, principal: CurrentPrincipal, db: DbSession,
+    filters: Annotated[AuditFilters, Depends(audit_filters)],
+    params: Annotated[PageParams, Depends(page_params)],
+) -> Response:
+    events, cursor = service.list_events(db, principal, filters, params)
+    template = "audit/rows.html" if request.headers.get("hx-request") else "audit/page.html"
+    return render(request, template, {"events": events, "next_cursor": cursor,
+                                      "filters": filters})

@@ -1,0 +1,47 @@
+"""REST: the caller's API tokens."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from starlette.responses import JSONResponse, Response
+
+from app.auth import token_service
+from app.auth.models import ApiToken
+from app.auth.schemas import TokenCreate, TokenCreated, TokenOut
+from app.deps import CurrentPrincipal, DbSession
+from app.pagination import Page, PageParams, page_params
+
+router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"])
+
+
+def token_out(token: ApiToken) -> TokenOut:
+    return TokenOut.model_validate(token, from_attributes=True)
+
+
+@router.get("", response_model=Page[TokenOut])
+def list_tokens(
+    principal: CurrentPrincipal, db: DbSession,
+    params: Annotated[PageParams, Depends(page_params)],
+) -> Page[TokenOut]:
+    rows, cursor = token_service.list_tokens(db, principal, params)
+    return Page(items=[token_out(t) for t in rows], next_cursor=cursor)
+
+
+@router.post("", status_code=201, response_model=TokenCreated)
+def create_token(payload: TokenCreate, principal: CurrentPrincipal, db: DbSession) -> JSONResponse:
+    """Shows the secret once. Not replayable with Idempotency-Key: the secret is never stored."""
+    token, secret = token_service.create_token(
+        db, principal, name=payload.name, scopes=list(payload.scopes),
+        expires_in_days=payload.expires_in_days,
+    )
+    body = TokenCreated(**token_out(token).model_dump(), token=secret)
+    return JSONResponse(body.model_dump(mode="json"), status_code=201,
+                        headers={"Cache-Control": "no-store"})
+
+
+@router.delete("/{token_id}", status_code=204)
+def revoke_token(token_id: int, principal: CurrentPrincipal, db: DbSession) -> Response:
+    token_service.revoke_token(db, principal, token_id)
+    return Response(status_code=204)

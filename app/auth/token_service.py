@@ -1,0 +1,53 @@
+"""A user's own API tokens: list, create (secret shown once), revoke."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth.models import ApiToken
+from app.auth.principal import Principal
+from app.auth.service import issue_api_token
+from app.db import utcnow
+from app.errors import Forbidden, NotFound
+from app.pagination import PageParams, paginate
+
+
+def list_tokens(
+    db: Session, principal: Principal, params: PageParams
+) -> tuple[Sequence[ApiToken], str | None]:
+    query = select(ApiToken).where(ApiToken.user_id == principal.user_id)
+    return paginate(db, query, ApiToken.id, params, newest_first=True)
+
+
+def create_token(
+    db: Session, principal: Principal, *, name: str, scopes: list[str], expires_in_days: int
+) -> tuple[ApiToken, str]:
+    if not principal.can_write():
+        raise Forbidden("a read-only token cannot create tokens")
+    if principal.via == "token" and not set(scopes) <= principal.scopes:
+        raise Forbidden("a token cannot create a token with more scopes than its own")
+    return issue_api_token(
+        db, principal.user, name=name, scopes=scopes,
+        expires_at=utcnow() + timedelta(days=expires_in_days), actor_label=principal.label,
+    )
+
+
+def revoke_token(db: Session, principal: Principal, token_id: int) -> ApiToken:
+    if not principal.can_write():
+        raise Forbidden("a read-only token cannot revoke tokens")
+    token = db.scalar(select(ApiToken).where(
+        ApiToken.id == token_id, ApiToken.user_id == principal.user_id))
+    if token is None:
+        raise NotFound(f"no token {token_id}")
+    if token.revoked_at is None:
+        token.revoked_at = utcnow()
+        audit.record(db, action="api_token.revoke", actor_id=principal.user_id,
+                     actor_label=principal.label, target_type="api_token", target_id=token.id,
+                     before={"revoked_at": None},
+                     after={"revoked_at": token.revoked_at.isoformat()})
+    return token

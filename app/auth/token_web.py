@@ -1,0 +1,67 @@
+"""HTML: the caller's API tokens."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+from starlette.responses import Response
+
+from app.auth import token_service
+from app.auth.principal import Principal
+from app.auth.schemas import TokenCreate
+from app.deps import CurrentPrincipal, DbSession
+from app.pagination import PageParams
+from app.web.forms import STATE_CHANGING, validation_errors
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+
+
+def _page(
+    request: Request, db: Session, principal: Principal, status_code: int = 200, **extra: object
+) -> Response:
+    tokens, _ = token_service.list_tokens(db, principal, PageParams(limit=200))
+    return render(request, "auth/tokens.html", {"tokens": tokens, **extra},
+                  status_code=status_code)
+
+
+@router.get("/tokens")
+def tokens_page(request: Request, principal: CurrentPrincipal, db: DbSession) -> Response:
+    return _page(request, db, principal)
+
+
+@router.post("/tokens", dependencies=STATE_CHANGING)
+def create_token(
+    request: Request, principal: CurrentPrincipal, db: DbSession,
+    name: Annotated[str, Form()] = "", scopes: Annotated[list[str] | None, Form()] = None,
+    expires_in_days: Annotated[str, Form()] = "30",
+) -> Response:
+    try:
+        payload = TokenCreate.model_validate(
+            {"name": name, "scopes": scopes or [], "expires_in_days": _int_or_raw(expires_in_days)}
+        )
+    except ValidationError as error:
+        return _page(request, db, principal, errors=validation_errors(error), status_code=422,
+                     form={"name": name, "scopes": scopes or [], "expires": expires_in_days})
+    token, secret = token_service.create_token(
+        db, principal, name=payload.name, scopes=list(payload.scopes),
+        expires_in_days=payload.expires_in_days,
+    )
+    response = _page(request, db, principal, created=token, secret=secret)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@router.post("/tokens/{token_id}/revoke", dependencies=STATE_CHANGING)
+def revoke_token(
+    token_id: int, request: Request, principal: CurrentPrincipal, db: DbSession
+) -> Response:
+    token_service.revoke_token(db, principal, token_id)
+    return _page(request, db, principal)
+
+
+def _int_or_raw(text: str) -> int | str:
+    return int(text) if text.strip().isdigit() else text

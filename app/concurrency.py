@@ -1,0 +1,36 @@
+"""Row locks and conflict-safe inserts that behave on PostgreSQL and on SQLite.
+
+PostgreSQL gets ``SELECT ... FOR UPDATE``. SQLite ignores that clause, so the same call also
+makes a no-op write on the row: it takes SQLite's single write lock, which serialises writers
+and guarantees that every read after it in the transaction sees the latest committed data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.db import Base
+from app.errors import Conflict
+
+M = TypeVar("M", bound=Base)
+
+
+def lock_row(db: Session, model: type[M], row_id: int) -> M | None:
+    primary_key: Any = model.__mapper__.primary_key[0]
+    if db.get_bind().dialect.name == "sqlite":
+        db.execute(update(model).where(primary_key == row_id).values({primary_key.name: row_id}))
+    query = select(model).where(primary_key == row_id).with_for_update()
+    return db.scalar(query.execution_options(populate_existing=True))
+
+
+def insert_or_conflict(db: Session, row: Base, conflict: Conflict) -> None:
+    """Adds a row; a unique constraint lost to a parallel request becomes ``conflict``."""
+    try:
+        with db.begin_nested():
+            db.add(row)
+    except IntegrityError as error:
+        raise conflict from error

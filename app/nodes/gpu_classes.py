@@ -1,0 +1,99 @@
+"""GPU classes: declared by platform admins until the node inventory brings them, and the
+capacity figures that quota approvals are checked against.
+
+Capacity of a class: ``total`` is the GPUs on its nodes that are not gone; ``guaranteed`` is
+the sum of tenant quotas; ``free = total - guaranteed``. Dedicated node assignments are part
+of the tenant's quota, so ``assigned`` is shown but not subtracted again. A declared class
+without nodes has a total of 0, so every approval for it needs an explicit overcommit.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth.principal import Principal
+from app.authz import ensure_platform_admin
+from app.concurrency import insert_or_conflict, lock_row
+from app.errors import Conflict, Forbidden, NotFound
+from app.nodes import gpu_class_repository as repository
+from app.nodes.gpu_class_schemas import Capacity, GpuClassCreate, GpuClassOut, GpuClassUpdate
+from app.nodes.models import GpuClass
+from app.pagination import Page, PageParams, paginate
+
+
+def ensure_platform_writer(principal: Principal) -> None:
+    ensure_platform_admin(principal)
+    if not principal.can_write():
+        raise Forbidden("this API token is read-only")
+
+
+def capacity(db: Session, gpu_class_id: int) -> Capacity:
+    total = repository.total_gpus(db, gpu_class_id)
+    guaranteed = repository.guaranteed_gpus(db, gpu_class_id)
+    return Capacity(total=total, assigned=repository.assigned_gpus(db, gpu_class_id),
+                    guaranteed=guaranteed, free=total - guaranteed)
+
+
+def to_out(db: Session, principal: Principal, row: GpuClass) -> GpuClassOut:
+    return GpuClassOut(
+        id=row.id, product=row.product, display_name=row.display_name,
+        memory_mib=row.memory_mib, gpus_per_node=row.gpus_per_node,
+        declared_by_admin=row.declared_by_admin, created_at=row.created_at,
+        capacity=capacity(db, row.id) if principal.is_platform_admin else None,
+    )
+
+
+def list_classes(db: Session, principal: Principal, params: PageParams) -> Page[GpuClassOut]:
+    rows, cursor = paginate(db, repository.classes_query(), GpuClass.id, params)
+    return Page(items=[to_out(db, principal, row) for row in rows], next_cursor=cursor)
+
+
+def all_classes(db: Session) -> list[GpuClass]:
+    """Every class, for pickers; the inventory holds a handful, not thousands."""
+    return list(db.scalars(repository.classes_query().order_by(GpuClass.display_name)))
+
+
+def get_class(db: Session, gpu_class_id: int) -> GpuClass:
+    row = db.get(GpuClass, gpu_class_id)
+    if row is None:
+        raise NotFound(f"no GPU class {gpu_class_id}")
+    return row
+
+
+def lock_class(db: Session, gpu_class_id: int) -> GpuClass:
+    """Serialises quota decisions of one class, so capacity checks cannot interleave."""
+    row = lock_row(db, GpuClass, gpu_class_id)
+    if row is None:
+        raise NotFound(f"no GPU class {gpu_class_id}")
+    return row
+
+
+def declare_class(db: Session, principal: Principal, payload: GpuClassCreate) -> GpuClassOut:
+    ensure_platform_writer(principal)
+    taken = Conflict(f"the GPU class {payload.product!r} exists already",
+                     errors=[{"field": "product", "message": "this product is declared already"}])
+    if repository.class_by_product(db, payload.product) is not None:
+        raise taken
+    row = GpuClass(product=payload.product, display_name=payload.display_name,
+                   memory_mib=payload.memory_mib, gpus_per_node=payload.gpus_per_node,
+                   declared_by_admin=True)
+    insert_or_conflict(db, row, taken)
+    audit.record(db, action="gpu_class.declare", actor_id=principal.user_id,
+                 actor_label=principal.label, target_type="gpu_class", target_id=row.id,
+                 after=payload.model_dump())
+    return to_out(db, principal, row)
+
+
+def update_class(
+    db: Session, principal: Principal, gpu_class_id: int, payload: GpuClassUpdate
+) -> GpuClassOut:
+    ensure_platform_writer(principal)
+    row = get_class(db, gpu_class_id)
+    before = {"display_name": row.display_name}
+    row.display_name = payload.display_name
+    audit.record(db, action="gpu_class.update", actor_id=principal.user_id,
+                 actor_label=principal.label, target_type="gpu_class", target_id=row.id,
+                 before=before, after={"display_name": row.display_name})
+    db.flush()
+    return to_out(db, principal, row)

@@ -1,0 +1,37 @@
+"""REST: GPU classes with their capacity."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Request
+from starlette.responses import JSONResponse
+
+from app.deps import CurrentPrincipal, DbSession
+from app.idempotency import run_idempotent
+from app.nodes import gpu_classes
+from app.nodes.gpu_class_schemas import GpuClassCreate, GpuClassOut, GpuClassUpdate
+from app.pagination import Page, PageParams, page_params
+
+router = APIRouter(prefix="/api/v1/gpu-classes", tags=["gpu classes"])
+Paging = Annotated[PageParams, Depends(page_params)]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
+
+
+@router.get("", response_model=Page[GpuClassOut])
+def list_classes(db: DbSession, principal: CurrentPrincipal,
+                 paging: Paging) -> Page[GpuClassOut]:
+    return gpu_classes.list_classes(db, principal, paging)
+
+
+@router.post("", status_code=201, response_model=GpuClassOut)
+def declare_class(request: Request, payload: GpuClassCreate, db: DbSession,
+                  principal: CurrentPrincipal, key: IdempotencyKey = None) -> JSONResponse:
+    return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
+                          create=lambda: gpu_classes.declare_class(db, principal, payload))
+
+
+@router.patch("/{class_id}", response_model=GpuClassOut)
+def update_class(class_id: int, payload: GpuClassUpdate, db: DbSession,
+                 principal: CurrentPrincipal) -> GpuClassOut:
+    return gpu_classes.update_class(db, principal, class_id, payload)

@@ -1,0 +1,72 @@
+"""REST: a tenant's quota and requests, and the platform admins' decisions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from starlette.responses import JSONResponse
+
+from app.deps import CurrentPrincipal, DbSession
+from app.idempotency import run_idempotent
+from app.pagination import Page, PageParams, page_params
+from app.quotas import service
+from app.quotas.schemas import (
+    ApproveIn,
+    QueueItem,
+    QuotaRequestCreate,
+    QuotaRequestOut,
+    RejectIn,
+    RequestState,
+    TenantQuotaOut,
+)
+
+router = APIRouter(prefix="/api/v1", tags=["quota"])
+Paging = Annotated[PageParams, Depends(page_params)]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
+StateFilter = Annotated[RequestState | None, Query(description="only requests in this state")]
+
+
+@router.get("/tenants/{tenant}/quota", response_model=Page[TenantQuotaOut])
+def tenant_quota(tenant: str, db: DbSession, principal: CurrentPrincipal,
+                 paging: Paging) -> Page[TenantQuotaOut]:
+    return service.tenant_quota(db, principal, tenant, paging)
+
+
+@router.get("/tenants/{tenant}/quota-requests", response_model=Page[QuotaRequestOut])
+def tenant_requests(tenant: str, db: DbSession, principal: CurrentPrincipal, paging: Paging,
+                    state: StateFilter = None) -> Page[QuotaRequestOut]:
+    return service.tenant_requests(db, principal, tenant, paging, state)
+
+
+@router.post("/tenants/{tenant}/quota-requests", status_code=201,
+             response_model=QuotaRequestOut)
+def create_request(request: Request, tenant: str, payload: QuotaRequestCreate, db: DbSession,
+                   principal: CurrentPrincipal, key: IdempotencyKey = None) -> JSONResponse:
+    return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
+                          create=lambda: service.create_request(db, principal, tenant, payload))
+
+
+@router.post("/tenants/{tenant}/quota-requests/{request_id}/cancel",
+             response_model=QuotaRequestOut)
+def cancel_request(tenant: str, request_id: int, db: DbSession,
+                   principal: CurrentPrincipal) -> QuotaRequestOut:
+    return service.cancel_request(db, principal, tenant, request_id)
+
+
+@router.get("/quota-requests", response_model=Page[QueueItem])
+def queue(db: DbSession, principal: CurrentPrincipal, paging: Paging,
+          state: StateFilter = None) -> Page[QueueItem]:
+    return service.queue(db, principal, paging, state)
+
+
+@router.post("/quota-requests/{request_id}/approve", response_model=QueueItem)
+def approve(request_id: int, payload: ApproveIn, db: DbSession,
+            principal: CurrentPrincipal) -> QueueItem:
+    return service.approve(db, principal, request_id, payload)
+
+
+@router.post("/quota-requests/{request_id}/reject", response_model=QueueItem)
+def reject(request_id: int, payload: RejectIn, db: DbSession,
+           principal: CurrentPrincipal) -> QueueItem:
+    return service.reject(db, principal, request_id, payload)

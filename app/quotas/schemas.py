@@ -1,0 +1,122 @@
+"""Shapes of quota, quota requests and decisions on the API and in forms."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+)
+
+from app.db import utcnow
+from app.nodes.gpu_class_schemas import Capacity
+from app.validation import MultiLine
+
+MAX_GPUS = 10_000
+MAX_CPU_MILLICORES = 100_000_000
+MAX_MEMORY_MIB = 1024 * 1024 * 1024
+MAX_TEXT = 2000
+MAX_QUOTA_LIFETIME = timedelta(days=5 * 366)
+
+RequestState = Literal["pending", "approved", "rejected", "cancelled", "expired"]
+REQUEST_STATES: tuple[str, ...] = ("pending", "approved", "rejected", "cancelled", "expired")
+
+
+class QuotaRequestCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_class_id: StrictInt = Field(ge=1)
+    gpus: StrictInt = Field(ge=1, le=MAX_GPUS, description="whole GPUs, 1 to 10,000")
+    cpu_millicores: StrictInt = Field(default=0, ge=0, le=MAX_CPU_MILLICORES)
+    memory_mib: StrictInt = Field(default=0, ge=0, le=MAX_MEMORY_MIB)
+    reason: MultiLine = Field(min_length=1, max_length=MAX_TEXT)
+    ends_at: AwareDatetime | None = Field(
+        default=None, description="when the quota expires; none for open-ended"
+    )
+
+    @field_validator("ends_at")
+    @classmethod
+    def _in_the_future(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        now = utcnow()
+        if value <= now:
+            raise ValueError("the end date must be in the future")
+        if value > now + MAX_QUOTA_LIFETIME:
+            raise ValueError("the end date must be within five years")
+        return value
+
+
+class ApproveIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: StrictInt | None = Field(
+        default=None, ge=1, le=MAX_GPUS, description="1 to the requested count; default all"
+    )
+    note: MultiLine = Field(default="", max_length=MAX_TEXT)
+    overcommit: StrictBool = Field(
+        default=False, description="confirm guaranteeing more than the class's free GPUs"
+    )
+
+
+class RejectIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    note: MultiLine = Field(default="", max_length=MAX_TEXT)
+
+
+class QuotaRequestOut(BaseModel):
+    id: int
+    tenant: str
+    gpu_class_id: int
+    gpu_class: str
+    gpus: int
+    cpu_millicores: int
+    memory_mib: int
+    reason: str
+    ends_at: datetime | None
+    state: str
+    requested_by: str | None
+    created_at: datetime
+    approved_gpus: int | None
+    overcommitted: bool
+    decided_by: str | None
+    decided_at: datetime | None
+    decision_note: str
+
+
+class QueueItem(QuotaRequestOut):
+    """A request with what the approver needs to decide it."""
+
+    tenant_quota_gpus: int = Field(description="the tenant's approved GPUs of the class")
+    tenant_allocated_gpus: int = Field(description="of those, given to its clusters")
+    capacity: Capacity
+
+
+class TenantQuotaOut(BaseModel):
+    gpu_class_id: int
+    gpu_class: str
+    display_name: str
+    approved_gpus: int
+    allocated_gpus: int = Field(description="GPUs of the class given to the tenant's clusters")
+    in_use_gpus: int = Field(
+        description="for now the allocated GPUs; live usage arrives with the cluster metrics"
+    )
+    dedicated_gpus: int = Field(description="GPUs on nodes dedicated to the tenant")
+    cpu_millicores: int
+    memory_mib: int
+
+
+class ExpiredQuota(BaseModel):
+    request_id: int
+    tenant_id: int
+    gpu_class_id: int
+    gpus: int
+    over_quota_cluster_ids: list[int]

@@ -1,0 +1,332 @@
+"""Quota requests, platform decisions and expiry.
+
+Concurrency: a decision locks the request row, then its GPU class row (the same order
+everywhere, so no deadlocks), checks capacity under that lock and claims the request with a
+conditional ``UPDATE ... WHERE state = 'pending'``. Approvals of one class are therefore
+serialised, and a request is decided exactly once, on PostgreSQL and on SQLite alike.
+Errors are raised before the first write, so a refused decision leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth.models import User
+from app.auth.principal import Principal
+from app.authz import ensure_platform_admin, tenant_for
+from app.db import utcnow
+from app.errors import Conflict, NotFound, ValidationFailed
+from app.nodes import gpu_class_repository, gpu_classes
+from app.nodes.gpu_classes import ensure_platform_writer
+from app.nodes.models import GpuClass
+from app.pagination import Page, PageParams, paginate
+from app.quotas import repository
+from app.quotas.models import QuotaRequest, TenantQuota
+from app.quotas.schemas import (
+    ApproveIn,
+    ExpiredQuota,
+    QueueItem,
+    QuotaRequestCreate,
+    QuotaRequestOut,
+    RejectIn,
+    TenantQuotaOut,
+)
+from app.tenants.models import Tenant
+
+EXPIRY_ACTOR = "quota-expiry"
+
+
+@dataclass(frozen=True)
+class Actor:
+    id: int | None
+    label: str
+
+    @classmethod
+    def of(cls, principal: Principal) -> Actor:
+        return cls(principal.user_id, principal.label)
+
+
+def _record(db: Session, actor: Actor, action: str, tenant_id: int, target_type: str,
+            target_id: int, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+    audit.record(db, action=action, actor_id=actor.id, actor_label=actor.label,
+                 tenant_id=tenant_id, target_type=target_type, target_id=target_id,
+                 before=before, after=after)
+
+
+def _email(db: Session, user_id: int | None) -> str | None:
+    user = db.get(User, user_id) if user_id is not None else None
+    return user.email if user else None
+
+
+def request_out(db: Session, request: QuotaRequest) -> QuotaRequestOut:
+    tenant = db.get(Tenant, request.tenant_id)
+    gpu_class = db.get(GpuClass, request.gpu_class_id)
+    assert tenant is not None and gpu_class is not None
+    return QuotaRequestOut(
+        id=request.id, tenant=tenant.slug, gpu_class_id=gpu_class.id,
+        gpu_class=gpu_class.product, gpus=request.gpus, cpu_millicores=request.cpu_millicores,
+        memory_mib=request.memory_mib, reason=request.reason, ends_at=request.ends_at,
+        state=request.state, requested_by=_email(db, request.requested_by_id),
+        created_at=request.created_at, approved_gpus=request.approved_gpus,
+        overcommitted=request.overcommitted, decided_by=_email(db, request.decided_by_id),
+        decided_at=request.decided_at, decision_note=request.decision_note,
+    )
+
+
+def _decision_state(request: QuotaRequest) -> dict[str, Any]:
+    return {"state": request.state, "gpus": request.gpus, "approved_gpus": request.approved_gpus,
+            "overcommitted": request.overcommitted, "note": request.decision_note}
+
+
+# ----- what a tenant sees
+
+
+def tenant_quota(
+    db: Session, principal: Principal, slug: str, params: PageParams
+) -> Page[TenantQuotaOut]:
+    tenant = tenant_for(db, principal, slug)
+    rows, cursor = paginate(db, repository.tenant_quotas_query(tenant.id), TenantQuota.id, params)
+    return Page(items=[_quota_out(db, row) for row in rows], next_cursor=cursor)
+
+
+def _quota_out(db: Session, row: TenantQuota) -> TenantQuotaOut:
+    gpu_class = db.get(GpuClass, row.gpu_class_id)
+    assert gpu_class is not None
+    allocated = repository.allocated_gpus(db, row.tenant_id, row.gpu_class_id)
+    return TenantQuotaOut(
+        gpu_class_id=gpu_class.id, gpu_class=gpu_class.product,
+        display_name=gpu_class.display_name, approved_gpus=row.gpus, allocated_gpus=allocated,
+        in_use_gpus=allocated,
+        dedicated_gpus=gpu_class_repository.assigned_gpus(db, gpu_class.id, row.tenant_id),
+        cpu_millicores=row.cpu_millicores, memory_mib=row.memory_mib,
+    )
+
+
+def tenant_requests(
+    db: Session, principal: Principal, slug: str, params: PageParams, state: str | None = None
+) -> Page[QuotaRequestOut]:
+    tenant = tenant_for(db, principal, slug)
+    query = repository.requests_query(tenant_id=tenant.id, state=state)
+    rows, cursor = paginate(db, query, QuotaRequest.id, params, newest_first=True)
+    return Page(items=[request_out(db, row) for row in rows], next_cursor=cursor)
+
+
+def classes_to_request(db: Session, principal: Principal, slug: str) -> list[GpuClass]:
+    """The classes a tenant admin may ask quota for (all of them), once allowed to ask."""
+    tenant_for(db, principal, slug, "manage")
+    return gpu_classes.all_classes(db)
+
+
+def check_request(
+    db: Session, principal: Principal, slug: str, payload: QuotaRequestCreate
+) -> Tenant:
+    """Everything ``create_request`` checks, without writing: for inline form validation."""
+    tenant = tenant_for(db, principal, slug, "manage")
+    if db.get(GpuClass, payload.gpu_class_id) is None:
+        raise ValidationFailed.on_field("gpu_class_id",
+                                        f"there is no GPU class {payload.gpu_class_id}")
+    return tenant
+
+
+def create_request(
+    db: Session, principal: Principal, slug: str, payload: QuotaRequestCreate
+) -> QuotaRequestOut:
+    tenant = check_request(db, principal, slug, payload)
+    request = QuotaRequest(
+        tenant_id=tenant.id, gpu_class_id=payload.gpu_class_id, gpus=payload.gpus,
+        cpu_millicores=payload.cpu_millicores, memory_mib=payload.memory_mib,
+        reason=payload.reason, ends_at=payload.ends_at, state="pending",
+        requested_by_id=principal.user_id,
+    )
+    db.add(request)
+    db.flush()
+    _record(db, Actor.of(principal), "quota_request.create", tenant.id, "quota_request",
+            request.id, None, payload.model_dump(mode="json"))
+    return request_out(db, request)
+
+
+def cancel_request(
+    db: Session, principal: Principal, slug: str, request_id: int
+) -> QuotaRequestOut:
+    tenant = tenant_for(db, principal, slug, "manage")
+    request = _pending_request(db, request_id, tenant_id=tenant.id)
+    before = _decision_state(request)
+    _claim(db, request, "pending", state="cancelled", decided_by_id=principal.user_id,
+           decided_at=utcnow())
+    _record(db, Actor.of(principal), "quota_request.cancel", tenant.id, "quota_request",
+            request.id, before, _decision_state(request))
+    return request_out(db, request)
+
+
+# ----- the platform admins' queue and decisions
+
+
+def queue(
+    db: Session, principal: Principal, params: PageParams, state: str | None = None
+) -> Page[QueueItem]:
+    """Oldest first: the request waiting longest is decided first."""
+    ensure_platform_admin(principal)
+    rows, cursor = paginate(db, repository.requests_query(state=state), QuotaRequest.id, params)
+    return Page(items=[queue_item(db, row) for row in rows], next_cursor=cursor)
+
+
+def queue_item(db: Session, request: QuotaRequest) -> QueueItem:
+    quota = db.scalar(repository.tenant_quotas_query(request.tenant_id).where(
+        TenantQuota.gpu_class_id == request.gpu_class_id))
+    return QueueItem(
+        **request_out(db, request).model_dump(),
+        tenant_quota_gpus=quota.gpus if quota else 0,
+        tenant_allocated_gpus=repository.allocated_gpus(db, request.tenant_id,
+                                                        request.gpu_class_id),
+        capacity=gpu_classes.capacity(db, request.gpu_class_id),
+    )
+
+
+def get_queue_item(db: Session, principal: Principal, request_id: int) -> QueueItem:
+    ensure_platform_admin(principal)
+    request = db.get(QuotaRequest, request_id)
+    if request is None:
+        raise NotFound(f"no quota request {request_id}")
+    return queue_item(db, request)
+
+
+def approve(db: Session, principal: Principal, request_id: int, payload: ApproveIn) -> QueueItem:
+    ensure_platform_writer(principal)
+    request = _pending_request(db, request_id)
+    granted = payload.gpus if payload.gpus is not None else request.gpus
+    if granted > request.gpus:
+        raise ValidationFailed.on_field(
+            "gpus", f"approve 1 to {request.gpus} GPUs: at most what was requested")
+    gpu_class = gpu_classes.lock_class(db, request.gpu_class_id)
+    capacity = gpu_classes.capacity(db, gpu_class.id)
+    overcommitted = granted > capacity.free
+    if overcommitted and not payload.overcommit:
+        raise Conflict(
+            f"approving {granted} {gpu_class.display_name} GPUs would guarantee "
+            f"{capacity.guaranteed + granted} of {capacity.total} "
+            f"({max(capacity.free, 0)} free); confirm the overcommit to approve anyway",
+            errors=[{"field": "overcommit", "message": "needs an explicit overcommit"}],
+        )
+    before = _decision_state(request)
+    _claim(db, request, "pending", state="approved", approved_gpus=granted,
+           overcommitted=overcommitted, decided_by_id=principal.user_id, decided_at=utcnow(),
+           decision_note=payload.note)
+    actor = Actor.of(principal)
+    _record(db, actor, "quota_request.approve", request.tenant_id, "quota_request", request.id,
+            before, _decision_state(request))
+    _change_quota(db, actor, request, granted, request.cpu_millicores, request.memory_mib)
+    return queue_item(db, request)
+
+
+def reject(db: Session, principal: Principal, request_id: int, payload: RejectIn) -> QueueItem:
+    ensure_platform_writer(principal)
+    request = _pending_request(db, request_id)
+    before = _decision_state(request)
+    _claim(db, request, "pending", state="rejected", decided_by_id=principal.user_id,
+           decided_at=utcnow(), decision_note=payload.note)
+    _record(db, Actor.of(principal), "quota_request.reject", request.tenant_id,
+            "quota_request", request.id, before, _decision_state(request))
+    return queue_item(db, request)
+
+
+def _pending_request(db: Session, request_id: int, tenant_id: int | None = None) -> QuotaRequest:
+    request = repository.request_for_update(db, request_id)
+    if request is None or (tenant_id is not None and request.tenant_id != tenant_id):
+        raise NotFound(f"no quota request {request_id}")
+    if request.state != "pending":
+        raise Conflict(f"quota request {request_id} is {request.state} already")
+    return request
+
+
+def _claim(db: Session, request: QuotaRequest, from_state: str, **values: Any) -> None:
+    if not repository.claim_request(db, request.id, from_state, **values):
+        raise Conflict(f"quota request {request.id} was decided by someone else meanwhile")
+
+
+def _change_quota(
+    db: Session, actor: Actor, request: QuotaRequest, gpus: int, cpu: int, memory: int
+) -> TenantQuota:
+    """Adds (or with negative figures, takes away) quota; the caller holds the class lock."""
+    row = repository.tenant_quota_for_update(db, request.tenant_id, request.gpu_class_id)
+    before = None
+    if row is None:
+        row = TenantQuota(tenant_id=request.tenant_id, gpu_class_id=request.gpu_class_id,
+                          gpus=0, cpu_millicores=0, memory_mib=0)
+        db.add(row)
+    else:
+        before = _quota_figures(row)
+    row.gpus = max(0, row.gpus + gpus)
+    row.cpu_millicores = max(0, row.cpu_millicores + cpu)
+    row.memory_mib = max(0, row.memory_mib + memory)
+    db.flush()
+    _record(db, actor, "tenant_quota.change", request.tenant_id, "tenant_quota", row.id,
+            before, {**_quota_figures(row), "quota_request_id": request.id})
+    return row
+
+
+def _quota_figures(row: TenantQuota) -> dict[str, Any]:
+    return {"gpu_class_id": row.gpu_class_id, "gpus": row.gpus,
+            "cpu_millicores": row.cpu_millicores, "memory_mib": row.memory_mib}
+
+
+# ----- expiry
+
+
+def expire_quotas(db: Session, now: datetime) -> list[ExpiredQuota]:
+    """Takes back the GPUs of approved requests whose end date has passed.
+
+    Clusters left above the smaller quota are flagged ``over_quota``, never deleted: their
+    owners decide what to shrink.
+    """
+    actor = Actor(None, EXPIRY_ACTOR)
+    expired = []
+    for request_id in repository.due_expiries(db, now):
+        result = _expire_one(db, actor, request_id, now)
+        if result is not None:
+            expired.append(result)
+    return expired
+
+
+def _expire_one(db: Session, actor: Actor, request_id: int, now: datetime) -> ExpiredQuota | None:
+    request = repository.request_for_update(db, request_id)
+    if request is None or request.state != "approved" or request.ends_at is None:
+        return None
+    if request.ends_at > now:
+        return None
+    gpu_classes.lock_class(db, request.gpu_class_id)
+    before = _decision_state(request)
+    if not repository.claim_request(db, request.id, "approved", state="expired"):
+        return None
+    _record(db, actor, "quota_request.expire", request.tenant_id, "quota_request", request.id,
+            before, _decision_state(request))
+    gpus = request.approved_gpus or 0
+    quota = _change_quota(db, actor, request, -gpus, -request.cpu_millicores,
+                          -request.memory_mib)
+    flagged = _flag_clusters_over_quota(db, actor, request.tenant_id, request.gpu_class_id,
+                                        quota.gpus)
+    return ExpiredQuota(request_id=request.id, tenant_id=request.tenant_id,
+                        gpu_class_id=request.gpu_class_id, gpus=gpus,
+                        over_quota_cluster_ids=flagged)
+
+
+def _flag_clusters_over_quota(
+    db: Session, actor: Actor, tenant_id: int, gpu_class_id: int, quota_gpus: int
+) -> list[int]:
+    if repository.allocated_gpus(db, tenant_id, gpu_class_id) <= quota_gpus:
+        return []
+    flagged = []
+    for cluster in repository.clusters_with_gpus(db, tenant_id, gpu_class_id):
+        if cluster.over_quota:
+            continue
+        cluster.over_quota = True
+        flagged.append(cluster.id)
+        _record(db, actor, "virtual_cluster.over_quota", tenant_id, "virtual_cluster",
+                cluster.id, {"over_quota": False},
+                {"over_quota": True, "gpus": cluster.gpus, "quota_gpus": quota_gpus})
+    db.flush()
+    return flagged

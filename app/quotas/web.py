@@ -1,0 +1,151 @@
+"""HTML: the quota request form, cancelling, and the platform admins' approval queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from app.auth.principal import Principal
+from app.deps import CurrentPrincipal, DbSession
+from app.errors import Conflict, ProblemError, ValidationFailed
+from app.pagination import PageParams
+from app.quotas import service
+from app.quotas.schemas import REQUEST_STATES, ApproveIn, QuotaRequestCreate, RejectIn
+from app.web.forms import (
+    STATE_CHANGING,
+    FieldErrors,
+    FormFields,
+    as_problem,
+    form_payload,
+    go_to,
+    is_htmx,
+    problem_errors,
+    validation_errors,
+)
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+REQUEST_FIELDS = ("gpu_class_id", "gpus", "cpu_millicores", "memory_mib", "reason", "ends_at")
+
+
+def _request_payload(fields: dict[str, str]) -> dict[str, Any]:
+    return form_payload(fields, keys=REQUEST_FIELDS, dates=("ends_at",),
+                        integers=("gpu_class_id", "gpus", "cpu_millicores", "memory_mib"))
+
+
+def _request_form(request: Request, db: DbSession, principal: Principal, tenant: str,
+                  fields: dict[str, str], errors: FieldErrors, status_code: int,
+                  whole_page: bool = False) -> Response:
+    template = "quotas/request_page.html" if whole_page else "quotas/_request_form.html"
+    return render(request, template, {
+        "tenant_slug": tenant, "classes": service.classes_to_request(db, principal, tenant),
+        "form": fields, "errors": errors, "checked": not errors and bool(fields),
+    }, status_code=status_code)
+
+
+def _checked(db: DbSession, principal: Principal, tenant: str,
+             fields: dict[str, str]) -> tuple[QuotaRequestCreate | None, FieldErrors, int]:
+    try:
+        payload = QuotaRequestCreate.model_validate(_request_payload(fields))
+        service.check_request(db, principal, tenant, payload)
+    except ValidationError as error:
+        return None, validation_errors(error), 422
+    except ValidationFailed as error:
+        return None, problem_errors(error), 422
+    return payload, {}, 200
+
+
+@router.get("/t/{tenant}/quota-requests/new")
+def new_request(request: Request, tenant: str, db: DbSession,
+                principal: CurrentPrincipal) -> Response:
+    return _request_form(request, db, principal, tenant, {}, {}, 200, whole_page=True)
+
+
+@router.post("/t/{tenant}/quota-requests/validate", dependencies=STATE_CHANGING)
+def validate_request(request: Request, tenant: str, db: DbSession,
+                     principal: CurrentPrincipal, fields: FormFields) -> Response:
+    _payload, errors, _status = _checked(db, principal, tenant, fields)
+    # While the form is being filled in, speak only of fields touched so far.
+    touched = {request.headers.get("hx-trigger-name", "")} | {k for k, v in fields.items() if v}
+    errors = {field: message for field, message in errors.items() if field in touched}
+    return _request_form(request, db, principal, tenant, fields, errors,
+                         422 if errors else 200)
+
+
+@router.post("/t/{tenant}/quota-requests", dependencies=STATE_CHANGING)
+def create_request(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
+                   fields: FormFields) -> Response:
+    payload, errors, status_code = _checked(db, principal, tenant, fields)
+    if payload is None:
+        return _request_form(request, db, principal, tenant, fields, errors, status_code,
+                             whole_page=not is_htmx(request))
+    service.create_request(db, principal, tenant, payload)
+    return go_to(request, f"/t/{tenant}")
+
+
+@router.post("/t/{tenant}/quota-requests/{request_id}/cancel", dependencies=STATE_CHANGING)
+def cancel_request(request: Request, tenant: str, request_id: int, db: DbSession,
+                   principal: CurrentPrincipal) -> Response:
+    item = service.cancel_request(db, principal, tenant, request_id)
+    if not is_htmx(request):
+        return go_to(request, f"/t/{tenant}")
+    return render(request, "quotas/_request_row.html",
+                  {"item": item, "tenant_slug": tenant, "can_manage": True})
+
+
+# ----- the approval queue
+
+
+@router.get("/admin/quota-requests")
+def admin_queue(request: Request, db: DbSession, principal: CurrentPrincipal,
+                state: str = "pending") -> Response:
+    chosen = state if state in REQUEST_STATES else None
+    items = service.queue(db, principal, PageParams(limit=200), chosen).items
+    return render(request, "admin/quota_requests.html",
+                  {"items": items, "state": chosen or "all", "states": REQUEST_STATES})
+
+
+def _decided(request: Request, db: DbSession, principal: Principal, request_id: int,
+             decide: Any) -> Response:
+    try:
+        item = decide()
+    except (ValidationError, ValidationFailed, Conflict) as error:
+        problem = as_problem(error)
+        if not is_htmx(request):
+            raise problem from error
+        current = service.get_queue_item(db, principal, request_id)
+        return render(request, "admin/_queue_row.html",
+                      {"item": current, "error": problem.detail,
+                       "needs_overcommit": _needs_overcommit(problem)},
+                      status_code=problem.status)
+    if not is_htmx(request):
+        return go_to(request, "/admin/quota-requests")
+    return render(request, "admin/_queue_row.html", {"item": item, "error": ""})
+
+
+def _needs_overcommit(problem: ProblemError) -> bool:
+    return any(e.get("field") == "overcommit" for e in problem.errors)
+
+
+@router.post("/admin/quota-requests/{request_id}/approve", dependencies=STATE_CHANGING)
+def approve(request: Request, request_id: int, db: DbSession, principal: CurrentPrincipal,
+            fields: FormFields) -> Response:
+    def decide() -> Any:
+        payload = form_payload(fields, keys=("gpus", "note", "overcommit"),
+                               integers=("gpus",), booleans=("overcommit",))
+        return service.approve(db, principal, request_id, ApproveIn.model_validate(payload))
+
+    return _decided(request, db, principal, request_id, decide)
+
+
+@router.post("/admin/quota-requests/{request_id}/reject", dependencies=STATE_CHANGING)
+def reject(request: Request, request_id: int, db: DbSession, principal: CurrentPrincipal,
+           fields: FormFields) -> Response:
+    def decide() -> Any:
+        payload = form_payload(fields, keys=("note",))
+        return service.reject(db, principal, request_id, RejectIn.model_validate(payload))
+
+    return _decided(request, db, principal, request_id, decide)

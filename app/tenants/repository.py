@@ -1,0 +1,42 @@
+"""SQL for tenants and memberships. Tenant visibility itself comes from ``app.authz``."""
+
+from __future__ import annotations
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+from app.auth.models import User
+from app.tenants.models import Membership, Tenant
+
+
+def tenant_by_slug(db: Session, slug: str) -> Tenant | None:
+    return db.scalar(select(Tenant).where(Tenant.slug == slug))
+
+
+def members_query(tenant_id: int) -> Select[Membership]:
+    return select(Membership).where(Membership.tenant_id == tenant_id)
+
+
+def membership_in(db: Session, tenant_id: int, membership_id: int) -> Membership | None:
+    return db.scalar(
+        select(Membership)
+        .where(Membership.tenant_id == tenant_id, Membership.id == membership_id)
+        .execution_options(populate_existing=True)
+    )
+
+
+def membership_of(db: Session, tenant_id: int, user_id: int) -> Membership | None:
+    return db.scalar(
+        select(Membership).where(Membership.tenant_id == tenant_id, Membership.user_id == user_id)
+    )
+
+
+def admin_count(db: Session, tenant_id: int) -> int:
+    query = select(func.count()).select_from(Membership).where(
+        Membership.tenant_id == tenant_id, Membership.role == "admin"
+    )
+    return int(db.scalar(query) or 0)
+
+
+def users_by_id(db: Session, user_ids: list[int]) -> dict[int, User]:
+    return {user.id: user for user in db.scalars(select(User).where(User.id.in_(user_ids)))}

@@ -1,0 +1,190 @@
+"""Tenant and membership rules. Callers own the transaction; every change is audited."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth import service as auth_service
+from app.auth.principal import Principal
+from app.authz import ensure_allowed, tenant_for, tenants_visible_to
+from app.concurrency import insert_or_conflict, lock_row
+from app.errors import Conflict, NotFound, ProblemError
+from app.nodes.gpu_classes import ensure_platform_writer
+from app.pagination import Page, PageParams, paginate
+from app.tenants import repository
+from app.tenants.models import Membership, Tenant
+from app.tenants.schemas import (
+    MemberCreate,
+    MemberOut,
+    MemberUpdate,
+    TenantCreate,
+    TenantOut,
+    TenantUpdate,
+)
+
+
+def tenant_out(principal: Principal, tenant: Tenant) -> TenantOut:
+    return TenantOut(id=tenant.id, slug=tenant.slug, display_name=tenant.display_name,
+                     state=tenant.state, created_at=tenant.created_at,
+                     role=principal.roles.get(tenant.id))
+
+
+def _audit(db: Session, principal: Principal, action: str, tenant: Tenant, target_type: str,
+           target_id: int | str, before: dict[str, Any] | None = None,
+           after: dict[str, Any] | None = None) -> None:
+    audit.record(db, action=action, actor_id=principal.user_id, actor_label=principal.label,
+                 tenant_id=tenant.id, target_type=target_type, target_id=target_id,
+                 before=before, after=after)
+
+
+def list_tenants(db: Session, principal: Principal, params: PageParams) -> Page[TenantOut]:
+    rows, cursor = paginate(db, tenants_visible_to(principal), Tenant.id, params)
+    return Page(items=[tenant_out(principal, t) for t in rows], next_cursor=cursor)
+
+
+def get_tenant(db: Session, principal: Principal, slug: str) -> TenantOut:
+    return tenant_out(principal, tenant_for(db, principal, slug))
+
+
+def tenant_and_rights(db: Session, principal: Principal, slug: str) -> tuple[TenantOut, bool]:
+    """The tenant and whether the caller may manage it (members, quota requests) right now."""
+    tenant = tenant_for(db, principal, slug)
+    try:
+        ensure_allowed(principal, tenant, "manage")
+    except ProblemError:
+        return tenant_out(principal, tenant), False
+    return tenant_out(principal, tenant), True
+
+
+def create_tenant(db: Session, principal: Principal, payload: TenantCreate) -> TenantOut:
+    ensure_platform_writer(principal)
+    taken = Conflict(f"a tenant with the slug {payload.slug!r} exists already",
+                     errors=[{"field": "slug", "message": "this slug is taken"}])
+    if repository.tenant_by_slug(db, payload.slug) is not None:
+        raise taken
+    tenant = Tenant(slug=payload.slug, display_name=payload.display_name, state="active")
+    insert_or_conflict(db, tenant, taken)
+    _audit(db, principal, "tenant.create", tenant, "tenant", tenant.slug,
+           after={"slug": tenant.slug, "display_name": tenant.display_name, "state": "active"})
+    if payload.admin_email:
+        _add_membership(db, principal, tenant, MemberCreate(email=payload.admin_email,
+                                                            role="admin"))
+    return tenant_out(principal, tenant)
+
+
+def update_tenant(
+    db: Session, principal: Principal, slug: str, payload: TenantUpdate
+) -> TenantOut:
+    """Rename, suspend or reactivate; a suspended tenant is read-only for its members."""
+    ensure_platform_writer(principal)
+    tenant = tenant_for(db, principal, slug, "manage")
+    before = {"display_name": tenant.display_name, "state": tenant.state}
+    if payload.display_name is not None:
+        tenant.display_name = payload.display_name
+    if payload.state is not None:
+        tenant.state = payload.state
+    after = {"display_name": tenant.display_name, "state": tenant.state}
+    if after != before:
+        _audit(db, principal, "tenant.update", tenant, "tenant", tenant.slug, before, after)
+        db.flush()
+    return tenant_out(principal, tenant)
+
+
+def _member_out(db: Session, membership: Membership) -> MemberOut:
+    user = repository.users_by_id(db, [membership.user_id])[membership.user_id]
+    return MemberOut(id=membership.id, user_id=user.id, email=user.email, name=user.name,
+                     role=membership.role, source=membership.source,
+                     pending=user.subject is None, created_at=membership.created_at)
+
+
+def list_members(
+    db: Session, principal: Principal, slug: str, params: PageParams
+) -> Page[MemberOut]:
+    tenant = tenant_for(db, principal, slug)
+    rows, cursor = paginate(db, repository.members_query(tenant.id), Membership.id, params)
+    users = repository.users_by_id(db, [m.user_id for m in rows])
+    items = [
+        MemberOut(id=m.id, user_id=m.user_id, email=users[m.user_id].email,
+                  name=users[m.user_id].name, role=m.role, source=m.source,
+                  pending=users[m.user_id].subject is None, created_at=m.created_at)
+        for m in rows
+    ]
+    return Page(items=items, next_cursor=cursor)
+
+
+def add_member(db: Session, principal: Principal, slug: str, payload: MemberCreate) -> MemberOut:
+    """Adds a user by email; one who never signed in stays pending until their first sign-in."""
+    tenant = tenant_for(db, principal, slug, "manage")
+    return _member_out(db, _add_membership(db, principal, tenant, payload))
+
+
+def _add_membership(
+    db: Session, principal: Principal, tenant: Tenant, payload: MemberCreate
+) -> Membership:
+    user = auth_service.user_for_email(db, payload.email)
+    taken = Conflict(f"{payload.email} is a member of {tenant.slug} already",
+                     errors=[{"field": "email", "message": "already a member"}])
+    if repository.membership_of(db, tenant.id, user.id) is not None:
+        raise taken
+    membership = Membership(tenant_id=tenant.id, user_id=user.id, role=payload.role)
+    insert_or_conflict(db, membership, taken)
+    _audit(db, principal, "membership.create", tenant, "membership", membership.id,
+           after={"email": user.email, "user_id": user.id, "role": payload.role})
+    return membership
+
+
+def _locked_membership(
+    db: Session, principal: Principal, slug: str, member_id: int
+) -> tuple[Tenant, Membership]:
+    """The membership, read after locking its tenant so that admin counts cannot race."""
+    tenant = tenant_for(db, principal, slug, "manage")
+    lock_row(db, Tenant, tenant.id)
+    membership = repository.membership_in(db, tenant.id, member_id)
+    if membership is None:
+        raise NotFound(f"no member {member_id} in {slug!r}")
+    return tenant, membership
+
+
+def _ensure_keeps_an_admin(db: Session, tenant: Tenant, membership: Membership) -> None:
+    if membership.role == "admin" and repository.admin_count(db, tenant.id) <= 1:
+        raise Conflict(f"{tenant.slug} must keep at least one admin: make someone else "
+                       "admin first", errors=[{"field": "role", "message": "the last admin"}])
+
+
+def change_role(
+    db: Session, principal: Principal, slug: str, member_id: int, payload: MemberUpdate
+) -> MemberOut:
+    tenant, membership = _locked_membership(db, principal, slug, member_id)
+    if payload.role != membership.role:
+        if payload.role != "admin":
+            _ensure_keeps_an_admin(db, tenant, membership)
+        before = {"role": membership.role}
+        membership.role = payload.role
+        _audit(db, principal, "membership.update", tenant, "membership", membership.id,
+               before, {"role": membership.role})
+        db.flush()
+    return _member_out(db, membership)
+
+
+def remove_member(db: Session, principal: Principal, slug: str, member_id: int) -> None:
+    """Access ends at the member's next request: roles are read afresh on every request."""
+    tenant, membership = _locked_membership(db, principal, slug, member_id)
+    _ensure_keeps_an_admin(db, tenant, membership)
+    before = _member_out(db, membership).model_dump(mode="json", include={"email", "role",
+                                                                         "user_id"})
+    db.delete(membership)
+    db.flush()
+    _audit(db, principal, "membership.delete", tenant, "membership", member_id, before=before)
+    on_member_removed(db, principal, tenant, membership.user_id)
+
+
+def on_member_removed(db: Session, principal: Principal, tenant: Tenant, user_id: int) -> None:
+    """Hook for what else ends with a membership.
+
+    The kubeconfig issue extends this to revoke the user's kubeconfig grants in the tenant's
+    clusters. Web sessions are left alone: the user may belong to other tenants, and roles are
+    re-read on every request, so the removal already takes effect.
+    """

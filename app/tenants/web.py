@@ -1,0 +1,180 @@
+"""HTML: the tenant dashboard, members management and the platform admins' tenants page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from app.auth.principal import Principal
+from app.authz import ensure_platform_admin
+from app.deps import CurrentPrincipal, DbSession
+from app.errors import Conflict, ProblemError, ValidationFailed
+from app.pagination import PageParams
+from app.quotas import service as quota_service
+from app.tenants import service
+from app.tenants.schemas import MemberCreate, MemberUpdate, TenantCreate, TenantUpdate
+from app.web.forms import (
+    STATE_CHANGING,
+    FieldErrors,
+    FormFields,
+    as_problem,
+    form_payload,
+    go_to,
+    is_htmx,
+    problem_errors,
+    validation_errors,
+)
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+EVERYTHING = PageParams(limit=200)
+
+
+@router.get("/t/{tenant}")
+def dashboard(request: Request, tenant: str, db: DbSession,
+              principal: CurrentPrincipal) -> Response:
+    row, can_manage = service.tenant_and_rights(db, principal, tenant)
+    return render(request, "tenants/dashboard.html", {
+        "tenant": row, "can_manage": can_manage,
+        "quotas": quota_service.tenant_quota(db, principal, tenant, EVERYTHING).items,
+        "requests": quota_service.tenant_requests(db, principal, tenant,
+                                                  PageParams(limit=50)).items,
+    })
+
+
+def _members_page(request: Request, db: DbSession, principal: Principal, tenant: str,
+                  form: dict[str, Any] | None = None, errors: FieldErrors | None = None,
+                  status_code: int = 200) -> Response:
+    row, can_manage = service.tenant_and_rights(db, principal, tenant)
+    members = service.list_members(db, principal, tenant, EVERYTHING).items
+    return render(request, "tenants/members.html", {
+        "tenant": row, "can_manage": can_manage, "members": members,
+        "form": form or {"role": "member"}, "errors": errors or {},
+    }, status_code=status_code)
+
+
+@router.get("/t/{tenant}/members")
+def members(request: Request, tenant: str, db: DbSession,
+            principal: CurrentPrincipal) -> Response:
+    return _members_page(request, db, principal, tenant)
+
+
+@router.post("/t/{tenant}/members", dependencies=STATE_CHANGING)
+def add_member(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
+               fields: FormFields) -> Response:
+    payload = form_payload(fields, keys=("email", "role"))
+    try:
+        service.add_member(db, principal, tenant, MemberCreate.model_validate(payload))
+    except ValidationError as error:
+        return _members_page(request, db, principal, tenant, payload,
+                             validation_errors(error), 422)
+    except (ValidationFailed, Conflict) as error:
+        return _members_page(request, db, principal, tenant, payload,
+                             problem_errors(error), error.status)
+    return go_to(request, f"/t/{tenant}/members")
+
+
+def _member_row(request: Request, tenant: str, member: Any, error: str = "",
+                status_code: int = 200) -> Response:
+    return render(request, "tenants/_member_row.html",
+                  {"tenant_slug": tenant, "member": member, "can_manage": True,
+                   "error": error}, status_code=status_code)
+
+
+@router.post("/t/{tenant}/members/{member_id}", dependencies=STATE_CHANGING)
+def change_role(request: Request, tenant: str, member_id: int, db: DbSession,
+                principal: CurrentPrincipal, fields: FormFields) -> Response:
+    try:
+        payload = MemberUpdate.model_validate(form_payload(fields, keys=("role",)))
+        member = service.change_role(db, principal, tenant, member_id, payload)
+    except (ValidationError, Conflict) as error:
+        if not is_htmx(request):
+            raise as_problem(error) from error
+        current = _find_member(db, principal, tenant, member_id)
+        return _member_row(request, tenant, current, _message(error), _status(error))
+    if not is_htmx(request):
+        return go_to(request, f"/t/{tenant}/members")
+    return _member_row(request, tenant, member)
+
+
+@router.post("/t/{tenant}/members/{member_id}/remove", dependencies=STATE_CHANGING)
+def remove_member(request: Request, tenant: str, member_id: int, db: DbSession,
+                  principal: CurrentPrincipal) -> Response:
+    try:
+        service.remove_member(db, principal, tenant, member_id)
+    except Conflict as error:
+        if not is_htmx(request):
+            raise
+        current = _find_member(db, principal, tenant, member_id)
+        return _member_row(request, tenant, current, error.detail, error.status)
+    if not is_htmx(request):
+        return go_to(request, f"/t/{tenant}/members")
+    return Response(status_code=200)
+
+
+def _find_member(db: DbSession, principal: Principal, tenant: str, member_id: int) -> Any:
+    members = service.list_members(db, principal, tenant, EVERYTHING).items
+    return next(m for m in members if m.id == member_id)
+
+
+def _message(error: ValidationError | ProblemError) -> str:
+    return as_problem(error).detail
+
+
+def _status(error: ValidationError | ProblemError) -> int:
+    return as_problem(error).status
+
+
+# ----- platform admins
+
+
+def _tenants_page(request: Request, db: DbSession, principal: Principal,
+                  form: dict[str, Any] | None = None, errors: FieldErrors | None = None,
+                  status_code: int = 200) -> Response:
+    ensure_platform_admin(principal)
+    return render(request, "admin/tenants.html", {
+        "tenants": service.list_tenants(db, principal, EVERYTHING).items,
+        "form": form or {}, "errors": errors or {},
+    }, status_code=status_code)
+
+
+@router.get("/admin/tenants")
+def admin_tenants(request: Request, db: DbSession, principal: CurrentPrincipal) -> Response:
+    return _tenants_page(request, db, principal)
+
+
+@router.post("/admin/tenants", dependencies=STATE_CHANGING)
+def create_tenant(request: Request, db: DbSession, principal: CurrentPrincipal,
+                  fields: FormFields) -> Response:
+    payload = form_payload(fields, keys=("slug", "display_name", "admin_email"))
+    if not payload.get("admin_email"):
+        payload.pop("admin_email", None)
+    try:
+        service.create_tenant(db, principal, TenantCreate.model_validate(payload))
+    except ValidationError as error:
+        return _tenants_page(request, db, principal, payload, validation_errors(error), 422)
+    except (ValidationFailed, Conflict) as error:
+        return _tenants_page(request, db, principal, payload, problem_errors(error),
+                             error.status)
+    return go_to(request, "/admin/tenants")
+
+
+@router.post("/admin/tenants/{tenant}", dependencies=STATE_CHANGING)
+def update_tenant(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
+                  fields: FormFields) -> Response:
+    payload = {k: v for k, v in form_payload(fields, keys=("display_name", "state")).items()
+               if v != ""}
+    try:
+        row = service.update_tenant(db, principal, tenant, TenantUpdate.model_validate(payload))
+    except ValidationError as error:
+        if not is_htmx(request):
+            raise as_problem(error) from error
+        current = service.get_tenant(db, principal, tenant)
+        return render(request, "admin/_tenant_row.html",
+                      {"tenant": current, "error": _message(error)}, status_code=422)
+    if not is_htmx(request):
+        return go_to(request, "/admin/tenants")
+    return render(request, "admin/_tenant_row.html", {"tenant": row, "error": ""})

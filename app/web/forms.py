@@ -1,0 +1,98 @@
+"""Helpers for HTML forms: typed payloads from form fields, field errors, htmx-aware replies.
+
+Form fields arrive as strings, while the API schemas take strict integers (so that JSON
+``1.5`` or ``"3"`` is refused). ``form_payload`` turns digit-only fields into integers and
+leaves anything else as text, so the same schema refuses it with the same message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from pydantic import ValidationError
+from starlette.responses import RedirectResponse, Response
+
+from app.auth.csrf import verify_csrf
+from app.deps import require_principal
+from app.errors import ProblemError, ValidationFailed
+
+_INTEGER = re.compile(r"^[+-]?\d{1,18}$")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_TRUE = frozenset({"on", "true", "1", "yes"})
+
+# Sign-in is checked before the CSRF token, so that an anonymous browser is sent to log in.
+STATE_CHANGING = [Depends(require_principal), Depends(verify_csrf)]
+FieldErrors = dict[str, str]
+
+
+async def form_fields(request: Request) -> dict[str, str]:
+    form = await request.form()
+    return {key: value for key, value in form.items() if isinstance(value, str)}
+
+
+FormFields = Annotated[dict[str, str], Depends(form_fields)]
+
+
+def form_payload(
+    fields: dict[str, str],
+    *,
+    keys: Iterable[str],
+    integers: Iterable[str] = (),
+    booleans: Iterable[str] = (),
+    dates: Iterable[str] = (),
+) -> dict[str, Any]:
+    """The fields named in ``keys``; empty optional fields are left out to take defaults."""
+    integers, booleans, dates = set(integers), set(booleans), set(dates)
+    payload: dict[str, Any] = {}
+    for key in keys:
+        if key in booleans:
+            payload[key] = fields.get(key, "").lower() in _TRUE
+            continue
+        value = fields.get(key, "").strip()
+        if value == "" and (key in integers or key in dates):
+            continue
+        if key in integers and _INTEGER.match(value):
+            payload[key] = int(value)
+        elif key in dates and _DATE.match(value):
+            payload[key] = f"{value}T00:00:00Z"
+        else:
+            payload[key] = fields.get(key, "")
+    return payload
+
+
+def validation_errors(error: ValidationError) -> FieldErrors:
+    errors: FieldErrors = {}
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "form"
+        errors.setdefault(field, str(item["msg"]).removeprefix("Value error, "))
+    return errors
+
+
+def as_problem(error: ValidationError | ProblemError) -> ProblemError:
+    """A schema error as the 422 problem the API would answer."""
+    if isinstance(error, ProblemError):
+        return error
+    errors = validation_errors(error)
+    detail = "; ".join(f"{field}: {message}" for field, message in errors.items())
+    return ValidationFailed(detail, errors=[{"field": f, "message": m}
+                                            for f, m in errors.items()])
+
+
+def problem_errors(error: ProblemError) -> FieldErrors:
+    errors = {str(item["field"]): str(item["message"]) for item in error.errors}
+    errors["form"] = error.detail
+    return errors
+
+
+def is_htmx(request: Request) -> bool:
+    return request.headers.get("hx-request") == "true"
+
+
+def go_to(request: Request, url: str) -> Response:
+    """A full navigation: ``HX-Redirect`` for htmx, a 303 for a plain form post."""
+    if is_htmx(request):
+        return Response(status_code=200, headers={"HX-Redirect": url})
+    return RedirectResponse(url, status_code=303)

@@ -1,0 +1,101 @@
+"""Browser sessions: server-side, timed out, CSRF-protected, secure over https."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from app.auth.models import WebSession
+from app.config import Settings
+from app.db import Database, utcnow
+from app.main import create_app
+from tests.support import oidc
+
+
+def _csrf(client: TestClient) -> str:
+    page = client.get("/", headers={"accept": "text/html"})
+    token: str = page.text.split('name="csrf_token" value="')[1].split('"')[0]
+    return token
+
+
+def test_the_cookie_holds_only_an_id_and_the_row_only_its_hash(
+    client: TestClient, db: Session
+) -> None:
+    oidc.sign_in(client, "bob@example.com")
+    cookie = client.cookies["portal_session"]
+    rows = db.scalars(select(WebSession)).all()
+    assert cookie not in [row.id_hash for row in rows]
+    assert any(row.data.get("uid") for row in rows)
+
+
+def test_an_idle_session_ends(client: TestClient, db: Session) -> None:
+    oidc.sign_in(client, "bob@example.com")
+    db.execute(update(WebSession).values(last_seen_at=utcnow() - timedelta(hours=2)))
+    assert client.get("/api/v1/me").status_code == 401
+
+
+def test_a_session_ends_at_its_absolute_lifetime_even_if_active(
+    client: TestClient, db: Session
+) -> None:
+    oidc.sign_in(client, "bob@example.com")
+    db.execute(update(WebSession).values(expires_at=utcnow() - timedelta(seconds=1)))
+    assert client.get("/api/v1/me").status_code == 401
+
+
+def test_a_cross_origin_post_without_the_token_is_refused(client: TestClient) -> None:
+    oidc.sign_in(client, "bob@example.com")
+    forged = client.post("/auth/logout", headers={"origin": "https://evil.example"})
+    assert forged.status_code == 403
+    assert client.get("/api/v1/me").status_code == 200
+
+
+def test_htmx_requests_may_send_the_token_as_a_header(client: TestClient) -> None:
+    oidc.sign_in(client, "bob@example.com")
+    response = client.post("/auth/logout", headers={"x-csrf-token": _csrf(client)},
+                           follow_redirects=False)
+    assert response.status_code == 303
+    assert client.get("/api/v1/me").status_code == 401
+
+
+def test_the_csrf_token_is_on_body_for_htmx(client: TestClient) -> None:
+    oidc.sign_in(client, "bob@example.com")
+    page = client.get("/", headers={"accept": "text/html"})
+    assert f'hx-headers=\'{{"X-CSRF-Token": "{_csrf(client)}"}}\'' in page.text
+
+
+@pytest.fixture
+def https_client(settings: Settings, database: Database) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, database), base_url="https://portal.test") as client:
+        yield client
+
+
+def test_over_https_the_cookie_is_secure_and_host_prefixed(https_client: TestClient) -> None:
+    response = https_client.get("/auth/login", follow_redirects=False)
+    cookie = response.headers["set-cookie"]
+    assert cookie.startswith("__Host-portal_session=")
+    assert "Secure" in cookie
+    assert "Path=/" in cookie
+    assert "Domain" not in cookie
+
+
+def test_over_https_hsts_is_sent(https_client: TestClient) -> None:
+    assert "max-age=" in https_client.get("/healthz").headers["strict-transport-security"]
+
+
+def test_over_plain_http_no_hsts(client: TestClient) -> None:
+    assert "strict-transport-security" not in client.get("/healthz").headers
+
+
+def test_production_cookies_are_secure_even_behind_a_plain_http_hop(
+    settings: Settings, database: Database
+) -> None:
+    production = settings.model_copy(update={"env": "production"})
+    with TestClient(create_app(production, database)) as client:
+        cookie = client.get("/auth/login", follow_redirects=False).headers["set-cookie"]
+    assert cookie.startswith("__Host-portal_session=")
+    assert "Secure" in cookie

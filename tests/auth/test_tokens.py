@@ -1,0 +1,138 @@
+"""API tokens: shown once, hashed at rest, scoped, expiring, revocable."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit.models import AuditEvent
+from app.auth.models import ApiToken
+from app.auth.service import issue_api_token
+from app.db import utcnow
+from tests import factories
+from tests.support.principals import bearer
+
+
+def _create(client: TestClient, headers: dict[str, str], **body: object) -> dict[str, object]:
+    payload = {"name": "ci", "scopes": ["read"], **body}
+    response = client.post("/api/v1/tokens", json=payload, headers=headers)
+    assert response.status_code == 201, response.text
+    assert response.headers["cache-control"] == "no-store"
+    created: dict[str, object] = response.json()
+    return created
+
+
+def test_a_new_token_works_and_only_its_hash_is_stored(client: TestClient, db: Session) -> None:
+    user = factories.user(db)
+    created = _create(client, bearer(db, user), scopes=["read", "write"])
+    secret = str(created["token"])
+    assert len(secret) >= 40
+    me = client.get("/api/v1/me", headers={"Authorization": f"Bearer {secret}"})
+    assert me.json()["email"] == user.email
+    stored = db.scalar(select(ApiToken).where(ApiToken.id == created["id"]))
+    assert stored is not None
+    assert secret not in (stored.token_hash, stored.prefix)
+    listed = client.get("/api/v1/tokens", headers=bearer(db, user)).json()["items"]
+    assert all("token" not in item for item in listed)
+
+
+def test_last_use_is_recorded(client: TestClient, db: Session) -> None:
+    user = factories.user(db)
+    token, secret = issue_api_token(db, user, name="t", scopes=["read"], expires_at=None,
+                                    actor_label="test")
+    db.flush()
+    assert token.last_used_at is None
+    client.get("/api/v1/me", headers={"Authorization": f"Bearer {secret}"})
+    db.refresh(token)
+    assert token.last_used_at is not None
+
+
+def test_a_revoked_token_stops_working(client: TestClient, db: Session) -> None:
+    user = factories.user(db)
+    created = _create(client, bearer(db, user))
+    auth = {"Authorization": f"Bearer {created['token']}"}
+    assert client.get("/api/v1/me", headers=auth).status_code == 200
+    revoke = client.delete(f"/api/v1/tokens/{created['id']}", headers=bearer(db, user))
+    assert revoke.status_code == 204
+    refused = client.get("/api/v1/me", headers=auth)
+    assert refused.status_code == 401
+    assert refused.headers["www-authenticate"] == "Bearer"
+    actions = db.scalars(select(AuditEvent.action)).all()
+    assert "api_token.revoke" in actions
+
+
+def test_an_expired_token_stops_working(client: TestClient, db: Session) -> None:
+    user = factories.user(db)
+    token, secret = issue_api_token(db, user, name="t", scopes=["read"],
+                                    expires_at=utcnow() + timedelta(seconds=30),
+                                    actor_label="test")
+    auth = {"Authorization": f"Bearer {secret}"}
+    assert client.get("/api/v1/me", headers=auth).status_code == 200
+    token.expires_at = utcnow() - timedelta(seconds=1)
+    db.flush()
+    assert client.get("/api/v1/me", headers=auth).status_code == 401
+
+
+def test_a_user_cannot_revoke_someone_elses_token(client: TestClient, db: Session) -> None:
+    owner, other = factories.user(db), factories.user(db)
+    created = _create(client, bearer(db, owner))
+    response = client.delete(f"/api/v1/tokens/{created['id']}", headers=bearer(db, other))
+    assert response.status_code == 404
+    auth = {"Authorization": f"Bearer {created['token']}"}
+    assert client.get("/api/v1/me", headers=auth).status_code == 200
+
+
+def test_a_read_only_token_cannot_write(client: TestClient, db: Session) -> None:
+    user = factories.user(db)
+    response = client.post("/api/v1/tokens", json={"name": "x", "scopes": ["read"]},
+                           headers=bearer(db, user, "read"))
+    assert response.status_code == 403
+
+
+def test_a_token_cannot_mint_a_more_powerful_token(client: TestClient, db: Session) -> None:
+    user = factories.user(db, admin=True)
+    response = client.post("/api/v1/tokens", json={"name": "x", "scopes": ["admin"]},
+                           headers=bearer(db, user, "read", "write"))
+    assert response.status_code == 403
+
+
+def test_platform_admin_powers_need_the_admin_scope(client: TestClient, db: Session) -> None:
+    admin = factories.user(db, admin=True)
+    assert client.get("/api/v1/me", headers=bearer(db, admin, "read")).json()[
+        "platform_admin"] is False
+    assert client.get("/api/v1/me", headers=bearer(db, admin, "admin")).json()[
+        "platform_admin"] is True
+
+
+def test_bad_token_requests_get_field_errors(client: TestClient, db: Session) -> None:
+    user = factories.user(db)
+    for body, field in [
+        ({"name": "x", "scopes": ["root"]}, "scopes.0"),
+        ({"name": "", "scopes": ["read"]}, "name"),
+        ({"name": "a\nb", "scopes": ["read"]}, "name"),
+        ({"name": "x", "scopes": ["read"], "expires_in_days": 1000}, "expires_in_days"),
+        ({"name": "x", "scopes": ["read"], "expires_in_days": 1.5}, "expires_in_days"),
+    ]:
+        response = client.post("/api/v1/tokens", json=body, headers=bearer(db, user))
+        assert response.status_code == 422, body
+        assert field in [e["field"] for e in response.json()["errors"]], response.json()
+    assert db.scalars(select(ApiToken).where(ApiToken.name == "x")).all() == []
+
+
+def test_tokens_page_shows_a_new_secret_once(client: TestClient, db: Session) -> None:
+    from tests.support import oidc
+
+    oidc.sign_in(client, "bob@example.com")
+    page = client.get("/tokens", headers={"accept": "text/html"})
+    csrf = page.text.split('name="csrf_token" value="')[1].split('"')[0]
+    created = client.post("/tokens", data={"csrf_token": csrf, "name": "laptop",
+                                           "scopes": ["read", "write"], "expires_in_days": "7"})
+    assert created.status_code == 200
+    secret = created.text.split('id="new-token-secret">')[1].split("<")[0]
+    assert secret.startswith("gtp_")
+    again = client.get("/tokens", headers={"accept": "text/html"})
+    assert "laptop" in again.text
+    assert secret not in again.text

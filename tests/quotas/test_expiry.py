@@ -1,0 +1,89 @@
+"""Quotas with an end date expire: GPUs go back, clusters above the new quota are flagged."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit.models import AuditEvent
+from app.db import Database, utcnow
+from app.quotas.models import QuotaRequest, TenantQuota
+from app.quotas.reconciler import QuotaExpiryReconciler
+from app.quotas.schemas import ApproveIn, QuotaRequestCreate
+from app.quotas.service import approve, create_request, expire_quotas
+from app.reconcilers.registry import build_reconcilers
+from tests import factories
+from tests.support.tenancy import Tenancy, build_tenancy
+
+
+def _approved(db: Session, t: Tenancy, gpus: int, days: int | None) -> QuotaRequest:
+    ends_at = utcnow() + timedelta(days=days) if days else None
+    created = create_request(db, t.principal(t.acme_admin), "acme", QuotaRequestCreate(
+        gpu_class_id=t.h100.id, gpus=gpus, reason="burst", ends_at=ends_at))
+    approve(db, t.principal(t.platform_admin), created.id, ApproveIn())
+    request = db.get(QuotaRequest, created.id)
+    assert request is not None
+    return request
+
+
+def test_expiry_takes_back_the_gpus_and_flags_clusters_over_quota(db: Session) -> None:
+    t = build_tenancy(db)
+    _approved(db, t, 4, days=None)
+    burst = _approved(db, t, 8, days=7)
+    host = factories.host_cluster(db)
+    big = factories.cluster(db, t.acme, host, "big", gpu_class_id=t.h100.id, gpus=10)
+    small = factories.cluster(db, t.acme, host, "small", gpu_class_id=t.h100.id, gpus=1)
+    assert expire_quotas(db, utcnow()) == []
+    expired = expire_quotas(db, utcnow() + timedelta(days=8))
+    assert [(e.request_id, e.gpus) for e in expired] == [(burst.id, 8)]
+    assert sorted(expired[0].over_quota_cluster_ids) == sorted([big.id, small.id])
+    db.refresh(burst)
+    assert burst.state == "expired"
+    quota = db.scalar(select(TenantQuota).where(TenantQuota.tenant_id == t.acme.id))
+    assert quota is not None and quota.gpus == 4
+    assert big.over_quota and small.over_quota
+    assert db.get(type(big), big.id) is not None  # flagged, never deleted
+    actions = list(db.scalars(select(AuditEvent.action).where(
+        AuditEvent.actor_label == "quota-expiry").order_by(AuditEvent.id)))
+    assert actions == ["quota_request.expire", "tenant_quota.change",
+                       "virtual_cluster.over_quota", "virtual_cluster.over_quota"]
+    change = db.scalar(select(AuditEvent).where(AuditEvent.action == "tenant_quota.change",
+                                                AuditEvent.actor_label == "quota-expiry"))
+    assert change is not None and change.before and change.after
+    assert (change.before["gpus"], change.after["gpus"]) == (12, 4)
+    assert expire_quotas(db, utcnow() + timedelta(days=9)) == []
+
+
+def test_clusters_within_the_remaining_quota_are_not_flagged(db: Session) -> None:
+    t = build_tenancy(db)
+    _approved(db, t, 4, days=None)
+    _approved(db, t, 2, days=1)
+    cluster = factories.cluster(db, t.acme, factories.host_cluster(db), gpu_class_id=t.h100.id,
+                                gpus=4)
+    [expired] = expire_quotas(db, utcnow() + timedelta(days=2))
+    assert expired.over_quota_cluster_ids == []
+    assert cluster.over_quota is False
+
+
+def test_the_worker_runs_expiry_and_a_second_pass_changes_nothing(
+    sqlite_database: Database
+) -> None:
+    with sqlite_database.transaction() as db:
+        t = build_tenancy(db)
+        request = _approved(db, t, 3, days=1)
+        request.ends_at = utcnow() - timedelta(seconds=1)
+    reconciler = QuotaExpiryReconciler(sqlite_database)
+    assert reconciler.run_due("test-worker") == 1
+    assert reconciler.run_due("test-worker") == 0
+    with sqlite_database.session() as db:
+        quota = db.scalar(select(TenantQuota))
+        assert quota is not None and quota.gpus == 0
+
+
+def test_the_expiry_reconciler_is_registered(sqlite_database: Database) -> None:
+    from app.config import Settings
+
+    names = [r.name for r in build_reconcilers(Settings(env="test"), sqlite_database)]
+    assert "quota-expiry" in names

@@ -1,0 +1,130 @@
+"""The acceptance path in the browser: sign in through the OIDC flow, ask for 8 GPUs with the
+htmx form, approve 6 from the admin queue, see 6 on the dashboard."""
+
+from __future__ import annotations
+
+import re
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit.models import AuditEvent
+from app.auth.models import User
+from app.quotas.models import QuotaRequest
+from app.tenants.models import Tenant
+from tests import factories
+from tests.support import oidc
+
+HTML = {"accept": "text/html"}
+
+
+def csrf_of(page: str) -> str:
+    match = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert match, "no csrf token on the page"
+    return match.group(1)
+
+
+def htmx(csrf: str) -> dict[str, str]:
+    return {"HX-Request": "true", "X-CSRF-Token": csrf}
+
+
+def _acme_with_invited_admin(db: Session, oidc_issuer: str, email: str) -> int:
+    """Tenant acme whose admin was invited by email and binds at first sign-in."""
+    acme = factories.tenant(db, "acme")
+    invited = User(email=email, name="")
+    db.add(invited)
+    db.flush()
+    factories.membership(db, acme, invited, "admin")
+    gpu = factories.gpu_class(db, display_name="H100 80GB")
+    host = factories.host_cluster(db)
+    for _ in range(2):
+        factories.node(db, host, gpu, gpu_count=8)
+    db.commit()
+    oidc.register_user(oidc_issuer, email, name="Tess Admin")
+    return gpu.id
+
+
+def test_ask_for_8_approve_6_see_6(client: TestClient, db: Session, oidc_issuer: str) -> None:
+    gpu_id = _acme_with_invited_admin(db, oidc_issuer, "tess@acme.example")
+    oidc.sign_in(client, "tess@acme.example")
+    form = client.get("/t/acme/quota-requests/new", headers=HTML)
+    assert form.status_code == 200 and 'hx-post="/t/acme/quota-requests/validate"' in form.text
+    csrf = csrf_of(form.text)
+    fields = {"gpu_class_id": str(gpu_id), "gpus": "8", "reason": "fine-tuning", "ends_at": ""}
+    sent = client.post("/t/acme/quota-requests", headers=htmx(csrf), data=fields)
+    assert sent.status_code == 200 and sent.headers["HX-Redirect"] == "/t/acme"
+    dashboard = client.get("/t/acme", headers=HTML)
+    assert "pending" in dashboard.text
+
+    oidc.sign_in(client, "admin@example.com")
+    queue = client.get("/admin/quota-requests", headers=HTML)
+    assert queue.status_code == 200
+    assert "16 total / 0 guaranteed / 16 free" in queue.text
+    request_id = db.scalars(select(QuotaRequest.id)).one()
+    row = client.post(f"/admin/quota-requests/{request_id}/approve",
+                      headers=htmx(csrf_of(queue.text)),
+                      data={"gpus": "6", "note": "six for now"})
+    assert row.status_code == 200
+    assert row.text.lstrip().startswith(f'<tr id="queue-{request_id}"')
+    assert "approved" in row.text and "6 GPUs" in row.text and "<html" not in row.text
+
+    oidc.sign_in(client, "tess@acme.example")
+    dashboard = client.get("/t/acme", headers=HTML)
+    approved = re.search(r'<td class="approved">(\d+)</td>', dashboard.text)
+    assert approved and approved.group(1) == "6"
+    actions = list(db.scalars(select(AuditEvent.action).order_by(AuditEvent.id)))
+    for action in ("quota_request.create", "quota_request.approve", "tenant_quota.change"):
+        assert action in actions
+
+
+def test_the_form_validates_inline_and_writes_nothing_on_error(
+    client: TestClient, db: Session, oidc_issuer: str
+) -> None:
+    gpu_id = _acme_with_invited_admin(db, oidc_issuer, "ivy@acme.example")
+    oidc.sign_in(client, "ivy@acme.example")
+    csrf = csrf_of(client.get("/t/acme/quota-requests/new", headers=HTML).text)
+    checked = client.post("/t/acme/quota-requests/validate",
+                          headers={**htmx(csrf), "HX-Trigger-Name": "gpus"},
+                          data={"gpu_class_id": str(gpu_id), "gpus": "1.5"})
+    assert checked.status_code == 422
+    assert 'id="gpus-error"' in checked.text and "valid integer" in checked.text
+    assert 'id="reason-error"' not in checked.text  # not touched yet
+    fine = client.post("/t/acme/quota-requests/validate", headers=htmx(csrf),
+                       data={"gpu_class_id": str(gpu_id), "gpus": "2", "reason": "ok"})
+    assert fine.status_code == 200 and "field-error" not in fine.text
+    refused = client.post("/t/acme/quota-requests", headers=htmx(csrf), data={
+        "gpu_class_id": str(gpu_id), "gpus": "0", "reason": "x", "ends_at": "2001-01-01"})
+    assert refused.status_code == 422
+    assert 'id="gpus-error"' in refused.text and "future" in refused.text
+    assert db.scalars(select(QuotaRequest)).all() == []
+
+
+def test_overcommit_is_asked_for_in_the_queue_row(
+    client: TestClient, db: Session, oidc_issuer: str
+) -> None:
+    gpu_id = _acme_with_invited_admin(db, oidc_issuer, "uma@acme.example")
+    acme = db.scalars(select(Tenant).where(Tenant.slug == "acme")).one()
+    request = QuotaRequest(tenant_id=acme.id, gpu_class_id=gpu_id, gpus=20, reason="lots")
+    db.add(request)
+    db.commit()
+    oidc.sign_in(client, "admin@example.com")
+    csrf = csrf_of(client.get("/admin/quota-requests", headers=HTML).text)
+    row = client.post(f"/admin/quota-requests/{request.id}/approve", headers=htmx(csrf),
+                      data={"gpus": "20"})
+    assert row.status_code == 409
+    assert "confirm the overcommit" in row.text and 'name="overcommit"' in row.text
+    forced = client.post(f"/admin/quota-requests/{request.id}/approve", headers=htmx(csrf),
+                         data={"gpus": "20", "overcommit": "on"})
+    assert forced.status_code == 200 and "(overcommitted)" in forced.text
+
+
+def test_web_posts_without_the_csrf_token_are_refused(
+    client: TestClient, db: Session, oidc_issuer: str
+) -> None:
+    gpu_id = _acme_with_invited_admin(db, oidc_issuer, "vic@acme.example")
+    oidc.sign_in(client, "vic@acme.example")
+    response = client.post("/t/acme/quota-requests", headers={"HX-Request": "true"},
+                           data={"gpu_class_id": str(gpu_id), "gpus": "2", "reason": "x"})
+    assert response.status_code == 403
+    assert db.scalars(select(QuotaRequest)).all() == []
