@@ -27,6 +27,7 @@ from app.config import Settings, get_settings
 from app.db import Database
 from app.errors import PROBLEM_JSON, Forbidden, ProblemError, Unauthenticated, ValidationFailed
 from app.health import router as health_router
+from app.kube.connector import ClientConnector, KubeConnector
 from app.middleware import RequestIdMiddleware, SecurityHeadersMiddleware
 from app.nodes import gpu_classes_api, gpu_classes_web
 from app.quotas import api as quotas_api
@@ -48,7 +49,11 @@ def all_routers() -> list[APIRouter]:
     return [health_router, *API_ROUTERS, *WEB_ROUTERS]
 
 
-def create_app(settings: Settings | None = None, database: Database | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    database: Database | None = None,
+    kube: KubeConnector | None = None,
+) -> FastAPI:
     settings = settings or get_settings()
     database = database or Database(settings.database_url)
     app = FastAPI(
@@ -59,6 +64,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
     app.state.settings = settings
     app.state.database = database
     app.state.oauth = make_oauth(settings)
+    app.state.kube = kube or ClientConnector(settings)
     policy = SessionPolicy(
         idle=timedelta(minutes=settings.session_idle_minutes),
         absolute=timedelta(hours=settings.session_absolute_hours),
