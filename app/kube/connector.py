@@ -44,11 +44,12 @@ class ClientConnector:
         return self._host
 
     def _load_host(self) -> KubernetesAdapter | None:
-        options = {"qps": self.settings.kube_qps, "burst": self.settings.kube_burst}
+        qps, burst = self.settings.kube_qps, self.settings.kube_burst
         if self.settings.kubeconfig:
-            return KubernetesAdapter.from_kubeconfig(self.settings.kubeconfig, **options)
+            return KubernetesAdapter.from_kubeconfig(self.settings.kubeconfig, qps=qps,
+                                                     burst=burst)
         if "KUBERNETES_SERVICE_HOST" in os.environ and IN_CLUSTER_TOKEN.exists():
-            return KubernetesAdapter.from_in_cluster(**options)
+            return KubernetesAdapter.from_in_cluster(qps=qps, burst=burst)
         log.info("no host cluster configured (PORTAL_KUBECONFIG unset, not in a cluster)")
         return None
 
