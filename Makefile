@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck pytest setup clean
+.PHONY: run test lint typecheck pytest setup clean chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +23,12 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-pytest: setup
+# The browser tests drive Debian's Chromium (never a downloaded browser).
+chromium:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
+pytest: setup chromium
 	$(BIN)/python -m pytest
 
 test: lint typecheck pytest

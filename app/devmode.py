@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.auth import service as auth_service
-from app.nodes.models import HostCluster
+from app.nodes.models import GpuClass, HostCluster
 from app.tenants.models import Membership, Tenant
 
 DEMO_ADMIN = "admin@example.com"
@@ -64,6 +64,10 @@ def seed_demo(db: Session) -> None:
     """Idempotent demo data: one host cluster, a demo tenant and its admin and member."""
     if db.scalar(select(HostCluster).where(HostCluster.is_default)) is None:
         db.add(HostCluster(name="local", region="dev", is_default=True))
+    if db.scalar(select(GpuClass).limit(1)) is None:
+        # Until an inventory sync finds real nodes, one declared class lets quota be tried out.
+        db.add(GpuClass(product="NVIDIA-H100-80GB-HBM3", display_name="H100 80GB",
+                        memory_mib=81559, declared_by_admin=True))
     tenant = db.scalar(select(Tenant).where(Tenant.slug == DEMO_TENANT))
     if tenant is None:
         tenant = Tenant(slug=DEMO_TENANT, display_name="Demo Research")

@@ -15,6 +15,7 @@ from app.quotas.schemas import ApproveIn, QuotaRequestCreate
 from app.quotas.service import approve, create_request, expire_quotas
 from app.reconcilers.registry import build_reconcilers
 from tests import factories
+from tests.support.kube import InMemoryConnector
 from tests.support.tenancy import Tenancy, build_tenancy
 
 
@@ -85,5 +86,6 @@ def test_the_worker_runs_expiry_and_a_second_pass_changes_nothing(
 def test_the_expiry_reconciler_is_registered(sqlite_database: Database) -> None:
     from app.config import Settings
 
-    names = [r.name for r in build_reconcilers(Settings(env="test"), sqlite_database)]
+    reconcilers = build_reconcilers(Settings(env="test"), sqlite_database, InMemoryConnector())
+    names = [r.name for r in reconcilers]
     assert "quota-expiry" in names

@@ -1,0 +1,81 @@
+"""A live portal on loopback (the embedded SQLite default) driven by headless Chromium."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from app import migrate
+from app.config import Settings
+from app.db import Database
+from app.devmode import seed_demo
+from app.main import create_app
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Without these, Chromium reaches for Google's services, which this closed network refuses.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-quic"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def live_portal(tmp_path: Path, settings: Settings) -> Iterator[str]:
+    url = f"sqlite:///{tmp_path / 'portal.db'}"
+    migrate.upgrade(url)
+    database = Database(url)
+    with database.transaction() as db:
+        seed_demo(db)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(settings.model_copy(update={"database_url": url}), database),
+        host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{base}/healthz")
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    yield base
+    server.should_exit = True
+    thread.join(10)
+    database.dispose()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium is missing: `make test` installs Debian's chromium package")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+def signed_in_page(browser: Browser, base: str, email: str) -> Page:
+    """A fresh browser profile that signs in through the local OIDC provider's page."""
+    page = browser.new_context().new_page()
+    page.goto(base + "/")
+    page.get_by_role("link", name="Sign in with SSO").click()
+    page.locator(f"button[value='{email}']").click()
+    page.wait_for_url(base + "/")
+    return page

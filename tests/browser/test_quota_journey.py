@@ -1,0 +1,50 @@
+"""The quota loop in a real browser: a tenant admin asks, a platform admin approves part."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from tests.browser.conftest import signed_in_page
+
+pytestmark = pytest.mark.browser
+
+
+def test_sign_in_lands_on_the_tenants_dashboard(browser: Browser, live_portal: str) -> None:
+    page = signed_in_page(browser, live_portal, "alice@example.com")
+    expect(page.locator("header")).to_contain_text("Alice Example")
+    page.get_by_role("link", name="Demo Research").click()
+    expect(page.locator("h1")).to_contain_text("Demo Research")
+
+
+def test_request_eight_approve_six_dashboard_shows_six(browser: Browser, live_portal: str) -> None:
+    tenant_admin = signed_in_page(browser, live_portal, "alice@example.com")
+    tenant_admin.goto(live_portal + "/t/demo/quota-requests/new")
+    form = tenant_admin.locator("#quota-request-form")
+    h100 = "H100 80GB (NVIDIA-H100-80GB-HBM3)"
+    form.locator("select[name=gpu_class_id]").select_option(label=h100)
+    form = tenant_admin.locator("#quota-request-form")
+    form.locator("input[name=gpus]").fill("0")
+    form.locator("input[name=gpus]").dispatch_event("change")
+    expect(tenant_admin.locator("#gpus-error")).to_contain_text("greater than")
+    tenant_admin.locator("input[name=gpus]").fill("8")
+    tenant_admin.locator("input[name=gpus]").dispatch_event("change")
+    expect(tenant_admin.locator("#gpus-error")).to_be_empty()
+    tenant_admin.locator("textarea[name=reason]").fill("fine-tuning run for Q1")
+    tenant_admin.get_by_role("button", name="Send request").click()
+    tenant_admin.wait_for_url(live_portal + "/t/demo")
+    expect(tenant_admin.locator("body")).to_contain_text("fine-tuning run for Q1")
+
+    platform_admin = signed_in_page(browser, live_portal, "admin@example.com")
+    platform_admin.goto(live_portal + "/admin/quota-requests")
+    row = platform_admin.locator("tr", has_text="fine-tuning run for Q1")
+    row.locator("input[name=gpus]").fill("6")
+    row.locator("input[name=note]").first.fill("6 now, more next month")
+    row.locator("input[name=overcommit]").check()
+    row.get_by_role("button", name="Approve").click()
+    expect(platform_admin.locator("tr", has_text="fine-tuning run for Q1")).to_contain_text(
+        "approved")
+
+    tenant_admin.goto(live_portal + "/t/demo")
+    quota_row = tenant_admin.locator("tr", has_text="NVIDIA-H100-80GB-HBM3").first
+    expect(quota_row).to_contain_text("6")
