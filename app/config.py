@@ -45,7 +45,11 @@ class Settings(BaseSettings):
     kube_burst: int = 40
     rack_label: str = "network.topology.example.com/rack"
     pod_security: Literal["restricted", "baseline"] = "restricted"
-    kubernetes_versions: list[str] = ["1.32", "1.31", "1.30"]
+    # MAJOR.MINOR.PATCH (the vCluster image tag); the first is the default for new clusters.
+    kubernetes_versions: list[str] = ["1.32.4", "1.31.8", "1.30.12"]
+    # Where tenants reach a virtual cluster's API server (exportKubeConfig.server).
+    cluster_endpoint_template: str = "https://{cluster}.{tenant}.vc.example.com"
+    helm_binary: str = "helm"
     vcluster_chart_repo: str = "https://charts.loft.sh"
     vcluster_chart_version: str = "0.30.0"
     kubeconfig_default_hours: float = 8.0

@@ -23,13 +23,19 @@ from app.auth import web as auth_web
 from app.auth.oidc import make_oauth
 from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
 from app.authz.scoping import TenantHidden
+from app.clusters import api as clusters_api
+from app.clusters import web as clusters_web
 from app.config import Settings, get_settings
 from app.db import Database
 from app.errors import PROBLEM_JSON, Forbidden, ProblemError, Unauthenticated, ValidationFailed
 from app.health import router as health_router
 from app.kube.connector import ClientConnector, KubeConnector
+from app.kubeconfigs import api as kubeconfigs_api
+from app.kubeconfigs import web as kubeconfigs_web
 from app.middleware import RequestIdMiddleware, SecurityHeadersMiddleware
+from app.nodes import api as nodes_api
 from app.nodes import gpu_classes_api, gpu_classes_web
+from app.nodes import web as nodes_web
 from app.quotas import api as quotas_api
 from app.quotas import web as quotas_web
 from app.tenants import api as tenants_api
@@ -40,9 +46,15 @@ from app.web.templating import STATIC_DIR, render
 log = logging.getLogger(__name__)
 
 API_ROUTERS = [auth_api.router, token_api.router, group_mappings.router, audit_api.router,
-               tenants_api.router, quotas_api.router, gpu_classes_api.router]
+               tenants_api.router, quotas_api.router, gpu_classes_api.router,
+               kubeconfigs_api.router,
+               nodes_api.router,
+               clusters_api.router]
 WEB_ROUTERS = [home.router, auth_web.router, token_web.router, audit_web.router,
-               tenants_web.router, quotas_web.router, gpu_classes_web.router]
+               tenants_web.router, quotas_web.router, gpu_classes_web.router,
+               kubeconfigs_web.router,
+               nodes_web.router,
+               clusters_web.router]
 
 
 def all_routers() -> list[APIRouter]:

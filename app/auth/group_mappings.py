@@ -22,6 +22,7 @@ from app.auth.models import User
 from app.auth.principal import Principal
 from app.deps import CurrentPrincipal, DbSession
 from app.errors import Conflict, NotFound
+from app.kubeconfigs import service as kubeconfigs
 from app.tenants.models import GroupMapping, Membership
 from app.validation import SingleLine
 
@@ -77,6 +78,9 @@ def _change(
                  actor_label=user.email, tenant_id=membership.tenant_id,
                  target_type="user", target_id=user.id, before=before,
                  after={"role": role, "source": "group"} if role else None)
+    if not created:
+        kubeconfigs.on_membership_changed(db, membership.tenant_id, user.id, role,
+                                          actor_id=user.id, actor_label=user.email)
 
 
 router = APIRouter(prefix="/api/v1/tenants/{tenant}/group-mappings", tags=["members"])

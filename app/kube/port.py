@@ -164,6 +164,10 @@ def _register_builtins() -> None:
         ("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings", False),
         ("scheduling.run.ai/v2", "Queue", "queues", False),
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy",
+         "validatingadmissionpolicies", False),
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding",
+         "validatingadmissionpolicybindings", False),
     ]:
         register_kind(api_version, kind, plural, namespaced=namespaced)
 

@@ -44,10 +44,16 @@ class GpuClassUpdate(BaseModel):
 class Capacity(BaseModel):
     """GPUs of one class: on live nodes, dedicated to tenants, guaranteed by quota, left."""
 
-    total: int
-    assigned: int
-    guaranteed: int
-    free: int
+    total: int = Field(description="whole GPUs on live nodes, ready or not")
+    assigned: int = Field(description="GPUs on nodes dedicated to tenants")
+    guaranteed: int = Field(description="the sum of tenant quotas (dedicated nodes included)")
+    shared_guaranteed: int = Field(
+        default=0, description="quota not on dedicated nodes: guaranteed in the shared pool")
+    free: int = Field(description="total - assigned - shared_guaranteed")
+    not_ready: int = Field(default=0, description="GPUs of total on nodes that are not ready")
+    mig_resources: dict[str, int] = Field(
+        default_factory=dict,
+        description="MIG slices (nvidia.com/mig-*) on nodes in MIG mixed mode; not in total")
 
 
 class GpuClassOut(BaseModel):

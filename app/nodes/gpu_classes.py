@@ -1,10 +1,14 @@
 """GPU classes: declared by platform admins until the node inventory brings them, and the
 capacity figures that quota approvals are checked against.
 
-Capacity of a class: ``total`` is the GPUs on its nodes that are not gone; ``guaranteed`` is
-the sum of tenant quotas; ``free = total - guaranteed``. Dedicated node assignments are part
-of the tenant's quota, so ``assigned`` is shown but not subtracted again. A declared class
-without nodes has a total of 0, so every approval for it needs an explicit overcommit.
+Capacity of a class: ``total`` is the whole GPUs on its nodes that are not gone (``not_ready``
+of them on nodes that are not ready, shown apart); ``guaranteed`` is the sum of tenant quotas.
+Dedicated node assignments are part of the tenant's quota: ``assigned`` is the GPUs on
+dedicated nodes, ``shared_guaranteed`` the quota they do not cover (each tenant's quota minus
+its dedicated GPUs), and ``free = total - assigned - shared_guaranteed``, which is
+``total - guaranteed`` while no tenant holds more dedicated GPUs than its quota. MIG slices are
+listed apart, never counted as whole GPUs. A declared class without nodes has a total of 0, so
+every approval for it needs an explicit overcommit.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from app.authz import ensure_platform_admin
 from app.concurrency import insert_or_conflict, lock_row
 from app.errors import Conflict, Forbidden, NotFound
 from app.nodes import gpu_class_repository as repository
+from app.nodes import repository as node_repository
 from app.nodes.gpu_class_schemas import Capacity, GpuClassCreate, GpuClassOut, GpuClassUpdate
 from app.nodes.models import GpuClass
 from app.pagination import Page, PageParams, paginate
@@ -29,10 +34,23 @@ def ensure_platform_writer(principal: Principal) -> None:
 
 
 def capacity(db: Session, gpu_class_id: int) -> Capacity:
-    total = repository.total_gpus(db, gpu_class_id)
-    guaranteed = repository.guaranteed_gpus(db, gpu_class_id)
-    return Capacity(total=total, assigned=repository.assigned_gpus(db, gpu_class_id),
-                    guaranteed=guaranteed, free=total - guaranteed)
+    by_readiness = node_repository.gpu_totals_by_readiness(db, gpu_class_id)
+    total = sum(by_readiness.values())
+    per_tenant = node_repository.quota_and_dedicated_by_tenant(db, gpu_class_id)
+    assigned = repository.assigned_gpus(db, gpu_class_id)
+    shared = sum(max(quota - dedicated, 0) for quota, dedicated in per_tenant)
+    return Capacity(total=total, assigned=assigned,
+                    guaranteed=sum(quota for quota, _ in per_tenant), shared_guaranteed=shared,
+                    free=total - assigned - shared, not_ready=by_readiness.get(False, 0),
+                    mig_resources=_summed(node_repository.mig_resources_of_class(db, gpu_class_id)))
+
+
+def _summed(resources: list[dict[str, int]]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for item in resources:
+        for name, count in item.items():
+            totals[name] = totals.get(name, 0) + int(count)
+    return dict(sorted(totals.items()))
 
 
 def to_out(db: Session, principal: Principal, row: GpuClass) -> GpuClassOut:

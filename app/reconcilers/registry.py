@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from app.clusters.reconciler import ClusterReconciler
 from app.config import Settings
 from app.db import Database
 from app.kube.connector import ClientConnector, KubeConnector
+from app.kubeconfigs.reconciler import KubeconfigReconciler
+from app.nodes.reconciler import NodeReconciler
 from app.quotas.reconciler import QuotaExpiryReconciler
 from app.reconcilers.worker import Reconciler, Worker
 
@@ -13,7 +16,10 @@ def build_reconcilers(
     settings: Settings, database: Database, kube: KubeConnector
 ) -> list[Reconciler]:
     # Each kind's reconciler registers here (nodes, clusters, kubeconfigs, quota expiry).
-    return [QuotaExpiryReconciler(database)]
+    return [QuotaExpiryReconciler(database),
+            KubeconfigReconciler.from_settings(settings, database, kube),
+            NodeReconciler(settings, database, kube),
+            ClusterReconciler(settings, database, kube)]
 
 
 def build_worker(

@@ -12,6 +12,7 @@ from app.auth.principal import Principal
 from app.authz import ensure_allowed, tenant_for, tenants_visible_to
 from app.concurrency import insert_or_conflict, lock_row
 from app.errors import Conflict, NotFound, ProblemError
+from app.kubeconfigs import service as kubeconfigs
 from app.nodes.gpu_classes import ensure_platform_writer
 from app.pagination import Page, PageParams, paginate
 from app.tenants import repository
@@ -90,6 +91,9 @@ def update_tenant(
     if after != before:
         _audit(db, principal, "tenant.update", tenant, "tenant", tenant.slug, before, after)
         db.flush()
+    if before["state"] != "suspended" and tenant.state == "suspended":
+        kubeconfigs.revoke_grants_for_tenant(db, tenant.id, actor_id=principal.user_id,
+                                             actor_label=principal.label)
     return tenant_out(principal, tenant)
 
 
@@ -166,6 +170,9 @@ def change_role(
         _audit(db, principal, "membership.update", tenant, "membership", membership.id,
                before, {"role": membership.role})
         db.flush()
+        kubeconfigs.on_membership_changed(db, tenant.id, membership.user_id, membership.role,
+                                          actor_id=principal.user_id,
+                                          actor_label=principal.label)
     return _member_out(db, membership)
 
 
@@ -182,9 +189,10 @@ def remove_member(db: Session, principal: Principal, slug: str, member_id: int) 
 
 
 def on_member_removed(db: Session, principal: Principal, tenant: Tenant, user_id: int) -> None:
-    """Hook for what else ends with a membership.
+    """What else ends with a membership: the user's kubeconfig grants in the tenant's clusters.
 
-    The kubeconfig issue extends this to revoke the user's kubeconfig grants in the tenant's
-    clusters. Web sessions are left alone: the user may belong to other tenants, and roles are
-    re-read on every request, so the removal already takes effect.
+    Web sessions are left alone: the user may belong to other tenants, and roles are re-read
+    on every request, so the removal already takes effect.
     """
+    kubeconfigs.on_membership_changed(db, tenant.id, user_id, None,
+                                      actor_id=principal.user_id, actor_label=principal.label)

@@ -166,3 +166,111 @@ ROUTES += [
     Route("POST", "/admin/gpu-classes/{class_id}", Access.PLATFORM_ADMIN, params=gpu_class,
           body=lambda _w: {"display_name": "H100"}),
 ]
+
+# Kubeconfigs (issue 7). world.kubeconfig_cluster is a Ready cluster of acme (its virtual API is
+# an in-memory fake in the matrix); world.grant_id is a live grant of acme's member on it, so
+# its revocation is for that member and tenant admins, and a viewer is refused with 403.
+
+
+def acme_kubeconfigs(world: World) -> dict[str, Any]:
+    return {"tenant": "acme", "cluster": world.kubeconfig_cluster}
+
+
+def acme_grant(world: World) -> dict[str, Any]:
+    return {**acme_kubeconfigs(world), "grant_id": world.grant_id}
+
+
+KUBECONFIGS = "/api/v1/tenants/{tenant}/clusters/{cluster}/kubeconfigs"
+KUBECONFIG_PANEL = "/t/{tenant}/clusters/{cluster}/kubeconfigs"
+
+ROUTES += [
+    Route("POST", KUBECONFIGS, Access.TENANT_VIEWER, params=acme_kubeconfigs,
+          body=lambda _w: {"role": "view", "lifetime_seconds": 3600}),
+    Route("GET", KUBECONFIGS, Access.TENANT_VIEWER, params=acme_kubeconfigs),
+    Route("DELETE", KUBECONFIGS + "/{grant_id}", Access.TENANT_MEMBER, params=acme_grant),
+    Route("GET", KUBECONFIG_PANEL, Access.TENANT_VIEWER, params=acme_kubeconfigs),
+    Route("POST", KUBECONFIG_PANEL, Access.TENANT_VIEWER, params=acme_kubeconfigs,
+          body=lambda _w: {"role": "view", "lifetime_seconds": "3600"}),
+    Route("POST", KUBECONFIG_PANEL + "/{grant_id}/revoke", Access.TENANT_MEMBER,
+          params=acme_grant),
+]
+
+# Nodes (issue 5). world.free_node is a free H100 node that fits acme's quota of 8;
+# world.assigned_node is dedicated to globex.
+
+
+def free_node(world: World) -> dict[str, Any]:
+    return {"node": world.free_node}
+
+
+def assigned_node(world: World) -> dict[str, Any]:
+    return {"node": world.assigned_node}
+
+
+def suggestion_body(world: World) -> dict[str, Any]:
+    return {"tenant": "acme", "gpu_class": "NVIDIA-H100-80GB-HBM3", "gpus": 8}
+
+
+ROUTES += [
+    Route("GET", "/api/v1/nodes", Access.PLATFORM_ADMIN),
+    Route("GET", "/api/v1/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),
+    Route("PUT", "/api/v1/nodes/{node}/assignment", Access.PLATFORM_ADMIN, params=free_node,
+          body=lambda _w: {"tenant": "acme"}),
+    Route("DELETE", "/api/v1/nodes/{node}/assignment", Access.PLATFORM_ADMIN,
+          params=assigned_node),
+    Route("POST", "/api/v1/node-suggestions", Access.PLATFORM_ADMIN, body=suggestion_body),
+    Route("GET", "/api/v1/tenants/{tenant}/nodes", Access.TENANT_VIEWER, params=acme),
+    Route("GET", "/admin/fleet", Access.PLATFORM_ADMIN),
+    Route("GET", "/admin/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),
+    Route("POST", "/admin/nodes/{node}/assignment", Access.PLATFORM_ADMIN, params=free_node,
+          body=lambda _w: {"tenant": "acme"}),
+    Route("POST", "/admin/nodes/{node}/assignment/end", Access.PLATFORM_ADMIN,
+          params=assigned_node),
+    Route("GET", "/admin/fleet/suggest", Access.PLATFORM_ADMIN),
+    Route("POST", "/admin/fleet/suggest", Access.PLATFORM_ADMIN,
+          body=lambda w: {k: str(v) for k, v in suggestion_body(w).items()}),
+    Route("POST", "/admin/fleet/assignments", Access.PLATFORM_ADMIN,
+          body=lambda w: {"tenant": "acme", "node": w.free_node}),
+    Route("GET", "/t/{tenant}/nodes", Access.TENANT_VIEWER, params=acme),
+]
+
+# Virtual clusters (issue 6): acme's Ready cluster world.cluster_name ("train", 4 of acme's 8
+# H100s), so a new cluster of 2 GPUs and a resize to 4 fit the quota.
+
+
+def acme_cluster(world: World) -> dict[str, Any]:
+    return {"tenant": "acme", "cluster": world.cluster_name}
+
+
+def cluster_body(world: World) -> dict[str, Any]:
+    return {"name": "infer", "kubernetes_version": "1.32.4", "placement": "shared-pool",
+            "gpu_class_id": world.gpu_class_id, "gpus": 2, "cpu_millicores": 8000,
+            "memory_mib": 32768}
+
+
+ROUTES += [
+    Route("GET", "/api/v1/tenants/{tenant}/clusters", Access.TENANT_VIEWER, params=acme),
+    Route("POST", "/api/v1/tenants/{tenant}/clusters", Access.TENANT_ADMIN, params=acme,
+          body=cluster_body),
+    Route("GET", "/api/v1/tenants/{tenant}/clusters/{cluster}", Access.TENANT_VIEWER,
+          params=acme_cluster),
+    Route("PATCH", "/api/v1/tenants/{tenant}/clusters/{cluster}", Access.TENANT_ADMIN,
+          params=acme_cluster, body=lambda _w: {"gpus": 2}),
+    Route("DELETE", "/api/v1/tenants/{tenant}/clusters/{cluster}", Access.TENANT_ADMIN,
+          params=acme_cluster),
+    Route("GET", "/api/v1/tenants/{tenant}/clusters/{cluster}/manifests", Access.TENANT_VIEWER,
+          params=acme_cluster),
+    Route("GET", "/t/{tenant}/clusters", Access.TENANT_VIEWER, params=acme),
+    Route("POST", "/t/{tenant}/clusters/validate", Access.TENANT_ADMIN, params=acme,
+          body=lambda w: {k: str(v) for k, v in cluster_body(w).items()}),
+    Route("POST", "/t/{tenant}/clusters", Access.TENANT_ADMIN, params=acme,
+          body=lambda w: {k: str(v) for k, v in cluster_body(w).items()}),
+    Route("GET", "/t/{tenant}/clusters/{cluster}", Access.TENANT_VIEWER, params=acme_cluster),
+    Route("GET", "/t/{tenant}/clusters/{cluster}/status", Access.TENANT_VIEWER,
+          params=acme_cluster),
+    Route("POST", "/t/{tenant}/clusters/{cluster}/resize", Access.TENANT_ADMIN,
+          params=acme_cluster, body=lambda _w: {"gpus": "2", "cpu_millicores": "4000",
+                                                "memory_mib": "16384"}),
+    Route("POST", "/t/{tenant}/clusters/{cluster}/delete", Access.TENANT_ADMIN,
+          params=acme_cluster),
+]

@@ -21,6 +21,8 @@ from app.audit.models import AuditEvent
 from app.auth.sessions import PLAIN_COOKIE
 from app.config import Settings
 from app.db import Database
+from app.kube.memory import InMemoryKube
+from app.kube.port import KubePort
 from app.main import all_routers, create_app
 from tests.authz.route_access import ROUTES, Access, Route
 from tests.authz.world import PRINCIPALS, Caller, World, build_world
@@ -91,8 +93,21 @@ def world(db: Session) -> World:
 
 @pytest.fixture
 def matrix_client(settings: Settings, database: Database) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, database)) as client:
+    with TestClient(create_app(settings, database, kube=InMemoryClusters())) as client:
         yield client
+
+
+class InMemoryClusters:
+    """Virtual clusters answer from an in-memory fake: the matrix checks who may, not how."""
+
+    def host(self) -> KubePort | None:
+        return None
+
+    def virtual(self, kubeconfig_yaml: str) -> KubePort:
+        return InMemoryKube()
+
+    def ready(self, kubeconfig_yaml: str) -> bool:
+        return True
 
 
 def call(client: TestClient, route: Route, world: World, caller: Caller) -> httpx.Response:

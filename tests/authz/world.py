@@ -12,9 +12,11 @@ from app.auth.models import User, WebSession
 from app.auth.service import issue_api_token
 from app.auth.sessions import hash_session_id
 from app.db import utcnow
+from app.nodes.models import GpuClass, HostCluster
 from app.quotas.models import QuotaRequest
-from app.tenants.models import GroupMapping
+from app.tenants.models import GroupMapping, Tenant
 from tests import factories
+from tests.support import virtual_clusters
 from tests.support.principals import bearer
 
 PRINCIPALS = (
@@ -47,6 +49,14 @@ class World:
     # A second token per user, for the revoke routes; ``current`` is the caller under test.
     spare_token_ids: dict[str, int] = field(default_factory=dict)
     current: str = "anonymous"
+    # Kubeconfigs (issue 7): acme's ready cluster and a grant of acme's member on it.
+    kubeconfig_cluster: str = ""
+    grant_id: int = 0
+    # Nodes (issue 5): a free H100 node (acme's quota of 8 fits it) and one dedicated to globex.
+    free_node: str = ""
+    assigned_node: str = ""
+    # Clusters (issue 6): acme's Ready cluster "train" with 4 of its 8 H100s.
+    cluster_name: str = ""
 
 
 def _session_cookie(db: Session, user: User) -> tuple[str, str]:
@@ -85,5 +95,32 @@ def build_world(db: Session) -> World:
         spare, _secret = issue_api_token(db, user, name="spare", scopes=["read"],
                                          expires_at=None, actor_label="test")
         world.spare_token_ids[name] = spare.id
+    _add_kubeconfig_grant(db, world, acme)
+    _add_nodes(db, world, gpu, globex)
+    _add_cluster(db, world, acme, gpu)
     db.flush()
     return world
+
+
+def _add_cluster(db: Session, world: World, acme: Tenant, gpu: GpuClass) -> None:
+    cluster = factories.cluster(db, acme, factories.host_cluster(db), "train",
+                                gpu_class_id=gpu.id, gpus=4, observed_generation=1,
+                                endpoint="https://train.acme.vc.example.com",
+                                conditions=[virtual_clusters.READY])
+    world.cluster_name = cluster.name
+
+
+def _add_kubeconfig_grant(db: Session, world: World, acme: Tenant) -> None:
+    cluster = virtual_clusters.ready_cluster(db, acme, name="kc-train")
+    world.kubeconfig_cluster = cluster.name
+    world.grant_id = virtual_clusters.grant(db, cluster, world.users["acme_member"].id).id
+
+
+def _add_nodes(db: Session, world: World, gpu: GpuClass, globex: Tenant) -> None:
+    host = HostCluster(name="default", is_default=True)
+    db.add(host)
+    db.flush()
+    world.free_node = factories.node(db, host, gpu, name="matrix-n1").name
+    dedicated = factories.node(db, host, gpu, name="matrix-n2")
+    factories.assignment(db, dedicated, globex)
+    world.assigned_node = dedicated.name

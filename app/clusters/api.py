@@ -1,0 +1,61 @@
+"""REST: a tenant's virtual clusters, with their conditions (never their credentials)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Request
+from starlette.responses import JSONResponse
+
+from app.clusters import service
+from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterPreview, ClusterResize
+from app.config import Settings
+from app.deps import CurrentPrincipal, DbSession, get_settings_dep
+from app.idempotency import run_idempotent
+from app.pagination import Page, PageParams, page_params
+
+router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters", tags=["clusters"])
+Paging = Annotated[PageParams, Depends(page_params)]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
+AppSettings = Annotated[Settings, Depends(get_settings_dep)]
+
+
+@router.get("", response_model=Page[ClusterOut])
+def list_clusters(tenant: str, db: DbSession, principal: CurrentPrincipal,
+                  paging: Paging) -> Page[ClusterOut]:
+    return service.list_clusters(db, principal, tenant, paging)
+
+
+@router.post("", status_code=201, response_model=ClusterOut)
+def create_cluster(request: Request, tenant: str, payload: ClusterCreate, db: DbSession,
+                   principal: CurrentPrincipal, settings: AppSettings,
+                   key: IdempotencyKey = None) -> JSONResponse:
+    return run_idempotent(
+        db, principal, key, path=request.url.path, payload=payload,
+        create=lambda: service.create_cluster(db, principal, settings, tenant, payload))
+
+
+@router.get("/{cluster}", response_model=ClusterOut)
+def get_cluster(tenant: str, cluster: str, db: DbSession,
+                principal: CurrentPrincipal) -> ClusterOut:
+    return service.get_cluster(db, principal, tenant, cluster)
+
+
+@router.patch("/{cluster}", response_model=ClusterOut)
+def resize_cluster(tenant: str, cluster: str, payload: ClusterResize, db: DbSession,
+                   principal: CurrentPrincipal) -> ClusterOut:
+    return service.resize_cluster(db, principal, tenant, cluster, payload)
+
+
+@router.delete("/{cluster}", status_code=202, response_model=ClusterOut)
+def delete_cluster(tenant: str, cluster: str, db: DbSession,
+                   principal: CurrentPrincipal) -> ClusterOut:
+    """Accepted: the worker revokes kubeconfigs and removes everything, then the cluster."""
+    return service.delete_cluster(db, principal, tenant, cluster)
+
+
+@router.get("/{cluster}/manifests", response_model=ClusterPreview)
+def cluster_manifests(tenant: str, cluster: str, db: DbSession, principal: CurrentPrincipal,
+                      settings: AppSettings) -> ClusterPreview:
+    """The host objects and vcluster.yaml the worker applies, for review."""
+    return service.preview(db, principal, settings, tenant, cluster)

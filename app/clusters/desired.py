@@ -1,0 +1,102 @@
+"""The desired state of one virtual cluster, read from the database for the pure builders."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.clusters import repository
+from app.clusters.models import VirtualCluster
+from app.config import Settings
+from app.kube import manifests
+from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec
+from app.kube.manifests.units import mib_to_mb
+from app.nodes.models import GpuClass
+from app.tenants.models import Tenant
+
+CHART = "vcluster"
+
+
+@dataclass(frozen=True)
+class DesiredCluster:
+    cluster_id: int
+    tenant_id: int
+    generation: int
+    deleting: bool
+    conditions: list[dict[str, Any]]
+    sealed_kubeconfig: str | None
+    last_of_tenant: bool
+    spec: ClusterSpec
+    tenant: TenantSpec
+    policy: ManifestPolicy
+
+    @property
+    def namespace(self) -> str:
+        return manifests.host_namespace_name(self.spec.tenant, self.spec.name)
+
+    @property
+    def release(self) -> str:
+        return manifests.release_name(self.spec.name)
+
+    @property
+    def kubeconfig_secret(self) -> str:
+        return manifests.kubeconfig_secret_name(self.release)
+
+    def host_objects(self) -> list[dict[str, Any]]:
+        return manifests.cluster_host_objects(self.spec, self.tenant, self.policy)
+
+    def values_yaml(self) -> str:
+        return manifests.vcluster_values_yaml(self.spec, self.policy)
+
+
+def endpoint_for(settings: Settings, tenant: str, cluster: str) -> str:
+    return settings.cluster_endpoint_template.format(tenant=tenant, cluster=cluster)
+
+
+def release_digest(desired: DesiredCluster, settings: Settings) -> str:
+    """Changes whenever ``helm upgrade`` would install something different."""
+    parts = [settings.vcluster_chart_repo, settings.vcluster_chart_version, desired.namespace,
+             desired.release, desired.values_yaml()]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def cluster_spec(cluster: VirtualCluster, tenant: Tenant, gpu_class: GpuClass | None,
+                 settings: Settings) -> ClusterSpec:
+    return ClusterSpec(
+        tenant=tenant.slug, name=cluster.name, kubernetes_version=cluster.kubernetes_version,
+        placement="dedicated-nodes" if cluster.placement == "dedicated-nodes" else "shared-pool",
+        gpu_class=gpu_class.product if gpu_class else None, gpus=cluster.gpus,
+        cpu_millicores=cluster.cpu_millicores, memory_mib=cluster.memory_mib,
+        endpoint=cluster.endpoint or endpoint_for(settings, tenant.slug, cluster.name),
+        pod_security=settings.pod_security,
+    )
+
+
+def tenant_spec(db: Session, tenant: Tenant) -> TenantSpec:
+    """The tenant's parent queue gets its approved quota of every class."""
+    quotas = repository.tenant_quotas(db, tenant.id)
+    products = repository.class_products(db, [q.gpu_class_id for q in quotas])
+    return TenantSpec(
+        slug=tenant.slug, display_name=tenant.display_name,
+        gpu_quota={products[q.gpu_class_id]: q.gpus for q in quotas},
+        cpu_millicores=sum(q.cpu_millicores for q in quotas),
+        memory_mb=mib_to_mb(sum(q.memory_mib for q in quotas)),
+    )
+
+
+def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredCluster:
+    tenant = db.get(Tenant, cluster.tenant_id)
+    assert tenant is not None
+    gpu_class = db.get(GpuClass, cluster.gpu_class_id) if cluster.gpu_class_id else None
+    return DesiredCluster(
+        cluster_id=cluster.id, tenant_id=tenant.id, generation=cluster.generation,
+        deleting=cluster.deletion_requested_at is not None,
+        conditions=list(cluster.conditions or []),
+        sealed_kubeconfig=cluster.admin_kubeconfig_encrypted,
+        last_of_tenant=not repository.other_clusters_exist(db, tenant.id, cluster.id),
+        spec=cluster_spec(cluster, tenant, gpu_class, settings),
+        tenant=tenant_spec(db, tenant), policy=ManifestPolicy(),
+    )

@@ -1,0 +1,452 @@
+"""The virtual cluster reconciler: makes the host cluster match each cluster row.
+
+Level-triggered and idempotent: every pass reads the desired state from the database and the
+actual state from Kubernetes, and applies only what differs. Leases keep one cluster with one
+worker (``repository.claim_due``); every progress write checks the lease is still held.
+
+Steps, each writing its condition: NamespaceReady, QuotaApplied (ResourceQuota, LimitRange),
+NetworkPolicyApplied, QueuesApplied (KAI queues and the queue guard), ReleaseInstalled (helm),
+then Ready (Secret ``vc-<release>`` exists and ``/readyz`` answers through it).
+
+Cost: a cluster still converged at its last generation is only read (one GET per object, the
+Secret, ``/readyz``); objects shared by many clusters (root and tenant queues, the queue guard)
+are checked once per pass. Conditions are written only when they change, so an unchanged
+cluster costs no Kubernetes writes and no writes to its state; the lease bookkeeping is all.
+
+Errors: transient ones (429, 5xx, 409, connection trouble, helm failures) are retried with
+exponential backoff and jitter (at least the server's Retry-After); permanent ones set the
+Failed condition, whose reason the tenant sees, and are retried at the resync interval in case
+an operator fixed the cause. A worker that dies keeps its lease until it expires; the cluster is
+then due again and the next worker adopts what exists (names are deterministic).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from app.audit import service as audit
+from app.clusters import conditions as cond
+from app.clusters import desired, repository
+from app.clusters.desired import DesiredCluster
+from app.clusters.installer import HelmInstaller, Installer, InstallError
+from app.clusters.models import VirtualCluster
+from app.config import Settings
+from app.crypto import SecretBox
+from app.db import Database, utcnow
+from app.kube import manifests
+from app.kube.connector import KubeConnector
+from app.kube.errors import KubeError, TransientKubeError
+from app.kube.port import KubePort, Manifest, ObjectRef
+from app.kube.retry import RetryPolicy
+from app.kubeconfigs.service import revoke_grants_for_cluster
+
+log = logging.getLogger(__name__)
+
+ACTOR = "cluster-reconciler"
+BATCH = 20
+WAIT_SECONDS = 3.0
+# A helm run may outlast the normal lease; the lease is stretched by this much before it.
+INSTALL_LEASE_SECONDS = 300.0
+BACKOFF = RetryPolicy(base_delay=2.0, max_delay=300.0)
+NO_HOST_MESSAGE = (
+    "No host cluster is configured (set PORTAL_KUBECONFIG, or run the portal in the host "
+    "cluster). The cluster page shows the objects and vcluster.yaml the worker will apply."
+)
+
+
+class LeaseLost(Exception):
+    """Another worker holds the cluster now; this one stops touching it."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    next_in: float
+    converged: bool = False
+    failed: bool = False
+    deleted: bool = False
+
+
+class ClusterReconciler:
+    name = "clusters"
+
+    def __init__(
+        self,
+        settings: Settings,
+        database: Database,
+        connector: KubeConnector,
+        installer: Installer | None = None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        batch: int = BATCH,
+        wait_seconds: float = WAIT_SECONDS,
+    ) -> None:
+        self.settings = settings
+        self.database = database
+        self.connector = connector
+        self.installer = installer or HelmInstaller.from_settings(settings)
+        self.clock = clock
+        self.batch = batch
+        self.wait_seconds = wait_seconds
+        self.box = SecretBox(settings.encryption_key)
+        # Objects already ensured during this pass (shared queues, the queue guard).
+        self.ensured: dict[ObjectRef, Manifest] = {}
+
+    @property
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.settings.worker_lease_seconds)
+
+    def run_due(self, worker_id: str) -> int:
+        self.ensured = {}
+        now = self.clock()
+        with self.database.transaction() as db:
+            claimed = repository.claim_due(db, worker_id, now, now + self.lease, self.batch)
+        for cluster_id in claimed:
+            self.reconcile(cluster_id, worker_id)
+        return len(claimed)
+
+    def reconcile(self, cluster_id: int, worker_id: str) -> None:
+        """One pass over a cluster whose lease ``worker_id`` holds."""
+        with self.database.transaction() as db:
+            cluster = db.get(VirtualCluster, cluster_id)
+            if cluster is None or cluster.lease_owner != worker_id:
+                return
+            state = (cluster.failed_attempts, cluster.observed_generation)
+            try:
+                wanted = desired.load(db, cluster, self.settings)
+            except ValueError as error:
+                wanted = None
+                invalid = (cluster.generation, list(cluster.conditions or []), str(error))
+        try:
+            if wanted is None:
+                _InvalidSpec(self, cluster_id, worker_id, *invalid).run()
+            else:
+                ClusterRun(self, wanted, worker_id, *state).run()
+        except LeaseLost:
+            log.warning("cluster %d: lease lost to another worker; stopping", cluster_id)
+
+
+class ClusterRun:
+    """One reconcile of one cluster: the steps, the conditions written as they change."""
+
+    def __init__(self, owner: ClusterReconciler, wanted: DesiredCluster, worker_id: str,
+                 failed_attempts: int, observed_generation: int) -> None:
+        self.owner = owner
+        self.wanted = wanted
+        self.worker_id = worker_id
+        self.failed_attempts = failed_attempts
+        self.observed_generation = observed_generation
+        self.conditions = list(wanted.conditions)
+        self.secret: Manifest | None = None
+        # Converged at this generation last time: read and compare before any write.
+        self.steady = observed_generation == wanted.generation and all(
+            _current(wanted.conditions, t, wanted.generation) for t in (*cond.STEP_TYPES,
+                                                                      cond.READY))
+
+    @property
+    def host(self) -> KubePort:
+        host = self.owner.connector.host()
+        assert host is not None
+        return host
+
+    def run(self) -> None:
+        if self.wanted.deleting:
+            outcome = self._delete()
+        elif self.owner.connector.host() is None:
+            self._set(cond.READY, False, "HostClusterNotConfigured", NO_HOST_MESSAGE)
+            outcome = Outcome(next_in=self.owner.settings.worker_resync_seconds)
+        else:
+            outcome = self._provision()
+        if not outcome.deleted:
+            self._finish(outcome)
+
+    # ----- provisioning
+
+    def _provision(self) -> Outcome:
+        steps: list[tuple[str, Callable[[], tuple[str, str]]]] = [
+            (cond.NAMESPACE_READY, self._namespace),
+            (cond.QUOTA_APPLIED, self._quota),
+            (cond.NETWORK_POLICY_APPLIED, self._network_policies),
+            (cond.QUEUES_APPLIED, self._queues),
+            (cond.RELEASE_INSTALLED, self._release),
+        ]
+        for type_, step in steps:
+            try:
+                reason, message = step()
+            except (KubeError, InstallError, ValueError) as error:
+                return self._failed(type_, error)
+            self._set(type_, True, reason, message)
+        try:
+            return self._ready()
+        except (KubeError, ValueError) as error:
+            return self._failed(cond.READY, error)
+
+    def _objects(self, *kinds: str) -> list[Manifest]:
+        return [obj for obj in self.wanted.host_objects() if obj["kind"] in kinds]
+
+    def _namespace(self) -> tuple[str, str]:
+        self._ensure(self._objects("Namespace"))
+        return "Applied", f"namespace {self.wanted.namespace}"
+
+    def _quota(self) -> tuple[str, str]:
+        self._ensure(self._objects("ResourceQuota", "LimitRange"))
+        spec = self.wanted.spec
+        return "Applied", (f"ResourceQuota: {spec.gpus} GPUs, {spec.cpu_millicores}m CPU, "
+                           f"{spec.memory_mib} MiB memory; LimitRange defaults")
+
+    def _network_policies(self) -> tuple[str, str]:
+        self._ensure(self._objects("NetworkPolicy"))
+        return "Applied", "traffic from other tenants' namespaces is denied"
+
+    def _queues(self) -> tuple[str, str]:
+        self._ensure([*manifests.platform_objects(self.wanted.policy), *self._objects("Queue")])
+        queue = manifests.cluster_queue_name(self.wanted.spec.tenant, self.wanted.spec.name)
+        return "Applied", f"KAI queue {queue} under {self.wanted.tenant.slug}"
+
+    def _ensure(self, objects: list[Manifest]) -> None:
+        for obj in objects:
+            ref = ObjectRef.of(obj)
+            if self.owner.ensured.get(ref) == obj:
+                continue
+            if not self.steady or _drifted(self.host.get(ref.api_version, ref.kind, ref.name,
+                                                         ref.namespace), obj):
+                # The portal owns these objects outright: take back fields someone else set.
+                self.host.apply(obj, force=True)
+            self.owner.ensured[ref] = obj
+
+    def _release(self) -> tuple[str, str]:
+        settings = self.owner.settings
+        digest = desired.release_digest(self.wanted, settings)
+        message = (f"release {self.wanted.release} of chart vcluster "
+                   f"{settings.vcluster_chart_version} (values {digest})")
+        self.secret = self._kubeconfig_secret()
+        current = cond.find(self.conditions, cond.RELEASE_INSTALLED)
+        up_to_date = current is not None and current.get("status") == "True" and (
+            current.get("message") == message)
+        # A release that was ready and lost its Secret was removed behind our back.
+        vanished = self.secret is None and cond.is_true(self.conditions, cond.READY)
+        if up_to_date and not vanished:
+            return "Installed", message
+        self._hold(timedelta(seconds=INSTALL_LEASE_SECONDS) + self.owner.lease)
+        self.owner.installer.install(self.wanted.release, self.wanted.namespace,
+                                     self.wanted.values_yaml())
+        self.secret = self._kubeconfig_secret()
+        return "Installed", message
+
+    def _kubeconfig_secret(self) -> Manifest | None:
+        return self.host.get("v1", "Secret", self.wanted.kubeconfig_secret, self.wanted.namespace)
+
+    def _ready(self) -> Outcome:
+        wait = Outcome(next_in=self.owner.wait_seconds)
+        name = f"Secret {self.wanted.kubeconfig_secret} in {self.wanted.namespace}"
+        config = _kubeconfig_of(self.secret) if self.secret is not None else None
+        if config is None:
+            self._set(cond.READY, False, "WaitingForControlPlane", f"waiting for {name}")
+            return wait
+        if not self.owner.connector.ready(config):
+            self._set(cond.READY, False, "APIServerNotReady",
+                      "the virtual cluster's API server does not answer /readyz yet")
+            return wait
+        self._store_credential(config)
+        self._set(cond.READY, True, "ClusterReady", "the API server answers /readyz")
+        if cond.find(self.conditions, cond.FAILED) is not None:
+            self._set(cond.FAILED, False, "Reconciled", "")
+        return Outcome(next_in=self.owner.settings.worker_resync_seconds, converged=True)
+
+    def _store_credential(self, config: str) -> None:
+        sealed = self.wanted.sealed_kubeconfig
+        if sealed is not None and _opens_to(self.owner.box, sealed, config):
+            return
+        with self.owner.database.transaction() as db:
+            self._write(db, admin_kubeconfig_encrypted=self.owner.box.seal(config))
+            self._audit(db, "virtual_cluster.credential_stored", None,
+                        {"credential": "admin kubeconfig stored encrypted"})
+
+    # ----- deletion
+
+    def _delete(self) -> Outcome:
+        with self.owner.database.transaction() as db:
+            revoke_grants_for_cluster(db, self.wanted.cluster_id, actor_label=ACTOR)
+        if self.owner.connector.host() is None:
+            if any(cond.find(self.wanted.conditions, t) for t in cond.STEP_TYPES):
+                self._set(cond.READY, False, "HostClusterNotConfigured",
+                          "cannot remove what was applied while no host cluster is configured")
+                return Outcome(next_in=self.owner.settings.worker_resync_seconds)
+            return self._remove_row()
+        try:
+            if not self._take_down():
+                self._set(cond.READY, False, "Deleting",
+                          f"waiting for namespace {self.wanted.namespace} to terminate")
+                return Outcome(next_in=self.owner.wait_seconds)
+        except (KubeError, InstallError) as error:
+            return self._failed(cond.READY, error)
+        return self._remove_row()
+
+    def _take_down(self) -> bool:
+        """Uninstall, then delete what the portal made; True once the namespace is gone."""
+        spec, namespace = self.wanted.spec, self.wanted.namespace
+        self._hold(timedelta(seconds=INSTALL_LEASE_SECONDS) + self.owner.lease)
+        self.owner.installer.uninstall(self.wanted.release, namespace)
+        self.host.delete("v1", "Namespace", namespace)
+        queue_version = manifests.labels.KAI_API_VERSION
+        self.host.delete(queue_version, "Queue",
+                         manifests.cluster_queue_name(spec.tenant, spec.name))
+        if self.wanted.last_of_tenant:
+            self.host.delete(queue_version, "Queue", manifests.tenant_queue_name(spec.tenant))
+        return self.host.get("v1", "Namespace", namespace) is None
+
+    def _remove_row(self) -> Outcome:
+        with self.owner.database.transaction() as db:
+            cluster = repository.lock_cluster(db, self.wanted.cluster_id)
+            if cluster is None or cluster.lease_owner != self.worker_id:
+                raise LeaseLost
+            before = {"name": cluster.name, "gpus": cluster.gpus,
+                      "gpu_class_id": cluster.gpu_class_id, "generation": cluster.generation}
+            self._audit(db, "virtual_cluster.deleted", before, None)
+            repository.delete_cluster_row(db, cluster.id)
+        return Outcome(next_in=0, deleted=True)
+
+    # ----- conditions, failures and the lease
+
+    def _failed(self, type_: str, error: Exception) -> Outcome:
+        reason, message, permanent, delay = _classify(error)
+        self._set(type_, False, reason, message)
+        if type_ != cond.READY:
+            self._set(cond.READY, False, reason, f"{type_}: {message}")
+        attempt = self.failed_attempts + 1
+        log.info("cluster %d: %s failed (%s, attempt %d): %s", self.wanted.cluster_id, type_,
+                 reason, attempt, message)
+        if permanent:
+            self._set(cond.FAILED, True, reason, message)
+            return Outcome(next_in=self.owner.settings.worker_resync_seconds, failed=True)
+        return Outcome(next_in=max(delay or 0.0, BACKOFF.backoff(min(attempt, 20))), failed=True)
+
+    def _set(self, type_: str, status: bool, reason: str, message: str) -> None:
+        updated = cond.set_condition(self.conditions, type_, status, reason, message,
+                                     self.wanted.generation, self.owner.clock())
+        if updated == self.conditions:
+            return
+        self.conditions = updated
+        with self.owner.database.transaction() as db:
+            self._write(db, conditions=updated, updated_at=self.owner.clock())
+
+    def _hold(self, duration: timedelta) -> None:
+        until = self.owner.clock() + duration
+        with self.owner.database.transaction() as db:
+            self._write(db, lease_expires_at=until, next_reconcile_at=until)
+
+    def _write(self, db: Any, **values: Any) -> None:
+        """Writes to the held cluster; each write also renews the lease."""
+        until = self.owner.clock() + self.owner.lease
+        values.setdefault("lease_expires_at", until)
+        values.setdefault("next_reconcile_at", until)
+        if not repository.update_held(db, self.wanted.cluster_id, self.worker_id, **values):
+            raise LeaseLost
+
+    def _finish(self, outcome: Outcome) -> None:
+        now = self.owner.clock()
+        values: dict[str, Any] = {}
+        attempts = self.failed_attempts + 1 if outcome.failed else 0
+        if attempts != self.failed_attempts:
+            values["failed_attempts"] = attempts
+        became_ready = outcome.converged and self.observed_generation != self.wanted.generation
+        if became_ready:
+            values["observed_generation"] = self.wanted.generation
+        newly_failed = cond.is_true(self.conditions, cond.FAILED) and not cond.is_true(
+            self.wanted.conditions, cond.FAILED)
+        with self.owner.database.transaction() as db:
+            if not repository.release(db, self.wanted.cluster_id, self.worker_id,
+                                      generation=self.wanted.generation,
+                                      next_at=now + timedelta(seconds=outcome.next_in),
+                                      now=now, **values):
+                raise LeaseLost
+            if became_ready:
+                self._audit(db, "virtual_cluster.ready", None,
+                            {"generation": self.wanted.generation})
+            if newly_failed:
+                failed = cond.find(self.conditions, cond.FAILED) or {}
+                self._audit(db, "virtual_cluster.failed", None,
+                            {"reason": failed.get("reason"), "message": failed.get("message")})
+
+    def _audit(self, db: Any, action: str, before: dict[str, Any] | None,
+               after: dict[str, Any] | None) -> None:
+        audit.record(db, action=action, actor_id=None, actor_label=ACTOR,
+                     tenant_id=self.wanted.tenant_id, target_type="virtual_cluster",
+                     target_id=self.wanted.cluster_id, before=before, after=after)
+
+
+class _InvalidSpec:
+    """A row the builders refuse (e.g. a name clash with the KAI root queue): tell the tenant."""
+
+    def __init__(self, owner: ClusterReconciler, cluster_id: int, worker_id: str,
+                 generation: int, conditions: list[dict[str, Any]], message: str) -> None:
+        self.owner, self.cluster_id, self.worker_id = owner, cluster_id, worker_id
+        self.generation, self.conditions, self.message = generation, conditions, message
+
+    def run(self) -> None:
+        now = self.owner.clock()
+        updated = cond.set_condition(self.conditions, cond.FAILED, True, "InvalidSpec",
+                                     self.message, self.generation, now)
+        values: dict[str, Any] = {}
+        if updated != self.conditions:
+            values = {"conditions": updated, "updated_at": now}
+        resync = now + timedelta(seconds=self.owner.settings.worker_resync_seconds)
+        with self.owner.database.transaction() as db:
+            if not repository.release(db, self.cluster_id, self.worker_id,
+                                      generation=self.generation, next_at=resync, now=now,
+                                      **values):
+                raise LeaseLost
+
+
+def _current(conditions: list[dict[str, Any]], type_: str, generation: int) -> bool:
+    found = cond.find(conditions, type_)
+    return found is not None and found.get("status") == "True" and (
+        found.get("observedGeneration") == generation)
+
+
+def _drifted(live: Manifest | None, wanted: Manifest) -> bool:
+    return live is None or not _contains(live, wanted)
+
+
+def _contains(live: Any, wanted: Any) -> bool:
+    """Whether every field the portal sets has the value it sets (others may add fields)."""
+    if isinstance(wanted, dict):
+        return isinstance(live, dict) and all(
+            _contains(live.get(key), value) for key, value in wanted.items())
+    if isinstance(wanted, list):
+        return isinstance(live, list) and len(live) == len(wanted) and all(
+            _contains(a, b) for a, b in zip(live, wanted, strict=True))
+    return bool(live == wanted)
+
+
+def _kubeconfig_of(secret: Manifest) -> str | None:
+    encoded = (secret.get("data") or {}).get("config")
+    if not encoded:
+        return None
+    try:
+        return base64.b64decode(encoded).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def _opens_to(box: SecretBox, sealed: str, plaintext: str) -> bool:
+    try:
+        return box.open(sealed) == plaintext
+    except ValueError:
+        return False
+
+
+def _classify(error: Exception) -> tuple[str, str, bool, float | None]:
+    """(reason, message, permanent, server's delay) of a step's failure."""
+    if isinstance(error, TransientKubeError):
+        return error.reason, error.message, False, error.delay_seconds
+    if isinstance(error, KubeError):
+        return error.reason, error.message, True, None
+    if isinstance(error, InstallError):
+        return error.reason, error.message, error.permanent, None
+    return "InvalidSpec", str(error), True, None

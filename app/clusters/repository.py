@@ -1,0 +1,137 @@
+"""SQL for virtual clusters: lookups, quota sums and the reconcile lease."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import CursorResult, Select, case, delete, func, select, update
+from sqlalchemy.orm import Session
+
+from app.clusters.models import VirtualCluster
+from app.concurrency import lock_row
+from app.kubeconfigs.models import KubeconfigGrant
+from app.nodes.models import GpuClass, HostCluster
+from app.quotas.models import TenantQuota
+
+DEFAULT_HOST_NAME = "default"
+
+
+def clusters_query(tenant_id: int) -> Select[VirtualCluster]:
+    return select(VirtualCluster).where(VirtualCluster.tenant_id == tenant_id)
+
+
+def cluster_by_name(db: Session, tenant_id: int, name: str) -> VirtualCluster | None:
+    return db.scalar(clusters_query(tenant_id).where(VirtualCluster.name == name))
+
+
+def lock_cluster(db: Session, cluster_id: int) -> VirtualCluster | None:
+    return lock_row(db, VirtualCluster, cluster_id)
+
+
+def lock_quota(db: Session, tenant_id: int, gpu_class_id: int) -> TenantQuota | None:
+    """The tenant's quota row of a class, locked: creates and resizes of a class queue here."""
+    quota_id = db.scalar(select(TenantQuota.id).where(
+        TenantQuota.tenant_id == tenant_id, TenantQuota.gpu_class_id == gpu_class_id))
+    return lock_row(db, TenantQuota, quota_id) if quota_id is not None else None
+
+
+def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int, *,
+                   placement: str | None = None, excluding: int | None = None) -> int:
+    """GPUs of a class held by the tenant's clusters, those being deleted included."""
+    query = select(func.coalesce(func.sum(VirtualCluster.gpus), 0)).where(
+        VirtualCluster.tenant_id == tenant_id, VirtualCluster.gpu_class_id == gpu_class_id)
+    if placement is not None:
+        query = query.where(VirtualCluster.placement == placement)
+    if excluding is not None:
+        query = query.where(VirtualCluster.id != excluding)
+    return int(db.scalar(query) or 0)
+
+
+def over_quota_clusters(db: Session, tenant_id: int, gpu_class_id: int) -> list[VirtualCluster]:
+    query = clusters_query(tenant_id).where(VirtualCluster.gpu_class_id == gpu_class_id,
+                                            VirtualCluster.over_quota.is_(True))
+    return list(db.scalars(query.order_by(VirtualCluster.id)))
+
+
+def tenant_quotas(db: Session, tenant_id: int) -> list[TenantQuota]:
+    return list(db.scalars(select(TenantQuota).where(TenantQuota.tenant_id == tenant_id)))
+
+
+def class_products(db: Session, class_ids: list[int]) -> dict[int, str]:
+    rows = db.execute(select(GpuClass.id, GpuClass.product).where(GpuClass.id.in_(class_ids)))
+    return dict(rows.tuples().all())
+
+
+def other_clusters_exist(db: Session, tenant_id: int, cluster_id: int) -> bool:
+    query = select(VirtualCluster.id).where(
+        VirtualCluster.tenant_id == tenant_id, VirtualCluster.id != cluster_id).limit(1)
+    return db.scalar(query) is not None
+
+
+def default_host_cluster_id(db: Session) -> int:
+    """The host cluster new virtual clusters go to; made on first use (one host to start)."""
+    query = select(HostCluster.id).where(HostCluster.is_default).order_by(HostCluster.id)
+    found = db.scalar(query.limit(1))
+    if found is not None:
+        return found
+    row = HostCluster(name=DEFAULT_HOST_NAME, region="", is_default=True)
+    db.add(row)
+    db.flush()
+    return row.id
+
+
+def delete_cluster_row(db: Session, cluster_id: int) -> None:
+    # Grants point at the cluster; by now they are revoked and their secrets died with it.
+    db.execute(delete(KubeconfigGrant).where(KubeconfigGrant.cluster_id == cluster_id))
+    db.execute(delete(VirtualCluster).where(VirtualCluster.id == cluster_id))
+
+
+# ----- the reconcile lease
+
+
+def claim_due(db: Session, worker_id: str, now: datetime, lease_until: datetime,
+              limit: int) -> list[int]:
+    """Takes the lease on up to ``limit`` due clusters that no live lease holds.
+
+    PostgreSQL: the candidates are locked with SKIP LOCKED, so parallel workers take disjoint
+    sets without waiting. SQLite: one writer at a time, and the conditional UPDATE re-checks
+    the lease, so a row is never taken twice. ``next_reconcile_at`` moves to the lease's end:
+    if this worker dies, the cluster is due again exactly when its lease runs out.
+    """
+    free = (VirtualCluster.lease_expires_at.is_(None)) | (VirtualCluster.lease_expires_at < now)
+    candidates = (select(VirtualCluster.id)
+                  .where(VirtualCluster.next_reconcile_at <= now, free)
+                  .order_by(VirtualCluster.next_reconcile_at, VirtualCluster.id).limit(limit))
+    if db.get_bind().dialect.name == "postgresql":
+        candidates = candidates.with_for_update(skip_locked=True)
+    statement = (
+        update(VirtualCluster)
+        .where(VirtualCluster.id.in_(candidates.scalar_subquery()), free)
+        .values(lease_owner=worker_id, lease_expires_at=lease_until,
+                next_reconcile_at=lease_until, updated_at=VirtualCluster.updated_at)
+        .returning(VirtualCluster.id)
+        .execution_options(synchronize_session=False)
+    )
+    return sorted(db.scalars(statement).all())
+
+
+def update_held(db: Session, cluster_id: int, worker_id: str, **values: Any) -> bool:
+    """Writes to a cluster this worker still holds; False once the lease is lost."""
+    values.setdefault("updated_at", VirtualCluster.updated_at)
+    result = db.execute(
+        update(VirtualCluster)
+        .where(VirtualCluster.id == cluster_id, VirtualCluster.lease_owner == worker_id)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return isinstance(result, CursorResult) and result.rowcount == 1
+
+
+def release(db: Session, cluster_id: int, worker_id: str, *, generation: int,
+            next_at: datetime, now: datetime, **values: Any) -> bool:
+    """Ends the lease; a spec that changed meanwhile makes the cluster due at once."""
+    changed = VirtualCluster.generation != generation
+    return update_held(
+        db, cluster_id, worker_id, lease_owner=None, lease_expires_at=None,
+        next_reconcile_at=case((changed, now), else_=next_at), **values)

@@ -1,0 +1,93 @@
+"""Shapes of virtual clusters on the API and in forms. Credentials never appear here."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+
+from app.quotas.schemas import MAX_CPU_MILLICORES, MAX_GPUS, MAX_MEMORY_MIB
+
+# The column holds 40 characters; longer names would also crowd the derived host names.
+NAME_MAX = 40
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+Placement = Literal["shared-pool", "dedicated-nodes"]
+
+
+class ClusterCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=NAME_MAX,
+                      description="DNS-1123 label: lowercase letters, digits and '-'")
+    kubernetes_version: str | None = Field(
+        default=None, max_length=20, description="one of the operator's versions; default first"
+    )
+    placement: Placement = "shared-pool"
+    gpu_class_id: StrictInt | None = Field(default=None, ge=1)
+    gpus: StrictInt = Field(default=0, ge=0, le=MAX_GPUS)
+    cpu_millicores: StrictInt = Field(default=4000, ge=0, le=MAX_CPU_MILLICORES)
+    memory_mib: StrictInt = Field(default=16384, ge=0, le=MAX_MEMORY_MIB)
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not _DNS_LABEL.fullmatch(value):
+            raise ValueError(
+                "use lowercase letters, digits and '-', starting and ending with a letter or digit"
+            )
+        return value
+
+
+class ClusterResize(BaseModel):
+    """Any of the sizes; those left out keep their value."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: StrictInt | None = Field(default=None, ge=0, le=MAX_GPUS)
+    cpu_millicores: StrictInt | None = Field(default=None, ge=0, le=MAX_CPU_MILLICORES)
+    memory_mib: StrictInt | None = Field(default=None, ge=0, le=MAX_MEMORY_MIB)
+
+
+class ConditionOut(BaseModel):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str
+    lastTransitionTime: str  # noqa: N815 - the Kubernetes condition field name
+    observedGeneration: int  # noqa: N815
+
+
+class ClusterOut(BaseModel):
+    id: int
+    tenant: str
+    name: str
+    kubernetes_version: str
+    placement: str
+    gpu_class_id: int | None
+    gpu_class: str | None
+    gpus: int
+    cpu_millicores: int
+    memory_mib: int
+    generation: int
+    observed_generation: int
+    phase: str = Field(description="a one-word summary of the conditions, for lists")
+    ready: bool
+    over_quota: bool
+    deleting: bool
+    endpoint: str
+    conditions: list[ConditionOut]
+    created_at: datetime
+    updated_at: datetime
+
+
+class ClusterPreview(BaseModel):
+    """What the worker would apply on the host cluster, for an operator's review."""
+
+    namespace: str
+    release: str
+    objects: list[dict[str, Any]]
+    objects_yaml: str
+    values_yaml: str
+    helm_command: list[str]

@@ -1,0 +1,278 @@
+"""Virtual cluster requests: create, resize and delete within the tenant's GPU quota.
+
+Quota rule: the GPUs of a class held by a tenant's clusters (those being deleted included, as
+they still hold them) never exceed the tenant's approved quota of that class. Creates and
+resizes lock the tenant's quota row of the class first, then check and write, so parallel
+requests queue on that row and cannot both pass. Lock order is quota row, then cluster row,
+the same as quota expiry, so the two never deadlock.
+
+Dedicated-nodes clusters must also fit the tenant's dedicated nodes: their GPUs of a class,
+summed over the tenant's dedicated-nodes clusters, stay within the GPUs on the nodes of that
+class assigned to the tenant. Shared-pool clusters do not use dedicated nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth.principal import Principal
+from app.authz import tenant_for
+from app.authz.scoping import Action
+from app.clusters import conditions as cond
+from app.clusters import desired, repository
+from app.clusters.installer import HelmInstaller
+from app.clusters.models import VirtualCluster
+from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterPreview, ClusterResize
+from app.concurrency import insert_or_conflict
+from app.config import Settings
+from app.db import utcnow
+from app.errors import Conflict, NotFound, ValidationFailed
+from app.kube.manifests import dump_yaml
+from app.nodes import gpu_class_repository
+from app.nodes.models import GpuClass
+from app.pagination import Page, PageParams, paginate
+from app.tenants.models import Tenant
+
+DEDICATED = "dedicated-nodes"
+
+
+def cluster_for(db: Session, principal: Principal, slug: str, name: str,
+                action: Action = "read") -> VirtualCluster:
+    """The tenant's cluster by name, if the principal may ``action`` in the tenant; else 404."""
+    tenant = tenant_for(db, principal, slug, action)
+    cluster = repository.cluster_by_name(db, tenant.id, name)
+    if cluster is None:
+        raise NotFound(f"no cluster {name!r} in tenant {slug!r}")
+    return cluster
+
+
+def cluster_out(db: Session, cluster: VirtualCluster) -> ClusterOut:
+    tenant = db.get(Tenant, cluster.tenant_id)
+    gpu_class = db.get(GpuClass, cluster.gpu_class_id) if cluster.gpu_class_id else None
+    assert tenant is not None
+    conditions = list(cluster.conditions or [])
+    deleting = cluster.deletion_requested_at is not None
+    return ClusterOut(
+        id=cluster.id, tenant=tenant.slug, name=cluster.name,
+        kubernetes_version=cluster.kubernetes_version, placement=cluster.placement,
+        gpu_class_id=cluster.gpu_class_id, gpu_class=gpu_class.product if gpu_class else None,
+        gpus=cluster.gpus, cpu_millicores=cluster.cpu_millicores, memory_mib=cluster.memory_mib,
+        generation=cluster.generation, observed_generation=cluster.observed_generation,
+        phase=cond.phase(conditions, deleting), ready=cond.is_true(conditions, cond.READY),
+        over_quota=cluster.over_quota, deleting=deleting, endpoint=cluster.endpoint,
+        conditions=conditions, created_at=cluster.created_at, updated_at=cluster.updated_at,
+    )
+
+
+def list_clusters(db: Session, principal: Principal, slug: str,
+                  params: PageParams) -> Page[ClusterOut]:
+    tenant = tenant_for(db, principal, slug)
+    rows, cursor = paginate(db, repository.clusters_query(tenant.id), VirtualCluster.id, params)
+    return Page(items=[cluster_out(db, row) for row in rows], next_cursor=cursor)
+
+
+def get_cluster(db: Session, principal: Principal, slug: str, name: str) -> ClusterOut:
+    return cluster_out(db, cluster_for(db, principal, slug, name))
+
+
+# ----- create
+
+
+def check_create(db: Session, principal: Principal, settings: Settings, slug: str,
+                 payload: ClusterCreate, *, lock: bool = False) -> Tenant:
+    """Everything ``create_cluster`` checks; without ``lock`` it writes and locks nothing."""
+    tenant = tenant_for(db, principal, slug, "manage")
+    _check_version(settings, payload.kubernetes_version)
+    if repository.cluster_by_name(db, tenant.id, payload.name) is not None:
+        raise _name_taken(payload.name)
+    gpu_class = _gpu_class(db, payload.gpu_class_id, payload.gpus)
+    _check_spec(db, settings, tenant, payload, gpu_class)
+    if gpu_class is not None:
+        _check_quota(db, tenant, gpu_class, payload.placement, payload.gpus, lock=lock)
+    return tenant
+
+
+def create_cluster(db: Session, principal: Principal, settings: Settings, slug: str,
+                   payload: ClusterCreate) -> ClusterOut:
+    tenant = check_create(db, principal, settings, slug, payload, lock=True)
+    cluster = VirtualCluster(
+        tenant_id=tenant.id, host_cluster_id=repository.default_host_cluster_id(db),
+        name=payload.name,
+        kubernetes_version=payload.kubernetes_version or settings.kubernetes_versions[0],
+        placement=payload.placement, gpu_class_id=payload.gpu_class_id, gpus=payload.gpus,
+        cpu_millicores=payload.cpu_millicores, memory_mib=payload.memory_mib, generation=1,
+        observed_generation=0, conditions=[],
+        endpoint=desired.endpoint_for(settings, tenant.slug, payload.name),
+        created_by_id=principal.user_id, next_reconcile_at=utcnow(),
+    )
+    insert_or_conflict(db, cluster, _name_taken(payload.name))
+    _record(db, principal, "virtual_cluster.create", cluster, None, _spec(cluster))
+    return cluster_out(db, cluster)
+
+
+def _check_version(settings: Settings, version: str | None) -> None:
+    if version is not None and version not in settings.kubernetes_versions:
+        offered = ", ".join(settings.kubernetes_versions)
+        raise ValidationFailed.on_field("kubernetes_version", f"choose one of {offered}")
+
+
+def _name_taken(name: str) -> Conflict:
+    return Conflict(f"the tenant has a cluster named {name!r} already",
+                    errors=[{"field": "name", "message": "this name is taken"}])
+
+
+def _gpu_class(db: Session, gpu_class_id: int | None, gpus: int) -> GpuClass | None:
+    if gpu_class_id is None:
+        if gpus > 0:
+            raise ValidationFailed.on_field("gpu_class_id", "choose the class of the GPUs")
+        return None
+    gpu_class = db.get(GpuClass, gpu_class_id)
+    if gpu_class is None:
+        raise ValidationFailed.on_field("gpu_class_id", f"there is no GPU class {gpu_class_id}")
+    return gpu_class
+
+
+def _check_spec(db: Session, settings: Settings, tenant: Tenant, payload: ClusterCreate,
+                gpu_class: GpuClass | None) -> None:
+    """The builders' own validation, so a request the worker could not build is refused now."""
+    probe = VirtualCluster(
+        name=payload.name, placement=payload.placement, gpus=payload.gpus,
+        kubernetes_version=payload.kubernetes_version or settings.kubernetes_versions[0],
+        cpu_millicores=payload.cpu_millicores, memory_mib=payload.memory_mib, endpoint="")
+    try:
+        desired.cluster_spec(probe, tenant, gpu_class, settings)
+    except ValueError as error:
+        raise ValidationFailed.on_field("name", str(error)) from error
+
+
+def _check_quota(db: Session, tenant: Tenant, gpu_class: GpuClass, placement: str, gpus: int,
+                 *, lock: bool, excluding: int | None = None) -> None:
+    if lock:
+        quota = repository.lock_quota(db, tenant.id, gpu_class.id)
+    else:
+        quota = next((q for q in repository.tenant_quotas(db, tenant.id)
+                      if q.gpu_class_id == gpu_class.id), None)
+    if gpus == 0:
+        return
+    approved = quota.gpus if quota else 0
+    held = repository.allocated_gpus(db, tenant.id, gpu_class.id, excluding=excluding)
+    if gpus > approved - held:
+        raise ValidationFailed.on_field(
+            "gpus", f"{max(approved - held, 0)} of the tenant's {approved} "
+                    f"{gpu_class.display_name} GPUs are free; request more quota first")
+    if placement == DEDICATED:
+        _check_dedicated(db, tenant, gpu_class, gpus, excluding)
+
+
+def _check_dedicated(db: Session, tenant: Tenant, gpu_class: GpuClass, gpus: int,
+                     excluding: int | None) -> None:
+    on_nodes = gpu_class_repository.assigned_gpus(db, gpu_class.id, tenant.id)
+    held = repository.allocated_gpus(db, tenant.id, gpu_class.id, placement=DEDICATED,
+                                     excluding=excluding)
+    if gpus > on_nodes - held:
+        raise ValidationFailed.on_field(
+            "gpus", f"{max(on_nodes - held, 0)} {gpu_class.display_name} GPUs are free on the "
+                    f"nodes dedicated to the tenant ({on_nodes} in all); ask a platform admin "
+                    "to assign nodes, or use the shared pool")
+
+
+# ----- resize and delete
+
+
+def resize_cluster(db: Session, principal: Principal, slug: str, name: str,
+                   payload: ClusterResize) -> ClusterOut:
+    tenant = tenant_for(db, principal, slug, "manage")
+    found = cluster_for(db, principal, slug, name, "manage")
+    gpu_class = db.get(GpuClass, found.gpu_class_id) if found.gpu_class_id else None
+    if gpu_class is not None:
+        repository.lock_quota(db, tenant.id, gpu_class.id)
+    cluster = repository.lock_cluster(db, found.id)
+    if cluster is None:
+        raise NotFound(f"no cluster {name!r} in tenant {slug!r}")
+    if cluster.deletion_requested_at is not None:
+        raise Conflict(f"cluster {name!r} is being deleted")
+    wanted = {k: v for k, v in payload.model_dump(exclude_none=True).items()
+              if getattr(cluster, k) != v}
+    if not wanted:
+        return cluster_out(db, cluster)
+    new_gpus = wanted.get("gpus", cluster.gpus)
+    if gpu_class is None and new_gpus > 0:
+        raise ValidationFailed.on_field(
+            "gpus", "this cluster was created without a GPU class; create one with GPUs")
+    if gpu_class is not None and new_gpus > cluster.gpus:
+        _check_quota(db, tenant, gpu_class, cluster.placement, new_gpus, lock=False,
+                     excluding=cluster.id)
+    before = _spec(cluster)
+    for key, value in wanted.items():
+        setattr(cluster, key, value)
+    cluster.generation += 1
+    cluster.next_reconcile_at = utcnow()
+    db.flush()
+    _record(db, principal, "virtual_cluster.resize", cluster, before, _spec(cluster))
+    if gpu_class is not None:
+        _clear_over_quota(db, principal, tenant, gpu_class)
+    return cluster_out(db, cluster)
+
+
+def _clear_over_quota(db: Session, principal: Principal, tenant: Tenant,
+                      gpu_class: GpuClass) -> None:
+    """Clusters flagged by quota expiry are back within quota once the tenant has shrunk."""
+    quota = next((q for q in repository.tenant_quotas(db, tenant.id)
+                  if q.gpu_class_id == gpu_class.id), None)
+    if repository.allocated_gpus(db, tenant.id, gpu_class.id) > (quota.gpus if quota else 0):
+        return
+    for flagged in repository.over_quota_clusters(db, tenant.id, gpu_class.id):
+        flagged.over_quota = False
+        _record(db, principal, "virtual_cluster.within_quota", flagged, {"over_quota": True},
+                {"over_quota": False})
+    db.flush()
+
+
+def delete_cluster(db: Session, principal: Principal, slug: str, name: str) -> ClusterOut:
+    """Asks the worker to take the cluster down; the row goes once everything is removed."""
+    found = cluster_for(db, principal, slug, name, "manage")
+    cluster = repository.lock_cluster(db, found.id)
+    if cluster is None:
+        raise NotFound(f"no cluster {name!r} in tenant {slug!r}")
+    if cluster.deletion_requested_at is None:
+        cluster.deletion_requested_at = utcnow()
+        cluster.generation += 1
+        cluster.next_reconcile_at = utcnow()
+        db.flush()
+        _record(db, principal, "virtual_cluster.delete", cluster, _spec(cluster),
+                {"deletion_requested_at": cluster.deletion_requested_at.isoformat()})
+    return cluster_out(db, cluster)
+
+
+# ----- review without a host cluster
+
+
+def preview(db: Session, principal: Principal, settings: Settings, slug: str,
+            name: str) -> ClusterPreview:
+    cluster = cluster_for(db, principal, slug, name)
+    wanted = desired.load(db, cluster, settings)
+    objects = wanted.host_objects()
+    command = HelmInstaller.from_settings(settings).install_command(
+        wanted.release, wanted.namespace, "vcluster.yaml")
+    return ClusterPreview(
+        namespace=wanted.namespace, release=wanted.release, objects=objects,
+        objects_yaml="---\n".join(dump_yaml(obj) for obj in objects),
+        values_yaml=wanted.values_yaml(), helm_command=command,
+    )
+
+
+def _spec(cluster: VirtualCluster) -> dict[str, Any]:
+    return {"name": cluster.name, "kubernetes_version": cluster.kubernetes_version,
+            "placement": cluster.placement, "gpu_class_id": cluster.gpu_class_id,
+            "gpus": cluster.gpus, "cpu_millicores": cluster.cpu_millicores,
+            "memory_mib": cluster.memory_mib, "generation": cluster.generation}
+
+
+def _record(db: Session, principal: Principal, action: str, cluster: VirtualCluster,
+            before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+    audit.record(db, action=action, actor_id=principal.user_id, actor_label=principal.label,
+                 tenant_id=cluster.tenant_id, target_type="virtual_cluster",
+                 target_id=cluster.id, before=before, after=after)

@@ -1,0 +1,174 @@
+"""HTML: a tenant's clusters, the create form with inline checks, and the cluster page with
+live conditions (htmx polling while provisioning), resize, delete and the manifest review."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from app.auth.principal import Principal
+from app.clusters import service
+from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize
+from app.config import Settings
+from app.deps import CurrentPrincipal, DbSession, get_settings_dep
+from app.errors import Conflict, NotFound, ValidationFailed
+from app.nodes import gpu_classes
+from app.pagination import PageParams
+from app.tenants import service as tenants_service
+from app.web.forms import (
+    STATE_CHANGING,
+    FieldErrors,
+    FormFields,
+    go_to,
+    is_htmx,
+    problem_errors,
+    validation_errors,
+)
+from app.web.forms import form_payload as parse_form
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+AppSettings = Annotated[Settings, Depends(get_settings_dep)]
+EVERYTHING = PageParams(limit=200)
+CREATE_FIELDS = ("name", "kubernetes_version", "placement", "gpu_class_id", "gpus",
+                 "cpu_millicores", "memory_mib")
+SIZE_FIELDS = ("gpus", "cpu_millicores", "memory_mib")
+POLLING_PHASES = ("Provisioning", "Deleting")
+
+
+def _create_payload(fields: dict[str, str]) -> dict[str, Any]:
+    payload = parse_form(fields, keys=CREATE_FIELDS,
+                         integers=("gpu_class_id", "gpus", "cpu_millicores", "memory_mib"))
+    for optional in ("kubernetes_version", "gpu_class_id", "placement"):
+        if payload.get(optional) in ("", None):
+            payload.pop(optional, None)
+    return payload
+
+
+def _form_context(request: Request, db: DbSession, settings: Settings, tenant: str,
+                  fields: dict[str, str], errors: FieldErrors) -> dict[str, Any]:
+    return {"tenant_slug": tenant, "classes": gpu_classes.all_classes(db),
+            "versions": settings.kubernetes_versions, "form": fields, "errors": errors}
+
+
+def _create_form(request: Request, db: DbSession, principal: Principal, settings: Settings,
+                 tenant: str, fields: dict[str, str], errors: FieldErrors, status_code: int,
+                 whole_page: bool = False) -> Response:
+    context = _form_context(request, db, settings, tenant, fields, errors)
+    if not whole_page:
+        return render(request, "clusters/_create_form.html", context, status_code=status_code)
+    row, can_manage = tenants_service.tenant_and_rights(db, principal, tenant)
+    context.update(tenant=row, can_manage=can_manage,
+                   clusters=service.list_clusters(db, principal, tenant, EVERYTHING).items)
+    return render(request, "clusters/list.html", context, status_code=status_code)
+
+
+def _checked(db: DbSession, principal: Principal, settings: Settings, tenant: str,
+             fields: dict[str, str]) -> tuple[ClusterCreate | None, FieldErrors, int]:
+    try:
+        payload = ClusterCreate.model_validate(_create_payload(fields))
+        service.check_create(db, principal, settings, tenant, payload)
+    except ValidationError as error:
+        return None, validation_errors(error), 422
+    except (ValidationFailed, Conflict) as error:
+        return None, problem_errors(error), error.status
+    return payload, {}, 200
+
+
+@router.get("/t/{tenant}/clusters")
+def clusters_page(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
+                  settings: AppSettings) -> Response:
+    defaults = {"placement": "shared-pool", "cpu_millicores": "4000", "memory_mib": "16384"}
+    return _create_form(request, db, principal, settings, tenant, defaults, {}, 200,
+                        whole_page=True)
+
+
+@router.post("/t/{tenant}/clusters/validate", dependencies=STATE_CHANGING)
+def validate_cluster(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
+                     settings: AppSettings, fields: FormFields) -> Response:
+    _payload, errors, _status = _checked(db, principal, settings, tenant, fields)
+    # While the form is being filled in, speak only of fields touched so far.
+    touched = {request.headers.get("hx-trigger-name", "")} | {k for k, v in fields.items() if v}
+    errors = {field: message for field, message in errors.items() if field in touched}
+    return _create_form(request, db, principal, settings, tenant, fields, errors,
+                        422 if errors else 200)
+
+
+@router.post("/t/{tenant}/clusters", dependencies=STATE_CHANGING)
+def create_cluster(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
+                   settings: AppSettings, fields: FormFields) -> Response:
+    payload, errors, status_code = _checked(db, principal, settings, tenant, fields)
+    if payload is not None:
+        try:
+            created = service.create_cluster(db, principal, settings, tenant, payload)
+        except (ValidationFailed, Conflict) as error:
+            payload, errors, status_code = None, problem_errors(error), error.status
+    if payload is None:
+        return _create_form(request, db, principal, settings, tenant, fields, errors,
+                            status_code, whole_page=not is_htmx(request))
+    return go_to(request, f"/t/{tenant}/clusters/{created.name}")
+
+
+# ----- one cluster
+
+
+def _detail(request: Request, db: DbSession, principal: Principal, settings: Settings,
+            tenant: str, name: str, form: dict[str, Any] | None = None,
+            errors: FieldErrors | None = None, status_code: int = 200) -> Response:
+    cluster = service.get_cluster(db, principal, tenant, name)
+    row, can_manage = tenants_service.tenant_and_rights(db, principal, tenant)
+    no_host = request.app.state.kube.host() is None
+    return render(request, "clusters/detail.html", {
+        "tenant": row, "can_manage": can_manage, "cluster": cluster,
+        "polling": cluster.phase in POLLING_PHASES, "no_host": no_host,
+        "preview": service.preview(db, principal, settings, tenant, name),
+        "form": form or {k: str(getattr(cluster, k)) for k in SIZE_FIELDS},
+        "errors": errors or {},
+    }, status_code=status_code)
+
+
+@router.get("/t/{tenant}/clusters/{cluster}")
+def cluster_page(request: Request, tenant: str, cluster: str, db: DbSession,
+                 principal: CurrentPrincipal, settings: AppSettings) -> Response:
+    return _detail(request, db, principal, settings, tenant, cluster)
+
+
+@router.get("/t/{tenant}/clusters/{cluster}/status")
+def cluster_status(request: Request, tenant: str, cluster: str, db: DbSession,
+                   principal: CurrentPrincipal) -> Response:
+    """The conditions partial the page polls; a deleted cluster sends the browser to the list."""
+    try:
+        found: ClusterOut = service.get_cluster(db, principal, tenant, cluster)
+    except NotFound:
+        if not is_htmx(request):
+            raise
+        return go_to(request, f"/t/{tenant}/clusters")
+    return render(request, "clusters/_status.html", {
+        "tenant_slug": tenant, "cluster": found, "polling": found.phase in POLLING_PHASES})
+
+
+@router.post("/t/{tenant}/clusters/{cluster}/resize", dependencies=STATE_CHANGING)
+def resize_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
+                   principal: CurrentPrincipal, settings: AppSettings,
+                   fields: FormFields) -> Response:
+    payload = parse_form(fields, keys=SIZE_FIELDS, integers=SIZE_FIELDS)
+    try:
+        service.resize_cluster(db, principal, tenant, cluster,
+                               ClusterResize.model_validate(payload))
+    except ValidationError as error:
+        return _detail(request, db, principal, settings, tenant, cluster, fields,
+                       validation_errors(error), 422)
+    except (ValidationFailed, Conflict) as error:
+        return _detail(request, db, principal, settings, tenant, cluster, fields,
+                       problem_errors(error), error.status)
+    return go_to(request, f"/t/{tenant}/clusters/{cluster}")
+
+
+@router.post("/t/{tenant}/clusters/{cluster}/delete", dependencies=STATE_CHANGING)
+def delete_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
+                   principal: CurrentPrincipal) -> Response:
+    service.delete_cluster(db, principal, tenant, cluster)
+    return go_to(request, f"/t/{tenant}/clusters/{cluster}")

@@ -1,0 +1,68 @@
+"""REST: issue, list and revoke kubeconfigs of a virtual cluster.
+
+Issuing takes no ``Idempotency-Key``: a replay would have to store the response, and the
+token must never be stored. A retried request simply gets a grant of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from app.deps import CurrentPrincipal, DbSession
+from app.kubeconfigs import service
+from app.kubeconfigs.schemas import GrantOut, IssuedKubeconfig, KubeconfigRequest
+from app.kubeconfigs.service import VirtualClusters
+from app.pagination import Page, PageParams, page_params
+
+router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters/{cluster}/kubeconfigs",
+                   tags=["kubeconfigs"])
+Paging = Annotated[PageParams, Depends(page_params)]
+YAML = "application/yaml"
+
+
+def virtual_clusters(request: Request) -> VirtualClusters:
+    return VirtualClusters.from_settings(request.app.state.settings, request.app.state.kube)
+
+
+Clusters = Annotated[VirtualClusters, Depends(virtual_clusters)]
+
+
+def kubeconfig_response(issued: IssuedKubeconfig, *, attachment: bool = True) -> Response:
+    """The YAML, never cached anywhere on the way."""
+    disposition = "attachment" if attachment else "inline"
+    headers = {
+        "Cache-Control": "no-store",
+        "Pragma": "no-cache",
+        "Content-Disposition": f"{disposition}; filename*=UTF-8''{quote(issued.filename)}",
+        "X-Kubeconfig-Grant": str(issued.grant.id),
+        "X-Kubeconfig-Expires-At": issued.grant.expires_at.isoformat(),
+    }
+    return Response(issued.yaml, status_code=201, media_type=YAML, headers=headers)
+
+
+@router.post("", status_code=201, response_class=Response, responses={
+    201: {"description": "the kubeconfig; its grant id in X-Kubeconfig-Grant",
+          "content": {YAML: {"schema": {"type": "string"}}}}})
+def issue(tenant: str, cluster: str, payload: KubeconfigRequest, db: DbSession,
+          principal: CurrentPrincipal, clusters: Clusters, request: Request) -> Response:
+    issued = service.issue_kubeconfig(db, principal, clusters, request.app.state.settings,
+                                      tenant, cluster, payload)
+    return kubeconfig_response(issued)
+
+
+@router.get("", response_model=Page[GrantOut])
+def list_grants(tenant: str, cluster: str, db: DbSession, principal: CurrentPrincipal,
+                paging: Paging) -> Page[GrantOut]:
+    """Active grants: all of them for tenant admins, one's own for everyone else."""
+    return service.list_active_grants(db, principal, tenant, cluster, paging)
+
+
+@router.delete("/{grant_id}", status_code=204)
+def revoke(tenant: str, cluster: str, grant_id: int, db: DbSession,
+           principal: CurrentPrincipal, clusters: Clusters) -> Response:
+    service.revoke_grant(db, principal, clusters, tenant, cluster, grant_id)
+    return Response(status_code=204)

@@ -1,0 +1,479 @@
+"""Kubeconfig grants: issue, list and revoke. Callers own the transaction; all audited.
+
+Issuing makes, inside the virtual cluster and with its stored admin credential, a ServiceAccount
+per user and role, its ClusterRoleBinding, one Secret per grant and a TokenRequest bound to that
+Secret (see ``app.kubeconfigs.manifests``). The token goes into the returned YAML and nowhere
+else: not the database, not the audit trail, not the logs.
+
+Revoking marks the grant at once (the portal treats it as revoked from then on) and deletes the
+bound Secret, once synchronously when a request revokes, and otherwise (or on failure) through
+the level-triggered ``KubeconfigReconciler``, which also sweeps the Secrets of expired grants.
+The ServiceAccount (and its binding) goes with the last live grant that used it.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth.models import User
+from app.auth.principal import Principal
+from app.authz import tenant_for
+from app.clusters.models import VirtualCluster
+from app.concurrency import lock_row
+from app.config import Settings
+from app.crypto import SecretBox
+from app.db import utcnow
+from app.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    ProblemError,
+    ServiceUnavailable,
+    ValidationFailed,
+)
+from app.kube.connector import KubeConnector
+from app.kube.errors import KubeError, TransientKubeError
+from app.kube.port import MIN_TOKEN_EXPIRATION_SECONDS, KubePort
+from app.kubeconfigs import manifests, repository
+from app.kubeconfigs.manifests import PORTAL_NAMESPACE, GrantSpec, KubeconfigSpec
+from app.kubeconfigs.models import KubeconfigGrant
+from app.kubeconfigs.schemas import GrantOut, IssuedKubeconfig, KubeconfigRequest, KubeconfigRole
+from app.pagination import Page, PageParams, paginate
+from app.tenants.models import Tenant
+
+log = logging.getLogger(__name__)
+
+# Which kubeconfig roles a tenant role may ask for.
+ROLES_BY_TENANT_ROLE: dict[str, tuple[str, ...]] = {
+    "admin": ("admin", "edit", "view"),
+    "member": ("edit", "view"),
+    "viewer": ("view",),
+}
+WORKER_LABEL = "kubeconfig-reconciler"
+MAX_TRANSIENT_BACKOFF = timedelta(minutes=5)
+MAX_PERMANENT_BACKOFF = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class VirtualClusters:
+    """How the portal reaches a virtual cluster: the connector and the key of stored secrets."""
+
+    kube: KubeConnector
+    box: SecretBox
+
+    @classmethod
+    def from_settings(cls, settings: Settings, kube: KubeConnector) -> VirtualClusters:
+        return cls(kube=kube, box=SecretBox(settings.encryption_key))
+
+    def admin_kubeconfig(self, cluster: VirtualCluster) -> str:
+        if cluster.admin_kubeconfig_encrypted is None:
+            raise Conflict(f"cluster {cluster.name!r} has no credential yet: wait until Ready")
+        return self.box.open(cluster.admin_kubeconfig_encrypted)
+
+    def port(self, cluster: VirtualCluster) -> KubePort:
+        return self.kube.virtual(self.admin_kubeconfig(cluster))
+
+
+# ----- rules
+
+
+def allowed_roles(principal: Principal, tenant: Tenant) -> tuple[str, ...]:
+    if principal.is_platform_admin:
+        return ROLES_BY_TENANT_ROLE["admin"]
+    return ROLES_BY_TENANT_ROLE.get(principal.roles.get(tenant.id, ""), ())
+
+
+def lifetime_bounds(settings: Settings) -> tuple[int, int]:
+    """(default, maximum) token lifetime in seconds, as the operator configured them."""
+    maximum = max(MIN_TOKEN_EXPIRATION_SECONDS, int(settings.kubeconfig_max_hours * 3600))
+    default = int(settings.kubeconfig_default_hours * 3600)
+    return min(max(default, MIN_TOKEN_EXPIRATION_SECONDS), maximum), maximum
+
+
+def is_ready(cluster: VirtualCluster) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in cluster.conditions or [] if isinstance(c, dict))
+
+
+def _is_tenant_admin(principal: Principal, tenant: Tenant) -> bool:
+    return principal.is_platform_admin or principal.roles.get(tenant.id) == "admin"
+
+
+def _ensure_may_issue(principal: Principal, tenant: Tenant, role: str) -> None:
+    if not principal.can_write():
+        raise Forbidden("this API token is read-only")
+    if tenant.state == "suspended":
+        raise Forbidden(f"tenant {tenant.slug!r} is suspended: no new kubeconfigs")
+    allowed = allowed_roles(principal, tenant)
+    if role not in allowed:
+        raise Forbidden(f"your role in {tenant.slug!r} allows {' or '.join(allowed)} "
+                        f"kubeconfigs, not {role}")
+
+
+def _lifetime(settings: Settings, requested: int | None) -> int:
+    default, maximum = lifetime_bounds(settings)
+    if requested is None:
+        return default
+    if requested > maximum:
+        raise ValidationFailed.on_field(
+            "lifetime_seconds", f"at most {maximum} seconds ({maximum / 3600:g} h) here")
+    return requested
+
+
+def _cluster_for(db: Session, principal: Principal, slug: str,
+                 name: str) -> tuple[Tenant, VirtualCluster]:
+    tenant = tenant_for(db, principal, slug)
+    cluster = repository.cluster_in_tenant(db, tenant.id, name)
+    if cluster is None:
+        raise NotFound(f"no cluster {name!r} in {slug!r}")
+    return tenant, cluster
+
+
+def _ensure_issuable(cluster: VirtualCluster) -> None:
+    if cluster.deletion_requested_at is not None:
+        raise Conflict(f"cluster {cluster.name!r} is being deleted")
+    if not is_ready(cluster) or cluster.admin_kubeconfig_encrypted is None:
+        raise Conflict(f"cluster {cluster.name!r} is not Ready yet: try again once it is")
+
+
+# ----- issue
+
+
+def issue_kubeconfig(db: Session, principal: Principal, clusters: VirtualClusters,
+                     settings: Settings, slug: str, name: str,
+                     payload: KubeconfigRequest) -> IssuedKubeconfig:
+    tenant, cluster = _cluster_for(db, principal, slug, name)
+    _ensure_may_issue(principal, tenant, payload.role)
+    lifetime = _lifetime(settings, payload.lifetime_seconds)
+    _ensure_issuable(cluster)
+    admin_yaml = clusters.admin_kubeconfig(cluster)
+    # Serialises with the reconciler's "last grant gone, delete the ServiceAccount" step.
+    lock_row(db, User, principal.user_id)
+    grant, spec = _new_grant(db, principal, cluster, payload.role, lifetime)
+    token = _make_token(clusters.kube.virtual(admin_yaml), spec, lifetime)
+    _audit(db, principal.user_id, principal.label, tenant.id, "kubeconfig.issue", grant,
+           after=_grant_facts(grant, cluster, principal.email))
+    server, ca_data = manifests.admin_endpoint(admin_yaml)
+    context = f"{tenant.slug}-{cluster.name}"
+    text = manifests.kubeconfig_yaml(KubeconfigSpec(
+        context=context, server=cluster.endpoint or server, ca_data=ca_data,
+        user=f"{context}-{grant.role}", token=token))
+    log.info("kubeconfig grant %d issued: %s %s for user %d until %s", grant.id, context,
+             grant.role, grant.user_id, grant.expires_at.isoformat())
+    return IssuedKubeconfig(grant=_grant_out(grant, cluster, principal.user),
+                            yaml=text, filename=f"{context}-{grant.role}.kubeconfig.yaml")
+
+
+def _new_grant(db: Session, principal: Principal, cluster: VirtualCluster, role: str,
+               lifetime: int) -> tuple[KubeconfigGrant, GrantSpec]:
+    now = utcnow()
+    service_account = manifests.service_account_name(principal.user_id, role)
+    suffix = secrets.token_hex(4)
+    grant = KubeconfigGrant(
+        user_id=principal.user_id, cluster_id=cluster.id, role=role,
+        service_account=service_account,
+        secret_name=manifests.secret_name(service_account, suffix),
+        created_at=now, expires_at=now + timedelta(seconds=lifetime))
+    db.add(grant)
+    db.flush()
+    spec = GrantSpec(grant_id=grant.id, user_id=principal.user_id, user_email=principal.email,
+                     role=role, secret_suffix=suffix, expires_at=grant.expires_at)
+    return grant, spec
+
+
+def _make_token(port: KubePort, spec: GrantSpec, lifetime: int) -> str:
+    try:
+        for obj in manifests.grant_objects(spec):
+            port.apply(obj, force=True)
+        return port.request_token(PORTAL_NAMESPACE, spec.service_account,
+                                  expiration_seconds=lifetime, bound_secret=spec.secret_name)
+    except KubeError as error:
+        _forget_secret(port, spec.secret_name)
+        raise _as_problem(error) from error
+
+
+def _forget_secret(port: KubePort, secret_name: str) -> None:
+    """The grant row rolls back with the failed request; its Secret should not linger."""
+    try:
+        port.delete("v1", "Secret", secret_name, PORTAL_NAMESPACE)
+    except KubeError:
+        log.warning("could not delete Secret %s after a failed issue", secret_name)
+
+
+def _as_problem(error: KubeError) -> ProblemError:
+    if isinstance(error, TransientKubeError):
+        return ServiceUnavailable(
+            f"the virtual cluster's API did not answer ({error.reason}); try again shortly")
+    return ProblemError.with_status(
+        502, "Bad gateway", f"the virtual cluster refused the request: {error.message}")
+
+
+# ----- list
+
+
+def list_active_grants(db: Session, principal: Principal, slug: str, name: str,
+                       params: PageParams) -> Page[GrantOut]:
+    """Everyone's live grants for a tenant admin; one's own for anyone else."""
+    tenant, cluster = _cluster_for(db, principal, slug, name)
+    only_user = None if _is_tenant_admin(principal, tenant) else principal.user_id
+    query = repository.active_grants_query(cluster.id, utcnow(), only_user)
+    rows, cursor = paginate(db, query, KubeconfigGrant.id, params)
+    users = repository.users_by_id(db, {g.user_id for g in rows})
+    return Page(items=[_grant_out(g, cluster, users[g.user_id]) for g in rows],
+                next_cursor=cursor)
+
+
+# ----- revoke
+
+
+def revoke_grant(db: Session, principal: Principal, clusters: VirtualClusters, slug: str,
+                 name: str, grant_id: int) -> GrantOut:
+    """Own grants, or any grant of the tenant for its admins; revoking twice is a no-op."""
+    tenant, cluster = _cluster_for(db, principal, slug, name)
+    if not principal.can_write():
+        raise Forbidden("this API token is read-only")
+    grant = repository.grant_in_cluster(db, cluster.id, grant_id)
+    if grant is None:
+        raise NotFound(f"no kubeconfig grant {grant_id} on {slug}/{name}")
+    if grant.user_id != principal.user_id and not _is_tenant_admin(principal, tenant):
+        raise Forbidden("you may revoke your own kubeconfigs only")
+    if grant.revoked_at is None:
+        _mark_revoked(db, grant, "user", tenant.id, principal.user_id, principal.label)
+        db.flush()
+        _try_cleanup_now(db, grant, cluster, clusters, principal.label)
+    user = repository.users_by_id(db, {grant.user_id})[grant.user_id]
+    return _grant_out(grant, cluster, user)
+
+
+def _try_cleanup_now(db: Session, grant: KubeconfigGrant, cluster: VirtualCluster,
+                     clusters: VirtualClusters, actor_label: str) -> None:
+    """One attempt; on failure the reconciler retries (the grant is already revoked)."""
+    if cluster.admin_kubeconfig_encrypted is None:
+        return
+    try:
+        _delete_grant_objects(db, grant, clusters.port(cluster), utcnow())
+    except KubeError as error:
+        log.warning("Secret of kubeconfig grant %d not deleted yet (%s); the worker retries",
+                    grant.id, error.reason)
+        return
+    _finish_cleanup(db, grant, cluster, actor_label, "deleted")
+
+
+def revoke_grants_for_cluster(db: Session, cluster_id: int, *, actor_label: str,
+                              actor_id: int | None = None) -> int:
+    """Every unrevoked grant of a cluster being deleted; returns how many."""
+    cluster = repository.cluster_by_id(db, cluster_id)
+    if cluster is None:
+        return 0
+    grants = repository.unrevoked_grants(db, cluster_ids=[cluster_id])
+    return _revoke_all(db, grants, "cluster-deleted", cluster.tenant_id, actor_id, actor_label)
+
+
+def revoke_grants_for_member(db: Session, tenant_id: int, user_id: int, *,
+                             actor_id: int | None, actor_label: str,
+                             reason: str = "member-removed") -> int:
+    grants = repository.unrevoked_grants(
+        db, cluster_ids=repository.cluster_ids_of_tenant(db, tenant_id), user_id=user_id)
+    return _revoke_all(db, grants, reason, tenant_id, actor_id, actor_label)
+
+
+def revoke_grants_for_tenant(db: Session, tenant_id: int, *, actor_id: int | None,
+                             actor_label: str, reason: str = "tenant-suspended") -> int:
+    grants = repository.unrevoked_grants(
+        db, cluster_ids=repository.cluster_ids_of_tenant(db, tenant_id))
+    return _revoke_all(db, grants, reason, tenant_id, actor_id, actor_label)
+
+
+def revoke_grants_above_role(db: Session, tenant_id: int, user_id: int, tenant_role: str, *,
+                             actor_id: int | None, actor_label: str) -> int:
+    """After a role change: grants the user's new tenant role would not get any more."""
+    allowed = ROLES_BY_TENANT_ROLE.get(tenant_role, ())
+    grants = [g for g in repository.unrevoked_grants(
+        db, cluster_ids=repository.cluster_ids_of_tenant(db, tenant_id), user_id=user_id)
+        if g.role not in allowed]
+    return _revoke_all(db, grants, "role-changed", tenant_id, actor_id, actor_label)
+
+
+def on_membership_changed(db: Session, tenant_id: int, user_id: int, role: str | None, *,
+                          actor_id: int | None, actor_label: str) -> int:
+    """The one call for membership changes: removal (``role`` None) or a new role."""
+    if role is None:
+        return revoke_grants_for_member(db, tenant_id, user_id, actor_id=actor_id,
+                                        actor_label=actor_label)
+    return revoke_grants_above_role(db, tenant_id, user_id, role, actor_id=actor_id,
+                                    actor_label=actor_label)
+
+
+def forget_grants_for_cluster(db: Session, cluster_id: int) -> int:
+    """Deletes the grant rows of a cluster whose row is about to go (they reference it).
+
+    Call only after ``revoke_grants_for_cluster`` and the release's uninstall: the audit trail
+    keeps every issue and revocation.
+    """
+    grants = repository.grants_of_cluster(db, cluster_id)
+    for grant in grants:
+        db.delete(grant)
+    db.flush()
+    return len(grants)
+
+
+def _revoke_all(db: Session, grants: Sequence[KubeconfigGrant], reason: str, tenant_id: int,
+                actor_id: int | None, actor_label: str) -> int:
+    for grant in grants:
+        _mark_revoked(db, grant, reason, tenant_id, actor_id, actor_label)
+    db.flush()
+    return len(grants)
+
+
+def _mark_revoked(db: Session, grant: KubeconfigGrant, reason: str, tenant_id: int,
+                  actor_id: int | None, actor_label: str) -> None:
+    grant.revoked_at = utcnow()
+    grant.revoked_by_id = actor_id
+    grant.revoke_reason = reason
+    grant.next_cleanup_at = None
+    _audit(db, actor_id, actor_label, tenant_id, "kubeconfig.revoke", grant,
+           before={"revoked_at": None},
+           after={"revoked_at": grant.revoked_at.isoformat(), "reason": reason,
+                  "user_id": grant.user_id, "role": grant.role,
+                  "secret_name": grant.secret_name})
+
+
+# ----- cleanup of bound Secrets (the reconciler's step, also tried once on revoke)
+
+
+def clean_up_grant(db: Session, grant_id: int, clusters: VirtualClusters,
+                   now: datetime) -> bool:
+    """Deletes a revoked or expired grant's Secret if it may still exist; True when done."""
+    grant = lock_row(db, KubeconfigGrant, grant_id)
+    if grant is None or not _needs_cleanup(grant, now):
+        return False
+    cluster = repository.cluster_by_id(db, grant.cluster_id)
+    assert cluster is not None  # a grant's foreign key keeps its cluster
+    if cluster.admin_kubeconfig_encrypted is None:
+        _finish_cleanup(db, grant, cluster, WORKER_LABEL, "cluster has no credential")
+        return True
+    try:
+        _delete_grant_objects(db, grant, clusters.port(cluster), now)
+    except KubeError as error:
+        if cluster.deletion_requested_at is not None:
+            # Its API goes with the release, and every token with it.
+            _finish_cleanup(db, grant, cluster, WORKER_LABEL, "cluster being deleted")
+            return True
+        _back_off(grant, now, error)
+        return False
+    _finish_cleanup(db, grant, cluster, WORKER_LABEL, "deleted")
+    return True
+
+
+def _needs_cleanup(grant: KubeconfigGrant, now: datetime) -> bool:
+    ended = grant.revoked_at is not None or grant.expires_at <= now
+    return ended and grant.secret_deleted_at is None
+
+
+def _delete_grant_objects(db: Session, grant: KubeconfigGrant, port: KubePort,
+                          now: datetime) -> None:
+    port.delete("v1", "Secret", grant.secret_name, PORTAL_NAMESPACE)
+    lock_row(db, User, grant.user_id)
+    if repository.live_grants_of_service_account(db, grant.cluster_id, grant.service_account,
+                                                 now) == 0:
+        port.delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding",
+                    manifests.binding_name(grant.service_account))
+        port.delete("v1", "ServiceAccount", grant.service_account, PORTAL_NAMESPACE)
+
+
+def _finish_cleanup(db: Session, grant: KubeconfigGrant, cluster: VirtualCluster,
+                    actor_label: str, outcome: str) -> None:
+    grant.secret_deleted_at = utcnow()
+    grant.next_cleanup_at = None
+    grant.cleanup_error = None
+    _audit(db, None, actor_label, cluster.tenant_id, "kubeconfig.secret_deleted", grant,
+           before={"secret_name": grant.secret_name},
+           after={"outcome": outcome, "reason": grant.revoke_reason or "expired"})
+    db.flush()
+
+
+def _back_off(grant: KubeconfigGrant, now: datetime, error: KubeError) -> None:
+    grant.cleanup_attempts += 1
+    if isinstance(error, TransientKubeError) and error.delay_seconds:
+        delay = timedelta(seconds=error.delay_seconds)
+    else:
+        step = 5 if isinstance(error, TransientKubeError) else 60
+        cap = (MAX_TRANSIENT_BACKOFF if isinstance(error, TransientKubeError)
+               else MAX_PERMANENT_BACKOFF)
+        delay = min(cap, timedelta(seconds=step * 2 ** min(grant.cleanup_attempts - 1, 12)))
+    grant.next_cleanup_at = now + delay
+    grant.cleanup_error = f"{error.reason}: {error.message}"[:500]
+    log.warning("kubeconfig grant %d: Secret not deleted (%s), retry in %ds", grant.id,
+                error.reason, int(delay.total_seconds()))
+
+
+# ----- shapes and audit
+
+
+def _grant_facts(grant: KubeconfigGrant, cluster: VirtualCluster, email: str) -> dict[str, Any]:
+    return {"cluster": cluster.name, "user_id": grant.user_id, "user": email,
+            "role": grant.role, "service_account": grant.service_account,
+            "secret_name": grant.secret_name, "expires_at": grant.expires_at.isoformat()}
+
+
+def _grant_out(grant: KubeconfigGrant, cluster: VirtualCluster, user: User) -> GrantOut:
+    return GrantOut(id=grant.id, cluster=cluster.name, user_id=grant.user_id,
+                    user_email=user.email, user_name=user.name or user.email,
+                    role=cast(KubeconfigRole, grant.role),
+                    service_account=grant.service_account, created_at=grant.created_at,
+                    expires_at=grant.expires_at, revoked_at=grant.revoked_at,
+                    revoke_reason=grant.revoke_reason)
+
+
+def _audit(db: Session, actor_id: int | None, actor_label: str, tenant_id: int, action: str,
+           grant: KubeconfigGrant, before: dict[str, Any] | None = None,
+           after: dict[str, Any] | None = None) -> None:
+    audit.record(db, action=action, actor_id=actor_id, actor_label=actor_label,
+                 tenant_id=tenant_id, target_type="kubeconfig_grant", target_id=grant.id,
+                 before=before, after=after)
+
+
+# ----- what the cluster page's kubeconfig panel shows
+
+LIFETIME_PRESETS = (600, 3600, 4 * 3600, 8 * 3600, 12 * 3600, 24 * 3600, 7 * 24 * 3600)
+
+
+@dataclass(frozen=True)
+class KubeconfigPanel:
+    tenant: str
+    cluster: str
+    issuable: bool
+    why_not: str
+    roles: tuple[str, ...]
+    lifetimes: tuple[int, ...]
+    default_lifetime: int
+    grants: list[GrantOut]
+    revoke_any: bool
+    user_id: int
+
+
+def kubeconfig_panel(db: Session, principal: Principal, settings: Settings, slug: str,
+                     name: str) -> KubeconfigPanel:
+    tenant, cluster = _cluster_for(db, principal, slug, name)
+    default, maximum = lifetime_bounds(settings)
+    why_not = ""
+    try:
+        _ensure_may_issue(principal, tenant, "view")
+        _ensure_issuable(cluster)
+    except ProblemError as error:
+        why_not = error.detail
+    lifetimes = sorted({t for t in LIFETIME_PRESETS if t <= maximum} | {default, maximum})
+    grants = list_active_grants(db, principal, slug, name, PageParams(limit=200)).items
+    return KubeconfigPanel(
+        tenant=tenant.slug, cluster=cluster.name, issuable=not why_not, why_not=why_not,
+        roles=allowed_roles(principal, tenant), lifetimes=tuple(lifetimes),
+        default_lifetime=default, grants=grants, revoke_any=_is_tenant_admin(principal, tenant),
+        user_id=principal.user_id)

@@ -1,0 +1,82 @@
+"""HTML: the kubeconfig panel the cluster page loads over htmx, issue and revoke."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from app.auth.principal import Principal
+from app.deps import CurrentPrincipal, DbSession
+from app.errors import Conflict, ValidationFailed
+from app.kubeconfigs import service
+from app.kubeconfigs.api import Clusters, kubeconfig_response
+from app.kubeconfigs.schemas import IssuedKubeconfig, KubeconfigRequest
+from app.web.forms import (
+    STATE_CHANGING,
+    FieldErrors,
+    FormFields,
+    form_payload,
+    go_to,
+    is_htmx,
+    problem_errors,
+    validation_errors,
+)
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+PANEL = "/t/{tenant}/clusters/{cluster}/kubeconfigs"
+
+
+def _panel(request: Request, db: DbSession, principal: Principal, tenant: str, cluster: str,
+           *, form: dict[str, Any] | None = None, errors: FieldErrors | None = None,
+           issued: IssuedKubeconfig | None = None, status_code: int = 200) -> Response:
+    panel = service.kubeconfig_panel(db, principal, request.app.state.settings, tenant, cluster)
+    template = "kubeconfigs/_panel.html" if is_htmx(request) else "kubeconfigs/page.html"
+    response = render(request, template, {
+        "panel": panel, "form": form or {}, "errors": errors or {}, "issued": issued,
+        "issued_b64": base64.b64encode(issued.yaml.encode()).decode() if issued else "",
+    }, status_code=status_code)
+    if issued is not None:
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@router.get(PANEL)
+def panel(request: Request, tenant: str, cluster: str, db: DbSession,
+          principal: CurrentPrincipal) -> Response:
+    return _panel(request, db, principal, tenant, cluster)
+
+
+@router.post(PANEL, dependencies=STATE_CHANGING)
+def issue(request: Request, tenant: str, cluster: str, db: DbSession,
+          principal: CurrentPrincipal, clusters: Clusters, fields: FormFields) -> Response:
+    """A plain form post downloads the file; over htmx the panel shows it to copy or save."""
+    payload = form_payload(fields, keys=("role", "lifetime_seconds"),
+                           integers=("lifetime_seconds",))
+    settings = request.app.state.settings
+    try:
+        issued = service.issue_kubeconfig(db, principal, clusters, settings, tenant, cluster,
+                                          KubeconfigRequest.model_validate(payload))
+    except ValidationError as error:
+        return _panel(request, db, principal, tenant, cluster, form=payload,
+                      errors=validation_errors(error), status_code=422)
+    except (ValidationFailed, Conflict) as error:
+        return _panel(request, db, principal, tenant, cluster, form=payload,
+                      errors=problem_errors(error), status_code=error.status)
+    if not is_htmx(request):
+        return kubeconfig_response(issued)
+    return _panel(request, db, principal, tenant, cluster, form=payload, issued=issued,
+                  status_code=201)
+
+
+@router.post(PANEL + "/{grant_id}/revoke", dependencies=STATE_CHANGING)
+def revoke(request: Request, tenant: str, cluster: str, grant_id: int, db: DbSession,
+           principal: CurrentPrincipal, clusters: Clusters) -> Response:
+    service.revoke_grant(db, principal, clusters, tenant, cluster, grant_id)
+    if not is_htmx(request):
+        return go_to(request, PANEL.format(tenant=tenant, cluster=cluster))
+    return _panel(request, db, principal, tenant, cluster)

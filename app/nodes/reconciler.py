@@ -1,0 +1,154 @@
+"""The worker side of nodes: inventory sync and the tenant label and taint of dedicated nodes.
+
+Level-triggered: each pass lists the host's nodes, upserts the GPU inventory, compares every
+live node's tenant label and taint with its assignment in the database, and applies
+``node_tenant_patch`` (server-side apply, forced: the tenant key is ours) only to nodes that
+differ, so a converged fleet costs one list and no writes. A pass runs every resync period,
+and sooner when an assignment was made or ended, or when a failed node is due for a retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+
+from app.config import Settings
+from app.db import Database, utcnow
+from app.kube.connector import KubeConnector
+from app.kube.errors import KubeError, TransientKubeError
+from app.kube.manifests import labels as lbl
+from app.kube.manifests import node_tenant_patch
+from app.kube.manifests.nodes import tenant_taint
+from app.kube.port import KubePort, Manifest
+from app.nodes import repository
+from app.nodes.inventory import read_node
+from app.nodes.models import NodeAssignment
+from app.nodes.sync import record_observed, sync_inventory
+
+log = logging.getLogger(__name__)
+MAX_RETRY_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class NodePatch:
+    node: str
+    tenant: str | None
+    taints: list[dict[str, Any]]
+    resource_version: str | None
+
+
+def needs_patch(labels: dict[str, Any], taints: list[dict[str, Any]],
+                tenant: str | None) -> bool:
+    """Whether a node's tenant label or taint differs from what its assignment asks."""
+    ours = [t for t in taints if t.get("key") == lbl.TENANT]
+    if tenant is None:
+        return lbl.TENANT in labels or bool(ours)
+    return labels.get(lbl.TENANT) != tenant or ours != [tenant_taint(tenant)]
+
+
+class NodeReconciler:
+    name = "nodes"
+
+    def __init__(self, settings: Settings, database: Database, kube: KubeConnector, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.database = database
+        self.kube = kube
+        self.rack_label = settings.rack_label
+        self.resync_seconds = settings.worker_resync_seconds
+        self.clock = clock
+        self._next_resync = 0.0
+        self._assignments_seen: tuple[int, int] | None = None
+        self._retry_at: dict[str, float] = {}
+        self._failures: dict[str, int] = {}
+
+    def run_due(self, worker_id: str) -> int:
+        host = self.kube.host()
+        if host is None or not self._due():
+            return 0
+        try:
+            listed = host.list("v1", "Node")
+        except KubeError as error:
+            self._next_resync = self.clock() + self._delay(error, "list")
+            log.warning("listing host nodes failed (%s); retrying later", error.message)
+            return 0
+        self._next_resync = self.clock() + self.resync_seconds
+        patches = self._sync(listed)
+        applied = self._apply(host, patches)
+        self._record(applied)
+        return len(applied)
+
+    def _due(self) -> bool:
+        changed = self._assignments_changed()
+        now = self.clock()
+        return changed or now >= self._next_resync or any(
+            at <= now for at in self._retry_at.values())
+
+    def _assignments_changed(self) -> bool:
+        with self.database.transaction() as db:
+            total, ended = db.execute(select(func.count(NodeAssignment.id),
+                                             func.count(NodeAssignment.ended_at))).one()
+        seen, self._assignments_seen = self._assignments_seen, (int(total), int(ended))
+        return seen != self._assignments_seen
+
+    def _sync(self, listed: list[Manifest]) -> list[NodePatch]:
+        versions = {str(m["metadata"]["name"]): m["metadata"].get("resourceVersion")
+                    for m in listed}
+        now = self.clock()
+        with self.database.transaction() as db:
+            cluster = repository.ensure_default_host_cluster(db)
+            facts = [f for f in (read_node(m, self.rack_label) for m in listed) if f]
+            report = sync_inventory(db, cluster, facts, utcnow())
+            desired = repository.desired_tenants(db, cluster.id)
+            nodes = repository.nodes_of_host(db, cluster.id)
+            patches = [
+                NodePatch(name, desired.get(name), list(row.taints), versions.get(name))
+                for name, row in sorted(nodes.items())
+                if row.gone_at is None and self._retry_at.get(name, 0.0) <= now
+                and needs_patch(row.labels, row.taints, desired.get(name))
+            ]
+        if report.added or report.gone or report.returned:
+            log.info("inventory: %d GPU nodes, added %s, gone %s, back %s", report.seen,
+                     report.added, report.gone, report.returned)
+        return patches
+
+    def _apply(self, host: KubePort, patches: list[NodePatch]) -> dict[str, Manifest]:
+        applied: dict[str, Manifest] = {}
+        for patch in patches:
+            manifest = node_tenant_patch(patch.node, patch.tenant, patch.taints,
+                                         resource_version=patch.resource_version)
+            try:
+                applied[patch.node] = host.apply(manifest, force=True)
+            except KubeError as error:
+                self._retry_at[patch.node] = self.clock() + self._delay(error, patch.node)
+                log.warning("labelling node %s for %s failed (%s: %s); retrying later",
+                            patch.node, patch.tenant or "no tenant", error.reason,
+                            error.message)
+                continue
+            self._retry_at.pop(patch.node, None)
+            self._failures.pop(patch.node, None)
+        return applied
+
+    def _delay(self, error: KubeError, key: str) -> float:
+        """The server's hint for transient errors, else exponential backoff per key."""
+        failures = self._failures[key] = self._failures.get(key, 0) + 1
+        if isinstance(error, TransientKubeError) and error.delay_seconds is not None:
+            return min(error.delay_seconds, MAX_RETRY_SECONDS)
+        return min(2.0 ** failures, MAX_RETRY_SECONDS)
+
+    def _record(self, applied: dict[str, Manifest]) -> None:
+        """What the host answered becomes what the inventory last saw."""
+        if not applied:
+            return
+        with self.database.transaction() as db:
+            cluster = repository.ensure_default_host_cluster(db)
+            nodes = repository.nodes_of_host(db, cluster.id)
+            for name, stored in applied.items():
+                row = nodes.get(name)
+                if row is not None:
+                    record_observed(row, (stored.get("metadata") or {}).get("labels") or {},
+                                    (stored.get("spec") or {}).get("taints") or [])

@@ -1,0 +1,193 @@
+"""SQL for host clusters, the node inventory and dedicated node assignments."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import CursorResult, Select, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
+from app.quotas.models import TenantQuota
+from app.tenants.models import Tenant
+
+DEFAULT_HOST_CLUSTER = "default"
+
+
+@dataclass(frozen=True)
+class NodeFilters:
+    gpu_class: str | None = None
+    zone: str | None = None
+    rack: str | None = None
+    tenant: str | None = None
+    ready: bool | None = None
+    include_gone: bool = False
+
+
+def default_host_cluster(db: Session) -> HostCluster | None:
+    return db.scalar(select(HostCluster).where(HostCluster.is_default.is_(True))
+                     .order_by(HostCluster.id).limit(1))
+
+
+def host_cluster_by_name(db: Session, name: str) -> HostCluster | None:
+    return db.scalar(select(HostCluster).where(HostCluster.name == name))
+
+
+def ensure_default_host_cluster(db: Session) -> HostCluster:
+    """The host cluster of PORTAL_KUBECONFIG; a parallel worker creating it too is fine."""
+    found = default_host_cluster(db)
+    if found is not None:
+        return found
+    try:
+        with db.begin_nested():
+            row = HostCluster(name=DEFAULT_HOST_CLUSTER, is_default=True)
+            db.add(row)
+        return row
+    except IntegrityError:
+        existing = host_cluster_by_name(db, DEFAULT_HOST_CLUSTER)
+        assert existing is not None
+        return existing
+
+
+def nodes_of_host(db: Session, host_cluster_id: int) -> dict[str, Node]:
+    rows = db.scalars(select(Node).where(Node.host_cluster_id == host_cluster_id))
+    return {row.name: row for row in rows}
+
+
+def node_by_name(db: Session, host_cluster_id: int, name: str) -> Node | None:
+    return db.scalar(select(Node).where(Node.host_cluster_id == host_cluster_id,
+                                        Node.name == name))
+
+
+def nodes_query(host_cluster_id: int, filters: NodeFilters) -> Select[Node]:
+    query = select(Node).where(Node.host_cluster_id == host_cluster_id)
+    if not filters.include_gone:
+        query = query.where(Node.gone_at.is_(None))
+    if filters.gpu_class:
+        query = query.join(GpuClass, GpuClass.id == Node.gpu_class_id).where(
+            GpuClass.product == filters.gpu_class)
+    if filters.zone:
+        query = query.where(Node.zone == filters.zone)
+    if filters.rack:
+        query = query.where(Node.rack == filters.rack)
+    if filters.ready is not None:
+        query = query.where(Node.ready.is_(filters.ready))
+    if filters.tenant:
+        query = query.join(NodeAssignment, (NodeAssignment.node_id == Node.id)
+                           & NodeAssignment.ended_at.is_(None)).join(
+            Tenant, Tenant.id == NodeAssignment.tenant_id).where(Tenant.slug == filters.tenant)
+    return query
+
+
+def active_assignment(db: Session, node_id: int) -> NodeAssignment | None:
+    return db.scalar(select(NodeAssignment).where(
+        NodeAssignment.node_id == node_id, NodeAssignment.ended_at.is_(None))
+        .execution_options(populate_existing=True))
+
+
+def active_tenants(db: Session, node_ids: Sequence[int]) -> dict[int, tuple[str, datetime]]:
+    """node id -> (tenant slug, assigned at) for the nodes' current assignments."""
+    rows = db.execute(
+        select(NodeAssignment.node_id, Tenant.slug, NodeAssignment.created_at)
+        .join(Tenant, Tenant.id == NodeAssignment.tenant_id)
+        .where(NodeAssignment.node_id.in_(list(node_ids)), NodeAssignment.ended_at.is_(None)))
+    return {node_id: (slug, created_at) for node_id, slug, created_at in rows}
+
+
+def assignment_history(db: Session, node_id: int) -> list[tuple[NodeAssignment, str]]:
+    rows = db.execute(
+        select(NodeAssignment, Tenant.slug).join(Tenant, Tenant.id == NodeAssignment.tenant_id)
+        .where(NodeAssignment.node_id == node_id).order_by(NodeAssignment.id.desc()))
+    return [(assignment, slug) for assignment, slug in rows]
+
+
+def end_assignment(db: Session, assignment_id: int, ended_by_id: int, now: datetime) -> bool:
+    """Ends it only if still active: of two parallel ends, one wins."""
+    result = db.execute(
+        update(NodeAssignment)
+        .where(NodeAssignment.id == assignment_id, NodeAssignment.ended_at.is_(None))
+        .values(ended_at=now, ended_by_id=ended_by_id)
+        .execution_options(synchronize_session=False))
+    return isinstance(result, CursorResult) and result.rowcount == 1
+
+
+def tenant_quota(db: Session, tenant_id: int, gpu_class_id: int) -> TenantQuota | None:
+    return db.scalar(select(TenantQuota).where(TenantQuota.tenant_id == tenant_id,
+                                               TenantQuota.gpu_class_id == gpu_class_id))
+
+
+def _free(host_cluster_id: int, gpu_class_id: int) -> Any:
+    """Ready, live, unassigned nodes of a class with whole GPUs: what can be dedicated."""
+    assigned = select(NodeAssignment.node_id).where(NodeAssignment.ended_at.is_(None))
+    return ((Node.host_cluster_id == host_cluster_id) & (Node.gpu_class_id == gpu_class_id)
+            & Node.gone_at.is_(None) & Node.ready.is_(True) & (Node.gpu_count > 0)
+            & Node.id.not_in(assigned))
+
+
+def free_nodes(db: Session, host_cluster_id: int, gpu_class_id: int) -> list[Node]:
+    return list(db.scalars(select(Node).where(_free(host_cluster_id, gpu_class_id))
+                           .order_by(Node.name)))
+
+
+def free_node_topology(db: Session, host_cluster_id: int,
+                       gpu_class_id: int) -> list[tuple[str, int, str, str, str]]:
+    """(name, GPUs, rack, clique, zone) of the free nodes: columns only, for placement."""
+    query = (select(Node.name, Node.gpu_count, Node.rack, Node.clique, Node.zone)
+             .where(_free(host_cluster_id, gpu_class_id)).order_by(Node.name))
+    return list(db.execute(query).tuples())
+
+
+def tenant_nodes_query(tenant_id: int) -> Select[Node]:
+    return (select(Node).join(NodeAssignment, NodeAssignment.node_id == Node.id)
+            .where(NodeAssignment.tenant_id == tenant_id, NodeAssignment.ended_at.is_(None)))
+
+
+def desired_tenants(db: Session, host_cluster_id: int) -> dict[str, str]:
+    """node name -> tenant slug for every live node that should carry a tenant's label."""
+    rows = db.execute(
+        select(Node.name, Tenant.slug)
+        .join(NodeAssignment, NodeAssignment.node_id == Node.id)
+        .join(Tenant, Tenant.id == NodeAssignment.tenant_id)
+        .where(Node.host_cluster_id == host_cluster_id, Node.gone_at.is_(None),
+               NodeAssignment.ended_at.is_(None)))
+    return dict(rows.tuples().all())
+
+
+def gpu_totals_by_readiness(db: Session, gpu_class_id: int) -> dict[bool, int]:
+    rows = db.execute(
+        select(Node.ready, func.coalesce(func.sum(Node.gpu_count), 0))
+        .where(Node.gpu_class_id == gpu_class_id, Node.gone_at.is_(None))
+        .group_by(Node.ready))
+    return {bool(ready): int(total) for ready, total in rows}
+
+
+def mig_resources_of_class(db: Session, gpu_class_id: int) -> list[dict[str, int]]:
+    return [dict(row) for row in db.scalars(select(Node.mig_resources).where(
+        Node.gpu_class_id == gpu_class_id, Node.gone_at.is_(None)))]
+
+
+def quota_and_dedicated_by_tenant(db: Session, gpu_class_id: int) -> list[tuple[int, int]]:
+    """(approved quota, dedicated GPUs) of each tenant holding either for the class."""
+    dedicated = dict(db.execute(
+        select(NodeAssignment.tenant_id, func.sum(Node.gpu_count))
+        .join(Node, Node.id == NodeAssignment.node_id)
+        .where(Node.gpu_class_id == gpu_class_id, Node.gone_at.is_(None),
+               NodeAssignment.ended_at.is_(None))
+        .group_by(NodeAssignment.tenant_id)).tuples().all())
+    quotas = dict(db.execute(select(TenantQuota.tenant_id, TenantQuota.gpus).where(
+        TenantQuota.gpu_class_id == gpu_class_id)).tuples().all())
+    return [(int(quotas.get(t, 0)), int(dedicated.get(t, 0) or 0))
+            for t in quotas.keys() | dedicated.keys()]
+
+
+
+def topology_values(db: Session, host_cluster_id: int) -> tuple[list[str], list[str]]:
+    """The zones and racks of live nodes, for filter pickers."""
+    live = (Node.host_cluster_id == host_cluster_id) & Node.gone_at.is_(None)
+    zones = db.scalars(select(Node.zone).where(live, Node.zone != "").distinct())
+    racks = db.scalars(select(Node.rack).where(live, Node.rack != "").distinct())
+    return sorted(zones), sorted(racks)

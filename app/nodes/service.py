@@ -1,0 +1,350 @@
+"""The node inventory as platform admins and tenants see it, and dedicated node assignment.
+
+Concurrency: an assignment locks the tenant's quota row of the node's class (so that parallel
+assignments to one tenant cannot together pass its quota), then inserts the assignment. The
+partial unique index ``uq_node_assignments_active_node`` keeps a node with one tenant: of two
+parallel assignments of one node, the second insert fails and answers 409. Checks come before
+the first write, so a refused assignment leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth.models import User
+from app.auth.principal import Principal
+from app.authz import ensure_platform_admin, tenant_for, tenants_visible_to
+from app.concurrency import insert_or_conflict, lock_row
+from app.db import utcnow
+from app.errors import Conflict, NotFound, ValidationFailed
+from app.kube.manifests import labels as lbl
+from app.kube.manifests.nodes import tenant_taint
+from app.nodes import gpu_class_repository, gpu_classes, placement, repository
+from app.nodes.gpu_classes import ensure_platform_writer
+from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
+from app.nodes.placement import FreeNode
+from app.nodes.repository import NodeFilters
+from app.nodes.schemas import (
+    AssignmentIn,
+    AssignmentOut,
+    Condition,
+    NodeDetail,
+    NodeOut,
+    SuggestedNode,
+    SuggestionIn,
+    SuggestionOut,
+    TenantNodeOut,
+)
+from app.pagination import Page, PageParams, paginate
+from app.quotas.models import TenantQuota
+from app.tenants.models import Tenant
+
+LABELS_CONDITION = "TenantLabelsApplied"
+
+
+# ----- reading
+
+
+def host_cluster(db: Session, name: str | None = None) -> HostCluster:
+    """The named host cluster, or the default one (PORTAL_KUBECONFIG's)."""
+    row = (repository.host_cluster_by_name(db, name) if name
+           else repository.default_host_cluster(db))
+    if row is None:
+        raise NotFound(f"no host cluster {name!r}" if name
+                       else "no host cluster yet: the inventory has not synced one")
+    return row
+
+
+def list_nodes(db: Session, principal: Principal, filters: NodeFilters, params: PageParams,
+               host: str | None = None) -> Page[NodeOut]:
+    ensure_platform_admin(principal)
+    cluster = repository.host_cluster_by_name(db, host) if host else (
+        repository.default_host_cluster(db))
+    if cluster is None:
+        if host:
+            raise NotFound(f"no host cluster {host!r}")
+        return Page(items=[])
+    rows, cursor = paginate(db, repository.nodes_query(cluster.id, filters), Node.id, params)
+    return Page(items=nodes_out(db, cluster, rows), next_cursor=cursor)
+
+
+def nodes_out(db: Session, cluster: HostCluster, rows: Sequence[Node]) -> list[NodeOut]:
+    tenants = repository.active_tenants(db, [row.id for row in rows])
+    classes = _classes(db, {row.gpu_class_id for row in rows if row.gpu_class_id})
+    return [_node_out(row, cluster, classes.get(row.gpu_class_id or 0), tenants.get(row.id))
+            for row in rows]
+
+
+def get_node(db: Session, principal: Principal, name: str,
+             host: str | None = None) -> NodeDetail:
+    ensure_platform_admin(principal)
+    cluster = host_cluster(db, host)
+    return _detail(db, cluster, _node(db, cluster, name))
+
+
+def tenant_nodes(db: Session, principal: Principal, slug: str,
+                 params: PageParams) -> Page[TenantNodeOut]:
+    tenant = tenant_for(db, principal, slug)
+    rows, cursor = paginate(db, repository.tenant_nodes_query(tenant.id), Node.id, params)
+    classes = _classes(db, {row.gpu_class_id for row in rows if row.gpu_class_id})
+    items = [TenantNodeOut(name=row.name, gpus=row.gpu_count, ready=row.ready and not row.gone_at,
+                           gpu_class=_product(classes.get(row.gpu_class_id or 0)))
+             for row in rows]
+    return Page(items=items, next_cursor=cursor)
+
+
+def _node(db: Session, cluster: HostCluster, name: str) -> Node:
+    row = repository.node_by_name(db, cluster.id, name)
+    if row is None:
+        raise NotFound(f"no node {name!r} in host cluster {cluster.name!r}")
+    return row
+
+
+def _classes(db: Session, ids: set[int]) -> dict[int, GpuClass]:
+    if not ids:
+        return {}
+    return {row.id: row for row in db.scalars(select(GpuClass).where(GpuClass.id.in_(ids)))}
+
+
+def _product(gpu_class: GpuClass | None) -> str | None:
+    return gpu_class.product if gpu_class else None
+
+
+def _node_out(row: Node, cluster: HostCluster, gpu_class: GpuClass | None,
+              tenant: tuple[str, Any] | None) -> NodeOut:
+    slug = tenant[0] if tenant else None
+    return NodeOut(
+        name=row.name, host_cluster=cluster.name, gpu_class=_product(gpu_class),
+        gpu_class_display_name=gpu_class.display_name if gpu_class else None,
+        gpus=row.gpu_count, mig_strategy=row.mig_strategy,
+        mig_resources={k: int(v) for k, v in row.mig_resources.items()}, zone=row.zone,
+        rack=row.rack, clique=row.clique, ready=row.ready, taints=list(row.taints),
+        tenant=slug, assigned_at=tenant[1] if tenant else None,
+        first_seen_at=row.first_seen_at, last_seen_at=row.last_seen_at, gone_at=row.gone_at,
+        conditions=[labels_condition(row, slug)],
+    )
+
+
+def labels_condition(row: Node, tenant_slug: str | None) -> Condition:
+    """Whether the host node, as the inventory last saw it, carries what the assignment asks."""
+    if row.gone_at is not None:
+        return Condition(type=LABELS_CONDITION, status="Unknown", reason="NodeGone",
+                         message="the node is gone from the host cluster",
+                         lastTransitionTime=row.gone_at)
+    ours = [t for t in row.taints if t.get("key") == lbl.TENANT]
+    label = row.labels.get(lbl.TENANT)
+    if tenant_slug is None:
+        in_sync = label is None and not ours
+        wanted = "no tenant label or taint"
+    else:
+        in_sync = label == tenant_slug and ours == [tenant_taint(tenant_slug)]
+        wanted = f"the label and NoSchedule taint of tenant {tenant_slug!r}"
+    return Condition(
+        type=LABELS_CONDITION, status="True" if in_sync else "False",
+        reason="InSync" if in_sync else "Pending",
+        message=f"the node carries {wanted}" if in_sync
+        else f"waiting for the node reconciler to apply {wanted}",
+        lastTransitionTime=row.last_seen_at,
+    )
+
+
+def _detail(db: Session, cluster: HostCluster, row: Node) -> NodeDetail:
+    [out] = nodes_out(db, cluster, [row])
+    history = repository.assignment_history(db, row.id)
+    emails = _emails(db, {u for a, _ in history for u in (a.assigned_by_id, a.ended_by_id) if u})
+    return NodeDetail(**out.model_dump(), assignments=[
+        AssignmentOut(tenant=slug, assigned_at=a.created_at, ended_at=a.ended_at,
+                      assigned_by=emails.get(a.assigned_by_id or 0),
+                      ended_by=emails.get(a.ended_by_id or 0))
+        for a, slug in history])
+
+
+def _emails(db: Session, user_ids: set[int]) -> dict[int, str]:
+    if not user_ids:
+        return {}
+    return dict(db.execute(select(User.id, User.email).where(User.id.in_(user_ids)))
+                .tuples().all())
+
+
+# ----- assigning
+
+
+def assign_node(db: Session, principal: Principal, name: str, payload: AssignmentIn,
+                host: str | None = None) -> NodeDetail:
+    """Dedicates a node to a tenant; assigning it again to the same tenant changes nothing."""
+    ensure_platform_writer(principal)
+    cluster = host_cluster(db, host)
+    tenant = _tenant(db, principal, payload.tenant)
+    row = _node(db, cluster, name)
+    _assign(db, principal, cluster, row, tenant)
+    return _detail(db, cluster, row)
+
+
+def assign_nodes(db: Session, principal: Principal, tenant_slug: str, names: Sequence[str],
+                 host: str | None = None) -> list[NodeDetail]:
+    """Several nodes for one tenant, all or none (an accepted suggestion)."""
+    ensure_platform_writer(principal)
+    if not names:
+        raise ValidationFailed.on_field("nodes", "choose at least one node")
+    cluster = host_cluster(db, host)
+    tenant = _tenant(db, principal, tenant_slug)
+    with db.begin_nested():
+        rows = [_node(db, cluster, name) for name in names]
+        for row in rows:
+            _assign(db, principal, cluster, row, tenant)
+    return [_detail(db, cluster, row) for row in rows]
+
+
+def _tenant(db: Session, principal: Principal, slug: str) -> Tenant:
+    try:
+        return tenant_for(db, principal, slug)
+    except NotFound as error:
+        raise ValidationFailed.on_field("tenant", f"there is no tenant {slug!r}") from error
+
+
+def _assign(db: Session, principal: Principal, cluster: HostCluster, row: Node,
+            tenant: Tenant) -> None:
+    gpu_class = _assignable_class(db, row)
+    quota = _locked_quota(db, tenant, gpu_class)
+    current = repository.active_assignment(db, row.id)
+    if current is not None:
+        if current.tenant_id == tenant.id:
+            return
+        owner = db.get(Tenant, current.tenant_id)
+        raise Conflict(f"node {row.name} is dedicated to {owner.slug if owner else 'a tenant'} "
+                       "already; end that assignment first")
+    _check_quota(db, row, tenant, gpu_class, quota)
+    assignment = NodeAssignment(node_id=row.id, tenant_id=tenant.id,
+                                assigned_by_id=principal.user_id)
+    insert_or_conflict(db, assignment, Conflict(
+        f"node {row.name} was just dedicated to another tenant by a parallel request"))
+    audit.record(db, action="node.assign", actor_id=principal.user_id,
+                 actor_label=principal.label, tenant_id=tenant.id, target_type="node",
+                 target_id=f"{cluster.name}/{row.name}", before=None,
+                 after={"tenant": tenant.slug, "gpu_class": gpu_class.product,
+                        "gpus": row.gpu_count})
+
+
+def _assignable_class(db: Session, row: Node) -> GpuClass:
+    if row.gone_at is not None:
+        raise Conflict(f"node {row.name} is gone from the host cluster")
+    gpu_class = db.get(GpuClass, row.gpu_class_id) if row.gpu_class_id else None
+    if gpu_class is None:
+        raise Conflict(f"node {row.name} has no GPU class (no nvidia.com/gpu.product label)")
+    if row.gpu_count == 0:
+        raise Conflict(f"node {row.name} has no whole GPUs (MIG strategy {row.mig_strategy!r}); "
+                       "dedicated nodes are counted in whole GPUs against quota")
+    return gpu_class
+
+
+def _locked_quota(db: Session, tenant: Tenant, gpu_class: GpuClass) -> TenantQuota | None:
+    quota = repository.tenant_quota(db, tenant.id, gpu_class.id)
+    return lock_row(db, TenantQuota, quota.id) if quota is not None else None
+
+
+def _check_quota(db: Session, row: Node, tenant: Tenant, gpu_class: GpuClass,
+                 quota: TenantQuota | None) -> None:
+    approved = quota.gpus if quota else 0
+    dedicated = gpu_class_repository.assigned_gpus(db, gpu_class.id, tenant.id)
+    if dedicated + row.gpu_count > approved:
+        raise Conflict(
+            f"dedicating {row.name} ({row.gpu_count} GPUs) would give {tenant.slug} "
+            f"{dedicated + row.gpu_count} {gpu_class.display_name} GPUs on dedicated nodes, "
+            f"more than its approved quota of {approved}; approve more quota first",
+            errors=[{"field": "tenant", "message": "not enough approved quota of this class"}])
+
+
+def end_assignment(db: Session, principal: Principal, name: str,
+                   host: str | None = None) -> NodeDetail:
+    ensure_platform_writer(principal)
+    cluster = host_cluster(db, host)
+    row = _node(db, cluster, name)
+    current = repository.active_assignment(db, row.id)
+    if current is None or not repository.end_assignment(db, current.id, principal.user_id,
+                                                        utcnow()):
+        raise NotFound(f"node {name} is not dedicated to any tenant")
+    tenant = db.get(Tenant, current.tenant_id)
+    audit.record(db, action="node.unassign", actor_id=principal.user_id,
+                 actor_label=principal.label, tenant_id=current.tenant_id, target_type="node",
+                 target_id=f"{cluster.name}/{row.name}",
+                 before={"tenant": tenant.slug if tenant else None}, after={"tenant": None})
+    return _detail(db, cluster, row)
+
+
+# ----- suggesting
+
+
+def suggest_nodes(db: Session, principal: Principal, payload: SuggestionIn,
+                  host: str | None = None) -> SuggestionOut:
+    ensure_platform_admin(principal)
+    cluster = host_cluster(db, host)
+    tenant = _tenant(db, principal, payload.tenant)
+    gpu_class = gpu_class_repository.class_by_product(db, payload.gpu_class)
+    if gpu_class is None:
+        raise ValidationFailed.on_field("gpu_class", f"there is no GPU class {payload.gpu_class!r}")
+    free = [FreeNode(*row) for row in repository.free_node_topology(db, cluster.id,
+                                                                     gpu_class.id)]
+    suggestion = placement.suggest(free, payload.gpus)
+    if suggestion is None:
+        raise Conflict(
+            f"only {sum(n.gpus for n in free)} {gpu_class.display_name} GPUs are on ready, "
+            f"unassigned nodes; {payload.gpus} asked",
+            errors=[{"field": "gpus", "message": "more than the free dedicated capacity"}])
+    return _suggestion_out(db, tenant, gpu_class, payload.gpus, suggestion)
+
+
+def _suggestion_out(db: Session, tenant: Tenant, gpu_class: GpuClass, asked: int,
+                    suggestion: placement.Suggestion) -> SuggestionOut:
+    quota = repository.tenant_quota(db, tenant.id, gpu_class.id)
+    approved = quota.gpus if quota else 0
+    dedicated = gpu_class_repository.assigned_gpus(db, gpu_class.id, tenant.id)
+    fits = dedicated + suggestion.gpus <= approved
+    notes = []
+    if suggestion.gpus > asked:
+        notes.append(f"whole nodes give {suggestion.gpus} GPUs for the {asked} asked")
+    if not fits:
+        notes.append(f"{tenant.slug} has {approved - dedicated} GPUs of approved quota left "
+                     "for dedicated nodes: approve more before assigning")
+    return SuggestionOut(
+        tenant=tenant.slug, gpu_class=gpu_class.product, gpus_requested=asked,
+        gpus=suggestion.gpus, racks=suggestion.racks, cliques=suggestion.cliques,
+        nodes=[SuggestedNode(name=n.name, gpus=n.gpus, zone=n.zone, rack=n.rack,
+                             clique=n.clique) for n in suggestion.nodes],
+        quota_gpus=approved, dedicated_gpus=dedicated, fits_quota=fits, note="; ".join(notes))
+
+
+def free_nodes_of(db: Session, principal: Principal, product: str,
+                  host: str | None = None) -> list[NodeOut]:
+    """The nodes an admin may add to a suggestion by hand."""
+    ensure_platform_admin(principal)
+    cluster = host_cluster(db, host)
+    gpu_class = gpu_class_repository.class_by_product(db, product)
+    if gpu_class is None:
+        return []
+    return nodes_out(db, cluster, repository.free_nodes(db, cluster.id, gpu_class.id))
+
+
+# ----- pickers for the admin pages
+
+
+@dataclass(frozen=True)
+class FleetChoices:
+    classes: list[GpuClass]
+    zones: list[str]
+    racks: list[str]
+    tenants: list[str]
+
+
+def fleet_choices(db: Session, principal: Principal) -> FleetChoices:
+    ensure_platform_admin(principal)
+    cluster = repository.default_host_cluster(db)
+    zones, racks = repository.topology_values(db, cluster.id) if cluster else ([], [])
+    tenants = db.scalars(tenants_visible_to(principal).order_by(Tenant.slug))
+    return FleetChoices(classes=gpu_classes.all_classes(db), zones=zones, racks=racks,
+                        tenants=[tenant.slug for tenant in tenants])

@@ -1,0 +1,148 @@
+"""HTML: the fleet view, node detail with assignment, node suggestions, a tenant's nodes."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from app.auth.principal import Principal
+from app.deps import CurrentPrincipal, DbSession
+from app.errors import Conflict, NotFound, ValidationFailed
+from app.nodes import gpu_classes, service
+from app.nodes.api import Filters
+from app.nodes.schemas import AssignmentIn, SuggestionIn
+from app.pagination import PageParams, page_params
+from app.web.forms import (
+    STATE_CHANGING,
+    FieldErrors,
+    FormFields,
+    as_problem,
+    form_payload,
+    go_to,
+    is_htmx,
+    problem_errors,
+)
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+Paging = Annotated[PageParams, Depends(page_params)]
+SUGGESTION_FIELDS = ("tenant", "gpu_class", "gpus")
+
+
+def _host_connected(request: Request) -> bool:
+    return request.app.state.kube.host() is not None
+
+
+@router.get("/admin/fleet")
+def fleet(request: Request, db: DbSession, principal: CurrentPrincipal, filters: Filters,
+          paging: Paging) -> Response:
+    page = service.list_nodes(db, principal, filters, paging)
+    context: dict[str, Any] = {"nodes": page.items, "next_cursor": page.next_cursor,
+                               "filters": filters}
+    if is_htmx(request):
+        return render(request, "nodes/_node_table.html", context)
+    context.update(
+        classes=gpu_classes.list_classes(db, principal, PageParams(limit=200)).items,
+        choices=service.fleet_choices(db, principal), connected=_host_connected(request))
+    return render(request, "nodes/fleet.html", context)
+
+
+def _node_page(request: Request, db: DbSession, principal: Principal, node: str,
+               errors: FieldErrors | None = None, status_code: int = 200) -> Response:
+    return render(request, "nodes/node.html", {
+        "node": service.get_node(db, principal, node),
+        "choices": service.fleet_choices(db, principal), "errors": errors or {},
+    }, status_code=status_code)
+
+
+@router.get("/admin/nodes/{node}")
+def node_detail(request: Request, node: str, db: DbSession,
+                principal: CurrentPrincipal) -> Response:
+    return _node_page(request, db, principal, node)
+
+
+@router.post("/admin/nodes/{node}/assignment", dependencies=STATE_CHANGING)
+def assign(request: Request, node: str, db: DbSession, principal: CurrentPrincipal,
+           fields: FormFields) -> Response:
+    try:
+        payload = AssignmentIn.model_validate(form_payload(fields, keys=("tenant",)))
+        service.assign_node(db, principal, node, payload)
+    except (ValidationError, ValidationFailed, Conflict) as error:
+        problem = as_problem(error)
+        return _node_page(request, db, principal, node, problem_errors(problem), problem.status)
+    return go_to(request, f"/admin/nodes/{node}")
+
+
+@router.post("/admin/nodes/{node}/assignment/end", dependencies=STATE_CHANGING)
+def end_assignment(request: Request, node: str, db: DbSession,
+                   principal: CurrentPrincipal) -> Response:
+    try:
+        service.end_assignment(db, principal, node)
+    except NotFound as error:
+        service.get_node(db, principal, node)  # an unknown node stays a plain 404
+        return _node_page(request, db, principal, node, {"form": error.detail}, 409)
+    return go_to(request, f"/admin/nodes/{node}")
+
+
+def _suggest_page(request: Request, db: DbSession, principal: Principal,
+                  form: dict[str, Any], errors: FieldErrors | None = None,
+                  status_code: int = 200, suggestion: Any = None, partial: bool = False,
+                  free: Any = ()) -> Response:
+    template = "nodes/_suggestion.html" if partial else "nodes/suggest.html"
+    return render(request, template, {
+        "choices": service.fleet_choices(db, principal), "form": form, "errors": errors or {},
+        "suggestion": suggestion, "free": free,
+    }, status_code=status_code)
+
+
+@router.get("/admin/fleet/suggest")
+def suggest_form(request: Request, db: DbSession, principal: CurrentPrincipal) -> Response:
+    return _suggest_page(request, db, principal, {})
+
+
+@router.post("/admin/fleet/suggest", dependencies=STATE_CHANGING)
+def suggest(request: Request, db: DbSession, principal: CurrentPrincipal,
+            fields: FormFields) -> Response:
+    form = form_payload(fields, keys=SUGGESTION_FIELDS, integers=("gpus",))
+    partial = is_htmx(request)
+    try:
+        suggestion = service.suggest_nodes(db, principal, SuggestionIn.model_validate(form))
+    except (ValidationError, ValidationFailed, Conflict) as error:
+        problem = as_problem(error)
+        return _suggest_page(request, db, principal, fields, problem_errors(problem),
+                             problem.status, partial=partial)
+    suggested = {node.name for node in suggestion.nodes}
+    free = [n for n in service.free_nodes_of(db, principal, suggestion.gpu_class)
+            if n.name not in suggested]
+    return _suggest_page(request, db, principal, fields, suggestion=suggestion,
+                         partial=partial, free=free)
+
+
+async def chosen_nodes(request: Request) -> list[str]:
+    form = await request.form()
+    return [value for value in form.getlist("node") if isinstance(value, str)]
+
+
+@router.post("/admin/fleet/assignments", dependencies=STATE_CHANGING)
+def accept_suggestion(request: Request, db: DbSession, principal: CurrentPrincipal,
+                      fields: FormFields,
+                      nodes: Annotated[list[str], Depends(chosen_nodes)]) -> Response:
+    tenant = fields.get("tenant", "")
+    try:
+        service.assign_nodes(db, principal, tenant, nodes)
+    except (ValidationFailed, Conflict) as error:
+        return _suggest_page(request, db, principal, fields, problem_errors(error),
+                             error.status, partial=is_htmx(request))
+    return go_to(request, f"/admin/fleet?tenant={quote(tenant)}")
+
+
+@router.get("/t/{tenant}/nodes")
+def tenant_nodes(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
+                 paging: Paging) -> Response:
+    page = service.tenant_nodes(db, principal, tenant, paging)
+    return render(request, "nodes/tenant_nodes.html", {
+        "tenant_slug": tenant, "nodes": page.items, "next_cursor": page.next_cursor})

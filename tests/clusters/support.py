@@ -1,0 +1,148 @@
+"""Test doubles and a harness for the cluster reconciler on the in-memory Kubernetes fake."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+
+from app.auth.principal import Principal
+from app.clusters import service
+from app.clusters.models import VirtualCluster
+from app.clusters.reconciler import ClusterReconciler
+from app.clusters.schemas import ClusterCreate, ClusterOut
+from app.config import Settings
+from app.db import Database, utcnow
+from app.kube.memory import InMemoryKube
+from app.kube.port import KubePort
+from tests.support import virtual_clusters
+from tests.support.tenancy import Tenancy
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+VC_SERVER = "https://train.acme.vc.example.com"
+
+
+class Clock:
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or utcnow()
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class FakeConnector:
+    """The host is an in-memory fake (or none); a virtual cluster is ready when told so."""
+
+    def __init__(self, host: KubePort | None, ready: bool = True) -> None:
+        self._host = host
+        self.answers_readyz = ready
+        self.readyz_calls = 0
+
+    def host(self) -> KubePort | None:
+        return self._host
+
+    def virtual(self, kubeconfig_yaml: str) -> KubePort:
+        return InMemoryKube()
+
+    def ready(self, kubeconfig_yaml: str) -> bool:
+        self.readyz_calls += 1
+        return self.answers_readyz and "admin-token-never-shown" in kubeconfig_yaml
+
+
+@dataclass
+class FakeInstaller:
+    """Plays helm: install brings the control plane up (StatefulSet, Secret vc-<release>)."""
+
+    kube: InMemoryKube
+    brings_up_secret: bool = True
+    calls: list[tuple[str, str, str]] = field(default_factory=list)
+    values: dict[str, str] = field(default_factory=dict)
+
+    def install(self, release: str, namespace: str, values_yaml: str) -> None:
+        self.calls.append(("install", release, namespace))
+        self.values[release] = values_yaml
+        meta = {"name": release, "namespace": namespace, "labels": {"app": "vcluster"}}
+        self.kube.seed({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta})
+        if self.brings_up_secret:
+            self.kube.seed(kubeconfig_secret(release, namespace))
+
+    def uninstall(self, release: str, namespace: str) -> None:
+        self.calls.append(("uninstall", release, namespace))
+        self.kube.delete("apps/v1", "StatefulSet", release, namespace)
+
+    @property
+    def installs(self) -> int:
+        return sum(1 for call in self.calls if call[0] == "install")
+
+
+def kubeconfig_secret(release: str, namespace: str) -> dict[str, object]:
+    config = virtual_clusters.admin_kubeconfig(VC_SERVER)
+    return {"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": f"vc-{release}", "namespace": namespace,
+                         "labels": {"app": "vcluster", "vcluster-name": release}},
+            "data": {"config": base64.b64encode(config.encode()).decode()}}
+
+
+def cluster_settings(**overrides: object) -> Settings:
+    return Settings(env="test", database_url="sqlite://", **overrides)  # type: ignore[arg-type]
+
+
+@dataclass
+class Harness:
+    database: Database
+    kube: InMemoryKube
+    connector: FakeConnector
+    installer: FakeInstaller
+    clock: Clock
+    reconciler: ClusterReconciler
+
+    @classmethod
+    def build(cls, database: Database, *, host: bool = True,
+              settings: Settings | None = None) -> Harness:
+        kube = InMemoryKube()
+        connector = FakeConnector(kube if host else None)
+        installer = FakeInstaller(kube)
+        clock = Clock()
+        reconciler = ClusterReconciler(settings or cluster_settings(), database, connector,
+                                       installer, clock=clock)
+        return cls(database, kube, connector, installer, clock, reconciler)
+
+    def run(self, worker: str = "worker-1", *, later: float = 301.0) -> int:
+        """One worker pass after ``later`` seconds (past any backoff, lease or resync)."""
+        self.clock.advance(later)
+        return self.reconciler.run_due(worker)
+
+    def converge(self, passes: int = 10) -> None:
+        for _ in range(passes):
+            self.run()
+
+    def cluster(self, cluster_id: int) -> VirtualCluster | None:
+        with self.database.session() as db:
+            return db.scalar(select(VirtualCluster).where(VirtualCluster.id == cluster_id))
+
+    def managed_objects(self) -> list[tuple[str, str | None, str]]:
+        """(kind, namespace, name) of everything on the host but the default namespaces."""
+        found = []
+        for obj in self.kube.objects():
+            meta = obj["metadata"]
+            if obj["kind"] == "Namespace" and meta["name"] in ("default", "kube-system",
+                                                               "kube-public"):
+                continue
+            found.append((obj["kind"], meta.get("namespace"), meta["name"]))
+        return sorted(found, key=str)
+
+
+def create(database: Database, tenancy: Tenancy, name: str = "train", *, gpus: int = 4,
+           placement: str = "shared-pool", settings: Settings | None = None) -> ClusterOut:
+    principal: Principal = tenancy.principal(tenancy.acme_admin)
+    payload = ClusterCreate(name=name, placement=placement,
+                            gpu_class_id=tenancy.h100.id, gpus=gpus, cpu_millicores=8000,
+                            memory_mib=65536)
+    with database.transaction() as db:
+        return service.create_cluster(db, principal, settings or cluster_settings(), "acme",
+                                      payload)

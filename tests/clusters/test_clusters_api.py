@@ -1,0 +1,190 @@
+"""The clusters REST API: create within quota, resize, delete; what callers see and may do."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.audit.models import AuditEvent
+from app.auth.principal import Principal
+from app.clusters import service
+from app.clusters.models import VirtualCluster
+from app.clusters.schemas import ClusterCreate
+from app.db import Database
+from app.errors import ValidationFailed
+from tests import factories
+from tests.clusters.support import cluster_settings
+from tests.support.tenancy import Tenancy, headers
+
+URL = "/api/v1/tenants/acme/clusters"
+
+
+def body(tenancy: Tenancy, **overrides: Any) -> dict[str, Any]:
+    return {"name": "train", "kubernetes_version": "1.32.4", "placement": "shared-pool",
+            "gpu_class_id": tenancy.h100.id, "gpus": 4, "cpu_millicores": 8000,
+            "memory_mib": 65536, **overrides}
+
+
+def cluster_rows(db: Session) -> int:
+    return db.scalar(select(func.count()).select_from(VirtualCluster)) or 0
+
+
+def test_an_admin_creates_a_cluster_and_everyone_in_the_tenant_sees_it(
+    client: TestClient, db: Session, tenancy: Tenancy
+) -> None:
+    created = client.post(URL, json=body(tenancy), headers=headers(db, tenancy.acme_admin))
+    assert created.status_code == 201, created.text
+    cluster = created.json()
+    assert (cluster["name"], cluster["gpus"], cluster["gpu_class"]) == (
+        "train", 4, "NVIDIA-H100-80GB-HBM3")
+    assert (cluster["generation"], cluster["observed_generation"], cluster["phase"]) == (
+        1, 0, "Provisioning")
+    assert cluster["endpoint"] == "https://train.acme.vc.example.com"
+    assert "admin_kubeconfig" not in created.text and "encrypted" not in created.text
+    listed = client.get(URL, headers=headers(db, tenancy.acme_viewer)).json()
+    assert [c["name"] for c in listed["items"]] == ["train"]
+    one = client.get(f"{URL}/train", headers=headers(db, tenancy.acme_member))
+    assert one.status_code == 200 and one.json()["conditions"] == []
+    assert client.get(f"{URL}/train", headers=headers(db, tenancy.globex_admin)).status_code == 404
+    assert db.scalar(select(AuditEvent.action).where(
+        AuditEvent.action == "virtual_cluster.create")) is not None
+
+
+def test_members_and_viewers_may_not_create(client: TestClient, db: Session,
+                                            tenancy: Tenancy) -> None:
+    for user in (tenancy.acme_member, tenancy.acme_viewer):
+        answer = client.post(URL, json=body(tenancy), headers=headers(db, user))
+        assert answer.status_code == 403
+    assert cluster_rows(db) == 0
+
+
+def test_the_quota_bounds_the_gpus_of_all_clusters(client: TestClient, db: Session,
+                                                   tenancy: Tenancy) -> None:
+    admin = headers(db, tenancy.acme_admin)
+    assert client.post(URL, json=body(tenancy, gpus=12), headers=admin).status_code == 201
+    refused = client.post(URL, json=body(tenancy, name="more", gpus=5), headers=admin)
+    assert refused.status_code == 422
+    assert refused.json()["errors"] == [{"field": "gpus", "message": (
+        "4 of the tenant's 16 H100 80GB GPUs are free; request more quota first")}]
+    assert client.post(URL, json=body(tenancy, name="more", gpus=4),
+                       headers=admin).status_code == 201
+    resize = client.patch(f"{URL}/more", json={"gpus": 5}, headers=admin)
+    assert resize.status_code == 422
+    assert client.patch(f"{URL}/train", json={"gpus": 8}, headers=admin).status_code == 200
+    assert client.patch(f"{URL}/more", json={"gpus": 8}, headers=admin).status_code == 200
+
+
+def test_bad_input_is_refused_with_field_messages_and_nothing_written(
+    client: TestClient, db: Session, tenancy: Tenancy
+) -> None:
+    admin = headers(db, tenancy.acme_admin)
+    cases = {
+        "name": body(tenancy, name="Train_1"),
+        "kubernetes_version": body(tenancy, kubernetes_version="1.29.0"),
+        "gpu_class_id": body(tenancy, gpu_class_id=None),
+        "placement": body(tenancy, placement="anywhere"),
+        "gpus": body(tenancy, gpus=-1),
+    }
+    for field, payload in cases.items():
+        answer = client.post(URL, json=payload, headers=admin)
+        assert answer.status_code == 422, (field, answer.text)
+        assert field in {e["field"] for e in answer.json()["errors"]}, (field, answer.text)
+    assert cluster_rows(db) == 0
+
+
+def test_a_taken_name_is_a_conflict(client: TestClient, db: Session, tenancy: Tenancy) -> None:
+    admin = headers(db, tenancy.acme_admin)
+    assert client.post(URL, json=body(tenancy, gpus=1), headers=admin).status_code == 201
+    again = client.post(URL, json=body(tenancy, gpus=1), headers=admin)
+    assert again.status_code == 409
+    assert again.json()["errors"] == [{"field": "name", "message": "this name is taken"}]
+
+
+def test_dedicated_nodes_clusters_must_fit_the_tenants_nodes(
+    client: TestClient, db: Session, tenancy: Tenancy
+) -> None:
+    admin = headers(db, tenancy.acme_admin)
+    dedicated = body(tenancy, placement="dedicated-nodes", gpus=8)
+    refused = client.post(URL, json=dedicated, headers=admin)
+    assert refused.status_code == 422
+    assert "dedicated to the tenant (0 in all)" in refused.json()["errors"][0]["message"]
+    node = factories.node(db, factories.host_cluster(db), tenancy.h100, gpu_count=8)
+    factories.assignment(db, node, tenancy.acme)
+    assert client.post(URL, json=dedicated, headers=admin).status_code == 201
+    second = client.post(URL, json={**dedicated, "name": "second", "gpus": 1}, headers=admin)
+    assert second.status_code == 422
+
+
+def test_resize_bumps_the_generation_and_delete_is_accepted(
+    client: TestClient, db: Session, tenancy: Tenancy
+) -> None:
+    admin = headers(db, tenancy.acme_admin)
+    client.post(URL, json=body(tenancy), headers=admin)
+    resized = client.patch(f"{URL}/train", json={"gpus": 6, "memory_mib": 131072},
+                           headers=admin)
+    assert resized.status_code == 200
+    assert (resized.json()["gpus"], resized.json()["generation"]) == (6, 2)
+    same = client.patch(f"{URL}/train", json={"gpus": 6}, headers=admin)
+    assert same.json()["generation"] == 2  # nothing changed: no new generation
+    deleted = client.delete(f"{URL}/train", headers=admin)
+    assert deleted.status_code == 202
+    assert (deleted.json()["deleting"], deleted.json()["phase"]) == (True, "Deleting")
+    assert client.patch(f"{URL}/train", json={"gpus": 1}, headers=admin).status_code == 409
+    assert client.delete(f"{URL}/train", headers=admin).status_code == 202  # idempotent
+
+
+def test_the_manifests_show_what_the_worker_applies(client: TestClient, db: Session,
+                                                    tenancy: Tenancy) -> None:
+    client.post(URL, json=body(tenancy), headers=headers(db, tenancy.acme_admin))
+    preview = client.get(f"{URL}/train/manifests", headers=headers(db, tenancy.acme_viewer))
+    assert preview.status_code == 200
+    shown = preview.json()
+    assert shown["namespace"] == "t-acme-train" and shown["release"] == "train"
+    assert [o["kind"] for o in shown["objects"]][:2] == ["Namespace", "ResourceQuota"]
+    assert "requests.nvidia.com/gpu: '4'" in shown["values_yaml"]
+    assert shown["helm_command"][:4] == ["helm", "upgrade", "--install", "train"]
+
+
+def test_idempotency_key_replays_the_create(client: TestClient, db: Session,
+                                            tenancy: Tenancy) -> None:
+    admin = {**headers(db, tenancy.acme_admin), "Idempotency-Key": "create-train"}
+    first = client.post(URL, json=body(tenancy), headers=admin)
+    again = client.post(URL, json=body(tenancy), headers=admin)
+    assert (first.status_code, again.status_code) == (201, 201)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert cluster_rows(db) == 1
+
+
+def test_parallel_creates_never_exceed_the_quota(own_pg_database: Database) -> None:
+    with own_pg_database.transaction() as db:
+        tenant = factories.tenant(db, "acme")
+        admin = factories.user(db)
+        factories.membership(db, tenant, admin, "admin")
+        gpu = factories.gpu_class(db)
+        factories.quota(db, tenant, gpu, 16)
+        principal = Principal(user=admin, via="token", roles={tenant.id: "admin"})
+        gpu_class_id = gpu.id
+    barrier = threading.Barrier(30)
+
+    def create(index: int) -> str:
+        payload = ClusterCreate(name=f"c{index}", gpu_class_id=gpu_class_id, gpus=3)
+        barrier.wait()
+        try:
+            with own_pg_database.transaction() as db:
+                service.create_cluster(db, principal, cluster_settings(), "acme", payload)
+        except ValidationFailed:
+            return "refused"
+        return "created"
+
+    with ThreadPoolExecutor(max_workers=30) as pool:
+        outcomes = Counter(pool.map(create, range(30)))
+    assert outcomes == {"created": 5, "refused": 25}  # 5 x 3 = 15 of 16 GPUs
+    with own_pg_database.session() as db:
+        held = db.scalar(select(func.sum(VirtualCluster.gpus)))
+    assert held == 15

@@ -1,0 +1,40 @@
+"""The clusters pages: inline validation of the create form, who sees which controls."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from tests.clusters.test_end_to_end import HTML, csrf_of, sign_in_acme_admin
+
+
+def test_the_create_form_checks_fields_inline(client: TestClient, db: Session,
+                                              oidc_issuer: str) -> None:
+    gpu_id = sign_in_acme_admin(db, oidc_issuer, client)
+    page = client.get("/t/acme/clusters", headers=HTML)
+    assert 'hx-post="/t/acme/clusters/validate"' in page.text
+    csrf = csrf_of(page.text)
+    checked = client.post("/t/acme/clusters/validate",
+                          headers={"HX-Request": "true", "X-CSRF-Token": csrf,
+                                   "HX-Trigger-Name": "gpus"},
+                          data={"name": "train", "gpu_class_id": str(gpu_id), "gpus": "9"})
+    assert checked.status_code == 422
+    assert "8 of the tenant&#39;s 8 H100 80GB GPUs are free" in checked.text
+    bad_name = client.post("/t/acme/clusters", headers={"HX-Request": "true",
+                                                        "X-CSRF-Token": csrf},
+                           data={"name": "Not_A_Label", "gpus": "0"})
+    assert bad_name.status_code == 422 and 'id="name-error"' in bad_name.text
+    assert "No clusters yet" in client.get("/t/acme/clusters", headers=HTML).text
+
+
+def test_resize_errors_are_shown_on_the_page(client: TestClient, db: Session,
+                                             oidc_issuer: str) -> None:
+    gpu_id = sign_in_acme_admin(db, oidc_issuer, client)
+    csrf = csrf_of(client.get("/t/acme/clusters", headers=HTML).text)
+    client.post("/t/acme/clusters", headers={"X-CSRF-Token": csrf}, follow_redirects=False,
+                data={"name": "train", "gpu_class_id": str(gpu_id), "gpus": "4"})
+    page = client.get("/t/acme/clusters/train", headers=HTML).text
+    assert 'id="resize-form"' in page and "data-confirm=" in page
+    refused = client.post("/t/acme/clusters/train/resize", headers={**HTML, "X-CSRF-Token": csrf},
+                          data={"gpus": "12", "cpu_millicores": "4000", "memory_mib": "16384"})
+    assert refused.status_code == 422 and 'id="gpus-error"' in refused.text

@@ -1,0 +1,112 @@
+"""Faults on the in-memory port: a worker killed between any two calls, and transient errors
+(409, 429 with Retry-After, 500, connection reset, timeout) at every call, still converge to
+exactly one set of objects."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from app.clusters import conditions as cond
+from app.clusters.reconciler import ClusterReconciler
+from app.db import Database
+from app.kube.errors import TransientKubeError
+from tests.clusters.support import Harness, create
+from tests.support.tenancy import Tenancy
+
+# Kubernetes calls of a first, uninterrupted provisioning pass (measured by the test below).
+FIRST_PASS_CALLS = 12
+EXPECTED_KINDS = sorted(["Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy",
+                         "NetworkPolicy", "Queue", "Queue", "Queue", "Secret", "StatefulSet",
+                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"])
+
+
+class WorkerKilled(BaseException):
+    """Like SIGKILL: nothing in the worker may catch it."""
+
+
+def kinds(harness: Harness) -> list[str]:
+    return sorted(kind for kind, _ns, _name in harness.managed_objects())
+
+
+def ready(harness: Harness, cluster_id: int) -> bool:
+    cluster = harness.cluster(cluster_id)
+    return cluster is not None and cond.is_true(cluster.conditions, cond.READY)
+
+
+def test_the_first_pass_makes_the_expected_number_of_calls(
+    harness: Harness, tenancy: Tenancy
+) -> None:
+    create(harness.database, tenancy)
+    harness.run()
+    assert len(harness.kube.calls) == FIRST_PASS_CALLS
+
+
+@pytest.mark.parametrize("killed_at", range(FIRST_PASS_CALLS))
+def test_a_worker_killed_between_any_two_calls_is_adopted_by_the_next(
+    harness: Harness, tenancy: Tenancy, database: Database, killed_at: int
+) -> None:
+    created = create(harness.database, tenancy)
+    harness.kube.inject("*", WorkerKilled(), after=killed_at)
+    with pytest.raises(WorkerKilled):
+        harness.run("worker-1")
+    # A fresh worker process: nothing in memory survives, only the database and the host.
+    successor = ClusterReconciler(harness.reconciler.settings, database, harness.connector,
+                                  harness.installer, clock=harness.clock)
+    harness.clock.advance(30)
+    assert successor.run_due("worker-2") == 0  # the dead worker's lease still holds
+    harness.clock.advance(61)
+    for _ in range(3):
+        successor.run_due("worker-2")
+        harness.clock.advance(301)
+    assert ready(harness, created.id)
+    assert kinds(harness) == EXPECTED_KINDS
+
+
+ERRORS = {
+    "409": TransientKubeError("the object has been modified", reason="Conflict", status=409),
+    "429": TransientKubeError("slow down", reason="TooManyRequests", status=429,
+                              delay_seconds=7.0),
+    "500": TransientKubeError("etcdserver: leader changed", reason="InternalError", status=500),
+    "reset": ConnectionResetError(104, "Connection reset by peer"),
+    "timeout": TimeoutError("timed out"),
+}
+
+
+@pytest.mark.parametrize("error", ERRORS, ids=str)
+@pytest.mark.parametrize("failing_call", range(FIRST_PASS_CALLS))
+def test_transient_errors_at_every_call_converge(
+    harness: Harness, tenancy: Tenancy, error: str, failing_call: int
+) -> None:
+    created = create(harness.database, tenancy)
+    harness.kube.inject("*", ERRORS[error], after=failing_call)
+    harness.run()
+    cluster = harness.cluster(created.id)
+    assert cluster is not None and cluster.failed_attempts == 1
+    assert not cond.is_true(cluster.conditions, cond.READY)
+    harness.converge(2)
+    assert ready(harness, created.id)
+    assert kinds(harness) == EXPECTED_KINDS
+
+
+def test_retry_after_is_honoured_and_backoff_grows(harness: Harness, tenancy: Tenancy) -> None:
+    created = create(harness.database, tenancy)
+    throttled = TransientKubeError("slow down", reason="TooManyRequests", status=429,
+                                   delay_seconds=45.0)
+    harness.kube.inject("apply", throttled, times=3)
+    delays = []
+    for _ in range(3):
+        harness.run()
+        cluster = harness.cluster(created.id)
+        assert cluster is not None
+        delays.append(cluster.next_reconcile_at - harness.clock.now)
+        harness.clock.advance(delays[-1].total_seconds())
+        harness.clock.advance(-301)  # run() advances 301 s: land exactly when due
+    assert all(delay >= timedelta(seconds=45) for delay in delays)
+    cluster = harness.cluster(created.id)
+    assert cluster is not None and cluster.failed_attempts == 3
+    condition = cond.find(cluster.conditions, cond.NAMESPACE_READY)
+    assert condition is not None and condition["reason"] == "TooManyRequests"
+    harness.converge(2)
+    assert ready(harness, created.id)

@@ -1,0 +1,108 @@
+"""Leases: parallel workers never hold one cluster at once (PostgreSQL, SKIP LOCKED), and the
+conditional UPDATE does the same on the embedded SQLite default."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import pytest
+
+from app.auth.principal import Principal
+from app.clusters import repository, service
+from app.clusters.reconciler import ClusterReconciler
+from app.clusters.schemas import ClusterCreate
+from app.db import Database, utcnow
+from app.kube.memory import InMemoryKube
+from tests import factories
+from tests.clusters.support import FakeConnector, FakeInstaller, cluster_settings
+
+WORKERS = 8
+CLUSTERS = 40
+
+
+def seed_clusters(database: Database, count: int) -> list[int]:
+    with database.transaction() as db:
+        tenant = factories.tenant(db, "acme")
+        admin = factories.user(db)
+        factories.membership(db, tenant, admin, "admin")
+        principal = Principal(user=admin, via="token", roles={tenant.id: "admin"})
+        return [service.create_cluster(db, principal, cluster_settings(), "acme",
+                                       ClusterCreate(name=f"c{i}")).id for i in range(count)]
+
+
+def claim_in_parallel(database: Database) -> list[list[int]]:
+    barrier = threading.Barrier(WORKERS)
+    now = utcnow()
+
+    def claim(worker: int) -> list[int]:
+        barrier.wait()
+        with database.transaction() as db:
+            return repository.claim_due(db, f"w{worker}", now, now + timedelta(seconds=60), 10)
+
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        return list(pool.map(claim, range(WORKERS)))
+
+
+def test_parallel_claims_on_postgresql_are_disjoint(own_pg_database: Database) -> None:
+    seed_clusters(own_pg_database, CLUSTERS)
+    claims = claim_in_parallel(own_pg_database)
+    taken = Counter(cluster_id for claim in claims for cluster_id in claim)
+    assert max(taken.values()) == 1
+    assert len(taken) == CLUSTERS  # SKIP LOCKED: nobody waited, nobody came back empty-handed
+    assert claim_in_parallel(own_pg_database) == [[]] * WORKERS  # all leases are live
+
+
+@pytest.mark.sqlite
+def test_claims_on_sqlite_never_take_a_held_cluster(sqlite_database: Database) -> None:
+    seed_clusters(sqlite_database, CLUSTERS)
+    claims = claim_in_parallel(sqlite_database)
+    taken = Counter(cluster_id for claim in claims for cluster_id in claim)
+    assert max(taken.values()) == 1
+    assert len(taken) == CLUSTERS
+
+
+class ExclusiveInstaller(FakeInstaller):
+    """Fails the test if two workers ever work on one release at the same time."""
+
+    def __init__(self, kube: InMemoryKube) -> None:
+        super().__init__(kube)
+        self.busy: set[str] = set()
+        self.overlaps = 0
+        self.lock = threading.Lock()
+
+    def install(self, release: str, namespace: str, values_yaml: str) -> None:
+        with self.lock:
+            self.overlaps += release in self.busy
+            self.busy.add(release)
+        threading.Event().wait(0.005)
+        with self.lock:
+            super().install(release, namespace, values_yaml)
+            self.busy.discard(release)
+
+
+def test_parallel_workers_provision_each_cluster_exactly_once(own_pg_database: Database) -> None:
+    ids = seed_clusters(own_pg_database, CLUSTERS)
+    kube = InMemoryKube()
+    installer = ExclusiveInstaller(kube)
+    reconcilers = [ClusterReconciler(cluster_settings(), own_pg_database, FakeConnector(kube),
+                                     installer, batch=3) for _ in range(WORKERS)]
+    barrier = threading.Barrier(WORKERS)
+
+    def work(index: int) -> int:
+        barrier.wait()
+        handled = 0
+        while (done := reconcilers[index].run_due(f"worker-{index}")) > 0:
+            handled += done
+        return handled
+
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        handled = sum(pool.map(work, range(WORKERS)))
+    assert handled == CLUSTERS
+    assert installer.overlaps == 0
+    assert Counter(call[1] for call in installer.calls) == {f"c{i}": 1 for i in range(CLUSTERS)}
+    with own_pg_database.session() as db:
+        assert all(repository.lock_cluster(db, i).observed_generation == 1  # type: ignore[union-attr]
+                   for i in ids)

@@ -1,0 +1,195 @@
+"""Issuing and revoking kubeconfigs over the REST API, against the emulated virtual cluster."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from kubernetes import client as k8s_client
+from kubernetes import config as _k8s_config
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit.models import AuditEvent
+from app.clusters.models import VirtualCluster
+from app.db import utcnow
+from app.kubeconfigs.models import KubeconfigGrant
+from tests.kube.emulator import KubeEmulator
+from tests.support.tenancy import Tenancy, headers
+from tests.support.virtual_clusters import TEST_CA_PEM, ready_cluster
+
+# The config loaders are untyped; going through Any keeps mypy strict elsewhere.
+k8s_config: Any = _k8s_config
+URL = "/api/v1/tenants/acme/clusters/train/kubeconfigs"
+NS = "gpu-tenant-portal"
+RBAC = "rbac.authorization.k8s.io/v1"
+
+
+def load_with_the_official_client(text: str) -> Any:
+    configuration = k8s_client.Configuration()
+    k8s_config.load_kube_config_from_dict(yaml.safe_load(text),
+                                          client_configuration=configuration,
+                                          persist_config=False)
+    return configuration
+
+
+def grants(db: Session) -> list[KubeconfigGrant]:
+    db.expire_all()
+    return list(db.scalars(select(KubeconfigGrant).order_by(KubeconfigGrant.id)))
+
+
+def audit_actions(db: Session) -> list[str]:
+    return list(db.scalars(select(AuditEvent.action).where(
+        AuditEvent.action.like("kubeconfig.%")).order_by(AuditEvent.id)))
+
+
+def test_a_member_downloads_a_one_hour_view_kubeconfig_bound_to_its_own_secret_and_revokes_it(
+    client: TestClient, db: Session, tenancy: Tenancy, train: VirtualCluster,
+    kube_emulator: KubeEmulator,
+) -> None:
+    auth = headers(db, tenancy.acme_member)
+    db.commit()
+    response = client.post(URL, json={"role": "view", "lifetime_seconds": 3600}, headers=auth)
+
+    assert response.status_code == 201, response.text
+    assert response.headers["content-type"].startswith("application/yaml")
+    assert response.headers["cache-control"] == "no-store"
+    assert response.headers["content-disposition"].startswith("attachment;")
+    [grant] = grants(db)
+    assert (grant.user_id, grant.role) == (tenancy.acme_member.id, "view")
+    assert timedelta(minutes=59) < grant.expires_at - utcnow() <= timedelta(hours=1)
+    [issued] = kube_emulator.tokens
+    assert issued == {**issued, "namespace": NS, "service_account": grant.service_account,
+                      "bound_secret": grant.secret_name, "expiration_seconds": 3600}
+    secret = kube_emulator.stored("v1", "Secret", grant.secret_name, NS)
+    assert secret is not None and secret["type"] == "Opaque"
+    assert kube_emulator.stored("v1", "ServiceAccount", grant.service_account, NS) is not None
+    binding = kube_emulator.stored(RBAC, "ClusterRoleBinding",
+                                   f"gpu-tenant-portal:{grant.service_account}")
+    assert binding is not None and binding["roleRef"]["name"] == "view"
+
+    loaded = load_with_the_official_client(response.text)
+    assert loaded.host == "https://train.acme.vc.example.com"
+    assert Path(loaded.ssl_ca_cert).read_bytes() == TEST_CA_PEM
+    assert loaded.auth_settings()["BearerToken"]["value"] == f"Bearer {issued['token']}"
+    config = yaml.safe_load(response.text)
+    assert [c["name"] for c in config["contexts"]] == ["acme-train"]
+    assert "admin-token-never-shown" not in response.text
+
+    revoked = client.delete(f"{URL}/{grant.id}", headers=auth)
+    assert revoked.status_code == 204
+    assert kube_emulator.stored("v1", "Secret", grant.secret_name, NS) is None
+    assert kube_emulator.stored("v1", "ServiceAccount", grant.service_account, NS) is None
+    [grant] = grants(db)
+    assert grant.revoked_at is not None and grant.secret_deleted_at is not None
+    assert audit_actions(db) == ["kubeconfig.issue", "kubeconfig.revoke",
+                                 "kubeconfig.secret_deleted"]
+    trail = " ".join(str([e.before, e.after]) for e in db.scalars(select(AuditEvent)))
+    assert issued["token"] not in trail
+    assert client.get(URL, headers=auth).json()["items"] == []
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"role": "view", "lifetime_seconds": 599}, "lifetime_seconds"),
+    ({"role": "view", "lifetime_seconds": 24 * 3600 + 1}, "lifetime_seconds"),
+    ({"role": "view", "lifetime_seconds": "3600"}, "lifetime_seconds"),
+    ({"role": "root"}, "role"),
+])
+def test_lifetimes_outside_the_bounds_and_unknown_roles_are_refused_and_nothing_is_made(
+    client: TestClient, db: Session, tenancy: Tenancy, train: VirtualCluster,
+    kube_emulator: KubeEmulator, body: dict[str, Any], field: str,
+) -> None:
+    auth = headers(db, tenancy.acme_admin)
+    db.commit()
+    requests_before = len(kube_emulator.requests())
+    response = client.post(URL, json=body, headers=auth)
+    assert response.status_code == 422
+    assert field in [e["field"] for e in response.json()["errors"]]
+    assert grants(db) == [] and len(kube_emulator.requests()) == requests_before
+
+
+def test_the_default_lifetime_is_the_operators_and_the_minimum_is_accepted(
+    client: TestClient, db: Session, tenancy: Tenancy, train: VirtualCluster,
+    kube_emulator: KubeEmulator,
+) -> None:
+    auth = headers(db, tenancy.acme_viewer)
+    db.commit()
+    assert client.post(URL, json={}, headers=auth).status_code == 201
+    assert client.post(URL, json={"lifetime_seconds": 600}, headers=auth).status_code == 201
+    assert [t["expiration_seconds"] for t in kube_emulator.tokens] == [8 * 3600, 600]
+    default, shortest = grants(db)
+    assert default.expires_at - default.created_at == timedelta(hours=8)
+    assert default.service_account == shortest.service_account  # one per user and role
+    assert default.secret_name != shortest.secret_name  # one Secret per grant
+
+
+@pytest.mark.parametrize(("who", "role", "status"), [
+    ("acme_viewer", "edit", 403), ("acme_viewer", "admin", 403), ("acme_member", "admin", 403),
+    ("acme_member", "edit", 201), ("acme_admin", "admin", 201), ("platform_admin", "admin", 201),
+    ("globex_admin", "view", 404),
+])
+def test_nobody_gets_a_role_above_their_own_or_a_cluster_outside_their_tenants(
+    client: TestClient, db: Session, tenancy: Tenancy, train: VirtualCluster,
+    kube_emulator: KubeEmulator, who: str, role: str, status: int,
+) -> None:
+    auth = headers(db, getattr(tenancy, who))
+    db.commit()
+    response = client.post(URL, json={"role": role, "lifetime_seconds": 3600}, headers=auth)
+    assert response.status_code == status, response.text
+    assert len(grants(db)) == (1 if status == 201 else 0)
+    if status == 201:
+        binding = kube_emulator.stored(RBAC, "ClusterRoleBinding",
+                                       f"gpu-tenant-portal:{grants(db)[0].service_account}")
+        assert binding is not None
+        assert binding["roleRef"]["name"] == {"admin": "cluster-admin"}.get(role, role)
+
+
+def test_a_cluster_of_another_tenant_is_not_found_even_under_ones_own_tenant(
+    client: TestClient, db: Session, tenancy: Tenancy, kube_emulator: KubeEmulator,
+) -> None:
+    ready_cluster(db, tenancy.globex, server=kube_emulator.url, name="secret-project")
+    auth = headers(db, tenancy.acme_admin)
+    db.commit()
+    for url in ("/api/v1/tenants/acme/clusters/secret-project/kubeconfigs",
+                "/api/v1/tenants/globex/clusters/secret-project/kubeconfigs"):
+        assert client.post(url, json={"role": "view"}, headers=auth).status_code == 404
+    assert kube_emulator.tokens == []
+
+
+def test_only_ready_clusters_issue_and_read_only_tokens_cannot(
+    client: TestClient, db: Session, tenancy: Tenancy, kube_emulator: KubeEmulator,
+) -> None:
+    ready_cluster(db, tenancy.acme, server=kube_emulator.url, ready=False)
+    member, read_only = headers(db, tenancy.acme_member), headers(db, tenancy.acme_member, "read")
+    db.commit()
+    assert client.post(URL, json={"role": "view"}, headers=member).status_code == 409
+    assert client.post(URL, json={"role": "view"}, headers=read_only).status_code == 403
+    assert kube_emulator.tokens == [] and grants(db) == []
+
+
+def test_members_list_their_own_grants_and_revoke_only_those_while_admins_see_and_revoke_all(
+    client: TestClient, db: Session, tenancy: Tenancy, train: VirtualCluster,
+    kube_emulator: KubeEmulator,
+) -> None:
+    member, viewer = headers(db, tenancy.acme_member), headers(db, tenancy.acme_viewer)
+    admin = headers(db, tenancy.acme_admin)
+    db.commit()
+    for auth in (member, viewer):
+        assert client.post(URL, json={"lifetime_seconds": 3600}, headers=auth).status_code == 201
+    member_grant, viewer_grant = grants(db)
+    listed = client.get(URL, headers=member).json()["items"]
+    assert [(g["id"], g["user_email"]) for g in listed] == [
+        (member_grant.id, "acme-member@example.com")]
+    assert {g["id"] for g in client.get(URL, headers=admin).json()["items"]} == {
+        member_grant.id, viewer_grant.id}
+    assert client.delete(f"{URL}/{viewer_grant.id}", headers=member).status_code == 403
+    assert client.delete(f"{URL}/{viewer_grant.id}", headers=admin).status_code == 204
+    assert client.delete(f"{URL}/{viewer_grant.id}", headers=admin).status_code == 204
+    assert client.delete(f"{URL}/999999", headers=admin).status_code == 404
+    assert kube_emulator.stored("v1", "Secret", viewer_grant.secret_name, NS) is None
+    assert kube_emulator.stored("v1", "Secret", member_grant.secret_name, NS) is not None
+    assert audit_actions(db).count("kubeconfig.revoke") == 1

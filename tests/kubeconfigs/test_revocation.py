@@ -1,0 +1,197 @@
+"""Revocation beyond the revoke button: member removal, role changes, suspension, cluster
+deletion, and the reconciler that deletes the bound Secrets, retrying when the API fails."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit.models import AuditEvent
+from app.clusters.models import VirtualCluster
+from app.config import Settings
+from app.db import Database, utcnow
+from app.errors import Forbidden
+from app.kube.connector import ClientConnector
+from app.kube.errors import PermanentKubeError, TransientKubeError
+from app.kube.memory import InMemoryKube
+from app.kube.port import KubePort
+from app.kubeconfigs import service
+from app.kubeconfigs.models import KubeconfigGrant
+from app.kubeconfigs.reconciler import KubeconfigReconciler
+from app.kubeconfigs.schemas import KubeconfigRequest
+from app.kubeconfigs.service import VirtualClusters
+from app.tenants import service as tenants
+from app.tenants.schemas import MemberUpdate, TenantUpdate
+from tests.kube.emulator import KubeEmulator
+from tests.support.tenancy import Tenancy
+
+NS = "gpu-tenant-portal"
+
+
+@dataclass
+class FakeClusters:
+    """A connector whose every virtual cluster is one in-memory fake."""
+
+    kube: InMemoryKube = field(default_factory=InMemoryKube)
+
+    def host(self) -> KubePort | None:
+        return None
+
+    def virtual(self, kubeconfig_yaml: str) -> KubePort:
+        return self.kube
+
+    def ready(self, kubeconfig_yaml: str) -> bool:
+        return True
+
+
+def issue(db: Session, tenancy: Tenancy, clusters: VirtualClusters, settings: Settings,
+          who: str = "acme_member", role: str = "view") -> KubeconfigGrant:
+    principal = tenancy.principal(getattr(tenancy, who))
+    issued = service.issue_kubeconfig(db, principal, clusters, settings, "acme", "train",
+                                      KubeconfigRequest(role=role, lifetime_seconds=3600))
+    grant = db.get(KubeconfigGrant, issued.grant.id)
+    assert grant is not None
+    return grant
+
+
+def secret_exists(kube: KubeEmulator | InMemoryKube, grant: KubeconfigGrant) -> bool:
+    if isinstance(kube, InMemoryKube):
+        return any(o["metadata"]["name"] == grant.secret_name for o in kube.objects("Secret"))
+    return kube.stored("v1", "Secret", grant.secret_name, NS) is not None
+
+
+def test_removing_a_member_revokes_their_grants_and_the_worker_deletes_the_secrets(
+    db: Session, database: Database, settings: Settings, tenancy: Tenancy,
+    train: VirtualCluster, kube_emulator: KubeEmulator,
+) -> None:
+    clusters = VirtualClusters.from_settings(settings, ClientConnector(settings))
+    grant, other = issue(db, tenancy, clusters, settings), issue(db, tenancy, clusters, settings,
+                                                                 "acme_viewer")
+    member = next(m for m in tenancy.memberships if m.user_id == tenancy.acme_member.id)
+    tenants.remove_member(db, tenancy.principal(tenancy.acme_admin), "acme", member.id)
+    db.commit()
+    assert grant.revoked_at is not None and grant.revoke_reason == "member-removed"
+    assert other.revoked_at is None
+    assert secret_exists(kube_emulator, grant)  # revoked at once, deleted by the worker
+
+    reconciler = KubeconfigReconciler(database, clusters)
+    assert reconciler.run_due("w1") == 1
+    requests = len(kube_emulator.requests())
+    assert reconciler.run_due("w1") == 0  # level-triggered: the second pass changes nothing
+    assert len(kube_emulator.requests()) == requests
+    assert not secret_exists(kube_emulator, grant) and secret_exists(kube_emulator, other)
+    assert kube_emulator.stored("v1", "ServiceAccount", grant.service_account, NS) is None
+    db.expire_all()
+    assert grant.secret_deleted_at is not None
+
+
+def test_a_lower_role_revokes_the_grants_it_would_not_get_any_more(
+    db: Session, settings: Settings, tenancy: Tenancy, train: VirtualCluster,
+) -> None:
+    clusters = VirtualClusters.from_settings(settings, FakeClusters())
+    edit_grant = issue(db, tenancy, clusters, settings, "acme_member", "edit")
+    view_grant = issue(db, tenancy, clusters, settings, "acme_member", "view")
+    member = next(m for m in tenancy.memberships if m.user_id == tenancy.acme_member.id)
+    tenants.change_role(db, tenancy.principal(tenancy.acme_admin), "acme", member.id,
+                        MemberUpdate(role="viewer"))
+    assert edit_grant.revoke_reason == "role-changed" and view_grant.revoked_at is None
+
+
+def test_suspending_a_tenant_or_deleting_a_cluster_revokes_every_grant_with_an_audit_row(
+    db: Session, settings: Settings, tenancy: Tenancy, train: VirtualCluster,
+) -> None:
+    fake = FakeClusters()
+    clusters = VirtualClusters.from_settings(settings, fake)
+    first, second = issue(db, tenancy, clusters, settings), issue(db, tenancy, clusters,
+                                                                  settings, "acme_admin")
+    tenants.update_tenant(db, tenancy.principal(tenancy.platform_admin), "acme",
+                          TenantUpdate(state="suspended"))
+    assert {first.revoke_reason, second.revoke_reason} == {"tenant-suspended"}
+    revokes = db.scalars(select(AuditEvent.target_id).where(
+        AuditEvent.action == "kubeconfig.revoke")).all()
+    assert sorted(revokes) == sorted([str(first.id), str(second.id)])
+    assert service.revoke_grants_for_cluster(db, train.id, actor_label="cluster-reconciler") == 0
+    with pytest.raises(Forbidden, match="suspended"):
+        service.issue_kubeconfig(db, tenancy.principal(tenancy.acme_admin), clusters, settings,
+                                 "acme", "train", KubeconfigRequest())
+
+
+def test_deleting_a_cluster_revokes_its_grants_and_the_worker_gives_up_on_its_dying_api(
+    db: Session, database: Database, settings: Settings, tenancy: Tenancy,
+    train: VirtualCluster,
+) -> None:
+    fake = FakeClusters()
+    clusters = VirtualClusters.from_settings(settings, fake)
+    grant = issue(db, tenancy, clusters, settings)
+    assert service.revoke_grants_for_cluster(db, train.id, actor_label="cluster-reconciler") == 1
+    train.deletion_requested_at = utcnow()
+    db.commit()
+    fake.kube.inject("delete", OSError("connection refused"), times=10)
+    assert KubeconfigReconciler(database, clusters).run_due("w1") == 1
+    db.expire_all()
+    assert grant.revoke_reason == "cluster-deleted" and grant.secret_deleted_at is not None
+    assert service.forget_grants_for_cluster(db, train.id) == 1
+
+
+def test_the_worker_backs_off_on_failures_and_deletes_the_secret_once_the_api_answers(
+    db: Session, database: Database, settings: Settings, tenancy: Tenancy,
+    train: VirtualCluster,
+) -> None:
+    fake = FakeClusters()
+    clusters = VirtualClusters.from_settings(settings, fake)
+    grant = issue(db, tenancy, clusters, settings)
+    fake.kube.inject("delete", TransientKubeError("busy", delay_seconds=30), times=1)
+    service.revoke_grant(db, tenancy.principal(tenancy.acme_member), clusters, "acme", "train",
+                         grant.id)
+    db.commit()
+    assert grant.revoked_at is not None and grant.secret_deleted_at is None
+    assert secret_exists(fake.kube, grant)
+
+    reconciler = KubeconfigReconciler(database, clusters)
+    fake.kube.inject("delete", PermanentKubeError("forbidden", reason="Forbidden"), times=1)
+    assert reconciler.run_due("w1") == 0
+    db.expire_all()
+    assert grant.cleanup_attempts == 1 and "Forbidden" in (grant.cleanup_error or "")
+    assert grant.next_cleanup_at is not None and grant.next_cleanup_at > utcnow()
+    calls = len(fake.kube.calls)
+    assert reconciler.run_due("w1") == 0 and len(fake.kube.calls) == calls  # backing off
+
+    grant.next_cleanup_at = utcnow() - timedelta(seconds=1)
+    db.commit()
+    assert reconciler.run_due("w1") == 1
+    assert not secret_exists(fake.kube, grant)
+    db.expire_all()
+    assert grant.secret_deleted_at is not None and grant.cleanup_error is None
+
+
+def test_expired_grants_lose_their_secret_and_the_account_goes_with_its_last_live_grant(
+    db: Session, database: Database, settings: Settings, tenancy: Tenancy,
+    train: VirtualCluster,
+) -> None:
+    fake = FakeClusters()
+    clusters = VirtualClusters.from_settings(settings, fake)
+    expired, live = issue(db, tenancy, clusters, settings), issue(db, tenancy, clusters, settings)
+    expired.expires_at = utcnow() - timedelta(seconds=1)
+    db.commit()
+    reconciler = KubeconfigReconciler(database, clusters)
+    assert reconciler.run_due("w1") == 1
+    assert not secret_exists(fake.kube, expired) and secret_exists(fake.kube, live)
+    accounts = [o["metadata"]["name"] for o in fake.kube.objects("ServiceAccount")]
+    assert accounts == [live.service_account]  # still used by the live grant
+
+    live.expires_at = utcnow() - timedelta(seconds=1)
+    db.commit()
+    assert reconciler.run_due("w1") == 1
+    assert fake.kube.objects("ServiceAccount") == []
+    assert fake.kube.objects("ClusterRoleBinding") == []
+
+
+def test_the_worker_runs_the_kubeconfig_reconciler(database: Database, settings: Settings) -> None:
+    from app.reconcilers.registry import build_reconcilers
+
+    names = [r.name for r in build_reconcilers(settings, database, FakeClusters())]
+    assert "kubeconfigs" in names

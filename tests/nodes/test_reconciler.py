@@ -1,0 +1,144 @@
+"""The node reconciler: labels and taints dedicated nodes, removes both when the assignment
+ends, repairs drift, touches nothing it does not own, and a second run changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.db import utcnow
+from app.kube.errors import TransientKubeError
+from app.kube.manifests import labels as lbl
+from app.nodes.models import Node, NodeAssignment
+from app.nodes.reconciler import needs_patch
+from tests import factories
+from tests.nodes.conftest import Synced, reconciler
+
+TAINT = {"key": lbl.TENANT, "value": "acme", "effect": "NoSchedule"}
+
+
+def _host_node(synced: Synced, name: str) -> dict[str, Any]:
+    found = synced.kube.get("v1", "Node", name)
+    assert found is not None
+    return found
+
+
+def _assign(db: Session, name: str, slug: str = "acme") -> NodeAssignment:
+    tenant = factories.tenant(db, slug)
+    node = db.scalar(select(Node).where(Node.name == name))
+    assert node is not None
+    row = factories.assignment(db, node, tenant)
+    db.commit()
+    return row
+
+
+def _run_twice(synced: Synced) -> int:
+    """First run converges; the second must write nothing."""
+    handled = synced.reconciler.run_due("test")
+    synced.kube.reset_calls()
+    assert synced.reconciler.run_due("test") == 0
+    assert synced.kube.writes() == [] and synced.kube.mutations() == []
+    return handled
+
+
+def test_a_converged_fleet_costs_one_list_and_no_writes(synced: Synced) -> None:
+    assert synced.reconciler.run_due("test") == 0
+    assert [call.method for call in synced.kube.calls] == ["list"]
+
+
+def test_an_assigned_node_is_labelled_and_tainted(synced: Synced, db: Session) -> None:
+    before = _host_node(synced, "h100-r1-n1")
+    _assign(db, "h100-r1-n1")
+    assert _run_twice(synced) == 1
+    node = _host_node(synced, "h100-r1-n1")
+    assert node["metadata"]["labels"][lbl.TENANT] == "acme"
+    assert node["spec"]["taints"] == [TAINT]
+    # every other label stays as GPU Feature Discovery wrote it
+    others = {k: v for k, v in node["metadata"]["labels"].items() if k != lbl.TENANT}
+    assert others == before["metadata"]["labels"]
+    untouched = _host_node(synced, "h100-r1-n2")
+    assert lbl.TENANT not in untouched["metadata"]["labels"]
+
+
+def test_ending_the_assignment_removes_label_and_taint_only(synced: Synced, db: Session) -> None:
+    node = _host_node(synced, "h100-r1-n1")
+    node["spec"]["taints"] = [{"key": "example.com/maintenance", "effect": "NoSchedule"}]
+    synced.kube.seed(node)
+    assignment = _assign(db, "h100-r1-n1")
+    synced.reconciler.run_due("test")
+    assert _host_node(synced, "h100-r1-n1")["spec"]["taints"] == [
+        {"key": "example.com/maintenance", "effect": "NoSchedule"}, TAINT]
+    assignment.ended_at = utcnow()
+    db.commit()
+    assert _run_twice(synced) == 1
+    released = _host_node(synced, "h100-r1-n1")
+    assert lbl.TENANT not in released["metadata"]["labels"]
+    assert released["spec"]["taints"] == [{"key": "example.com/maintenance",
+                                           "effect": "NoSchedule"}]
+    assert released["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+
+
+def test_a_label_removed_by_hand_comes_back_on_resync(synced: Synced, db: Session) -> None:
+    _assign(db, "gb200-c1-n2")
+    synced.reconciler.run_due("test")
+    drifted = _host_node(synced, "gb200-c1-n2")
+    del drifted["metadata"]["labels"][lbl.TENANT]
+    drifted["metadata"]["labels"]["team"] = "ops"  # someone else's label, kept
+    synced.kube.seed(drifted)
+    assert _run_twice(synced) == 1
+    repaired = _host_node(synced, "gb200-c1-n2")["metadata"]["labels"]
+    assert (repaired[lbl.TENANT], repaired["team"]) == ("acme", "ops")
+
+
+def test_a_wrong_tenant_label_set_by_hand_is_overwritten(synced: Synced, db: Session) -> None:
+    _assign(db, "l40s-n1")
+    tampered = _host_node(synced, "l40s-n1")
+    tampered["metadata"]["labels"][lbl.TENANT] = "globex"
+    synced.kube.seed(tampered)
+    assert _run_twice(synced) == 1
+    assert _host_node(synced, "l40s-n1")["metadata"]["labels"][lbl.TENANT] == "acme"
+
+
+def test_an_assignment_is_picked_up_before_the_resync_period(synced: Synced, db: Session
+                                                              ) -> None:
+    slow = reconciler(synced.database, synced.kube, resync_seconds=3600)
+    assert slow.run_due("test") == 0  # first pass: a full resync, nothing to do
+    synced.kube.reset_calls()
+    assert slow.run_due("test") == 0
+    assert synced.kube.calls == []  # nothing changed, nothing due: no API call at all
+    _assign(db, "h100-r2-n1")
+    assert slow.run_due("test") == 1
+    assert _host_node(synced, "h100-r2-n1")["metadata"]["labels"][lbl.TENANT] == "acme"
+
+
+def test_a_failed_apply_is_retried_after_the_servers_delay(synced: Synced, db: Session
+                                                            ) -> None:
+    now = [1000.0]
+    loop = reconciler(synced.database, synced.kube, clock=lambda: now[0])
+    _assign(db, "h100-r1-n3")
+    synced.kube.inject("apply", TransientKubeError("throttled", delay_seconds=30.0))
+    assert loop.run_due("test") == 0
+    now[0] += 10
+    assert loop.run_due("test") == 0  # still backing off: the node is left alone
+    assert lbl.TENANT not in _host_node(synced, "h100-r1-n3")["metadata"]["labels"]
+    now[0] += 25
+    assert loop.run_due("test") == 1
+    assert _host_node(synced, "h100-r1-n3")["metadata"]["labels"][lbl.TENANT] == "acme"
+
+
+def test_the_inventory_records_what_the_host_carries(synced: Synced, db: Session) -> None:
+    _assign(db, "h100-r1-n4")
+    synced.reconciler.run_due("test")
+    db.expire_all()
+    row = db.scalar(select(Node).where(Node.name == "h100-r1-n4"))
+    assert row is not None and row.labels[lbl.TENANT] == "acme" and row.taints == [TAINT]
+
+
+def test_needs_patch_compares_only_our_key() -> None:
+    other = {"key": "example.com/x", "effect": "NoExecute"}
+    assert not needs_patch({"a": "b"}, [other], None)
+    assert needs_patch({lbl.TENANT: "acme"}, [other], None)
+    assert needs_patch({lbl.TENANT: "acme"}, [other], "acme")
+    assert not needs_patch({lbl.TENANT: "acme"}, [other, TAINT], "acme")
