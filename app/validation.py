@@ -35,3 +35,26 @@ def email_address(value: str) -> str:
 SingleLine = Annotated[str, AfterValidator(single_line)]
 MultiLine = Annotated[str, AfterValidator(multi_line)]
 EmailAddress = Annotated[str, AfterValidator(email_address)]
+
+
+_DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Host names join tenant and cluster with "--" (t-<tenant>--<cluster>, <tenant>--<cluster>), so
+# neither may contain it: otherwise tenant "a-b" + cluster "c" and tenant "a" + cluster "b-c"
+# would share a namespace and a KAI queue on the host.
+HOST_NAME_SEPARATOR = "--"
+# Tenant slugs become KAI queue names beside the root queue of all tenants.
+RESERVED_TENANT_SLUGS = frozenset({"tenants"})
+
+
+def dns_label_problem(value: str, max_length: int) -> str | None:
+    """Why ``value`` cannot name a tenant or cluster, or None when it can."""
+    if not value:
+        return "required"
+    if len(value) > max_length:
+        return f"at most {max_length} characters (this one has {len(value)})"
+    if not _DNS_1123_LABEL.match(value):
+        return ("a DNS-1123 label: lower-case letters, digits and '-', "
+                "starting and ending with a letter or digit")
+    if HOST_NAME_SEPARATOR in value:
+        return "'--' is reserved: it separates tenant and cluster in names on the host"
+    return None

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from app.quotas.schemas import MAX_CPU_MILLICORES, MAX_GPUS, MAX_MEMORY_MIB
+from app.validation import dns_label_problem
 
 # The column holds 40 characters; longer names would also crowd the derived host names.
 NAME_MAX = 40
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 Placement = Literal["shared-pool", "dedicated-nodes"]
 
 
@@ -33,10 +32,9 @@ class ClusterCreate(BaseModel):
     @field_validator("name")
     @classmethod
     def _dns_label(cls, value: str) -> str:
-        if not _DNS_LABEL.fullmatch(value):
-            raise ValueError(
-                "use lowercase letters, digits and '-', starting and ending with a letter or digit"
-            )
+        problem = dns_label_problem(value, NAME_MAX)
+        if problem:
+            raise ValueError(problem)
         return value
 
 

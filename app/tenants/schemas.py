@@ -2,30 +2,29 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.validation import EmailAddress, SingleLine
+from app.validation import (
+    RESERVED_TENANT_SLUGS,
+    EmailAddress,
+    SingleLine,
+    dns_label_problem,
+)
 
 MAX_SLUG_LENGTH = 30
-_DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 Role = Literal["admin", "member", "viewer"]
 TenantState = Literal["active", "suspended"]
 
 
 def slug_problem(slug: str) -> str | None:
-    if not slug:
-        return "the slug is required"
-    if len(slug) > MAX_SLUG_LENGTH:
-        return f"at most {MAX_SLUG_LENGTH} characters (this one has {len(slug)})"
-    if not _DNS_1123_LABEL.match(slug):
-        return ("a DNS-1123 label: lower-case letters, digits and '-', "
-                "starting and ending with a letter or digit")
-    return None
+    if slug in RESERVED_TENANT_SLUGS:
+        return f"{slug!r} is reserved by the portal"
+    problem = dns_label_problem(slug, MAX_SLUG_LENGTH)
+    return f"the slug is {problem}" if problem == "required" else problem
 
 
 class TenantCreate(BaseModel):

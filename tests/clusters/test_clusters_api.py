@@ -98,6 +98,16 @@ def test_bad_input_is_refused_with_field_messages_and_nothing_written(
     assert cluster_rows(db) == 0
 
 
+def test_a_name_with_the_host_separator_is_refused(
+    client: TestClient, db: Session, tenancy: Tenancy
+) -> None:
+    admin = headers(db, tenancy.acme_admin)
+    answer = client.post(URL, json=body(tenancy, name="a--b"), headers=admin)
+    assert answer.status_code == 422
+    assert "'--' is reserved" in answer.json()["errors"][0]["message"]
+    assert cluster_rows(db) == 0
+
+
 def test_a_taken_name_is_a_conflict(client: TestClient, db: Session, tenancy: Tenancy) -> None:
     admin = headers(db, tenancy.acme_admin)
     assert client.post(URL, json=body(tenancy, gpus=1), headers=admin).status_code == 201
@@ -145,7 +155,7 @@ def test_the_manifests_show_what_the_worker_applies(client: TestClient, db: Sess
     preview = client.get(f"{URL}/train/manifests", headers=headers(db, tenancy.acme_viewer))
     assert preview.status_code == 200
     shown = preview.json()
-    assert shown["namespace"] == "t-acme-train" and shown["release"] == "train"
+    assert shown["namespace"] == "t-acme--train" and shown["release"] == "train"
     assert [o["kind"] for o in shown["objects"]][:2] == ["Namespace", "ResourceQuota"]
     assert "requests.nvidia.com/gpu: '4'" in shown["values_yaml"]
     assert shown["helm_command"][:4] == ["helm", "upgrade", "--install", "train"]

@@ -28,7 +28,7 @@ from tests.kube.emulator import KubeEmulator
 from tests.support import oidc
 
 HTML = {"accept": "text/html"}
-NAMESPACE = "t-acme-train"
+NAMESPACE = "t-acme--train"
 OWN_OBJECTS = [
     ("v1", "Namespace", NAMESPACE, None),
     ("v1", "ResourceQuota", "tenant-quota", NAMESPACE),
@@ -36,7 +36,7 @@ OWN_OBJECTS = [
     ("networking.k8s.io/v1", "NetworkPolicy", "tenant-isolation", NAMESPACE),
     ("networking.k8s.io/v1", "NetworkPolicy", "vcluster-api-server", NAMESPACE),
     ("scheduling.run.ai/v2", "Queue", "acme", None),
-    ("scheduling.run.ai/v2", "Queue", "acme-train", None),
+    ("scheduling.run.ai/v2", "Queue", "acme--train", None),
     ("v1", "Secret", "vc-train", NAMESPACE),
     ("apps/v1", "StatefulSet", "train", NAMESPACE),
 ]
@@ -140,7 +140,7 @@ def test_create_watch_ready_resize_and_delete(
         clock.advance(301)
         worker.run_due("worker-1")
     quota = kube_emulator.stored("v1", "ResourceQuota", "tenant-quota", NAMESPACE)
-    queue = kube_emulator.stored("scheduling.run.ai/v2", "Queue", "acme-train")
+    queue = kube_emulator.stored("scheduling.run.ai/v2", "Queue", "acme--train")
     assert quota is not None and quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
     assert queue is not None and queue["spec"]["resources"]["gpu"]["quota"] == 8
     assert status_of(portal) == "Ready"

@@ -26,7 +26,7 @@ from tests.support import virtual_clusters
 from tests.support.tenancy import Tenancy
 
 STEPS = [*cond.STEP_TYPES, cond.READY]
-NAMESPACE = "t-acme-train"
+NAMESPACE = "t-acme--train"
 
 
 def statuses(cluster: VirtualCluster | None) -> dict[str, str]:
@@ -53,7 +53,7 @@ def test_a_new_cluster_converges_to_ready_with_every_object(
         ("NetworkPolicy", NAMESPACE, "tenant-isolation"),
         ("NetworkPolicy", NAMESPACE, "vcluster-api-server"),
         ("Queue", None, "acme"),
-        ("Queue", None, "acme-train"),
+        ("Queue", None, "acme--train"),
         ("Queue", None, "tenants"),
         ("ResourceQuota", NAMESPACE, "tenant-quota"),
         ("Secret", NAMESPACE, "vc-train"),
@@ -137,7 +137,7 @@ def test_resize_updates_quota_queue_and_release(harness: Harness, tenancy: Tenan
     assert cluster is not None and cluster.observed_generation == cluster.generation == 2
     assert all(c["observedGeneration"] == 2 for c in cluster.conditions)
     quota = harness.kube.get("v1", "ResourceQuota", "tenant-quota", NAMESPACE)
-    queue = harness.kube.get("scheduling.run.ai/v2", "Queue", "acme-train")
+    queue = harness.kube.get("scheduling.run.ai/v2", "Queue", "acme--train")
     assert quota is not None and queue is not None
     assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
     assert quota["spec"]["hard"]["requests.memory"] == "131072Mi"
@@ -182,7 +182,7 @@ def test_the_tenant_queue_stays_while_another_cluster_needs_it(
         delete_cluster(db, tenancy.principal(tenancy.acme_admin), "acme", "train")
     harness.converge(2)
     queues = {name for kind, _ns, name in harness.managed_objects() if kind == "Queue"}
-    assert queues == {"tenants", "acme", "acme-infer"}
+    assert queues == {"tenants", "acme", "acme--infer"}
 
 
 def test_a_delete_during_provisioning_leaves_nothing_behind(

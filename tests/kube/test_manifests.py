@@ -104,7 +104,7 @@ def test_apply_order_and_common_labels() -> None:
     for obj in objects[:5] + objects[-1:]:
         assert obj["metadata"]["labels"][lbl.TENANT] == "acme"
         assert obj["metadata"]["labels"][lbl.CLUSTER] == "train"
-    assert {o["metadata"].get("namespace") for o in objects[1:5]} == {"t-acme-train"}
+    assert {o["metadata"].get("namespace") for o in objects[1:5]} == {"t-acme--train"}
 
 
 def test_cluster_of_another_tenant_is_refused() -> None:
@@ -140,10 +140,10 @@ def test_names_are_dns_labels(tenant: str, cluster: str) -> None:
 
 
 def test_short_names_follow_the_reference() -> None:
-    assert host_namespace_name("acme", "train") == "t-acme-train"
+    assert host_namespace_name("acme", "train") == "t-acme--train"
     assert release_name("train") == "train"
     assert kubeconfig_secret_name("train") == "vc-train"
-    assert cluster_queue(train(), POLICY)["metadata"]["name"] == "acme-train"
+    assert cluster_queue(train(), POLICY)["metadata"]["name"] == "acme--train"
 
 
 def test_shortened_names_stay_unique() -> None:
@@ -237,7 +237,7 @@ def test_shared_pool_values_use_kai_and_the_leaf_queue() -> None:
     values = vcluster_values(train(), POLICY)
     patches = {p["path"]: p["expression"] for p in values["sync"]["toHost"]["pods"]["patches"]}
     assert patches["spec.schedulerName"] == '"kai-scheduler"'
-    assert '{"kai.scheduler/queue": "acme-train"}' in patches["metadata.labels"]
+    assert '{"kai.scheduler/queue": "acme--train"}' in patches["metadata.labels"]
     assert values["experimental"]["syncSettings"]["setOwner"] is False
     assert "virtualScheduler" not in values["controlPlane"].get("advanced", {})
     assert "enforceTolerations" not in values["sync"]["toHost"]["pods"]
@@ -330,11 +330,14 @@ def test_queues_match_the_reference(reference_queues: list[dict[str, Any]]) -> N
     tenant = TenantSpec("acme", "Acme Research", {H100: 8}, 128000, 1024000)
     leaf_spec = train(gpus=4, memory_mib=488281)  # 488281 MiB = 511999.9 MB
     built = [root_queue(policy), tenant_queue(tenant, policy), cluster_queue(leaf_spec, policy)]
-    for ours, ref in zip(built, (ref_root, ref_tenant, ref_leaf), strict=True):
+    # The reference names the leaf acme-train; the portal joins tenant and cluster with "--",
+    # which no slug or cluster name may contain, so that no two tenants' names can meet.
+    names = [ref_root["metadata"]["name"], ref_tenant["metadata"]["name"], "acme--train"]
+    for ours, ref, name in zip(built, (ref_root, ref_tenant, ref_leaf), names, strict=True):
         assert ours["apiVersion"] == ref["apiVersion"]
         assert ours["kind"] == ref["kind"]
         assert "namespace" not in ours["metadata"]
-        assert ours["metadata"]["name"] == ref["metadata"]["name"]
+        assert ours["metadata"]["name"] == name
         assert {**ref["metadata"].get("labels", {}), **lbl.managed()} == ours["metadata"]["labels"]
         assert shape(ours["spec"]) == shape(ref["spec"])
     assert built[0]["spec"] == ref_root["spec"]
@@ -374,7 +377,7 @@ def test_queue_guard_reads_the_namespace_queue_label() -> None:
     match = binding["spec"]["matchResources"]
     assert match["namespaceSelector"]["matchLabels"][lbl.PLACEMENT] == "shared-pool"
     ns = cluster_host_objects(train(), acme(), POLICY)[0]
-    assert ns["metadata"]["labels"][lbl.QUEUE] == "acme-train"
+    assert ns["metadata"]["labels"][lbl.QUEUE] == "acme--train"
     assert ns["metadata"]["labels"][lbl.PLACEMENT] == "shared-pool"
 
 
@@ -410,3 +413,16 @@ def test_node_release_drops_only_ours() -> None:
 def test_node_patch_refuses_bad_slug() -> None:
     with pytest.raises(ValueError, match="DNS-1123"):
         node_tenant_patch("n", "Acme:NoExecute", [])
+
+
+def test_two_tenants_never_share_a_host_namespace_or_queue() -> None:
+    from app.kube.manifests import cluster_queue_name, host_namespace_name
+
+    assert host_namespace_name("a-b", "c") != host_namespace_name("a", "b-c")
+    assert cluster_queue_name("a-b", "c") != cluster_queue_name("a", "b-c")
+    assert cluster_queue_name("acme", "train") != "acme-train"  # tenant acme-train's queue
+
+
+def test_names_with_the_separator_are_refused() -> None:
+    with pytest.raises(ValueError, match="--"):
+        train(name="a--b")

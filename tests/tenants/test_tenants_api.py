@@ -36,6 +36,8 @@ def test_platform_admin_creates_a_tenant_with_its_first_admin(
     ("-acme", "DNS-1123 label"),
     ("acme-", "DNS-1123 label"),
     ("", "the slug is required"),
+    ("a--b", "'--' is reserved"),
+    ("tenants", "reserved by the portal"),
 ])
 def test_slugs_must_be_short_dns_labels(
     client: TestClient, db: Session, slug: str, message: str

@@ -25,8 +25,13 @@ def shorten(name: str, max_len: int = DNS_LABEL_MAX) -> str:
     return f"{prefix}-{digest}"
 
 
+# Tenant slugs and cluster names never contain "--" (the portal refuses them), so joining them
+# with it keeps every tenant's host names apart: t-a-b--c and t-a--b-c cannot meet.
+SEPARATOR: Final = "--"
+
+
 def host_namespace_name(tenant: str, cluster: str) -> str:
-    return shorten(f"t-{tenant}-{cluster}")
+    return shorten(f"t-{tenant}{SEPARATOR}{cluster}")
 
 
 def release_name(cluster: str) -> str:
@@ -44,4 +49,4 @@ def tenant_queue_name(tenant: str) -> str:
 
 
 def cluster_queue_name(tenant: str, cluster: str) -> str:
-    return shorten(f"{tenant}-{cluster}")
+    return shorten(f"{tenant}{SEPARATOR}{cluster}")

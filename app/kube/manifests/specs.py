@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
-from app.kube.manifests.names import is_dns_label
+from app.kube.manifests.names import SEPARATOR, is_dns_label
 
 Placement = Literal["shared-pool", "dedicated-nodes"]
 PodSecurityLevel = Literal["restricted", "baseline"]
@@ -31,6 +31,7 @@ def _require_slug(value: str, what: str, max_len: int = 63) -> None:
     _require(
         is_dns_label(value) and len(value) <= max_len, f"{what} is not a DNS-1123 label: {value!r}"
     )
+    _require(SEPARATOR not in value, f"{what} must not contain {SEPARATOR!r}: {value!r}")
 
 
 def _require_non_negative(**values: int) -> None:
