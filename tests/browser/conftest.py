@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -18,7 +19,9 @@ from app import migrate
 from app.config import Settings
 from app.db import Database
 from app.devmode import seed_demo
+from app.kube.connector import KubeConnector
 from app.main import create_app
+from app.reconcilers.registry import build_worker
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Without these, Chromium reaches for Google's services, which this closed network refuses.
@@ -34,30 +37,56 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture
-def live_portal(tmp_path: Path, settings: Settings) -> Iterator[str]:
-    url = f"sqlite:///{tmp_path / 'portal.db'}"
+def demo_database(directory: Path) -> Database:
+    """The embedded default as `portal dev` makes it: an SQLite file with the demo data."""
+    url = f"sqlite:///{directory / 'portal.db'}"
     migrate.upgrade(url)
     database = Database(url)
     with database.transaction() as db:
         seed_demo(db)
+    return database
+
+
+@contextmanager
+def serving(settings: Settings, database: Database, kube: KubeConnector | None = None,
+            *, with_worker: bool = False) -> Iterator[str]:
+    """The portal on a free loopback port (and its worker, when asked); yields the base URL."""
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(settings.model_copy(update={"database_url": url}), database),
-        host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, database, kube),
+                                           host="127.0.0.1", port=port, log_level="warning"))
+    threads = [threading.Thread(target=server.run, daemon=True)]
+    worker = build_worker(settings, database, kube) if with_worker else None
+    if worker is not None:
+        threads.append(threading.Thread(target=worker.run, daemon=True))
+    for thread in threads:
+        thread.start()
     base = f"http://127.0.0.1:{port}"
+    _wait_until_up(base)
+    try:
+        yield base
+    finally:
+        server.should_exit = True
+        if worker is not None:
+            worker.stop()
+        for thread in threads:
+            thread.join(10)
+
+
+def _wait_until_up(base: str) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
             httpx.get(f"{base}/healthz")
-            break
+            return
         except httpx.TransportError:
             time.sleep(0.1)
-    yield base
-    server.should_exit = True
-    thread.join(10)
+
+
+@pytest.fixture
+def live_portal(tmp_path: Path, settings: Settings) -> Iterator[str]:
+    database = demo_database(tmp_path)
+    with serving(settings.model_copy(update={"database_url": database.url}), database) as base:
+        yield base
     database.dispose()
 
 
