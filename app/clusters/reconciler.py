@@ -9,9 +9,11 @@ NetworkPolicyApplied, QueuesApplied (KAI queues and the queue guard), ReleaseIns
 then Ready (Secret ``vc-<release>`` exists and ``/readyz`` answers through it).
 
 Cost: a cluster still converged at its last generation is only read (one GET per object, the
-Secret, ``/readyz``); objects shared by many clusters (root and tenant queues, the queue guard)
-are checked once per pass. Conditions are written only when they change, so an unchanged
-cluster costs no Kubernetes writes and no writes to its state; the lease bookkeeping is all.
+Secret, ``/readyz``), and what it reads is compared by value where the server rewrites it
+(resource quantities come back in canonical form); objects shared by many clusters (root and
+tenant queues, the queue guard) are checked once per pass. Conditions are written only when they
+change, so an unchanged cluster costs no Kubernetes writes and no writes to its state; the lease
+bookkeeping is all.
 
 Errors: transient ones (429, 5xx, 409, connection trouble, helm failures) are retried with
 exponential backoff and jitter (at least the server's Retry-After); permanent ones set the
@@ -39,7 +41,7 @@ from app.clusters.models import VirtualCluster
 from app.config import Settings
 from app.crypto import SecretBox
 from app.db import Database, utcnow
-from app.kube import manifests
+from app.kube import manifests, quantities
 from app.kube.connector import KubeConnector
 from app.kube.errors import KubeError, TransientKubeError
 from app.kube.port import KubePort, Manifest, ObjectRef
@@ -410,7 +412,9 @@ def _current(conditions: list[dict[str, Any]], type_: str, generation: int) -> b
 
 
 def _drifted(live: Manifest | None, wanted: Manifest) -> bool:
-    return live is None or not _contains(live, wanted)
+    # The server returns quantities in canonical form (524288Mi as 512Gi): compare values.
+    return live is None or not _contains(quantities.comparable(live),
+                                         quantities.comparable(wanted))
 
 
 def _contains(live: Any, wanted: Any) -> bool:

@@ -5,6 +5,8 @@ the applied configuration and drops fields this manager applied before but no lo
 applies (so un-labelling a node works), conflicts on fields another writer set, no-op
 applies leave ``resourceVersion`` alone, namespaced writes need the namespace, deleting
 a namespace removes what is in it, and tokens die with their Secret or ServiceAccount.
+With ``normalize_quantities`` it also stores resource quantities in canonical form, as a real
+API server does (``524288Mi`` reads back as ``512Gi``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from app.kube.port import (
     kind_info,
     matches_labels,
 )
+from app.kube.quantities import canonical_quantities
 
 # Lists merged item by item (keyed), as the API schema declares them; other lists are atomic.
 ASSOCIATIVE_LISTS: dict[str, tuple[str, ...]] = {
@@ -196,7 +199,9 @@ class InMemoryKube:
 
     WRITE_METHODS = frozenset({"apply", "delete", "request_token"})
 
-    def __init__(self, namespaces: tuple[str, ...] = DEFAULT_NAMESPACES) -> None:
+    def __init__(self, namespaces: tuple[str, ...] = DEFAULT_NAMESPACES, *,
+                 normalize_quantities: bool = False) -> None:
+        self.normalize_quantities = normalize_quantities
         self.calls: list[KubeCall] = []
         self.tokens: list[IssuedToken] = []
         self._objects: dict[ObjectRef, Manifest] = {}
@@ -228,7 +233,7 @@ class InMemoryKube:
         """Store an object as if another writer had created it (this manager owns nothing)."""
         with self._lock:
             ref = ObjectRef.of(obj)
-            stored = self._stamp(strip_server_metadata(obj), None, ref)
+            stored = self._stamp(self._as_stored(strip_server_metadata(obj)), None, ref)
             self._objects[ref] = stored
             return copy.deepcopy(stored)
 
@@ -270,7 +275,8 @@ class InMemoryKube:
             call = self._record("apply", ref, body=copy.deepcopy(obj))
             self._require_namespace(ref)
             live = self._objects.get(ref)
-            merged = server_side_apply(live, self._applied.get(ref), obj, force=force)
+            merged = self._as_stored(
+                server_side_apply(live, self._applied.get(ref), obj, force=force))
             self._applied[ref] = strip_server_metadata(obj)
             if live is not None and same_content(live, merged):
                 return copy.deepcopy(live)
@@ -381,6 +387,9 @@ class InMemoryKube:
             raise PermanentKubeError(
                 f'{ref.kind.lower()}s "{ref.name}" not found', reason="NotFound", status=404
             )
+
+    def _as_stored(self, obj: Manifest) -> Manifest:
+        return canonical_quantities(obj) if self.normalize_quantities else obj
 
     def _stamp(self, obj: Manifest, live: Manifest | None, ref: ObjectRef) -> Manifest:
         return stamp_metadata(obj, live, ref.namespace, str(next(self._versions)))

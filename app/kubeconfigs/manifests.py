@@ -1,12 +1,14 @@
 """Pure builders for what a kubeconfig grant needs inside a virtual cluster, and the file itself.
 
 Per user and role: a ServiceAccount in the portal-owned namespace and a ClusterRoleBinding to
-``cluster-admin``/``edit``/``view``. Per grant: an ``Opaque`` Secret that the TokenRequest binds
-the token to. Not a ``kubernetes.io/service-account-token`` Secret: for that type the token
-controller writes a long-lived legacy token into the Secret, which would outlive the grant's
-expiry and sit readable in the cluster. A TokenRequest may bind to any Secret, and the API
-server rejects a bound token once that Secret is gone, so deleting the Opaque Secret revokes
-exactly this kubeconfig while the ServiceAccount's other grants keep working.
+``cluster-admin``, the portal's ``gpu-tenant-portal:edit`` or ``view`` (the ClusterRole and the
+admission policy that guard the namespace are in ``app.kubeconfigs.guard``). Per grant: an
+``Opaque`` Secret that the TokenRequest binds the token to. Not a
+``kubernetes.io/service-account-token`` Secret: for that type the token controller writes a
+long-lived legacy token into the Secret, which would outlive the grant's expiry and sit
+readable in the cluster. A TokenRequest may bind to any Secret, and the API server rejects a
+bound token once that Secret is gone, so deleting the Opaque Secret revokes exactly this
+kubeconfig while the ServiceAccount's other grants keep working.
 
 No I/O here: the same input always gives the same output (golden-tested).
 """
@@ -24,7 +26,9 @@ from app.kube.manifests.labels import MANAGED_BY, MANAGED_BY_VALUE
 from app.kube.manifests.names import shorten
 
 PORTAL_NAMESPACE = "gpu-tenant-portal"
-CLUSTER_ROLES = {"admin": "cluster-admin", "edit": "edit", "view": "view"}
+# Not the built-in edit: it may impersonate and mint tokens for ServiceAccounts (see guard.py).
+EDIT_ROLE = f"{PORTAL_NAMESPACE}:edit"
+CLUSTER_ROLES = {"admin": "cluster-admin", "edit": EDIT_ROLE, "view": "view"}
 USER_ID = "gpu-tenant-portal/user-id"
 ROLE = "gpu-tenant-portal/role"
 GRANT_ID = "gpu-tenant-portal/grant-id"

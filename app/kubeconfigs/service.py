@@ -2,7 +2,9 @@
 
 Issuing makes, inside the virtual cluster and with its stored admin credential, a ServiceAccount
 per user and role, its ClusterRoleBinding, one Secret per grant and a TokenRequest bound to that
-Secret (see ``app.kubeconfigs.manifests``). The token goes into the returned YAML and nowhere
+Secret (see ``app.kubeconfigs.manifests``). Before those it applies, idempotently, the portal's
+edit ClusterRole and the admission policy that keeps non-admins out of the portal namespace
+(``app.kubeconfigs.guard``). The token goes into the returned YAML and nowhere
 else: not the database, not the audit trail, not the logs.
 
 Revoking marks the grant at once (the portal treats it as revoked from then on) and deletes the
@@ -42,7 +44,7 @@ from app.errors import (
 from app.kube.connector import KubeConnector
 from app.kube.errors import KubeError, TransientKubeError
 from app.kube.port import MIN_TOKEN_EXPIRATION_SECONDS, KubePort
-from app.kubeconfigs import manifests, repository
+from app.kubeconfigs import guard, manifests, repository
 from app.kubeconfigs.manifests import PORTAL_NAMESPACE, GrantSpec, KubeconfigSpec
 from app.kubeconfigs.models import KubeconfigGrant
 from app.kubeconfigs.schemas import GrantOut, IssuedKubeconfig, KubeconfigRequest, KubeconfigRole
@@ -58,6 +60,7 @@ ROLES_BY_TENANT_ROLE: dict[str, tuple[str, ...]] = {
     "viewer": ("view",),
 }
 WORKER_LABEL = "kubeconfig-reconciler"
+RBAC_API_VERSION = "rbac.authorization.k8s.io/v1"
 MAX_TRANSIENT_BACKOFF = timedelta(minutes=5)
 MAX_PERMANENT_BACKOFF = timedelta(hours=1)
 
@@ -158,7 +161,8 @@ def issue_kubeconfig(db: Session, principal: Principal, clusters: VirtualCluster
     # Serialises with the reconciler's "last grant gone, delete the ServiceAccount" step.
     lock_row(db, User, principal.user_id)
     grant, spec = _new_grant(db, principal, cluster, payload.role, lifetime)
-    token = _make_token(clusters.kube.virtual(admin_yaml), spec, lifetime)
+    token = _make_token(clusters.kube.virtual(admin_yaml), spec, lifetime,
+                        guard.portal_identity(admin_yaml))
     _audit(db, principal.user_id, principal.label, tenant.id, "kubeconfig.issue", grant,
            after=_grant_facts(grant, cluster, principal.email))
     server, ca_data = manifests.admin_endpoint(admin_yaml)
@@ -189,8 +193,11 @@ def _new_grant(db: Session, principal: Principal, cluster: VirtualCluster, role:
     return grant, spec
 
 
-def _make_token(port: KubePort, spec: GrantSpec, lifetime: int) -> str:
+def _make_token(port: KubePort, spec: GrantSpec, lifetime: int,
+                portal: guard.PortalIdentity) -> str:
     try:
+        _prepare_cluster(port, portal)
+        _drop_stale_binding(port, spec)
         for obj in manifests.grant_objects(spec):
             port.apply(obj, force=True)
         return port.request_token(PORTAL_NAMESPACE, spec.service_account,
@@ -198,6 +205,21 @@ def _make_token(port: KubePort, spec: GrantSpec, lifetime: int) -> str:
     except KubeError as error:
         _forget_secret(port, spec.secret_name)
         raise _as_problem(error) from error
+
+
+def _prepare_cluster(port: KubePort, portal: guard.PortalIdentity) -> None:
+    """The edit role and the namespace guard, before any grant object (idempotent)."""
+    for obj in guard.guard_objects(portal):
+        port.apply(obj, force=True)
+
+
+def _drop_stale_binding(port: KubePort, spec: GrantSpec) -> None:
+    """A binding's roleRef cannot change: one made before the portal's edit role goes first."""
+    wanted = manifests.role_binding(spec)
+    name = wanted["metadata"]["name"]
+    live = port.get(RBAC_API_VERSION, "ClusterRoleBinding", name)
+    if live is not None and live.get("roleRef") != wanted["roleRef"]:
+        port.delete(RBAC_API_VERSION, "ClusterRoleBinding", name)
 
 
 def _forget_secret(port: KubePort, secret_name: str) -> None:
@@ -384,7 +406,7 @@ def _delete_grant_objects(db: Session, grant: KubeconfigGrant, port: KubePort,
     lock_row(db, User, grant.user_id)
     if repository.live_grants_of_service_account(db, grant.cluster_id, grant.service_account,
                                                  now) == 0:
-        port.delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding",
+        port.delete(RBAC_API_VERSION, "ClusterRoleBinding",
                     manifests.binding_name(grant.service_account))
         port.delete("v1", "ServiceAccount", grant.service_account, PORTAL_NAMESPACE)
 

@@ -102,9 +102,9 @@ class Harness:
     reconciler: ClusterReconciler
 
     @classmethod
-    def build(cls, database: Database, *, host: bool = True,
-              settings: Settings | None = None) -> Harness:
-        kube = InMemoryKube()
+    def build(cls, database: Database, *, host: bool = True, settings: Settings | None = None,
+              normalize_quantities: bool = False) -> Harness:
+        kube = InMemoryKube(normalize_quantities=normalize_quantities)
         connector = FakeConnector(kube if host else None)
         installer = FakeInstaller(kube)
         clock = Clock()
@@ -138,11 +138,12 @@ class Harness:
 
 
 def create(database: Database, tenancy: Tenancy, name: str = "train", *, gpus: int = 4,
-           placement: str = "shared-pool", settings: Settings | None = None) -> ClusterOut:
+           placement: str = "shared-pool", settings: Settings | None = None,
+           memory_mib: int = 65536) -> ClusterOut:
     principal: Principal = tenancy.principal(tenancy.acme_admin)
     payload = ClusterCreate(name=name, placement=placement,
                             gpu_class_id=tenancy.h100.id, gpus=gpus, cpu_millicores=8000,
-                            memory_mib=65536)
+                            memory_mib=memory_mib)
     with database.transaction() as db:
         return service.create_cluster(db, principal, settings or cluster_settings(), "acme",
                                       payload)

@@ -145,7 +145,8 @@ def test_nobody_gets_a_role_above_their_own_or_a_cluster_outside_their_tenants(
         binding = kube_emulator.stored(RBAC, "ClusterRoleBinding",
                                        f"gpu-tenant-portal:{grants(db)[0].service_account}")
         assert binding is not None
-        assert binding["roleRef"]["name"] == {"admin": "cluster-admin"}.get(role, role)
+        assert binding["roleRef"]["name"] == {"admin": "cluster-admin",
+                                              "edit": "gpu-tenant-portal:edit"}.get(role, role)
 
 
 def test_a_cluster_of_another_tenant_is_not_found_even_under_ones_own_tenant(

@@ -52,7 +52,8 @@ def test_golden_kubeconfig() -> None:
 
 
 @pytest.mark.parametrize(("role", "cluster_role"),
-                         [("admin", "cluster-admin"), ("edit", "edit"), ("view", "view")])
+                         [("admin", "cluster-admin"), ("edit", "gpu-tenant-portal:edit"),
+                          ("view", "view")])
 def test_each_role_binds_its_cluster_role_to_its_own_service_account(
     role: str, cluster_role: str
 ) -> None:

@@ -1,0 +1,198 @@
+"""Pure builders for what keeps kubeconfig holders inside their role in a virtual cluster.
+
+Why: every user's ServiceAccount (tenant admins' cluster-admin ones included) and every grant's
+bound Secret live in one portal-owned namespace. The built-in ``edit`` ClusterRole, bound
+cluster-wide, grants ``impersonate`` on ServiceAccounts, ``create`` on
+``serviceaccounts/token`` and write access to Secrets and Pods in every namespace: an ``edit``
+user could impersonate an admin's ServiceAccount or mint a token for it, create a legacy
+``kubernetes.io/service-account-token`` Secret or a Pod running as it, or delete other users'
+bound Secrets (revoking their kubeconfigs). Two layers close this:
+
+- ``edit`` grants bind ``gpu-tenant-portal:edit``, explicit rules for everyday workloads without
+  ``impersonate`` and without ``serviceaccounts/token``. ``view`` keeps the built-in ``view``
+  (no Secrets, no impersonation, no tokens) and ``admin`` keeps ``cluster-admin``.
+- A ValidatingAdmissionPolicy denies every create, update and delete in the portal namespace
+  (and of the namespace itself) unless the requester is the portal or the control plane.
+
+Who the portal is: vCluster exports (Secret ``vc-<release>``, key ``config``) the kubeadm-style
+admin credential, a client certificate with CN ``kubernetes-admin`` and O ``system:masters``
+(loft-sh/vcluster ``pkg/certs``). The policy trusts the ``system:masters`` group, plus the
+username read from the admin kubeconfig when it can be read (a certificate's CN, or a
+ServiceAccount token's subject, for ``exportKubeConfig.serviceAccount`` setups), plus
+``system:kube-controller-manager``, whose controllers create the namespace's ``default``
+ServiceAccount and ``kube-root-ca.crt`` and clean up. None of these can be obtained with an
+``edit`` or ``view`` kubeconfig.
+
+Admission policies are not applied to ValidatingAdmissionPolicy(Binding) objects themselves
+(kube-apiserver exempts them), so the guard cannot protect itself; deleting it needs RBAC on
+``admissionregistration.k8s.io`` that only ``cluster-admin`` holders have, who are already
+admins of the virtual cluster. The portal re-applies the guard on every issue.
+
+No I/O here: the same input always gives the same output (golden-tested).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+from app.kube.manifests.labels import MANAGED_BY, MANAGED_BY_VALUE
+from app.kubeconfigs.manifests import EDIT_ROLE, PORTAL_NAMESPACE
+
+POLICY_NAME = f"{PORTAL_NAMESPACE}-namespace-guard"
+MASTERS = "system:masters"
+CONTROLLER_MANAGER = "system:kube-controller-manager"
+_ADMISSION = "admissionregistration.k8s.io/v1"
+_READ = ["get", "list", "watch"]
+_WRITE = ["create", "delete", "deletecollection", "patch", "update"]
+# (apiGroups, resources, verbs): what tenants use from the built-in edit role, minus
+# serviceaccounts impersonate, serviceaccounts/token and the proxy subresources.
+_EDIT_RULES: list[tuple[list[str], list[str], list[str]]] = [
+    ([""], ["configmaps", "events", "persistentvolumeclaims", "pods", "replicationcontrollers",
+            "replicationcontrollers/scale", "secrets", "serviceaccounts", "services"],
+     _READ + _WRITE),
+    ([""], ["pods/attach", "pods/exec", "pods/portforward"], ["create", "get"]),
+    ([""], ["pods/eviction"], ["create"]),
+    ([""], ["endpoints", "limitranges", "namespaces", "namespaces/status",
+            "persistentvolumeclaims/status", "pods/log", "pods/status",
+            "replicationcontrollers/status", "resourcequotas", "resourcequotas/status",
+            "services/status"], _READ),
+    (["apps"], ["daemonsets", "deployments", "deployments/scale", "replicasets",
+                "replicasets/scale", "statefulsets", "statefulsets/scale"], _READ + _WRITE),
+    (["apps"], ["controllerrevisions", "daemonsets/status", "deployments/status",
+                "replicasets/status", "statefulsets/status"], _READ),
+    (["autoscaling"], ["horizontalpodautoscalers"], _READ + _WRITE),
+    (["autoscaling"], ["horizontalpodautoscalers/status"], _READ),
+    (["batch"], ["cronjobs", "jobs"], _READ + _WRITE),
+    (["batch"], ["cronjobs/status", "jobs/status"], _READ),
+    (["policy"], ["poddisruptionbudgets"], _READ + _WRITE),
+    (["policy"], ["poddisruptionbudgets/status"], _READ),
+    (["networking.k8s.io"], ["ingresses", "networkpolicies"], _READ + _WRITE),
+    (["networking.k8s.io"], ["ingresses/status"], _READ),
+    (["discovery.k8s.io"], ["endpointslices"], _READ),
+    (["events.k8s.io"], ["events"], _READ),
+    (["coordination.k8s.io"], ["leases"], _READ + _WRITE),
+]
+
+Manifest = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PortalIdentity:
+    """The usernames the portal's admin credential authenticates as, where it can tell."""
+
+    usernames: tuple[str, ...] = ()
+
+
+def _labels() -> dict[str, str]:
+    return {MANAGED_BY: MANAGED_BY_VALUE}
+
+
+def edit_cluster_role() -> Manifest:
+    rules = [{"apiGroups": groups, "resources": resources, "verbs": verbs}
+             for groups, resources, verbs in _EDIT_RULES]
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": EDIT_ROLE, "labels": _labels()}, "rules": rules}
+
+
+def trusted_expression(portal: PortalIdentity) -> str:
+    """CEL: whether the request comes from the portal or the control plane."""
+    users = sorted({*portal.usernames, CONTROLLER_MANAGER})
+    # json.dumps gives a valid CEL string literal, whatever the certificate's CN holds.
+    listed = ", ".join(json.dumps(user) for user in users)
+    return (f"request.userInfo.username in [{listed}] || "
+            f"(has(request.userInfo.groups) && {json.dumps(MASTERS)} in request.userInfo.groups)")
+
+
+def namespace_guard_policy(portal: PortalIdentity) -> Manifest:
+    writes = ["CREATE", "UPDATE", "DELETE"]
+    rules = [
+        {"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*", "*/*"],
+         "operations": writes, "scope": "Namespaced"},
+        # The selector below matches a Namespace object by its own labels.
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["namespaces", "namespaces/*"],
+         "operations": writes, "scope": "Cluster"},
+    ]
+    validation = {
+        "expression": trusted_expression(portal),
+        "message": f"the {PORTAL_NAMESPACE} namespace is managed by the GPU Tenant Portal",
+        "reason": "Forbidden",
+    }
+    return {
+        "apiVersion": _ADMISSION, "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POLICY_NAME, "labels": _labels()},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": PORTAL_NAMESPACE}},
+                "resourceRules": rules,
+            },
+            "validations": [validation],
+        },
+    }
+
+
+def namespace_guard_binding() -> Manifest:
+    return {
+        "apiVersion": _ADMISSION, "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": POLICY_NAME, "labels": _labels()},
+        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+    }
+
+
+def guard_objects(portal: PortalIdentity) -> list[Manifest]:
+    """What a virtual cluster needs before any grant, in apply order."""
+    return [edit_cluster_role(), namespace_guard_policy(portal), namespace_guard_binding()]
+
+
+# ----- who the admin kubeconfig authenticates as
+
+
+def portal_identity(admin_kubeconfig_yaml: str) -> PortalIdentity:
+    user = _current_user(yaml.safe_load(admin_kubeconfig_yaml) or {})
+    name = _certificate_cn(user.get("client-certificate-data")) or _token_subject(
+        user.get("token"))
+    return PortalIdentity(usernames=(name,) if name else ())
+
+
+def _current_user(config: dict[str, Any]) -> dict[str, Any]:
+    users = {u.get("name"): u.get("user") or {} for u in config.get("users") or []}
+    contexts = {c.get("name"): c.get("context") or {} for c in config.get("contexts") or []}
+    current = contexts.get(config.get("current-context"), {}).get("user")
+    found = users.get(current) or next(iter(users.values()), {})
+    return found if isinstance(found, dict) else {}
+
+
+def _certificate_cn(data: Any) -> str | None:
+    if not isinstance(data, str):
+        return None
+    try:
+        certificate = x509.load_pem_x509_certificate(base64.b64decode(data))
+    except (ValueError, binascii.Error):
+        return None
+    names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    value = names[0].value if names else None
+    return value if isinstance(value, str) and value else None
+
+
+def _token_subject(token: Any) -> str | None:
+    """A ServiceAccount token's subject is its username; other tokens' usernames are not known."""
+    parts = token.split(".") if isinstance(token, str) else []
+    if len(parts) != 3:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, binascii.Error):
+        return None
+    subject = claims.get("sub") if isinstance(claims, dict) else None
+    is_service_account = isinstance(subject, str) and subject.startswith(
+        "system:serviceaccount:")
+    return subject if is_service_account else None
