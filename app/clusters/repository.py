@@ -11,10 +11,9 @@ from sqlalchemy.orm import Session
 from app.clusters.models import VirtualCluster
 from app.concurrency import lock_row
 from app.kubeconfigs.models import KubeconfigGrant
-from app.nodes.models import GpuClass, HostCluster
+from app.nodes.models import GpuClass
+from app.nodes.repository import ensure_default_host_cluster
 from app.quotas.models import TenantQuota
-
-DEFAULT_HOST_NAME = "default"
 
 
 def clusters_query(tenant_id: int) -> Select[VirtualCluster]:
@@ -60,7 +59,7 @@ def tenant_quotas(db: Session, tenant_id: int) -> list[TenantQuota]:
 
 def class_products(db: Session, class_ids: list[int]) -> dict[int, str]:
     rows = db.execute(select(GpuClass.id, GpuClass.product).where(GpuClass.id.in_(class_ids)))
-    return dict(rows.tuples().all())
+    return dict(rows.all())
 
 
 def other_clusters_exist(db: Session, tenant_id: int, cluster_id: int) -> bool:
@@ -71,14 +70,7 @@ def other_clusters_exist(db: Session, tenant_id: int, cluster_id: int) -> bool:
 
 def default_host_cluster_id(db: Session) -> int:
     """The host cluster new virtual clusters go to; made on first use (one host to start)."""
-    query = select(HostCluster.id).where(HostCluster.is_default).order_by(HostCluster.id)
-    found = db.scalar(query.limit(1))
-    if found is not None:
-        return found
-    row = HostCluster(name=DEFAULT_HOST_NAME, region="", is_default=True)
-    db.add(row)
-    db.flush()
-    return row.id
+    return ensure_default_host_cluster(db).id
 
 
 def delete_cluster_row(db: Session, cluster_id: int) -> None:

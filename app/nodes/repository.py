@@ -138,7 +138,7 @@ def free_node_topology(db: Session, host_cluster_id: int,
     """(name, GPUs, rack, clique, zone) of the free nodes: columns only, for placement."""
     query = (select(Node.name, Node.gpu_count, Node.rack, Node.clique, Node.zone)
              .where(_free(host_cluster_id, gpu_class_id)).order_by(Node.name))
-    return list(db.execute(query).tuples())
+    return list(db.execute(query).all())
 
 
 def tenant_nodes_query(tenant_id: int) -> Select[Node]:
@@ -154,7 +154,7 @@ def desired_tenants(db: Session, host_cluster_id: int) -> dict[str, str]:
         .join(Tenant, Tenant.id == NodeAssignment.tenant_id)
         .where(Node.host_cluster_id == host_cluster_id, Node.gone_at.is_(None),
                NodeAssignment.ended_at.is_(None)))
-    return dict(rows.tuples().all())
+    return dict(rows.all())
 
 
 def gpu_totals_by_readiness(db: Session, gpu_class_id: int) -> dict[bool, int]:
@@ -177,9 +177,9 @@ def quota_and_dedicated_by_tenant(db: Session, gpu_class_id: int) -> list[tuple[
         .join(Node, Node.id == NodeAssignment.node_id)
         .where(Node.gpu_class_id == gpu_class_id, Node.gone_at.is_(None),
                NodeAssignment.ended_at.is_(None))
-        .group_by(NodeAssignment.tenant_id)).tuples().all())
+        .group_by(NodeAssignment.tenant_id)).all())
     quotas = dict(db.execute(select(TenantQuota.tenant_id, TenantQuota.gpus).where(
-        TenantQuota.gpu_class_id == gpu_class_id)).tuples().all())
+        TenantQuota.gpu_class_id == gpu_class_id)).all())
     return [(int(quotas.get(t, 0)), int(dedicated.get(t, 0) or 0))
             for t in quotas.keys() | dedicated.keys()]
 

@@ -169,7 +169,7 @@ def _emails(db: Session, user_ids: set[int]) -> dict[int, str]:
     if not user_ids:
         return {}
     return dict(db.execute(select(User.id, User.email).where(User.id.in_(user_ids)))
-                .tuples().all())
+                .all())
 
 
 # ----- assigning
