@@ -3,10 +3,7 @@ tenant only, and a tenant's dedicated GPUs never pass its quota."""
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import func, select
@@ -14,12 +11,12 @@ from sqlalchemy import func, select
 from app.audit.models import AuditEvent
 from app.auth.principal import Principal
 from app.db import Database
-from app.errors import Conflict
 from app.nodes import service
 from app.nodes.models import HostCluster, NodeAssignment
 from app.nodes.schemas import AssignmentIn
 from app.pagination import PageParams
 from tests import factories
+from tests.support.parallel import run_in_parallel
 
 Call = Callable[..., object]
 
@@ -42,20 +39,6 @@ def _seed(database: Database, *, tenants: int, quota_gpus: int,
         return Principal(user=admin, via="token"), names, slugs
 
 
-def _run_in_parallel(database: Database, calls: list[Call]) -> Counter[str]:
-    barrier = threading.Barrier(len(calls))
-
-    def run(call: Call) -> str:
-        barrier.wait()
-        try:
-            with database.transaction() as db:
-                call(db)
-        except Conflict:
-            return "conflict"
-        return "ok"
-
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return Counter(pool.map(run, calls))
 
 
 def _assign(principal: Principal, node: str, tenant: str) -> Call:
@@ -73,7 +56,7 @@ def _figures(database: Database) -> tuple[int, int]:
 
 def test_50_tenants_racing_for_one_node_leave_it_with_one(own_pg_database: Database) -> None:
     principal, [node], slugs = _seed(own_pg_database, tenants=50, quota_gpus=8, nodes=1)
-    outcomes = _run_in_parallel(own_pg_database, [_assign(principal, node, s) for s in slugs])
+    outcomes = run_in_parallel(own_pg_database, [_assign(principal, node, s) for s in slugs])
     assert outcomes == {"ok": 1, "conflict": 49}
     assert _figures(own_pg_database) == (1, 1)
 
@@ -81,7 +64,7 @@ def test_50_tenants_racing_for_one_node_leave_it_with_one(own_pg_database: Datab
 def test_parallel_assignments_to_one_tenant_stop_at_its_quota(own_pg_database: Database
                                                               ) -> None:
     principal, nodes, [slug] = _seed(own_pg_database, tenants=1, quota_gpus=40, nodes=20)
-    outcomes = _run_in_parallel(own_pg_database, [_assign(principal, n, slug) for n in nodes])
+    outcomes = run_in_parallel(own_pg_database, [_assign(principal, n, slug) for n in nodes])
     assert outcomes == {"ok": 5, "conflict": 15}
     assert _figures(own_pg_database) == (5, 5)
 
@@ -90,10 +73,10 @@ def test_parallel_assignments_to_one_tenant_stop_at_its_quota(own_pg_database: D
 def test_the_embedded_sqlite_default_holds_both_rules_too(sqlite_database: Database) -> None:
     principal, nodes, slugs = _seed(sqlite_database, tenants=6, quota_gpus=16, nodes=4)
     race = [_assign(principal, nodes[0], slug) for slug in slugs]
-    assert _run_in_parallel(sqlite_database, race) == {"ok": 1, "conflict": 5}
+    assert run_in_parallel(sqlite_database, race) == {"ok": 1, "conflict": 5}
     with sqlite_database.session() as db:
         winner = next(s for s in slugs if service.tenant_nodes(
             db, principal, s, PageParams()).items)
     rest = [_assign(principal, n, winner) for n in nodes[1:]]
-    assert _run_in_parallel(sqlite_database, rest) == {"ok": 1, "conflict": 2}
+    assert run_in_parallel(sqlite_database, rest) == {"ok": 1, "conflict": 2}
     assert _figures(sqlite_database) == (2, 2)

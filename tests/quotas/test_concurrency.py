@@ -3,10 +3,8 @@ guaranteed quota never passes a class's capacity without an explicit overcommit.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import func, select
@@ -14,11 +12,11 @@ from sqlalchemy import func, select
 from app.audit.models import AuditEvent
 from app.auth.principal import Principal
 from app.db import Database
-from app.errors import Conflict
 from app.quotas import service
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.quotas.schemas import ApproveIn, RejectIn
 from tests import factories
+from tests.support.parallel import run_in_parallel
 
 THREADS = 50
 
@@ -40,20 +38,6 @@ def _seed(database: Database, *, requests: int, gpus_each: int,
         return principals[0], principals, [r.id for r in rows], gpu.id
 
 
-def _run_in_parallel(database: Database, calls: list[Callable[..., object]]) -> list[str]:
-    barrier = threading.Barrier(len(calls))
-
-    def run(call: Callable[..., object]) -> str:
-        barrier.wait()
-        try:
-            with database.transaction() as db:
-                call(db)
-        except Conflict:
-            return "conflict"
-        return "ok"
-
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return list(pool.map(run, calls))
 
 
 def _figures(database: Database, gpu_class_id: int) -> tuple[int, Counter[str], Counter[str]]:
@@ -72,7 +56,7 @@ def test_50_parallel_approvals_never_exceed_capacity(own_pg_database: Database) 
     def approve(request_id: int) -> Callable[..., object]:
         return lambda db: service.approve(db, principal, request_id, ApproveIn())
 
-    outcomes = Counter(_run_in_parallel(own_pg_database, [approve(i) for i in ids]))
+    outcomes = (run_in_parallel(own_pg_database, [approve(i) for i in ids]))
     guaranteed, states, actions = _figures(own_pg_database, gpu_class_id)
     assert outcomes == {"ok": 16, "conflict": 34}
     assert guaranteed == 64
@@ -91,7 +75,7 @@ def test_two_admins_deciding_the_same_request_decide_it_once(own_pg_database: Da
             calls.append(lambda db, a=admin: service.reject(db, a, request_id, RejectIn()))
         else:
             calls.append(lambda db, a=admin: service.approve(db, a, request_id, ApproveIn()))
-    outcomes = Counter(_run_in_parallel(own_pg_database, calls))
+    outcomes = (run_in_parallel(own_pg_database, calls))
     guaranteed, states, actions = _figures(own_pg_database, gpu_class_id)
     assert outcomes == {"ok": 1, "conflict": 19}
     decisions = actions["quota_request.approve"] + actions["quota_request.reject"]
@@ -109,7 +93,7 @@ def test_parallel_approvals_on_sqlite_are_serialised_too(sqlite_database: Databa
         return lambda db: service.approve(db, principal, request_id, ApproveIn())
 
     calls = [approve(i) for i in ids] + [approve(ids[0]) for _ in range(4)]
-    outcomes = Counter(_run_in_parallel(sqlite_database, calls))
+    outcomes = (run_in_parallel(sqlite_database, calls))
     guaranteed, states, actions = _figures(sqlite_database, gpu_class_id)
     assert outcomes == {"ok": 4, "conflict": 12}
     assert guaranteed == 16
