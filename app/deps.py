@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -16,6 +16,7 @@ from app.config import Settings
 from app.db import Database
 from app.errors import Unauthenticated
 from app.tenants.models import Membership
+from app.validation import MAX_ROW_ID
 
 
 def get_settings_dep(request: Request) -> Settings:
@@ -82,3 +83,6 @@ def require_principal(
 
 CurrentPrincipal = Annotated[Principal, Depends(require_principal)]
 MaybePrincipal = Annotated[Principal | None, Depends(optional_principal)]
+
+# Row ids in paths: bounded, so that an absurd id is a 422 rather than a database overflow.
+RowId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a row id")]

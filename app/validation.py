@@ -37,6 +37,9 @@ MultiLine = Annotated[str, AfterValidator(multi_line)]
 EmailAddress = Annotated[str, AfterValidator(email_address)]
 
 
+# The largest id a row can have on every backend (PostgreSQL integer).
+MAX_ROW_ID = 2_147_483_647
+
 _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Host names join tenant and cluster with "--" (t-<tenant>--<cluster>, <tenant>--<cluster>), so
 # neither may contain it: otherwise tenant "a-b" + cluster "c" and tenant "a" + cluster "b-c"

@@ -20,7 +20,7 @@ from app import authz
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.deps import CurrentPrincipal, DbSession
+from app.deps import CurrentPrincipal, DbSession, RowId
 from app.errors import Conflict, NotFound
 from app.kubeconfigs import service as kubeconfigs
 from app.tenants.models import GroupMapping, Membership
@@ -104,7 +104,7 @@ def create_mapping(
 
 @router.delete("/{mapping_id}", status_code=204)
 def delete_mapping(
-    tenant: str, mapping_id: int, principal: CurrentPrincipal, db: DbSession
+    tenant: str, mapping_id: RowId, principal: CurrentPrincipal, db: DbSession
 ) -> Response:
     remove_mapping(db, principal, tenant, mapping_id)
     return Response(status_code=204)
@@ -128,7 +128,7 @@ def add_mapping(
     return mapping
 
 
-def remove_mapping(db: Session, principal: Principal, tenant: str, mapping_id: int) -> None:
+def remove_mapping(db: Session, principal: Principal, tenant: str, mapping_id: RowId) -> None:
     authz.ensure_platform_admin(principal)
     row = authz.tenant_for(db, principal, tenant, "manage")
     mapping = db.scalar(select(GroupMapping).where(

@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, Response
 from app.auth import token_service
 from app.auth.models import ApiToken
 from app.auth.schemas import TokenCreate, TokenCreated, TokenOut
-from app.deps import CurrentPrincipal, DbSession
+from app.deps import CurrentPrincipal, DbSession, RowId
 from app.pagination import Page, PageParams, page_params
 
 router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"])
@@ -42,6 +42,6 @@ def create_token(payload: TokenCreate, principal: CurrentPrincipal, db: DbSessio
 
 
 @router.delete("/{token_id}", status_code=204)
-def revoke_token(token_id: int, principal: CurrentPrincipal, db: DbSession) -> Response:
+def revoke_token(token_id: RowId, principal: CurrentPrincipal, db: DbSession) -> Response:
     token_service.revoke_token(db, principal, token_id)
     return Response(status_code=204)

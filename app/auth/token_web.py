@@ -12,7 +12,7 @@ from starlette.responses import Response
 from app.auth import token_service
 from app.auth.principal import Principal
 from app.auth.schemas import TokenCreate
-from app.deps import CurrentPrincipal, DbSession
+from app.deps import CurrentPrincipal, DbSession, RowId
 from app.pagination import PageParams
 from app.web.forms import STATE_CHANGING, validation_errors
 from app.web.templating import render
@@ -57,7 +57,7 @@ def create_token(
 
 @router.post("/tokens/{token_id}/revoke", dependencies=STATE_CHANGING)
 def revoke_token(
-    token_id: int, request: Request, principal: CurrentPrincipal, db: DbSession
+    token_id: RowId, request: Request, principal: CurrentPrincipal, db: DbSession
 ) -> Response:
     token_service.revoke_token(db, principal, token_id)
     return _page(request, db, principal)

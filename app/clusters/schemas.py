@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from app.quotas.schemas import MAX_CPU_MILLICORES, MAX_GPUS, MAX_MEMORY_MIB
-from app.validation import dns_label_problem
+from app.validation import MAX_ROW_ID, dns_label_problem
 
 # The column holds 40 characters; longer names would also crowd the derived host names.
 NAME_MAX = 40
@@ -24,7 +24,7 @@ class ClusterCreate(BaseModel):
         default=None, max_length=20, description="one of the operator's versions; default first"
     )
     placement: Placement = "shared-pool"
-    gpu_class_id: StrictInt | None = Field(default=None, ge=1)
+    gpu_class_id: StrictInt | None = Field(default=None, ge=1, le=MAX_ROW_ID)
     gpus: StrictInt = Field(default=0, ge=0, le=MAX_GPUS)
     cpu_millicores: StrictInt = Field(default=4000, ge=0, le=MAX_CPU_MILLICORES)
     memory_mib: StrictInt = Field(default=16384, ge=0, le=MAX_MEMORY_MIB)

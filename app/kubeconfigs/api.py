@@ -12,7 +12,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from app.deps import CurrentPrincipal, DbSession
+from app.deps import CurrentPrincipal, DbSession, RowId
 from app.kubeconfigs import service
 from app.kubeconfigs.schemas import GrantOut, IssuedKubeconfig, KubeconfigRequest
 from app.kubeconfigs.service import VirtualClusters
@@ -62,7 +62,7 @@ def list_grants(tenant: str, cluster: str, db: DbSession, principal: CurrentPrin
 
 
 @router.delete("/{grant_id}", status_code=204)
-def revoke(tenant: str, cluster: str, grant_id: int, db: DbSession,
+def revoke(tenant: str, cluster: str, grant_id: RowId, db: DbSession,
            principal: CurrentPrincipal, clusters: Clusters) -> Response:
     service.revoke_grant(db, principal, clusters, tenant, cluster, grant_id)
     return Response(status_code=204)

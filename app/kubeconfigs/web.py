@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.auth.principal import Principal
-from app.deps import CurrentPrincipal, DbSession
+from app.deps import CurrentPrincipal, DbSession, RowId
 from app.errors import Conflict, ValidationFailed
 from app.kubeconfigs import service
 from app.kubeconfigs.api import Clusters, kubeconfig_response
@@ -74,7 +74,7 @@ def issue(request: Request, tenant: str, cluster: str, db: DbSession,
 
 
 @router.post(PANEL + "/{grant_id}/revoke", dependencies=STATE_CHANGING)
-def revoke(request: Request, tenant: str, cluster: str, grant_id: int, db: DbSession,
+def revoke(request: Request, tenant: str, cluster: str, grant_id: RowId, db: DbSession,
            principal: CurrentPrincipal, clusters: Clusters) -> Response:
     service.revoke_grant(db, principal, clusters, tenant, cluster, grant_id)
     if not is_htmx(request):

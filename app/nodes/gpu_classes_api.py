@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Request
 from starlette.responses import JSONResponse
 
-from app.deps import CurrentPrincipal, DbSession
+from app.deps import CurrentPrincipal, DbSession, RowId
 from app.idempotency import run_idempotent
 from app.nodes import gpu_classes
 from app.nodes.gpu_class_schemas import GpuClassCreate, GpuClassOut, GpuClassUpdate
@@ -32,6 +32,6 @@ def declare_class(request: Request, payload: GpuClassCreate, db: DbSession,
 
 
 @router.patch("/{class_id}", response_model=GpuClassOut)
-def update_class(class_id: int, payload: GpuClassUpdate, db: DbSession,
+def update_class(class_id: RowId, payload: GpuClassUpdate, db: DbSession,
                  principal: CurrentPrincipal) -> GpuClassOut:
     return gpu_classes.update_class(db, principal, class_id, payload)

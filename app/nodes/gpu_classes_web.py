@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
-from app.deps import CurrentPrincipal, DbSession
+from app.deps import CurrentPrincipal, DbSession, RowId
 from app.errors import Conflict, ValidationFailed
 from app.nodes import gpu_classes
 from app.nodes.gpu_class_schemas import GpuClassCreate, GpuClassUpdate
@@ -62,7 +62,7 @@ def declare_class(request: Request, db: DbSession, principal: CurrentPrincipal,
 
 
 @router.post("/admin/gpu-classes/{class_id}", dependencies=STATE_CHANGING)
-def rename_class(request: Request, class_id: int, db: DbSession, principal: CurrentPrincipal,
+def rename_class(request: Request, class_id: RowId, db: DbSession, principal: CurrentPrincipal,
                  fields: FormFields) -> Response:
     try:
         payload = GpuClassUpdate.model_validate(form_payload(fields, keys=("display_name",)))

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Request
 from starlette.responses import JSONResponse
 
-from app.deps import CurrentPrincipal, DbSession
+from app.deps import CurrentPrincipal, DbSession, RowId
 from app.idempotency import run_idempotent
 from app.pagination import Page, PageParams, page_params
 from app.quotas import service
@@ -49,7 +49,7 @@ def create_request(request: Request, tenant: str, payload: QuotaRequestCreate, d
 
 @router.post("/tenants/{tenant}/quota-requests/{request_id}/cancel",
              response_model=QuotaRequestOut)
-def cancel_request(tenant: str, request_id: int, db: DbSession,
+def cancel_request(tenant: str, request_id: RowId, db: DbSession,
                    principal: CurrentPrincipal) -> QuotaRequestOut:
     return service.cancel_request(db, principal, tenant, request_id)
 
@@ -61,12 +61,12 @@ def queue(db: DbSession, principal: CurrentPrincipal, paging: Paging,
 
 
 @router.post("/quota-requests/{request_id}/approve", response_model=QueueItem)
-def approve(request_id: int, payload: ApproveIn, db: DbSession,
+def approve(request_id: RowId, payload: ApproveIn, db: DbSession,
             principal: CurrentPrincipal) -> QueueItem:
     return service.approve(db, principal, request_id, payload)
 
 
 @router.post("/quota-requests/{request_id}/reject", response_model=QueueItem)
-def reject(request_id: int, payload: RejectIn, db: DbSession,
+def reject(request_id: RowId, payload: RejectIn, db: DbSession,
            principal: CurrentPrincipal) -> QueueItem:
     return service.reject(db, principal, request_id, payload)

@@ -17,7 +17,7 @@ from pydantic import (
 
 from app.db import utcnow
 from app.nodes.gpu_class_schemas import Capacity
-from app.validation import MultiLine
+from app.validation import MAX_ROW_ID, MultiLine
 
 MAX_GPUS = 10_000
 MAX_CPU_MILLICORES = 100_000_000
@@ -32,7 +32,7 @@ REQUEST_STATES: tuple[str, ...] = ("pending", "approved", "rejected", "cancelled
 class QuotaRequestCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpu_class_id: StrictInt = Field(ge=1)
+    gpu_class_id: StrictInt = Field(ge=1, le=MAX_ROW_ID)
     gpus: StrictInt = Field(ge=1, le=MAX_GPUS, description="whole GPUs, 1 to 10,000")
     cpu_millicores: StrictInt = Field(default=0, ge=0, le=MAX_CPU_MILLICORES)
     memory_mib: StrictInt = Field(default=0, ge=0, le=MAX_MEMORY_MIB)

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.auth.principal import Principal
-from app.deps import CurrentPrincipal, DbSession
+from app.deps import CurrentPrincipal, DbSession, RowId
 from app.errors import Conflict, ProblemError, ValidationFailed
 from app.pagination import PageParams
 from app.quotas import service
@@ -87,7 +87,7 @@ def create_request(request: Request, tenant: str, db: DbSession, principal: Curr
 
 
 @router.post("/t/{tenant}/quota-requests/{request_id}/cancel", dependencies=STATE_CHANGING)
-def cancel_request(request: Request, tenant: str, request_id: int, db: DbSession,
+def cancel_request(request: Request, tenant: str, request_id: RowId, db: DbSession,
                    principal: CurrentPrincipal) -> Response:
     item = service.cancel_request(db, principal, tenant, request_id)
     if not is_htmx(request):
@@ -108,7 +108,7 @@ def admin_queue(request: Request, db: DbSession, principal: CurrentPrincipal,
                   {"items": items, "state": chosen or "all", "states": REQUEST_STATES})
 
 
-def _decided(request: Request, db: DbSession, principal: Principal, request_id: int,
+def _decided(request: Request, db: DbSession, principal: Principal, request_id: RowId,
              decide: Any) -> Response:
     try:
         item = decide()
@@ -131,7 +131,7 @@ def _needs_overcommit(problem: ProblemError) -> bool:
 
 
 @router.post("/admin/quota-requests/{request_id}/approve", dependencies=STATE_CHANGING)
-def approve(request: Request, request_id: int, db: DbSession, principal: CurrentPrincipal,
+def approve(request: Request, request_id: RowId, db: DbSession, principal: CurrentPrincipal,
             fields: FormFields) -> Response:
     def decide() -> Any:
         payload = form_payload(fields, keys=("gpus", "note", "overcommit"),
@@ -142,7 +142,7 @@ def approve(request: Request, request_id: int, db: DbSession, principal: Current
 
 
 @router.post("/admin/quota-requests/{request_id}/reject", dependencies=STATE_CHANGING)
-def reject(request: Request, request_id: int, db: DbSession, principal: CurrentPrincipal,
+def reject(request: Request, request_id: RowId, db: DbSession, principal: CurrentPrincipal,
            fields: FormFields) -> Response:
     def decide() -> Any:
         payload = form_payload(fields, keys=("note",))

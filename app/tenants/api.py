@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Request
 from starlette.responses import JSONResponse, Response
 
-from app.deps import CurrentPrincipal, DbSession
+from app.deps import CurrentPrincipal, DbSession, RowId
 from app.idempotency import run_idempotent
 from app.pagination import Page, PageParams, page_params
 from app.tenants import service
@@ -62,13 +62,13 @@ def add_member(request: Request, tenant: str, payload: MemberCreate, db: DbSessi
 
 
 @router.patch("/{tenant}/members/{member_id}", response_model=MemberOut)
-def change_role(tenant: str, member_id: int, payload: MemberUpdate, db: DbSession,
+def change_role(tenant: str, member_id: RowId, payload: MemberUpdate, db: DbSession,
                 principal: CurrentPrincipal) -> MemberOut:
     return service.change_role(db, principal, tenant, member_id, payload)
 
 
 @router.delete("/{tenant}/members/{member_id}", status_code=204)
-def remove_member(tenant: str, member_id: int, db: DbSession,
+def remove_member(tenant: str, member_id: RowId, db: DbSession,
                   principal: CurrentPrincipal) -> Response:
     service.remove_member(db, principal, tenant, member_id)
     return Response(status_code=204)

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
-from app.deps import CurrentPrincipal, DbSession
+from app.deps import CurrentPrincipal, DbSession, RowId
 from app.errors import Conflict, ProblemError, ValidationFailed
 from app.pagination import PageParams
 from app.quotas import service as quota_service
@@ -85,7 +85,7 @@ def _member_row(request: Request, tenant: str, member: Any, error: str = "",
 
 
 @router.post("/t/{tenant}/members/{member_id}", dependencies=STATE_CHANGING)
-def change_role(request: Request, tenant: str, member_id: int, db: DbSession,
+def change_role(request: Request, tenant: str, member_id: RowId, db: DbSession,
                 principal: CurrentPrincipal, fields: FormFields) -> Response:
     try:
         payload = MemberUpdate.model_validate(form_payload(fields, keys=("role",)))
@@ -101,7 +101,7 @@ def change_role(request: Request, tenant: str, member_id: int, db: DbSession,
 
 
 @router.post("/t/{tenant}/members/{member_id}/remove", dependencies=STATE_CHANGING)
-def remove_member(request: Request, tenant: str, member_id: int, db: DbSession,
+def remove_member(request: Request, tenant: str, member_id: RowId, db: DbSession,
                   principal: CurrentPrincipal) -> Response:
     try:
         service.remove_member(db, principal, tenant, member_id)
@@ -115,7 +115,7 @@ def remove_member(request: Request, tenant: str, member_id: int, db: DbSession,
     return Response(status_code=200)
 
 
-def _find_member(db: DbSession, principal: Principal, tenant: str, member_id: int) -> Any:
+def _find_member(db: DbSession, principal: Principal, tenant: str, member_id: RowId) -> Any:
     members = service.list_members(db, principal, tenant, EVERYTHING).items
     return next(m for m in members if m.id == member_id)
 
