@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from contextvars import ContextVar
 
@@ -19,9 +20,26 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+_SECRET_QUERY = re.compile(r"\b(code|state|token|access_token|id_token)=[^&\s]*")
+
+
+def redact_query(text: str) -> str:
+    return _SECRET_QUERY.sub(r"\1=[redacted]", text)
+
+
+class AccessLogRedactor(logging.Filter):
+    """The sign-in callback carries a one-time code and state in its query: keep them out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_query(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
 def configure_logging(level: str = "INFO") -> None:
     handler = logging.StreamHandler()
     handler.addFilter(RequestIdFilter())
+    handler.addFilter(AccessLogRedactor())
     handler.setFormatter(
         logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s")
     )

@@ -86,3 +86,17 @@ def test_anonymous_home_offers_sign_in(client: TestClient) -> None:
 def test_openapi_document_is_served(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
     assert "/api/v1/me" in schema["paths"]
+
+
+def test_access_logs_never_carry_the_sign_in_code() -> None:
+    import logging
+
+    from app.logs import AccessLogRedactor
+
+    record = logging.LogRecord("uvicorn.access", logging.INFO, "", 0, '%s - "%s %s" %d', (
+        "127.0.0.1", "GET", "/auth/callback?code=SECRET123&state=abc", 303), None)
+    AccessLogRedactor().filter(record)
+    line = record.getMessage()
+    assert "SECRET123" not in line
+    assert "abc" not in line
+    assert "/auth/callback?code=[redacted]&state=[redacted]" in line
