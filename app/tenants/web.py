@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
+from app.clusters import service as cluster_service
 from app.deps import CurrentPrincipal, DbSession, RowId
 from app.errors import Conflict, ProblemError, ValidationFailed
 from app.pagination import PageParams
@@ -39,6 +40,7 @@ def dashboard(request: Request, tenant: str, db: DbSession,
     row, can_manage = service.tenant_and_rights(db, principal, tenant)
     return render(request, "tenants/dashboard.html", {
         "tenant": row, "can_manage": can_manage,
+        "clusters": cluster_service.list_clusters(db, principal, tenant, EVERYTHING).items,
         "quotas": quota_service.tenant_quota(db, principal, tenant, EVERYTHING).items,
         "requests": quota_service.tenant_requests(db, principal, tenant,
                                                   PageParams(limit=50)).items,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
@@ -23,7 +25,8 @@ def test_the_create_form_checks_fields_inline(client: TestClient, db: Session,
     bad_name = client.post("/t/acme/clusters", headers={"HX-Request": "true",
                                                         "X-CSRF-Token": csrf},
                            data={"name": "Not_A_Label", "gpus": "0"})
-    assert bad_name.status_code == 422 and 'id="name-error"' in bad_name.text
+    assert bad_name.status_code == 422
+    assert re.search(r'id="name-error"[^>]*>[^<]*DNS-1123', bad_name.text)
     assert "No clusters yet" in client.get("/t/acme/clusters", headers=HTML).text
 
 
@@ -38,3 +41,14 @@ def test_resize_errors_are_shown_on_the_page(client: TestClient, db: Session,
     refused = client.post("/t/acme/clusters/train/resize", headers={**HTML, "X-CSRF-Token": csrf},
                           data={"gpus": "12", "cpu_millicores": "4000", "memory_mib": "16384"})
     assert refused.status_code == 422 and 'id="gpus-error"' in refused.text
+
+
+def test_the_tenant_dashboard_lists_the_clusters(client: TestClient, db: Session,
+                                                 oidc_issuer: str) -> None:
+    gpu_id = sign_in_acme_admin(db, oidc_issuer, client)
+    csrf = csrf_of(client.get("/t/acme/clusters", headers=HTML).text)
+    client.post("/t/acme/clusters", headers={"X-CSRF-Token": csrf}, follow_redirects=False,
+                data={"name": "train", "gpu_class_id": str(gpu_id), "gpus": "4"})
+    dashboard = client.get("/t/acme", headers=HTML).text
+    assert 'href="/t/acme/clusters/train"' in dashboard
+    assert 'data-cluster="train"' in dashboard
