@@ -147,3 +147,24 @@ def test_route_answers_each_caller_as_declared(
         assert response.status_code in expected_refusals(route, principal), (
             f"{principal} should be refused: {response.status_code} {response.text[:300]}"
         )
+
+
+WEB_STATE_CHANGES = [r for r in ROUTES if r.method != "GET" and not r.path.startswith("/api/")]
+
+
+@pytest.mark.parametrize("route", WEB_STATE_CHANGES, ids=lambda r: f"{r.method} {r.path}")
+def test_every_web_state_change_needs_the_csrf_token(
+    matrix_client: TestClient, world: World, route: Route, db: Session
+) -> None:
+    """A signed-in platform admin's browser, tricked into posting without the token: 403."""
+    world.current = "platform_admin"
+    caller = world.callers["platform_admin"]
+    matrix_client.cookies.set(PLAIN_COOKIE, caller.cookie or "")
+    changes_before = _state_changes(db)
+    response = matrix_client.request(
+        route.method, route.path.format(**route.params(world)),
+        headers={"accept": "text/html", "origin": "https://evil.example"},
+        data=route.body(world) if route.body else None, follow_redirects=False,
+    )
+    assert response.status_code == 403, response.text[:300]
+    assert _state_changes(db) == changes_before
