@@ -19,11 +19,12 @@ from app.errors import Conflict
 M = TypeVar("M", bound=Base)
 
 
-def lock_row(db: Session, model: type[M], row_id: int) -> M | None:
+def lock_row(db: Session, model: type[M], row_id: int, *, shared: bool = False) -> M | None:
+    """``shared``: ``FOR SHARE`` on PostgreSQL, so holders wait only for writers of the row."""
     primary_key: Any = model.__mapper__.primary_key[0]
     if db.get_bind().dialect.name == "sqlite":
         db.execute(update(model).where(primary_key == row_id).values({primary_key.name: row_id}))
-    query = select(model).where(primary_key == row_id).with_for_update()
+    query = select(model).where(primary_key == row_id).with_for_update(read=shared)
     return db.scalar(query.execution_options(populate_existing=True))
 
 

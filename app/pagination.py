@@ -12,6 +12,7 @@ from sqlalchemy import Select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from app.errors import ValidationFailed
+from app.validation import MAX_ROW_ID
 
 T = TypeVar("T")
 Row = TypeVar("Row")
@@ -41,9 +42,13 @@ def encode_cursor(last_id: int) -> str:
 def decode_cursor(cursor: str) -> int:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        return int(base64.urlsafe_b64decode(padded.encode()).decode())
+        last_id = int(base64.urlsafe_b64decode(padded.encode()).decode())
     except (ValueError, UnicodeDecodeError) as error:
         raise ValidationFailed.on_field("cursor", "not a cursor this API gave out") from error
+    # Beyond what an id column holds, the database would refuse the comparison with a 500.
+    if not 0 <= last_id <= MAX_ROW_ID:
+        raise ValidationFailed.on_field("cursor", "not a cursor this API gave out")
+    return last_id
 
 
 def paginate(

@@ -23,6 +23,9 @@ _SECRET_KEYS = frozenset(
 )
 
 
+TARGET_ID_MAX = 255  # the column's width
+
+
 def scrub(values: dict[str, Any] | None) -> dict[str, Any] | None:
     if values is None:
         return None
@@ -47,7 +50,8 @@ def record(
         actor_label=actor_label,
         tenant_id=tenant_id,
         target_type=target_type,
-        target_id=str(target_id),
+        # A denial's target is the request path, which a caller can make any length.
+        target_id=str(target_id)[:TARGET_ID_MAX],
         before=scrub(before),
         after=scrub(after),
         request_id=request_id_var.get(),

@@ -20,10 +20,11 @@ from app import authz
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
+from app.concurrency import lock_row
 from app.deps import CurrentPrincipal, DbSession, RowId
 from app.errors import Conflict, NotFound
 from app.kubeconfigs import service as kubeconfigs
-from app.tenants.models import GroupMapping, Membership
+from app.tenants.models import GroupMapping, Membership, Tenant
 from app.validation import SingleLine
 
 ROLE_RANK = {"viewer": 0, "member": 1, "admin": 2}
@@ -131,6 +132,8 @@ def add_mapping(
 def remove_mapping(db: Session, principal: Principal, tenant: str, mapping_id: RowId) -> None:
     authz.ensure_platform_admin(principal)
     row = authz.tenant_for(db, principal, tenant, "manage")
+    # As member changes do: kubeconfigs being issued in the tenant wait, then see the change.
+    lock_row(db, Tenant, row.id)
     mapping = db.scalar(select(GroupMapping).where(
         GroupMapping.id == mapping_id, GroupMapping.tenant_id == row.id))
     if mapping is None:

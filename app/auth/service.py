@@ -23,6 +23,8 @@ class Identity:
     email: str
     name: str
     groups: tuple[str, ...]
+    # False only when the IdP says so: many IdPs leave the claim out for addresses they own.
+    email_verified: bool = True
 
 
 def identity_from_claims(issuer: str, claims: dict[str, Any], groups_claim: str) -> Identity:
@@ -35,13 +37,16 @@ def identity_from_claims(issuer: str, claims: dict[str, Any], groups_claim: str)
         email=email,
         name=str(claims.get("name") or email),
         groups=groups,
+        email_verified=str(claims.get("email_verified", True)).lower() != "false",
     )
 
 
 def sign_in(db: Session, identity: Identity, admin_group: str) -> User:
     """Finds or creates the user, refreshes their profile and admin flag, and audits it."""
     user = repository.user_by_identity(db, identity.issuer, identity.subject)
-    if user is None and identity.email:
+    # An invitation (or `portal users make-admin`) is claimed by address: never by one the
+    # IdP has not verified, or anyone could register it there and take the account.
+    if user is None and identity.email and identity.email_verified:
         user = repository.unbound_user_by_email(db, identity.email)
     if user is None:
         user = User(email=identity.email)

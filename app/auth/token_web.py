@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
@@ -18,6 +19,8 @@ from app.web.forms import STATE_CHANGING, validation_errors
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
+# ASCII digits only: str.isdigit() also holds for "²" and for numbers int() will not parse.
+_DIGITS = re.compile(r"[0-9]{1,9}")
 
 
 def _page(
@@ -64,4 +67,4 @@ def revoke_token(
 
 
 def _int_or_raw(text: str) -> int | str:
-    return int(text) if text.strip().isdigit() else text
+    return int(text) if _DIGITS.fullmatch(text.strip()) else text

@@ -81,10 +81,15 @@ def get_cluster(db: Session, principal: Principal, slug: str, name: str) -> Clus
 # ----- create
 
 
+def tenant_to_create_in(db: Session, principal: Principal, slug: str) -> Tenant:
+    """The tenant, if the caller may create clusters there: checked before any form feedback."""
+    return tenant_for(db, principal, slug, "manage")
+
+
 def check_create(db: Session, principal: Principal, settings: Settings, slug: str,
                  payload: ClusterCreate, *, lock: bool = False) -> Tenant:
     """Everything ``create_cluster`` checks; without ``lock`` it writes and locks nothing."""
-    tenant = tenant_for(db, principal, slug, "manage")
+    tenant = tenant_to_create_in(db, principal, slug)
     _check_version(settings, payload.kubernetes_version)
     if repository.cluster_by_name(db, tenant.id, payload.name) is not None:
         raise _name_taken(payload.name)

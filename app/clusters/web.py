@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.auth.principal import Principal
+from app.authz.scoping import TenantHidden
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize
 from app.config import Settings
@@ -68,6 +69,9 @@ def _create_form(request: Request, db: DbSession, principal: Principal, settings
 
 def _checked(db: DbSession, principal: Principal, settings: Settings, tenant: str,
              fields: dict[str, str]) -> tuple[ClusterCreate | None, FieldErrors, int]:
+    # A hidden tenant is a 404 and a viewer's a 403, whatever the form holds: the form that
+    # answers a bad field echoes the slug from the URL.
+    service.tenant_to_create_in(db, principal, tenant)
     try:
         payload = ClusterCreate.model_validate(_create_payload(fields))
         service.check_create(db, principal, settings, tenant, payload)
@@ -142,8 +146,9 @@ def cluster_status(request: Request, tenant: str, cluster: str, db: DbSession,
     """The conditions partial the page polls; a deleted cluster sends the browser to the list."""
     try:
         found: ClusterOut = service.get_cluster(db, principal, tenant, cluster)
-    except NotFound:
-        if not is_htmx(request):
+    except NotFound as error:
+        # Only a cluster of a tenant the caller sees may send the browser to that tenant.
+        if not is_htmx(request) or isinstance(error, TenantHidden):
             raise
         return go_to(request, f"/t/{tenant}/clusters")
     return render(request, "clusters/_status.html", {

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
 from app.kubeconfigs.models import KubeconfigGrant
+from app.tenants.models import Membership
 
 
 def cluster_in_tenant(db: Session, tenant_id: int, name: str) -> VirtualCluster | None:
@@ -80,3 +81,9 @@ def cluster_by_id(db: Session, cluster_id: int) -> VirtualCluster | None:
 
 def grants_of_cluster(db: Session, cluster_id: int) -> Sequence[KubeconfigGrant]:
     return db.scalars(select(KubeconfigGrant).where(KubeconfigGrant.cluster_id == cluster_id)).all()
+
+
+def tenant_role(db: Session, tenant_id: int, user_id: int) -> str | None:
+    """The user's role in the tenant as committed now, not as the request began."""
+    return db.scalar(select(Membership.role).where(Membership.tenant_id == tenant_id,
+                                                   Membership.user_id == user_id))

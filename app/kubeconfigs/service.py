@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -28,6 +28,7 @@ from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
 from app.authz import tenant_for
+from app.authz.scoping import TenantHidden
 from app.clusters.models import VirtualCluster
 from app.concurrency import lock_row
 from app.config import Settings
@@ -121,6 +122,27 @@ def _ensure_may_issue(principal: Principal, tenant: Tenant, role: str) -> None:
                         f"kubeconfigs, not {role}")
 
 
+def _ensure_still_may_issue(db: Session, principal: Principal, tenant: Tenant,
+                            role: str) -> None:
+    """The same rules on the caller's rights as committed, under a share lock of the tenant.
+
+    Member removal, role changes and suspension lock or update the tenant row, then revoke
+    the grants they find: a grant issued on rights read before they committed (the request's
+    roles) would escape them, so it waits for them and looks again.
+    """
+    locked = lock_row(db, Tenant, tenant.id, shared=True)
+    if locked is None:
+        raise TenantHidden(f"no tenant {tenant.slug!r}")
+    if principal.is_platform_admin:
+        current = principal
+    else:
+        role_now = repository.tenant_role(db, tenant.id, principal.user_id)
+        if role_now is None:
+            raise TenantHidden(f"no tenant {tenant.slug!r}")
+        current = replace(principal, roles={**principal.roles, tenant.id: role_now})
+    _ensure_may_issue(current, locked, role)
+
+
 def _lifetime(settings: Settings, requested: int | None) -> int:
     default, maximum = lifetime_bounds(settings)
     if requested is None:
@@ -155,6 +177,7 @@ def issue_kubeconfig(db: Session, principal: Principal, clusters: VirtualCluster
                      payload: KubeconfigRequest) -> IssuedKubeconfig:
     tenant, cluster = _cluster_for(db, principal, slug, name)
     _ensure_may_issue(principal, tenant, payload.role)
+    _ensure_still_may_issue(db, principal, tenant, payload.role)
     lifetime = _lifetime(settings, payload.lifetime_seconds)
     _ensure_issuable(cluster)
     admin_yaml = clusters.admin_kubeconfig(cluster)

@@ -12,7 +12,7 @@ from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
 from app.clusters import service as cluster_service
 from app.deps import CurrentPrincipal, DbSession, RowId
-from app.errors import Conflict, ProblemError, ValidationFailed
+from app.errors import Conflict, NotFound, ProblemError, ValidationFailed
 from app.pagination import PageParams
 from app.quotas import service as quota_service
 from app.tenants import service
@@ -119,7 +119,10 @@ def remove_member(request: Request, tenant: str, member_id: RowId, db: DbSession
 
 def _find_member(db: DbSession, principal: Principal, tenant: str, member_id: RowId) -> Any:
     members = service.list_members(db, principal, tenant, EVERYTHING).items
-    return next(m for m in members if m.id == member_id)
+    found = next((m for m in members if m.id == member_id), None)
+    if found is None:
+        raise NotFound(f"no member {member_id} in {tenant!r}")
+    return found
 
 
 def _message(error: ValidationError | ProblemError) -> str:

@@ -124,3 +124,20 @@ def test_session_cookie_is_httponly_and_samesite(client: TestClient) -> None:
     )
     cookie = response.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
+
+
+def test_an_unverified_email_does_not_take_over_a_pre_created_user(
+    client: TestClient, oidc_issuer: str, db: Session
+) -> None:
+    invited = User(email="root@example.com", name="", admin_granted=True)
+    db.add(invited)
+    db.flush()
+    factories.membership(db, factories.tenant(db, "demo-y"), invited, role="admin")
+    db.commit()
+    oidc.register_user(oidc_issuer, "mallory", email="root@example.com", email_verified=False)
+    oidc.sign_in(client, "mallory")
+    me = client.get("/api/v1/me").json()
+    assert me["id"] != invited.id
+    assert (me["platform_admin"], me["memberships"]) == (False, [])
+    db.refresh(invited)
+    assert invited.subject is None

@@ -136,3 +136,17 @@ def test_tokens_page_shows_a_new_secret_once(client: TestClient, db: Session) ->
     again = client.get("/tokens", headers={"accept": "text/html"})
     assert "laptop" in again.text
     assert secret not in again.text
+
+
+def test_tokens_page_refuses_odd_digits_in_the_lifetime(client: TestClient, db: Session) -> None:
+    from tests.support import oidc
+
+    oidc.sign_in(client, "bob@example.com")
+    page = client.get("/tokens", headers={"accept": "text/html"})
+    csrf = page.text.split('name="csrf_token" value="')[1].split('"')[0]
+    # str.isdigit() holds for superscripts and for 5,000 digits, which int() refuses.
+    for days in ("²", "1" * 5000):
+        refused = client.post("/tokens", data={"csrf_token": csrf, "name": "laptop",
+                                               "scopes": ["read"], "expires_in_days": days})
+        assert refused.status_code == 422, (days[:10], refused.status_code)
+    assert db.scalars(select(ApiToken).where(ApiToken.name == "laptop")).all() == []

@@ -52,3 +52,49 @@ def test_the_tenant_dashboard_lists_the_clusters(client: TestClient, db: Session
     dashboard = client.get("/t/acme", headers=HTML).text
     assert 'href="/t/acme/clusters/train"' in dashboard
     assert 'data-cluster="train"' in dashboard
+
+
+def test_the_create_form_answers_nothing_about_a_hidden_tenant(
+        client: TestClient, db: Session, oidc_issuer: str) -> None:
+    sign_in_acme_admin(db, oidc_issuer, client)
+    csrf = csrf_of(client.get("/t/acme/clusters", headers=HTML).text)
+    htmx = {"HX-Request": "true", "X-CSRF-Token": csrf}
+    marker = "<img src=x onerror=alert(1)>"
+    hidden = f"globex\">{marker}"
+    for path in (f"/t/{hidden}/clusters/validate", f"/t/{hidden}/clusters"):
+        # An invalid form used to be rendered back, slug and all, before any tenant check.
+        refused = client.post(path, headers=htmx, data={"name": "Not_A_Label"})
+        assert refused.status_code == 404, (path, refused.status_code)
+        assert refused.headers["content-type"].startswith("application/problem+json")
+
+
+def test_a_viewer_gets_no_create_form_feedback(client: TestClient, db: Session,
+                                               oidc_issuer: str) -> None:
+    from app.auth.models import User
+    from tests import factories
+    from tests.support import oidc
+
+    acme = factories.tenant(db, "acme")
+    viewer = User(email="vic@acme.example", name="")
+    db.add(viewer)
+    db.flush()
+    factories.membership(db, acme, viewer, "viewer")
+    db.commit()
+    oidc.register_user(oidc_issuer, "vic@acme.example")
+    oidc.sign_in(client, "vic@acme.example")
+    csrf = csrf_of(client.get("/t/acme/clusters", headers=HTML).text)
+    refused = client.post("/t/acme/clusters/validate",
+                          headers={"HX-Request": "true", "X-CSRF-Token": csrf},
+                          data={"name": "Not_A_Label"})
+    assert refused.status_code == 403
+
+
+def test_status_of_a_hidden_tenant_is_a_404_even_over_htmx(
+        client: TestClient, db: Session, oidc_issuer: str) -> None:
+    sign_in_acme_admin(db, oidc_issuer, client)
+    for slug in ("globex", "x\u20ac"):
+        found = client.get(f"/t/{slug}/clusters/train/status", headers={"HX-Request": "true"})
+        assert found.status_code == 404, (slug, found.status_code)
+        assert "hx-redirect" not in found.headers
+    gone = client.get("/t/acme/clusters/train/status", headers={"HX-Request": "true"})
+    assert gone.status_code == 200 and gone.headers["hx-redirect"] == "/t/acme/clusters"

@@ -121,3 +121,19 @@ def test_platform_admin_pages_create_suspend_and_declare(client: TestClient, db:
     bad_row = client.post(f"/admin/gpu-classes/{gpu.id}", headers=htmx(csrf),
                           data={"display_name": ""})
     assert bad_row.status_code == 422 and "row-error" in bad_row.text
+
+
+def test_a_bad_role_for_a_member_of_another_tenant_is_a_404(
+    client: TestClient, db: Session, oidc_issuer: str
+) -> None:
+    _acme_admin(db, oidc_issuer, "wes@acme.example")
+    globex = factories.tenant(db, "globex")
+    gil = factories.user(db, "gil@globex.example")
+    theirs = factories.membership(db, globex, gil, "admin")
+    db.commit()
+    oidc.sign_in(client, "wes@acme.example")
+    csrf = csrf_of(client.get("/t/acme/members", headers=HTML).text)
+    for member_id in (theirs.id, 999_999):
+        refused = client.post(f"/t/acme/members/{member_id}", headers=htmx(csrf),
+                              data={"role": "root"})
+        assert refused.status_code == 404, (member_id, refused.status_code)
