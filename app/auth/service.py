@@ -69,14 +69,16 @@ def sign_in(db: Session, identity: Identity, admin_group: str) -> User:
     return user
 
 
-def user_for_email(db: Session, email: str) -> User:
+def user_for_email(
+    db: Session, email: str, *, actor_id: int | None = None, actor_label: str = "cli"
+) -> User:
     """The user with this email, created (unbound until first sign-in) if unknown."""
     user = repository.user_by_email(db, email)
     if user is None:
         user = User(email=email, name=email)
         db.add(user)
         db.flush()
-        audit.record(db, action="user.create", actor_id=None, actor_label="cli",
+        audit.record(db, action="user.create", actor_id=actor_id, actor_label=actor_label,
                      target_type="user", target_id=user.id, after={"email": email})
     return user
 

@@ -260,7 +260,10 @@ def preview(db: Session, principal: Principal, settings: Settings, slug: str,
     cluster = cluster_for(db, principal, slug, name)
     wanted = desired.load(db, cluster, settings)
     objects = wanted.host_objects()
-    command = HelmInstaller.from_settings(settings).install_command(
+    # Tenants see the command's shape, not where the operator keeps the host's credentials.
+    hidden = "$PORTAL_KUBECONFIG" if settings.kubeconfig else None
+    shown = settings.model_copy(update={"kubeconfig": hidden})
+    command = HelmInstaller.from_settings(shown).install_command(
         wanted.release, wanted.namespace, "vcluster.yaml")
     return ClusterPreview(
         namespace=wanted.namespace, release=wanted.release, objects=objects,

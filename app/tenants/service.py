@@ -128,7 +128,8 @@ def add_member(db: Session, principal: Principal, slug: str, payload: MemberCrea
 def _add_membership(
     db: Session, principal: Principal, tenant: Tenant, payload: MemberCreate
 ) -> Membership:
-    user = auth_service.user_for_email(db, payload.email)
+    user = auth_service.user_for_email(db, payload.email, actor_id=principal.user_id,
+                                       actor_label=principal.label)
     taken = Conflict(f"{payload.email} is a member of {tenant.slug} already",
                      errors=[{"field": "email", "message": "already a member"}])
     if repository.membership_of(db, tenant.id, user.id) is not None:

@@ -16,10 +16,13 @@ from app.auth.principal import Principal
 from app.clusters import service
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate
+from app.config import Settings
 from app.db import Database
 from app.errors import ValidationFailed
+from app.main import create_app
 from tests import factories
 from tests.clusters.support import cluster_settings
+from tests.support.kube import InMemoryConnector
 from tests.support.tenancy import Tenancy, headers
 
 URL = "/api/v1/tenants/acme/clusters"
@@ -159,6 +162,18 @@ def test_the_manifests_show_what_the_worker_applies(client: TestClient, db: Sess
     assert [o["kind"] for o in shown["objects"]][:2] == ["Namespace", "ResourceQuota"]
     assert "requests.nvidia.com/gpu: '4'" in shown["values_yaml"]
     assert shown["helm_command"][:4] == ["helm", "upgrade", "--install", "train"]
+
+
+def test_the_review_hides_where_the_host_credentials_live(
+    settings: Settings, database: Database, db: Session, tenancy: Tenancy
+) -> None:
+    operator = settings.model_copy(update={"kubeconfig": "/etc/portal/secret-host.kubeconfig"})
+    with TestClient(create_app(operator, database, kube=InMemoryConnector())) as client:
+        client.post(URL, json=body(tenancy), headers=headers(db, tenancy.acme_admin))
+        shown = client.get(f"{URL}/train/manifests", headers=headers(db, tenancy.acme_viewer))
+    command = shown.json()["helm_command"]
+    assert "/etc/portal/secret-host.kubeconfig" not in command
+    assert command[-2:] == ["--kubeconfig", "$PORTAL_KUBECONFIG"]
 
 
 def test_idempotency_key_replays_the_create(client: TestClient, db: Session,
