@@ -36,9 +36,13 @@ def run_idempotent(
     *,
     path: str,
     payload: BaseModel | None,
+    allowed: Callable[[], object],
     create: Callable[[], BaseModel],
     status_code: int = 201,
 ) -> JSONResponse:
+    """``allowed`` raises unless the caller may create here now: a replay is checked too, so a
+    member removed since the first request cannot read it back."""
+    allowed()
     if key is None:
         return JSONResponse(create().model_dump(mode="json"), status_code=status_code)
     if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():

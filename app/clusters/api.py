@@ -32,6 +32,7 @@ def create_cluster(request: Request, tenant: str, payload: ClusterCreate, db: Db
                    key: IdempotencyKey = None) -> JSONResponse:
     return run_idempotent(
         db, principal, key, path=request.url.path, payload=payload,
+        allowed=lambda: service.tenant_to_create_in(db, principal, tenant),
         create=lambda: service.create_cluster(db, principal, settings, tenant, payload))
 
 

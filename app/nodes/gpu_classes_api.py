@@ -28,6 +28,7 @@ def list_classes(db: DbSession, principal: CurrentPrincipal,
 def declare_class(request: Request, payload: GpuClassCreate, db: DbSession,
                   principal: CurrentPrincipal, key: IdempotencyKey = None) -> JSONResponse:
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
+                          allowed=lambda: gpu_classes.ensure_platform_writer(principal),
                           create=lambda: gpu_classes.declare_class(db, principal, payload))
 
 

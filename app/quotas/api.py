@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Request
 from starlette.responses import JSONResponse
 
+from app.authz import tenant_for
 from app.deps import CurrentPrincipal, DbSession, RowId
 from app.idempotency import run_idempotent
 from app.pagination import Page, PageParams, page_params
@@ -44,6 +45,7 @@ def tenant_requests(tenant: str, db: DbSession, principal: CurrentPrincipal, pag
 def create_request(request: Request, tenant: str, payload: QuotaRequestCreate, db: DbSession,
                    principal: CurrentPrincipal, key: IdempotencyKey = None) -> JSONResponse:
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
+                          allowed=lambda: tenant_for(db, principal, tenant, "manage"),
                           create=lambda: service.create_request(db, principal, tenant, payload))
 
 

@@ -7,8 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Request
 from starlette.responses import JSONResponse, Response
 
+from app.authz import tenant_for
 from app.deps import CurrentPrincipal, DbSession, RowId
 from app.idempotency import run_idempotent
+from app.nodes.gpu_classes import ensure_platform_writer
 from app.pagination import Page, PageParams, page_params
 from app.tenants import service
 from app.tenants.schemas import (
@@ -34,6 +36,7 @@ def list_tenants(db: DbSession, principal: CurrentPrincipal, paging: Paging) -> 
 def create_tenant(request: Request, payload: TenantCreate, db: DbSession,
                   principal: CurrentPrincipal, key: IdempotencyKey = None) -> JSONResponse:
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
+                          allowed=lambda: ensure_platform_writer(principal),
                           create=lambda: service.create_tenant(db, principal, payload))
 
 
@@ -58,6 +61,7 @@ def list_members(tenant: str, db: DbSession, principal: CurrentPrincipal,
 def add_member(request: Request, tenant: str, payload: MemberCreate, db: DbSession,
                principal: CurrentPrincipal, key: IdempotencyKey = None) -> JSONResponse:
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
+                          allowed=lambda: tenant_for(db, principal, tenant, "manage"),
                           create=lambda: service.add_member(db, principal, tenant, payload))
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.quotas.models import QuotaRequest, TenantQuota
+from app.tenants.models import Membership
 from tests.support.tenancy import build_tenancy, headers
 
 
@@ -166,3 +167,15 @@ def test_idempotency_key_replays_a_quota_request(client: TestClient, db: Session
     assert again.headers.get("Idempotent-Replayed") == "true"
     count = db.scalars(select(QuotaRequest).where(QuotaRequest.tenant_id == t.acme.id)).all()
     assert len(count) == 1
+
+
+def test_a_replay_is_authorized_again(client: TestClient, db: Session) -> None:
+    t = build_tenancy(db)
+    admin = {**headers(db, t.acme_admin), "Idempotency-Key": "req-2"}
+    body = {"gpu_class_id": t.h100.id, "gpus": 3, "reason": "before removal"}
+    assert client.post("/api/v1/tenants/acme/quota-requests", headers=admin,
+                       json=body).status_code == 201
+    db.execute(delete(Membership).where(Membership.user_id == t.acme_admin.id))
+    replay = client.post("/api/v1/tenants/acme/quota-requests", headers=admin, json=body)
+    assert replay.status_code == 404
+    assert "Idempotent-Replayed" not in replay.headers
