@@ -19,6 +19,7 @@ def user(db: Session, email: str | None = None, *, admin: bool = False, **fields
     n = next(_seq)
     fields.setdefault("issuer", "http://idp.test")
     fields.setdefault("subject", f"sub-{n}")
+    fields.setdefault("email_verified", True)
     row = User(email=email or f"user{n}@example.com", name=f"User {n}",
                is_platform_admin=admin, **fields)
     db.add(row)

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ForeignKey, Index, String, UniqueConstraint
+from sqlalchemy import false as sa_false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, utcnow
@@ -21,6 +22,9 @@ class User(Base):
     issuer: Mapped[str | None] = mapped_column(String(500))
     subject: Mapped[str | None] = mapped_column(String(255))
     email: Mapped[str] = mapped_column(String(320), index=True)
+    # Whether the IdP vouched for the address at the last sign-in; an invitation or an admin
+    # grant by email only ever lands on a verified (or not yet signed-in) user.
+    email_verified: Mapped[bool] = mapped_column(default=False, server_default=sa_false())
     name: Mapped[str] = mapped_column(String(200), default="")
     # From the IdP's admin group at each sign-in.
     is_platform_admin: Mapped[bool] = mapped_column(default=False)

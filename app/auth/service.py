@@ -55,6 +55,7 @@ def sign_in(db: Session, identity: Identity, admin_group: str) -> User:
     user.issuer = identity.issuer
     user.subject = identity.subject
     user.email = identity.email or user.email
+    user.email_verified = bool(identity.email) and identity.email_verified
     user.name = identity.name
     user.groups = list(identity.groups)
     user.is_platform_admin = admin_group in identity.groups

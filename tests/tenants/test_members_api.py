@@ -41,6 +41,18 @@ def test_adding_a_known_user_binds_no_new_row(client: TestClient, db: Session) -
     assert (added.json()["user_id"], added.json()["pending"]) == (t.globex_admin.id, False)
 
 
+def test_an_invitation_never_lands_on_an_account_with_an_unverified_email(
+    client: TestClient, db: Session
+) -> None:
+    t = build_tenancy(db)
+    squatter = factories.user(db, "victim@example.com", email_verified=False)
+    added = client.post("/api/v1/tenants/acme/members", headers=headers(db, t.acme_admin),
+                        json={"email": "victim@example.com", "role": "admin"})
+    assert added.status_code == 201
+    assert added.json()["user_id"] != squatter.id
+    assert added.json()["pending"] is True
+
+
 def test_bad_member_input_is_a_field_error(client: TestClient, db: Session) -> None:
     t = build_tenancy(db)
     auth = headers(db, t.acme_admin)
