@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
+from fastapi import Header
 from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -70,3 +71,6 @@ def _replay(stored: IdempotencyKey, fingerprint: str) -> JSONResponse:
         )
     return JSONResponse(stored.response_body, status_code=stored.status_code,
                         headers={"Idempotent-Replayed": "true"})
+
+
+IdempotencyKeyHeader = Annotated[str | None, Header(alias="Idempotency-Key")]

@@ -6,7 +6,7 @@ import base64
 from collections.abc import Sequence
 from typing import Annotated, Any, Generic, TypeVar
 
-from fastapi import Query
+from fastapi import Depends, Query
 from pydantic import BaseModel
 from sqlalchemy import Select
 from sqlalchemy.orm import InstrumentedAttribute, Session
@@ -70,3 +70,6 @@ def paginate(
     rows = rows[: params.limit]
     last_row: Any = rows[-1]
     return rows, encode_cursor(int(last_row.id))
+
+
+Paging = Annotated[PageParams, Depends(page_params)]

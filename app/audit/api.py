@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query
 from app.audit import service
 from app.audit.schemas import AuditEventOut, AuditFilters
 from app.deps import CurrentPrincipal, DbSession
-from app.pagination import Page, PageParams, page_params
+from app.pagination import Page, Paging
 
 router = APIRouter(prefix="/api/v1/audit", tags=["audit"])
 
@@ -29,7 +29,7 @@ def audit_filters(
 def list_audit_events(
     principal: CurrentPrincipal, db: DbSession,
     filters: Annotated[AuditFilters, Depends(audit_filters)],
-    params: Annotated[PageParams, Depends(page_params)],
+    params: Paging,
 ) -> Page[AuditEventOut]:
     items, cursor = service.list_events(db, principal, filters, params)
     return Page(items=items, next_cursor=cursor)

@@ -11,7 +11,7 @@ from app.audit import service
 from app.audit.api import audit_filters
 from app.audit.schemas import AuditFilters
 from app.deps import CurrentPrincipal, DbSession
-from app.pagination import PageParams, page_params
+from app.pagination import Paging
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -21,7 +21,7 @@ router = APIRouter(include_in_schema=False)
 def audit_page(
     request: Request, principal: CurrentPrincipal, db: DbSession,
     filters: Annotated[AuditFilters, Depends(audit_filters)],
-    params: Annotated[PageParams, Depends(page_params)],
+    params: Paging,
 ) -> Response:
     events, cursor = service.list_events(db, principal, filters, params)
     template = "audit/rows.html" if request.headers.get("hx-request") else "audit/page.html"

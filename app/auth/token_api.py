@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from starlette.responses import JSONResponse, Response
 
 from app.auth import token_service
 from app.auth.models import ApiToken
 from app.auth.schemas import TokenCreate, TokenCreated, TokenOut
 from app.deps import CurrentPrincipal, DbSession, RowId
-from app.pagination import Page, PageParams, page_params
+from app.pagination import Page, Paging
 
 router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"])
 
@@ -23,7 +21,7 @@ def token_out(token: ApiToken) -> TokenOut:
 @router.get("", response_model=Page[TokenOut])
 def list_tokens(
     principal: CurrentPrincipal, db: DbSession,
-    params: Annotated[PageParams, Depends(page_params)],
+    params: Paging,
 ) -> Page[TokenOut]:
     rows, cursor = token_service.list_tokens(db, principal, params)
     return Page(items=[token_out(t) for t in rows], next_cursor=cursor)

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse
 
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterPreview, ClusterResize
 from app.config import Settings
 from app.deps import CurrentPrincipal, DbSession, get_settings_dep
-from app.idempotency import run_idempotent
-from app.pagination import Page, PageParams, page_params
+from app.idempotency import IdempotencyKeyHeader, run_idempotent
+from app.pagination import Page, Paging
 
 router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters", tags=["clusters"])
-Paging = Annotated[PageParams, Depends(page_params)]
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
 AppSettings = Annotated[Settings, Depends(get_settings_dep)]
 
 
@@ -29,7 +27,7 @@ def list_clusters(tenant: str, db: DbSession, principal: CurrentPrincipal,
 @router.post("", status_code=201, response_model=ClusterOut)
 def create_cluster(request: Request, tenant: str, payload: ClusterCreate, db: DbSession,
                    principal: CurrentPrincipal, settings: AppSettings,
-                   key: IdempotencyKey = None) -> JSONResponse:
+                   key: IdempotencyKeyHeader = None) -> JSONResponse:
     return run_idempotent(
         db, principal, key, path=request.url.path, payload=payload,
         allowed=lambda: service.tenant_to_create_in(db, principal, tenant),

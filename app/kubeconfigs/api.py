@@ -16,11 +16,10 @@ from app.deps import CurrentPrincipal, DbSession, RowId
 from app.kubeconfigs import service
 from app.kubeconfigs.schemas import GrantOut, IssuedKubeconfig, KubeconfigRequest
 from app.kubeconfigs.service import VirtualClusters
-from app.pagination import Page, PageParams, page_params
+from app.pagination import Page, Paging
 
 router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters/{cluster}/kubeconfigs",
                    tags=["kubeconfigs"])
-Paging = Annotated[PageParams, Depends(page_params)]
 YAML = "application/yaml"
 
 

@@ -18,10 +18,9 @@ from app.nodes.schemas import (
     SuggestionOut,
     TenantNodeOut,
 )
-from app.pagination import Page, PageParams, page_params
+from app.pagination import Page, Paging
 
 router = APIRouter(prefix="/api/v1", tags=["nodes"])
-Paging = Annotated[PageParams, Depends(page_params)]
 HostCluster = Annotated[str | None, Query(
     max_length=63, description="the host cluster's name; the default one when left out")]
 

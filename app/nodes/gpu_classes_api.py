@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
 from app.deps import CurrentPrincipal, DbSession, RowId
-from app.idempotency import run_idempotent
+from app.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.nodes import gpu_classes
 from app.nodes.gpu_class_schemas import GpuClassCreate, GpuClassOut, GpuClassUpdate
-from app.pagination import Page, PageParams, page_params
+from app.pagination import Page, Paging
 
 router = APIRouter(prefix="/api/v1/gpu-classes", tags=["gpu classes"])
-Paging = Annotated[PageParams, Depends(page_params)]
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
 
 
 @router.get("", response_model=Page[GpuClassOut])
@@ -26,7 +22,7 @@ def list_classes(db: DbSession, principal: CurrentPrincipal,
 
 @router.post("", status_code=201, response_model=GpuClassOut)
 def declare_class(request: Request, payload: GpuClassCreate, db: DbSession,
-                  principal: CurrentPrincipal, key: IdempotencyKey = None) -> JSONResponse:
+                  principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> JSONResponse:
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
                           allowed=lambda: gpu_classes.ensure_platform_writer(principal),
                           create=lambda: gpu_classes.declare_class(db, principal, payload))

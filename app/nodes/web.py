@@ -15,7 +15,7 @@ from app.errors import Conflict, NotFound, ValidationFailed
 from app.nodes import gpu_classes, service
 from app.nodes.api import Filters
 from app.nodes.schemas import AssignmentIn, SuggestionIn
-from app.pagination import PageParams, page_params
+from app.pagination import PageParams, Paging
 from app.web.forms import (
     STATE_CHANGING,
     FieldErrors,
@@ -29,7 +29,6 @@ from app.web.forms import (
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
-Paging = Annotated[PageParams, Depends(page_params)]
 SUGGESTION_FIELDS = ("tenant", "gpu_class", "gpus")
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse
 
 from app.authz import tenant_for
 from app.deps import CurrentPrincipal, DbSession, RowId
-from app.idempotency import run_idempotent
-from app.pagination import Page, PageParams, page_params
+from app.idempotency import IdempotencyKeyHeader, run_idempotent
+from app.pagination import Page, Paging
 from app.quotas import service
 from app.quotas.schemas import (
     ApproveIn,
@@ -23,8 +23,6 @@ from app.quotas.schemas import (
 )
 
 router = APIRouter(prefix="/api/v1", tags=["quota"])
-Paging = Annotated[PageParams, Depends(page_params)]
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
 StateFilter = Annotated[RequestState | None, Query(description="only requests in this state")]
 
 
@@ -43,7 +41,7 @@ def tenant_requests(tenant: str, db: DbSession, principal: CurrentPrincipal, pag
 @router.post("/tenants/{tenant}/quota-requests", status_code=201,
              response_model=QuotaRequestOut)
 def create_request(request: Request, tenant: str, payload: QuotaRequestCreate, db: DbSession,
-                   principal: CurrentPrincipal, key: IdempotencyKey = None) -> JSONResponse:
+                   principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> JSONResponse:
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
                           allowed=lambda: tenant_for(db, principal, tenant, "manage"),
                           create=lambda: service.create_request(db, principal, tenant, payload))

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from app.authz import tenant_for
 from app.deps import CurrentPrincipal, DbSession, RowId
-from app.idempotency import run_idempotent
+from app.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.nodes.gpu_classes import ensure_platform_writer
-from app.pagination import Page, PageParams, page_params
+from app.pagination import Page, Paging
 from app.tenants import service
 from app.tenants.schemas import (
     MemberCreate,
@@ -23,8 +21,6 @@ from app.tenants.schemas import (
 )
 
 router = APIRouter(prefix="/api/v1/tenants", tags=["tenants"])
-Paging = Annotated[PageParams, Depends(page_params)]
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
 
 
 @router.get("", response_model=Page[TenantOut])
@@ -34,7 +30,7 @@ def list_tenants(db: DbSession, principal: CurrentPrincipal, paging: Paging) -> 
 
 @router.post("", status_code=201, response_model=TenantOut)
 def create_tenant(request: Request, payload: TenantCreate, db: DbSession,
-                  principal: CurrentPrincipal, key: IdempotencyKey = None) -> JSONResponse:
+                  principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> JSONResponse:
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
                           allowed=lambda: ensure_platform_writer(principal),
                           create=lambda: service.create_tenant(db, principal, payload))
@@ -59,7 +55,7 @@ def list_members(tenant: str, db: DbSession, principal: CurrentPrincipal,
 
 @router.post("/{tenant}/members", status_code=201, response_model=MemberOut)
 def add_member(request: Request, tenant: str, payload: MemberCreate, db: DbSession,
-               principal: CurrentPrincipal, key: IdempotencyKey = None) -> JSONResponse:
+               principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> JSONResponse:
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
                           allowed=lambda: tenant_for(db, principal, tenant, "manage"),
                           create=lambda: service.add_member(db, principal, tenant, payload))
