@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from app.auth.models import ApiToken, User
 from app.auth.tokens import hash_token
 from app.db import Database
 from tests.support import oidc
+from tests.support.web import free_port
 
 PORTAL = [sys.executable, "-m", "app.cli"]
 
@@ -35,11 +35,6 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60, check=False)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
@@ -108,7 +103,7 @@ def test_worker_starts_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
 
 @pytest.fixture
 def dev_portal(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    port, idp_port = _free_port(), _free_port()
+    port, idp_port = free_port(), free_port()
     process = subprocess.Popen(
         [*PORTAL, "dev", "--port", str(port), "--idp-port", str(idp_port)],
         env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

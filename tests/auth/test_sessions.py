@@ -15,12 +15,12 @@ from app.config import Settings
 from app.db import Database, utcnow
 from app.main import create_app
 from tests.support import oidc
+from tests.support.web import csrf_of
 
 
 def _csrf(client: TestClient) -> str:
     page = client.get("/", headers={"accept": "text/html"})
-    token: str = page.text.split('name="csrf_token" value="')[1].split('"')[0]
-    return token
+    return csrf_of(page.text)
 
 
 def test_the_cookie_holds_only_an_id_and_the_row_only_its_hash(

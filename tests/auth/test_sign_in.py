@@ -10,6 +10,7 @@ from app.audit.models import AuditEvent
 from app.auth.models import User
 from tests import factories
 from tests.support import oidc
+from tests.support.web import csrf_of
 
 
 def test_login_redirects_to_the_provider_with_pkce_state_and_nonce(client: TestClient) -> None:
@@ -99,7 +100,7 @@ def test_sign_in_rotates_the_session_and_logout_ends_it(client: TestClient) -> N
     after = client.cookies.get("portal_session")
     assert before and after and before != after
     page = client.get("/", headers={"accept": "text/html"})
-    csrf = page.text.split('name="csrf_token" value="')[1].split('"')[0]
+    csrf = csrf_of(page.text)
     assert client.post("/auth/logout", data={"csrf_token": csrf},
                        follow_redirects=False).status_code == 303
     client.cookies.set("portal_session", after)

@@ -14,6 +14,7 @@ from app.auth.service import issue_api_token
 from app.db import utcnow
 from tests import factories
 from tests.support.principals import bearer
+from tests.support.web import csrf_of
 
 
 def _create(client: TestClient, headers: dict[str, str], **body: object) -> dict[str, object]:
@@ -127,7 +128,7 @@ def test_tokens_page_shows_a_new_secret_once(client: TestClient, db: Session) ->
 
     oidc.sign_in(client, "bob@example.com")
     page = client.get("/tokens", headers={"accept": "text/html"})
-    csrf = page.text.split('name="csrf_token" value="')[1].split('"')[0]
+    csrf = csrf_of(page.text)
     created = client.post("/tokens", data={"csrf_token": csrf, "name": "laptop",
                                            "scopes": ["read", "write"], "expires_in_days": "7"})
     assert created.status_code == 200
@@ -143,7 +144,7 @@ def test_tokens_page_refuses_odd_digits_in_the_lifetime(client: TestClient, db: 
 
     oidc.sign_in(client, "bob@example.com")
     page = client.get("/tokens", headers={"accept": "text/html"})
-    csrf = page.text.split('name="csrf_token" value="')[1].split('"')[0]
+    csrf = csrf_of(page.text)
     # str.isdigit() holds for superscripts and for 5,000 digits, which int() refuses.
     for days in ("²", "1" * 5000):
         refused = client.post("/tokens", data={"csrf_token": csrf, "name": "laptop",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from app.devmode import seed_demo
 from app.kube.connector import KubeConnector
 from app.main import create_app
 from app.reconcilers.registry import build_worker
+from tests.support.web import free_port
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Without these, Chromium reaches for Google's services, which this closed network refuses.
@@ -30,11 +30,6 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-quic"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def demo_database(directory: Path) -> Database:
@@ -51,7 +46,7 @@ def demo_database(directory: Path) -> Database:
 def serving(settings: Settings, database: Database, kube: KubeConnector | None = None,
             *, with_worker: bool = False) -> Iterator[str]:
     """The portal on a free loopback port (and its worker, when asked); yields the base URL."""
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings, database, kube),
                                            host="127.0.0.1", port=port, log_level="warning"))
     threads = [threading.Thread(target=server.run, daemon=True)]

@@ -7,7 +7,8 @@ import re
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from tests.clusters.test_end_to_end import HTML, csrf_of, sign_in_acme_admin
+from tests.clusters.test_end_to_end import sign_in_acme_admin
+from tests.support.web import HTML, csrf_of
 
 
 def test_the_create_form_checks_fields_inline(client: TestClient, db: Session,

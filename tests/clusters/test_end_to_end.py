@@ -26,8 +26,8 @@ from tests.clusters.standin_helm import helm_calls, host_kubeconfig, install_sta
 from tests.clusters.support import Clock
 from tests.kube.emulator import KubeEmulator
 from tests.support import oidc
+from tests.support.web import HTML, csrf_of
 
-HTML = {"accept": "text/html"}
 NAMESPACE = "t-acme--train"
 OWN_OBJECTS = [
     ("v1", "Namespace", NAMESPACE, None),
@@ -64,10 +64,6 @@ def portal(host_settings: Settings, database: Database) -> Iterator[TestClient]:
         yield client
 
 
-def csrf_of(page: str) -> str:
-    match = re.search(r'name="csrf_token" value="([^"]+)"', page)
-    assert match, "no csrf token on the page"
-    return match.group(1)
 
 
 def sign_in_acme_admin(db: Session, oidc_issuer: str, client: TestClient) -> int:

@@ -13,9 +13,9 @@ from app.auth.models import User
 from app.kubeconfigs.models import KubeconfigGrant
 from tests import factories
 from tests.kube.emulator import KubeEmulator
-from tests.quotas.test_quota_flow_web import HTML, csrf_of, htmx
 from tests.support import oidc
 from tests.support.virtual_clusters import ready_cluster
+from tests.support.web import HTML, csrf_of, htmx
 
 PANEL = "/t/acme/clusters/train/kubeconfigs"
 

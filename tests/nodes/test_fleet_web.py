@@ -15,19 +15,13 @@ from tests import factories
 from tests.nodes.conftest import Synced
 from tests.support import oidc
 from tests.support.principals import bearer
+from tests.support.web import HTML, csrf_of, htmx
 
-HTML = {"accept": "text/html"}
 H100 = "NVIDIA-H100-80GB-HBM3"
 
 
-def csrf_of(page: str) -> str:
-    match = re.search(r'name="csrf_token" value="([^"]+)"', page)
-    assert match, "no csrf token on the page"
-    return match.group(1)
 
 
-def htmx(csrf: str) -> dict[str, str]:
-    return {"HX-Request": "true", "X-CSRF-Token": csrf}
 
 
 def _acme_with_h100_quota(db: Session, gpus: int) -> None:

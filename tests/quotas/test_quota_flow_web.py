@@ -15,18 +15,7 @@ from app.quotas.models import QuotaRequest
 from app.tenants.models import Tenant
 from tests import factories
 from tests.support import oidc
-
-HTML = {"accept": "text/html"}
-
-
-def csrf_of(page: str) -> str:
-    match = re.search(r'name="csrf_token" value="([^"]+)"', page)
-    assert match, "no csrf token on the page"
-    return match.group(1)
-
-
-def htmx(csrf: str) -> dict[str, str]:
-    return {"HX-Request": "true", "X-CSRF-Token": csrf}
+from tests.support.web import HTML, csrf_of, htmx
 
 
 def _acme_with_invited_admin(db: Session, oidc_issuer: str, email: str) -> int:

@@ -10,8 +10,8 @@ from app.auth.models import User
 from app.nodes.models import GpuClass
 from app.tenants.models import Membership, Tenant
 from tests import factories
-from tests.quotas.test_quota_flow_web import HTML, csrf_of, htmx
 from tests.support import oidc
+from tests.support.web import HTML, csrf_of, htmx
 
 
 def _acme_admin(db: Session, oidc_issuer: str, email: str) -> Tenant:
