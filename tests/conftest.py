@@ -3,6 +3,8 @@ the embedded SQLite default, the local OIDC provider and the app under test."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,7 @@ from app.db import Database
 from app.devmode import demo_users, local_oidc_provider
 from app.main import create_app
 from tests.support import postgres
+from tests.support.kube_server import MISSING, ApiServer, kube_assets
 
 warnings.filterwarnings("ignore", module="authlib")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="starlette")
@@ -93,3 +96,39 @@ def settings(oidc_issuer: str) -> Settings:
 def client(settings: Settings, database: Database) -> Iterator[TestClient]:
     with TestClient(create_app(settings, database)) as test_client:
         yield test_client
+
+
+# ----- real Kubernetes API servers (one of each per run)
+
+
+@pytest.fixture(scope="session")
+def kube_assets_dir() -> Path:
+    """The envtest binaries; without them the real-server tests skip, except in CI."""
+    assets = kube_assets()
+    if assets is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(MISSING)
+        pytest.skip(MISSING)
+    return assets
+
+
+def _served(assets: Path, name: str, *, controllers: bool) -> Iterator[ApiServer]:
+    # etcd fsyncs every write: a RAM-backed folder keeps the suite fast where there is one.
+    base = "/dev/shm" if Path("/dev/shm").is_dir() else None  # noqa: S108 - private mkdtemp
+    server = ApiServer(assets, Path(tempfile.mkdtemp(prefix=f"kube-{name}-", dir=base)),
+                       name=name, controllers=controllers)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def host_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
+    """The host GPU cluster's API: etcd, kube-apiserver and the controller-manager."""
+    yield from _served(kube_assets_dir, "host", controllers=True)
+
+
+@pytest.fixture(scope="session")
+def virtual_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
+    """A second API server (own etcd) standing in for a virtual cluster's."""
+    yield from _served(kube_assets_dir, "virtual", controllers=False)
