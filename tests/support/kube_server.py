@@ -24,6 +24,7 @@ import httpx
 import yaml
 
 from app.kube.adapter import KubernetesAdapter
+from app.kube.port import KubePort, register_kind
 from app.kube.retry import RetryPolicy
 from tests.support.pki import CertificateAuthority, KeyPair, rsa_key_pair
 from tests.support.web import free_port
@@ -262,3 +263,28 @@ def _answers_ok(url: str, context: ssl.SSLContext | None) -> bool:
     except httpx.HTTPError:
         return False
     return response.status_code == 200
+
+
+CRD_API_VERSION = "apiextensions.k8s.io/v1"
+register_kind(CRD_API_VERSION, "CustomResourceDefinition", "customresourcedefinitions",
+              namespaced=False)
+
+
+def install_crds(port: KubePort, path: Path, timeout: float = 30.0) -> None:
+    """Apply the CRDs in a YAML file and wait until the API server serves their kinds."""
+    names = []
+    for crd in yaml.safe_load_all(path.read_text()):
+        if crd:
+            port.apply(crd, force=True)
+            names.append(crd["metadata"]["name"])
+    deadline = time.monotonic() + timeout
+    while not all(_established(port.get(CRD_API_VERSION, "CustomResourceDefinition", name))
+                  for name in names):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"CRDs {names} not established within {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+def _established(crd: dict[str, Any] | None) -> bool:
+    conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
