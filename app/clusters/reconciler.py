@@ -215,8 +215,9 @@ class ClusterRun:
             ref = ObjectRef.of(obj)
             if self.owner.ensured.get(ref) == obj:
                 continue
-            if not self.steady or _drifted(self.host.get(ref.api_version, ref.kind, ref.name,
-                                                         ref.namespace), obj):
+            live = None if not self.steady else self.host.get(
+                ref.api_version, ref.kind, ref.name, ref.namespace)
+            if not self.steady or quantities.drifted(live, obj):
                 # The portal owns these objects outright: take back fields someone else set.
                 self.host.apply(obj, force=True)
             self.owner.ensured[ref] = obj
@@ -409,23 +410,6 @@ def _current(conditions: list[dict[str, Any]], type_: str, generation: int) -> b
     found = cond.find(conditions, type_)
     return found is not None and found.get("status") == "True" and (
         found.get("observedGeneration") == generation)
-
-
-def _drifted(live: Manifest | None, wanted: Manifest) -> bool:
-    # The server returns quantities in canonical form (524288Mi as 512Gi): compare values.
-    return live is None or not _contains(quantities.comparable(live),
-                                         quantities.comparable(wanted))
-
-
-def _contains(live: Any, wanted: Any) -> bool:
-    """Whether every field the portal sets has the value it sets (others may add fields)."""
-    if isinstance(wanted, dict):
-        return isinstance(live, dict) and all(
-            _contains(live.get(key), value) for key, value in wanted.items())
-    if isinstance(wanted, list):
-        return isinstance(live, list) and len(live) == len(wanted) and all(
-            _contains(a, b) for a, b in zip(live, wanted, strict=True))
-    return bool(live == wanted)
 
 
 def _kubeconfig_of(secret: Manifest) -> str | None:

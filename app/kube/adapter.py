@@ -45,6 +45,8 @@ _REASONS = {
     415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests",
 }
 Query = list[tuple[str, str]]
+# How kube-apiserver answers (500, not 422) an applied field whose type the schema refuses.
+_TYPED_PATCH = "failed to create typed patch object"
 # The config loaders are untyped; going through Any keeps mypy strict elsewhere.
 k8s_config: Any = _k8s_config
 
@@ -243,6 +245,9 @@ def _classify(
     delay = parse_retry_after(retry_after)
     if status == 409 and content_type == APPLY_CONTENT_TYPE:
         return ApplyConflictError(message, status=status)
+    if status == 500 and content_type == APPLY_CONTENT_TYPE and _TYPED_PATCH in message:
+        # A field of the wrong type under server-side apply: the same body always fails.
+        return PermanentKubeError(message, reason="Invalid", status=status)
     if status in (409, 429) or status >= 500:
         return TransientKubeError(message, delay_seconds=delay, reason=reason, status=status)
     return PermanentKubeError(message, reason=reason, status=status)

@@ -58,6 +58,24 @@ def comparable(obj: Manifest) -> Manifest:
     return _map_quantities(obj, parse_quantity)
 
 
+def drifted(live: Manifest | None, wanted: Manifest) -> bool:
+    """Whether a stored object lacks a field the portal sets, or holds another value there.
+
+    Others may add fields; quantities compare by value (the server returns 524288Mi as 512Gi).
+    """
+    return live is None or not _contains(comparable(live), comparable(wanted))
+
+
+def _contains(live: Any, wanted: Any) -> bool:
+    if isinstance(wanted, dict):
+        return isinstance(live, dict) and all(
+            _contains(live.get(key), value) for key, value in wanted.items())
+    if isinstance(wanted, list):
+        return isinstance(live, list) and len(live) == len(wanted) and all(
+            _contains(a, b) for a, b in zip(live, wanted, strict=True))
+    return bool(live == wanted)
+
+
 def canonical_quantities(obj: Manifest) -> Manifest:
     """A copy with every quantity field rewritten as an API server stores it."""
     return _map_quantities(obj, canonical_quantity)

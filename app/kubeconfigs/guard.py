@@ -114,7 +114,8 @@ def trusted_expression(portal: PortalIdentity) -> str:
 def namespace_guard_policy(portal: PortalIdentity) -> Manifest:
     writes = ["CREATE", "UPDATE", "DELETE"]
     rules = [
-        {"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*", "*/*"],
+        # "*/*" is every resource and every subresource; the API server refuses it beside "*".
+        {"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*/*"],
          "operations": writes, "scope": "Namespaced"},
         # The selector below matches a Namespace object by its own labels.
         {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["namespaces", "namespaces/*"],

@@ -86,7 +86,7 @@ def test_the_policy_guards_everything_in_the_portal_namespace_and_the_namespace_
     assert constraints["namespaceSelector"] == {
         "matchLabels": {"kubernetes.io/metadata.name": NS}}
     namespaced, namespaces = constraints["resourceRules"]
-    assert namespaced["resources"] == ["*", "*/*"] and namespaced["scope"] == "Namespaced"
+    assert namespaced["resources"] == ["*/*"] and namespaced["scope"] == "Namespaced"
     assert namespaces["resources"] == ["namespaces", "namespaces/*"]
     for rule in (namespaced, namespaces):
         assert rule["operations"] == ["CREATE", "UPDATE", "DELETE"]

@@ -36,7 +36,7 @@ ADMISSION_PLUGINS = ",".join([
 ])
 SA_ISSUER = "https://kubernetes.default.svc"
 MISSING = ("the real-API-server tests need KUBEBUILDER_ASSETS with etcd, kube-apiserver and "
-           "kube-controller-manager: `bash .ci/run` unpacks ../shared/kube-bin/, or use "
+           "kube-controller-manager: `make pytest` unpacks ../shared/kube-bin/, or use "
            "`export KUBEBUILDER_ASSETS=$(setup-envtest use 1.32 -p path)`")
 
 

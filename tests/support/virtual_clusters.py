@@ -37,12 +37,14 @@ def admin_kubeconfig(server: str, name: str = "vc-train") -> str:
 
 def ready_cluster(db: Session, tenant: Tenant, *, server: str = "http://127.0.0.1:1",
                   name: str = "train", endpoint: str = "https://train.acme.vc.example.com",
-                  key: str = DEV_ENCRYPTION_KEY, ready: bool = True) -> VirtualCluster:
+                  key: str = DEV_ENCRYPTION_KEY, ready: bool = True,
+                  kubeconfig: str | None = None) -> VirtualCluster:
+    """``kubeconfig`` is the admin credential as stored; by default a token one for ``server``."""
     host = factories.host_cluster(db)
     return factories.cluster(
         db, tenant, host, name, endpoint=endpoint, observed_generation=1,
         conditions=[READY if ready else {**READY, "status": "False", "reason": "Installing"}],
-        admin_kubeconfig_encrypted=SecretBox(key).seal(admin_kubeconfig(server)),
+        admin_kubeconfig_encrypted=SecretBox(key).seal(kubeconfig or admin_kubeconfig(server)),
     )
 
 

@@ -1,0 +1,175 @@
+"""Every object the portal builds, sent by the real adapter to a real kube-apiserver 1.32.
+
+On the host: the platform objects and each placement's cluster objects, with KAI's real Queue
+CRD installed. Inside a virtual cluster: the kubeconfig guard and the objects of a grant of each
+role. Each list is applied in dependency order, accepted by the server's schema, admission and
+CEL compiler, stored as built, and a second apply writes nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from app.kube.adapter import KubernetesAdapter
+from app.kube.errors import PermanentKubeError
+from app.kube.manifests import (
+    ClusterSpec,
+    ManifestPolicy,
+    TenantSpec,
+    cluster_host_objects,
+    host_namespace_name,
+    platform_objects,
+)
+from app.kube.manifests.labels import KAI_API_VERSION
+from app.kube.port import KubePort, Manifest, ObjectRef
+from app.kube.quantities import drifted
+from app.kubeconfigs import guard
+from app.kubeconfigs.manifests import CLUSTER_ROLES, GrantSpec, grant_objects
+from tests.support.kube_server import ApiServer, install_crds
+from tests.support.paths import KAI_QUEUE_CRD
+
+pytestmark = pytest.mark.kube_server
+POLICY = ManifestPolicy()
+H100 = "NVIDIA-H100-80GB-HBM3"
+PLACEMENTS = ("shared-pool", "dedicated-nodes")
+
+
+@pytest.fixture(scope="module")
+def host(host_api: ApiServer) -> Iterator[KubernetesAdapter]:
+    port = host_api.adapter()
+    install_crds(port, KAI_QUEUE_CRD)
+    yield port
+    port.close()
+
+
+@pytest.fixture(scope="module")
+def virtual(virtual_api: ApiServer) -> Iterator[KubernetesAdapter]:
+    port = virtual_api.adapter()
+    yield port
+    port.close()
+
+
+def tenant_slug() -> str:
+    return f"real-{uuid.uuid4().hex[:8]}"
+
+
+def host_objects(slug: str, placement: str) -> list[Manifest]:
+    tenant = TenantSpec(slug, "Real Research", {H100: 8, "NVIDIA-L40S": 2}, 128000, 1024000)
+    cluster = ClusterSpec(
+        tenant=slug, name="train", kubernetes_version="1.32.4", placement=placement,  # type: ignore[arg-type]
+        gpu_class=H100, gpus=4, cpu_millicores=64000, memory_mib=524288,
+        endpoint=f"https://train.{slug}.vc.example.com")
+    return [*platform_objects(POLICY), *cluster_host_objects(cluster, tenant, POLICY)]
+
+
+def virtual_objects(admin_kubeconfig: str) -> list[Manifest]:
+    """What issuing one kubeconfig of each role applies, in the service's order."""
+    objects = guard.guard_objects(guard.portal_identity(admin_kubeconfig))
+    expires = datetime(2030, 1, 1, tzinfo=UTC)
+    for user_id, role in enumerate(CLUSTER_ROLES, start=900):
+        spec = GrantSpec(grant_id=user_id, user_id=user_id, user_email=f"u{user_id}@example.com",
+                         role=role, secret_suffix=f"real{user_id}", expires_at=expires)
+        objects += grant_objects(spec)
+    return objects
+
+
+def dependency_errors(objects: list[Manifest]) -> list[str]:
+    """What an object names that the same list makes only later (or twice, differently)."""
+    made: set[tuple[str, str]] = set()
+    listed = {(obj["kind"], obj["metadata"]["name"]) for obj in objects}
+    errors = []
+    for obj in objects:
+        for needed in _needs(obj):
+            if needed in listed and needed not in made:
+                errors.append(f"{obj['kind']} {obj['metadata']['name']} before {needed}")
+        made.add((obj["kind"], obj["metadata"]["name"]))
+    return errors
+
+
+def _needs(obj: Manifest) -> list[tuple[str, str]]:
+    spec = obj.get("spec") or {}
+    needs = []
+    if namespace := obj["metadata"].get("namespace"):
+        needs.append(("Namespace", namespace))
+    if obj["kind"].endswith("PolicyBinding"):
+        needs.append((obj["kind"].removesuffix("Binding"), spec["policyName"]))
+    if role := obj.get("roleRef"):
+        needs.append((role["kind"], role["name"]))
+    if parent := spec.get("parentQueue"):
+        needs.append(("Queue", parent))
+    return needs
+
+
+def apply_all(port: KubePort, objects: list[Manifest]) -> dict[ObjectRef, str]:
+    """Applies in order; the resourceVersion each object has afterwards."""
+    versions = {}
+    for obj in objects:
+        stored = port.apply(obj, force=True)
+        versions[ObjectRef.of(obj)] = stored["metadata"]["resourceVersion"]
+    return versions
+
+
+def stored_as_built(port: KubePort, obj: Manifest) -> bool:
+    ref = ObjectRef.of(obj)
+    return not drifted(port.get(ref.api_version, ref.kind, ref.name, ref.namespace), obj)
+
+
+def remove(port: KubePort, objects: list[Manifest], *, keep_shared: bool = True) -> None:
+    """Deletes what a test made; cluster-wide objects shared by every tenant stay."""
+    shared = {ObjectRef.of(o) for o in platform_objects(POLICY)} if keep_shared else set()
+    for obj in reversed(objects):
+        ref = ObjectRef.of(obj)
+        if ref not in shared and (ref.namespace is None or ref.kind == "Namespace"):
+            port.delete(ref.api_version, ref.kind, ref.name, ref.namespace)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_the_host_accepts_every_object_of_a_cluster_and_a_second_apply_writes_nothing(
+    host: KubernetesAdapter, placement: str,
+) -> None:
+    objects = host_objects(tenant_slug(), placement)
+    assert dependency_errors(objects) == []
+    try:
+        first = apply_all(host, objects)
+        assert [o for o in objects if not stored_as_built(host, o)] == []
+        assert apply_all(host, objects) == first
+    finally:
+        remove(host, objects)
+
+
+def test_the_queues_are_checked_by_kais_real_crd(host: KubernetesAdapter) -> None:
+    slug = tenant_slug()
+    objects = host_objects(slug, "shared-pool")
+    queue = next(o for o in objects if o["kind"] == "Queue" and o["metadata"]["name"] == slug)
+    broken = {**queue, "spec": {**queue["spec"], "resources": {"gpu": {"quota": "eight"}}}}
+    calls = host.api_calls
+    with pytest.raises(PermanentKubeError, match=r"spec\.resources\.gpu\.quota"):
+        host.apply(broken, force=True)
+    assert host.api_calls == calls + 1  # refused for good: not retried
+    assert host.get(KAI_API_VERSION, "Queue", slug) is None
+
+
+def test_a_virtual_cluster_accepts_the_guard_and_every_grant_and_a_second_apply_writes_nothing(
+    virtual: KubernetesAdapter, virtual_api: ApiServer,
+) -> None:
+    objects = virtual_objects(virtual_api.admin_kubeconfig)
+    assert dependency_errors(objects) == []
+    first = apply_all(virtual, objects)
+    assert [o for o in objects if not stored_as_built(virtual, o)] == []
+    assert apply_all(virtual, objects) == first
+
+
+def test_a_binding_listed_before_its_policy_is_reported() -> None:
+    objects = guard.guard_objects(guard.PortalIdentity())
+    assert dependency_errors(list(reversed(objects))) != []
+    namespace = host_namespace_name("acme", "train")
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota",
+             "metadata": {"name": "q", "namespace": namespace}}
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    assert dependency_errors([quota, ns]) == [
+        f"ResourceQuota q before ('Namespace', '{namespace}')"]
+    assert dependency_errors([ns, quota]) == []
