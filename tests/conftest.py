@@ -130,5 +130,6 @@ def host_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
 
 @pytest.fixture(scope="session")
 def virtual_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
-    """A second API server (own etcd) standing in for a virtual cluster's."""
-    yield from _served(kube_assets_dir, "virtual", controllers=False)
+    """A second control plane standing in for a virtual cluster's. It runs the controllers too,
+    as vCluster does: the built-in ``view`` and ``edit`` roles are aggregated by one of them."""
+    yield from _served(kube_assets_dir, "virtual", controllers=True)

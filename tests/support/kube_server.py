@@ -213,6 +213,16 @@ class ApiServer:
         ])
         self._wait(lambda: _answers_ok(f"https://127.0.0.1:{port}/healthz", None),
                    "kube-controller-manager /healthz")
+        # Healthy is not yet working: the aggregated built-in roles show the controllers run.
+        self._wait(self._view_role_aggregated, "the controllers to aggregate ClusterRole view")
+
+    def _view_role_aggregated(self) -> bool:
+        adapter = self.adapter()
+        try:
+            view = adapter.get("rbac.authorization.k8s.io/v1", "ClusterRole", "view")
+        finally:
+            adapter.close()
+        return bool((view or {}).get("rules"))
 
     def _spawn(self, binary: str, args: list[str]) -> None:
         log = self.workdir / f"{binary}.log"

@@ -1,0 +1,199 @@
+"""Kubeconfigs on a real API server standing in for a virtual cluster.
+
+Issued over the REST API; the returned file is used as a tenant would use it, and the API server
+itself says what each role may do (SelfSubjectAccessReview) and refuses what the guard forbids.
+Revocation and expiry end exactly one token.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from app.auth.models import User
+from app.clusters.models import VirtualCluster
+from app.config import Settings
+from app.db import Database, utcnow
+from app.kube.connector import ClientConnector
+from app.kubeconfigs.manifests import PORTAL_NAMESPACE
+from app.kubeconfigs.models import KubeconfigGrant
+from app.kubeconfigs.reconciler import KubeconfigReconciler
+from tests.support.kube_server import ApiServer
+from tests.support.tenancy import Tenancy, headers
+from tests.support.virtual_clusters import ready_cluster
+
+pytestmark = pytest.mark.kube_server
+Issue = Callable[..., tuple["Kubeconfig", int]]
+URL = "/api/v1/tenants/acme/clusters/train/kubeconfigs"
+PODS = "/api/v1/namespaces/default/pods"
+
+
+@dataclass(frozen=True)
+class Kubeconfig:
+    """An issued kubeconfig, read as kubectl would."""
+
+    server: str
+    token: str
+    context: ssl.SSLContext
+
+    @classmethod
+    def parse(cls, text: str) -> Kubeconfig:
+        config = yaml.safe_load(text)
+        cluster = config["clusters"][0]["cluster"]
+        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+        return cls(cluster["server"], config["users"][0]["user"]["token"],
+                   ssl.create_default_context(cadata=ca))
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None,
+             **headers: str) -> httpx.Response:
+        return httpx.request(method, self.server + path, json=body, verify=self.context,
+                             headers={"Authorization": f"Bearer {self.token}", **headers},
+                             timeout=10.0)
+
+    def may(self, verb: str, resource: str, *, namespace: str = "default", group: str = "",
+            subresource: str = "") -> bool:
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                  "spec": {"resourceAttributes": {
+                      "verb": verb, "resource": resource, "namespace": namespace,
+                      "group": group, "subresource": subresource}}}
+        response = self.call("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                             review)
+        assert response.status_code == 201, response.text
+        return bool(response.json()["status"]["allowed"])
+
+    def claims(self) -> dict[str, Any]:
+        payload = self.token.split(".")[1]
+        decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "==="))
+        return decoded
+
+    def answers(self) -> int:
+        return self.call("GET", PODS).status_code
+
+
+def config_map(name: str, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace}}
+
+
+def eventually(check: Any, timeout: float = 15.0) -> bool:
+    """kube-apiserver caches a token's successful authentication for 10 s: a revoked token
+    keeps working that long at most."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return bool(check())
+
+
+@pytest.fixture
+def train(db: Session, tenancy: Tenancy, virtual_api: ApiServer) -> VirtualCluster:
+    """acme's Ready cluster whose admin credential and endpoint are the real API server's."""
+    cluster = ready_cluster(db, tenancy.acme, endpoint=virtual_api.url,
+                            kubeconfig=virtual_api.admin_kubeconfig)
+    db.commit()
+    return cluster
+
+
+@pytest.fixture
+def issue(client: TestClient, db: Session, train: VirtualCluster) -> Issue:
+    def issue(user: User, role: str, lifetime: int = 3600) -> tuple[Kubeconfig, int]:
+        auth = headers(db, user)
+        db.commit()
+        response = client.post(URL, json={"role": role, "lifetime_seconds": lifetime},
+                               headers=auth)
+        assert response.status_code == 201, response.text
+        grant_id = db.query(KubeconfigGrant.id).order_by(KubeconfigGrant.id.desc()).first()
+        assert grant_id is not None
+        return Kubeconfig.parse(response.text), grant_id[0]
+
+    return issue
+
+
+def test_a_members_view_kubeconfig_works_expires_as_asked_and_reads_no_secrets(
+    issue: Issue, tenancy: Tenancy,
+) -> None:
+    view, _ = issue(tenancy.acme_member, "view", 3600)
+    assert view.answers() == 200
+    claims = view.claims()
+    assert claims["exp"] - claims["iat"] == 3600
+    assert view.may("list", "pods") and view.may("get", "deployments", group="apps")
+    assert not view.may("get", "secrets")
+    assert not view.may("list", "secrets", namespace=PORTAL_NAMESPACE)
+    assert not view.may("create", "pods")
+    assert not view.may("impersonate", "serviceaccounts")
+    assert not view.may("create", "serviceaccounts", subresource="token")
+
+
+def test_edit_works_but_cannot_impersonate_mint_tokens_or_write_in_the_portal_namespace(
+    issue: Issue, tenancy: Tenancy,
+) -> None:
+    admin, admin_grant = issue(tenancy.acme_admin, "admin")
+    edit, _ = issue(tenancy.acme_member, "edit")
+    assert edit.may("create", "deployments", group="apps") and edit.may("create", "pods")
+    assert edit.call("POST", "/api/v1/namespaces/default/configmaps",
+                     config_map(f"edit-{admin_grant}", "default")).status_code == 201
+    assert not edit.may("impersonate", "serviceaccounts")
+    assert not edit.may("create", "serviceaccounts", subresource="token")
+    admin_account = admin.claims()["sub"]
+    impersonating = edit.call("GET", PODS, **{"Impersonate-User": admin_account})
+    assert impersonating.status_code == 403
+
+    # RBAC would let edit write Secrets everywhere; the guard keeps it out of the portal's.
+    assert edit.may("delete", "secrets", namespace=PORTAL_NAMESPACE)
+    secrets = f"/api/v1/namespaces/{PORTAL_NAMESPACE}/secrets"
+    refused = edit.call("DELETE", f"{secrets}?labelSelector=gpu-tenant-portal/role%3Dadmin")
+    assert refused.status_code == 403
+    assert "managed by the GPU Tenant Portal" in refused.json()["message"]
+    created = edit.call("POST", f"/api/v1/namespaces/{PORTAL_NAMESPACE}/configmaps",
+                        config_map("sneaky", PORTAL_NAMESPACE))
+    assert created.status_code == 403
+    assert admin.answers() == 200  # the admin's kubeconfig is untouched
+
+
+def test_an_admin_kubeconfig_is_cluster_admin_except_in_the_portal_namespace(
+    issue: Issue, tenancy: Tenancy,
+) -> None:
+    admin, grant_id = issue(tenancy.acme_admin, "admin")
+    assert admin.may("*", "*", namespace="") and admin.may("impersonate", "serviceaccounts")
+    created = admin.call("POST", "/api/v1/namespaces/default/configmaps",
+                         config_map(f"admin-{grant_id}", "default"))
+    assert created.status_code == 201
+    refused = admin.call("POST", f"/api/v1/namespaces/{PORTAL_NAMESPACE}/configmaps",
+                         config_map("sneaky", PORTAL_NAMESPACE))
+    assert refused.status_code == 403
+
+
+def test_revoking_ends_that_token_alone_and_expiry_ends_the_other(
+    issue: Issue, tenancy: Tenancy, client: TestClient, db: Session, database: Database,
+    settings: Settings,
+) -> None:
+    first, first_id = issue(tenancy.acme_member, "view")
+    second, second_id = issue(tenancy.acme_member, "view")
+    assert first.answers() == second.answers() == 200
+
+    auth = headers(db, tenancy.acme_member)
+    db.commit()
+    assert client.delete(f"{URL}/{first_id}", headers=auth).status_code == 204
+    assert eventually(lambda: first.answers() == 401)
+    assert second.answers() == 200
+
+    grant = db.get(KubeconfigGrant, second_id)
+    assert grant is not None
+    grant.expires_at = utcnow() - timedelta(seconds=1)
+    db.commit()
+    sweeper = KubeconfigReconciler.from_settings(settings, database, ClientConnector(settings))
+    assert sweeper.run_due("test") == 1
+    assert eventually(lambda: second.answers() == 401)
