@@ -30,9 +30,10 @@ from app.kube.manifests import (
     vcluster_values_yaml,
 )
 from app.kube.manifests import labels as lbl
+from tests.support.paths import REFERENCE
 
 GOLDEN = Path(__file__).parent / "golden"
-REFERENCE = Path("/work/shared/reference/kai-queue.yaml")
+KAI_QUEUES = REFERENCE / "kai-queue.yaml"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 H100 = "NVIDIA-H100-80GB-HBM3"
 POLICY = ManifestPolicy()
@@ -319,9 +320,9 @@ def shape(obj: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def reference_queues() -> list[dict[str, Any]]:
-    if not REFERENCE.exists():
+    if not KAI_QUEUES.exists():
         pytest.skip("reference/kai-queue.yaml is not available")
-    return list(yaml.safe_load_all(REFERENCE.read_text()))
+    return list(yaml.safe_load_all(KAI_QUEUES.read_text()))
 
 
 def test_queues_match_the_reference(reference_queues: list[dict[str, Any]]) -> None:
