@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     helm_binary: str = "helm"
     vcluster_chart_repo: str = "https://charts.loft.sh"
     vcluster_chart_version: str = "0.30.0"
+    # The vCluster build the host runs: "oss" never gets a Pro-only value (translate patches, ...).
+    vcluster_edition: Literal["oss", "pro"] = "oss"
     kubeconfig_default_hours: float = 8.0
     kubeconfig_max_hours: float = 24.0
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.fernet import Fernet
+from pydantic import ValidationError
 
 from app.config import InsecureProductionConfig, Settings
 
@@ -24,6 +25,18 @@ def test_settings_are_read_with_the_portal_prefix(monkeypatch: pytest.MonkeyPatc
     settings = Settings()
     assert (settings.oidc_issuer, settings.oidc_admin_group) == (
         "https://idp.example.com", "gpu-admins")
+
+
+def test_the_vcluster_edition_is_open_source_unless_pro_is_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PORTAL_VCLUSTER_EDITION", raising=False)
+    assert Settings().vcluster_edition == "oss"
+    monkeypatch.setenv("PORTAL_VCLUSTER_EDITION", "pro")
+    assert Settings().vcluster_edition == "pro"
+    monkeypatch.setenv("PORTAL_VCLUSTER_EDITION", "enterprise")
+    with pytest.raises(ValidationError, match="vcluster_edition"):
+        Settings()
 
 
 def _production(**overrides: str) -> Settings:

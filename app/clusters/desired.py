@@ -75,6 +75,10 @@ def cluster_spec(cluster: VirtualCluster, tenant: Tenant, gpu_class: GpuClass | 
     )
 
 
+def manifest_policy(settings: Settings) -> ManifestPolicy:
+    return ManifestPolicy(vcluster_edition=settings.vcluster_edition)
+
+
 def tenant_spec(db: Session, tenant: Tenant) -> TenantSpec:
     """The tenant's parent queue gets its approved quota of every class."""
     quotas = repository.tenant_quotas(db, tenant.id)
@@ -98,5 +102,5 @@ def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredClu
         sealed_kubeconfig=cluster.admin_kubeconfig_encrypted,
         last_of_tenant=not repository.other_clusters_exist(db, tenant.id, cluster.id),
         spec=cluster_spec(cluster, tenant, gpu_class, settings),
-        tenant=tenant_spec(db, tenant), policy=ManifestPolicy(),
+        tenant=tenant_spec(db, tenant), policy=manifest_policy(settings),
     )

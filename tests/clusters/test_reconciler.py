@@ -18,6 +18,7 @@ from app.clusters.service import delete_cluster, resize_cluster
 from app.crypto import SecretBox
 from app.db import Database
 from app.kube.errors import PermanentKubeError
+from app.kube.manifests.chart_schema import validate_values
 from app.kubeconfigs.models import KubeconfigGrant
 from app.nodes.models import Node
 from tests import factories
@@ -302,3 +303,18 @@ def test_placement_shapes_the_values(harness: Harness, tenancy: Tenancy, placeme
     values = yaml.safe_load(harness.installer.values["train"])
     scheduler = values["controlPlane"].get("advanced", {}).get("virtualScheduler", {})
     assert bool(scheduler.get("enabled")) == (placement == "dedicated-nodes")
+
+
+@pytest.mark.parametrize(("overrides", "patched"), [({}, False),
+                                                   ({"vcluster_edition": "pro"}, True)],
+                         ids=["default-oss", "pro"])
+def test_the_edition_setting_decides_whether_the_release_gets_translate_patches(
+        database: Database, tenancy: Tenancy, overrides: dict[str, str], patched: bool) -> None:
+    settings = cluster_settings(**overrides)
+    harness = Harness.build(database, settings=settings)
+    create(harness.database, tenancy, settings=settings)
+    harness.converge()
+    values = yaml.safe_load(harness.installer.values["train"])
+    pods = values["sync"].get("toHost", {}).get("pods", {})
+    assert ("patches" in pods) == patched
+    assert validate_values(values, settings.vcluster_chart_version) == []

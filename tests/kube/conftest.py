@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -11,9 +10,7 @@ from app.kube.adapter import KubernetesAdapter
 from app.kube.memory import InMemoryKube
 from app.kube.retry import RetryPolicy
 from tests.kube.emulator import KubeEmulator
-
-REFERENCE_DIR = Path("/work/shared/reference")
-HOST_NODES = REFERENCE_DIR / "host-nodes.json"
+from tests.support.paths import HOST_NODES
 
 
 @pytest.fixture

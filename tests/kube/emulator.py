@@ -2,7 +2,7 @@
 
 kmock 0.8's ``KubernetesEmulator`` keeps objects and serves create/get/list/patch/delete.
 ``_CompatEmulator`` is the thin layer that closes the gaps listed in
-/work/shared/reference/kube-emulator-notes.md; it overrides kmock's private ``__call__``,
+../shared/reference/kube-emulator-notes.md; it overrides kmock's private ``__call__``,
 ``_handle`` and ``_serve_list`` and touches ``_objects``/``_lock``/``_buses``, which is why
 kmock is pinned exactly. ``KubeEmulator`` runs it on an asyncio loop in a thread.
 

@@ -7,6 +7,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 import yaml
@@ -30,12 +31,14 @@ from app.kube.manifests import (
     vcluster_values_yaml,
 )
 from app.kube.manifests import labels as lbl
+from tests.support.paths import REFERENCE
 
 GOLDEN = Path(__file__).parent / "golden"
-REFERENCE = Path("/work/shared/reference/kai-queue.yaml")
+KAI_QUEUES = REFERENCE / "kai-queue.yaml"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 H100 = "NVIDIA-H100-80GB-HBM3"
 POLICY = ManifestPolicy()
+PRO = ManifestPolicy(vcluster_edition="pro")
 
 
 def acme() -> TenantSpec:
@@ -76,14 +79,18 @@ def test_golden_vcluster_values(placement: str) -> None:
     check_golden(f"{placement}.values.yaml", vcluster_values_yaml(train(placement), POLICY))
 
 
+def test_golden_pro_shared_pool_values() -> None:
+    check_golden("shared-pool.pro.values.yaml", vcluster_values_yaml(train(), PRO))
+
+
 def test_golden_platform_objects() -> None:
     check_golden("platform.yaml", dump_yaml(platform_objects(POLICY)))
 
 
 def test_output_is_deterministic_and_pure() -> None:
-    first = vcluster_values_yaml(train(), POLICY)
-    vcluster_values(train(), POLICY)["sync"]["toHost"]["pods"]["patches"].clear()
-    assert vcluster_values_yaml(train(), POLICY) == first
+    first = vcluster_values_yaml(train(), PRO)
+    vcluster_values(train(), PRO)["sync"]["toHost"]["pods"]["patches"].clear()
+    assert vcluster_values_yaml(train(), PRO) == first
     assert "&id" not in first
     assert "*id" not in first
 
@@ -222,19 +229,22 @@ def leaf_paths(values: dict[str, Any], prefix: str = "") -> set[str]:
 
 @pytest.mark.parametrize("placement", ["shared-pool", "dedicated-nodes"])
 @pytest.mark.parametrize("pod_security", ["restricted", "baseline"])
-def test_values_only_use_allowlisted_keys(placement: str, pod_security: str) -> None:
-    values = vcluster_values(train(placement, pod_security=pod_security), POLICY)
+@pytest.mark.parametrize("policy", [POLICY, PRO], ids=["oss", "pro"])
+def test_values_only_use_allowlisted_keys(
+    placement: str, pod_security: str, policy: ManifestPolicy
+) -> None:
+    values = vcluster_values(train(placement, pod_security=pod_security), policy)
     assert leaf_paths(values) <= ALLOWED_VALUE_PATHS
-    assert yaml.safe_load(vcluster_values_yaml(train(placement), POLICY)) == vcluster_values(
-        train(placement), POLICY
+    assert yaml.safe_load(vcluster_values_yaml(train(placement), policy)) == vcluster_values(
+        train(placement), policy
     )
 
 
 # --- placement semantics ----------------------------------------------------------------
 
 
-def test_shared_pool_values_use_kai_and_the_leaf_queue() -> None:
-    values = vcluster_values(train(), POLICY)
+def test_pro_shared_pool_values_use_kai_and_the_leaf_queue() -> None:
+    values = vcluster_values(train(), PRO)
     patches = {p["path"]: p["expression"] for p in values["sync"]["toHost"]["pods"]["patches"]}
     assert patches["spec.schedulerName"] == '"kai-scheduler"'
     assert '{"kai.scheduler/queue": "acme--train"}' in patches["metadata.labels"]
@@ -242,6 +252,33 @@ def test_shared_pool_values_use_kai_and_the_leaf_queue() -> None:
     assert "virtualScheduler" not in values["controlPlane"].get("advanced", {})
     assert "enforceTolerations" not in values["sync"]["toHost"]["pods"]
     assert values["sync"]["fromHost"]["nodes"]["selector"]["labels"] == {lbl.GPU_PRODUCT: H100}
+
+
+def test_oss_shared_pool_values_leave_pods_to_the_portal_webhook() -> None:
+    values = vcluster_values(train(), POLICY)
+    assert "toHost" not in values["sync"]  # pkg/pro/patches.go would fail every pod sync
+    assert values["sync"]["fromHost"]["nodes"]["selector"]["labels"] == {lbl.GPU_PRODUCT: H100}
+    assert values["experimental"]["syncSettings"]["setOwner"] is False
+    assert "virtualScheduler" not in values["controlPlane"].get("advanced", {})
+
+
+def test_oss_shared_pool_without_a_gpu_class_syncs_nothing_extra() -> None:
+    values = vcluster_values(train(gpu_class=None, gpus=0), POLICY)
+    assert "sync" not in values
+    assert values["experimental"]["syncSettings"]["setOwner"] is False
+
+
+def test_edition_only_changes_shared_pool_pods() -> None:
+    dedicated = train("dedicated-nodes")
+    assert vcluster_values(dedicated, PRO) == vcluster_values(dedicated, POLICY)
+    oss, pro = vcluster_values(train(), POLICY), vcluster_values(train(), PRO)
+    assert pro["sync"].pop("toHost") == {"pods": {"patches": ANY}}
+    assert pro == oss
+
+
+def test_unknown_edition_is_refused() -> None:
+    with pytest.raises(ValueError, match="edition"):
+        ManifestPolicy(vcluster_edition="enterprise")  # type: ignore[arg-type]
 
 
 def test_dedicated_nodes_values_select_only_the_tenants_nodes() -> None:
@@ -319,9 +356,9 @@ def shape(obj: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def reference_queues() -> list[dict[str, Any]]:
-    if not REFERENCE.exists():
+    if not KAI_QUEUES.exists():
         pytest.skip("reference/kai-queue.yaml is not available")
-    return list(yaml.safe_load_all(REFERENCE.read_text()))
+    return list(yaml.safe_load_all(KAI_QUEUES.read_text()))
 
 
 def test_queues_match_the_reference(reference_queues: list[dict[str, Any]]) -> None:

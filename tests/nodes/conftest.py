@@ -17,12 +17,12 @@ from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
 from app.nodes.reconciler import NodeReconciler
 from tests.kube.conftest import (  # noqa: F401 - fixtures re-exported for these tests
-    HOST_NODES,
     host_nodes,
     kube_adapter,
     kube_emulator,
     memory_kube,
 )
+from tests.support.paths import HOST_NODES
 
 RACK_LABEL = "network.topology.example.com/rack"
 

@@ -1,11 +1,12 @@
 """A host-side guard for shared-pool namespaces: synced pods must use KAI and their own leaf queue.
 
-KAI does not check that a pod may use the queue it names, and the vCluster values that set the
-scheduler and the queue label (sync.toHost.pods.patches) only take effect where the vCluster
-build honours patches. This ValidatingAdmissionPolicy makes the host refuse any synced pod in a
-shared-pool namespace that does not name kai-scheduler and exactly the namespace's leaf queue,
-whatever the virtual cluster sends. One policy and one binding serve every tenant: the expected
-queue is read from the namespace's own label, which only the portal writes.
+KAI does not check that a pod may use the queue it names. The scheduler and the queue label are
+set by the portal's mutating admission webhook on the open-source vCluster build, or by translate
+patches (sync.toHost.pods.patches) on Pro. This ValidatingAdmissionPolicy is the backstop either
+way: the host refuses any synced pod in a shared-pool namespace that does not name kai-scheduler
+and exactly the namespace's leaf queue, whatever the virtual cluster sends. One policy and one
+binding serve every tenant: the expected queue is read from the namespace's own label, which only
+the portal writes.
 """
 
 from typing import Any

@@ -13,6 +13,8 @@ from app.kube.manifests.names import SEPARATOR, is_dns_label
 
 Placement = Literal["shared-pool", "dedicated-nodes"]
 PodSecurityLevel = Literal["restricted", "baseline"]
+# Which vCluster build the operator runs: the open-source one or Pro (licensed features).
+VClusterEdition = Literal["oss", "pro"]
 
 TENANT_SLUG_MAX: Final = 30
 _K8S_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
@@ -20,6 +22,7 @@ _K8S_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _PLACEMENTS: Final = ("shared-pool", "dedicated-nodes")
 _POD_SECURITY: Final = ("restricted", "baseline")
+_EDITIONS: Final = ("oss", "pro")
 
 
 def _require(ok: bool, message: str) -> None:
@@ -133,9 +136,12 @@ class ManifestPolicy:
     container_defaults: ContainerDefaults = field(default_factory=ContainerDefaults)
     # Port of the vCluster API server pod that tenants reach (through an ingress or LB).
     vcluster_api_port: int = 8443
+    # "oss": the values never use a Pro-only key (see vcluster.PRO_ONLY_PATHS).
+    vcluster_edition: VClusterEdition = "oss"
 
     def __post_init__(self) -> None:
         _require_slug(self.kai_root_queue, "kai_root_queue")
+        _require(self.vcluster_edition in _EDITIONS, f"unknown edition {self.vcluster_edition!r}")
         _require(self.over_quota_weight >= 0, "over_quota_weight must be >= 0")
         factor = self.tenant_gpu_limit_factor
         _require(factor is None or factor >= 1.0, "tenant_gpu_limit_factor must be >= 1")

@@ -2,12 +2,19 @@
 
 Built from an allowlist: every key below is chosen by the portal and every value comes from a
 validated spec or the operator policy, so a tenant cannot loosen what is synced to the host.
-Schema: the chart's values.schema.json (loft-sh/vcluster, chart/values.schema.json, v0.2x).
+Schema: the chart's values.schema.json, vendored per chart version under schemas/ and checked by
+chart_schema.py.
+
+Edition (ManifestPolicy.vcluster_edition): on the open-source build the values never use a key of
+PRO_ONLY_PATHS. Shared-pool pods then reach the host unchanged and the portal's own mutating
+admission webhook sets their scheduler (kai-scheduler) and KAI queue label; on Pro the values
+also carry translate patches that set both. Either way the host ValidatingAdmissionPolicy in
+admission.py refuses a shared-pool pod without kai-scheduler and its own leaf queue.
 """
 
 import copy
 import json
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -17,6 +24,55 @@ from app.kube.manifests.names import cluster_queue_name
 from app.kube.manifests.specs import ClusterSpec, ManifestPolicy
 
 Values = dict[str, Any]
+
+# Kinds whose translate patches (sync.<direction>.<kind>.patches) go through pkg/pro/patches.go.
+_PATCHED_TO_HOST: Final = (
+    "configMaps", "endpoints", "endpointSlices", "ingresses", "namespaces", "networkPolicies",
+    "persistentVolumeClaims", "persistentVolumes", "podDisruptionBudgets", "pods",
+    "priorityClasses", "secrets", "serviceAccounts", "services", "storageClasses",
+    "volumeSnapshotContents", "volumeSnapshots",
+)
+_PATCHED_FROM_HOST: Final = (
+    "configMaps", "csiDrivers", "csiNodes", "csiStorageCapacities", "events", "ingressClasses",
+    "nodes", "priorityClasses", "runtimeClasses", "secrets", "storageClasses",
+    "volumeSnapshotClasses",
+)
+
+# Values the open-source vCluster build refuses, read from loft-sh/vcluster at tag v0.30.0 (the
+# pinned chart): a key counts when set to true or a non-empty list/map. Two sources: the stubs in
+# pkg/pro/*.go that the OSS build runs, which return pro.NewFeatureError, and
+# Config.IsProFeatureEnabled in config/config.go, with which `vcluster create` refuses Pro features
+# (marked "+cfg" below). Re-read both when the chart moves: v0.36 adds more (sleep, snapshots...).
+PRO_ONLY_PATHS: Final[tuple[str, ...]] = (
+    # pkg/pro/patches.go, for any non-empty list; every syncer calls it, the pod syncer
+    # (pkg/controllers/resources/pods/syncer.go) on every pod. Not in IsProFeatureEnabled.
+    *(f"sync.toHost.{kind}.patches" for kind in _PATCHED_TO_HOST),
+    *(f"sync.fromHost.{kind}.patches" for kind in _PATCHED_FROM_HOST),
+    # pkg/controllers/resources/pods/scheduling/config.go (licenseapi.HybridScheduling); +cfg.
+    "sync.toHost.pods.hybridScheduling.enabled",
+    # pkg/pro/namespace_sync.go, via pkg/setup/config/config.go; +cfg.
+    "sync.toHost.namespaces.enabled",
+    # pkg/pro/controllers.go: the OSS build has no custom resource syncer; +cfg.
+    "sync.toHost.customResources",
+    "sync.fromHost.customResources",
+    # pkg/pro/privatenodes.go; +cfg.
+    "privateNodes.enabled",
+    # pkg/pro/embedded_etcd.go, via pkg/setup/initialize.go; +cfg.
+    "controlPlane.backingStore.etcd.embedded.enabled",
+    # pkg/pro/external_database.go, via pkg/k8s/k8s.go; +cfg.
+    "controlPlane.backingStore.database.external.enabled",
+    # pkg/pro/integrated_coredns.go, via cmd/vcluster/cmd/start.go; +cfg.
+    "controlPlane.coredns.embedded",
+    # pkg/pro/embedded_kubevip.go, via cmd/vcluster/cmd/start.go. Not in IsProFeatureEnabled.
+    "controlPlane.advanced.kubeVip.enabled",
+    # Only in IsProFeatureEnabled: the OSS build has no Pro code behind them.
+    "controlPlane.hostPathMapper.central",
+    "policies.centralAdmission.validatingWebhooks",
+    "policies.centralAdmission.mutatingWebhooks",
+    "networking.resolveDNS",
+    "experimental.denyProxyRequests",
+    "external.platform",
+)
 
 # Pod Security "restricted" for the chart's own pods (control plane, CoreDNS), which would
 # otherwise be refused by the namespace's enforce label.
@@ -71,8 +127,7 @@ def _from_host(spec: ClusterSpec) -> Values:
 def _kai_patches(spec: ClusterSpec) -> list[dict[str, str]]:
     """sync.toHost.pods.patches (TranslatePatch: path + JavaScript expression on the host copy).
 
-    Patches need a vCluster build with the feature enabled (not the OSS image); the host-side
-    ValidatingAdmissionPolicy in admission.py refuses non-conforming pods either way.
+    Pro only: the OSS build fails every pod sync on a non-empty list (pkg/pro/patches.go).
     """
     queue = json.dumps(cluster_queue_name(spec.tenant, spec.name))
     label = json.dumps(lbl.KAI_QUEUE_LABEL)
@@ -85,11 +140,19 @@ def _kai_patches(spec: ClusterSpec) -> list[dict[str, str]]:
     ]
 
 
-def _to_host(spec: ClusterSpec) -> Values:
+def _to_host(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
     if spec.placement == "dedicated-nodes":
         toleration = f"{lbl.TENANT}={spec.tenant}:NoSchedule"
         return {"pods": {"enforceTolerations": [toleration]}}
-    return {"pods": {"patches": _kai_patches(spec)}}
+    if policy.vcluster_edition == "pro":
+        return {"pods": {"patches": _kai_patches(spec)}}
+    # OSS: the portal's mutating admission webhook sets scheduler and queue on the host.
+    return {}
+
+
+def _sync(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
+    parts = {"toHost": _to_host(spec, policy), "fromHost": _from_host(spec)}
+    return {direction: part for direction, part in parts.items() if part}
 
 
 def _policies(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
@@ -111,13 +174,12 @@ def _policies(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
 def vcluster_values(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
     values: Values = {
         "controlPlane": _control_plane(spec),
-        "sync": {"toHost": _to_host(spec)},
         "policies": _policies(spec, policy),
         "exportKubeConfig": {"server": spec.endpoint},
     }
-    from_host = _from_host(spec)
-    if from_host:
-        values["sync"]["fromHost"] = from_host
+    sync = _sync(spec, policy)
+    if sync:
+        values["sync"] = sync
     if spec.placement == "shared-pool":
         # KAI's pod grouper follows owner references; the vCluster Service owner breaks it.
         values["experimental"] = {"syncSettings": {"setOwner": False}}

@@ -1,0 +1,171 @@
+"""The generated vcluster.yaml against the vCluster chart: its values schema and its edition.
+
+The pinned chart's schema is vendored in the app; a newer one is read from ../shared/reference
+when that checkout-side folder has it, so a chart upgrade shows which values would break.
+"""
+
+import json
+from typing import Any
+
+import pytest
+from jsonschema.protocols import Validator
+
+from app.config import Settings
+from app.kube.manifests import ClusterSpec, ManifestPolicy, vcluster_values
+from app.kube.manifests.chart_schema import (
+    UnknownChartVersion,
+    pro_only_paths,
+    schema_errors,
+    schema_path,
+    validate_values,
+    validator_for,
+)
+from app.kube.manifests.specs import Placement, PodSecurityLevel
+from app.kube.manifests.vcluster import PRO_ONLY_PATHS
+from tests.support.paths import REFERENCE
+
+PINNED = "0.30.0"
+NEWER_SCHEMA = REFERENCE / "vcluster-0.36.1-values.schema.json"
+OSS = ManifestPolicy()
+PRO = ManifestPolicy(vcluster_edition="pro")
+EDITIONS = pytest.mark.parametrize("policy", [OSS, PRO], ids=["oss", "pro"])
+PLACEMENTS = pytest.mark.parametrize("placement", ["shared-pool", "dedicated-nodes"])
+POD_SECURITY = pytest.mark.parametrize("pod_security", ["restricted", "baseline"])
+
+
+def values(
+    policy: ManifestPolicy = OSS,
+    placement: Placement = "shared-pool",
+    pod_security: PodSecurityLevel = "restricted",
+) -> dict[str, Any]:
+    spec = ClusterSpec(
+        tenant="acme", name="train", kubernetes_version="1.32.4", placement=placement,
+        gpu_class="NVIDIA-H100-80GB-HBM3", gpus=4, cpu_millicores=64000, memory_mib=524288,
+        endpoint="https://train.acme.vc.example.com", pod_security=pod_security,
+    )
+    return vcluster_values(spec, policy)
+
+
+# --- the chart's values schema ------------------------------------------------------------
+
+
+@EDITIONS
+@PLACEMENTS
+@POD_SECURITY
+def test_values_are_valid_for_the_pinned_chart(
+    policy: ManifestPolicy, placement: Placement, pod_security: PodSecurityLevel
+) -> None:
+    generated = values(policy, placement=placement, pod_security=pod_security)
+    assert validate_values(generated, PINNED) == []
+
+
+@pytest.fixture(scope="module")
+def newer_chart() -> Validator:
+    if not NEWER_SCHEMA.exists():
+        pytest.skip(f"{NEWER_SCHEMA.name} is not in ../shared/reference")
+    return validator_for(json.loads(NEWER_SCHEMA.read_text(encoding="utf-8")))
+
+
+@EDITIONS
+@PLACEMENTS
+@POD_SECURITY
+def test_values_are_valid_for_the_newer_chart(
+    newer_chart: Validator,
+    policy: ManifestPolicy,
+    placement: Placement,
+    pod_security: PodSecurityLevel,
+) -> None:
+    generated = values(policy, placement=placement, pod_security=pod_security)
+    assert schema_errors(generated, newer_chart) == []
+
+
+def test_the_default_chart_version_has_a_vendored_schema() -> None:
+    assert schema_path(Settings().vcluster_chart_version).is_file()
+
+
+def test_a_value_of_the_wrong_type_is_reported_with_its_path() -> None:
+    broken = values()
+    broken["controlPlane"]["distro"]["k8s"]["enabled"] = "yes"
+    assert validate_values(broken, PINNED) == [
+        "controlPlane.distro.k8s.enabled: 'yes' is not of type 'boolean'"
+    ]
+
+
+def test_a_misspelt_key_is_reported() -> None:
+    broken = values()
+    broken["policies"]["networkPolicies"] = broken["policies"].pop("networkPolicy")
+    errors = validate_values(broken, PINNED)
+    assert len(errors) == 1
+    assert errors[0].startswith("policies: ")
+    assert "'networkPolicies' was unexpected" in errors[0]
+
+
+def test_an_item_in_a_list_is_named_by_its_index() -> None:
+    broken = values(PRO)
+    broken["sync"]["toHost"]["pods"]["patches"][1]["path"] = 7
+    assert validate_values(broken, PINNED) == [
+        "sync.toHost.pods.patches[1].path: 7 is not of type 'string'"
+    ]
+
+
+def test_a_chart_without_a_vendored_schema_is_refused() -> None:
+    with pytest.raises(UnknownChartVersion, match=r"chart 0\.0\.1"):
+        validate_values(values(), "0.0.1")
+
+
+# --- the edition --------------------------------------------------------------------------
+
+
+@PLACEMENTS
+@POD_SECURITY
+def test_oss_values_never_use_a_pro_only_key(
+    placement: Placement, pod_security: PodSecurityLevel
+) -> None:
+    assert pro_only_paths(values(OSS, placement=placement, pod_security=pod_security)) == []
+
+
+def test_pro_shared_pool_values_use_translate_patches() -> None:
+    assert pro_only_paths(values(PRO)) == ["sync.toHost.pods.patches"]
+
+
+def test_pro_dedicated_nodes_values_need_no_pro_feature() -> None:
+    assert pro_only_paths(values(PRO, placement="dedicated-nodes")) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({"privateNodes": {"enabled": True}}, ["privateNodes.enabled"]),
+        ({"privateNodes": {"enabled": False}}, []),
+        ({"networking": {"resolveDNS": [{"hostname": "a"}]}}, ["networking.resolveDNS"]),
+        ({"networking": {"resolveDNS": []}}, []),
+        ({"sync": {"fromHost": {"nodes": {"patches": [{"path": "x"}]}}}},
+         ["sync.fromHost.nodes.patches"]),
+    ],
+)
+def test_a_pro_feature_counts_only_when_turned_on(
+    extra: dict[str, Any], expected: list[str]
+) -> None:
+    assert pro_only_paths(extra) == expected
+
+
+def test_every_pro_only_path_is_a_key_of_the_pinned_chart() -> None:
+    # A misspelt path would never match, so the edition check would pass silently.
+    schema = json.loads(schema_path(PINNED).read_text(encoding="utf-8"))
+    assert [path for path in PRO_ONLY_PATHS if not _in_schema(schema, path)] == []
+
+
+def _in_schema(schema: dict[str, Any], path: str) -> bool:
+    node: dict[str, Any] = schema
+    for key in path.split("."):
+        node = _resolve(schema, node).get("properties", {}).get(key)
+        if node is None:
+            return False
+    return True
+
+
+def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        node = schema["$defs"][node["$ref"].removeprefix("#/$defs/")]
+    return node
+
