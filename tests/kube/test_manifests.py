@@ -198,6 +198,7 @@ ALLOWED_VALUE_PATHS = {
     "controlPlane.distro.k8s.image.tag",
     "controlPlane.advanced.virtualScheduler.enabled",
     "controlPlane.statefulSet.security",
+    "controlPlane.statefulSet.image.repository",
     "controlPlane.coredns.security",
     "sync.fromHost.nodes.enabled",
     "sync.fromHost.nodes.clearImageStatus",
@@ -268,12 +269,21 @@ def test_oss_shared_pool_without_a_gpu_class_syncs_nothing_extra() -> None:
     assert values["experimental"]["syncSettings"]["setOwner"] is False
 
 
-def test_edition_only_changes_shared_pool_pods() -> None:
+def _without_image(values: dict[str, Any]) -> dict[str, Any]:
+    values["controlPlane"]["statefulSet"].pop("image", None)
+    return values
+
+
+def test_edition_changes_the_image_and_shared_pool_pods_only() -> None:
     dedicated = train("dedicated-nodes")
-    assert vcluster_values(dedicated, PRO) == vcluster_values(dedicated, POLICY)
+    oss_dedicated = vcluster_values(dedicated, POLICY)
+    assert oss_dedicated["controlPlane"]["statefulSet"]["image"] == {
+        "repository": "loft-sh/vcluster-oss"}
+    assert _without_image(vcluster_values(dedicated, PRO)) == _without_image(oss_dedicated)
     oss, pro = vcluster_values(train(), POLICY), vcluster_values(train(), PRO)
+    assert "image" not in pro["controlPlane"]["statefulSet"]  # the chart's default, Pro image
     assert pro["sync"].pop("toHost") == {"pods": {"patches": ANY}}
-    assert pro == oss
+    assert pro == _without_image(oss)
 
 
 def test_unknown_edition_is_refused() -> None:
@@ -321,7 +331,8 @@ def test_baseline_namespace_still_warns_at_restricted() -> None:
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/warn"] == "restricted"
     values = vcluster_values(train(pod_security="baseline"), POLICY)
-    assert "statefulSet" not in values["controlPlane"]
+    assert "security" not in values["controlPlane"]["statefulSet"]
+    assert "coredns" not in values["controlPlane"]
 
 
 # --- units ------------------------------------------------------------------------------

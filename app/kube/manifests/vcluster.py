@@ -74,6 +74,8 @@ PRO_ONLY_PATHS: Final[tuple[str, ...]] = (
     "external.platform",
 )
 
+OSS_IMAGE_REPOSITORY: Final = "loft-sh/vcluster-oss"
+
 # Pod Security "restricted" for the chart's own pods (control plane, CoreDNS), which would
 # otherwise be refused by the namespace's enforce label.
 _RESTRICTED_POD = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
@@ -93,14 +95,21 @@ def _security() -> Values:
     }
 
 
-def _control_plane(spec: ClusterSpec) -> Values:
+def _control_plane(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
     # controlPlane.distro.k8s.version is deprecated; the image tag selects the Kubernetes version.
     control_plane: Values = {"distro": {"k8s": {"enabled": True, "image": {"tag": spec.image_tag}}}}
+    stateful_set: Values = {}
+    if policy.vcluster_edition == "oss":
+        # The chart defaults to the Pro image (Pro modules off); its values.yaml names this one
+        # as "the pure OSS build".
+        stateful_set["image"] = {"repository": OSS_IMAGE_REPOSITORY}
     if spec.placement == "dedicated-nodes":
         control_plane["advanced"] = {"virtualScheduler": {"enabled": True}}
     if spec.pod_security == "restricted":
-        control_plane["statefulSet"] = {"security": _security()}
+        stateful_set["security"] = _security()
         control_plane["coredns"] = {"security": _security()}
+    if stateful_set:
+        control_plane["statefulSet"] = stateful_set
     return control_plane
 
 
@@ -173,7 +182,7 @@ def _policies(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
 
 def vcluster_values(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
     values: Values = {
-        "controlPlane": _control_plane(spec),
+        "controlPlane": _control_plane(spec, policy),
         "policies": _policies(spec, policy),
         "exportKubeConfig": {"server": spec.endpoint},
     }
