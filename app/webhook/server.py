@@ -228,6 +228,8 @@ class AdmissionHTTPServer(ThreadingHTTPServer):
         super().__init__(address, _Handler)
         self.webhook = webhook
         self.certificate = certificate
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         """The TLS handshake happens here, in the connection's own thread."""
@@ -240,10 +242,28 @@ class AdmissionHTTPServer(ThreadingHTTPServer):
         except (ssl.SSLError, OSError) as error:
             log.debug("TLS handshake with %s failed: %s", client_address, error)
             return
+        with self._connections_lock:
+            self._connections.add(connection)
         try:
             _Handler(connection, client_address, self)
         finally:
+            with self._connections_lock:
+                self._connections.discard(connection)
             _close(connection)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up mid-request is not worth a traceback on stderr.
+        log.debug("connection from %s failed", client_address, exc_info=True)
+
+    def close_connections(self) -> None:
+        """End kept-alive connections too: a stopped webhook must stop answering."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                continue
 
 
 def _close(connection: socket.socket) -> None:
@@ -296,6 +316,7 @@ class WebhookServer:
         if serving:
             self.http.shutdown()
         self.http.server_close()
+        self.http.close_connections()
         for thread in self._threads:
             thread.join(10)
 
