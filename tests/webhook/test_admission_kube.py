@@ -8,14 +8,20 @@ as the vCluster syncer would write them. The queue guard policy is applied as th
 from __future__ import annotations
 
 import json
+import os
+import signal
 import ssl
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from kubernetes import client as k8s_client
@@ -316,3 +322,35 @@ def test_without_the_webhook_synced_pods_are_refused_and_others_are_not(
     finally:
         webhook.start_server()
     _wait_until_mutating(webhook, shared_pool)
+
+
+def test_portal_webhook_serves_the_secrets_certificate_and_stops_on_sigterm(
+        webhook: Webhook, tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PORTAL_")}
+    env.update(PORTAL_KUBECONFIG=str(webhook.settings.kubeconfig),
+               PORTAL_WEBHOOK_NAMESPACE=webhook.settings.webhook_namespace)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "webhook", "--host", "127.0.0.1", "--port", str(port),
+         "--cert-dir", str(tmp_path)], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        pair = read_secret(webhook.host().get("v1", "Secret", TLS_SECRET_NAME,
+                                              webhook.settings.webhook_namespace)).pair
+        assert pair is not None
+        trust = ssl.create_default_context(cadata=pair.cert_pem)
+        _wait(lambda: _healthy(f"https://127.0.0.1:{port}/healthz", trust), "portal webhook")
+        assert list(tmp_path.iterdir()) == []  # the key files were only there to be loaded
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        _, errors = process.communicate(timeout=10)
+    assert "PRIVATE KEY" not in errors
+
+
+def _healthy(url: str, trust: ssl.SSLContext) -> bool:
+    try:
+        return httpx.get(url, verify=trust, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
