@@ -10,6 +10,10 @@ bundle. Several workers may run at once, so:
   repeats, so the last caBundle written always matches the last Secret written;
 - the webhook itself only switches to a certificate that the configuration already trusts.
 
+One gap is left: two workers creating the very first Secret at once (there is no version to
+compare yet). They converge on the last write, and the webhook may serve the other certificate
+until its next reload (a minute); before that first pass there was no webhook at all.
+
 A pass runs every ``worker_resync_seconds``, sooner after a failure.
 """
 

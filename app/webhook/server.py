@@ -189,8 +189,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             answer = self.server.webhook.answer(json.loads(body))
-        except (ValueError, mutation.InvalidReview) as error:
+        except ValueError as error:  # not JSON, or not an AdmissionReview
             self._json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
+            return
+        except Exception:
+            # The API server then refuses the pod (failurePolicy Fail); say why here.
+            log.exception("answering an admission review failed")
+            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"})
             return
         self._json(HTTPStatus.OK, answer)
 

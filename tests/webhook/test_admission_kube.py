@@ -289,6 +289,7 @@ def test_rotation_keeps_pods_admitted(webhook: Webhook, shared_pool: str) -> Non
     assert before is not None
     webhook.offset[0] = timedelta(0)  # the clock moves into the rotation window
     assert webhook.reconciler.reconcile(host) == 2
+    assert webhook.reconciler.reconcile(host) == 0  # converged despite the server's defaults
 
     secret = read_secret(host.get("v1", "Secret", TLS_SECRET_NAME,
                                   webhook.settings.webhook_namespace))

@@ -15,6 +15,7 @@ import pytest
 
 from app.config import Settings
 from app.db import Database
+from app.kube.errors import TransientKubeError
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.webhook import TLS_SECRET_NAME, webhook_tls_secret
 from app.kube.memory import InMemoryKube
@@ -154,3 +155,19 @@ def test_a_stopped_webhook_closes_kept_alive_connections(served: Served) -> None
             client.get(served.url + "/healthz")
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", served.server.port), 1).close()
+
+
+def test_a_namespace_it_cannot_read_refuses_the_pod_with_a_reason(served: Served) -> None:
+    served.kube.inject("get", TransientKubeError("etcd is slow"),
+                       match=lambda call: call.kind == "Namespace")
+    answer = post(served, json.dumps(review({lbl.VCLUSTER_SYNCED_MARKER: "train"})).encode())
+    response = answer.json()["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 503
+    assert POD_NAMESPACE in response["status"]["message"]
+
+
+def test_a_shared_pool_namespace_is_read_once_within_the_cache_time(served: Served) -> None:
+    served.kube.reset_calls()
+    for _ in range(3):
+        post(served, json.dumps(review({lbl.VCLUSTER_SYNCED_MARKER: "train"})).encode())
+    assert [c.name for c in served.kube.calls if c.kind == "Namespace"] == [POD_NAMESPACE]
