@@ -79,6 +79,7 @@ def webhook(
 ) -> None:
     """Serve the admission webhook that puts shared-pool pods in their KAI queue."""
     from app.kube.connector import ClientConnector
+    from app.kube.manifests.admission import WEBHOOK_PATH
     from app.webhook.server import WebhookServer
 
     settings = _settings()
@@ -91,7 +92,7 @@ def webhook(
                            cert_dir=cert_dir)
     stopping = threading.Event()
     _stop_on_signals(stopping.set)
-    log.info("admission webhook on https://%s:%d%s", host, port, "/mutate-pods")
+    log.info("admission webhook on https://%s:%d%s", host, port, WEBHOOK_PATH)
     server.start()
     stopping.wait()
     server.stop()

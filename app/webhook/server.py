@@ -96,23 +96,29 @@ class ServingCertificate:
         """Serve the Secret's certificate if it is new and trusted; True when it switched."""
         with self._lock:
             try:
-                pair = read_secret(self.host.get("v1", "Secret", TLS_SECRET_NAME,
-                                                 self.namespace)).pair
-                if pair is None or certs.fingerprint(pair.cert_pem) == self.fingerprint:
+                pair = self._candidate()
+                if pair is None:
                     return False
-                if self.context is not None and not self._trusted(pair.cert_pem):
-                    log.info("certificate %s is not in the caBundle yet; still serving %s",
-                             certs.fingerprint(pair.cert_pem), self.fingerprint)
-                    return False
-            except KubeError as error:
-                log.warning("reading the webhook certificate failed (%s); still serving %s",
-                            error.message, self.fingerprint)
+                self.context = self._context_for(pair)
+            except (KubeError, ssl.SSLError, OSError) as error:
+                log.warning("loading the webhook certificate failed (%s); still serving %s",
+                            getattr(error, "message", error), self.fingerprint)
                 return False
-            self.context = self._context_for(pair)
             self.fingerprint = certs.fingerprint(pair.cert_pem)
         log.info("serving certificate %s, valid until %s", self.fingerprint,
                  certs.not_after(pair.cert_pem).isoformat())
         return True
+
+    def _candidate(self) -> certs.ServingCertificate | None:
+        """The Secret's key pair when it is not the one served and the API server trusts it."""
+        pair = read_secret(self.host.get("v1", "Secret", TLS_SECRET_NAME, self.namespace)).pair
+        if pair is None or certs.fingerprint(pair.cert_pem) == self.fingerprint:
+            return None
+        if self.context is not None and not self._trusted(pair.cert_pem):
+            log.info("certificate %s is not in the caBundle yet; still serving %s",
+                     certs.fingerprint(pair.cert_pem), self.fingerprint)
+            return None
+        return pair
 
     def _trusted(self, cert_pem: str) -> bool:
         """Whether the API server would accept ``cert_pem`` (no configuration: nobody calls)."""
@@ -339,4 +345,7 @@ class WebhookServer:
 
     def _reload_loop(self) -> None:
         while not self._stopping.wait(self.reload_seconds):
-            self.certificate.reload()
+            try:
+                self.certificate.reload()
+            except Exception:  # the loop must outlive a surprise; the next tick tries again
+                log.exception("reloading the webhook certificate failed")
