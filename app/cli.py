@@ -69,6 +69,35 @@ def worker() -> None:
     loop.run()
 
 
+@cli.command()
+def webhook(
+    host: Annotated[str, typer.Option(help="address to listen on")] = "0.0.0.0",  # noqa: S104 - the API server calls in from outside the pod
+    port: Annotated[int, typer.Option(help="HTTPS port to listen on")] = 9443,
+    cert_dir: Annotated[Path | None, typer.Option(
+        help="folder for the short-lived key files TLS loading needs (default: the temp dir)")
+    ] = None,
+) -> None:
+    """Serve the admission webhook that puts shared-pool pods in their KAI queue."""
+    from app.kube.connector import ClientConnector
+    from app.kube.manifests.admission import WEBHOOK_PATH
+    from app.webhook.server import WebhookServer
+
+    settings = _settings()
+    kube = ClientConnector(settings).host()
+    if kube is None:
+        typer.echo("error: the webhook needs the host cluster (PORTAL_KUBECONFIG or in-cluster "
+                   "config)", err=True)
+        raise typer.Exit(2)
+    server = WebhookServer(kube, settings.webhook_namespace, address=host, port=port,
+                           cert_dir=cert_dir)
+    stopping = threading.Event()
+    _stop_on_signals(stopping.set)
+    log.info("admission webhook on https://%s:%d%s", host, port, WEBHOOK_PATH)
+    server.start()
+    stopping.wait()
+    server.stop()
+
+
 def _stop_on_signals(stop: Callable[[], None]) -> None:
     def handler(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)

@@ -57,6 +57,15 @@ class Settings(BaseSettings):
     kubeconfig_default_hours: float = 8.0
     kubeconfig_max_hours: float = 24.0
 
+    # The shared-pool admission webhook (`portal webhook`) and where the worker registers it.
+    webhook_namespace: str = "gpu-tenant-portal"
+    webhook_service_name: str = "gpu-tenant-portal-webhook"
+    # Set for a webhook outside the cluster; the API server then calls this https URL.
+    webhook_url: str | None = Field(default=None, pattern=r"^https://")
+    # Names in the serving certificate; empty: the URL's host, else the Service's DNS names.
+    webhook_hosts: list[str] = []
+    webhook_certificate_days: int = Field(default=90, ge=3)
+
     worker_poll_seconds: float = 2.0
     worker_resync_seconds: float = 300.0
     worker_lease_seconds: float = 60.0

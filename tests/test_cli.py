@@ -101,6 +101,12 @@ def test_worker_starts_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     assert "stopped" in worker.stderr.read()
 
 
+def test_webhook_without_a_host_cluster_says_so(tmp_path: Path) -> None:
+    result = _run(tmp_path, "webhook", "--port", str(free_port()))
+    assert result.returncode == 2
+    assert "needs the host cluster" in result.stderr
+
+
 @pytest.fixture
 def dev_portal(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     port, idp_port = free_port(), free_port()

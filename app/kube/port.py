@@ -168,6 +168,8 @@ def _register_builtins() -> None:
          "validatingadmissionpolicies", False),
         ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding",
          "validatingadmissionpolicybindings", False),
+        ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
+         "mutatingwebhookconfigurations", False),
     ]:
         register_kind(api_version, kind, plural, namespaced=namespaced)
 

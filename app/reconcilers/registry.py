@@ -10,16 +10,19 @@ from app.kubeconfigs.reconciler import KubeconfigReconciler
 from app.nodes.reconciler import NodeReconciler
 from app.quotas.reconciler import QuotaExpiryReconciler
 from app.reconcilers.worker import Reconciler, Worker
+from app.webhook.reconciler import WebhookReconciler
 
 
 def build_reconcilers(
     settings: Settings, database: Database, kube: KubeConnector
 ) -> list[Reconciler]:
-    # Each kind's reconciler registers here (nodes, clusters, kubeconfigs, quota expiry).
+    # Each kind's reconciler registers here (nodes, clusters, kubeconfigs, quota expiry, and
+    # the shared-pool admission webhook's certificate and configuration).
     return [QuotaExpiryReconciler(database),
             KubeconfigReconciler.from_settings(settings, database, kube),
             NodeReconciler(settings, database, kube),
-            ClusterReconciler(settings, database, kube)]
+            ClusterReconciler(settings, database, kube),
+            WebhookReconciler(settings, database, kube)]
 
 
 def build_worker(

@@ -1,4 +1,11 @@
-"""A host-side guard for shared-pool namespaces: synced pods must use KAI and their own leaf queue.
+"""Host admission for shared-pool namespaces: synced pods must use KAI and their own leaf queue.
+
+The portal's mutating webhook (``kai_queue_webhook``, served by ``portal webhook``) sets the
+scheduler and the queue label on pods that vCluster syncs, because the open-source vCluster cannot
+rewrite them. A MutatingAdmissionPolicy could do the same without a server once it is GA (it is
+alpha in Kubernetes 1.32); that is a possible later addition.
+
+The ValidatingAdmissionPolicy below stays as the backstop.
 
 KAI does not check that a pod may use the queue it names. The scheduler and the queue label are
 set by the portal's mutating admission webhook on the open-source vCluster build, or by translate
@@ -9,12 +16,17 @@ binding serve every tenant: the expected queue is read from the namespace's own 
 the portal writes.
 """
 
+import base64
 from typing import Any
 
 from app.kube.manifests import labels as lbl
 
 Manifest = dict[str, Any]
 POLICY_NAME = "gpu-tenant-portal-kai-queue-guard"
+WEBHOOK_CONFIGURATION_NAME = "gpu-tenant-portal-kai-queue"
+WEBHOOK_NAME = "kai-queue.gpu-tenant-portal.io"
+WEBHOOK_PATH = "/mutate-pods"
+WEBHOOK_SERVICE_PORT = 443
 _API_VERSION = "admissionregistration.k8s.io/v1"
 
 _EXPRESSION = (
@@ -26,13 +38,26 @@ _EXPRESSION = (
 )
 
 
-def queue_guard_policy() -> Manifest:
-    rule = {
+def _pod_rule() -> Manifest:
+    return {
         "apiGroups": [""],
         "apiVersions": ["v1"],
         "operations": ["CREATE", "UPDATE"],
         "resources": ["pods"],
     }
+
+
+def _shared_pool_namespaces() -> Manifest:
+    return {"matchLabels": {**lbl.managed(), lbl.PLACEMENT: "shared-pool"}}
+
+
+def _synced_pods() -> Manifest:
+    # Only pods the syncer writes; the vCluster control plane itself runs on the default scheduler.
+    return {"matchExpressions": [{"key": lbl.VCLUSTER_SYNCED_MARKER, "operator": "Exists"}]}
+
+
+def queue_guard_policy() -> Manifest:
+    rule = _pod_rule()
     validation = {
         "expression": _EXPRESSION,
         "message": "shared-pool pods must use kai-scheduler and their own leaf queue",
@@ -51,9 +76,7 @@ def queue_guard_policy() -> Manifest:
 
 
 def queue_guard_binding() -> Manifest:
-    namespaces = {"matchLabels": {**lbl.managed(), lbl.PLACEMENT: "shared-pool"}}
-    # Only pods the syncer writes; the vCluster control plane itself runs on the default scheduler.
-    synced_pods = {"matchExpressions": [{"key": lbl.VCLUSTER_SYNCED_MARKER, "operator": "Exists"}]}
+    namespaces, synced_pods = _shared_pool_namespaces(), _synced_pods()
     return {
         "apiVersion": _API_VERSION,
         "kind": "ValidatingAdmissionPolicyBinding",
@@ -63,4 +86,40 @@ def queue_guard_binding() -> Manifest:
             "validationActions": ["Deny"],
             "matchResources": {"namespaceSelector": namespaces, "objectSelector": synced_pods},
         },
+    }
+
+
+def kai_queue_webhook(
+    ca_bundle_pem: str, *, url: str | None, service_name: str, service_namespace: str
+) -> Manifest:
+    """The MutatingWebhookConfiguration that sends synced shared-pool pods to ``portal webhook``.
+
+    ``url`` (a webhook outside the cluster) wins over the in-cluster Service. ``ca_bundle_pem``
+    holds every certificate the webhook may serve during a rotation.
+    """
+    client: Manifest = {"caBundle": base64.b64encode(ca_bundle_pem.encode()).decode()}
+    if url:
+        client["url"] = url
+    else:
+        client["service"] = {"name": service_name, "namespace": service_namespace,
+                             "port": WEBHOOK_SERVICE_PORT, "path": WEBHOOK_PATH}
+    webhook = {
+        "name": WEBHOOK_NAME,
+        "clientConfig": client,
+        "rules": [{**_pod_rule(), "scope": "Namespaced"}],
+        # Without the webhook a synced pod would land outside KAI's queues: refuse it instead.
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": _shared_pool_namespaces(),
+        "objectSelector": _synced_pods(),
+        "sideEffects": "None",
+        "timeoutSeconds": 5,
+        "admissionReviewVersions": ["v1"],
+        "reinvocationPolicy": "IfNeeded",
+    }
+    return {
+        "apiVersion": _API_VERSION,
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIGURATION_NAME, "labels": lbl.managed()},
+        "webhooks": [webhook],
     }

@@ -1,0 +1,113 @@
+"""What the admission webhook answers: AdmissionReview v1 in, AdmissionReview v1 out.
+
+Pods that vCluster syncs into a shared-pool namespace leave with ``schedulerName: kai-scheduler``
+and the namespace's leaf queue in ``kai.scheduler/queue``. A pod naming another queue or another
+scheduler is refused rather than silently moved. Pure: the namespace's labels are passed in.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from app.kube.manifests import labels as lbl
+
+Review = dict[str, Any]
+Patch = list[dict[str, Any]]
+API_VERSION = "admission.k8s.io/v1"
+# Empty means "not set": the API server defaults it to default-scheduler before admission.
+_REPLACEABLE_SCHEDULERS = frozenset({"", "default-scheduler", lbl.KAI_SCHEDULER_NAME})
+
+
+class InvalidReview(ValueError):
+    """The body is not an AdmissionReview v1 request the webhook can answer."""
+
+
+def request_of(review: Any) -> dict[str, Any]:
+    """The review's request, checked for what the answer needs (uid, operation, the pod)."""
+    if not isinstance(review, dict) or review.get("apiVersion") != API_VERSION \
+            or review.get("kind") != "AdmissionReview":
+        raise InvalidReview("expected an admission.k8s.io/v1 AdmissionReview")
+    request = review.get("request")
+    if not isinstance(request, dict) or not isinstance(request.get("uid"), str):
+        raise InvalidReview("the AdmissionReview has no request uid")
+    if not isinstance(request.get("object"), dict):
+        raise InvalidReview("the AdmissionReview request has no object")
+    return request
+
+
+def review_pod(review: Any, namespace_labels: Mapping[str, str] | None) -> Review:
+    """The answer for one pod, given the labels of the pod's namespace (None: not found)."""
+    request = request_of(review)
+    queue = shared_pool_queue(namespace_labels)
+    pod = request["object"]
+    if queue is None or lbl.VCLUSTER_SYNCED_MARKER not in _labels(pod):
+        return allowed(request["uid"])
+    refusal = _refusal(pod, queue, str(request.get("namespace") or ""))
+    if refusal is not None:
+        return denied(request["uid"], refusal)
+    return allowed(request["uid"], pod_patch(pod, queue, str(request.get("operation"))))
+
+
+def shared_pool_queue(namespace_labels: Mapping[str, str] | None) -> str | None:
+    """The leaf queue of a portal-managed shared-pool namespace; None for any other namespace."""
+    labels = namespace_labels or {}
+    managed = labels.get(lbl.MANAGED_BY) == lbl.MANAGED_BY_VALUE
+    if not managed or labels.get(lbl.PLACEMENT) != "shared-pool":
+        return None
+    return labels.get(lbl.QUEUE) or None
+
+
+def pod_patch(pod: Mapping[str, Any], queue: str, operation: str) -> Patch:
+    """JSON Patch operations setting the scheduler (on CREATE: it is immutable afterwards) and
+    the queue label, each only where it differs."""
+    patch: Patch = []
+    spec = pod.get("spec") or {}
+    if operation == "CREATE" and spec.get("schedulerName") != lbl.KAI_SCHEDULER_NAME:
+        patch.append({"op": "add", "path": "/spec/schedulerName",
+                      "value": lbl.KAI_SCHEDULER_NAME})
+    labels = (pod.get("metadata") or {}).get("labels")
+    if not labels:
+        patch.append({"op": "add", "path": "/metadata/labels",
+                      "value": {lbl.KAI_QUEUE_LABEL: queue}})
+    elif labels.get(lbl.KAI_QUEUE_LABEL) != queue:
+        patch.append({"op": "add", "path": f"/metadata/labels/{_pointer(lbl.KAI_QUEUE_LABEL)}",
+                      "value": queue})
+    return patch
+
+
+def allowed(uid: str, patch: Patch | None = None) -> Review:
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def denied(uid: str, message: str, code: int = 403, reason: str = "Forbidden") -> Review:
+    status = {"status": "Failure", "code": code, "reason": reason, "message": message}
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview",
+            "response": {"uid": uid, "allowed": False, "status": status}}
+
+
+def _refusal(pod: Mapping[str, Any], queue: str, namespace: str) -> str | None:
+    named = _labels(pod).get(lbl.KAI_QUEUE_LABEL)
+    if named is not None and named != queue:
+        return (f"pods in namespace {namespace} run in KAI queue {queue!r}; "
+                f"this pod names queue {named!r} in label {lbl.KAI_QUEUE_LABEL}")
+    scheduler = (pod.get("spec") or {}).get("schedulerName") or ""
+    if scheduler not in _REPLACEABLE_SCHEDULERS:
+        return (f"pods in namespace {namespace} are scheduled by {lbl.KAI_SCHEDULER_NAME}; "
+                f"this pod asks for scheduler {scheduler!r}")
+    return None
+
+
+def _labels(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (pod.get("metadata") or {}).get("labels") or {}
+
+
+def _pointer(key: str) -> str:
+    """A JSON Pointer reference token (RFC 6901): ``~`` and ``/`` escaped."""
+    return key.replace("~", "~0").replace("/", "~1")

@@ -1,0 +1,357 @@
+"""The webhook against a real kube-apiserver: what a pod synced by vCluster lands with.
+
+The worker's reconciler registers the webhook (``PORTAL_WEBHOOK_URL`` pointing at an in-process
+server on loopback) and its certificate; pods are written through the portal's Kubernetes port
+as the vCluster syncer would write them. The queue guard policy is applied as the backstop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from kubernetes import client as k8s_client
+from kubernetes import config as _k8s_config
+from sqlalchemy import select
+
+from app import migrate
+from app.audit.models import AuditEvent
+from app.config import Settings
+from app.db import Database
+from app.kube.adapter import KubernetesAdapter
+from app.kube.connector import ClientConnector
+from app.kube.errors import KubeError, PermanentKubeError
+from app.kube.manifests import ClusterSpec, ManifestPolicy, namespace, platform_objects
+from app.kube.manifests import labels as lbl
+from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME
+from app.kube.manifests.names import cluster_queue_name
+from app.kube.manifests.webhook import TLS_SECRET_NAME
+from app.kube.port import KubePort, Manifest
+from app.webhook import certificates as certs
+from app.webhook.reconciler import WebhookReconciler
+from app.webhook.secret import read_secret, unbase64
+from app.webhook.server import WebhookServer
+from tests.support.kube_server import ApiServer
+from tests.support.web import free_port
+
+pytestmark = pytest.mark.kube_server
+MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
+RELEASE = "train"
+SYNCED = {lbl.VCLUSTER_SYNCED_MARKER: RELEASE}
+# Pod Security "restricted", which the portal's namespaces enforce.
+RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+              "runAsNonRoot": True, "runAsUser": 65532,
+              "seccompProfile": {"type": "RuntimeDefault"}}
+WAIT_SECONDS = 30.0
+k8s_config: Any = _k8s_config  # untyped loaders
+
+
+@dataclass
+class Webhook:
+    """Everything the module shares: the registered webhook, its server, the host API."""
+
+    kube: KubernetesAdapter
+    host_api: ApiServer
+    settings: Settings
+    database: Database
+    reconciler: WebhookReconciler
+    server: WebhookServer
+    # The reconciler's wall clock is now + offset: the first certificate is made 61 days ago,
+    # so that moving the clock to the present puts it in the rotation window (while every
+    # certificate stays valid for the real API server).
+    offset: list[timedelta] = field(default_factory=lambda: [timedelta(days=-61)])
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def host(self) -> KubePort:
+        host = ClientConnector(self.settings).host()
+        assert host is not None
+        return host
+
+    def start_server(self) -> None:
+        self.server = WebhookServer(self.host(), self.settings.webhook_namespace,
+                                    port=self.port)
+        self.server.start()
+        assert self.server.wait_until_serving(10), "the webhook did not load its certificate"
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:8]}"
+
+
+def _wait(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def webhook(host_api: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    folder = tmp_path_factory.mktemp("webhook")
+    url = f"sqlite:///{folder / 'portal.db'}"
+    migrate.upgrade(url)
+    port = free_port()
+    settings = Settings(
+        env="test", database_url=url,
+        kubeconfig=str(host_api.write_admin_kubeconfig(folder / "kubeconfig")),
+        webhook_namespace=_unique("gtp-webhook-"),
+        webhook_url=f"https://127.0.0.1:{port}/mutate-pods")
+    kube, database = host_api.adapter(), Database(url)
+    backstop = [o for o in platform_objects(ManifestPolicy()) if o["kind"] != "Queue"]
+    handle: Webhook | None = None
+    try:
+        for obj in backstop:
+            kube.apply(obj, force=True)
+        offset = [timedelta(days=-61)]
+        reconciler = WebhookReconciler(settings, database, ClientConnector(settings),
+                                       now=lambda: datetime.now(UTC) + offset[0])
+        assert reconciler.run_due("test-worker") == 2  # the Secret and the configuration
+        handle = Webhook(kube, host_api, settings, database, reconciler,
+                         WebhookServer(kube, settings.webhook_namespace, port=port), offset)
+        handle.server.start()
+        assert handle.server.wait_until_serving(10)
+        yield handle
+    finally:
+        if handle is not None:
+            handle.server.stop()
+        # A Fail webhook left behind would refuse other tests' synced pods.
+        kube.delete(*MWC, WEBHOOK_CONFIGURATION_NAME)
+        for obj in backstop:
+            kube.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
+        kube.delete("v1", "Namespace", settings.webhook_namespace)
+        database.dispose()
+        kube.close()
+
+
+@pytest.fixture
+def shared_pool(webhook: Webhook) -> Iterator[str]:
+    """A tenant cluster's host namespace as the portal makes it (shared-pool, restricted)."""
+    spec = ClusterSpec(tenant=_unique("wh"), name=RELEASE, kubernetes_version="1.32.4",
+                       placement="shared-pool", gpu_class="NVIDIA-H100-80GB-HBM3", gpus=1,
+                       cpu_millicores=1000,
+                       memory_mib=1024, endpoint="https://train.acme.vc.example.com")
+    name = _created_namespace(webhook.kube, namespace(spec, ManifestPolicy()))
+    assert _queue_of(webhook.kube, name) == cluster_queue_name(spec.tenant, spec.name)
+    try:
+        _wait_until_mutating(webhook, name)
+        yield name
+    finally:
+        webhook.kube.delete("v1", "Namespace", name)
+
+
+@pytest.fixture
+def unmanaged(webhook: Webhook) -> Iterator[str]:
+    name = _created_namespace(webhook.kube, {"apiVersion": "v1", "kind": "Namespace",
+                                             "metadata": {"name": _unique("plain-")}})
+    try:
+        yield name
+    finally:
+        webhook.kube.delete("v1", "Namespace", name)
+
+
+def _created_namespace(kube: KubePort, manifest: Manifest) -> str:
+    name = str(manifest["metadata"]["name"])
+    kube.apply(manifest, force=True)
+    # The ServiceAccount admission plugin refuses pods until the controller made "default"
+    # (automountServiceAccountToken: false does not spare the lookup).
+    _wait(lambda: kube.get("v1", "ServiceAccount", "default", name) is not None,
+          f"the default ServiceAccount in {name}")
+    return name
+
+
+def _queue_of(kube: KubePort, name: str) -> str:
+    found = kube.get("v1", "Namespace", name)
+    assert found is not None
+    return str(found["metadata"]["labels"][lbl.QUEUE])
+
+
+def pod(namespace_name: str, labels: dict[str, str] | None = None,
+        scheduler: str | None = None, name: str | None = None) -> Manifest:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                        "securityContext": RESTRICTED}],
+    }
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    metadata: dict[str, Any] = {"name": name or _unique("p-"), "namespace": namespace_name}
+    if labels is not None:
+        metadata["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _core(webhook: Webhook) -> Any:
+    """The official client, for what the port does not do: plain updates and dry runs."""
+    api_client = k8s_config.new_client_from_config_dict(
+        yaml.safe_load(webhook.host_api.admin_kubeconfig))
+    return k8s_client.CoreV1Api(api_client)
+
+
+def _dry_run_create(webhook: Webhook, obj: Manifest) -> Manifest:
+    response = _core(webhook).create_namespaced_pod(
+        obj["metadata"]["namespace"], obj, dry_run="All", _preload_content=False)
+    created: Manifest = json.loads(response.data)
+    return created
+
+
+def _wait_until_mutating(webhook: Webhook, namespace_name: str) -> None:
+    """The API server picks up configurations and CA bundles asynchronously."""
+
+    def mutated() -> bool:
+        try:
+            created = _dry_run_create(webhook, pod(namespace_name, SYNCED))
+        except k8s_client.ApiException:
+            return False
+        return bool(created["spec"].get("schedulerName") == lbl.KAI_SCHEDULER_NAME)
+
+    _wait(mutated, f"the webhook to mutate pods in {namespace_name}")
+
+
+def _update_labels(webhook: Webhook, live: Manifest, labels: dict[str, str]) -> Manifest:
+    """A plain update (PUT) that replaces the pod's labels, as vCluster's syncer does."""
+    body = {**live, "metadata": {**live["metadata"], "labels": labels}}
+    response = _core(webhook).replace_namespaced_pod(
+        live["metadata"]["name"], live["metadata"]["namespace"], body, _preload_content=False)
+    updated: Manifest = json.loads(response.data)
+    return updated
+
+
+def _labels(obj: Manifest) -> dict[str, str]:
+    return dict(obj["metadata"].get("labels") or {})
+
+
+# ----- the tests
+
+
+def test_a_synced_pod_lands_in_kai_and_its_leaf_queue(webhook: Webhook, shared_pool: str) -> None:
+    created = webhook.kube.apply(pod(shared_pool, {**SYNCED, "app": "trainer"}), force=True)
+    assert created["spec"]["schedulerName"] == lbl.KAI_SCHEDULER_NAME
+    assert _labels(created) == {**SYNCED, "app": "trainer",
+                                lbl.KAI_QUEUE_LABEL: _queue_of(webhook.kube, shared_pool)}
+
+
+def test_a_pod_naming_another_queue_is_refused(webhook: Webhook, shared_pool: str) -> None:
+    with pytest.raises(PermanentKubeError) as refused:
+        webhook.kube.apply(pod(shared_pool, {**SYNCED, lbl.KAI_QUEUE_LABEL: "other--queue"}),
+                           force=True)
+    assert refused.value.status == 403
+    assert "other--queue" in refused.value.message
+    assert _queue_of(webhook.kube, shared_pool) in refused.value.message
+
+
+def test_a_pod_asking_for_another_scheduler_is_refused(webhook: Webhook,
+                                                       shared_pool: str) -> None:
+    with pytest.raises(PermanentKubeError) as refused:
+        webhook.kube.apply(pod(shared_pool, SYNCED, scheduler="volcano"), force=True)
+    assert refused.value.status == 403 and "volcano" in refused.value.message
+
+
+def test_an_update_that_drops_the_queue_label_gets_it_back(webhook: Webhook,
+                                                           shared_pool: str) -> None:
+    created = webhook.kube.apply(pod(shared_pool, SYNCED), force=True)
+    updated = _update_labels(webhook, created, {**SYNCED, "app": "v2"})
+    assert _labels(updated) == {**SYNCED, "app": "v2",
+                                lbl.KAI_QUEUE_LABEL: _queue_of(webhook.kube, shared_pool)}
+    assert updated["spec"]["schedulerName"] == lbl.KAI_SCHEDULER_NAME
+
+
+def test_pods_in_unmanaged_namespaces_and_unsynced_pods_are_untouched(
+        webhook: Webhook, shared_pool: str, unmanaged: str) -> None:
+    elsewhere = webhook.kube.apply(pod(unmanaged, SYNCED), force=True)
+    own = webhook.kube.apply(pod(shared_pool, {"app": "vcluster"}), force=True)
+    for created in (elsewhere, own):
+        assert created["spec"]["schedulerName"] == "default-scheduler"
+        assert lbl.KAI_QUEUE_LABEL not in _labels(created)
+
+
+def test_rotation_keeps_pods_admitted(webhook: Webhook, shared_pool: str) -> None:
+    host = webhook.host()
+    before = read_secret(host.get("v1", "Secret", TLS_SECRET_NAME,
+                                  webhook.settings.webhook_namespace)).pair
+    assert before is not None
+    webhook.offset[0] = timedelta(0)  # the clock moves into the rotation window
+    assert webhook.reconciler.reconcile(host) == 2
+    assert webhook.reconciler.reconcile(host) == 0  # converged despite the server's defaults
+
+    secret = read_secret(host.get("v1", "Secret", TLS_SECRET_NAME,
+                                  webhook.settings.webhook_namespace))
+    configuration = host.get(*MWC, WEBHOOK_CONFIGURATION_NAME)
+    assert secret.pair is not None and configuration is not None
+    ca_bundle = unbase64(configuration["webhooks"][0]["clientConfig"]["caBundle"])
+    assert secret.bundle == certs.bundle_certificates(ca_bundle) == [before.cert_pem,
+                                                                      secret.pair.cert_pem]
+    assert webhook.server.reload_certificate() is True
+    served = ssl.get_server_certificate(("127.0.0.1", webhook.port))
+    assert certs.bundle_certificates(served) == [secret.pair.cert_pem]
+
+    _wait_until_mutating(webhook, shared_pool)
+    created = webhook.kube.apply(pod(shared_pool, SYNCED), force=True)
+    assert created["spec"]["schedulerName"] == lbl.KAI_SCHEDULER_NAME
+    with webhook.database.session() as db:
+        actions = list(db.scalars(select(AuditEvent.action).where(
+            AuditEvent.actor_label == "webhook-reconciler", AuditEvent.tenant_id.is_(None))))
+    assert actions == ["webhook.certificate_issued", "webhook.certificate_rotated"]
+
+
+def test_without_the_webhook_synced_pods_are_refused_and_others_are_not(
+        webhook: Webhook, shared_pool: str, unmanaged: str) -> None:
+    webhook.server.stop()
+    try:
+        with pytest.raises(KubeError) as refused:
+            webhook.kube.apply(pod(shared_pool, SYNCED), force=True)
+        assert "kai-queue.gpu-tenant-portal.io" in refused.value.message
+        created = webhook.kube.apply(pod(unmanaged, SYNCED), force=True)
+        assert created["spec"]["schedulerName"] == "default-scheduler"
+    finally:
+        webhook.start_server()
+    _wait_until_mutating(webhook, shared_pool)
+
+
+def test_portal_webhook_serves_the_secrets_certificate_and_stops_on_sigterm(
+        webhook: Webhook, tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PORTAL_")}
+    env.update(PORTAL_KUBECONFIG=str(webhook.settings.kubeconfig),
+               PORTAL_WEBHOOK_NAMESPACE=webhook.settings.webhook_namespace)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "webhook", "--host", "127.0.0.1", "--port", str(port),
+         "--cert-dir", str(tmp_path)], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        pair = read_secret(webhook.host().get("v1", "Secret", TLS_SECRET_NAME,
+                                              webhook.settings.webhook_namespace)).pair
+        assert pair is not None
+        trust = ssl.create_default_context(cadata=pair.cert_pem)
+        _wait(lambda: _healthy(f"https://127.0.0.1:{port}/healthz", trust), "portal webhook")
+        assert list(tmp_path.iterdir()) == []  # the key files were only there to be loaded
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        _, errors = process.communicate(timeout=10)
+    assert "PRIVATE KEY" not in errors
+
+
+def _healthy(url: str, trust: ssl.SSLContext) -> bool:
+    try:
+        return httpx.get(url, verify=trust, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -1,0 +1,142 @@
+"""What the webhook answers for a pod: the scheduler and queue it gets, or why it is refused."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from app.kube.manifests import labels as lbl
+from app.webhook.mutation import InvalidReview, pod_patch, review_pod
+
+QUEUE = "acme--train"
+SHARED_POOL = {lbl.MANAGED_BY: lbl.MANAGED_BY_VALUE, lbl.PLACEMENT: "shared-pool",
+               lbl.QUEUE: QUEUE}
+SYNCED = {lbl.VCLUSTER_SYNCED_MARKER: "train"}
+
+
+def pod(labels: dict[str, str] | None = None, scheduler: str | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "p-x-default-x-train", "namespace": "t-acme--train"}
+    if labels is not None:
+        metadata["labels"] = labels
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def review(obj: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "operation": operation, "namespace": "t-acme--train",
+                        "object": obj}}
+
+
+def apply_patch(obj: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    """A minimal JSON Patch 'add' on objects, as the API server would apply it."""
+    response = answer["response"]
+    if "patch" not in response:
+        return obj
+    assert response["patchType"] == "JSONPatch"
+    result: dict[str, Any] = json.loads(json.dumps(obj))
+    for op in json.loads(base64.b64decode(response["patch"])):
+        assert op["op"] == "add"
+        *parents, last = [t.replace("~1", "/").replace("~0", "~")
+                          for t in op["path"].split("/")[1:]]
+        target = result
+        for token in parents:
+            target = target[token]
+        target[last] = op["value"]
+    return result
+
+
+def admitted(obj: dict[str, Any], operation: str = "CREATE",
+             namespace: dict[str, str] | None = SHARED_POOL) -> dict[str, Any]:
+    answer = review_pod(review(obj, operation), namespace)
+    assert answer["response"]["allowed"] is True and answer["response"]["uid"] == "u-1"
+    return apply_patch(obj, answer)
+
+
+def test_a_synced_pod_gets_kai_and_the_leaf_queue() -> None:
+    landed = admitted(pod({**SYNCED, "app": "trainer"}, scheduler="default-scheduler"))
+    assert landed["spec"]["schedulerName"] == lbl.KAI_SCHEDULER_NAME
+    assert landed["metadata"]["labels"] == {**SYNCED, "app": "trainer",
+                                            lbl.KAI_QUEUE_LABEL: QUEUE}
+
+
+def test_a_pod_already_right_is_admitted_without_a_patch() -> None:
+    right = pod({**SYNCED, lbl.KAI_QUEUE_LABEL: QUEUE}, scheduler=lbl.KAI_SCHEDULER_NAME)
+    answer = review_pod(review(right), SHARED_POOL)
+    assert answer["response"] == {"uid": "u-1", "allowed": True}
+
+
+def test_the_queue_label_key_is_escaped_in_the_json_pointer() -> None:
+    patch = pod_patch(pod(SYNCED, scheduler=lbl.KAI_SCHEDULER_NAME), QUEUE, "CREATE")
+    assert patch == [{"op": "add", "path": "/metadata/labels/kai.scheduler~1queue",
+                      "value": QUEUE}]
+
+
+def test_a_pod_without_labels_gets_the_whole_label_map() -> None:
+    patch = pod_patch(pod(None), QUEUE, "CREATE")
+    assert {"op": "add", "path": "/metadata/labels",
+            "value": {lbl.KAI_QUEUE_LABEL: QUEUE}} in patch
+    assert apply_patch(pod(None), {"response": {
+        "patchType": "JSONPatch",
+        "patch": base64.b64encode(json.dumps(patch).encode()).decode()}})[
+        "metadata"]["labels"] == {lbl.KAI_QUEUE_LABEL: QUEUE}
+
+
+def test_a_pod_naming_another_queue_is_refused() -> None:
+    answer = review_pod(review(pod({**SYNCED, lbl.KAI_QUEUE_LABEL: "other--queue"})),
+                        SHARED_POOL)
+    response = answer["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 403
+    assert "other--queue" in response["status"]["message"]
+    assert QUEUE in response["status"]["message"]
+
+
+def test_a_pod_asking_for_a_foreign_scheduler_is_refused() -> None:
+    answer = review_pod(review(pod(SYNCED, scheduler="volcano")), SHARED_POOL)
+    response = answer["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 403
+    assert "volcano" in response["status"]["message"]
+
+
+def test_an_update_that_dropped_the_queue_label_gets_it_back_without_touching_the_scheduler(
+) -> None:
+    landed = admitted(pod({**SYNCED, "app": "v2"}, scheduler=lbl.KAI_SCHEDULER_NAME), "UPDATE")
+    assert landed["metadata"]["labels"][lbl.KAI_QUEUE_LABEL] == QUEUE
+    answer = review_pod(review(pod(SYNCED, scheduler="default-scheduler"), "UPDATE"),
+                        SHARED_POOL)
+    patch = json.loads(base64.b64decode(answer["response"]["patch"]))
+    assert all(op["path"] != "/spec/schedulerName" for op in patch)  # immutable after create
+
+
+@pytest.mark.parametrize("namespace", [
+    None,
+    {},
+    {lbl.MANAGED_BY: lbl.MANAGED_BY_VALUE, lbl.PLACEMENT: "dedicated-nodes", lbl.QUEUE: QUEUE},
+    {lbl.PLACEMENT: "shared-pool", lbl.QUEUE: QUEUE},
+])
+def test_pods_outside_managed_shared_pool_namespaces_are_untouched(
+        namespace: dict[str, str] | None) -> None:
+    answer = review_pod(review(pod({**SYNCED, lbl.KAI_QUEUE_LABEL: "anything"}, "volcano")),
+                        namespace)
+    assert answer["response"] == {"uid": "u-1", "allowed": True}
+
+
+def test_pods_vcluster_did_not_sync_are_untouched() -> None:
+    for labels in (None, {"app": "vcluster"}):
+        answer = review_pod(review(pod(labels, scheduler="default-scheduler")), SHARED_POOL)
+        assert answer["response"] == {"uid": "u-1", "allowed": True}
+
+
+@pytest.mark.parametrize("body", [
+    [], {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"},
+    {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 3}},
+    {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u"}},
+])
+def test_what_is_not_an_admission_review_is_rejected(body: Any) -> None:
+    with pytest.raises(InvalidReview):
+        review_pod(body, SHARED_POOL)
