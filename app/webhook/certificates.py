@@ -47,7 +47,7 @@ def issue(hosts: Sequence[str], now: datetime, lifetime: timedelta) -> ServingCe
         .not_valid_before(now - CLOCK_SKEW).not_valid_after(now + lifetime)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(_general_names(hosts)), critical=False)
+        .add_extension(x509.SubjectAlternativeName(general_names(hosts)), critical=False)
         .sign(key, hashes.SHA256())
     )
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -61,7 +61,7 @@ def rotation_due(cert_pem: str, hosts: Sequence[str], now: datetime) -> bool:
     cert = x509.load_pem_x509_certificate(cert_pem.encode())
     start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
     return (now < start or end - now < (end - start) / 3
-            or _names_of(cert) != set(_general_names(hosts)))
+            or _names_of(cert) != set(general_names(hosts)))
 
 
 def trusted_bundle(cert_pems: Iterable[str], now: datetime) -> str:
@@ -120,7 +120,8 @@ def _pem(cert: x509.Certificate) -> str:
     return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
-def _general_names(hosts: Iterable[str]) -> list[x509.GeneralName]:
+def general_names(hosts: Iterable[str]) -> list[x509.GeneralName]:
+    """Subject alternative names: IP addresses as such, anything else as a DNS name."""
     names: list[x509.GeneralName] = []
     for host in hosts:
         try:

@@ -34,6 +34,7 @@ from app.kube.errors import ApplyConflictError, KubeError, TransientKubeError
 from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME, kai_queue_webhook
 from app.kube.manifests.webhook import TLS_SECRET_NAME, portal_namespace, webhook_tls_secret
 from app.kube.port import KubePort
+from app.kube.quantities import drifted
 from app.webhook import certificates as certs
 from app.webhook.secret import StoredPair, read_secret
 
@@ -156,7 +157,7 @@ class WebhookReconciler:
             service_name=self.settings.webhook_service_name,
             service_namespace=self.settings.webhook_namespace)
         live = host.get(*_MWC, WEBHOOK_CONFIGURATION_NAME)
-        if live is not None and _contains(live, wanted):
+        if not drifted(live, wanted):
             return 0
         host.apply(wanted, force=True)
         return 1
@@ -173,14 +174,3 @@ def _described(pair: certs.ServingCertificate | None) -> dict[str, Any] | None:
         return None
     return {"fingerprint_sha256": certs.fingerprint(pair.cert_pem),
             "not_after": certs.not_after(pair.cert_pem).isoformat()}
-
-
-def _contains(live: Any, wanted: Any) -> bool:
-    """Whether every field the portal sets has the value it sets (the server adds defaults)."""
-    if isinstance(wanted, dict):
-        return isinstance(live, dict) and all(
-            _contains(live.get(key), value) for key, value in wanted.items())
-    if isinstance(wanted, list):
-        return isinstance(live, list) and len(live) == len(wanted) and all(
-            _contains(a, b) for a, b in zip(live, wanted, strict=True))
-    return bool(live == wanted)

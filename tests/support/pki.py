@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime
-import ipaddress
 from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from app.webhook.certificates import general_names
 
 _VALIDITY = datetime.timedelta(days=2)
 
@@ -62,14 +63,8 @@ class CertificateAuthority:
         return _pem(self._key)
 
     def serving(self, *hosts: str) -> KeyPair:
-        names: list[x509.GeneralName] = []
-        for host in hosts:
-            try:
-                names.append(x509.IPAddress(ipaddress.ip_address(host)))
-            except ValueError:
-                names.append(x509.DNSName(host))
         return self._issue(_name(hosts[0]), ExtendedKeyUsageOID.SERVER_AUTH,
-                           x509.SubjectAlternativeName(names))
+                           x509.SubjectAlternativeName(general_names(hosts)))
 
     def client(self, common_name: str, organization: str | None = None) -> KeyPair:
         return self._issue(_name(common_name, organization), ExtendedKeyUsageOID.CLIENT_AUTH)
