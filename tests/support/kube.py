@@ -3,7 +3,7 @@ of what the portal writes through a real one."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from app.kube.connector import KubeConnector
 from app.kube.memory import InMemoryKube
@@ -27,13 +27,19 @@ class InMemoryConnector:
 
 
 class RecordingPort:
-    """A ``KubePort`` that passes every call on and records the writes, as (verb, kind, name)."""
+    """A ``KubePort`` that passes every call on and records the writes, as (verb, kind, name).
+
+    ``before_apply`` holds one-shot actions of someone else (another controller, an operator)
+    run just before the next apply: a race between the portal's read and its write."""
 
     def __init__(self, inner: KubePort) -> None:
         self.inner = inner
         self.writes: list[tuple[str, str, str]] = []
+        self.before_apply: list[Callable[[], object]] = []
 
     def apply(self, obj: Manifest, *, force: bool = False) -> Manifest:
+        while self.before_apply:
+            self.before_apply.pop(0)()
         self.writes.append(("apply", obj["kind"], obj["metadata"]["name"]))
         return self.inner.apply(obj, force=force)
 
