@@ -39,7 +39,7 @@ from tests import factories
 from tests.clusters.support import Clock, cluster_settings
 from tests.support.kube import RecordingConnector
 from tests.support.kube_server import ApiServer, install_crds
-from tests.support.kubectl import Kubectl
+from tests.support.kubectl import Kubectl, KubectlError
 from tests.support.paths import KAI_QUEUE_CRD
 
 pytestmark = pytest.mark.kube_server
@@ -234,6 +234,14 @@ def quota_counted(host: Host, namespace: str) -> dict[str, Any]:
     raise AssertionError("the quota controller did not count the namespace")
 
 
+def wait_for_service_account(host: Host, namespace: str) -> None:
+    """The controller-manager makes ServiceAccount default, without which no pod is admitted."""
+    deadline = time.monotonic() + 30
+    while host.admin.get("v1", "ServiceAccount", "default", namespace) is None:
+        assert time.monotonic() < deadline, "no default ServiceAccount"
+        time.sleep(0.2)
+
+
 def delete_until_gone(worker: Worker, tenant: Tenant, cluster_id: int) -> None:
     """Ask for deletion, then run passes until the row is gone (the controller-manager
     finalises the namespace in a few seconds)."""
@@ -368,8 +376,8 @@ def test_deletion_waits_for_the_namespace_to_be_finalised(
     created = create(worker, tenant)
     converge(worker, created.id)
     namespace = f"t-{tenant.slug}--train"
-    # the controller-manager has put its own objects in the namespace: it must empty it first
-    assert stored(host, "v1", "ServiceAccount", "default", namespace)
+    # the controller-manager puts its own objects in the namespace: it must empty it first
+    wait_for_service_account(host, namespace)
     with worker.database.transaction() as db:
         service.delete_cluster(db, tenant.principal, tenant.slug, "train")
 
@@ -386,3 +394,66 @@ def test_deletion_waits_for_the_namespace_to_be_finalised(
     for api_version, kind, name, ns in own_objects(tenant.slug):
         assert host.admin.get(api_version, kind, name, ns) is None, f"{kind} {name} remains"
     assert worker.installer.calls[-1] == ("uninstall", namespace)
+
+
+def synced_pod(namespace: str, name: str, queue: str, *, gpus: int = 1,
+               hardened: bool = True) -> Manifest:
+    """A pod as vCluster's syncer writes it to the host; unless ``hardened``, it runs as
+    most images do (as root, default capabilities), which Pod Security restricted refuses."""
+    security: dict[str, Any] = {}
+    if hardened:
+        security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                    "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {lbl.VCLUSTER_SYNCED_MARKER: "train",
+                                lbl.KAI_QUEUE_LABEL: queue}},
+        "spec": {"schedulerName": lbl.KAI_SCHEDULER_NAME, "containers": [{
+            "name": "train", "image": "registry.example.com/train:1",
+            "resources": {"limits": {lbl.GPU_RESOURCE: str(gpus)}},
+            "securityContext": security}]},
+    }
+
+
+def refused(kubectl: Kubectl, pod: Manifest) -> KubectlError:
+    """The server's refusal of ``pod``; an admission policy only just created may still let
+    one through for a moment, so an admitted pod is removed and tried again."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            kubectl.create(pod)
+        except KubectlError as error:
+            return error
+        meta = pod["metadata"]
+        kubectl.delete("v1", "Pod", meta["name"], meta["namespace"])
+        assert time.monotonic() < deadline, f"pod {meta['name']} was admitted"
+        time.sleep(0.5)
+
+
+def test_the_host_enforces_what_the_portal_applied(
+    host: Host, worker: Worker, tenant: Tenant
+) -> None:
+    created = create(worker, tenant)
+    converge(worker, created.id)
+    namespace, queue = f"t-{tenant.slug}--train", f"{tenant.slug}--train"
+    quota_counted(host, namespace)  # quota admission refuses every pod until it is counted
+    wait_for_service_account(host, namespace)
+    syncer = Kubectl(host.api, host.workdir / "syncer", manager="vcluster")
+    try:
+        other_queue = refused(syncer, synced_pod(namespace, "borrows", f"{tenant.slug}--other"))
+        assert other_queue.status == 403
+        assert "gpu-tenant-portal-kai-queue-guard" in other_queue.message
+        assert "their own leaf queue" in other_queue.message
+        as_root = refused(syncer, synced_pod(namespace, "root", queue, hardened=False))
+        assert as_root.status == 403 and 'PodSecurity "restricted:latest"' in as_root.message
+
+        admitted = syncer.create(synced_pod(namespace, "fits", queue, gpus=4))
+        assert admitted["spec"]["containers"][0]["resources"]["requests"] == {
+            "cpu": "100m", "memory": "256Mi", lbl.GPU_RESOURCE: "4"}  # the LimitRange defaults
+        over_quota = refused(syncer, synced_pod(namespace, "more", queue))
+        assert over_quota.status == 403 and "exceeded quota: tenant-quota" in over_quota.message
+    finally:
+        syncer.close()
+
+    delete_until_gone(worker, tenant, created.id)  # the namespace goes with its pod

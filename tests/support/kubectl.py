@@ -25,11 +25,12 @@ APPLY_PATCH = "application/apply-patch+yaml"
 
 
 class KubectlError(Exception):
-    """The API server refused a request; ``status`` is its HTTP status."""
+    """The API server refused a request: its HTTP status and its Status message."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{status}: {message}")
         self.status = status
+        self.message = message
 
 
 class Kubectl:
@@ -91,5 +92,11 @@ class Kubectl:
 
 
 def _check(response: httpx.Response) -> None:
-    if response.status_code >= 400:
-        raise KubectlError(response.status_code, response.text[:500])
+    """Raise the server's refusal with the message of its Status body."""
+    if response.status_code < 400:
+        return
+    try:
+        message = str(response.json().get("message") or response.text)
+    except ValueError:
+        message = response.text
+    raise KubectlError(response.status_code, message[:1000])
