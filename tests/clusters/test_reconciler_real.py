@@ -24,6 +24,7 @@ from sqlalchemy import select
 from app.auth.principal import Principal
 from app.clusters import conditions as cond
 from app.clusters import service
+from app.clusters.installer import InstallError
 from app.clusters.models import VirtualCluster
 from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize
@@ -124,12 +125,15 @@ class VClusterStandIn:
     def install(self, release: str, namespace: str, values_yaml: str) -> None:
         self.calls.append(("install", namespace))
         config = base64.b64encode(self.kubeconfig.encode()).decode()
-        self.kubectl.apply({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": f"vc-{release}", "namespace": namespace,
-                         "labels": {"app": "vcluster", "release": release}},
-            "data": {"config": config},
-        })
+        try:
+            self.kubectl.apply({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": f"vc-{release}", "namespace": namespace,
+                             "labels": {"app": "vcluster", "release": release}},
+                "data": {"config": config},
+            })
+        except KubectlError as error:  # as HelmInstaller reports a failed helm run
+            raise InstallError(f"helm upgrade failed: {error.message}") from error
 
     def uninstall(self, release: str, namespace: str) -> None:
         self.calls.append(("uninstall", namespace))
@@ -193,6 +197,12 @@ def converge(worker: Worker, cluster_id: int, passes: int = 3) -> VirtualCluster
     raise AssertionError(f"not Ready after {passes} passes: {seen}")
 
 
+def conditions_of(worker: Worker, cluster_id: int) -> list[dict[str, Any]]:
+    cluster = worker.cluster(cluster_id)
+    assert cluster is not None
+    return list(cluster.conditions or [])
+
+
 def statuses(cluster: VirtualCluster) -> dict[str, str]:
     return {c["type"]: c["status"] for c in cluster.conditions}
 
@@ -239,6 +249,14 @@ def wait_for_service_account(host: Host, namespace: str) -> None:
     deadline = time.monotonic() + 30
     while host.admin.get("v1", "ServiceAccount", "default", namespace) is None:
         assert time.monotonic() < deadline, "no default ServiceAccount"
+        time.sleep(0.2)
+
+
+def wait_until_emptied(host: Host, namespace: str) -> None:
+    """The controller-manager has removed what it can from a terminating namespace."""
+    deadline = time.monotonic() + 30
+    while host.admin.get("v1", "ResourceQuota", "tenant-quota", namespace) is not None:
+        assert time.monotonic() < deadline, "the namespace was not emptied"
         time.sleep(0.2)
 
 
@@ -457,3 +475,39 @@ def test_the_host_enforces_what_the_portal_applied(
         syncer.close()
 
     delete_until_gone(worker, tenant, created.id)  # the namespace goes with its pod
+
+
+def test_a_namespace_deleted_by_hand_is_made_again(
+    host: Host, worker: Worker, tenant: Tenant
+) -> None:
+    created = create(worker, tenant)
+    converge(worker, created.id)
+    namespace = f"t-{tenant.slug}--train"
+    # an object whose finalizer holds the namespace in Terminating (as pvc-protection holds
+    # the control plane's volume until its pod is gone)
+    hold = {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "data", "namespace": namespace,
+                         "finalizers": ["example.com/hold"]}}
+    host.kubectl.create(hold)
+    assert host.kubectl.delete("v1", "Namespace", namespace)
+    wait_until_emptied(host, namespace)
+
+    for _ in range(2):  # the first pass sees it terminating, the second is a retry
+        worker.run()
+        conditions = conditions_of(worker, created.id)
+        waiting = cond.find(conditions, cond.NAMESPACE_READY) or {}
+        assert (waiting.get("status"), waiting.get("reason")) == ("False", "NamespaceTerminating")
+        assert not cond.is_true(conditions, cond.READY)
+        assert not cond.is_true(conditions, cond.FAILED)  # it waits; nothing failed
+
+    host.kubectl.merge_patch("v1", "ConfigMap", "data", namespace,
+                             {"metadata": {"finalizers": None}})
+    deadline = time.monotonic() + DELETE_TIMEOUT
+    while not cond.is_true(conditions_of(worker, created.id), cond.READY):
+        assert time.monotonic() < deadline, f"not made again: {conditions_of(worker, created.id)}"
+        time.sleep(0.5)
+        worker.run()
+    for api_version, kind, name, ns in own_objects(tenant.slug):
+        assert stored(host, api_version, kind, name, ns)
+    assert [call for call, _ in worker.installer.calls] == ["install", "install"]
+    delete_until_gone(worker, tenant, created.id)
