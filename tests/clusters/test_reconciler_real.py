@@ -4,8 +4,10 @@ cluster whose admin kubeconfig (TLS, client certificate) the stand-in installer 
 Secret vc-<release>.
 
 What the emulator cannot show: every object the portal applies passes the real schemas and
-admission, the server's canonical quantities do not make a resync write, drift made by someone
-else is taken back, and deletion waits until the controller-manager has finalised the namespace.
+admission and is then enforced (Pod Security, quota, the queue guard's CEL), the server's
+canonical quantities do not make a resync write, drift made by someone else is taken back, a
+namespace deleted by hand is waited for while it terminates and then made again, and deletion
+waits until the controller-manager has finalised the namespace.
 """
 
 from __future__ import annotations
