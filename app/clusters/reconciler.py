@@ -192,7 +192,15 @@ class ClusterRun:
         return [obj for obj in self.wanted.host_objects() if obj["kind"] in kinds]
 
     def _namespace(self) -> tuple[str, str]:
-        self._ensure(self._objects("Namespace"))
+        for live in self._ensure(self._objects("Namespace")):
+            if (live.get("metadata") or {}).get("deletionTimestamp"):
+                # Deleted behind the portal's back: nothing can be made in it until it is gone,
+                # then a pass makes it again, and installs the release that went with it.
+                self._set(cond.RELEASE_INSTALLED, False, "NamespaceTerminating",
+                          "the release is removed with its namespace")
+                raise TransientKubeError(
+                    f"namespace {self.wanted.namespace} is being deleted; it is made again "
+                    "once it is gone", reason="NamespaceTerminating")
         return "Applied", f"namespace {self.wanted.namespace}"
 
     def _quota(self) -> tuple[str, str]:
@@ -210,17 +218,22 @@ class ClusterRun:
         queue = manifests.cluster_queue_name(self.wanted.spec.tenant, self.wanted.spec.name)
         return "Applied", f"KAI queue {queue} under {self.wanted.tenant.slug}"
 
-    def _ensure(self, objects: list[Manifest]) -> None:
+    def _ensure(self, objects: list[Manifest]) -> list[Manifest]:
+        """Apply what is missing or differs; the live objects it read or wrote."""
+        seen = []
         for obj in objects:
             ref = ObjectRef.of(obj)
             if self.owner.ensured.get(ref) == obj:
                 continue
-            live = None if not self.steady else self.host.get(
-                ref.api_version, ref.kind, ref.name, ref.namespace)
+            live = self.host.get(ref.api_version, ref.kind, ref.name,
+                                 ref.namespace) if self.steady else None
             if not self.steady or quantities.drifted(live, obj):
                 # The portal owns these objects outright: take back fields someone else set.
-                self.host.apply(obj, force=True)
+                live = self.host.apply(obj, force=True)
             self.owner.ensured[ref] = obj
+            if live is not None:
+                seen.append(live)
+        return seen
 
     def _release(self) -> tuple[str, str]:
         settings = self.owner.settings

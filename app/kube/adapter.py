@@ -38,6 +38,8 @@ from app.kube.retry import RetryPolicy, TokenBucket, parse_retry_after
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 JSON_CONTENT_TYPE = "application/json"
 LIST_PAGE_SIZE = 500
+# The Status cause of a write refused because its namespace is being deleted.
+NAMESPACE_TERMINATING = "NamespaceTerminating"
 # Fallback reasons when the server sends no Status body (e.g. a proxy answered).
 _REASONS = {
     400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
@@ -243,6 +245,9 @@ def _classify(
     reason = str(body.get("reason") or _REASONS.get(status, f"HTTP{status}"))
     message = str(body.get("message") or f"{method} answered {status} {reason}")
     delay = parse_retry_after(retry_after)
+    if status == 403 and NAMESPACE_TERMINATING in _causes(body):
+        # Writing into a namespace that is being deleted: refused only until it is gone.
+        return TransientKubeError(message, reason=NAMESPACE_TERMINATING, status=status)
     if status == 409 and content_type == APPLY_CONTENT_TYPE:
         return ApplyConflictError(message, status=status)
     if status == 500 and content_type == APPLY_CONTENT_TYPE and _TYPED_PATCH in message:
@@ -251,6 +256,13 @@ def _classify(
     if status in (409, 429) or status >= 500:
         return TransientKubeError(message, delay_seconds=delay, reason=reason, status=status)
     return PermanentKubeError(message, reason=reason, status=status)
+
+
+def _causes(body: Manifest) -> set[str]:
+    """The ``reason`` of each cause in a Status body's details."""
+    details = body.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return {str(c.get("reason")) for c in causes or [] if isinstance(c, dict)}
 
 
 def _json_body(data: bytes | None) -> Manifest:

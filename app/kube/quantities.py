@@ -6,6 +6,11 @@ what the portal applies with what the server returns must compare values, not st
 ``comparable`` does that for the quantity fields of the kinds the portal applies;
 ``canonical_quantities`` is the server's rewrite, for the in-memory fake.
 
+Those fields are core resource lists (ResourceQuota ``hard``, LimitRange limits), which the
+server's defaulting also rounds up to milli precision (``SetDefaults_ResourceList``: ``0.5m``
+and ``100u`` are stored as ``1m``); a bare quantity keeps nano precision. Without the rounding,
+a sub-milli value would differ from what is stored on every resync, and be applied again.
+
 Pure and Decimal-based: exact, and no dependency on the Kubernetes client's helpers.
 """
 
@@ -15,7 +20,7 @@ import contextlib
 import copy
 import re
 from collections.abc import Callable
-from decimal import ROUND_CEILING, Decimal
+from decimal import ROUND_CEILING, ROUND_UP, Decimal
 from typing import Any
 
 Manifest = dict[str, Any]
@@ -30,6 +35,8 @@ _QUANTITY = re.compile(
 )
 # The API server keeps at most nano precision and rounds finer values up.
 _NANO = Decimal("1e-9")
+# Core resource lists are rounded up (away from zero) to milli precision.
+_MILLI = Decimal("1e-3")
 # LimitRange items whose values are maps of resource name to quantity.
 _LIMIT_KEYS = ("max", "min", "default", "defaultRequest", "maxLimitRequestRatio")
 
@@ -41,7 +48,20 @@ def parse_quantity(text: str | int) -> Decimal:
 
 def canonical_quantity(text: str | int) -> str:
     """The string an API server returns for ``text`` (Kubernetes' canonical form)."""
-    value, form = _parse(text)
+    return _canonical(*_parse(text))
+
+
+def resource_list_value(text: str | int) -> Decimal:
+    """The value an API server stores for ``text`` in a core resource list."""
+    return _parse_in_resource_list(text)[0]
+
+
+def canonical_resource_list_quantity(text: str | int) -> str:
+    """The string an API server returns for ``text`` in a core resource list."""
+    return _canonical(*_parse_in_resource_list(text))
+
+
+def _canonical(value: Decimal, form: str) -> str:
     if value == 0:
         return "0"
     if form == "binary" and abs(value) >= 1024 and value == value.to_integral_value():
@@ -54,8 +74,9 @@ def canonical_quantity(text: str | int) -> str:
 
 
 def comparable(obj: Manifest) -> Manifest:
-    """A copy whose quantity fields hold exact values, so equal quantities compare equal."""
-    return _map_quantities(obj, parse_quantity)
+    """A copy whose quantity fields hold the values a server stores, so that what the portal
+    applies and what the server returns compare equal when they are equal."""
+    return _map_quantities(obj, resource_list_value)
 
 
 def drifted(live: Manifest | None, wanted: Manifest) -> bool:
@@ -78,7 +99,7 @@ def _contains(live: Any, wanted: Any) -> bool:
 
 def canonical_quantities(obj: Manifest) -> Manifest:
     """A copy with every quantity field rewritten as an API server stores it."""
-    return _map_quantities(obj, canonical_quantity)
+    return _map_quantities(obj, canonical_resource_list_quantity)
 
 
 def _parse(text: str | int) -> tuple[Decimal, str]:
@@ -95,6 +116,11 @@ def _parse(text: str | int) -> tuple[Decimal, str]:
     else:
         value, form = number.scaleb(_DECIMAL[suffix]), "decimal"
     return value.quantize(_NANO, rounding=ROUND_CEILING).normalize(), form
+
+
+def _parse_in_resource_list(text: str | int) -> tuple[Decimal, str]:
+    value, form = _parse(text)
+    return value.quantize(_MILLI, rounding=ROUND_UP).normalize(), form
 
 
 def _binary(value: int) -> str:

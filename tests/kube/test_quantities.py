@@ -60,6 +60,17 @@ def test_comparable_compares_quota_and_limit_range_values_not_strings() -> None:
         "type": "Container", "default": {"cpu": Decimal(1)}}
 
 
+def test_quota_and_limit_range_values_are_rounded_up_to_milli_units_as_stored() -> None:
+    # a bare quantity keeps nano precision; a core resource list does not
+    assert canonical_quantity("1500u") == "1500u"
+    assert canonical_quantities(quota({"requests.cpu": "1500u", "limits.cpu": "0.1m",
+                                       "requests.memory": "1.0001"}))["spec"]["hard"] == {
+        "requests.cpu": "2m", "limits.cpu": "1m", "requests.memory": "1001m"}
+    # so a sub-milli value applied is no drift from what the server keeps
+    assert comparable(quota({"requests.cpu": "0.5m"})) == comparable(quota({"requests.cpu": "1m"}))
+    assert comparable(quota({"requests.cpu": "1.5m"})) != comparable(quota({"requests.cpu": "1m"}))
+
+
 def test_only_quantity_fields_are_touched() -> None:
     namespace = {"apiVersion": "v1", "kind": "Namespace",
                  "metadata": {"name": "n", "labels": {"size": "1000m"}}}
