@@ -100,8 +100,12 @@ def test_the_policy_guards_everything_in_the_portal_namespace_and_the_namespace_
 
 
 def test_only_the_portal_and_the_control_plane_are_trusted() -> None:
+    controllers = [f'"system:serviceaccount:kube-system:{name}"' for name in (
+        "generic-garbage-collector", "namespace-controller", "root-ca-cert-publisher",
+        "service-account-controller", "service-ca-cert-publisher")]
     assert trusted_expression(VCLUSTER_ADMIN) == (
-        'request.userInfo.username in ["kubernetes-admin", "system:kube-controller-manager"] '
+        'request.userInfo.username in ["kubernetes-admin", "system:kube-controller-manager", '
+        f'{", ".join(controllers)}] '
         '|| (has(request.userInfo.groups) && "system:masters" in request.userInfo.groups)')
     odd = trusted_expression(PortalIdentity(usernames=('a"] || true || ["',)))
     assert '"a\\"] || true || [\\""' in odd  # a hostile CN stays one string literal

@@ -2,13 +2,15 @@
 
 Issued over the REST API; the returned file is used as a tenant would use it, and the API server
 itself says what each role may do (SelfSubjectAccessReview) and refuses what the guard forbids.
-Revocation and expiry end exactly one token.
+Revocation and expiry end exactly one token. The guard leaves the control plane's controllers
+free to keep up the portal's namespace.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from fastapi.testclient import TestClient
@@ -18,6 +20,7 @@ from app.auth.models import User
 from app.clusters.models import VirtualCluster
 from app.config import Settings
 from app.db import Database, utcnow
+from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kubeconfigs.manifests import PORTAL_NAMESPACE
 from app.kubeconfigs.models import KubeconfigGrant
@@ -116,3 +119,20 @@ def test_revoking_ends_that_token_alone_and_expiry_ends_the_other(
     sweeper = KubeconfigReconciler.from_settings(settings, database, ClientConnector(settings))
     assert sweeper.run_due("test") == 1
     assert eventually(lambda: second.answers() == 401)
+
+
+def test_the_control_plane_still_keeps_up_the_portal_namespace(
+    issue: Issue, tenancy: Tenancy, virtual: KubernetesAdapter,
+) -> None:
+    """Like every namespace, the portal's has its ``default`` ServiceAccount and the cluster's
+    CA bundle, which the controllers (acting as their own ServiceAccounts, as vCluster and
+    kubeadm run them) put back when they go: the guard must not refuse them."""
+    admin, _ = issue(tenancy.acme_admin, "admin")
+    assert guard_enforced(admin)  # the policy is loaded (RBAC lets an admin write there)
+    for kind, name in (("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")):
+        virtual.delete("v1", kind, name, PORTAL_NAMESPACE)  # as the portal's admin may
+        assert eventually(partial(restored, virtual, kind, name)), f"{kind} {name} not restored"
+
+
+def restored(port: KubernetesAdapter, kind: str, name: str) -> bool:
+    return port.get("v1", kind, name, PORTAL_NAMESPACE) is not None
