@@ -18,9 +18,13 @@ Who the portal is: vCluster exports (Secret ``vc-<release>``, key ``config``) th
 admin credential, a client certificate with CN ``kubernetes-admin`` and O ``system:masters``
 (loft-sh/vcluster ``pkg/certs``). The policy trusts the ``system:masters`` group, plus the
 username read from the admin kubeconfig when it can be read (a certificate's CN, or a
-ServiceAccount token's subject, for ``exportKubeConfig.serviceAccount`` setups), plus
-``system:kube-controller-manager``, whose controllers create the namespace's ``default``
-ServiceAccount and ``kube-root-ca.crt`` and clean up. None of these can be obtained with an
+ServiceAccount token's subject, for ``exportKubeConfig.serviceAccount`` setups), plus the
+control plane: ``system:kube-controller-manager`` and the ``kube-system`` ServiceAccounts its
+controllers act as when it runs with ``--use-service-account-credentials`` (kubeadm's and
+vCluster's default), which create the namespace's ``default`` ServiceAccount and
+``kube-root-ca.crt``, empty the namespace when it is deleted and collect garbage. Trusting the
+controller-manager's own name alone, a real API server refused those controllers (they retried
+forever, and deleting the namespace would never finish). None of these names comes with an
 ``edit`` or ``view`` kubeconfig.
 
 Admission policies are not applied to ValidatingAdmissionPolicy(Binding) objects themselves
@@ -49,6 +53,10 @@ from app.kubeconfigs.manifests import EDIT_ROLE, PORTAL_NAMESPACE
 POLICY_NAME = f"{PORTAL_NAMESPACE}-namespace-guard"
 MASTERS = "system:masters"
 CONTROLLER_MANAGER = "system:kube-controller-manager"
+# The controllers that write in every namespace, as their ServiceAccounts.
+CONTROLLER_ACCOUNTS = tuple(f"system:serviceaccount:kube-system:{name}" for name in (
+    "service-account-controller", "root-ca-cert-publisher", "service-ca-cert-publisher",
+    "namespace-controller", "generic-garbage-collector"))
 _ADMISSION = "admissionregistration.k8s.io/v1"
 _READ = ["get", "list", "watch"]
 _WRITE = ["create", "delete", "deletecollection", "patch", "update"]
@@ -104,7 +112,7 @@ def edit_cluster_role() -> Manifest:
 
 def trusted_expression(portal: PortalIdentity) -> str:
     """CEL: whether the request comes from the portal or the control plane."""
-    users = sorted({*portal.usernames, CONTROLLER_MANAGER})
+    users = sorted({*portal.usernames, CONTROLLER_MANAGER, *CONTROLLER_ACCOUNTS})
     # json.dumps gives a valid CEL string literal, whatever the certificate's CN holds.
     listed = ", ".join(json.dumps(user) for user in users)
     return (f"request.userInfo.username in [{listed}] || "

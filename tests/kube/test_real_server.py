@@ -70,7 +70,9 @@ def virtual_objects(admin_kubeconfig: str) -> list[Manifest]:
     """What issuing one kubeconfig of each role applies, in the service's order."""
     objects = guard.guard_objects(guard.portal_identity(admin_kubeconfig))
     expires = datetime(2030, 1, 1, tzinfo=UTC)
-    for user_id, role in enumerate(CLUSTER_ROLES, start=900):
+    # The server is shared by the run: ids no test user (a sequence's) reaches, so that
+    # kubeconfig tests looking for their users' objects never find these.
+    for user_id, role in enumerate(CLUSTER_ROLES, start=1_000_000_000):
         spec = GrantSpec(grant_id=user_id, user_id=user_id, user_email=f"u{user_id}@example.com",
                          role=role, secret_suffix=f"real{user_id}", expires_at=expires)
         objects += grant_objects(spec)

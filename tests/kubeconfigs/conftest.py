@@ -1,14 +1,27 @@
-"""Fixtures for kubeconfig tests: acme's tenancy and a Ready cluster whose virtual API is the
-Kubernetes emulator (reached through the app's real connector and the official client)."""
+"""Fixtures for kubeconfig tests: acme's tenancy and a Ready cluster ``train`` whose virtual API
+is the run's real kube-apiserver (``virtual_api``), reached through the app's real connector and
+the official client. The app under test records what it sends there (``kube_calls``).
+
+``virtual_api`` is shared by the whole run: look things up by the test's own user ids and
+names (``tests.support.kubeconfigs``), never by counting a namespace.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
-from tests.kube.conftest import kube_emulator  # noqa: F401 - fixture re-export
-from tests.kube.emulator import KubeEmulator
+from app.config import Settings
+from app.db import Database
+from app.kube.adapter import KubernetesAdapter
+from app.kube.connector import ClientConnector
+from app.main import create_app
+from tests.support.kube_server import ApiServer
+from tests.support.kubeconfigs import RecordingConnector, real_ready_cluster
 from tests.support.tenancy import Tenancy, build_tenancy
 from tests.support.virtual_clusters import ready_cluster
 
@@ -19,10 +32,39 @@ def tenancy(db: Session) -> Tenancy:
 
 
 @pytest.fixture
-def train(
-    db: Session, tenancy: Tenancy, kube_emulator: KubeEmulator  # noqa: F811 - the fixture
-) -> VirtualCluster:
-    """acme's Ready cluster ``train``; its admin kubeconfig names the emulator."""
-    cluster = ready_cluster(db, tenancy.acme, server=kube_emulator.url)
+def train(db: Session, tenancy: Tenancy, virtual_api: ApiServer) -> VirtualCluster:
+    """acme's Ready cluster ``train``: its endpoint and admin credential are the real API
+    server's (the credential as vCluster exports it: CN kubernetes-admin, O system:masters)."""
+    cluster = real_ready_cluster(db, tenancy.acme, virtual_api)
     db.commit()
     return cluster
+
+
+@pytest.fixture
+def offline_train(db: Session, tenancy: Tenancy) -> VirtualCluster:
+    """acme's Ready cluster ``train`` whose credential reaches no server: for tests whose
+    connector is the in-memory fake."""
+    cluster = ready_cluster(db, tenancy.acme)
+    db.commit()
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def virtual(virtual_api: ApiServer) -> Iterator[KubernetesAdapter]:
+    """The virtual cluster's API with admin rights, to look at what the portal made."""
+    port = virtual_api.adapter()
+    yield port
+    port.close()
+
+
+@pytest.fixture
+def kube_calls(settings: Settings) -> RecordingConnector:
+    """The app's real connector; ``.calls`` lists what the app sent to virtual clusters."""
+    return RecordingConnector(ClientConnector(settings))
+
+
+@pytest.fixture
+def client(settings: Settings, database: Database,
+           kube_calls: RecordingConnector) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, database, kube_calls)) as test_client:
+        yield test_client

@@ -1,6 +1,8 @@
 """The guard of the portal namespace: the portal's edit role, the admission policy, and who the
-portal is. The emulator enforces neither RBAC nor admission: these tests pin the manifests and
-that issuing applies them; a real cluster must confirm the enforcement."""
+portal is. The pure tests pin the manifests; the issuing tests (``kube_server``) check, on a real
+kube-apiserver standing in for the virtual cluster (``virtual_api``), that issuing applies them
+as built, before any grant object, once, and replaces a stale binding. That the server then
+enforces them (RBAC, admission) is in ``test_real_server.py``."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -18,6 +21,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
+from app.kube.adapter import KubernetesAdapter
 from app.kube.manifests import dump_yaml
 from app.kube.memory import fake_service_account_token
 from app.kubeconfigs.guard import (
@@ -31,8 +35,9 @@ from app.kubeconfigs.guard import (
     trusted_expression,
 )
 from app.kubeconfigs.manifests import EDIT_ROLE
-from tests.kube.emulator import KubeEmulator
 from tests.kubeconfigs.test_manifests import check_golden
+from tests.support.kube_server import ApiServer
+from tests.support.kubeconfigs import Call, RecordingConnector
 from tests.support.tenancy import Tenancy, headers
 from tests.support.virtual_clusters import admin_kubeconfig
 
@@ -95,8 +100,12 @@ def test_the_policy_guards_everything_in_the_portal_namespace_and_the_namespace_
 
 
 def test_only_the_portal_and_the_control_plane_are_trusted() -> None:
+    controllers = [f'"system:serviceaccount:kube-system:{name}"' for name in (
+        "generic-garbage-collector", "namespace-controller", "root-ca-cert-publisher",
+        "service-account-controller", "service-ca-cert-publisher")]
     assert trusted_expression(VCLUSTER_ADMIN) == (
-        'request.userInfo.username in ["kubernetes-admin", "system:kube-controller-manager"] '
+        'request.userInfo.username in ["kubernetes-admin", "system:kube-controller-manager", '
+        f'{", ".join(controllers)}] '
         '|| (has(request.userInfo.groups) && "system:masters" in request.userInfo.groups)')
     odd = trusted_expression(PortalIdentity(usernames=('a"] || true || ["',)))
     assert '"a\\"] || true || [\\""' in odd  # a hostile CN stays one string literal
@@ -134,7 +143,7 @@ def test_the_portal_identity_comes_from_the_admin_kubeconfig() -> None:
     assert portal_identity(with_user({"token": other_jwt})) == PortalIdentity()
 
 
-# ----- issuing applies the guard (against the emulator, through the official client)
+# ----- issuing applies the guard (on the real API server, through the official client)
 
 
 def issue(client: TestClient, db: Session, tenancy: Tenancy, role: str = "edit") -> None:
@@ -144,52 +153,87 @@ def issue(client: TestClient, db: Session, tenancy: Tenancy, role: str = "edit")
     assert response.status_code == 201, response.text
 
 
+@pytest.mark.kube_server
 def test_issuing_an_edit_kubeconfig_guards_the_cluster_and_binds_the_portal_role(
     client: TestClient, db: Session, tenancy: Tenancy, train: VirtualCluster,
-    kube_emulator: KubeEmulator,
+    virtual: KubernetesAdapter, virtual_api: ApiServer, kube_calls: RecordingConnector,
 ) -> None:
     issue(client, db, tenancy)
 
-    role = kube_emulator.stored(RBAC, "ClusterRole", EDIT_ROLE)
+    role = virtual.get(RBAC, "ClusterRole", EDIT_ROLE)
     assert role is not None and role["rules"] == edit_cluster_role()["rules"]
-    policy = kube_emulator.stored(ADMISSION, "ValidatingAdmissionPolicy", POLICY_NAME)
-    assert policy is not None and policy["spec"] == namespace_guard_policy(PortalIdentity())["spec"]
-    binding = kube_emulator.stored(ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY_NAME)
+    # The admin credential vCluster exports is the kubeadm-style admin's: the portal is it.
+    assert portal_identity(virtual_api.admin_kubeconfig) == VCLUSTER_ADMIN
+    policy = virtual.get(ADMISSION, "ValidatingAdmissionPolicy", POLICY_NAME)
+    built = namespace_guard_policy(VCLUSTER_ADMIN)["spec"]
+    # As built, plus the two fields the API server defaults.
+    defaulted = {**built, "matchConstraints": {**built["matchConstraints"],
+                                               "matchPolicy": "Equivalent", "objectSelector": {}}}
+    assert policy is not None and policy["spec"] == defaulted
+    binding = virtual.get(ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY_NAME)
     assert binding is not None and binding["spec"]["policyName"] == POLICY_NAME
-    grant_binding = kube_emulator.stored(RBAC, "ClusterRoleBinding",
-                                         f"{NS}:user-{tenancy.acme_member.id}-edit")
+    grant_binding = virtual.get(RBAC, "ClusterRoleBinding",
+                                f"{NS}:user-{tenancy.acme_member.id}-edit")
     assert grant_binding is not None and grant_binding["roleRef"]["name"] == EDIT_ROLE
-    writes = [path for method, path in kube_emulator.requests() if method == "PATCH"]
-    guard_at = next(i for i, p in enumerate(writes) if "validatingadmissionpolicybindings" in p)
-    account_at = next(i for i, p in enumerate(writes) if "/serviceaccounts/" in p)
+    writes = kube_calls.writes()
+    guard_at = writes.index(Call("apply", "ValidatingAdmissionPolicyBinding", POLICY_NAME))
+    account_at = writes.index(Call("apply", "ServiceAccount",
+                                   f"user-{tenancy.acme_member.id}-edit"))
     assert guard_at < account_at  # no ServiceAccount ever exists unguarded
 
 
+@pytest.mark.kube_server
 def test_the_guard_is_applied_idempotently(
     client: TestClient, db: Session, tenancy: Tenancy, train: VirtualCluster,
-    kube_emulator: KubeEmulator,
+    virtual: KubernetesAdapter,
 ) -> None:
+    guard = [(ADMISSION, "ValidatingAdmissionPolicy", POLICY_NAME),
+             (ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY_NAME),
+             (RBAC, "ClusterRole", EDIT_ROLE)]
+    def stored() -> list[dict[str, Any]]:
+        objects = [virtual.get(*ref) for ref in guard]
+        return [o for o in objects if o is not None]
+
     issue(client, db, tenancy)
-    first = kube_emulator.stored(ADMISSION, "ValidatingAdmissionPolicy", POLICY_NAME)
+    first = stored()
     issue(client, db, tenancy, "view")
-    again = kube_emulator.stored(ADMISSION, "ValidatingAdmissionPolicy", POLICY_NAME)
-    assert first is not None and again is not None
-    assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    again = stored()
+    assert len(first) == len(again) == len(guard)
+    policy, binding, role = first
+    policy_again, binding_again, role_again = again
+    assert [o["metadata"]["resourceVersion"] for o in (binding_again, role_again)] == [
+        o["metadata"]["resourceVersion"] for o in (binding, role)]  # not written at all
+    # The policy is the same object, unchanged. (After the server writes its status, the next
+    # apply may still re-sort the portal's managedFields entry: its time and place in the
+    # list. A real server does that for any field manager; nothing else changes.)
+    assert [policy_again["metadata"][k] for k in ("uid", "generation")] == [
+        policy["metadata"][k] for k in ("uid", "generation")]
+    assert policy_again["spec"] == policy["spec"]
+    assert owned_fields(policy_again) == owned_fields(policy)
 
 
+def owned_fields(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """Which fields each manager owns, whatever the entries' times and order."""
+    return sorted((str(m["manager"]), json.dumps(m.get("fieldsV1"), sort_keys=True))
+                  for m in obj["metadata"]["managedFields"])
+
+
+@pytest.mark.kube_server
 def test_a_binding_to_the_built_in_edit_role_is_replaced(
     client: TestClient, db: Session, tenancy: Tenancy, train: VirtualCluster,
-    kube_emulator: KubeEmulator,
+    virtual: KubernetesAdapter, kube_calls: RecordingConnector,
 ) -> None:
     name = f"{NS}:user-{tenancy.acme_member.id}-edit"
-    kube_emulator.seed({"apiVersion": RBAC, "kind": "ClusterRoleBinding",
-                        "metadata": {"name": name},
-                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
-                                    "kind": "ClusterRole", "name": "edit"},
-                        "subjects": [{"kind": "ServiceAccount", "namespace": NS,
-                                      "name": f"user-{tenancy.acme_member.id}-edit"}]})
+    stale = virtual.apply({"apiVersion": RBAC, "kind": "ClusterRoleBinding",
+                           "metadata": {"name": name},
+                           "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                       "kind": "ClusterRole", "name": "edit"},
+                           "subjects": [{"kind": "ServiceAccount", "namespace": NS,
+                                         "name": f"user-{tenancy.acme_member.id}-edit"}]},
+                          force=True)
     issue(client, db, tenancy)
-    binding = kube_emulator.stored(RBAC, "ClusterRoleBinding", name)
+    binding = virtual.get(RBAC, "ClusterRoleBinding", name)
     assert binding is not None and binding["roleRef"]["name"] == EDIT_ROLE
-    assert ("DELETE", f"/apis/{RBAC}/clusterrolebindings/{name}") in [
-        (method, path.split("?")[0]) for method, path in kube_emulator.requests()]
+    # A roleRef cannot change: the binding was deleted and made anew.
+    assert binding["metadata"]["uid"] != stale["metadata"]["uid"]
+    assert Call("delete", "ClusterRoleBinding", name) in kube_calls.writes()

@@ -1,7 +1,10 @@
-"""Issuing and revoking kubeconfigs over the REST API, against the emulated virtual cluster."""
+"""Issuing and revoking kubeconfigs over the REST API, against a real kube-apiserver standing
+in for the virtual cluster (``virtual_api``, shared by the run: objects are looked up by the
+test's own user ids and names)."""
 
 from __future__ import annotations
 
+import base64
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,17 +19,30 @@ from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.clusters.models import VirtualCluster
+from app.config import DEV_ENCRYPTION_KEY
+from app.crypto import SecretBox
 from app.db import utcnow
+from app.kube.adapter import KubernetesAdapter
+from app.kubeconfigs.manifests import service_account_name
 from app.kubeconfigs.models import KubeconfigGrant
-from tests.kube.emulator import KubeEmulator
+from tests.support.kube_server import ApiServer
+from tests.support.kubeconfigs import (
+    Kubeconfig,
+    RecordingConnector,
+    account_username,
+    bound_secret_name,
+    objects_of_user,
+    public_endpoint,
+    real_ready_cluster,
+)
 from tests.support.tenancy import Tenancy, headers
-from tests.support.virtual_clusters import TEST_CA_PEM, ready_cluster
 
 # The config loaders are untyped; going through Any keeps mypy strict elsewhere.
 k8s_config: Any = _k8s_config
 URL = "/api/v1/tenants/acme/clusters/train/kubeconfigs"
 NS = "gpu-tenant-portal"
 RBAC = "rbac.authorization.k8s.io/v1"
+pytestmark = pytest.mark.kube_server
 
 
 def load_with_the_official_client(text: str) -> Any:
@@ -49,7 +65,7 @@ def audit_actions(db: Session) -> list[str]:
 
 def test_a_member_downloads_a_one_hour_view_kubeconfig_bound_to_its_own_secret_and_revokes_it(
     client: TestClient, db: Session, tenancy: Tenancy, train: VirtualCluster,
-    kube_emulator: KubeEmulator,
+    virtual: KubernetesAdapter, virtual_api: ApiServer,
 ) -> None:
     auth = headers(db, tenancy.acme_member)
     db.commit()
@@ -62,34 +78,42 @@ def test_a_member_downloads_a_one_hour_view_kubeconfig_bound_to_its_own_secret_a
     [grant] = grants(db)
     assert (grant.user_id, grant.role) == (tenancy.acme_member.id, "view")
     assert timedelta(minutes=59) < grant.expires_at - utcnow() <= timedelta(hours=1)
-    [issued] = kube_emulator.tokens
-    assert issued == {**issued, "namespace": NS, "service_account": grant.service_account,
-                      "bound_secret": grant.secret_name, "expiration_seconds": 3600}
-    secret = kube_emulator.stored("v1", "Secret", grant.secret_name, NS)
+    issued = Kubeconfig.parse(response.text)
+    claims = issued.claims()
+    assert claims["sub"] == account_username(grant.service_account)
+    assert claims["exp"] - claims["iat"] == 3600
+    assert bound_secret_name(claims) == grant.secret_name
+    assert issued.who_am_i() == account_username(grant.service_account)  # the server agrees
+    secret = virtual.get("v1", "Secret", grant.secret_name, NS)
     assert secret is not None and secret["type"] == "Opaque"
-    assert kube_emulator.stored("v1", "ServiceAccount", grant.service_account, NS) is not None
-    binding = kube_emulator.stored(RBAC, "ClusterRoleBinding",
-                                   f"gpu-tenant-portal:{grant.service_account}")
+    assert claims["kubernetes.io"]["secret"]["uid"] == secret["metadata"]["uid"]
+    assert virtual.get("v1", "ServiceAccount", grant.service_account, NS) is not None
+    binding = virtual.get(RBAC, "ClusterRoleBinding", f"gpu-tenant-portal:{grant.service_account}")
     assert binding is not None and binding["roleRef"]["name"] == "view"
 
     loaded = load_with_the_official_client(response.text)
-    assert loaded.host == "https://train.acme.vc.example.com"
-    assert Path(loaded.ssl_ca_cert).read_bytes() == TEST_CA_PEM
-    assert loaded.auth_settings()["BearerToken"]["value"] == f"Bearer {issued['token']}"
+    assert loaded.host == train.endpoint == public_endpoint(virtual_api) != virtual_api.url
+    assert Path(loaded.ssl_ca_cert).read_bytes() == virtual_api.ca.cert_pem
+    assert loaded.auth_settings()["BearerToken"]["value"] == f"Bearer {issued.token}"
     config = yaml.safe_load(response.text)
     assert [c["name"] for c in config["contexts"]] == ["acme-train"]
-    assert "admin-token-never-shown" not in response.text
+    assert train.admin_kubeconfig_encrypted is not None
+    admin_yaml = SecretBox(DEV_ENCRYPTION_KEY).open(train.admin_kubeconfig_encrypted)
+    admin = yaml.safe_load(admin_yaml)["users"][0]["user"]
+    admin_key = base64.b64decode(admin["client-key-data"]).decode().splitlines()[1]
+    for credential in (admin["client-key-data"], admin["client-certificate-data"], admin_key):
+        assert credential not in response.text
 
     revoked = client.delete(f"{URL}/{grant.id}", headers=auth)
     assert revoked.status_code == 204
-    assert kube_emulator.stored("v1", "Secret", grant.secret_name, NS) is None
-    assert kube_emulator.stored("v1", "ServiceAccount", grant.service_account, NS) is None
+    assert virtual.get("v1", "Secret", grant.secret_name, NS) is None
+    assert virtual.get("v1", "ServiceAccount", grant.service_account, NS) is None
     [grant] = grants(db)
     assert grant.revoked_at is not None and grant.secret_deleted_at is not None
     assert audit_actions(db) == ["kubeconfig.issue", "kubeconfig.revoke",
                                  "kubeconfig.secret_deleted"]
     trail = " ".join(str([e.before, e.after]) for e in db.scalars(select(AuditEvent)))
-    assert issued["token"] not in trail
+    assert issued.token not in trail
     assert client.get(URL, headers=auth).json()["items"] == []
 
 
@@ -101,30 +125,35 @@ def test_a_member_downloads_a_one_hour_view_kubeconfig_bound_to_its_own_secret_a
 ])
 def test_lifetimes_outside_the_bounds_and_unknown_roles_are_refused_and_nothing_is_made(
     client: TestClient, db: Session, tenancy: Tenancy, train: VirtualCluster,
-    kube_emulator: KubeEmulator, body: dict[str, Any], field: str,
+    virtual: KubernetesAdapter, kube_calls: RecordingConnector, body: dict[str, Any],
+    field: str,
 ) -> None:
     auth = headers(db, tenancy.acme_admin)
     db.commit()
-    requests_before = len(kube_emulator.requests())
     response = client.post(URL, json=body, headers=auth)
     assert response.status_code == 422
     assert field in [e["field"] for e in response.json()["errors"]]
-    assert grants(db) == [] and len(kube_emulator.requests()) == requests_before
+    assert grants(db) == [] and kube_calls.calls == []
+    assert objects_of_user(virtual, tenancy.acme_admin.id) == []
 
 
 def test_the_default_lifetime_is_the_operators_and_the_minimum_is_accepted(
     client: TestClient, db: Session, tenancy: Tenancy, train: VirtualCluster,
-    kube_emulator: KubeEmulator,
 ) -> None:
     auth = headers(db, tenancy.acme_viewer)
     db.commit()
-    assert client.post(URL, json={}, headers=auth).status_code == 201
-    assert client.post(URL, json={"lifetime_seconds": 600}, headers=auth).status_code == 201
-    assert [t["expiration_seconds"] for t in kube_emulator.tokens] == [8 * 3600, 600]
+    issued = [client.post(URL, json=body, headers=auth) for body in ({},
+                                                                    {"lifetime_seconds": 600})]
+    assert [r.status_code for r in issued] == [201, 201]
+    tokens = [Kubeconfig.parse(r.text) for r in issued]
+    assert [t.claims()["exp"] - t.claims()["iat"] for t in tokens] == [8 * 3600, 600]
+    assert [t.answers() for t in tokens] == [200, 200]
     default, shortest = grants(db)
     assert default.expires_at - default.created_at == timedelta(hours=8)
     assert default.service_account == shortest.service_account  # one per user and role
     assert default.secret_name != shortest.secret_name  # one Secret per grant
+    assert [bound_secret_name(t.claims()) for t in tokens] == [default.secret_name,
+                                                               shortest.secret_name]
 
 
 @pytest.mark.parametrize(("who", "role", "status"), [
@@ -134,47 +163,54 @@ def test_the_default_lifetime_is_the_operators_and_the_minimum_is_accepted(
 ])
 def test_nobody_gets_a_role_above_their_own_or_a_cluster_outside_their_tenants(
     client: TestClient, db: Session, tenancy: Tenancy, train: VirtualCluster,
-    kube_emulator: KubeEmulator, who: str, role: str, status: int,
+    virtual: KubernetesAdapter, who: str, role: str, status: int,
 ) -> None:
-    auth = headers(db, getattr(tenancy, who))
+    user = getattr(tenancy, who)
+    auth = headers(db, user)
     db.commit()
     response = client.post(URL, json={"role": role, "lifetime_seconds": 3600}, headers=auth)
     assert response.status_code == status, response.text
     assert len(grants(db)) == (1 if status == 201 else 0)
     if status == 201:
-        binding = kube_emulator.stored(RBAC, "ClusterRoleBinding",
-                                       f"gpu-tenant-portal:{grants(db)[0].service_account}")
+        binding = virtual.get(RBAC, "ClusterRoleBinding",
+                              f"gpu-tenant-portal:{grants(db)[0].service_account}")
         assert binding is not None
         assert binding["roleRef"]["name"] == {"admin": "cluster-admin",
                                               "edit": "gpu-tenant-portal:edit"}.get(role, role)
+    else:
+        assert objects_of_user(virtual, user.id) == []
 
 
 def test_a_cluster_of_another_tenant_is_not_found_even_under_ones_own_tenant(
-    client: TestClient, db: Session, tenancy: Tenancy, kube_emulator: KubeEmulator,
+    client: TestClient, db: Session, tenancy: Tenancy, virtual_api: ApiServer,
+    virtual: KubernetesAdapter, kube_calls: RecordingConnector,
 ) -> None:
-    ready_cluster(db, tenancy.globex, server=kube_emulator.url, name="secret-project")
+    real_ready_cluster(db, tenancy.globex, virtual_api, name="secret-project")
     auth = headers(db, tenancy.acme_admin)
     db.commit()
     for url in ("/api/v1/tenants/acme/clusters/secret-project/kubeconfigs",
                 "/api/v1/tenants/globex/clusters/secret-project/kubeconfigs"):
         assert client.post(url, json={"role": "view"}, headers=auth).status_code == 404
-    assert kube_emulator.tokens == []
+    assert kube_calls.calls == [] and grants(db) == []
+    assert objects_of_user(virtual, tenancy.acme_admin.id) == []
 
 
 def test_only_ready_clusters_issue_and_read_only_tokens_cannot(
-    client: TestClient, db: Session, tenancy: Tenancy, kube_emulator: KubeEmulator,
+    client: TestClient, db: Session, tenancy: Tenancy, virtual_api: ApiServer,
+    virtual: KubernetesAdapter, kube_calls: RecordingConnector,
 ) -> None:
-    ready_cluster(db, tenancy.acme, server=kube_emulator.url, ready=False)
+    real_ready_cluster(db, tenancy.acme, virtual_api, ready=False)
     member, read_only = headers(db, tenancy.acme_member), headers(db, tenancy.acme_member, "read")
     db.commit()
     assert client.post(URL, json={"role": "view"}, headers=member).status_code == 409
     assert client.post(URL, json={"role": "view"}, headers=read_only).status_code == 403
-    assert kube_emulator.tokens == [] and grants(db) == []
+    assert kube_calls.calls == [] and grants(db) == []
+    assert objects_of_user(virtual, tenancy.acme_member.id) == []
 
 
 def test_members_list_their_own_grants_and_revoke_only_those_while_admins_see_and_revoke_all(
     client: TestClient, db: Session, tenancy: Tenancy, train: VirtualCluster,
-    kube_emulator: KubeEmulator,
+    virtual: KubernetesAdapter,
 ) -> None:
     member, viewer = headers(db, tenancy.acme_member), headers(db, tenancy.acme_viewer)
     admin = headers(db, tenancy.acme_admin)
@@ -188,9 +224,12 @@ def test_members_list_their_own_grants_and_revoke_only_those_while_admins_see_an
     assert {g["id"] for g in client.get(URL, headers=admin).json()["items"]} == {
         member_grant.id, viewer_grant.id}
     assert client.delete(f"{URL}/{viewer_grant.id}", headers=member).status_code == 403
+    assert virtual.get("v1", "Secret", viewer_grant.secret_name, NS) is not None
     assert client.delete(f"{URL}/{viewer_grant.id}", headers=admin).status_code == 204
     assert client.delete(f"{URL}/{viewer_grant.id}", headers=admin).status_code == 204
     assert client.delete(f"{URL}/999999", headers=admin).status_code == 404
-    assert kube_emulator.stored("v1", "Secret", viewer_grant.secret_name, NS) is None
-    assert kube_emulator.stored("v1", "Secret", member_grant.secret_name, NS) is not None
+    assert virtual.get("v1", "Secret", viewer_grant.secret_name, NS) is None
+    assert virtual.get("v1", "Secret", member_grant.secret_name, NS) is not None
+    assert virtual.get("v1", "ServiceAccount",
+                       service_account_name(tenancy.acme_member.id, "view"), NS) is not None
     assert audit_actions(db).count("kubeconfig.revoke") == 1

@@ -2,23 +2,17 @@
 
 Issued over the REST API; the returned file is used as a tenant would use it, and the API server
 itself says what each role may do (SelfSubjectAccessReview) and refuses what the guard forbids.
-Revocation and expiry end exactly one token.
+Revocation and expiry end exactly one token. The guard leaves the control plane's controllers
+free to keep up the portal's namespace.
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import ssl
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from functools import partial
 
-import httpx
 import pytest
-import yaml
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
@@ -26,96 +20,17 @@ from app.auth.models import User
 from app.clusters.models import VirtualCluster
 from app.config import Settings
 from app.db import Database, utcnow
+from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kubeconfigs.manifests import PORTAL_NAMESPACE
 from app.kubeconfigs.models import KubeconfigGrant
 from app.kubeconfigs.reconciler import KubeconfigReconciler
-from tests.support.kube_server import ApiServer
+from tests.support.kubeconfigs import PODS, Kubeconfig, config_map, eventually, guard_enforced
 from tests.support.tenancy import Tenancy, headers
-from tests.support.virtual_clusters import ready_cluster
 
 pytestmark = pytest.mark.kube_server
 Issue = Callable[..., tuple["Kubeconfig", int]]
 URL = "/api/v1/tenants/acme/clusters/train/kubeconfigs"
-PODS = "/api/v1/namespaces/default/pods"
-
-
-@dataclass(frozen=True)
-class Kubeconfig:
-    """An issued kubeconfig, read as kubectl would."""
-
-    server: str
-    token: str
-    context: ssl.SSLContext
-
-    @classmethod
-    def parse(cls, text: str) -> Kubeconfig:
-        config = yaml.safe_load(text)
-        cluster = config["clusters"][0]["cluster"]
-        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
-        return cls(cluster["server"], config["users"][0]["user"]["token"],
-                   ssl.create_default_context(cadata=ca))
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None,
-             **headers: str) -> httpx.Response:
-        return httpx.request(method, self.server + path, json=body, verify=self.context,
-                             headers={"Authorization": f"Bearer {self.token}", **headers},
-                             timeout=10.0)
-
-    def may(self, verb: str, resource: str, *, namespace: str = "default", group: str = "",
-            subresource: str = "") -> bool:
-        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                  "spec": {"resourceAttributes": {
-                      "verb": verb, "resource": resource, "namespace": namespace,
-                      "group": group, "subresource": subresource}}}
-        response = self.call("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-                             review)
-        assert response.status_code == 201, response.text
-        return bool(response.json()["status"]["allowed"])
-
-    def claims(self) -> dict[str, Any]:
-        payload = self.token.split(".")[1]
-        decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "==="))
-        return decoded
-
-    def answers(self) -> int:
-        return self.call("GET", PODS).status_code
-
-
-def config_map(name: str, namespace: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": namespace}}
-
-
-def eventually(check: Any, timeout: float = 15.0) -> bool:
-    """kube-apiserver caches a token's successful authentication for 10 s: a revoked token
-    keeps working that long at most."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.2)
-    return bool(check())
-
-
-def guard_enforced(kubeconfig: Kubeconfig) -> bool:
-    """Whether a write in the portal's namespace is refused (tried as a dry run).
-
-    The API server loads a new admission policy asynchronously: on a brand-new cluster the
-    guard applied with the first kubeconfig takes effect a moment later.
-    """
-    path = f"/api/v1/namespaces/{PORTAL_NAMESPACE}/configmaps?dryRun=All"
-    return eventually(lambda: kubeconfig.call(
-        "POST", path, config_map("sneaky", PORTAL_NAMESPACE)).status_code == 403)
-
-
-@pytest.fixture
-def train(db: Session, tenancy: Tenancy, virtual_api: ApiServer) -> VirtualCluster:
-    """acme's Ready cluster whose admin credential and endpoint are the real API server's."""
-    cluster = ready_cluster(db, tenancy.acme, endpoint=virtual_api.url,
-                            kubeconfig=virtual_api.admin_kubeconfig)
-    db.commit()
-    return cluster
 
 
 @pytest.fixture
@@ -204,3 +119,20 @@ def test_revoking_ends_that_token_alone_and_expiry_ends_the_other(
     sweeper = KubeconfigReconciler.from_settings(settings, database, ClientConnector(settings))
     assert sweeper.run_due("test") == 1
     assert eventually(lambda: second.answers() == 401)
+
+
+def test_the_control_plane_still_keeps_up_the_portal_namespace(
+    issue: Issue, tenancy: Tenancy, virtual: KubernetesAdapter,
+) -> None:
+    """Like every namespace, the portal's has its ``default`` ServiceAccount and the cluster's
+    CA bundle, which the controllers (acting as their own ServiceAccounts, as vCluster and
+    kubeadm run them) put back when they go: the guard must not refuse them."""
+    admin, _ = issue(tenancy.acme_admin, "admin")
+    assert guard_enforced(admin)  # the policy is loaded (RBAC lets an admin write there)
+    for kind, name in (("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")):
+        virtual.delete("v1", kind, name, PORTAL_NAMESPACE)  # as the portal's admin may
+        assert eventually(partial(restored, virtual, kind, name)), f"{kind} {name} not restored"
+
+
+def restored(port: KubernetesAdapter, kind: str, name: str) -> bool:
+    return port.get("v1", kind, name, PORTAL_NAMESPACE) is not None

@@ -1,5 +1,13 @@
 """Revocation beyond the revoke button: member removal, role changes, suspension, cluster
-deletion, and the reconciler that deletes the bound Secrets, retrying when the API fails."""
+deletion, and the reconciler that deletes the bound Secrets, retrying when the API fails.
+
+Member removal and expiry run on a real kube-apiserver standing in for the virtual cluster
+(``virtual_api``, marked ``kube_server``). The other tests stay on the in-memory fake: the
+cluster-deletion and back-off tests need the API to fail on demand (connection refused, a
+503 with Retry-After, a 403), which a real server cannot be made to do, and the role-change,
+suspension and registry tests observe only the database (the fake stands in for a connector
+they never really use).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +23,7 @@ from app.clusters.models import VirtualCluster
 from app.config import Settings
 from app.db import Database, utcnow
 from app.errors import Forbidden
+from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.errors import PermanentKubeError, TransientKubeError
 from app.kube.memory import InMemoryKube
@@ -26,7 +35,7 @@ from app.kubeconfigs.schemas import KubeconfigRequest
 from app.kubeconfigs.service import VirtualClusters
 from app.tenants import service as tenants
 from app.tenants.schemas import MemberUpdate, TenantUpdate
-from tests.kube.emulator import KubeEmulator
+from tests.support.kubeconfigs import RBAC, RecordingConnector, objects_of_user
 from tests.support.tenancy import Tenancy
 
 NS = "gpu-tenant-portal"
@@ -58,17 +67,19 @@ def issue(db: Session, tenancy: Tenancy, clusters: VirtualClusters, settings: Se
     return grant
 
 
-def secret_exists(kube: KubeEmulator | InMemoryKube, grant: KubeconfigGrant) -> bool:
+def secret_exists(kube: KubePort, grant: KubeconfigGrant) -> bool:
     if isinstance(kube, InMemoryKube):
         return any(o["metadata"]["name"] == grant.secret_name for o in kube.objects("Secret"))
-    return kube.stored("v1", "Secret", grant.secret_name, NS) is not None
+    return kube.get("v1", "Secret", grant.secret_name, NS) is not None
 
 
+@pytest.mark.kube_server
 def test_removing_a_member_revokes_their_grants_and_the_worker_deletes_the_secrets(
     db: Session, database: Database, settings: Settings, tenancy: Tenancy,
-    train: VirtualCluster, kube_emulator: KubeEmulator,
+    train: VirtualCluster, virtual: KubernetesAdapter,
 ) -> None:
-    clusters = VirtualClusters.from_settings(settings, ClientConnector(settings))
+    connector = RecordingConnector(ClientConnector(settings))
+    clusters = VirtualClusters.from_settings(settings, connector)
     grant, other = issue(db, tenancy, clusters, settings), issue(db, tenancy, clusters, settings,
                                                                  "acme_viewer")
     member = next(m for m in tenancy.memberships if m.user_id == tenancy.acme_member.id)
@@ -76,21 +87,21 @@ def test_removing_a_member_revokes_their_grants_and_the_worker_deletes_the_secre
     db.commit()
     assert grant.revoked_at is not None and grant.revoke_reason == "member-removed"
     assert other.revoked_at is None
-    assert secret_exists(kube_emulator, grant)  # revoked at once, deleted by the worker
+    assert secret_exists(virtual, grant)  # revoked at once, deleted by the worker
 
     reconciler = KubeconfigReconciler(database, clusters)
     assert reconciler.run_due("w1") == 1
-    requests = len(kube_emulator.requests())
+    requests = len(connector.calls)
     assert reconciler.run_due("w1") == 0  # level-triggered: the second pass changes nothing
-    assert len(kube_emulator.requests()) == requests
-    assert not secret_exists(kube_emulator, grant) and secret_exists(kube_emulator, other)
-    assert kube_emulator.stored("v1", "ServiceAccount", grant.service_account, NS) is None
+    assert len(connector.calls) == requests
+    assert not secret_exists(virtual, grant) and secret_exists(virtual, other)
+    assert virtual.get("v1", "ServiceAccount", grant.service_account, NS) is None
     db.expire_all()
     assert grant.secret_deleted_at is not None
 
 
 def test_a_lower_role_revokes_the_grants_it_would_not_get_any_more(
-    db: Session, settings: Settings, tenancy: Tenancy, train: VirtualCluster,
+    db: Session, settings: Settings, tenancy: Tenancy, offline_train: VirtualCluster,
 ) -> None:
     clusters = VirtualClusters.from_settings(settings, FakeClusters())
     edit_grant = issue(db, tenancy, clusters, settings, "acme_member", "edit")
@@ -102,7 +113,7 @@ def test_a_lower_role_revokes_the_grants_it_would_not_get_any_more(
 
 
 def test_suspending_a_tenant_or_deleting_a_cluster_revokes_every_grant_with_an_audit_row(
-    db: Session, settings: Settings, tenancy: Tenancy, train: VirtualCluster,
+    db: Session, settings: Settings, tenancy: Tenancy, offline_train: VirtualCluster,
 ) -> None:
     fake = FakeClusters()
     clusters = VirtualClusters.from_settings(settings, fake)
@@ -114,7 +125,8 @@ def test_suspending_a_tenant_or_deleting_a_cluster_revokes_every_grant_with_an_a
     revokes = db.scalars(select(AuditEvent.target_id).where(
         AuditEvent.action == "kubeconfig.revoke")).all()
     assert sorted(revokes) == sorted([str(first.id), str(second.id)])
-    assert service.revoke_grants_for_cluster(db, train.id, actor_label="cluster-reconciler") == 0
+    assert service.revoke_grants_for_cluster(
+        db, offline_train.id, actor_label="cluster-reconciler") == 0
     with pytest.raises(Forbidden, match="suspended"):
         service.issue_kubeconfig(db, tenancy.principal(tenancy.acme_admin), clusters, settings,
                                  "acme", "train", KubeconfigRequest())
@@ -122,24 +134,25 @@ def test_suspending_a_tenant_or_deleting_a_cluster_revokes_every_grant_with_an_a
 
 def test_deleting_a_cluster_revokes_its_grants_and_the_worker_gives_up_on_its_dying_api(
     db: Session, database: Database, settings: Settings, tenancy: Tenancy,
-    train: VirtualCluster,
+    offline_train: VirtualCluster,
 ) -> None:
     fake = FakeClusters()
     clusters = VirtualClusters.from_settings(settings, fake)
     grant = issue(db, tenancy, clusters, settings)
-    assert service.revoke_grants_for_cluster(db, train.id, actor_label="cluster-reconciler") == 1
-    train.deletion_requested_at = utcnow()
+    assert service.revoke_grants_for_cluster(
+        db, offline_train.id, actor_label="cluster-reconciler") == 1
+    offline_train.deletion_requested_at = utcnow()
     db.commit()
     fake.kube.inject("delete", OSError("connection refused"), times=10)
     assert KubeconfigReconciler(database, clusters).run_due("w1") == 1
     db.expire_all()
     assert grant.revoke_reason == "cluster-deleted" and grant.secret_deleted_at is not None
-    assert service.forget_grants_for_cluster(db, train.id) == 1
+    assert service.forget_grants_for_cluster(db, offline_train.id) == 1
 
 
 def test_the_worker_backs_off_on_failures_and_deletes_the_secret_once_the_api_answers(
     db: Session, database: Database, settings: Settings, tenancy: Tenancy,
-    train: VirtualCluster,
+    offline_train: VirtualCluster,
 ) -> None:
     fake = FakeClusters()
     clusters = VirtualClusters.from_settings(settings, fake)
@@ -168,26 +181,29 @@ def test_the_worker_backs_off_on_failures_and_deletes_the_secret_once_the_api_an
     assert grant.secret_deleted_at is not None and grant.cleanup_error is None
 
 
+@pytest.mark.kube_server
 def test_expired_grants_lose_their_secret_and_the_account_goes_with_its_last_live_grant(
     db: Session, database: Database, settings: Settings, tenancy: Tenancy,
-    train: VirtualCluster,
+    train: VirtualCluster, virtual: KubernetesAdapter,
 ) -> None:
-    fake = FakeClusters()
-    clusters = VirtualClusters.from_settings(settings, fake)
+    clusters = VirtualClusters.from_settings(settings, ClientConnector(settings))
     expired, live = issue(db, tenancy, clusters, settings), issue(db, tenancy, clusters, settings)
+    binding = f"{NS}:{live.service_account}"
     expired.expires_at = utcnow() - timedelta(seconds=1)
     db.commit()
     reconciler = KubeconfigReconciler(database, clusters)
     assert reconciler.run_due("w1") == 1
-    assert not secret_exists(fake.kube, expired) and secret_exists(fake.kube, live)
-    accounts = [o["metadata"]["name"] for o in fake.kube.objects("ServiceAccount")]
-    assert accounts == [live.service_account]  # still used by the live grant
+    assert not secret_exists(virtual, expired) and secret_exists(virtual, live)
+    # The account stays, still used by the live grant.
+    assert virtual.get("v1", "ServiceAccount", live.service_account, NS) is not None
+    assert virtual.get(RBAC, "ClusterRoleBinding", binding) is not None
 
     live.expires_at = utcnow() - timedelta(seconds=1)
     db.commit()
     assert reconciler.run_due("w1") == 1
-    assert fake.kube.objects("ServiceAccount") == []
-    assert fake.kube.objects("ClusterRoleBinding") == []
+    assert virtual.get("v1", "ServiceAccount", live.service_account, NS) is None
+    assert virtual.get(RBAC, "ClusterRoleBinding", binding) is None
+    assert objects_of_user(virtual, tenancy.acme_member.id) == []
 
 
 def test_the_worker_runs_the_kubeconfig_reconciler(database: Database, settings: Settings) -> None:

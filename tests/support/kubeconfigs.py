@@ -1,0 +1,215 @@
+"""Issued kubeconfigs on a real API server: read one as kubectl would, ask the server what its
+token may do, decode the token, and see what the portal sent to the virtual cluster.
+
+The API server is shared by the whole run: whatever a test looks for is named by its own user
+(``user-<id>-<role>``, ids from PostgreSQL sequences) or labelled with its user id, never
+counted namespace-wide.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import yaml
+from sqlalchemy.orm import Session
+
+from app.clusters.models import VirtualCluster
+from app.kube.connector import KubeConnector
+from app.kube.port import KubePort, Manifest
+from app.kubeconfigs.manifests import PORTAL_NAMESPACE, USER_ID
+from app.tenants.models import Tenant
+from tests.support.kube_server import ApiServer
+from tests.support.virtual_clusters import ready_cluster
+
+PODS = "/api/v1/namespaces/default/pods"
+RBAC = "rbac.authorization.k8s.io/v1"
+
+
+@dataclass(frozen=True)
+class Kubeconfig:
+    """An issued kubeconfig, read as kubectl would."""
+
+    server: str
+    token: str
+    context: ssl.SSLContext
+
+    @classmethod
+    def parse(cls, text: str) -> Kubeconfig:
+        config = yaml.safe_load(text)
+        cluster = config["clusters"][0]["cluster"]
+        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+        return cls(cluster["server"], config["users"][0]["user"]["token"],
+                   ssl.create_default_context(cadata=ca))
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None,
+             **headers: str) -> httpx.Response:
+        return httpx.request(method, self.server + path, json=body, verify=self.context,
+                             headers={"Authorization": f"Bearer {self.token}", **headers},
+                             timeout=10.0)
+
+    def may(self, verb: str, resource: str, *, namespace: str = "default", group: str = "",
+            subresource: str = "") -> bool:
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                  "spec": {"resourceAttributes": {
+                      "verb": verb, "resource": resource, "namespace": namespace,
+                      "group": group, "subresource": subresource}}}
+        response = self.call("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                             review)
+        assert response.status_code == 201, response.text
+        return bool(response.json()["status"]["allowed"])
+
+    def claims(self) -> dict[str, Any]:
+        return token_claims(self.token)
+
+    def answers(self) -> int:
+        return self.call("GET", PODS).status_code
+
+    def who_am_i(self) -> str:
+        """The username the API server authenticates this token as (SelfSubjectReview)."""
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        response = self.call("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                             review)
+        assert response.status_code == 201, response.text
+        return str(response.json()["status"]["userInfo"]["username"])
+
+
+def token_claims(token: str) -> dict[str, Any]:
+    payload = token.split(".")[1]
+    decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "==="))
+    return decoded
+
+
+def account_username(service_account: str) -> str:
+    return f"system:serviceaccount:{PORTAL_NAMESPACE}:{service_account}"
+
+
+def bound_secret_name(claims: Mapping[str, Any]) -> str | None:
+    """The Secret a TokenRequest bound the token to (the ``kubernetes.io`` claim)."""
+    secret = (claims.get("kubernetes.io") or {}).get("secret") or {}
+    name = secret.get("name")
+    return name if isinstance(name, str) else None
+
+
+def config_map(name: str, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace}}
+
+
+def eventually(check: Callable[[], bool], timeout: float = 15.0) -> bool:
+    """kube-apiserver caches a token's successful authentication for 10 s: a revoked token
+    keeps working that long at most."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return bool(check())
+
+
+def guard_enforced(kubeconfig: Kubeconfig) -> bool:
+    """Whether a write in the portal's namespace is refused (tried as a dry run).
+
+    The API server loads a new admission policy asynchronously: on a brand-new cluster the
+    guard applied with the first kubeconfig takes effect a moment later.
+    """
+    path = f"/api/v1/namespaces/{PORTAL_NAMESPACE}/configmaps?dryRun=All"
+    return eventually(lambda: kubeconfig.call(
+        "POST", path, config_map("sneaky", PORTAL_NAMESPACE)).status_code == 403)
+
+
+def public_endpoint(api: ApiServer) -> str:
+    """The API server under another name than its admin kubeconfig's (``localhost``, which
+    its serving certificate names too): a kubeconfig naming it shows that it names the
+    cluster's endpoint, not the admin credential's server, and it still works."""
+    return api.url.replace("://127.0.0.1:", "://localhost:")
+
+
+def real_ready_cluster(db: Session, tenant: Tenant, api: ApiServer,
+                       **options: Any) -> VirtualCluster:
+    """A Ready cluster row whose endpoint and sealed admin credential are ``api``'s."""
+    return ready_cluster(db, tenant, endpoint=public_endpoint(api),
+                         kubeconfig=api.admin_kubeconfig, **options)
+
+
+def objects_of_user(port: KubePort, user_id: int) -> list[tuple[str, str]]:
+    """(kind, name) of every ServiceAccount, Secret and ClusterRoleBinding a grant of this
+    user would make (all carry the user-id label)."""
+    selector = {USER_ID: str(user_id)}
+    found = []
+    for api_version, kind, namespace in (("v1", "ServiceAccount", PORTAL_NAMESPACE),
+                                         ("v1", "Secret", PORTAL_NAMESPACE),
+                                         (RBAC, "ClusterRoleBinding", None)):
+        found += [(kind, o["metadata"]["name"])
+                  for o in port.list(api_version, kind, namespace, label_selector=selector)]
+    return found
+
+
+# ----- what the portal sent
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of the portal on a virtual cluster's port: ``("apply", "Secret", name)``."""
+
+    method: str
+    kind: str
+    name: str
+
+
+@dataclass
+class RecordingConnector:
+    """The app's real connector, recording every call its virtual-cluster ports make."""
+
+    inner: KubeConnector
+    calls: list[Call] = field(default_factory=list)
+
+    def host(self) -> KubePort | None:
+        return self.inner.host()
+
+    def virtual(self, kubeconfig_yaml: str) -> KubePort:
+        return _RecordingPort(self.inner.virtual(kubeconfig_yaml), self.calls)
+
+    def ready(self, kubeconfig_yaml: str) -> bool:
+        return self.inner.ready(kubeconfig_yaml)
+
+    def writes(self) -> list[Call]:
+        return [c for c in self.calls if c.method in ("apply", "delete", "request_token")]
+
+
+@dataclass
+class _RecordingPort:
+    inner: KubePort
+    calls: list[Call]
+
+    def apply(self, obj: Manifest, *, force: bool = False) -> Manifest:
+        self.calls.append(Call("apply", obj["kind"], obj["metadata"]["name"]))
+        return self.inner.apply(obj, force=force)
+
+    def get(self, api_version: str, kind: str, name: str,
+            namespace: str | None = None) -> Manifest | None:
+        self.calls.append(Call("get", kind, name))
+        return self.inner.get(api_version, kind, name, namespace)
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None,
+             label_selector: Mapping[str, str] | None = None) -> list[Manifest]:
+        self.calls.append(Call("list", kind, ""))
+        return self.inner.list(api_version, kind, namespace, label_selector)
+
+    def delete(self, api_version: str, kind: str, name: str,
+               namespace: str | None = None) -> bool:
+        self.calls.append(Call("delete", kind, name))
+        return self.inner.delete(api_version, kind, name, namespace)
+
+    def request_token(self, namespace: str, service_account: str, *,
+                      expiration_seconds: int, bound_secret: str | None) -> str:
+        self.calls.append(Call("request_token", "ServiceAccount", service_account))
+        return self.inner.request_token(namespace, service_account,
+                                        expiration_seconds=expiration_seconds,
+                                        bound_secret=bound_secret)
