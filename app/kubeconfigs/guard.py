@@ -6,13 +6,20 @@ cluster-wide, grants ``impersonate`` on ServiceAccounts, ``create`` on
 ``serviceaccounts/token`` and write access to Secrets and Pods in every namespace: an ``edit``
 user could impersonate an admin's ServiceAccount or mint a token for it, create a legacy
 ``kubernetes.io/service-account-token`` Secret or a Pod running as it, or delete other users'
-bound Secrets (revoking their kubeconfigs). Two layers close this:
+bound Secrets (revoking their kubeconfigs); a Pod in ``kube-system`` could run as a
+controller's ServiceAccount. Three layers close this:
 
 - ``edit`` grants bind ``gpu-tenant-portal:edit``, explicit rules for everyday workloads without
   ``impersonate`` and without ``serviceaccounts/token``. ``view`` keeps the built-in ``view``
   (no Secrets, no impersonation, no tokens) and ``admin`` keeps ``cluster-admin``.
 - A ValidatingAdmissionPolicy denies every create, update and delete in the portal namespace
   (and of the namespace itself) unless the requester is the portal or the control plane.
+- Another denies ``edit`` and ``view`` grants every write and ``exec`` in the system
+  namespaces (``kube-system``, ``kube-public``, ``kube-node-lease``).
+
+A holder of ``edit`` may still run a Pod as any ServiceAccount of a namespace it writes in, as
+with Kubernetes' own ``edit``: a tenant admin who binds broad rights to a ServiceAccount gives
+them to every ``edit`` holder.
 
 Who the portal is: vCluster exports (Secret ``vc-<release>``, key ``config``) the kubeadm-style
 admin credential, a client certificate with CN ``kubernetes-admin`` and O ``system:masters``
@@ -51,6 +58,10 @@ from app.kube.manifests.labels import MANAGED_BY, MANAGED_BY_VALUE
 from app.kubeconfigs.manifests import EDIT_ROLE, PORTAL_NAMESPACE
 
 POLICY_NAME = f"{PORTAL_NAMESPACE}-namespace-guard"
+SYSTEM_POLICY_NAME = f"{PORTAL_NAMESPACE}-system-namespaces-guard"
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+# The username of an edit or view grant's ServiceAccount (manifests.service_account_name).
+_NON_ADMIN_GRANT = f"^system:serviceaccount:{PORTAL_NAMESPACE}:user-[0-9]+-(edit|view)$"
 MASTERS = "system:masters"
 CONTROLLER_MANAGER = "system:kube-controller-manager"
 # The controllers that write in every namespace, as their ServiceAccounts.
@@ -150,16 +161,50 @@ def namespace_guard_policy(portal: PortalIdentity) -> Manifest:
 
 
 def namespace_guard_binding() -> Manifest:
+    return _binding(POLICY_NAME)
+
+
+def system_namespaces_guard_policy() -> Manifest:
+    """Keeps ``edit`` and ``view`` grants out of the system namespaces.
+
+    ``edit`` is bound cluster-wide and may create pods: in ``kube-system`` a pod could run as a
+    controller's ServiceAccount and hand its token (and its rights) to the user; ``exec`` into
+    a system pod (CONNECT) would do the same. Admin grants are cluster-admins anyway.
+    """
+    rule = {"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*/*"],
+            "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"], "scope": "Namespaced"}
+    selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                      "values": list(SYSTEM_NAMESPACES)}]}
+    validation = {
+        "expression": f"!request.userInfo.username.matches({json.dumps(_NON_ADMIN_GRANT)})",
+        "message": "edit and view kubeconfigs do not write in the system namespaces",
+        "reason": "Forbidden",
+    }
+    return {
+        "apiVersion": _ADMISSION, "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": SYSTEM_POLICY_NAME, "labels": _labels()},
+        "spec": {"failurePolicy": "Fail",
+                 "matchConstraints": {"namespaceSelector": selector, "resourceRules": [rule]},
+                 "validations": [validation]},
+    }
+
+
+def system_namespaces_guard_binding() -> Manifest:
+    return _binding(SYSTEM_POLICY_NAME)
+
+
+def _binding(policy: str) -> Manifest:
     return {
         "apiVersion": _ADMISSION, "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": _labels()},
-        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+        "metadata": {"name": policy, "labels": _labels()},
+        "spec": {"policyName": policy, "validationActions": ["Deny"]},
     }
 
 
 def guard_objects(portal: PortalIdentity) -> list[Manifest]:
     """What a virtual cluster needs before any grant, in apply order."""
-    return [edit_cluster_role(), namespace_guard_policy(portal), namespace_guard_binding()]
+    return [edit_cluster_role(), namespace_guard_policy(portal), namespace_guard_binding(),
+            system_namespaces_guard_policy(), system_namespaces_guard_binding()]
 
 
 # ----- who the admin kubeconfig authenticates as

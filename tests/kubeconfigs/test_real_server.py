@@ -136,3 +136,30 @@ def test_the_control_plane_still_keeps_up_the_portal_namespace(
 
 def restored(port: KubernetesAdapter, kind: str, name: str) -> bool:
     return port.get("v1", kind, name, PORTAL_NAMESPACE) is not None
+
+
+def system_pod(namespace: str, service_account: str) -> dict[str, object]:
+    container = {"name": "c", "image": "registry.example/tool:1", "securityContext": {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "borrowed-identity", "namespace": namespace},
+            "spec": {"serviceAccountName": service_account, "containers": [container]}}
+
+
+def test_edit_and_view_cannot_borrow_a_controllers_identity_in_kube_system(
+    issue: Issue, tenancy: Tenancy,
+) -> None:
+    admin, _ = issue(tenancy.acme_admin, "admin")
+    edit, _ = issue(tenancy.acme_member, "edit")
+    steal = system_pod("kube-system", "namespace-controller")
+    create_in = "/api/v1/namespaces/{}/pods?dryRun=All"
+    # RBAC alone would let it: edit is bound cluster-wide and creates pods.
+    assert edit.may("create", "pods", namespace="kube-system")
+    assert eventually(lambda: edit.call(
+        "POST", create_in.format("kube-system"), steal).status_code == 403)
+    refused = edit.call("POST", create_in.format("kube-system"), steal)
+    assert "system namespaces" in refused.json()["message"]
+    assert edit.call("POST", create_in.format("default"),
+                     system_pod("default", "default")).status_code == 201
+    assert admin.call("POST", create_in.format("kube-system"), steal).status_code == 201
