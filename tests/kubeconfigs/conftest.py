@@ -20,8 +20,9 @@ from app.db import Database
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.main import create_app
+from tests.support.kube import RecordingConnector
 from tests.support.kube_server import ApiServer
-from tests.support.kubeconfigs import RecordingConnector, real_ready_cluster
+from tests.support.kubeconfigs import real_ready_cluster
 from tests.support.tenancy import Tenancy, build_tenancy
 from tests.support.virtual_clusters import ready_cluster
 

@@ -36,8 +36,8 @@ from app.kubeconfigs.guard import (
 )
 from app.kubeconfigs.manifests import EDIT_ROLE
 from tests.kubeconfigs.test_manifests import check_golden
+from tests.support.kube import Call, RecordingConnector
 from tests.support.kube_server import ApiServer
-from tests.support.kubeconfigs import Call, RecordingConnector
 from tests.support.tenancy import Tenancy, headers
 from tests.support.virtual_clusters import admin_kubeconfig
 
@@ -175,7 +175,7 @@ def test_issuing_an_edit_kubeconfig_guards_the_cluster_and_binds_the_portal_role
     grant_binding = virtual.get(RBAC, "ClusterRoleBinding",
                                 f"{NS}:user-{tenancy.acme_member.id}-edit")
     assert grant_binding is not None and grant_binding["roleRef"]["name"] == EDIT_ROLE
-    writes = kube_calls.writes()
+    writes = kube_calls.writes
     guard_at = writes.index(Call("apply", "ValidatingAdmissionPolicyBinding", POLICY_NAME))
     account_at = writes.index(Call("apply", "ServiceAccount",
                                    f"user-{tenancy.acme_member.id}-edit"))
@@ -236,4 +236,4 @@ def test_a_binding_to_the_built_in_edit_role_is_replaced(
     assert binding is not None and binding["roleRef"]["name"] == EDIT_ROLE
     # A roleRef cannot change: the binding was deleted and made anew.
     assert binding["metadata"]["uid"] != stale["metadata"]["uid"]
-    assert Call("delete", "ClusterRoleBinding", name) in kube_calls.writes()
+    assert Call("delete", "ClusterRoleBinding", name) in kube_calls.writes

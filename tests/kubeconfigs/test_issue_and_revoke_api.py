@@ -25,10 +25,10 @@ from app.db import utcnow
 from app.kube.adapter import KubernetesAdapter
 from app.kubeconfigs.manifests import service_account_name
 from app.kubeconfigs.models import KubeconfigGrant
+from tests.support.kube import RecordingConnector
 from tests.support.kube_server import ApiServer
 from tests.support.kubeconfigs import (
     Kubeconfig,
-    RecordingConnector,
     account_username,
     bound_secret_name,
     objects_of_user,

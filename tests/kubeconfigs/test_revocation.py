@@ -35,7 +35,8 @@ from app.kubeconfigs.schemas import KubeconfigRequest
 from app.kubeconfigs.service import VirtualClusters
 from app.tenants import service as tenants
 from app.tenants.schemas import MemberUpdate, TenantUpdate
-from tests.support.kubeconfigs import RBAC, RecordingConnector, objects_of_user
+from tests.support.kube import RecordingConnector
+from tests.support.kubeconfigs import RBAC, objects_of_user
 from tests.support.tenancy import Tenancy
 
 NS = "gpu-tenant-portal"

@@ -17,10 +17,10 @@ from app.kubeconfigs.manifests import service_account_name
 from app.kubeconfigs.models import KubeconfigGrant
 from tests import factories
 from tests.support import oidc
+from tests.support.kube import RecordingConnector
 from tests.support.kube_server import ApiServer
 from tests.support.kubeconfigs import (
     Kubeconfig,
-    RecordingConnector,
     account_username,
     bound_secret_name,
     objects_of_user,

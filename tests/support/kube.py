@@ -4,6 +4,7 @@ of what the portal writes through a real one."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from app.kube.connector import KubeConnector
 from app.kube.memory import InMemoryKube
@@ -26,65 +27,82 @@ class InMemoryConnector:
         return self.is_ready
 
 
+class Call(NamedTuple):
+    """One call the portal made on a port: ``Call("apply", "Secret", name)``."""
+
+    method: str
+    kind: str
+    name: str
+
+
+WRITES = ("apply", "delete", "request_token")
+
+
 class RecordingPort:
-    """A ``KubePort`` that passes every call on and records the writes, as (verb, kind, name).
+    """A ``KubePort`` that passes every call on and records it.
 
     ``before_apply`` holds one-shot actions of someone else (another controller, an operator)
     run just before the next apply: a race between the portal's read and its write."""
 
-    def __init__(self, inner: KubePort) -> None:
+    def __init__(self, inner: KubePort, calls: list[Call] | None = None) -> None:
         self.inner = inner
-        self.writes: list[tuple[str, str, str]] = []
+        self.calls = calls if calls is not None else []
         self.before_apply: list[Callable[[], object]] = []
+
+    @property
+    def writes(self) -> list[Call]:
+        return [call for call in self.calls if call.method in WRITES]
 
     def apply(self, obj: Manifest, *, force: bool = False) -> Manifest:
         while self.before_apply:
             self.before_apply.pop(0)()
-        self.writes.append(("apply", obj["kind"], obj["metadata"]["name"]))
+        self.calls.append(Call("apply", obj["kind"], obj["metadata"]["name"]))
         return self.inner.apply(obj, force=force)
 
     def get(self, api_version: str, kind: str, name: str,
             namespace: str | None = None) -> Manifest | None:
+        self.calls.append(Call("get", kind, name))
         return self.inner.get(api_version, kind, name, namespace)
 
     def list(self, api_version: str, kind: str, namespace: str | None = None,
              label_selector: Mapping[str, str] | None = None) -> list[Manifest]:
+        self.calls.append(Call("list", kind, ""))
         return self.inner.list(api_version, kind, namespace, label_selector)
 
     def delete(self, api_version: str, kind: str, name: str,
                namespace: str | None = None) -> bool:
-        self.writes.append(("delete", kind, name))
+        self.calls.append(Call("delete", kind, name))
         return self.inner.delete(api_version, kind, name, namespace)
 
     def request_token(self, namespace: str, service_account: str, *, expiration_seconds: int,
                       bound_secret: str | None) -> str:
-        self.writes.append(("token", "ServiceAccount", service_account))
+        self.calls.append(Call("request_token", "ServiceAccount", service_account))
         return self.inner.request_token(namespace, service_account,
                                         expiration_seconds=expiration_seconds,
                                         bound_secret=bound_secret)
 
 
 class RecordingConnector:
-    """A ``KubeConnector`` whose host port records its writes (virtual clusters pass through)."""
+    """The app's connector, recording in ``calls`` what its host and virtual-cluster ports do."""
 
     def __init__(self, inner: KubeConnector) -> None:
         self.inner = inner
+        self.calls: list[Call] = []
         host = inner.host()
-        self.port = RecordingPort(host) if host is not None else None
+        self.port = RecordingPort(host, self.calls) if host is not None else None
 
     def host(self) -> KubePort | None:
         return self.port
 
     def virtual(self, kubeconfig_yaml: str) -> KubePort:
-        return self.inner.virtual(kubeconfig_yaml)
+        return RecordingPort(self.inner.virtual(kubeconfig_yaml), self.calls)
 
     def ready(self, kubeconfig_yaml: str) -> bool:
         return self.inner.ready(kubeconfig_yaml)
 
     @property
-    def writes(self) -> list[tuple[str, str, str]]:
-        return self.port.writes if self.port is not None else []
+    def writes(self) -> list[Call]:
+        return [call for call in self.calls if call.method in WRITES]
 
     def forget(self) -> None:
-        if self.port is not None:
-            self.port.writes.clear()
+        self.calls.clear()

@@ -13,7 +13,7 @@ import json
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -21,8 +21,7 @@ import yaml
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
-from app.kube.connector import KubeConnector
-from app.kube.port import KubePort, Manifest
+from app.kube.port import KubePort
 from app.kubeconfigs.manifests import PORTAL_NAMESPACE, USER_ID
 from app.tenants.models import Tenant
 from tests.support.kube_server import ApiServer
@@ -149,67 +148,3 @@ def objects_of_user(port: KubePort, user_id: int) -> list[tuple[str, str]]:
         found += [(kind, o["metadata"]["name"])
                   for o in port.list(api_version, kind, namespace, label_selector=selector)]
     return found
-
-
-# ----- what the portal sent
-
-
-@dataclass(frozen=True)
-class Call:
-    """One call of the portal on a virtual cluster's port: ``("apply", "Secret", name)``."""
-
-    method: str
-    kind: str
-    name: str
-
-
-@dataclass
-class RecordingConnector:
-    """The app's real connector, recording every call its virtual-cluster ports make."""
-
-    inner: KubeConnector
-    calls: list[Call] = field(default_factory=list)
-
-    def host(self) -> KubePort | None:
-        return self.inner.host()
-
-    def virtual(self, kubeconfig_yaml: str) -> KubePort:
-        return _RecordingPort(self.inner.virtual(kubeconfig_yaml), self.calls)
-
-    def ready(self, kubeconfig_yaml: str) -> bool:
-        return self.inner.ready(kubeconfig_yaml)
-
-    def writes(self) -> list[Call]:
-        return [c for c in self.calls if c.method in ("apply", "delete", "request_token")]
-
-
-@dataclass
-class _RecordingPort:
-    inner: KubePort
-    calls: list[Call]
-
-    def apply(self, obj: Manifest, *, force: bool = False) -> Manifest:
-        self.calls.append(Call("apply", obj["kind"], obj["metadata"]["name"]))
-        return self.inner.apply(obj, force=force)
-
-    def get(self, api_version: str, kind: str, name: str,
-            namespace: str | None = None) -> Manifest | None:
-        self.calls.append(Call("get", kind, name))
-        return self.inner.get(api_version, kind, name, namespace)
-
-    def list(self, api_version: str, kind: str, namespace: str | None = None,
-             label_selector: Mapping[str, str] | None = None) -> list[Manifest]:
-        self.calls.append(Call("list", kind, ""))
-        return self.inner.list(api_version, kind, namespace, label_selector)
-
-    def delete(self, api_version: str, kind: str, name: str,
-               namespace: str | None = None) -> bool:
-        self.calls.append(Call("delete", kind, name))
-        return self.inner.delete(api_version, kind, name, namespace)
-
-    def request_token(self, namespace: str, service_account: str, *,
-                      expiration_seconds: int, bound_secret: str | None) -> str:
-        self.calls.append(Call("request_token", "ServiceAccount", service_account))
-        return self.inner.request_token(namespace, service_account,
-                                        expiration_seconds=expiration_seconds,
-                                        bound_secret=bound_secret)
