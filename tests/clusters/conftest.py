@@ -8,7 +8,6 @@ from sqlalchemy.orm import Session
 from app.db import Database
 from tests import factories
 from tests.clusters.support import Harness
-from tests.kube.conftest import kube_emulator  # noqa: F401 - re-exported fixture
 from tests.support.tenancy import Tenancy, build_tenancy
 
 ACME_H100_QUOTA = 16

@@ -1,21 +1,30 @@
 """A stand-in ``helm`` executable for tests: records its arguments and plays the release.
 
 ``install_standin_helm(directory)`` writes an executable ``helm`` into ``directory``; put that
-directory first on PATH. On ``upgrade --install`` it creates, through the host API named by
-``--kubeconfig``, the control plane StatefulSet and the Secret ``vc-<release>`` whose ``config``
-is an admin kubeconfig for the same API server (so ``/readyz`` answers through it); on
-``uninstall`` it removes the StatefulSet. Each call is appended as a JSON line to the file in
-``HELM_STANDIN_LOG``, with the values file's content.
+directory first on PATH and set ``HELM_STANDIN_LOG`` (a file each call is appended to as a JSON
+line, with the values file's content) and ``HELM_STANDIN_VCLUSTER_KUBECONFIG`` (a file holding
+the virtual cluster's admin kubeconfig: a real API server's, so ``/readyz`` answers through it).
+
+It speaks to the host API server named by ``--kubeconfig`` as helm does: over TLS, trusting the
+kubeconfig's CA and presenting its client certificate. On ``upgrade --install`` it applies (as
+field manager ``helm``) the control plane StatefulSet and the Secret ``vc-<release>`` whose
+``config`` is the virtual cluster's admin kubeconfig; on ``uninstall`` it deletes the
+StatefulSet (the Secret is vCluster's own, as with the real chart).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = r'''
-import base64, json, os, sys, urllib.error, urllib.request
+import base64, json, os, ssl, sys, tempfile, urllib.error, urllib.request
+
+import yaml
 
 args = sys.argv[1:]
 def flag(name):
@@ -26,31 +35,49 @@ with open(os.environ["HELM_STANDIN_LOG"], "a") as log:
     values = open(values_file).read() if values_file else None
     log.write(json.dumps({"argv": args, "values": values}) + "\n")
 
-server = json.load(open(flag("--kubeconfig")))["clusters"][0]["cluster"]["server"]
+kubeconfig = yaml.safe_load(open(flag("--kubeconfig")))
+cluster = kubeconfig["clusters"][0]["cluster"]
+user = kubeconfig["users"][0]["user"]
+server = cluster["server"]
 namespace = flag("--namespace")
+
+context = ssl.create_default_context(
+    cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+with tempfile.TemporaryDirectory(prefix="helm-standin-") as directory:
+    cert, key = os.path.join(directory, "client.crt"), os.path.join(directory, "client.key")
+    with open(cert, "wb") as out:
+        out.write(base64.b64decode(user["client-certificate-data"]))
+    with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as out:
+        out.write(base64.b64decode(user["client-key-data"]))
+    context.load_cert_chain(cert, key)
 
 def call(method, path, body=None):
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(server + path, data=data, method=method, headers={
         "Content-Type": "application/apply-patch+yaml", "Accept": "application/json"})
     try:
-        urllib.request.urlopen(request, timeout=10).read()
+        urllib.request.urlopen(request, timeout=10, context=context).read()
     except urllib.error.HTTPError as error:
         if error.code != 404:
-            raise
+            sys.exit(f"Error: {method} {path}: {error.code} {error.read().decode()}")
 
 if args[0] == "upgrade":
     release = args[2]
-    config = json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": release,
-        "clusters": [{"name": release, "cluster": {"server": server}}],
-        "users": [{"name": release, "user": {"token": "admin-token-never-shown"}}],
-        "contexts": [{"name": release, "context": {"cluster": release, "user": release}}]})
-    labels = {"app": "vcluster", "vcluster-name": release}
+    config = open(os.environ["HELM_STANDIN_VCLUSTER_KUBECONFIG"]).read()
+    labels = {"app": "vcluster", "release": release}
     apply = "?fieldManager=helm&force=true"
+    pod = {"metadata": {"labels": labels}, "spec": {
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 12345,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "syncer", "image": "ghcr.io/loft-sh/vcluster-pro:0.26.0",
+                        "securityContext": {"allowPrivilegeEscalation": False,
+                                            "capabilities": {"drop": ["ALL"]}}}]}}
     call("PATCH", f"/apis/apps/v1/namespaces/{namespace}/statefulsets/{release}{apply}",
          {"apiVersion": "apps/v1", "kind": "StatefulSet",
-          "metadata": {"name": release, "namespace": namespace, "labels": labels}})
+          "metadata": {"name": release, "namespace": namespace, "labels": labels},
+          "spec": {"replicas": 1, "serviceName": release,
+                   "selector": {"matchLabels": labels}, "template": pod}})
     call("PATCH", f"/api/v1/namespaces/{namespace}/secrets/vc-{release}{apply}",
          {"apiVersion": "v1", "kind": "Secret",
           "metadata": {"name": f"vc-{release}", "namespace": namespace, "labels": labels},
@@ -68,18 +95,21 @@ def install_standin_helm(directory: Path) -> Path:
     return helm
 
 
-def host_kubeconfig(path: Path, server: str) -> Path:
-    """A kubeconfig for the emulator (JSON is YAML, so both helm and the client read it)."""
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "host",
-        "clusters": [{"name": "host", "cluster": {"server": server}}],
-        "users": [{"name": "host", "user": {}}],
-        "contexts": [{"name": "host", "context": {"cluster": "host", "user": "host"}}],
-    }))
-    return path
-
-
 def helm_calls(log: Path) -> list[dict[str, object]]:
     if not log.exists():
         return []
     return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def use_standin_helm(directory: Path, monkeypatch: pytest.MonkeyPatch,
+                     vcluster_kubeconfig: str) -> Path:
+    """Put the stand-in first on PATH, its release's kubeconfig beside it; returns the log."""
+    install_standin_helm(directory / "bin")
+    monkeypatch.setenv("PATH", f"{directory / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    config = directory / "vcluster.kubeconfig"
+    config.write_text(vcluster_kubeconfig)
+    config.chmod(0o600)
+    monkeypatch.setenv("HELM_STANDIN_VCLUSTER_KUBECONFIG", str(config))
+    log = directory / "helm-calls.jsonl"
+    monkeypatch.setenv("HELM_STANDIN_LOG", str(log))
+    return log

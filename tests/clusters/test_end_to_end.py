@@ -1,12 +1,17 @@
-"""Done when: a tenant admin creates a cluster in the browser and watches its conditions turn
-ready while the worker applies the objects to the Kubernetes emulator through the real adapter
-and the stand-in helm brings up vc-<release>; resizing updates quota and queue; deleting
-removes every object it made."""
+"""Done when: a tenant admin creates a cluster in the browser-facing pages and watches its
+conditions turn ready while the worker applies the objects to a real host API server (etcd +
+kube-apiserver 1.32 + controller-manager, with KAI's Queue CRD) through the real adapter, and
+the stand-in helm, run by the real HelmInstaller over TLS with the host kubeconfig, brings up
+vc-<release> holding the admin kubeconfig of a second real API server (the virtual cluster,
+whose /readyz must answer); resizing updates quota and queue on the server; deleting waits
+for the controller-manager to finalise the namespace and removes every object it made."""
 
 from __future__ import annotations
 
-import os
+import base64
 import re
+import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,41 +24,63 @@ from app.auth.models import User
 from app.clusters.reconciler import ClusterReconciler
 from app.config import Settings
 from app.db import Database
+from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
+from app.kube.manifests import labels as lbl
 from app.main import create_app
 from tests import factories
-from tests.clusters.standin_helm import helm_calls, host_kubeconfig, install_standin_helm
+from tests.clusters.cleanup import remove_tenant_objects
+from tests.clusters.standin_helm import helm_calls, use_standin_helm
 from tests.clusters.support import Clock
-from tests.kube.emulator import KubeEmulator
 from tests.support import oidc
+from tests.support.kube_server import ApiServer, install_crds
+from tests.support.paths import KAI_QUEUE_CRD
 from tests.support.web import HTML, csrf_of
 
-NAMESPACE = "t-acme--train"
-OWN_OBJECTS = [
-    ("v1", "Namespace", NAMESPACE, None),
-    ("v1", "ResourceQuota", "tenant-quota", NAMESPACE),
-    ("v1", "LimitRange", "tenant-defaults", NAMESPACE),
-    ("networking.k8s.io/v1", "NetworkPolicy", "tenant-isolation", NAMESPACE),
-    ("networking.k8s.io/v1", "NetworkPolicy", "vcluster-api-server", NAMESPACE),
-    ("scheduling.run.ai/v2", "Queue", "acme", None),
-    ("scheduling.run.ai/v2", "Queue", "acme--train", None),
-    ("v1", "Secret", "vc-train", NAMESPACE),
-    ("apps/v1", "StatefulSet", "train", NAMESPACE),
-]
+QUEUE = lbl.KAI_API_VERSION
+DELETE_TIMEOUT = 90.0
+
+
+def own_objects(slug: str) -> list[tuple[str, str, str, str | None]]:
+    namespace = f"t-{slug}--train"
+    return [
+        ("v1", "Namespace", namespace, None),
+        ("v1", "ResourceQuota", "tenant-quota", namespace),
+        ("v1", "LimitRange", "tenant-defaults", namespace),
+        ("networking.k8s.io/v1", "NetworkPolicy", "tenant-isolation", namespace),
+        ("networking.k8s.io/v1", "NetworkPolicy", "vcluster-api-server", namespace),
+        (QUEUE, "Queue", slug, None),
+        (QUEUE, "Queue", f"{slug}--train", None),
+        ("v1", "Secret", "vc-train", namespace),
+        ("apps/v1", "StatefulSet", "train", namespace),
+    ]
+
+
+@pytest.fixture(scope="module")
+def host(host_api: ApiServer) -> Iterator[KubernetesAdapter]:
+    """The real host with KAI's Queue CRD; the admin's adapter, to look at what is stored."""
+    admin = host_api.adapter()
+    install_crds(admin, KAI_QUEUE_CRD)
+    yield admin
+    admin.close()
 
 
 @pytest.fixture
-def helm_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    install_standin_helm(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    log = tmp_path / "helm-calls.jsonl"
-    monkeypatch.setenv("HELM_STANDIN_LOG", str(log))
-    return log
+def slug(host: KubernetesAdapter) -> Iterator[str]:
+    """A tenant slug of its own (the host is shared by the run); what it left is removed."""
+    slug = f"e2e-{secrets.token_hex(3)}"
+    yield slug
+    remove_tenant_objects(host, slug)
 
 
 @pytest.fixture
-def host_settings(settings: Settings, kube_emulator: KubeEmulator, tmp_path: Path) -> Settings:
-    kubeconfig = host_kubeconfig(tmp_path / "host.kubeconfig", kube_emulator.url)
+def helm_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, virtual_api: ApiServer) -> Path:
+    return use_standin_helm(tmp_path / "helm", monkeypatch, virtual_api.admin_kubeconfig)
+
+
+@pytest.fixture
+def host_settings(settings: Settings, host_api: ApiServer, tmp_path: Path) -> Settings:
+    kubeconfig = host_api.write_admin_kubeconfig(tmp_path / "host.kubeconfig")
     return settings.model_copy(update={"kubeconfig": str(kubeconfig)})
 
 
@@ -64,24 +91,24 @@ def portal(host_settings: Settings, database: Database) -> Iterator[TestClient]:
         yield client
 
 
-
-
-def sign_in_acme_admin(db: Session, oidc_issuer: str, client: TestClient) -> int:
-    acme = factories.tenant(db, "acme", display_name="Acme Research")
-    admin = User(email="ada@acme.example", name="")
+def sign_in_acme_admin(db: Session, oidc_issuer: str, client: TestClient,
+                  slug: str = "acme") -> int:
+    acme = factories.tenant(db, slug, display_name="Acme Research")
+    email = f"ada@{slug}.example"
+    admin = User(email=email, name="")
     db.add(admin)
     db.flush()
     factories.membership(db, acme, admin, "admin")
     gpu = factories.gpu_class(db, display_name="H100 80GB")
     factories.quota(db, acme, gpu, 8)
     db.commit()
-    oidc.register_user(oidc_issuer, "ada@acme.example", name="Ada Admin")
-    oidc.sign_in(client, "ada@acme.example")
+    oidc.register_user(oidc_issuer, email, name="Ada Admin")
+    oidc.sign_in(client, email)
     return gpu.id
 
 
-def status_of(client: TestClient) -> str:
-    answer = client.get("/t/acme/clusters/train/status",
+def status_of(client: TestClient, slug: str = "acme") -> str:
+    answer = client.get(f"/t/{slug}/clusters/train/status",
                         headers={**HTML, "HX-Request": "true"})
     assert answer.status_code == 200
     phase = re.search(r'data-phase="(\w+)"', answer.text)
@@ -89,70 +116,90 @@ def status_of(client: TestClient) -> str:
     return phase.group(1)
 
 
+@pytest.mark.kube_server
 def test_create_watch_ready_resize_and_delete(
     portal: TestClient, db: Session, database: Database, oidc_issuer: str,
-    host_settings: Settings, kube_emulator: KubeEmulator, helm_log: Path,
+    host_settings: Settings, host: KubernetesAdapter, virtual_api: ApiServer, helm_log: Path,
+    slug: str,
 ) -> None:
-    gpu_id = sign_in_acme_admin(db, oidc_issuer, portal)
-    page = portal.get("/t/acme/clusters", headers=HTML)
+    gpu_id = sign_in_acme_admin(db, oidc_issuer, portal, slug)
+    page = portal.get(f"/t/{slug}/clusters", headers=HTML)
     csrf = csrf_of(page.text)
     fields = {"name": "train", "kubernetes_version": "1.32.4", "placement": "shared-pool",
               "gpu_class_id": str(gpu_id), "gpus": "4", "cpu_millicores": "8000",
               "memory_mib": "65536"}
-    created = portal.post("/t/acme/clusters", data=fields,
+    created = portal.post(f"/t/{slug}/clusters", data=fields,
                           headers={"HX-Request": "true", "X-CSRF-Token": csrf})
-    assert created.headers["HX-Redirect"] == "/t/acme/clusters/train"
-    detail = portal.get("/t/acme/clusters/train", headers=HTML)
+    assert created.headers["HX-Redirect"] == f"/t/{slug}/clusters/train"
+    detail = portal.get(f"/t/{slug}/clusters/train", headers=HTML)
     assert 'hx-trigger="every 2s"' in detail.text  # live progress while provisioning
 
     clock = Clock()
     worker = ClusterReconciler(host_settings, database, ClientConnector(host_settings),
-                               clock=clock)
+                               clock=clock, wait_seconds=0.5)
+
+    def run() -> None:
+        clock.advance(301)  # later than any backoff, lease or resync
+        worker.run_due("worker-1")
+
     phases = []
     for _ in range(4):
-        clock.advance(301)
-        worker.run_due("worker-1")
-        phases.append(status_of(portal))
-    assert phases[-1] == "Ready"
-    ready_partial = portal.get("/t/acme/clusters/train/status", headers=HTML).text
+        run()
+        phases.append(status_of(portal, slug))
+    assert phases[-1] == "Ready", phases
+    ready_partial = portal.get(f"/t/{slug}/clusters/train/status", headers=HTML).text
     assert "every 2s" not in ready_partial  # polling stops once Ready
-    assert 'hx-get="/t/acme/clusters/train/kubeconfigs"' in ready_partial
-    for api_version, kind, name, namespace in OWN_OBJECTS:
-        assert kube_emulator.stored(api_version, kind, name, namespace) is not None, kind
+    assert f'hx-get="/t/{slug}/clusters/train/kubeconfigs"' in ready_partial
+    namespace = f"t-{slug}--train"
+    for api_version, kind, name, ns in own_objects(slug):
+        assert host.get(api_version, kind, name, ns) is not None, f"{kind} {name} is missing"
+    secret = host.get("v1", "Secret", "vc-train", namespace)
+    assert secret is not None
+    config = base64.b64decode(secret["data"]["config"]).decode()
+    assert config == (helm_log.parent / "vcluster.kubeconfig").read_text()  # as handed to helm
+    assert yaml.safe_load(config)["clusters"][0]["cluster"]["server"] == virtual_api.url
     install = helm_calls(helm_log)[0]
     argv = install["argv"]
     assert isinstance(argv, list) and argv[:5] == ["upgrade", "--install", "train", "vcluster",
                                                    "--repo"]
     assert argv[argv.index("--kubeconfig") + 1] == host_settings.kubeconfig
     assert argv[argv.index("--version") + 1] == host_settings.vcluster_chart_version
+    assert argv[argv.index("--namespace") + 1] == namespace
     assert yaml.safe_load(str(install["values"]))["exportKubeConfig"]["server"] == (
-        "https://train.acme.vc.example.com")
+        f"https://train.{slug}.vc.example.com")
 
-    resized = portal.post("/t/acme/clusters/train/resize", headers={"X-CSRF-Token": csrf},
+    resized = portal.post(f"/t/{slug}/clusters/train/resize", headers={"X-CSRF-Token": csrf},
                           data={"gpus": "8", "cpu_millicores": "8000", "memory_mib": "65536"},
                           follow_redirects=False)
     assert resized.status_code == 303
     for _ in range(2):
-        clock.advance(301)
-        worker.run_due("worker-1")
-    quota = kube_emulator.stored("v1", "ResourceQuota", "tenant-quota", NAMESPACE)
-    queue = kube_emulator.stored("scheduling.run.ai/v2", "Queue", "acme--train")
+        run()
+    quota = host.get("v1", "ResourceQuota", "tenant-quota", namespace)
+    queue = host.get(QUEUE, "Queue", f"{slug}--train")
     assert quota is not None and quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
     assert queue is not None and queue["spec"]["resources"]["gpu"]["quota"] == 8
-    assert status_of(portal) == "Ready"
+    assert status_of(portal, slug) == "Ready"
 
-    deleted = portal.post("/t/acme/clusters/train/delete", headers={"X-CSRF-Token": csrf},
+    deleted = portal.post(f"/t/{slug}/clusters/train/delete", headers={"X-CSRF-Token": csrf},
                           follow_redirects=False)
     assert deleted.status_code == 303
-    assert status_of(portal) == "Deleting"
-    clock.advance(301)
-    worker.run_due("worker-1")
-    for api_version, kind, name, namespace in OWN_OBJECTS:
-        assert kube_emulator.stored(api_version, kind, name, namespace) is None, kind
+    assert status_of(portal, slug) == "Deleting"
+    # the controller-manager finalises the namespace in a few seconds: passes until it has
+    deadline = time.monotonic() + DELETE_TIMEOUT
+    while True:
+        run()
+        gone = portal.get(f"/t/{slug}/clusters/train/status",
+                          headers={**HTML, "HX-Request": "true"})
+        if "HX-Redirect" in gone.headers:
+            break
+        assert time.monotonic() < deadline, "the cluster outlived the namespace timeout"
+        assert 'data-phase="Deleting"' in gone.text
+        time.sleep(0.5)
+    assert gone.headers["HX-Redirect"] == f"/t/{slug}/clusters"
+    for api_version, kind, name, ns in own_objects(slug):
+        assert host.get(api_version, kind, name, ns) is None, f"{kind} {name} remains"
     last_call = helm_calls(helm_log)[-1]["argv"]
     assert isinstance(last_call, list) and last_call[0] == "uninstall"
-    gone = portal.get("/t/acme/clusters/train/status", headers={**HTML, "HX-Request": "true"})
-    assert gone.headers["HX-Redirect"] == "/t/acme/clusters"
 
 
 def test_without_a_host_cluster_the_page_shows_what_would_be_applied(

@@ -1,35 +1,30 @@
-"""Issue 5's "done when": the reference NodeList served by the Kubernetes emulator, synced by
-the worker through the real adapter; the fleet totals per class are right (MIG and CPU-only
-nodes handled); an admin assigns two H100 nodes to a tenant from the suggestion; the worker
-labels and taints exactly those two nodes, and a second pass writes nothing."""
+"""Issue 5's "done when": the reference fleet registered on a real kube-apiserver (as kubelets
+register, kept Ready by their Lease heartbeats; the node lifecycle controller taints the
+NotReady node), synced by the worker through the real adapter; the fleet totals per class are
+right (MIG and CPU-only nodes handled); an admin assigns two H100 nodes to a tenant from the
+suggestion; the worker labels and taints exactly those two nodes on the server, and a second
+pass writes nothing."""
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.config import Settings
-from app.db import Database
-from app.kube.adapter import KubernetesAdapter
 from app.kube.manifests import labels as lbl
 from app.nodes.models import GpuClass
-from app.nodes.reconciler import NodeReconciler
 from app.reconcilers.worker import Worker
 from tests import factories
-from tests.kube.emulator import KubeEmulator
-from tests.nodes.conftest import RACK_LABEL, HostOnly
+from tests.nodes.conftest import NOT_READY, Fleet, Portal
 from tests.support.principals import bearer
 
+pytestmark = pytest.mark.kube_server
+
 H100 = "NVIDIA-H100-80GB-HBM3"
-
-
-def _worker(database: Database, adapter: KubernetesAdapter) -> Worker:
-    settings = Settings(env="test", database_url="sqlite://", rack_label=RACK_LABEL,
-                        worker_resync_seconds=0)
-    return Worker([NodeReconciler(settings, database, HostOnly(adapter))], poll_seconds=0)
 
 
 def _capacity_by_class(client: TestClient, headers: dict[str, str]) -> dict[str, Any]:
@@ -37,11 +32,11 @@ def _capacity_by_class(client: TestClient, headers: dict[str, str]) -> dict[str,
     return {c["product"]: c["capacity"] for c in classes}
 
 
-def _tenant_marks(emulator: KubeEmulator, names: list[str]) -> dict[str, tuple[Any, Any]]:
+def _tenant_marks(fleet: Fleet) -> dict[str, tuple[Any, Any]]:
+    """Per node on the server, the portal's tenant label and taints, where it has either."""
     marks = {}
-    for name in names:
-        node = emulator.stored("v1", "Node", name)
-        assert node is not None
+    for name in fleet.names:
+        node = fleet.node(name)
         ours = [t for t in (node.get("spec") or {}).get("taints") or []
                 if t["key"] == lbl.TENANT]
         label = node["metadata"].get("labels", {}).get(lbl.TENANT)
@@ -50,46 +45,58 @@ def _tenant_marks(emulator: KubeEmulator, names: list[str]) -> dict[str, tuple[A
     return marks
 
 
-def test_fleet_from_the_emulator_and_two_h100_nodes_dedicated(
-    host_nodes: list[dict[str, Any]], kube_emulator: KubeEmulator,
-    kube_adapter: KubernetesAdapter, database: Database, client: TestClient, db: Session,
+def test_fleet_from_the_server_and_two_h100_nodes_dedicated(
+    fleet: Fleet, portal: Portal, client: TestClient, db: Session,
 ) -> None:
-    worker = _worker(database, kube_adapter)
+    worker = Worker([portal.reconciler], poll_seconds=0)
     worker.run_once()
     admin = bearer(db, factories.user(db, admin=True))
-    acme = factories.tenant(db, "acme")
+    slug = f"dw-{secrets.token_hex(3)}"  # the fleet is shared by the package's tests
+    tenant = factories.tenant(db, slug)
     h100 = db.scalar(select(GpuClass).where(GpuClass.product == H100))
     assert h100 is not None
-    factories.quota(db, acme, h100, gpus=16)
+    factories.quota(db, tenant, h100, gpus=16)
     db.commit()
 
-    fleet = _capacity_by_class(client, admin)
-    assert sorted(fleet) == ["NVIDIA-A100-SXM4-80GB", "NVIDIA-GB200", H100, "NVIDIA-L40S"]
-    totals = {p: (c["total"], c["not_ready"], c["free"]) for p, c in fleet.items()}
+    fleet_capacity = _capacity_by_class(client, admin)
+    assert sorted(fleet_capacity) == ["NVIDIA-A100-SXM4-80GB", "NVIDIA-GB200", H100,
+                                      "NVIDIA-L40S"]
+    totals = {p: (c["total"], c["not_ready"], c["free"]) for p, c in fleet_capacity.items()}
     assert totals == {H100: (64, 8, 48), "NVIDIA-GB200": (16, 0, 16),
                       "NVIDIA-L40S": (12, 0, 12), "NVIDIA-A100-SXM4-80GB": (0, 0, 0)}
-    assert fleet["NVIDIA-A100-SXM4-80GB"]["mig_resources"] == {
+    assert fleet_capacity["NVIDIA-A100-SXM4-80GB"]["mig_resources"] == {
         "nvidia.com/mig-1g.10gb": 14, "nvidia.com/mig-3g.40gb": 4, "nvidia.com/mig-7g.80gb": 2}
 
     suggestion = client.post("/api/v1/node-suggestions", headers=admin,
-                             json={"tenant": "acme", "gpu_class": H100, "gpus": 16}).json()
+                             json={"tenant": slug, "gpu_class": H100, "gpus": 16}).json()
     chosen = [node["name"] for node in suggestion["nodes"]]
     assert len(chosen) == 2 and suggestion["racks"] == ["rack-2"]
-    for name in chosen:
-        response = client.put(f"/api/v1/nodes/{name}/assignment", headers=admin,
-                              json={"tenant": "acme"})
-        assert response.status_code == 200, response.text
+    assert "h100-r2-n4" not in chosen  # the NotReady node is never suggested
+    try:
+        for name in chosen:
+            response = client.put(f"/api/v1/nodes/{name}/assignment", headers=admin,
+                                  json={"tenant": slug})
+            assert response.status_code == 200, response.text
 
-    worker.run_once()
-    all_nodes = [item["metadata"]["name"] for item in host_nodes]
-    taint = {"key": lbl.TENANT, "value": "acme", "effect": "NoSchedule"}
-    assert _tenant_marks(kube_emulator, all_nodes) == {
-        name: ("acme", [taint]) for name in chosen}
-    gfd = kube_emulator.stored("v1", "Node", chosen[0])
-    assert gfd is not None and gfd["metadata"]["labels"]["nvidia.com/gpu.product"] == H100
+        portal.connector.forget()
+        worker.run_once()
+        assert sorted(portal.connector.writes) == [("apply", "Node", name)
+                                                   for name in sorted(chosen)]
+        taint = {"key": lbl.TENANT, "value": slug, "effect": "NoSchedule"}
+        assert _tenant_marks(fleet) == {name: (slug, [taint]) for name in chosen}
+        gfd = fleet.node(chosen[0])
+        assert gfd["metadata"]["labels"]["nvidia.com/gpu.product"] == H100  # GFD's stay
+        # the lifecycle controller's taints on the NotReady node are untouched
+        assert [t for t in fleet.node("h100-r2-n4")["spec"]["taints"]
+                if t["key"] == NOT_READY] == fleet.controller_taints
 
-    served = len(kube_emulator.requests())
-    worker.run_once()
-    assert [m for m, _ in kube_emulator.requests()[served:]] == ["GET"]  # one list, no write
-    detail = client.get(f"/api/v1/nodes/{chosen[0]}", headers=admin).json()
-    assert detail["conditions"][0]["reason"] == "InSync"
+        portal.connector.forget()
+        worker.run_once()
+        assert [call.method for call in portal.connector.calls] == ["list"]  # no write
+        detail = client.get(f"/api/v1/nodes/{chosen[0]}", headers=admin).json()
+        assert detail["conditions"][0]["reason"] == "InSync"
+    finally:
+        for name in chosen:  # the fleet outlives this test: leave the nodes as they were
+            client.delete(f"/api/v1/nodes/{name}/assignment", headers=admin)
+        worker.run_once()
+    assert _tenant_marks(fleet) == {}

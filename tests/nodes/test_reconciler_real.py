@@ -10,189 +10,23 @@ tenant assignment must leave in place.
 
 from __future__ import annotations
 
-import copy
-import json
 import secrets
-import threading
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.config import Settings
-from app.db import Database, utcnow
-from app.kube.adapter import KubernetesAdapter
-from app.kube.connector import ClientConnector
+from app.db import utcnow
 from app.kube.manifests import labels as lbl
-from app.kube.port import Manifest, register_kind
 from app.nodes.gpu_classes import capacity
 from app.nodes.models import GpuClass, Node, NodeAssignment
-from app.nodes.reconciler import NodeReconciler
 from tests import factories
-from tests.support.kube import RecordingConnector, RecordingPort
-from tests.support.kube_server import ApiServer
-from tests.support.kubectl import Kubectl
-from tests.support.paths import HOST_NODES
+from tests.nodes.conftest import Fleet, Portal
 
 pytestmark = pytest.mark.kube_server
 
-RACK_LABEL = "network.topology.example.com/rack"
 H100, GB200, L40S, A100 = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-GB200", "NVIDIA-L40S",
                            "NVIDIA-A100-SXM4-80GB")
-NOT_READY = "node.kubernetes.io/not-ready"
-LEASE_API = "coordination.k8s.io/v1"
-LEASE_NAMESPACE = "kube-node-lease"
-HEARTBEAT_SECONDS = 5.0
-register_kind(LEASE_API, "Lease", "leases", namespaced=True)
-
-
-def reference_nodes() -> list[Manifest]:
-    items: list[Manifest] = json.loads(HOST_NODES.read_text())["items"]
-    return [{"apiVersion": "v1", "kind": "Node", **item} for item in items]
-
-
-# ----- the fleet, registered once per module
-
-
-class Heartbeats:
-    """Renews every node's Lease as its kubelet would, so that the node lifecycle controller
-    keeps the status the nodes registered with (without, it marks them Unknown after ~50 s)."""
-
-    def __init__(self, kubelet: Kubectl, names: list[str]) -> None:
-        self.kubelet = kubelet
-        self.names = names
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="kubelet-heartbeats",
-                                        daemon=True)
-
-    def start(self) -> None:
-        self.beat()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def beat(self) -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        for name in self.names:
-            self.kubelet.apply({
-                "apiVersion": LEASE_API, "kind": "Lease",
-                "metadata": {"name": name, "namespace": LEASE_NAMESPACE},
-                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now},
-            })
-
-    def _loop(self) -> None:
-        while not self._stop.wait(HEARTBEAT_SECONDS):
-            self.beat()
-
-
-@dataclass
-class Fleet:
-    api: ApiServer
-    admin: KubernetesAdapter
-    kubectl: Kubectl  # an operator editing nodes by hand
-    kubeconfig: Path
-    names: list[str]
-    # What the lifecycle controller put on the NotReady node: not-ready NoSchedule and NoExecute
-    controller_taints: list[Manifest]
-
-    def node(self, name: str) -> Manifest:
-        found = self.admin.get("v1", "Node", name)
-        assert found is not None, f"node {name} is not on the server"
-        return found
-
-
-def register(kubelet: Kubectl, node: Manifest) -> None:
-    """Create the Node, then write its status through the status subresource."""
-    body = copy.deepcopy(node)
-    status = body.pop("status")
-    kubelet.create(body)
-    kubelet.merge_patch("v1", "Node", node["metadata"]["name"], None, {"status": status},
-                        subresource="status")
-
-
-def not_ready_taints(admin: KubernetesAdapter) -> list[Manifest]:
-    node = admin.get("v1", "Node", "h100-r2-n4") or {}
-    return [taint for taint in (node.get("spec") or {}).get("taints") or []
-            if taint["key"] == NOT_READY]
-
-
-def wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
-@pytest.fixture(scope="module")
-def fleet(host_api: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    workdir = tmp_path_factory.mktemp("real-nodes")
-    kubelet = Kubectl(host_api, workdir / "kubelet", manager="kubelet")
-    kubectl = Kubectl(host_api, workdir / "kubectl", manager="kubectl-edit")
-    admin = host_api.adapter()
-    nodes = reference_nodes()
-    names = [node["metadata"]["name"] for node in nodes]
-    heartbeats = Heartbeats(kubelet, names)
-    try:
-        for node in nodes:
-            register(kubelet, node)
-        heartbeats.start()
-        # The lifecycle controller taints the NotReady node NoSchedule at once, and NoExecute
-        # at its eviction rate; waiting for both keeps the listings stable during the tests.
-        wait_for(lambda: len(not_ready_taints(admin)) == 2, "the not-ready taints", 90.0)
-        yield Fleet(host_api, admin, kubectl,
-                    host_api.write_admin_kubeconfig(workdir / "host.kubeconfig"), names,
-                    not_ready_taints(admin))
-    finally:
-        heartbeats.stop()
-        for name in names:
-            admin.delete("v1", "Node", name)
-            admin.delete(LEASE_API, "Lease", name, LEASE_NAMESPACE)
-        for client in (kubelet, kubectl):
-            client.close()
-        admin.close()
-
-
-# ----- the portal's side, fresh per test
-
-
-@dataclass
-class Portal:
-    database: Database
-    connector: RecordingConnector
-    reconciler: NodeReconciler
-    now: list[float]  # the reconciler's clock, for its retry delays
-
-    def run(self) -> list[tuple[str, str, str]]:
-        """One pass; what it wrote (or tried to write) to the host."""
-        self.connector.forget()
-        self.reconciler.run_due("worker-1")
-        return list(self.connector.writes)
-
-    def later(self, seconds: float) -> None:
-        self.now[0] += seconds
-
-    @property
-    def host(self) -> RecordingPort:
-        assert self.connector.port is not None
-        return self.connector.port
-
-
-@pytest.fixture
-def portal(fleet: Fleet, database: Database) -> Portal:
-    settings = Settings(env="test", database_url="sqlite://", rack_label=RACK_LABEL,
-                        worker_resync_seconds=0, kubeconfig=str(fleet.kubeconfig))
-    connector = RecordingConnector(ClientConnector(settings))
-    now = [1000.0]
-    reconciler = NodeReconciler(settings, database, connector, clock=lambda: now[0])
-    return Portal(database, connector, reconciler, now)
 
 
 def assign(db: Session, node_name: str) -> tuple[NodeAssignment, str]:
