@@ -19,7 +19,8 @@ from app.db import Database
 from app.devmode import demo_users, local_oidc_provider
 from app.main import create_app
 from tests.support import postgres
-from tests.support.kube_server import MISSING, ApiServer, kube_assets
+from tests.support.kube_server import MISSING, ApiServer, install_crds, kube_assets
+from tests.support.paths import KAI_QUEUE_CRD
 
 warnings.filterwarnings("ignore", module="authlib")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="starlette")
@@ -126,6 +127,17 @@ def _served(assets: Path, name: str, *, controllers: bool) -> Iterator[ApiServer
 def host_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
     """The host GPU cluster's API: etcd, kube-apiserver and the controller-manager."""
     yield from _served(kube_assets_dir, "host", controllers=True)
+
+
+@pytest.fixture(scope="session")
+def kai_host(host_api: ApiServer) -> ApiServer:
+    """The host with KAI Scheduler's Queue CRD installed, as KAI's chart would."""
+    adapter = host_api.adapter()
+    try:
+        install_crds(adapter, KAI_QUEUE_CRD)
+    finally:
+        adapter.close()
+    return host_api
 
 
 @pytest.fixture(scope="session")

@@ -26,9 +26,8 @@ from app.tenants.models import Tenant
 from tests.browser.conftest import demo_database, serving, signed_in_page
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import use_standin_helm
-from tests.support.kube_server import ApiServer, install_crds
+from tests.support.kube_server import ApiServer
 from tests.support.kubeconfigs import Kubeconfig, account_username, objects_of_user
-from tests.support.paths import KAI_QUEUE_CRD
 
 pytestmark = [pytest.mark.browser, pytest.mark.kube_server]
 
@@ -37,12 +36,11 @@ RBAC = "rbac.authorization.k8s.io/v1"
 
 
 @pytest.fixture
-def host(host_api: ApiServer, settings: Settings) -> Iterator[KubernetesAdapter]:
+def host(kai_host: ApiServer, settings: Settings) -> Iterator[KubernetesAdapter]:
     """The real host with KAI's Queue CRD. The demo tenant's slug is fixed, and the worker also
     registers the portal's admission webhook: all of it is removed after, as the host is
     shared by the run."""
-    admin = host_api.adapter()
-    install_crds(admin, KAI_QUEUE_CRD)
+    admin = kai_host.adapter()
     yield admin
     remove_tenant_objects(admin, "demo")
     admin.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",

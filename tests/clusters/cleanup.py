@@ -1,4 +1,4 @@
-"""Removing what a test's tenant left on the shared host API server."""
+"""What a test's tenant makes on the shared host API server, and removing what it left."""
 
 from __future__ import annotations
 
@@ -13,3 +13,17 @@ def remove_tenant_objects(host: KubePort, slug: str) -> None:
         host.delete("v1", "Namespace", namespace["metadata"]["name"])
     for queue in host.list(lbl.KAI_API_VERSION, "Queue", label_selector=selector):
         host.delete(lbl.KAI_API_VERSION, "Queue", queue["metadata"]["name"])
+
+
+def own_objects(slug: str) -> list[tuple[str, str, str, str | None]]:
+    """(apiVersion, kind, name, namespace) of what the portal makes for cluster ``train``."""
+    namespace = f"t-{slug}--train"
+    return [
+        ("v1", "Namespace", namespace, None),
+        ("v1", "ResourceQuota", "tenant-quota", namespace),
+        ("v1", "LimitRange", "tenant-defaults", namespace),
+        ("networking.k8s.io/v1", "NetworkPolicy", "tenant-isolation", namespace),
+        ("networking.k8s.io/v1", "NetworkPolicy", "vcluster-api-server", namespace),
+        (lbl.KAI_API_VERSION, "Queue", slug, None),
+        (lbl.KAI_API_VERSION, "Queue", f"{slug}--train", None),
+    ]

@@ -29,12 +29,12 @@ from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl
 from app.main import create_app
 from tests import factories
+from tests.clusters.cleanup import own_objects as cluster_host_objects
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import helm_calls, use_standin_helm
 from tests.clusters.support import Clock
 from tests.support import oidc
-from tests.support.kube_server import ApiServer, install_crds
-from tests.support.paths import KAI_QUEUE_CRD
+from tests.support.kube_server import ApiServer
 from tests.support.web import HTML, csrf_of
 
 QUEUE = lbl.KAI_API_VERSION
@@ -42,25 +42,16 @@ DELETE_TIMEOUT = 90.0
 
 
 def own_objects(slug: str) -> list[tuple[str, str, str, str | None]]:
+    """The cluster's host objects, and what the stand-in helm left in its namespace."""
     namespace = f"t-{slug}--train"
-    return [
-        ("v1", "Namespace", namespace, None),
-        ("v1", "ResourceQuota", "tenant-quota", namespace),
-        ("v1", "LimitRange", "tenant-defaults", namespace),
-        ("networking.k8s.io/v1", "NetworkPolicy", "tenant-isolation", namespace),
-        ("networking.k8s.io/v1", "NetworkPolicy", "vcluster-api-server", namespace),
-        (QUEUE, "Queue", slug, None),
-        (QUEUE, "Queue", f"{slug}--train", None),
-        ("v1", "Secret", "vc-train", namespace),
-        ("apps/v1", "StatefulSet", "train", namespace),
-    ]
+    return [*cluster_host_objects(slug), ("v1", "Secret", "vc-train", namespace),
+            ("apps/v1", "StatefulSet", "train", namespace)]
 
 
 @pytest.fixture(scope="module")
-def host(host_api: ApiServer) -> Iterator[KubernetesAdapter]:
+def host(kai_host: ApiServer) -> Iterator[KubernetesAdapter]:
     """The real host with KAI's Queue CRD; the admin's adapter, to look at what is stored."""
-    admin = host_api.adapter()
-    install_crds(admin, KAI_QUEUE_CRD)
+    admin = kai_host.adapter()
     yield admin
     admin.close()
 

@@ -39,11 +39,11 @@ from app.kube.manifests import labels as lbl
 from app.kube.manifests.admission import POLICY_NAME as GUARD
 from app.kube.port import Manifest
 from tests import factories
+from tests.clusters.cleanup import own_objects
 from tests.clusters.support import Clock, cluster_settings
 from tests.support.kube import RecordingConnector
-from tests.support.kube_server import ApiServer, install_crds
+from tests.support.kube_server import ApiServer
 from tests.support.kubectl import Kubectl, KubectlError
-from tests.support.paths import KAI_QUEUE_CRD
 
 pytestmark = pytest.mark.kube_server
 
@@ -67,12 +67,11 @@ class Host:
 
 
 @pytest.fixture(scope="module")
-def host(host_api: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
-    admin = host_api.adapter()
-    install_crds(admin, KAI_QUEUE_CRD)
+def host(kai_host: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
+    admin = kai_host.adapter()
     workdir = tmp_path_factory.mktemp("real-clusters")
-    kubectl = Kubectl(host_api, workdir / "kubectl", manager="kubectl-edit")
-    yield Host(host_api, admin, kubectl, workdir)
+    kubectl = Kubectl(kai_host, workdir / "kubectl", manager="kubectl-edit")
+    yield Host(kai_host, admin, kubectl, workdir)
     # The platform objects every cluster shares (root queue, queue guard) were made here too.
     admin.delete(QUEUE, "Queue", "tenants")
     admin.delete(ADMISSION, "ValidatingAdmissionPolicyBinding", GUARD)
@@ -214,19 +213,6 @@ def stored(host: Host, api_version: str, kind: str, name: str,
     found = host.admin.get(api_version, kind, name, namespace)
     assert found is not None, f"{kind} {name} is not on the server"
     return found
-
-
-def own_objects(slug: str) -> list[tuple[str, str, str, str | None]]:
-    namespace = f"t-{slug}--train"
-    return [
-        ("v1", "Namespace", namespace, None),
-        ("v1", "ResourceQuota", "tenant-quota", namespace),
-        ("v1", "LimitRange", "tenant-defaults", namespace),
-        (NETPOL, "NetworkPolicy", "tenant-isolation", namespace),
-        (NETPOL, "NetworkPolicy", "vcluster-api-server", namespace),
-        (QUEUE, "Queue", slug, None),
-        (QUEUE, "Queue", f"{slug}--train", None),
-    ]
 
 
 def resource_versions(host: Host, slug: str) -> dict[str, str]:

@@ -29,8 +29,7 @@ from app.kube.port import KubePort, Manifest, ObjectRef
 from app.kube.quantities import drifted
 from app.kubeconfigs import guard
 from app.kubeconfigs.manifests import CLUSTER_ROLES, GrantSpec, grant_objects
-from tests.support.kube_server import ApiServer, install_crds
-from tests.support.paths import KAI_QUEUE_CRD
+from tests.support.kube_server import ApiServer
 
 pytestmark = pytest.mark.kube_server
 POLICY = ManifestPolicy()
@@ -39,9 +38,8 @@ PLACEMENTS = ("shared-pool", "dedicated-nodes")
 
 
 @pytest.fixture(scope="module")
-def host(host_api: ApiServer) -> Iterator[KubernetesAdapter]:
-    port = host_api.adapter()
-    install_crds(port, KAI_QUEUE_CRD)
+def host(kai_host: ApiServer) -> Iterator[KubernetesAdapter]:
+    port = kai_host.adapter()
     yield port
     port.close()
 
