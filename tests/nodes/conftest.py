@@ -159,6 +159,12 @@ def not_ready_taints(admin: KubernetesAdapter) -> list[Manifest]:
             if taint["key"] == NOT_READY]
 
 
+def untimed(taints: list[Manifest]) -> list[Manifest]:
+    """Taints without ``timeAdded``: the lifecycle controller re-stamps its own now and then
+    (a heartbeat late under load), which says nothing about what the portal did."""
+    return [{k: v for k, v in taint.items() if k != "timeAdded"} for taint in taints]
+
+
 def wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():

@@ -21,7 +21,7 @@ from app.kube.manifests import labels as lbl
 from app.nodes.gpu_classes import capacity
 from app.nodes.models import GpuClass, Node, NodeAssignment
 from tests import factories
-from tests.nodes.conftest import Fleet, Portal
+from tests.nodes.conftest import Fleet, Portal, untimed
 
 pytestmark = pytest.mark.kube_server
 
@@ -76,7 +76,7 @@ def test_the_inventory_matches_the_reference_fleet(
     assert mig.total == 0  # MIG slices are never counted as whole GPUs
     assert mig.mig_resources == {"nvidia.com/mig-1g.10gb": 14, "nvidia.com/mig-3g.40gb": 4,
                                  "nvidia.com/mig-7g.80gb": 2}
-    assert nodes["h100-r2-n4"].taints == fleet.controller_taints
+    assert untimed(nodes["h100-r2-n4"].taints) == untimed(fleet.controller_taints)
     assert {t["effect"] for t in fleet.controller_taints} == {"NoSchedule", "NoExecute"}
     assert portal.run() == []
 
@@ -119,14 +119,14 @@ def test_the_not_ready_node_keeps_the_lifecycle_controllers_taint(
     assignment, slug = assign(db, "h100-r2-n4")
 
     assert portal.run() == [("apply", "Node", "h100-r2-n4")]
-    assert fleet.node("h100-r2-n4")["spec"]["taints"] == [*fleet.controller_taints,
-                                                          tenant_taint(slug)]
+    assert untimed(fleet.node("h100-r2-n4")["spec"]["taints"]) == [
+        *untimed(fleet.controller_taints), tenant_taint(slug)]
     assert portal.run() == []
 
     end(db, assignment)
     assert portal.run() == [("apply", "Node", "h100-r2-n4")]
     released = fleet.node("h100-r2-n4")
-    assert released["spec"]["taints"] == fleet.controller_taints
+    assert untimed(released["spec"]["taints"]) == untimed(fleet.controller_taints)
     assert lbl.TENANT not in released["metadata"]["labels"]
     assert portal.run() == []
 
