@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from datetime import timedelta
 
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.auth.models import ApiToken
 from app.auth.service import issue_api_token
-from app.db import utcnow
+from app.config import Settings
+from app.db import Database, utcnow
+from app.main import create_app
 from tests import factories
 from tests.support.principals import bearer
 from tests.support.web import csrf_of
@@ -151,3 +155,53 @@ def test_tokens_page_refuses_odd_digits_in_the_lifetime(client: TestClient, db: 
                                                "scopes": ["read"], "expires_in_days": days})
         assert refused.status_code == 422, (days[:10], refused.status_code)
     assert db.scalars(select(ApiToken).where(ApiToken.name == "laptop")).all() == []
+
+
+def _writes_during(database: Database, call: Callable[[], object]) -> list[str]:
+    """The INSERT, UPDATE and DELETE statements sent while ``call`` runs."""
+    seen: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if statement.lstrip().split(" ", 1)[0].upper() in ("INSERT", "UPDATE", "DELETE"):
+            seen.append(statement)
+
+    event.listen(database.engine, "before_cursor_execute", record)
+    try:
+        call()
+    finally:
+        event.remove(database.engine, "before_cursor_execute", record)
+    return seen
+
+
+def test_reads_within_the_same_minute_write_nothing(
+    client: TestClient, db: Session, database: Database,
+) -> None:
+    user = factories.user(db)
+    auth = bearer(db, user, "read")
+    db.commit()
+    first = _writes_during(database, lambda: client.get("/api/v1/me", headers=auth))
+    assert [s for s in first if "api_tokens" in s]  # the first use is noted
+    again = _writes_during(database, lambda: client.get("/api/v1/tenants", headers=auth))
+    assert again == []
+
+
+def test_a_request_never_waits_for_another_noting_the_same_token(
+    settings: Settings, own_pg_database: Database,
+) -> None:
+    with own_pg_database.transaction() as db:
+        user = factories.user(db)
+        token, secret = issue_api_token(db, user, name="fan-out", scopes=["read"],
+                                        expires_at=None, actor_label="test")
+    app = create_app(settings, own_pg_database)
+    answers: list[int] = []
+    with TestClient(app) as client, own_pg_database.transaction() as holder:
+        # Another request is noting this token's use: it holds the row until it commits.
+        holder.execute(select(ApiToken).where(ApiToken.id == token.id).with_for_update())
+        request = threading.Thread(target=lambda: answers.append(client.get(
+            "/api/v1/me", headers={"Authorization": f"Bearer {secret}"}).status_code))
+        request.start()
+        request.join(timeout=10)
+        waited = request.is_alive()
+    request.join()
+    assert not waited, "the request waited for the other one's row lock"
+    assert answers == [200]
