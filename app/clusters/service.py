@@ -13,6 +13,7 @@ class assigned to the tenant. Shared-pool clusters do not use dedicated nodes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -50,15 +51,25 @@ def cluster_for(db: Session, principal: Principal, slug: str, name: str,
 
 
 def cluster_out(db: Session, cluster: VirtualCluster) -> ClusterOut:
+    return cluster_outs(db, [cluster])[0]
+
+
+def cluster_outs(db: Session, clusters: Sequence[VirtualCluster]) -> list[ClusterOut]:
+    """One query for the GPU classes of a whole page, not one per row."""
+    class_ids = sorted({c.gpu_class_id for c in clusters if c.gpu_class_id is not None})
+    products = repository.class_products(db, class_ids) if class_ids else {}
+    return [_cluster_out(db, c, products.get(c.gpu_class_id or 0)) for c in clusters]
+
+
+def _cluster_out(db: Session, cluster: VirtualCluster, gpu_class: str | None) -> ClusterOut:
     tenant = db.get(Tenant, cluster.tenant_id)
-    gpu_class = db.get(GpuClass, cluster.gpu_class_id) if cluster.gpu_class_id else None
     assert tenant is not None
     conditions = list(cluster.conditions or [])
     deleting = cluster.deletion_requested_at is not None
     return ClusterOut(
         id=cluster.id, tenant=tenant.slug, name=cluster.name,
         kubernetes_version=cluster.kubernetes_version, placement=cluster.placement,
-        gpu_class_id=cluster.gpu_class_id, gpu_class=gpu_class.product if gpu_class else None,
+        gpu_class_id=cluster.gpu_class_id, gpu_class=gpu_class,
         gpus=cluster.gpus, cpu_millicores=cluster.cpu_millicores, memory_mib=cluster.memory_mib,
         generation=cluster.generation, observed_generation=cluster.observed_generation,
         phase=cond.phase(conditions, deleting), ready=cond.is_true(conditions, cond.READY),
@@ -71,7 +82,7 @@ def list_clusters(db: Session, principal: Principal, slug: str,
                   params: PageParams) -> Page[ClusterOut]:
     tenant = tenant_for(db, principal, slug)
     rows, cursor = paginate(db, repository.clusters_query(tenant.id), VirtualCluster.id, params)
-    return Page(items=[cluster_out(db, row) for row in rows], next_cursor=cursor)
+    return Page(items=cluster_outs(db, rows), next_cursor=cursor)
 
 
 def get_cluster(db: Session, principal: Principal, slug: str, name: str) -> ClusterOut:

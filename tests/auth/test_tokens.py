@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from datetime import timedelta
 
 from fastapi.testclient import TestClient
-from sqlalchemy import event, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
@@ -18,6 +17,7 @@ from app.db import Database, utcnow
 from app.main import create_app
 from tests import factories
 from tests.support.principals import bearer
+from tests.support.sql import statements_during, writes
 from tests.support.web import csrf_of
 
 
@@ -157,32 +157,16 @@ def test_tokens_page_refuses_odd_digits_in_the_lifetime(client: TestClient, db: 
     assert db.scalars(select(ApiToken).where(ApiToken.name == "laptop")).all() == []
 
 
-def _writes_during(database: Database, call: Callable[[], object]) -> list[str]:
-    """The INSERT, UPDATE and DELETE statements sent while ``call`` runs."""
-    seen: list[str] = []
-
-    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
-        if statement.lstrip().split(" ", 1)[0].upper() in ("INSERT", "UPDATE", "DELETE"):
-            seen.append(statement)
-
-    event.listen(database.engine, "before_cursor_execute", record)
-    try:
-        call()
-    finally:
-        event.remove(database.engine, "before_cursor_execute", record)
-    return seen
-
-
 def test_reads_within_the_same_minute_write_nothing(
     client: TestClient, db: Session, database: Database,
 ) -> None:
     user = factories.user(db)
     auth = bearer(db, user, "read")
     db.commit()
-    first = _writes_during(database, lambda: client.get("/api/v1/me", headers=auth))
+    first = writes(statements_during(database, lambda: client.get("/api/v1/me", headers=auth)))
     assert [s for s in first if "api_tokens" in s]  # the first use is noted
-    again = _writes_during(database, lambda: client.get("/api/v1/tenants", headers=auth))
-    assert again == []
+    again = statements_during(database, lambda: client.get("/api/v1/tenants", headers=auth))
+    assert writes(again) == []
 
 
 def test_a_request_never_waits_for_another_noting_the_same_token(

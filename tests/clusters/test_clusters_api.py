@@ -23,6 +23,7 @@ from app.main import create_app
 from tests import factories
 from tests.clusters.support import cluster_settings
 from tests.support.kube import InMemoryConnector
+from tests.support.sql import statements_during
 from tests.support.tenancy import Tenancy, headers
 
 URL = "/api/v1/tenants/acme/clusters"
@@ -213,3 +214,26 @@ def test_parallel_creates_never_exceed_the_quota(own_pg_database: Database) -> N
     with own_pg_database.session() as db:
         held = db.scalar(select(func.sum(VirtualCluster.gpus)))
     assert held == 15
+
+
+def test_the_cluster_list_costs_the_same_statements_for_three_clusters_or_thirty(
+    client: TestClient, db: Session, database: Database, tenancy: Tenancy,
+) -> None:
+    auth = headers(db, tenancy.acme_member)
+    host = factories.host_cluster(db)
+    l40s = factories.gpu_class(db, "NVIDIA-L40S")
+    url = "/api/v1/tenants/acme/clusters?limit=100"
+
+    def listing(count: int) -> list[str]:
+        existing = db.scalar(select(func.count()).select_from(VirtualCluster)) or 0
+        for n in range(existing, count):
+            factories.cluster(db, tenancy.acme, host, f"c{n}", gpu_class_id=(
+                tenancy.h100 if n % 2 else l40s).id, gpus=0)
+        db.commit()
+        response = client.get(url, headers=auth)  # also notes the token's first use
+        assert len(response.json()["items"]) == count
+        return statements_during(database, lambda: client.get(url, headers=auth))
+
+    few, many = listing(3), listing(30)
+    assert len(many) == len(few)
+    assert len([s for s in many if "gpu_classes" in s]) == 1
