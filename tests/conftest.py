@@ -17,6 +17,7 @@ from app import migrate
 from app.config import Settings
 from app.db import Database
 from app.devmode import demo_users, local_oidc_provider
+from app.kube.adapter import KubernetesAdapter
 from app.main import create_app
 from tests.support import postgres
 from tests.support.kube_server import MISSING, ApiServer, install_crds, kube_assets
@@ -141,7 +142,23 @@ def kai_host(host_api: ApiServer) -> ApiServer:
 
 
 @pytest.fixture(scope="session")
+def host_admin(kai_host: ApiServer) -> Iterator[KubernetesAdapter]:
+    """The host's API with admin rights, to look at and clean up what the portal made."""
+    adapter = kai_host.adapter()
+    yield adapter
+    adapter.close()
+
+
+@pytest.fixture(scope="session")
 def virtual_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
     """A second control plane standing in for a virtual cluster's. It runs the controllers too,
     as vCluster does: the built-in ``view`` and ``edit`` roles are aggregated by one of them."""
     yield from _served(kube_assets_dir, "virtual", controllers=True)
+
+
+@pytest.fixture(scope="session")
+def virtual(virtual_api: ApiServer) -> Iterator[KubernetesAdapter]:
+    """The virtual cluster's API with admin rights, to look at what the portal made."""
+    adapter = virtual_api.adapter()
+    yield adapter
+    adapter.close()

@@ -48,20 +48,12 @@ def own_objects(slug: str) -> list[tuple[str, str, str, str | None]]:
             ("apps/v1", "StatefulSet", "train", namespace)]
 
 
-@pytest.fixture(scope="module")
-def host(kai_host: ApiServer) -> Iterator[KubernetesAdapter]:
-    """The real host with KAI's Queue CRD; the admin's adapter, to look at what is stored."""
-    admin = kai_host.adapter()
-    yield admin
-    admin.close()
-
-
 @pytest.fixture
-def slug(host: KubernetesAdapter) -> Iterator[str]:
+def slug(host_admin: KubernetesAdapter) -> Iterator[str]:
     """A tenant slug of its own (the host is shared by the run); what it left is removed."""
     slug = f"e2e-{secrets.token_hex(3)}"
     yield slug
-    remove_tenant_objects(host, slug)
+    remove_tenant_objects(host_admin, slug)
 
 
 @pytest.fixture
@@ -110,7 +102,7 @@ def status_of(client: TestClient, slug: str = "acme") -> str:
 @pytest.mark.kube_server
 def test_create_watch_ready_resize_and_delete(
     portal: TestClient, db: Session, database: Database, oidc_issuer: str,
-    host_settings: Settings, host: KubernetesAdapter, virtual_api: ApiServer, helm_log: Path,
+    host_settings: Settings, host_admin: KubernetesAdapter, virtual_api: ApiServer, helm_log: Path,
     slug: str,
 ) -> None:
     gpu_id = sign_in_acme_admin(db, oidc_issuer, portal, slug)
@@ -143,8 +135,8 @@ def test_create_watch_ready_resize_and_delete(
     assert f'hx-get="/t/{slug}/clusters/train/kubeconfigs"' in ready_partial
     namespace = f"t-{slug}--train"
     for api_version, kind, name, ns in own_objects(slug):
-        assert host.get(api_version, kind, name, ns) is not None, f"{kind} {name} is missing"
-    secret = host.get("v1", "Secret", "vc-train", namespace)
+        assert host_admin.get(api_version, kind, name, ns) is not None, f"{kind} {name} is missing"
+    secret = host_admin.get("v1", "Secret", "vc-train", namespace)
     assert secret is not None
     config = base64.b64decode(secret["data"]["config"]).decode()
     assert config == (helm_log.parent / "vcluster.kubeconfig").read_text()  # as handed to helm
@@ -165,8 +157,8 @@ def test_create_watch_ready_resize_and_delete(
     assert resized.status_code == 303
     for _ in range(2):
         run()
-    quota = host.get("v1", "ResourceQuota", "tenant-quota", namespace)
-    queue = host.get(QUEUE, "Queue", f"{slug}--train")
+    quota = host_admin.get("v1", "ResourceQuota", "tenant-quota", namespace)
+    queue = host_admin.get(QUEUE, "Queue", f"{slug}--train")
     assert quota is not None and quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
     assert queue is not None and queue["spec"]["resources"]["gpu"]["quota"] == 8
     assert status_of(portal, slug) == "Ready"
@@ -188,7 +180,7 @@ def test_create_watch_ready_resize_and_delete(
         time.sleep(0.5)
     assert gone.headers["HX-Redirect"] == f"/t/{slug}/clusters"
     for api_version, kind, name, ns in own_objects(slug):
-        assert host.get(api_version, kind, name, ns) is None, f"{kind} {name} remains"
+        assert host_admin.get(api_version, kind, name, ns) is None, f"{kind} {name} remains"
     last_call = helm_calls(helm_log)[-1]["argv"]
     assert isinstance(last_call, list) and last_call[0] == "uninstall"
 

@@ -9,7 +9,6 @@ CEL compiler, stored as built, and a second apply writes nothing.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -35,20 +34,6 @@ pytestmark = pytest.mark.kube_server
 POLICY = ManifestPolicy()
 H100 = "NVIDIA-H100-80GB-HBM3"
 PLACEMENTS = ("shared-pool", "dedicated-nodes")
-
-
-@pytest.fixture(scope="module")
-def host(kai_host: ApiServer) -> Iterator[KubernetesAdapter]:
-    port = kai_host.adapter()
-    yield port
-    port.close()
-
-
-@pytest.fixture(scope="module")
-def virtual(virtual_api: ApiServer) -> Iterator[KubernetesAdapter]:
-    port = virtual_api.adapter()
-    yield port
-    port.close()
 
 
 def tenant_slug() -> str:
@@ -149,26 +134,26 @@ def remove(port: KubePort, objects: list[Manifest], *, keep_shared: bool = True)
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_the_host_accepts_every_object_of_a_cluster_and_a_second_apply_writes_nothing(
-    host: KubernetesAdapter, placement: str,
+    host_admin: KubernetesAdapter, placement: str,
 ) -> None:
     objects = host_objects(tenant_slug(), placement)
     assert dependency_errors(objects) == []
     try:
-        assert_reapply_changes_nothing(host, objects)
+        assert_reapply_changes_nothing(host_admin, objects)
     finally:
-        remove(host, objects)
+        remove(host_admin, objects)
 
 
-def test_the_queues_are_checked_by_kais_real_crd(host: KubernetesAdapter) -> None:
+def test_the_queues_are_checked_by_kais_real_crd(host_admin: KubernetesAdapter) -> None:
     slug = tenant_slug()
     objects = host_objects(slug, "shared-pool")
     queue = next(o for o in objects if o["kind"] == "Queue" and o["metadata"]["name"] == slug)
     broken = {**queue, "spec": {**queue["spec"], "resources": {"gpu": {"quota": "eight"}}}}
-    calls = host.api_calls
+    calls = host_admin.api_calls
     with pytest.raises(PermanentKubeError, match=r"spec\.resources\.gpu\.quota"):
-        host.apply(broken, force=True)
-    assert host.api_calls == calls + 1  # refused for good: not retried
-    assert host.get(KAI_API_VERSION, "Queue", slug) is None
+        host_admin.apply(broken, force=True)
+    assert host_admin.api_calls == calls + 1  # refused for good: not retried
+    assert host_admin.get(KAI_API_VERSION, "Queue", slug) is None
 
 
 def test_a_virtual_cluster_accepts_the_guard_and_every_grant_and_a_second_apply_writes_nothing(

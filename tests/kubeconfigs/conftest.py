@@ -17,7 +17,6 @@ from sqlalchemy.orm import Session
 from app.clusters.models import VirtualCluster
 from app.config import Settings
 from app.db import Database
-from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.main import create_app
 from tests.support.kube import RecordingConnector
@@ -48,14 +47,6 @@ def offline_train(db: Session, tenancy: Tenancy) -> VirtualCluster:
     cluster = ready_cluster(db, tenancy.acme)
     db.commit()
     return cluster
-
-
-@pytest.fixture(scope="session")
-def virtual(virtual_api: ApiServer) -> Iterator[KubernetesAdapter]:
-    """The virtual cluster's API with admin rights, to look at what the portal made."""
-    port = virtual_api.adapter()
-    yield port
-    port.close()
 
 
 @pytest.fixture
