@@ -37,6 +37,14 @@ class Settings(BaseSettings):
     oidc_groups_claim: str = "groups"
     oidc_scopes: str = "openid email profile"
 
+    # Threads for sync endpoints, and as many database connections (+ a few for the rest).
+    web_threads: int = Field(default=8, ge=1, le=200)
+    # Requests in flight past which the portal answers 503 + Retry-After at once; below it, the
+    # ones waiting for a thread form a bounded queue (shedding early only feeds retry loops).
+    web_max_in_flight: int = Field(default=256, ge=1)
+    # How long another replica may still honour a revoked token or a removed membership; 0: off.
+    auth_cache_seconds: float = Field(default=5.0, ge=0, le=60)
+
     session_idle_minutes: int = 60
     session_absolute_hours: int = 12
 

@@ -2,43 +2,99 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Hashable
+from datetime import datetime
 from typing import Annotated
 
+from anyio import to_thread
 from fastapi import Depends, Path, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.auth.models import User
+from app.auth.models import ApiToken, User
 from app.auth.principal import Principal
-from app.auth.tokens import active_token
+from app.auth.principal_cache import PrincipalCache, watch
+from app.auth.tokens import active_token, hash_token
 from app.config import Settings
 from app.db import Database
 from app.errors import Unauthenticated
 from app.tenants.models import Membership
 from app.validation import MAX_ROW_ID
 
+# A commit touching any of these empties the caches of who callers are.
+watch(User, ApiToken, Membership)
 
-def get_settings_dep(request: Request) -> Settings:
+# Dependencies are async where they do no I/O: FastAPI runs every sync one in a worker thread.
+
+
+async def get_settings_dep(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_database(request: Request) -> Database:
+async def get_database(request: Request) -> Database:
     database: Database = request.app.state.database
     return database
 
 
-def get_db(request: Request) -> Iterator[Session]:
-    """The request's transaction: committed before the response goes out, else rolled back."""
-    with get_database(request).transaction() as db:
-        yield db
+async def get_db(request: Request) -> AsyncIterator[Session]:
+    """The request's transaction: committed before the response goes out, else rolled back.
+
+    Endpoints routed by ``app.routing.UnitOfWorkRoute`` commit in their own worker thread; what
+    is left here is closing (no I/O) or, after an error or a late lazy load, a thread hop.
+    """
+    session = request.app.state.database.session()
+    request.state.db = session
+    try:
+        yield session
+    except BaseException:
+        await to_thread.run_sync(_rollback_and_close, session)
+        raise
+    if session.in_transaction():
+        await to_thread.run_sync(_commit_and_close, session)
+    else:
+        session.close()
+
+
+def _commit_and_close(session: Session) -> None:
+    try:
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def _rollback_and_close(session: Session) -> None:
+    try:
+        session.rollback()
+    finally:
+        session.close()
 
 
 DbSession = Annotated[Session, Depends(get_db, scope="function")]
 
 
-def _principal_for(db: Session, request: Request) -> Principal | None:
+def _principal_key(request: Request) -> tuple[Hashable, ...] | None:
+    authorization = request.headers.get("authorization", "")
+    if authorization.lower().startswith("bearer "):
+        return ("token", hash_token(authorization[7:].strip()))
+    user_id = request.session.get("uid") if "session" in request.scope else None
+    return None if user_id is None else ("session", user_id)
+
+
+def _resolve_principal(request: Request) -> tuple[Principal | None, datetime | None]:
+    """In a transaction of its own: a connection is never held from one thread hop to the next
+    (threads waiting for connections held by requests waiting for threads would deadlock), and
+    a token's last-use write commits at once instead of holding its row for the request."""
+    database: Database = request.app.state.database
+    with database.transaction() as db:
+        return _principal_for(db, request)
+
+
+def _principal_for(db: Session, request: Request) -> tuple[Principal | None, datetime | None]:
+    """The caller, and until when that answer holds at most (a token's expiry)."""
     authorization = request.headers.get("authorization", "")
     if authorization.lower().startswith("bearer "):
         token = active_token(db, authorization[7:].strip())
@@ -47,15 +103,25 @@ def _principal_for(db: Session, request: Request) -> Principal | None:
         user = db.get(User, token.user_id)
         if user is None:
             raise Unauthenticated("the API token's user is gone")
-        return Principal(user=user, via="token", scopes=frozenset(token.scopes),
-                         roles=_roles(db, user.id))
+        principal = Principal(user=_detached_copy(user), via="token",
+                              scopes=frozenset(token.scopes), roles=_roles(db, user.id))
+        return principal, token.expires_at
     user_id = request.session.get("uid") if "session" in request.scope else None
     if user_id is None:
-        return None
+        return None, None
     user = db.get(User, user_id)
     if user is None:
-        return None
-    return Principal(user=user, via="session", roles=_roles(db, user.id))
+        return None, None
+    return Principal(user=_detached_copy(user), via="session", roles=_roles(db, user.id)), None
+
+
+def _detached_copy(user: User) -> User:
+    """A copy in no session: a cached principal is shared by concurrent requests."""
+    return User(id=user.id, issuer=user.issuer, subject=user.subject, email=user.email,
+                email_verified=user.email_verified, name=user.name,
+                is_platform_admin=user.is_platform_admin, admin_granted=user.admin_granted,
+                groups=list(user.groups), created_at=user.created_at,
+                last_login_at=user.last_login_at)
 
 
 def _roles(db: Session, user_id: int) -> dict[int, str]:
@@ -65,15 +131,21 @@ def _roles(db: Session, user_id: int) -> dict[int, str]:
     return dict(rows.all())
 
 
-def optional_principal(request: Request, db: DbSession) -> Principal | None:
-    principal = _principal_for(db, request)
+async def optional_principal(request: Request) -> Principal | None:
+    cache: PrincipalCache = request.app.state.principals
+    key = _principal_key(request)
+    principal = cache.get(key) if key is not None else None
+    if principal is None and key is not None:
+        principal, valid_until = await to_thread.run_sync(_resolve_principal, request)
+        if principal is not None:
+            cache.put(key, principal, valid_until)
     request.state.principal = principal
     # Plain values for error handlers, which run after the request's session is gone.
     request.state.actor = (principal.user_id, principal.label) if principal else None
     return principal
 
 
-def require_principal(
+async def require_principal(
     principal: Annotated[Principal | None, Depends(optional_principal)],
 ) -> Principal:
     if principal is None:

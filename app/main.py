@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 from http import HTTPStatus
 from urllib.parse import quote
@@ -11,6 +13,7 @@ from anyio import to_thread
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
@@ -21,18 +24,31 @@ from app.auth import api as auth_api
 from app.auth import group_mappings, token_api, token_web
 from app.auth import web as auth_web
 from app.auth.oidc import make_oauth
+from app.auth.principal_cache import PrincipalCache
 from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
 from app.authz.scoping import TenantHidden
 from app.clusters import api as clusters_api
 from app.clusters import web as clusters_web
 from app.config import Settings, get_settings
 from app.db import Database
-from app.errors import PROBLEM_JSON, Forbidden, ProblemError, Unauthenticated, ValidationFailed
+from app.errors import (
+    PROBLEM_JSON,
+    Forbidden,
+    ProblemError,
+    ServiceUnavailable,
+    Unauthenticated,
+    ValidationFailed,
+)
 from app.health import router as health_router
 from app.kube.connector import ClientConnector, KubeConnector
 from app.kubeconfigs import api as kubeconfigs_api
 from app.kubeconfigs import web as kubeconfigs_web
-from app.middleware import RequestIdMiddleware, SecurityHeadersMiddleware
+from app.middleware import (
+    RETRY_AFTER_SECONDS,
+    LoadSheddingMiddleware,
+    RequestIdMiddleware,
+    SecurityHeadersMiddleware,
+)
 from app.nodes import api as nodes_api
 from app.nodes import gpu_classes_api, gpu_classes_web
 from app.nodes import web as nodes_web
@@ -67,8 +83,11 @@ def create_app(
     kube: KubeConnector | None = None,
 ) -> FastAPI:
     settings = settings or get_settings()
-    database = database or Database(settings.database_url)
+    database = database or Database(settings.database_url, **_pool_for(settings))
     app = FastAPI(
+        lifespan=_worker_threads(settings.web_threads),
+        # Not wired to a collector: FastAPI's own OpenTelemetry hooks would only cost time.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
         title="GPU Tenant Portal",
         version="0.1.0",
         description="Tenants, GPU quota, dedicated GPU nodes and virtual clusters.",
@@ -77,6 +96,7 @@ def create_app(
     app.state.database = database
     app.state.oauth = make_oauth(settings)
     app.state.kube = kube or ClientConnector(settings)
+    app.state.principals = PrincipalCache(settings.auth_cache_seconds)
     policy = SessionPolicy(
         idle=timedelta(minutes=settings.session_idle_minutes),
         absolute=timedelta(hours=settings.session_absolute_hours),
@@ -85,12 +105,34 @@ def create_app(
     app.add_middleware(ServerSideSessionMiddleware, store_factory=lambda: store,
                        always_secure=settings.env == "production")
     app.add_middleware(SecurityHeadersMiddleware)
+    app.add_middleware(LoadSheddingMiddleware, limit=settings.web_max_in_flight,
+                       exempt=("/healthz", "/readyz", "/static/"))
     app.add_middleware(RequestIdMiddleware)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in all_routers():
         app.include_router(router)
     _add_error_handlers(app)
     return app
+
+
+def _pool_for(settings: Settings) -> dict[str, int]:
+    """A connection for every worker thread and a few spare: connections are held only within
+    a thread's hop, so nobody waits long for one; past the timeout the caller gets a 503."""
+    if settings.is_sqlite:
+        return {}
+    return {"pool_size": settings.web_threads, "max_overflow": 4, "pool_timeout": 5}
+
+
+def _worker_threads(count: int) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Sync endpoints run on this many threads (anyio's default is 40); more only contend for
+    the GIL and for database connections."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        to_thread.current_default_thread_limiter().total_tokens = count
+        yield
+
+    return lifespan
 
 
 def _wants_problem_json(request: Request) -> bool:
@@ -151,6 +193,15 @@ def _add_error_handlers(app: FastAPI) -> None:
         title = HTTPStatus(error.status_code).phrase
         problem = ProblemError.with_status(error.status_code, title, str(error.detail))
         return _problem_response(request, problem)
+
+    @app.exception_handler(PoolTimeout)
+    async def handle_pool_timeout(request: Request, error: PoolTimeout) -> Response:
+        log.warning("no database connection free within the pool timeout on %s %s",
+                    request.method, request.url.path)
+        response = _problem_response(request, ServiceUnavailable(
+            "the portal is at capacity; retry after the Retry-After delay"))
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
 
     @app.exception_handler(Exception)
     async def handle_unexpected(request: Request, error: Exception) -> Response:

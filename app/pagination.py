@@ -28,7 +28,7 @@ class PageParams(BaseModel):
     cursor: str | None = None
 
 
-def page_params(
+async def page_params(
     limit: Annotated[int, Query(ge=1, le=200, description="items per page")] = 50,
     cursor: Annotated[str | None, Query(max_length=64, description="from next_cursor")] = None,
 ) -> PageParams:

@@ -11,11 +11,12 @@ from app.audit import service
 from app.audit.schemas import AuditEventOut, AuditFilters
 from app.deps import CurrentPrincipal, DbSession
 from app.pagination import Page, Paging
+from app.routing import UnitOfWorkRoute
 
-router = APIRouter(prefix="/api/v1/audit", tags=["audit"])
+router = APIRouter(prefix="/api/v1/audit", tags=["audit"], route_class=UnitOfWorkRoute)
 
 
-def audit_filters(
+async def audit_filters(
     tenant: Annotated[str | None, Query(max_length=30)] = None,
     actor: Annotated[str | None, Query(max_length=320, description="actor email")] = None,
     action: Annotated[str | None, Query(max_length=100, description="'quota.' = family")] = None,

@@ -12,9 +12,10 @@ from app.audit.api import audit_filters
 from app.audit.schemas import AuditFilters
 from app.deps import CurrentPrincipal, DbSession
 from app.pagination import Paging
+from app.routing import UnitOfWorkRoute
 from app.web.templating import render
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
 
 
 @router.get("/audit")

@@ -7,9 +7,10 @@ from sqlalchemy import select
 
 from app.auth.schemas import MembershipOut, MeOut
 from app.deps import CurrentPrincipal, DbSession
+from app.routing import UnitOfWorkRoute
 from app.tenants.models import Tenant
 
-router = APIRouter(prefix="/api/v1", tags=["me"])
+router = APIRouter(prefix="/api/v1", tags=["me"], route_class=UnitOfWorkRoute)
 
 
 @router.get("/me", response_model=MeOut)

@@ -24,6 +24,7 @@ from app.concurrency import lock_row
 from app.deps import CurrentPrincipal, DbSession, RowId
 from app.errors import Conflict, NotFound
 from app.kubeconfigs import service as kubeconfigs
+from app.routing import UnitOfWorkRoute
 from app.tenants.models import GroupMapping, Membership, Tenant
 from app.validation import SingleLine
 
@@ -84,7 +85,8 @@ def _change(
                                           actor_id=user.id, actor_label=user.email)
 
 
-router = APIRouter(prefix="/api/v1/tenants/{tenant}/group-mappings", tags=["members"])
+router = APIRouter(prefix="/api/v1/tenants/{tenant}/group-mappings", tags=["members"],
+                   route_class=UnitOfWorkRoute)
 
 
 @router.get("", response_model=list[GroupMappingOut])

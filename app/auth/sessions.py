@@ -56,6 +56,9 @@ class _Loaded:
     needs_touch: bool
 
 
+_NO_SESSION = _Loaded(None, {}, needs_touch=False)
+
+
 class SessionStore:
     def __init__(self, database: Database, policy: SessionPolicy) -> None:
         self.database = database
@@ -122,7 +125,8 @@ class ServerSideSessionMiddleware:
         store = self.store_factory()
         secure = self.always_secure or scope.get("scheme") == "https"
         cookie_name = SECURE_COOKIE if secure else PLAIN_COOKIE
-        loaded = await to_thread.run_sync(store.load, _read_cookie(scope, cookie_name))
+        cookie = _read_cookie(scope, cookie_name)
+        loaded = await to_thread.run_sync(store.load, cookie) if cookie else _NO_SESSION
         scope["session"] = dict(loaded.data)
         original = json.dumps(loaded.data, sort_keys=True)
 

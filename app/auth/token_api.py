@@ -10,8 +10,9 @@ from app.auth.models import ApiToken
 from app.auth.schemas import TokenCreate, TokenCreated, TokenOut
 from app.deps import CurrentPrincipal, DbSession, RowId
 from app.pagination import Page, Paging
+from app.routing import UnitOfWorkRoute
 
-router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"])
+router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"], route_class=UnitOfWorkRoute)
 
 
 def token_out(token: ApiToken) -> TokenOut:

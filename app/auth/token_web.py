@@ -15,10 +15,11 @@ from app.auth.principal import Principal
 from app.auth.schemas import TokenCreate
 from app.deps import CurrentPrincipal, DbSession, RowId
 from app.pagination import PageParams
+from app.routing import UnitOfWorkRoute
 from app.web.forms import STATE_CHANGING, validation_errors
 from app.web.templating import render
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
 # ASCII digits only: str.isdigit() also holds for "²" and for numbers int() will not parse.
 _DIGITS = re.compile(r"[0-9]{1,9}")
 

@@ -10,6 +10,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from app.auth.models import ApiToken
+from app.auth.principal_cache import AUTH_UNCHANGED
 from app.db import utcnow
 
 TOKEN_PREFIX = "gtp_"  # noqa: S105 - a public marker, not a secret
@@ -56,4 +57,4 @@ def note_use(db: Session, token: ApiToken, now: datetime) -> None:
                         or_(ApiToken.last_used_at.is_(None), ApiToken.last_used_at <= stale))
                  .with_for_update(skip_locked=True))
     db.execute(update(ApiToken).where(ApiToken.id.in_(claimable)).values(last_used_at=now)
-               .execution_options(synchronize_session=False))
+               .execution_options(synchronize_session=False, **{AUTH_UNCHANGED: True}))

@@ -19,9 +19,10 @@ from app.auth.sessions import end_session, rotate_session
 from app.config import Settings
 from app.db import Database
 from app.errors import ServiceUnavailable
+from app.routing import UnitOfWorkRoute
 from app.web.templating import render
 
-router = APIRouter(prefix="/auth", include_in_schema=False)
+router = APIRouter(prefix="/auth", include_in_schema=False, route_class=UnitOfWorkRoute)
 log = logging.getLogger(__name__)
 
 

@@ -13,8 +13,10 @@ from app.config import Settings
 from app.deps import CurrentPrincipal, DbSession, get_settings_dep
 from app.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.pagination import Page, Paging
+from app.routing import UnitOfWorkRoute
 
-router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters", tags=["clusters"])
+router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters", tags=["clusters"],
+                   route_class=UnitOfWorkRoute)
 AppSettings = Annotated[Settings, Depends(get_settings_dep)]
 
 

@@ -18,6 +18,7 @@ from app.deps import CurrentPrincipal, DbSession, get_settings_dep
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.nodes import gpu_classes
 from app.pagination import PageParams
+from app.routing import UnitOfWorkRoute
 from app.tenants import service as tenants_service
 from app.web.forms import (
     STATE_CHANGING,
@@ -31,7 +32,7 @@ from app.web.forms import (
 from app.web.forms import form_payload as parse_form
 from app.web.templating import render
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
 AppSettings = Annotated[Settings, Depends(get_settings_dep)]
 EVERYTHING = PageParams(limit=200)
 CREATE_FIELDS = ("name", "kubernetes_version", "placement", "gpu_class_id", "gpus",

@@ -17,13 +17,14 @@ from app.kubeconfigs import service
 from app.kubeconfigs.schemas import GrantOut, IssuedKubeconfig, KubeconfigRequest
 from app.kubeconfigs.service import VirtualClusters
 from app.pagination import Page, Paging
+from app.routing import UnitOfWorkRoute
 
 router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters/{cluster}/kubeconfigs",
-                   tags=["kubeconfigs"])
+                   tags=["kubeconfigs"], route_class=UnitOfWorkRoute)
 YAML = "application/yaml"
 
 
-def virtual_clusters(request: Request) -> VirtualClusters:
+async def virtual_clusters(request: Request) -> VirtualClusters:
     return VirtualClusters.from_settings(request.app.state.settings, request.app.state.kube)
 
 

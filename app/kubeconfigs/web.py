@@ -15,6 +15,7 @@ from app.errors import Conflict, ValidationFailed
 from app.kubeconfigs import service
 from app.kubeconfigs.api import Clusters, kubeconfig_response
 from app.kubeconfigs.schemas import IssuedKubeconfig, KubeconfigRequest
+from app.routing import UnitOfWorkRoute
 from app.web.forms import (
     STATE_CHANGING,
     FieldErrors,
@@ -27,7 +28,7 @@ from app.web.forms import (
 )
 from app.web.templating import render
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
 PANEL = "/t/{tenant}/clusters/{cluster}/kubeconfigs"
 
 

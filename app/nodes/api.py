@@ -19,13 +19,14 @@ from app.nodes.schemas import (
     TenantNodeOut,
 )
 from app.pagination import Page, Paging
+from app.routing import UnitOfWorkRoute
 
-router = APIRouter(prefix="/api/v1", tags=["nodes"])
+router = APIRouter(prefix="/api/v1", tags=["nodes"], route_class=UnitOfWorkRoute)
 HostCluster = Annotated[str | None, Query(
     max_length=63, description="the host cluster's name; the default one when left out")]
 
 
-def node_filters(
+async def node_filters(
     gpu_class: Annotated[str | None, Query(max_length=200, description="GPU product")] = None,
     zone: Annotated[str | None, Query(max_length=100)] = None,
     rack: Annotated[str | None, Query(max_length=100)] = None,

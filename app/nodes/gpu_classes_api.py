@@ -10,8 +10,9 @@ from app.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.nodes import gpu_classes
 from app.nodes.gpu_class_schemas import GpuClassCreate, GpuClassOut, GpuClassUpdate
 from app.pagination import Page, Paging
+from app.routing import UnitOfWorkRoute
 
-router = APIRouter(prefix="/api/v1/gpu-classes", tags=["gpu classes"])
+router = APIRouter(prefix="/api/v1/gpu-classes", tags=["gpu classes"], route_class=UnitOfWorkRoute)
 
 
 @router.get("", response_model=Page[GpuClassOut])

@@ -15,6 +15,7 @@ from app.errors import Conflict, ValidationFailed
 from app.nodes import gpu_classes
 from app.nodes.gpu_class_schemas import GpuClassCreate, GpuClassUpdate
 from app.pagination import PageParams
+from app.routing import UnitOfWorkRoute
 from app.web.forms import (
     STATE_CHANGING,
     FieldErrors,
@@ -28,7 +29,7 @@ from app.web.forms import (
 )
 from app.web.templating import render
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
 
 
 def _page(request: Request, db: DbSession, principal: Principal,

@@ -16,6 +16,7 @@ from app.nodes import gpu_classes, service
 from app.nodes.api import Filters
 from app.nodes.schemas import AssignmentIn, SuggestionIn
 from app.pagination import PageParams, Paging
+from app.routing import UnitOfWorkRoute
 from app.web.forms import (
     STATE_CHANGING,
     FieldErrors,
@@ -28,7 +29,7 @@ from app.web.forms import (
 )
 from app.web.templating import render
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
 SUGGESTION_FIELDS = ("tenant", "gpu_class", "gpus")
 
 

@@ -21,8 +21,9 @@ from app.quotas.schemas import (
     RequestState,
     TenantQuotaOut,
 )
+from app.routing import UnitOfWorkRoute
 
-router = APIRouter(prefix="/api/v1", tags=["quota"])
+router = APIRouter(prefix="/api/v1", tags=["quota"], route_class=UnitOfWorkRoute)
 StateFilter = Annotated[RequestState | None, Query(description="only requests in this state")]
 
 

@@ -14,6 +14,7 @@ from app.errors import Conflict, ProblemError, ValidationFailed
 from app.pagination import PageParams
 from app.quotas import service
 from app.quotas.schemas import REQUEST_STATES, ApproveIn, QuotaRequestCreate, RejectIn
+from app.routing import UnitOfWorkRoute
 from app.web.forms import (
     STATE_CHANGING,
     FieldErrors,
@@ -27,7 +28,7 @@ from app.web.forms import (
 )
 from app.web.templating import render
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
 REQUEST_FIELDS = ("gpu_class_id", "gpus", "cpu_millicores", "memory_mib", "reason", "ends_at")
 
 

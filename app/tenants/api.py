@@ -10,6 +10,7 @@ from app.deps import CurrentPrincipal, DbSession, RowId
 from app.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.nodes.gpu_classes import ensure_platform_writer
 from app.pagination import Page, Paging
+from app.routing import UnitOfWorkRoute
 from app.tenants import service
 from app.tenants.schemas import (
     MemberCreate,
@@ -20,7 +21,7 @@ from app.tenants.schemas import (
     TenantUpdate,
 )
 
-router = APIRouter(prefix="/api/v1/tenants", tags=["tenants"])
+router = APIRouter(prefix="/api/v1/tenants", tags=["tenants"], route_class=UnitOfWorkRoute)
 
 
 @router.get("", response_model=Page[TenantOut])

@@ -15,6 +15,7 @@ from app.deps import CurrentPrincipal, DbSession, RowId
 from app.errors import Conflict, NotFound, ProblemError, ValidationFailed
 from app.pagination import PageParams
 from app.quotas import service as quota_service
+from app.routing import UnitOfWorkRoute
 from app.tenants import service
 from app.tenants.schemas import MemberCreate, MemberUpdate, TenantCreate, TenantUpdate
 from app.web.forms import (
@@ -30,7 +31,7 @@ from app.web.forms import (
 )
 from app.web.templating import render
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
 EVERYTHING = PageParams(limit=200)
 
 

@@ -7,10 +7,11 @@ from starlette.responses import Response
 
 from app.authz import tenants_visible_to
 from app.deps import DbSession, MaybePrincipal
+from app.routing import UnitOfWorkRoute
 from app.tenants.models import Tenant
 from app.web.templating import render
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
 
 
 @router.get("/")

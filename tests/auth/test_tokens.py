@@ -5,11 +5,13 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
+from app.auth import principal_cache, tokens
 from app.auth.models import ApiToken
 from app.auth.service import issue_api_token
 from app.config import Settings
@@ -69,15 +71,17 @@ def test_a_revoked_token_stops_working(client: TestClient, db: Session) -> None:
     assert "api_token.revoke" in actions
 
 
-def test_an_expired_token_stops_working(client: TestClient, db: Session) -> None:
+def test_an_expired_token_stops_working(client: TestClient, db: Session,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
     user = factories.user(db)
-    token, secret = issue_api_token(db, user, name="t", scopes=["read"],
-                                    expires_at=utcnow() + timedelta(seconds=30),
-                                    actor_label="test")
+    _, secret = issue_api_token(db, user, name="t", scopes=["read"],
+                                expires_at=utcnow() + timedelta(seconds=30), actor_label="test")
     auth = {"Authorization": f"Bearer {secret}"}
     assert client.get("/api/v1/me", headers=auth).status_code == 200
-    token.expires_at = utcnow() - timedelta(seconds=1)
-    db.flush()
+    later = utcnow() + timedelta(seconds=31)
+    # the token's own check and the cache of who callers are both read the clock
+    monkeypatch.setattr(tokens, "utcnow", lambda: later)
+    monkeypatch.setattr(principal_cache, "utcnow", lambda: later)
     assert client.get("/api/v1/me", headers=auth).status_code == 401
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
-from sqlalchemy import delete, select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
@@ -175,7 +175,11 @@ def test_a_replay_is_authorized_again(client: TestClient, db: Session) -> None:
     body = {"gpu_class_id": t.h100.id, "gpus": 3, "reason": "before removal"}
     assert client.post("/api/v1/tenants/acme/quota-requests", headers=admin,
                        json=body).status_code == 201
-    db.execute(delete(Membership).where(Membership.user_id == t.acme_admin.id))
+    db.execute(update(Membership).where(Membership.user_id == t.acme_member.id)
+               .values(role="admin"))  # the tenant keeps an admin
+    membership = db.scalar(select(Membership.id).where(Membership.user_id == t.acme_admin.id))
+    assert client.delete(f"/api/v1/tenants/acme/members/{membership}",
+                         headers=headers(db, t.platform_admin)).status_code == 204
     replay = client.post("/api/v1/tenants/acme/quota-requests", headers=admin, json=body)
     assert replay.status_code == 404
     assert "Idempotent-Replayed" not in replay.headers
