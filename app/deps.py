@@ -32,11 +32,6 @@ async def get_settings_dep(request: Request) -> Settings:
     return settings
 
 
-async def get_database(request: Request) -> Database:
-    database: Database = request.app.state.database
-    return database
-
-
 async def get_db(request: Request) -> AsyncIterator[Session]:
     """The request's transaction: committed before the response goes out, else rolled back.
 
