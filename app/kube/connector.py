@@ -44,9 +44,11 @@ class ClientConnector:
         return self._host
 
     def _load_host(self) -> KubernetesAdapter | None:
-        options: dict[str, Any] = {"qps": self.settings.kube_qps, "burst": self.settings.kube_burst,
-                   # the worker's threads, and a few for the web process's requests
-                   "connections": self.settings.worker_concurrency + 4}
+        options: dict[str, Any] = {
+            "qps": self.settings.kube_qps, "burst": self.settings.kube_burst,
+            # the worker's threads, and a few for the web process's requests
+            "connections": self.settings.worker_concurrency + 4,
+        }
         if self.settings.kubeconfig:
             return KubernetesAdapter.from_kubeconfig(self.settings.kubeconfig, **options)
         if "KUBERNETES_SERVICE_HOST" in os.environ and IN_CLUSTER_TOKEN.exists():
