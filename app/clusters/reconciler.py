@@ -141,8 +141,11 @@ class ClusterReconciler:
         self.list_cache = list_cache
         self._cache: ListCache | None = None
         self._cache_lock = threading.Lock()
-        # Objects already ensured during this pass (shared queues, the queue guard).
+        # Objects already ensured during this pass (shared queues, the queue guard), and a
+        # lock per object so that threads sharing one apply it once.
         self.ensured: dict[ObjectRef, Manifest] = {}
+        self._ensuring: dict[ObjectRef, threading.Lock] = {}
+        self._ensuring_lock = threading.Lock()
         # The leases this pass holds, renewed by their heartbeat; set while a pass runs.
         self.leases: HeldLeases | None = None
 
@@ -170,7 +173,7 @@ class ClusterReconciler:
     def run_due(self, worker_id: str) -> int:
         """Claims due clusters and reconciles them, up to ``concurrency`` at once, until none
         is due, ``batch`` were handled or ``pass_seconds`` have passed."""
-        self.ensured = {}
+        self.ensured, self._ensuring = {}, {}
         heartbeat = self.lease.total_seconds() / 3
         with HeldLeases(self.renew_leases, heartbeat, name="clusters") as leases:
             self.leases = leases
@@ -224,6 +227,14 @@ class ClusterReconciler:
         finally:
             if self.leases is not None:
                 self.leases.release(cluster_id)
+
+    @contextmanager
+    def ensuring(self, ref: ObjectRef) -> Iterator[None]:
+        """One thread at a time ensures an object."""
+        with self._ensuring_lock:
+            lock = self._ensuring.setdefault(ref, threading.Lock())
+        with lock:
+            yield
 
     def lease_lost(self, cluster_id: int) -> bool:
         return self.leases is not None and self.leases.lost(cluster_id)
@@ -340,16 +351,17 @@ class ClusterRun:
         cache = self.owner.cache()
         for obj in objects:
             ref = ObjectRef.of(obj)
-            if self.owner.ensured.get(ref) == obj:
-                continue
-            live = self._read(ref, cache) if self.steady else None
-            if not self.steady or quantities.drifted(live, obj):
-                self._check_lease()
-                # The portal owns these objects outright: take back fields someone else set.
-                live = self.host.apply(obj, force=True)
-                if cache is not None:
-                    cache.stored(live)
-            self.owner.ensured[ref] = obj
+            with self.owner.ensuring(ref):
+                if self.owner.ensured.get(ref) == obj:
+                    continue
+                live = self._read(ref, cache) if self.steady else None
+                if not self.steady or quantities.drifted(live, obj):
+                    self._check_lease()
+                    # The portal owns these objects outright: take back fields others set.
+                    live = self.host.apply(obj, force=True)
+                    if cache is not None:
+                        cache.stored(live)
+                self.owner.ensured[ref] = obj
             if live is not None:
                 seen.append(live)
         return seen
