@@ -4,9 +4,11 @@ Level-triggered and idempotent: every pass reads the desired state from the data
 actual state from Kubernetes, and applies only what differs. Leases keep one cluster with one
 worker (``repository.claim_due``); every progress write checks the lease is still held.
 
-Steps, each writing its condition: NamespaceReady, QuotaApplied (ResourceQuota, LimitRange),
+Steps, each setting its condition: NamespaceReady, QuotaApplied (ResourceQuota, LimitRange),
 NetworkPolicyApplied, QueuesApplied (KAI queues and the queue guard), ReleaseInstalled (helm),
-then Ready (Secret ``vc-<release>`` exists and ``/readyz`` answers through it).
+then Ready (Secret ``vc-<release>`` exists and ``/readyz`` answers through it). The conditions
+are saved together, before helm runs (so the tenant follows a long install) and at the end of
+the pass: one write where there was one per step.
 
 Cost: a cluster still converged at its last generation is only read, and what it reads is
 compared by value where the server rewrites it (resource quantities come back in canonical
@@ -271,6 +273,9 @@ class ClusterRun:
         self.failed_attempts = failed_attempts
         self.observed_generation = observed_generation
         self.conditions = list(wanted.conditions)
+        # Conditions set but not yet saved, and when they last changed: saved together before
+        # a long step (helm) and at the end of the pass.
+        self.unsaved: datetime | None = None
         self.secret: Manifest | None = None
         # Converged at this generation last time: read and compare before any write.
         self.steady = observed_generation == wanted.generation and all(
@@ -389,8 +394,10 @@ class ClusterRun:
         vanished = self.secret is None and cond.is_true(self.conditions, cond.READY)
         if up_to_date and not vanished:
             return "Installed", message
-        # However long helm takes, the heartbeat keeps the lease.
+        # However long helm takes, the heartbeat keeps the lease; the tenant sees the steps
+        # so far meanwhile.
         self._check_lease()
+        self._save_conditions()
         self.owner.installer.install(self.wanted.release, self.wanted.namespace,
                                      self.wanted.values_yaml())
         self._check_lease()
@@ -422,9 +429,11 @@ class ClusterRun:
         if sealed is not None and _opens_to(self.owner.box, sealed, config):
             return
         with self.owner.transaction() as db:
-            self._write(db, admin_kubeconfig_encrypted=self.owner.box.seal(config))
+            self._write(db, admin_kubeconfig_encrypted=self.owner.box.seal(config),
+                        **self._unsaved_conditions())
             self._audit(db, "virtual_cluster.credential_stored", None,
                         {"credential": "admin kubeconfig stored encrypted"})
+        self.unsaved = None
 
     # ----- deletion
 
@@ -450,6 +459,7 @@ class ClusterRun:
         """Uninstall, then delete what the portal made; True once the namespace is gone."""
         spec, namespace = self.wanted.spec, self.wanted.namespace
         self._check_lease()
+        self._save_conditions()
         self.owner.installer.uninstall(self.wanted.release, namespace)
         self._check_lease()
         queue_version = manifests.labels.KAI_API_VERSION
@@ -498,8 +508,19 @@ class ClusterRun:
         if updated == self.conditions:
             return
         self.conditions = updated
+        self.unsaved = self.owner.clock()
+
+    def _unsaved_conditions(self) -> dict[str, Any]:
+        if self.unsaved is None:
+            return {}
+        return {"conditions": self.conditions, "updated_at": self.unsaved}
+
+    def _save_conditions(self) -> None:
+        if self.unsaved is None:
+            return
         with self.owner.transaction() as db:
-            self._write(db, conditions=updated, updated_at=self.owner.clock())
+            self._write(db, **self._unsaved_conditions())
+        self.unsaved = None
 
     def _write(self, db: Any, **values: Any) -> None:
         """Writes to the held cluster; each write also renews the lease."""
@@ -520,6 +541,7 @@ class ClusterRun:
             values["observed_generation"] = self.wanted.generation
         newly_failed = cond.is_true(self.conditions, cond.FAILED) and not cond.is_true(
             self.wanted.conditions, cond.FAILED)
+        values.update(self._unsaved_conditions())
         with self.owner.transaction() as db:
             if not repository.release(db, self.wanted.cluster_id, self.worker_id,
                                       generation=self.wanted.generation,
