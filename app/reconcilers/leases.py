@@ -25,7 +25,8 @@ Renew = Callable[[Mapping[int, str]], set[int]]
 
 
 class HeldLeases:
-    """The leases one reconciler pass holds; a context manager that runs their heartbeat."""
+    """The leases one reconciler pass holds; a context manager that runs their heartbeat from
+    the first lease added until it exits (an idle pass starts no thread)."""
 
     def __init__(self, renew: Renew, interval_seconds: float, *, name: str = "leases") -> None:
         self._renew = renew
@@ -40,6 +41,8 @@ class HeldLeases:
         with self._lock:
             self._held[key] = token
             self._lost.discard(key)
+            if self._thread.ident is None and not self._stop.is_set():
+                self._thread.start()
 
     def release(self, key: int) -> None:
         """Stop renewing ``key`` (its holder ended the lease, or gave up on it)."""
@@ -75,10 +78,11 @@ class HeldLeases:
             self.renew_now()
 
     def __enter__(self) -> HeldLeases:
-        self._thread.start()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        self._stop.set()
-        self._thread.join()
+        with self._lock:
+            self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join()
