@@ -8,6 +8,9 @@ trips over its own writes. Objects outside the cached kinds, or without the sele
 are not here: for those ``get`` answers ``None`` as for a missing object, and the reader
 applies them (which puts the labels back).
 
+Objects are kept without ``metadata.managedFields`` (often half an object's size): the cache
+serves comparisons with what the reader wants, not field ownership.
+
 Thread-safe: one reader refreshes while the others wait for the new snapshot.
 """
 
@@ -43,7 +46,7 @@ class ListCache:
         return (ref.api_version, ref.kind) in self.kinds
 
     def get(self, ref: ObjectRef) -> Manifest | None:
-        """The object as of a snapshot no older than ``max_age_seconds``."""
+        """The object as of a snapshot no older than ``max_age_seconds`` (shared: read only)."""
         if not self.covers(ref):
             raise ValueError(f"{ref.kind} is not cached")
         with self._lock:
@@ -56,7 +59,7 @@ class ListCache:
         ref = ObjectRef.of(obj)
         if self.covers(ref):
             with self._lock:
-                self._objects[ref] = obj
+                self._objects[ref] = _slim(obj)
 
     def forgot(self, ref: ObjectRef) -> None:
         """The reader deleted ``ref``."""
@@ -75,6 +78,13 @@ class ListCache:
         objects: dict[ObjectRef, Manifest] = {}
         for api_version, kind in sorted(self.kinds):
             for obj in self.port.list(api_version, kind, label_selector=self.label_selector):
-                objects[ObjectRef.of(obj)] = obj
+                objects[ObjectRef.of(obj)] = _slim(obj)
         self._objects, self._taken_at = objects, taken_at
         self.refreshes += 1
+
+
+def _slim(obj: Manifest) -> Manifest:
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict) and "managedFields" in metadata:
+        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+    return obj
