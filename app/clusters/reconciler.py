@@ -136,9 +136,11 @@ class ClusterReconciler:
         self.pass_seconds = pass_seconds
         self.box = SecretBox(settings.encryption_key)
         # A Database bound to one connection (a test's rolled-back transaction) serves one
-        # thread at a time: one cluster at once, and the heartbeat takes turns with it.
+        # thread at a time: one cluster at once, and the heartbeat takes turns with it. SQLite
+        # (the embedded default) has one writer: threads would only queue for it.
         shared = isinstance(database.sessions.kw.get("bind"), Connection)
-        self.concurrency = 1 if shared else concurrency or settings.worker_concurrency
+        single = shared or database.engine.dialect.name == "sqlite"
+        self.concurrency = 1 if single else concurrency or settings.worker_concurrency
         self._gate: AbstractContextManager[Any] = threading.Lock() if shared else nullcontext()
         self.list_cache = list_cache
         self._cache: ListCache | None = None
