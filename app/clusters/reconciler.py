@@ -240,6 +240,12 @@ class ClusterReconciler:
         with lock:
             yield
 
+    def stop_renewing(self, cluster_id: int) -> None:
+        """The run is about to end the lease (or delete the row): the heartbeat lets go first,
+        so that it never mistakes the ended lease for one another worker took."""
+        if self.leases is not None:
+            self.leases.release(cluster_id)
+
     def lease_lost(self, cluster_id: int) -> bool:
         return self.leases is not None and self.leases.lost(cluster_id)
 
@@ -479,6 +485,7 @@ class ClusterRun:
         return self.host.get("v1", "Namespace", namespace) is None
 
     def _remove_row(self) -> Outcome:
+        self.owner.stop_renewing(self.wanted.cluster_id)
         with self.owner.transaction() as db:
             cluster = repository.lock_cluster(db, self.wanted.cluster_id)
             if cluster is None or cluster.lease_owner != self.worker_id:
@@ -544,6 +551,7 @@ class ClusterRun:
         newly_failed = cond.is_true(self.conditions, cond.FAILED) and not cond.is_true(
             self.wanted.conditions, cond.FAILED)
         values.update(self._unsaved_conditions())
+        self.owner.stop_renewing(self.wanted.cluster_id)
         with self.owner.transaction() as db:
             if not repository.release(db, self.wanted.cluster_id, self.worker_id,
                                       generation=self.wanted.generation,
@@ -581,6 +589,7 @@ class _InvalidSpec:
         if updated != self.conditions:
             values = {"conditions": updated, "updated_at": now}
         resync = now + timedelta(seconds=self.owner.settings.worker_resync_seconds)
+        self.owner.stop_renewing(self.cluster_id)
         with self.owner.transaction() as db:
             if not repository.release(db, self.cluster_id, self.worker_id,
                                       generation=self.generation, next_at=resync, now=now,
