@@ -5,7 +5,8 @@ test suite's ``host_api``) and measures, in one run:
 
 1. wall time to converge N new clusters' host objects, one at a time (concurrency 1) and on
    the worker's pool (``--concurrency``), both under one client-side limit (``--qps``/
-   ``--burst``, i.e. PORTAL_KUBE_QPS/BURST), with the requests each made;
+   ``--burst``, i.e. PORTAL_KUBE_QPS/BURST), with the requests each made; then a few clusters
+   on the pool under the default limit (20 qps, burst 40), to show the pool keeps to it;
 2. API requests per cluster on a resync of those N unchanged clusters: the reconciler reading
    each object with a GET (before), reading from its list cache (after), and a naive
    reconciler that applies everything on every pass;
@@ -153,7 +154,7 @@ class Phase:
 
     def row(self) -> str:
         rate = self.requests / self.seconds if self.seconds else 0.0
-        return (f"{self.name:<44}{self.reads / self.clusters:>8.2f}"
+        return (f"{self.name:<52}{self.reads / self.clusters:>8.2f}"
                 f"{self.writes / self.clusters:>8.2f}{self.seconds:>9.1f}{rate:>9.0f}")
 
 
@@ -171,9 +172,10 @@ class Bench:
         url = postgres.sqlalchemy_url(name)
         return name, Database(url, pool_size=self.args.concurrency + 4)
 
-    def port(self) -> CountingPort:
+    def port(self, limit: tuple[float, int] | None = None) -> CountingPort:
+        qps, burst = limit or (self.args.qps, self.args.burst)
         adapter = KubernetesAdapter.from_kubeconfig_yaml(
-            self.server.admin_kubeconfig, qps=self.args.qps, burst=self.args.burst,
+            self.server.admin_kubeconfig, qps=qps, burst=burst,
             connections=self.args.concurrency + 4)
         return CountingPort(adapter)
 
@@ -189,18 +191,22 @@ class Bench:
 
     # ----- 1. convergence of new clusters
 
-    def converge(self, prefix: str, concurrency: int) -> tuple[Phase, Database, str]:
+    def converge(self, prefix: str, concurrency: int, clusters: int | None = None,
+                 limit: tuple[float, int] | None = None) -> tuple[Phase, Database, str]:
+        clusters = clusters or self.args.clusters
         name, database = self.database()
-        seed(database, self.args.clusters, self.args.tenants, prefix)
-        port = self.port()
+        seed(database, clusters, min(self.args.tenants, clusters), prefix)
+        port = self.port(limit)
         reconciler = self.reconciler(database, port, concurrency)
         started = time.perf_counter()
         drain(reconciler)
         seconds = time.perf_counter() - started
         ready = count_ready(database)
-        assert ready == self.args.clusters, f"only {ready} of {self.args.clusters} Ready"
-        label = f"converge {self.args.clusters} new, concurrency {concurrency}"
-        phase = Phase(label, self.args.clusters, port.requests, port.writes, seconds)
+        assert ready == clusters, f"only {ready} of {clusters} Ready"
+        label = f"converge {clusters} new, concurrency {concurrency}"
+        if limit is not None:
+            label += f", {limit[0]:g} qps/{limit[1]} burst"
+        phase = Phase(label, clusters, port.requests, port.writes, seconds)
         port.adapter.close()
         return phase, database, name
 
@@ -343,7 +349,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"real kube-apiserver (etcd on {base or 'disk'}), PostgreSQL; {args.clusters} "
               f"clusters over {args.tenants} tenants; client limit {args.qps:g} qps, burst "
               f"{args.burst}; helm {args.helm_seconds:g}s; lease {args.lease:g}s", flush=True)
-        print(f"{'phase':<44}{'reads':>8}{'writes':>8}{'seconds':>9}{'req/s':>9}"
+        print(f"{'phase':<52}{'reads':>8}{'writes':>8}{'seconds':>9}{'req/s':>9}"
               "   (per cluster)", flush=True)
         sequential, database, name = bench.converge("seq", 1)
         made.append((name, database))
@@ -357,6 +363,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(after.row(), flush=True)
         naive = bench.naive_resync(database)
         print(naive.row(), flush=True)
+        tight = (args.tight_qps, args.tight_burst)
+        limited, database, name = bench.converge("lim", args.concurrency, args.tight_clusters,
+                                                 tight)
+        made.append((name, database))
+        allowed = tight[1] + tight[0] * limited.seconds
+        print(f"{limited.row()}   (the limit allows {allowed:.0f} requests in that time)",
+              flush=True)
         adoption = bench.adoption()
         print(f"a worker SIGKILLed in helm: its {len(adoption)} clusters adopted by another "
               f"after {', '.join(f'{s:.1f}' for s in adoption)} s (lease {args.lease:g} s; "
@@ -386,6 +399,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "resync_seconds": {"get_per_object_before": round(before.seconds, 2),
                            "list_cache_after": round(after.seconds, 2),
                            "naive_apply_everything": round(naive.seconds, 2)},
+        "rate_limited": {"qps": args.tight_qps, "burst": args.tight_burst,
+                         "requests": limited.requests, "seconds": round(limited.seconds, 2),
+                         "requests_per_second": round(limited.requests / limited.seconds, 1)},
         "adoption_seconds": {"max": round(max(adoption), 1), "lease": args.lease,
                              "before_at_least": BEFORE_INSTALL_LEASE + args.lease},
     }
@@ -402,6 +418,10 @@ def main() -> None:
     parser.add_argument("--helm-seconds", type=float, default=0.0)
     parser.add_argument("--lease", type=float, default=30.0)
     parser.add_argument("--crash-clusters", type=int, default=3)
+    parser.add_argument("--tight-qps", type=float, default=20.0,
+                        help="the PORTAL_KUBE_QPS default, for the rate-limited phase")
+    parser.add_argument("--tight-burst", type=int, default=40)
+    parser.add_argument("--tight-clusters", type=int, default=40)
     print(json.dumps(run(parser.parse_args())))
 
 
