@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import shutil
 import tempfile
 import threading
 import time
@@ -381,6 +382,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             postgres.drop_database(name)
         postgres.drop_database(template)
         server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     return {
         "clusters": args.clusters, "tenants": args.tenants, "concurrency": args.concurrency,
         "qps": args.qps, "burst": args.burst, "helm_seconds": args.helm_seconds,
