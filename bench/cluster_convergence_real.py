@@ -412,8 +412,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clusters", type=int, default=200)
-    parser.add_argument("--tenants", type=int, default=20)
+    parser.add_argument("--clusters", type=int, default=100)
+    parser.add_argument("--tenants", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--qps", type=float, default=400.0)
     parser.add_argument("--burst", type=int, default=800)
