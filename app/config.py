@@ -76,7 +76,12 @@ class Settings(BaseSettings):
 
     worker_poll_seconds: float = 2.0
     worker_resync_seconds: float = 300.0
-    worker_lease_seconds: float = 60.0
+    # Short, and renewed by a heartbeat while a worker holds it (helm included): a crashed
+    # worker's clusters are taken up by another within about this long.
+    worker_lease_seconds: float = Field(default=30.0, ge=3.0)
+    # Clusters one worker reconciles at once; every Kubernetes call still shares one
+    # PORTAL_KUBE_QPS/BURST limit. Keep it below the database pool (15 connections).
+    worker_concurrency: int = Field(default=8, ge=1, le=64)
 
     log_level: str = "INFO"
 

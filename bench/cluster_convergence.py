@@ -1,8 +1,11 @@
 """Kubernetes API calls and wall time to converge N virtual clusters, and calls per unchanged
-cluster per resync, for the cluster reconciler against a naive apply-everything baseline.
+cluster per resync, for the cluster reconciler (reading unchanged objects from its list cache,
+and with a GET per object as before) against a naive apply-everything baseline.
 
-Both run in this process on the in-memory port (``InMemoryKube``) over the embedded SQLite
-default; helm is a stand-in that brings the control plane up at once. Run:
+All run in this process, one cluster at a time, on the in-memory port (``InMemoryKube``) over
+the embedded SQLite default; helm is a stand-in that brings the control plane up at once. The
+same on a real kube-apiserver and PostgreSQL, with concurrency and a crashed worker:
+``bench.cluster_convergence_real``. Run:
 
     .venv/bin/python -m bench.cluster_convergence [--clusters 1000] [--tenants 50]
 """
@@ -80,13 +83,14 @@ class Figures:
     seconds: float
 
 
-def seed(database: Database, clusters: int, tenants: int) -> None:
+def seed(database: Database, clusters: int, tenants: int, prefix: str = "tenant") -> None:
+    """``clusters`` new clusters spread over ``tenants`` tenants ``<prefix>-<n>``."""
     with database.transaction() as db:
         db.add(HostCluster(name="default", is_default=True))
         gpu = GpuClass(product="NVIDIA-H100-80GB-HBM3", display_name="H100", memory_mib=81559)
         db.add(gpu)
         db.flush()
-        rows = [Tenant(slug=f"tenant-{t}", display_name=f"Tenant {t}") for t in range(tenants)]
+        rows = [Tenant(slug=f"{prefix}-{t}", display_name=f"Tenant {t}") for t in range(tenants)]
         db.add_all(rows)
         db.flush()
         per_tenant = -(-clusters // tenants)
@@ -97,7 +101,7 @@ def seed(database: Database, clusters: int, tenants: int) -> None:
             tenant_id=rows[i % tenants].id, host_cluster_id=1, name=f"c{i}",
             kubernetes_version="1.32.4", placement="shared-pool", gpu_class_id=gpu.id, gpus=1,
             cpu_millicores=4000, memory_mib=16384, conditions=[], next_reconcile_at=now,
-            endpoint=f"https://c{i}.tenant-{i % tenants}.vc.example.com")
+            endpoint=f"https://c{i}.{prefix}-{i % tenants}.vc.example.com")
             for i in range(clusters))
 
 
@@ -112,10 +116,11 @@ def measure(kube: InMemoryKube, connector: Connector, helm: Helm, run: object) -
 
 
 def portal_reconciler(database: Database, kube: InMemoryKube, connector: Connector,
-                      helm: Helm) -> tuple[Figures, Figures]:
+                      helm: Helm, *, list_cache: bool = True) -> tuple[Figures, Figures]:
     clock_now = [utcnow()]
     reconciler = ClusterReconciler(SETTINGS, database, connector, helm, batch=100,
-                                   clock=lambda: clock_now[0])
+                                   clock=lambda: clock_now[0], concurrency=1,
+                                   list_cache=list_cache)
 
     def drain() -> None:
         while reconciler.run_due("bench") > 0:
@@ -125,6 +130,12 @@ def portal_reconciler(database: Database, kube: InMemoryKube, connector: Connect
     clock_now[0] += timedelta(seconds=SETTINGS.worker_resync_seconds + 1)
     resync = measure(kube, connector, helm, drain)
     return converge, resync
+
+
+def get_per_object_reconciler(database: Database, kube: InMemoryKube, connector: Connector,
+                              helm: Helm) -> tuple[Figures, Figures]:
+    """The reconciler as it was: each unchanged object read with a GET."""
+    return portal_reconciler(database, kube, connector, helm, list_cache=False)
 
 
 def naive_reconciler(database: Database, kube: InMemoryKube, connector: Connector,
@@ -148,9 +159,11 @@ def naive_reconciler(database: Database, kube: InMemoryKube, connector: Connecto
 def run(clusters: int, tenants: int) -> dict[str, tuple[Figures, Figures]]:
     results = {}
     with tempfile.TemporaryDirectory() as directory:
-        for name, strategy in (("naive apply-everything", naive_reconciler),
-                               ("portal reconciler", portal_reconciler)):
-            url = f"sqlite:///{Path(directory) / (name.split()[0] + '.db')}"
+        for index, (name, strategy) in enumerate((
+                ("naive apply-everything", naive_reconciler),
+                ("reconciler, GET per object", get_per_object_reconciler),
+                ("portal reconciler", portal_reconciler))):
+            url = f"sqlite:///{Path(directory) / f'{index}.db'}"
             migrate.upgrade(url)
             database = Database(url)
             seed(database, clusters, tenants)
@@ -162,13 +175,14 @@ def run(clusters: int, tenants: int) -> dict[str, tuple[Figures, Figures]]:
 
 def report(results: dict[str, tuple[Figures, Figures]], clusters: int) -> None:
     print(f"{clusters} clusters, in-memory Kubernetes port, SQLite")
-    header = (f"{'strategy':<24}{'phase':<10}{'API calls':>10}{'writes':>8}{'changed':>9}"
-              f"{'helm':>6}{'calls/cluster':>15}{'seconds':>9}")
+    header = (f"{'strategy':<28}{'phase':<10}{'API calls':>10}{'writes':>8}{'changed':>9}"
+              f"{'helm':>6}{'calls/cluster':>15}{'reads/cluster':>15}{'seconds':>9}")
     print(header)
     for name, (converge, resync) in results.items():
         for phase, f in (("converge", converge), ("resync", resync)):
-            print(f"{name:<24}{phase:<10}{f.calls:>10}{f.writes:>8}{f.mutations:>9}"
-                  f"{f.helm_runs:>6}{f.calls / clusters:>15.2f}{f.seconds:>9.2f}")
+            print(f"{name:<28}{phase:<10}{f.calls:>10}{f.writes:>8}{f.mutations:>9}"
+                  f"{f.helm_runs:>6}{f.calls / clusters:>15.2f}"
+                  f"{(f.calls - f.writes) / clusters:>15.2f}{f.seconds:>9.2f}")
     print("API calls are host API calls; /readyz through each virtual cluster is one more per "
           "cluster and pass in both strategies.")
 

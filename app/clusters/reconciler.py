@@ -4,22 +4,37 @@ Level-triggered and idempotent: every pass reads the desired state from the data
 actual state from Kubernetes, and applies only what differs. Leases keep one cluster with one
 worker (``repository.claim_due``); every progress write checks the lease is still held.
 
-Steps, each writing its condition: NamespaceReady, QuotaApplied (ResourceQuota, LimitRange),
+Steps, each setting its condition: NamespaceReady, QuotaApplied (ResourceQuota, LimitRange),
 NetworkPolicyApplied, QueuesApplied (KAI queues and the queue guard), ReleaseInstalled (helm),
-then Ready (Secret ``vc-<release>`` exists and ``/readyz`` answers through it).
+then Ready (Secret ``vc-<release>`` exists and ``/readyz`` answers through it). The conditions
+are saved together, before helm runs (so the tenant follows a long install) and at the end of
+the pass: one write where there was one per step.
 
-Cost: a cluster still converged at its last generation is only read (one GET per object, the
-Secret, ``/readyz``), and what it reads is compared by value where the server rewrites it
-(resource quantities come back in canonical form); objects shared by many clusters (root and
-tenant queues, the queue guard) are checked once per pass. Conditions are written only when they
-change, so an unchanged cluster costs no Kubernetes writes and no writes to its state; the lease
-bookkeeping is all.
+Cost: a cluster still converged at its last generation is only read, and what it reads is
+compared by value where the server rewrites it (resource quantities come back in canonical
+form). Its objects are read from a list cache (``app.kube.cache``): each kind the portal labels
+is LISTed once across all namespaces, and the snapshot serves every cluster for
+``CACHE_SECONDS``, so drift made by hand is still repaired by the next resync that follows it.
+Only the Secret ``vc-<release>`` (the chart's, not labelled by the portal) is a GET per cluster,
+plus ``/readyz``. Objects shared by many clusters (root and tenant queues, the queue guard) are
+checked once per pass. Conditions are written only when they change, so an unchanged cluster
+costs no Kubernetes writes and no writes to its state; the lease bookkeeping is all.
+
+Concurrency: a pass reconciles up to ``PORTAL_WORKER_CONCURRENCY`` clusters at once on a thread
+pool, claiming more as threads free up; every Kubernetes call goes through the host adapter's
+one token bucket, so the worker as a whole keeps to ``PORTAL_KUBE_QPS``/``BURST``.
+
+Leases are short (``PORTAL_WORKER_LEASE_SECONDS``) and renewed by a heartbeat while the worker
+holds them, through helm runs too (``app.reconcilers.leases``). Each claim has its own token;
+every write to the cluster's row is conditional on it, and a worker whose renewal found the
+lease taken makes no further Kubernetes writes for that cluster.
 
 Errors: transient ones (429, 5xx, 409, connection trouble, helm failures) are retried with
 exponential backoff and jitter (at least the server's Retry-After); permanent ones set the
 Failed condition, whose reason the tenant sees, and are retried at the resync interval in case
-an operator fixed the cause. A worker that dies keeps its lease until it expires; the cluster is
-then due again and the next worker adopts what exists (names are deterministic).
+an operator fixed the cause. A worker that dies keeps its leases until they run out (one lease,
+no longer: nothing renews them); the cluster is then due again and the next worker adopts what
+exists (names are deterministic).
 """
 
 from __future__ import annotations
@@ -27,10 +42,19 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from collections.abc import Callable
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from types import TracebackType
 from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.clusters import conditions as cond
@@ -42,19 +66,30 @@ from app.config import Settings
 from app.crypto import SecretBox
 from app.db import Database, utcnow
 from app.kube import manifests, quantities
+from app.kube.cache import ListCache
 from app.kube.connector import KubeConnector
 from app.kube.errors import KubeError, TransientKubeError
 from app.kube.port import KubePort, Manifest, ObjectRef
 from app.kube.retry import RetryPolicy
 from app.kubeconfigs.service import revoke_grants_for_cluster
+from app.reconcilers.leases import HeldLeases
 
 log = logging.getLogger(__name__)
 
 ACTOR = "cluster-reconciler"
-BATCH = 20
+# A pass claims at most this many clusters, and stops claiming after PASS_SECONDS, so the
+# worker's other reconcilers get their turn.
+BATCH = 200
+PASS_SECONDS = 5.0
 WAIT_SECONDS = 3.0
-# A helm run may outlast the normal lease; the lease is stretched by this much before it.
-INSTALL_LEASE_SECONDS = 300.0
+# How old the list cache's snapshot may be when it serves an unchanged cluster.
+CACHE_SECONDS = 10.0
+_ADMISSION = "admissionregistration.k8s.io/v1"
+CACHED_KINDS = (("v1", "Namespace"), ("v1", "ResourceQuota"), ("v1", "LimitRange"),
+                ("networking.k8s.io/v1", "NetworkPolicy"),
+                (manifests.labels.KAI_API_VERSION, "Queue"),
+                (_ADMISSION, "ValidatingAdmissionPolicy"),
+                (_ADMISSION, "ValidatingAdmissionPolicyBinding"))
 BACKOFF = RetryPolicy(base_delay=2.0, max_delay=300.0)
 NO_HOST_MESSAGE = (
     "No host cluster is configured (set PORTAL_KUBECONFIG, or run the portal in the host "
@@ -87,6 +122,9 @@ class ClusterReconciler:
         clock: Callable[[], datetime] = utcnow,
         batch: int = BATCH,
         wait_seconds: float = WAIT_SECONDS,
+        concurrency: int | None = None,
+        list_cache: bool = True,
+        pass_seconds: float = PASS_SECONDS,
     ) -> None:
         self.settings = settings
         self.database = database
@@ -95,26 +133,125 @@ class ClusterReconciler:
         self.clock = clock
         self.batch = batch
         self.wait_seconds = wait_seconds
+        self.pass_seconds = pass_seconds
         self.box = SecretBox(settings.encryption_key)
-        # Objects already ensured during this pass (shared queues, the queue guard).
+        # A Database bound to one connection (a test's rolled-back transaction) serves one
+        # thread at a time: one cluster at once, and the heartbeat takes turns with it. SQLite
+        # (the embedded default) has one writer: threads would only queue for it.
+        shared = isinstance(database.sessions.kw.get("bind"), Connection)
+        single = shared or database.engine.dialect.name == "sqlite"
+        self.concurrency = 1 if single else concurrency or settings.worker_concurrency
+        self._gate: AbstractContextManager[Any] = threading.Lock() if shared else nullcontext()
+        self.list_cache = list_cache
+        self._cache: ListCache | None = None
+        self._cache_lock = threading.Lock()
+        # Objects already ensured during this pass (shared queues, the queue guard), and a
+        # lock per object so that threads sharing one apply it once.
         self.ensured: dict[ObjectRef, Manifest] = {}
+        self._ensuring: dict[ObjectRef, threading.Lock] = {}
+        self._ensuring_lock = threading.Lock()
+        # The leases this pass holds, renewed by their heartbeat; set while a pass runs.
+        self.leases: HeldLeases | None = None
 
     @property
     def lease(self) -> timedelta:
         return timedelta(seconds=self.settings.worker_lease_seconds)
 
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        with self._gate, self.database.transaction() as db:
+            yield db
+
+    def cache(self) -> ListCache | None:
+        """The list cache over the host, when there is a host and the cache is on."""
+        host = self.connector.host()
+        if not self.list_cache or host is None:
+            return None
+        with self._cache_lock:
+            if self._cache is None or self._cache.port is not host:
+                self._cache = ListCache(host, CACHED_KINDS, manifests.labels.managed(),
+                                        max_age_seconds=CACHE_SECONDS,
+                                        clock=lambda: self.clock().timestamp())
+            return self._cache
+
     def run_due(self, worker_id: str) -> int:
-        self.ensured = {}
+        """Claims due clusters and reconciles them, up to ``concurrency`` at once, until none
+        is due, ``batch`` were handled or ``pass_seconds`` have passed."""
+        self.ensured, self._ensuring = {}, {}
+        heartbeat = self.lease.total_seconds() / 3
+        with HeldLeases(self.renew_leases, heartbeat, name="clusters") as leases:
+            self.leases = leases
+            try:
+                return self._pass(worker_id, leases)
+            finally:
+                self.leases = None
+
+    def _pass(self, worker_id: str, leases: HeldLeases) -> int:
+        started = time.monotonic()
+        handled = 0
+        with _Runner(self.concurrency) as runner:
+            while handled < self.batch and time.monotonic() - started < self.pass_seconds:
+                if runner.free() == 0:
+                    runner.wait_one()
+                    continue
+                claimed = self._claim(worker_id, min(runner.free(), self.batch - handled))
+                if not claimed:
+                    if not runner.busy():
+                        break
+                    runner.wait_one()  # a cluster it finishes may be due again at once
+                    continue
+                for cluster_id, token in claimed:
+                    leases.add(cluster_id, token)
+                    runner.submit(self._reconcile_held, cluster_id, token)
+                handled += len(claimed)
+        return handled
+
+    def _claim(self, worker_id: str, limit: int) -> list[tuple[int, str]]:
+        # Each claim gets its own token: a later claim of the same cluster, even by this
+        # worker, fences off whoever still works on the earlier one.
+        token = f"{worker_id[:90]}/{secrets.token_hex(4)}"
         now = self.clock()
-        with self.database.transaction() as db:
-            claimed = repository.claim_due(db, worker_id, now, now + self.lease, self.batch)
-        for cluster_id in claimed:
-            self.reconcile(cluster_id, worker_id)
-        return len(claimed)
+        with self.transaction() as db:
+            claimed = repository.claim_due(db, token, now, now + self.lease, limit)
+        return [(cluster_id, token) for cluster_id in claimed]
+
+    def renew_leases(self, held: Mapping[int, str]) -> set[int]:
+        """The heartbeat: stretches the leases still held; the ids it returns are still ours."""
+        until = self.clock() + self.lease
+        with self.transaction() as db:
+            return repository.renew_leases(db, held, until)
+
+    def _reconcile_held(self, cluster_id: int, token: str) -> None:
+        try:
+            self.reconcile(cluster_id, token)
+        except Exception:
+            # One cluster's failure must not stop the others; its lease runs out and the
+            # cluster is due again.
+            log.exception("cluster %d: reconcile failed", cluster_id)
+        finally:
+            if self.leases is not None:
+                self.leases.release(cluster_id)
+
+    @contextmanager
+    def ensuring(self, ref: ObjectRef) -> Iterator[None]:
+        """One thread at a time ensures an object."""
+        with self._ensuring_lock:
+            lock = self._ensuring.setdefault(ref, threading.Lock())
+        with lock:
+            yield
+
+    def stop_renewing(self, cluster_id: int) -> None:
+        """The run is about to end the lease (or delete the row): the heartbeat lets go first,
+        so that it never mistakes the ended lease for one another worker took."""
+        if self.leases is not None:
+            self.leases.release(cluster_id)
+
+    def lease_lost(self, cluster_id: int) -> bool:
+        return self.leases is not None and self.leases.lost(cluster_id)
 
     def reconcile(self, cluster_id: int, worker_id: str) -> None:
-        """One pass over a cluster whose lease ``worker_id`` holds."""
-        with self.database.transaction() as db:
+        """One pass over a cluster whose lease ``worker_id`` (the claim's token) holds."""
+        with self.transaction() as db:
             cluster = db.get(VirtualCluster, cluster_id)
             if cluster is None or cluster.lease_owner != worker_id:
                 return
@@ -144,6 +281,9 @@ class ClusterRun:
         self.failed_attempts = failed_attempts
         self.observed_generation = observed_generation
         self.conditions = list(wanted.conditions)
+        # Conditions set but not yet saved, and when they last changed: saved together before
+        # a long step (helm) and at the end of the pass.
+        self.unsaved: datetime | None = None
         self.secret: Manifest | None = None
         # Converged at this generation last time: read and compare before any write.
         self.steady = observed_generation == wanted.generation and all(
@@ -221,19 +361,33 @@ class ClusterRun:
     def _ensure(self, objects: list[Manifest]) -> list[Manifest]:
         """Apply what is missing or differs; the live objects it read or wrote."""
         seen = []
+        cache = self.owner.cache()
         for obj in objects:
             ref = ObjectRef.of(obj)
-            if self.owner.ensured.get(ref) == obj:
-                continue
-            live = self.host.get(ref.api_version, ref.kind, ref.name,
-                                 ref.namespace) if self.steady else None
-            if not self.steady or quantities.drifted(live, obj):
-                # The portal owns these objects outright: take back fields someone else set.
-                live = self.host.apply(obj, force=True)
-            self.owner.ensured[ref] = obj
+            with self.owner.ensuring(ref):
+                if self.owner.ensured.get(ref) == obj:
+                    continue
+                live = self._read(ref, cache) if self.steady else None
+                if not self.steady or quantities.drifted(live, obj):
+                    self._check_lease()
+                    # The portal owns these objects outright: take back fields others set.
+                    live = self.host.apply(obj, force=True)
+                    if cache is not None:
+                        cache.stored(live)
+                self.owner.ensured[ref] = obj
             if live is not None:
                 seen.append(live)
         return seen
+
+    def _read(self, ref: ObjectRef, cache: ListCache | None) -> Manifest | None:
+        if cache is not None and cache.covers(ref):
+            return cache.get(ref)
+        return self.host.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+
+    def _check_lease(self) -> None:
+        """Before a write to the host: stop if another worker has taken the cluster."""
+        if self.owner.lease_lost(self.wanted.cluster_id):
+            raise LeaseLost
 
     def _release(self) -> tuple[str, str]:
         settings = self.owner.settings
@@ -248,9 +402,13 @@ class ClusterRun:
         vanished = self.secret is None and cond.is_true(self.conditions, cond.READY)
         if up_to_date and not vanished:
             return "Installed", message
-        self._hold(timedelta(seconds=INSTALL_LEASE_SECONDS) + self.owner.lease)
+        # However long helm takes, the heartbeat keeps the lease; the tenant sees the steps
+        # so far meanwhile.
+        self._check_lease()
+        self._save_conditions()
         self.owner.installer.install(self.wanted.release, self.wanted.namespace,
                                      self.wanted.values_yaml())
+        self._check_lease()
         self.secret = self._kubeconfig_secret()
         return "Installed", message
 
@@ -278,15 +436,17 @@ class ClusterRun:
         sealed = self.wanted.sealed_kubeconfig
         if sealed is not None and _opens_to(self.owner.box, sealed, config):
             return
-        with self.owner.database.transaction() as db:
-            self._write(db, admin_kubeconfig_encrypted=self.owner.box.seal(config))
+        with self.owner.transaction() as db:
+            self._write(db, admin_kubeconfig_encrypted=self.owner.box.seal(config),
+                        **self._unsaved_conditions())
             self._audit(db, "virtual_cluster.credential_stored", None,
                         {"credential": "admin kubeconfig stored encrypted"})
+        self.unsaved = None
 
     # ----- deletion
 
     def _delete(self) -> Outcome:
-        with self.owner.database.transaction() as db:
+        with self.owner.transaction() as db:
             revoke_grants_for_cluster(db, self.wanted.cluster_id, actor_label=ACTOR)
         if self.owner.connector.host() is None:
             if any(cond.find(self.wanted.conditions, t) for t in cond.STEP_TYPES):
@@ -306,18 +466,27 @@ class ClusterRun:
     def _take_down(self) -> bool:
         """Uninstall, then delete what the portal made; True once the namespace is gone."""
         spec, namespace = self.wanted.spec, self.wanted.namespace
-        self._hold(timedelta(seconds=INSTALL_LEASE_SECONDS) + self.owner.lease)
+        self._check_lease()
+        self._save_conditions()
         self.owner.installer.uninstall(self.wanted.release, namespace)
-        self.host.delete("v1", "Namespace", namespace)
+        self._check_lease()
         queue_version = manifests.labels.KAI_API_VERSION
-        self.host.delete(queue_version, "Queue",
-                         manifests.cluster_queue_name(spec.tenant, spec.name))
+        doomed = [ObjectRef("v1", "Namespace", namespace),
+                  ObjectRef(queue_version, "Queue",
+                            manifests.cluster_queue_name(spec.tenant, spec.name))]
         if self.wanted.last_of_tenant:
-            self.host.delete(queue_version, "Queue", manifests.tenant_queue_name(spec.tenant))
+            doomed.append(ObjectRef(queue_version, "Queue",
+                                    manifests.tenant_queue_name(spec.tenant)))
+        cache = self.owner.cache()
+        for ref in doomed:
+            self.host.delete(ref.api_version, ref.kind, ref.name, ref.namespace)
+            if cache is not None:
+                cache.forgot(ref)
         return self.host.get("v1", "Namespace", namespace) is None
 
     def _remove_row(self) -> Outcome:
-        with self.owner.database.transaction() as db:
+        self.owner.stop_renewing(self.wanted.cluster_id)
+        with self.owner.transaction() as db:
             cluster = repository.lock_cluster(db, self.wanted.cluster_id)
             if cluster is None or cluster.lease_owner != self.worker_id:
                 raise LeaseLost
@@ -348,13 +517,19 @@ class ClusterRun:
         if updated == self.conditions:
             return
         self.conditions = updated
-        with self.owner.database.transaction() as db:
-            self._write(db, conditions=updated, updated_at=self.owner.clock())
+        self.unsaved = self.owner.clock()
 
-    def _hold(self, duration: timedelta) -> None:
-        until = self.owner.clock() + duration
-        with self.owner.database.transaction() as db:
-            self._write(db, lease_expires_at=until, next_reconcile_at=until)
+    def _unsaved_conditions(self) -> dict[str, Any]:
+        if self.unsaved is None:
+            return {}
+        return {"conditions": self.conditions, "updated_at": self.unsaved}
+
+    def _save_conditions(self) -> None:
+        if self.unsaved is None:
+            return
+        with self.owner.transaction() as db:
+            self._write(db, **self._unsaved_conditions())
+        self.unsaved = None
 
     def _write(self, db: Any, **values: Any) -> None:
         """Writes to the held cluster; each write also renews the lease."""
@@ -375,7 +550,9 @@ class ClusterRun:
             values["observed_generation"] = self.wanted.generation
         newly_failed = cond.is_true(self.conditions, cond.FAILED) and not cond.is_true(
             self.wanted.conditions, cond.FAILED)
-        with self.owner.database.transaction() as db:
+        values.update(self._unsaved_conditions())
+        self.owner.stop_renewing(self.wanted.cluster_id)
+        with self.owner.transaction() as db:
             if not repository.release(db, self.wanted.cluster_id, self.worker_id,
                                       generation=self.wanted.generation,
                                       next_at=now + timedelta(seconds=outcome.next_in),
@@ -412,7 +589,8 @@ class _InvalidSpec:
         if updated != self.conditions:
             values = {"conditions": updated, "updated_at": now}
         resync = now + timedelta(seconds=self.owner.settings.worker_resync_seconds)
-        with self.owner.database.transaction() as db:
+        self.owner.stop_renewing(self.cluster_id)
+        with self.owner.transaction() as db:
             if not repository.release(db, self.cluster_id, self.worker_id,
                                       generation=self.generation, next_at=resync, now=now,
                                       **values):
@@ -451,3 +629,42 @@ def _classify(error: Exception) -> tuple[str, str, bool, float | None]:
     if isinstance(error, InstallError):
         return error.reason, error.message, error.permanent, None
     return "InvalidSpec", str(error), True, None
+
+
+class _Runner:
+    """Runs reconciles inline, one at a time, or on a pool of ``size`` threads."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.pool = ThreadPoolExecutor(size, thread_name_prefix="cluster") if size > 1 else None
+        self.running: set[Future[None]] = set()
+
+    def free(self) -> int:
+        return self.size - len(self.running)
+
+    def busy(self) -> bool:
+        return bool(self.running)
+
+    def submit(self, work: Callable[[int, str], None], cluster_id: int, token: str) -> None:
+        if self.pool is None:
+            work(cluster_id, token)
+        else:
+            self.running.add(self.pool.submit(work, cluster_id, token))
+
+    def wait_one(self) -> None:
+        done, pending = wait(self.running, return_when=FIRST_COMPLETED)
+        self.running = set(pending)
+        for future in done:
+            future.result()  # what the work did not catch (a BaseException) goes on up
+
+    def __enter__(self) -> _Runner:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if self.pool is None:
+            return
+        self.pool.shutdown(wait=True)
+        if error is None:
+            for future in self.running:
+                future.result()

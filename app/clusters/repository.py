@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CursorResult, Select, case, delete, func, select, update
+from sqlalchemy import CursorResult, Select, case, delete, func, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
@@ -90,6 +91,8 @@ def claim_due(db: Session, worker_id: str, now: datetime, lease_until: datetime,
     sets without waiting. SQLite: one writer at a time, and the conditional UPDATE re-checks
     the lease, so a row is never taken twice. ``next_reconcile_at`` moves to the lease's end:
     if this worker dies, the cluster is due again exactly when its lease runs out.
+    ``worker_id`` is the lease's token: give each claim its own, so that writes fenced on it
+    (``update_held``, ``renew_leases``) fail once the cluster has been claimed again.
     """
     free = (VirtualCluster.lease_expires_at.is_(None)) | (VirtualCluster.lease_expires_at < now)
     candidates = (select(VirtualCluster.id)
@@ -106,6 +109,22 @@ def claim_due(db: Session, worker_id: str, now: datetime, lease_until: datetime,
         .execution_options(synchronize_session=False)
     )
     return sorted(db.scalars(statement).all())
+
+
+def renew_leases(db: Session, held: Mapping[int, str], until: datetime) -> set[int]:
+    """Stretches to ``until`` each lease still held under its token (``{cluster id: token}``);
+    the ids returned are those renewed, so a lease another worker took is simply missing."""
+    if not held:
+        return set()
+    statement = (
+        update(VirtualCluster)
+        .where(tuple_(VirtualCluster.id, VirtualCluster.lease_owner).in_(list(held.items())))
+        .values(lease_expires_at=until, next_reconcile_at=until,
+                updated_at=VirtualCluster.updated_at)
+        .returning(VirtualCluster.id)
+        .execution_options(synchronize_session=False)
+    )
+    return set(db.scalars(statement).all())
 
 
 def update_held(db: Session, cluster_id: int, worker_id: str, **values: Any) -> bool:

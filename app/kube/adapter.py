@@ -54,7 +54,10 @@ k8s_config: Any = _k8s_config
 
 
 class KubernetesAdapter:
-    """Thread-safe ``KubePort`` implementation with client-side rate limit and retries."""
+    """Thread-safe ``KubePort`` implementation with client-side rate limit and retries.
+
+    The rate limit is one token bucket per adapter, shared by every thread that uses it (the
+    worker's cluster reconciles run on a pool and share the host's adapter)."""
 
     def __init__(
         self,
@@ -65,7 +68,12 @@ class KubernetesAdapter:
         retry: RetryPolicy | None = None,
         timeout_seconds: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
+        connections: int | None = None,
     ) -> None:
+        if connections is not None:
+            # Threads beyond the pool's size would each open (and drop) a TLS connection.
+            api_client.configuration.connection_pool_maxsize = max(
+                connections, api_client.configuration.connection_pool_maxsize or 0)
         self._client = _without_urllib3_retries(api_client)
         self._bucket = TokenBucket(qps, burst, sleep=sleep)
         self._retry = retry or RetryPolicy()

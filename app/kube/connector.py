@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from app.config import Settings
 from app.kube.adapter import KubernetesAdapter, readyz
@@ -44,12 +44,15 @@ class ClientConnector:
         return self._host
 
     def _load_host(self) -> KubernetesAdapter | None:
-        qps, burst = self.settings.kube_qps, self.settings.kube_burst
+        options: dict[str, Any] = {
+            "qps": self.settings.kube_qps, "burst": self.settings.kube_burst,
+            # the worker's threads, and a few for the web process's requests
+            "connections": self.settings.worker_concurrency + 4,
+        }
         if self.settings.kubeconfig:
-            return KubernetesAdapter.from_kubeconfig(self.settings.kubeconfig, qps=qps,
-                                                     burst=burst)
+            return KubernetesAdapter.from_kubeconfig(self.settings.kubeconfig, **options)
         if "KUBERNETES_SERVICE_HOST" in os.environ and IN_CLUSTER_TOKEN.exists():
-            return KubernetesAdapter.from_in_cluster(qps=qps, burst=burst)
+            return KubernetesAdapter.from_in_cluster(**options)
         log.info("no host cluster configured (PORTAL_KUBECONFIG unset, not in a cluster)")
         return None
 

@@ -9,7 +9,9 @@ It speaks to the host API server named by ``--kubeconfig`` as helm does: over TL
 kubeconfig's CA and presenting its client certificate. On ``upgrade --install`` it applies (as
 field manager ``helm``) the control plane StatefulSet and the Secret ``vc-<release>`` whose
 ``config`` is the virtual cluster's admin kubeconfig; on ``uninstall`` it deletes the
-StatefulSet (the Secret is vCluster's own, as with the real chart).
+StatefulSet (the Secret is vCluster's own, as with the real chart). With ``HELM_STANDIN_HANG``
+(a file name) ``upgrade --install`` writes its pid there and then hangs, as a helm run that
+outlasts the worker.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = r'''
-import base64, json, os, ssl, sys, tempfile, urllib.error, urllib.request
+import base64, json, os, ssl, sys, tempfile, time, urllib.error, urllib.request
 
 import yaml
 
@@ -34,6 +36,13 @@ values_file = flag("--values")
 with open(os.environ["HELM_STANDIN_LOG"], "a") as log:
     values = open(values_file).read() if values_file else None
     log.write(json.dumps({"argv": args, "values": values}) + "\n")
+
+hang = os.environ.get("HELM_STANDIN_HANG")
+if hang and args[0] == "upgrade":
+    # A helm run that does not end (a slow chart, an image pull): the worker is killed in it.
+    with open(hang, "w") as marker:
+        marker.write(str(os.getpid()))
+    time.sleep(3600)
 
 kubeconfig = yaml.safe_load(open(flag("--kubeconfig")))
 cluster = kubeconfig["clusters"][0]["cluster"]

@@ -17,6 +17,7 @@ from app.config import Settings
 from app.db import Database, utcnow
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
+from tests import factories
 from tests.support import virtual_clusters
 from tests.support.tenancy import Tenancy
 
@@ -147,3 +148,14 @@ def create(database: Database, tenancy: Tenancy, name: str = "train", *, gpus: i
     with database.transaction() as db:
         return service.create_cluster(db, principal, settings or cluster_settings(), "acme",
                                       payload)
+
+
+def seed_clusters(database: Database, count: int, slug: str = "acme") -> list[int]:
+    """``count`` clusters c0, c1, ... of a new tenant, created through the service."""
+    with database.transaction() as db:
+        tenant = factories.tenant(db, slug)
+        admin = factories.user(db)
+        factories.membership(db, tenant, admin, "admin")
+        principal = Principal(user=admin, via="token", roles={tenant.id: "admin"})
+        return [service.create_cluster(db, principal, cluster_settings(), slug,
+                                       ClusterCreate(name=f"c{i}")).id for i in range(count)]

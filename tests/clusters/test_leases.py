@@ -10,27 +10,14 @@ from datetime import timedelta
 
 import pytest
 
-from app.auth.principal import Principal
-from app.clusters import repository, service
+from app.clusters import repository
 from app.clusters.reconciler import ClusterReconciler
-from app.clusters.schemas import ClusterCreate
 from app.db import Database, utcnow
 from app.kube.memory import InMemoryKube
-from tests import factories
-from tests.clusters.support import FakeConnector, FakeInstaller, cluster_settings
+from tests.clusters.support import FakeConnector, FakeInstaller, cluster_settings, seed_clusters
 
 WORKERS = 8
 CLUSTERS = 40
-
-
-def seed_clusters(database: Database, count: int) -> list[int]:
-    with database.transaction() as db:
-        tenant = factories.tenant(db, "acme")
-        admin = factories.user(db)
-        factories.membership(db, tenant, admin, "admin")
-        principal = Principal(user=admin, via="token", roles={tenant.id: "admin"})
-        return [service.create_cluster(db, principal, cluster_settings(), "acme",
-                                       ClusterCreate(name=f"c{i}")).id for i in range(count)]
 
 
 def claim_in_parallel(database: Database) -> list[list[int]]:

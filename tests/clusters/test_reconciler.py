@@ -101,6 +101,21 @@ def test_a_resync_of_a_converged_cluster_writes_nothing(
     assert audit_count(harness.database) == audits
 
 
+def test_a_resync_lists_each_kind_once_and_gets_only_each_clusters_secret(
+    harness: Harness, tenancy: Tenancy
+) -> None:
+    for name in ("a", "b", "c"):
+        create(harness.database, tenancy, name, gpus=2)
+    harness.converge()
+    harness.kube.reset_calls()
+    assert harness.run() == 3
+    assert harness.kube.writes() == []
+    assert sorted((c.method, c.kind) for c in harness.kube.calls) == sorted([
+        ("list", "Namespace"), ("list", "ResourceQuota"), ("list", "LimitRange"),
+        ("list", "NetworkPolicy"), ("list", "Queue"), ("list", "ValidatingAdmissionPolicy"),
+        ("list", "ValidatingAdmissionPolicyBinding"), *[("get", "Secret")] * 3])
+
+
 def test_drift_is_repaired_on_resync(harness: Harness, tenancy: Tenancy) -> None:
     create(harness.database, tenancy)
     harness.converge()

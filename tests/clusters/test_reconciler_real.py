@@ -41,7 +41,7 @@ from app.kube.port import Manifest
 from tests import factories
 from tests.clusters.cleanup import own_objects
 from tests.clusters.support import Clock, cluster_settings
-from tests.support.kube import RecordingConnector
+from tests.support.kube import Call, RecordingConnector
 from tests.support.kube_server import ApiServer
 from tests.support.kubectl import Kubectl, KubectlError
 
@@ -306,6 +306,11 @@ def test_a_new_cluster_becomes_ready_with_every_object_on_the_server(
     assert worker.run() == 1
     assert worker.connector.writes == []
     assert resource_versions(host, tenant.slug) == versions
+    # one LIST per kind, by the portal's label across all namespaces; one GET, the Secret
+    assert sorted(worker.connector.calls) == sorted([
+        Call("get", "Secret", "vc-train"), *(Call("list", kind, "") for kind in (
+            "Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy", "Queue",
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"))])
     assert worker.installer.calls == [("install", namespace)]
 
     delete_until_gone(worker, tenant, created.id)

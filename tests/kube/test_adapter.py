@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -314,6 +315,32 @@ def test_token_bucket_lets_a_burst_through_then_paces_at_qps() -> None:
         bucket.acquire()
 
     assert sleeps == pytest.approx([0.1, 0.1, 0.1])
+
+
+def test_threads_sharing_a_token_bucket_keep_to_its_rate_together() -> None:
+    """The worker's reconcile threads share the host adapter's one bucket: however their
+    calls interleave, the n-th call waits until burst + qps * t allows it."""
+    waits: list[float] = []
+    lock = threading.Lock()
+
+    def sleep(seconds: float) -> None:
+        with lock:
+            waits.append(seconds)
+
+    bucket = TokenBucket(qps=10, burst=2, clock=lambda: 0.0, sleep=sleep)
+    start = threading.Barrier(8)
+
+    def calls() -> None:
+        start.wait()
+        for _ in range(5):
+            bucket.acquire()
+
+    threads = [threading.Thread(target=calls) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(waits) == pytest.approx([(n - 2) / 10 for n in range(3, 41)])
 
 
 # ----- construction and readiness
