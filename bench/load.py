@@ -172,11 +172,16 @@ async def run_async(base_url: str, requests: list[Request], *, duration_s: float
                 if answer.status_code == 503 and "retry-after" not in answer.headers:
                     tally.no_retry_after += 1
 
-        await asyncio.gather(*(connection(n) for n in range(connections)))
+        tasks = [asyncio.create_task(connection(n)) for n in range(connections)]
+        await asyncio.wait(tasks, timeout=duration_s)
         elapsed = time.time() - started
+        for task in tasks:  # as wrk does, answers still on their way at the end are not counted
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     ordered = sorted(tally.latencies)
     return Result(requests=len(ordered), duration_s=elapsed,
                   p50_ms=percentile(ordered, 0.5) * 1000, p99_ms=percentile(ordered, 0.99) * 1000,
                   statuses=dict(tally.statuses), timeouts=tally.timeouts,
                   socket_errors=tally.errors, no_retry_after=tally.no_retry_after,
-                  longest_gap_s=longest_gap(tally.seconds, int(started), int(time.time())))
+                  longest_gap_s=longest_gap(tally.seconds, int(started),
+                                            int(started + elapsed)))

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -170,21 +171,23 @@ class Portal:
         return (int(user) + int(system)) / TICKS
 
     def errors_logged(self) -> int:
-        """Requests that failed with an unexpected error, as the server logged them."""
+        """Requests that failed with an unexpected error, as the server logged them (the app's
+        handler and uvicorn each log most of them once)."""
         if not self.log_path.exists():
             return 0
         text = self.log_path.read_text(errors="replace")
-        return text.count("unhandled error on") + text.count("Exception in ASGI application")
+        return max(text.count("unhandled error on"), text.count("Exception in ASGI application"))
 
-    def settle(self, max_s: float = 30, busy: float = 0.15) -> bool:
-        """Waits until the server stops working off the requests a finished step left behind
-        (their clients are gone, their threads are not); restarts it after ``max_s``.
-        Returns whether it had to restart."""
+    def settle(self, answers: Callable[[], bool], max_s: float = 15, busy: float = 0.15,
+               ) -> bool:
+        """Waits until the server has worked off the requests a finished step left behind (their
+        clients are gone, their threads are not): it idles on the CPU and ``answers`` a probe.
+        Restarts it after ``max_s``; returns whether it had to."""
         started = time.monotonic()
         while time.monotonic() - started < max_s:
             before = self.cpu_s()
             time.sleep(0.5)
-            if (self.cpu_s() - before) / 0.5 < busy:
+            if (self.cpu_s() - before) / 0.5 < busy and answers():
                 return False
         self.stop()
         self.port = free_port()
