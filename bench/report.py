@@ -155,7 +155,7 @@ def table(rows: list[Row], overloads: list[Overload], figures: dict[str, Any]) -
                      f"{o.longest_gap_s:>5} {recovery:>9} {o.errors_logged:>13} "
                      f"{'PASS' if o.passed else 'FAIL'}")
     rss = figures["server"]
-    lines += ["", f"server RSS after the runs: {rss['rss_mb']:.0f} MB (peak "
+    lines += ["", f"server RSS after the steps: {rss['rss_mb']:.0f} MB (peak "
                   f"{rss['peak_rss_mb']:.0f} MB; target < {RSS_TARGET_MB:.0f} MB: "
                   f"{'PASS' if rss['rss_mb'] < RSS_TARGET_MB else 'FAIL'}); restarts: "
                   f"{rss['restarts']}; unexpected errors in its log: {rss['errors_logged']}"]

@@ -122,6 +122,7 @@ class Bench:
         self.timeout_s = 30.0
         self.use_wrk = use_wrk
         self.tag = secrets.token_hex(2)
+        self.rss_mb = 0.0
 
     def run(self) -> tuple[list[Row], list[Overload]]:
         planned = steps(self.credentials)
@@ -130,6 +131,8 @@ class Bench:
         for step in planned:
             rows.append(self.measure(step, self.duration(single[step.name])))
         rows.append(self.measure(HEALTHZ, self.base_s))
+        # Before the overload, which may leave the server to be restarted.
+        self.rss_mb = self.server.rss_mb()
         floor = statistics.mean([rows[0].rps, rows[-1].rps])
         for row in rows:
             row.judge(floor)
@@ -284,8 +287,9 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> i
     say(f"portal serve on {server.url} ({' '.join(server.command()[:2])} ...), log in {log}")
     server.start()
     try:
-        rows, overloads = Bench(server, credentials, options, use_wrk).run()
-        rss = {"rss_mb": round(server.rss_mb(), 1), "peak_rss_mb": round(server.peak_rss_mb(), 1),
+        bench = Bench(server, credentials, options, use_wrk)
+        rows, overloads = bench.run()
+        rss = {"rss_mb": round(bench.rss_mb, 1), "peak_rss_mb": round(server.peak_rss_mb(), 1),
                "restarts": server.restarts, "errors_logged": server.errors_logged()}
     except BaseException:
         say(server.log_tail())
