@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck pytest setup clean chromium kube-assets
+.PHONY: run test lint typecheck pytest setup clean chromium kube-assets bench-tools bench
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # The real-API-server tests read envtest's KUBEBUILDER_ASSETS; unless it is set, the binaries
@@ -38,6 +38,14 @@ typecheck: setup
 chromium:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
+# The HTTP benchmark (bench/run.py) drives the portal with Debian's wrk (else asyncio clients).
+bench-tools:
+	@command -v wrk >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq wrk >/dev/null; }
+
+bench: setup bench-tools
+	$(BIN)/python bench/run.py --quick
 
 $(KUBE_ASSETS)/.unpacked: $(KUBE_ARCHIVE)
 	rm -rf $(KUBE_ASSETS) && mkdir -p $(KUBE_ASSETS)

@@ -1,0 +1,125 @@
+"""The HTTP benchmark (bench/run.py) cannot rot: its seeded fleet is consistent, every step it
+drives answers 2xx on a tiny fleet, and its figures and verdicts come out as documented."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+
+import pytest
+from cryptography.fernet import Fernet
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from app.clusters.models import VirtualCluster
+from app.config import Settings
+from app.db import Database
+from app.main import create_app
+from app.nodes.models import Node
+from app.quotas.models import TenantQuota
+from app.tenants.models import Tenant
+from bench import load, portal, run, seed
+from bench.load import Request, Result
+from bench.report import Overload, Row
+from tests.support import postgres
+
+TINY = seed.Fleet.scaled(0.01)
+
+
+@pytest.fixture(scope="module")
+def bench_url() -> Iterator[str]:
+    name = postgres.unique_name("gtp_bench")
+    url = postgres.sqlalchemy_url(name)
+    seed.prepare(url, TINY, log=lambda _message: None)
+    yield url
+    for database in (name, f"{name}_template"):
+        postgres.drop_database(database)
+
+
+def test_the_seeded_fleet_has_its_sizes_and_no_tenant_above_its_quota(bench_url: str) -> None:
+    database = Database(bench_url)
+    with database.session() as db:
+        assert db.scalar(select(func.count()).select_from(Tenant)) == TINY.tenants
+        assert db.scalar(select(func.count()).select_from(VirtualCluster)) == TINY.clusters
+        assert db.scalar(select(func.count()).select_from(Node)) == TINY.nodes
+        held = dict(db.execute(select(VirtualCluster.tenant_id, func.sum(VirtualCluster.gpus))
+                               .group_by(VirtualCluster.tenant_id)).all())
+        quota = dict(db.execute(select(TenantQuota.tenant_id, func.sum(TenantQuota.gpus))
+                                .group_by(TenantQuota.tenant_id)).all())
+    database.dispose()
+    assert all(gpus <= quota[tenant] for tenant, gpus in held.items())
+
+
+def test_every_step_answers_in_2xx_with_the_minted_credentials(bench_url: str) -> None:
+    credentials = portal.mint(bench_url, TINY)
+    settings = Settings(env="production", database_url=bench_url,
+                        secret_key=secrets.token_urlsafe(32),
+                        encryption_key=Fernet.generate_key().decode(),
+                        oidc_issuer="http://127.0.0.1:9/unused")
+    database = Database(bench_url)
+    with TestClient(create_app(settings, database)) as client:
+        for step in [run.HEALTHZ, *run.steps(credentials)]:
+            for request in step.requests[:2]:
+                sent = request.render(secrets.token_hex(3))
+                answer = client.request(sent.method, sent.path, headers=sent.headers,
+                                        content=sent.body or None)
+                assert answer.status_code < 300, (step.name, answer.text)
+    database.dispose()
+
+
+def test_a_request_becomes_a_plan_line_with_a_unique_name() -> None:
+    request = Request("POST", "/api/v1/x", {"A": "1", "B": "2"}, '{"name": "b-{u}"}')
+    assert request.render("ab-1-7").body == '{"name": "b-ab-1-7"}'
+    assert request.plan_line() == 'POST\t/api/v1/x\tA: 1\x1fB: 2\t{"name": "b-{u}"}'
+    with pytest.raises(ValueError, match="tabs"):
+        Request("GET", "/a\tb").plan_line()
+
+
+def test_wrk_figures_are_read_with_the_longest_second_without_an_answer() -> None:
+    line = ('BENCH {"requests": 30, "duration_us": 10000000, "p50_us": 1500, "p99_us": 90000, '
+            '"timeouts": 1, "socket_errors": 0, "no_retry_after": 0, "started": 100, '
+            '"ended": 110, "statuses": {"200": 25, "503": 5}, '
+            '"seconds": {"100": 10, "101": 10, "108": 10}}')
+    result = load.parse_wrk(line)
+    assert (result.rps, result.p50_ms, result.p99_ms) == (3.0, 1.5, 90.0)
+    assert (result.ok, result.count(500, 599), result.failed) == (25, 5, 6)
+    assert result.longest_gap_s == 6  # 102..107
+    assert load.longest_gap({}, 0, 4) == 4
+
+
+def _result(statuses: dict[int, int], p99_ms: float = 50.0, gap: int = 0) -> Result:
+    return Result(requests=sum(statuses.values()), duration_s=10.0, p50_ms=10.0, p99_ms=p99_ms,
+                  statuses=statuses, longest_gap_s=gap)
+
+
+def test_a_step_passes_only_fast_enough_without_errors_or_stalls() -> None:
+    def judged(result: Result) -> Row:
+        row = Row.of("x", "read", result, cpu_s=1.0)
+        row.judge(floor_rps=1000.0)
+        return row
+
+    assert judged(_result({200: 5000})).passed
+    assert not judged(_result({200: 3000})).passed  # ratio 0.3
+    assert not judged(_result({200: 5000}, p99_ms=150.0)).passed
+    assert not judged(_result({200: 4999, 500: 1})).passed
+    assert not judged(_result({200: 5000}, gap=5)).passed
+    assert judged(_result({200: 5000})).cpu_ms_per_request == 0.2
+
+
+def test_under_overload_503s_are_counted_apart_from_other_5xx() -> None:
+    turned_away = Overload.of("o", 128, 1, _result({200: 900, 503: 100}), 1.0, 100.0, 0)
+    assert turned_away.passed and (turned_away.status_503, turned_away.other_5xx) == (100, 0)
+    assert turned_away.capacity_share == 0.9
+    failing = Overload.of("o", 128, 1, _result({200: 900, 500: 1}), 1.0, 100.0, 0)
+    assert not failing.passed and failing.other_5xx == 1
+    assert not Overload.of("o", 128, 1, _result({200: 9}, gap=9), 1.0, 100.0, 0).passed
+    assert not Overload.of("o", 128, 1, _result({200: 9}), None, 100.0, 0).passed
+    assert not Overload.of("o", 128, 1, _result({200: 9}), 1.0, 100.0, 3).passed
+
+
+def test_the_bench_tenants_are_active_and_the_clusters_add_up() -> None:
+    fleet = seed.Fleet()
+    tenants = fleet.bench_tenants()
+    assert len(tenants) == seed.BENCH_TENANTS and all(map(fleet.active_tenant, tenants))
+    assert sum(seed.cluster_counts(fleet)) == fleet.clusters
+    assert min(seed.cluster_counts(fleet)) >= 1
