@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CursorResult, Select, func, select, update
+from sqlalchemy import CursorResult, Select, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -155,34 +155,6 @@ def desired_tenants(db: Session, host_cluster_id: int) -> dict[str, str]:
         .where(Node.host_cluster_id == host_cluster_id, Node.gone_at.is_(None),
                NodeAssignment.ended_at.is_(None)))
     return dict(rows.all())
-
-
-def gpu_totals_by_readiness(db: Session, gpu_class_id: int) -> dict[bool, int]:
-    rows = db.execute(
-        select(Node.ready, func.coalesce(func.sum(Node.gpu_count), 0))
-        .where(Node.gpu_class_id == gpu_class_id, Node.gone_at.is_(None))
-        .group_by(Node.ready))
-    return {bool(ready): int(total) for ready, total in rows}
-
-
-def mig_resources_of_class(db: Session, gpu_class_id: int) -> list[dict[str, int]]:
-    return [dict(row) for row in db.scalars(select(Node.mig_resources).where(
-        Node.gpu_class_id == gpu_class_id, Node.gone_at.is_(None)))]
-
-
-def quota_and_dedicated_by_tenant(db: Session, gpu_class_id: int) -> list[tuple[int, int]]:
-    """(approved quota, dedicated GPUs) of each tenant holding either for the class."""
-    dedicated = dict(db.execute(
-        select(NodeAssignment.tenant_id, func.sum(Node.gpu_count))
-        .join(Node, Node.id == NodeAssignment.node_id)
-        .where(Node.gpu_class_id == gpu_class_id, Node.gone_at.is_(None),
-               NodeAssignment.ended_at.is_(None))
-        .group_by(NodeAssignment.tenant_id)).all())
-    quotas = dict(db.execute(select(TenantQuota.tenant_id, TenantQuota.gpus).where(
-        TenantQuota.gpu_class_id == gpu_class_id)).all())
-    return [(int(quotas.get(t, 0)), int(dedicated.get(t, 0) or 0))
-            for t in quotas.keys() | dedicated.keys()]
-
 
 
 def topology_values(db: Session, host_cluster_id: int) -> tuple[list[str], list[str]]:
