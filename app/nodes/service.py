@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.authz import ensure_platform_admin, tenant_for, tenants_visible_to
+from app.authz import ensure_platform_admin, tenant_for
 from app.concurrency import insert_or_conflict, lock_row
 from app.db import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
@@ -41,7 +42,7 @@ from app.nodes.schemas import (
     SuggestionOut,
     TenantNodeOut,
 )
-from app.pagination import Page, PageParams, paginate
+from app.pagination import Page, PageParams, paginate_rows, paginate_sorted
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
 
@@ -61,8 +62,14 @@ def host_cluster(db: Session, name: str | None = None) -> HostCluster:
     return row
 
 
+NODE_SORTS: dict[str, tuple[InstrumentedAttribute[Any], ...]] = {
+    "name": (Node.name,), "rack": (Node.rack, Node.name)}
+"""Orders besides the default (by id): each unique within a host cluster, each indexed."""
+
+
 def list_nodes(db: Session, principal: Principal, filters: NodeFilters, params: PageParams,
-               host: str | None = None) -> Page[NodeOut]:
+               host: str | None = None, sort: str = "id") -> Page[NodeOut]:
+    """A page of the inventory, filtered and sorted by the database: one statement."""
     ensure_platform_admin(principal)
     cluster = repository.host_cluster_by_name(db, host) if host else (
         repository.default_host_cluster(db))
@@ -70,15 +77,20 @@ def list_nodes(db: Session, principal: Principal, filters: NodeFilters, params: 
         if host:
             raise NotFound(f"no host cluster {host!r}")
         return Page(items=[])
-    rows, cursor = paginate(db, repository.nodes_query(cluster.id, filters), Node.id, params)
-    return Page(items=nodes_out(db, cluster, rows), next_cursor=cursor)
+    query = repository.node_rows_query(cluster.id, filters)
+    if sort in NODE_SORTS:
+        rows, cursor = paginate_sorted(db, query, Node.id, NODE_SORTS[sort], params)
+    else:
+        rows, cursor = paginate_rows(db, query, Node.id, params)
+    return Page(items=[_node_out(cluster, *row) for row in rows], next_cursor=cursor)
 
 
 def nodes_out(db: Session, cluster: HostCluster, rows: Sequence[Node]) -> list[NodeOut]:
-    tenants = repository.active_tenants(db, [row.id for row in rows])
-    classes = _classes(db, {row.gpu_class_id for row in rows if row.gpu_class_id})
-    return [_node_out(row, cluster, classes.get(row.gpu_class_id or 0), tenants.get(row.id))
-            for row in rows]
+    """These nodes as listed, with their classes and tenants read in one statement."""
+    if not rows:
+        return []
+    found = {row[0].id: row for row in db.execute(repository.node_rows_of([r.id for r in rows]))}
+    return [_node_out(cluster, *found[row.id]) for row in rows]
 
 
 def get_node(db: Session, principal: Principal, name: str,
@@ -91,11 +103,9 @@ def get_node(db: Session, principal: Principal, name: str,
 def tenant_nodes(db: Session, principal: Principal, slug: str,
                  params: PageParams) -> Page[TenantNodeOut]:
     tenant = tenant_for(db, principal, slug)
-    rows, cursor = paginate(db, repository.tenant_nodes_query(tenant.id), Node.id, params)
-    classes = _classes(db, {row.gpu_class_id for row in rows if row.gpu_class_id})
+    rows, cursor = paginate_rows(db, repository.tenant_nodes_query(tenant.id), Node.id, params)
     items = [TenantNodeOut(name=row.name, gpus=row.gpu_count, ready=row.ready and not row.gone_at,
-                           gpu_class=_product(classes.get(row.gpu_class_id or 0)))
-             for row in rows]
+                           gpu_class=product) for row, product in rows]
     return Page(items=items, next_cursor=cursor)
 
 
@@ -106,26 +116,16 @@ def _node(db: Session, cluster: HostCluster, name: str) -> Node:
     return row
 
 
-def _classes(db: Session, ids: set[int]) -> dict[int, GpuClass]:
-    if not ids:
-        return {}
-    return {row.id: row for row in db.scalars(select(GpuClass).where(GpuClass.id.in_(ids)))}
-
-
-def _product(gpu_class: GpuClass | None) -> str | None:
-    return gpu_class.product if gpu_class else None
-
-
-def _node_out(row: Node, cluster: HostCluster, gpu_class: GpuClass | None,
-              tenant: tuple[str, Any] | None) -> NodeOut:
-    slug = tenant[0] if tenant else None
+def _node_out(cluster: HostCluster, row: Node, gpu_class: GpuClass | None, slug: str | None,
+              assigned_at: datetime | None) -> NodeOut:
     return NodeOut(
-        name=row.name, host_cluster=cluster.name, gpu_class=_product(gpu_class),
+        name=row.name, host_cluster=cluster.name,
+        gpu_class=gpu_class.product if gpu_class else None,
         gpu_class_display_name=gpu_class.display_name if gpu_class else None,
         gpus=row.gpu_count, mig_strategy=row.mig_strategy,
         mig_resources={k: int(v) for k, v in row.mig_resources.items()}, zone=row.zone,
         rack=row.rack, clique=row.clique, ready=row.ready, taints=list(row.taints),
-        tenant=slug, assigned_at=tenant[1] if tenant else None,
+        tenant=slug, assigned_at=assigned_at,
         first_seen_at=row.first_seen_at, last_seen_at=row.last_seen_at, gone_at=row.gone_at,
         conditions=[labels_condition(row, slug)],
     )
@@ -335,16 +335,19 @@ def free_nodes_of(db: Session, principal: Principal, product: str,
 
 @dataclass(frozen=True)
 class FleetChoices:
+    """What the fleet pickers offer; tenants and racks are typed in (a fleet has thousands)."""
+
     classes: list[GpuClass]
     zones: list[str]
-    racks: list[str]
-    tenants: list[str]
+
+
+def classes_to_suggest(db: Session, principal: Principal) -> list[GpuClass]:
+    ensure_platform_admin(principal)
+    return gpu_classes.all_classes(db)
 
 
 def fleet_choices(db: Session, principal: Principal) -> FleetChoices:
     ensure_platform_admin(principal)
     cluster = repository.default_host_cluster(db)
-    zones, racks = repository.topology_values(db, cluster.id) if cluster else ([], [])
-    tenants = db.scalars(tenants_visible_to(principal).order_by(Tenant.slug))
-    return FleetChoices(classes=gpu_classes.all_classes(db), zones=zones, racks=racks,
-                        tenants=[tenant.slug for tenant in tenants])
+    zones = repository.live_zones(db, cluster.id) if cluster else []
+    return FleetChoices(classes=gpu_classes.all_classes(db), zones=zones)
