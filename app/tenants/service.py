@@ -41,8 +41,10 @@ def _audit(db: Session, principal: Principal, action: str, tenant: Tenant, targe
                  before=before, after=after)
 
 
-def list_tenants(db: Session, principal: Principal, params: PageParams) -> Page[TenantOut]:
-    rows, cursor = paginate(db, tenants_visible_to(principal), Tenant.id, params)
+def list_tenants(db: Session, principal: Principal, params: PageParams,
+                 search: str | None = None) -> Page[TenantOut]:
+    query = repository.matching(tenants_visible_to(principal), search)
+    rows, cursor = paginate(db, query, Tenant.id, params)
     return Page(items=[tenant_out(principal, t) for t in rows], next_cursor=cursor)
 
 
