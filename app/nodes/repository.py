@@ -79,7 +79,9 @@ def node_rows_query(
     if filters.ready is not None:
         query = query.where(Node.ready.is_(filters.ready))
     if filters.tenant:
-        query = query.where(Tenant.slug == filters.tenant)
+        query = query.where(Node.id.in_(
+            select(NodeAssignment.node_id).join(Tenant, Tenant.id == NodeAssignment.tenant_id)
+            .where(Tenant.slug == filters.tenant, NodeAssignment.ended_at.is_(None))))
     return query
 
 
@@ -90,11 +92,15 @@ def node_rows_of(
 
 
 def _with_class_and_tenant() -> Select[Node, GpuClass | None, str | None, datetime | None]:
-    return (select(Node, GpuClass, Tenant.slug, NodeAssignment.created_at)
-            .outerjoin(GpuClass, GpuClass.id == Node.gpu_class_id)
-            .outerjoin(NodeAssignment, (NodeAssignment.node_id == Node.id)
-                       & NodeAssignment.ended_at.is_(None))
-            .outerjoin(Tenant, Tenant.id == NodeAssignment.tenant_id))
+    # The tenant comes by subqueries on the node's active assignment rather than by outer
+    # joins, which PostgreSQL tends to merge from the first assignment on: a page deep in the
+    # inventory would read thousands of assignments instead of one per node shown.
+    active = (NodeAssignment.node_id == Node.id) & NodeAssignment.ended_at.is_(None)
+    slug = (select(Tenant.slug).join(NodeAssignment, NodeAssignment.tenant_id == Tenant.id)
+            .where(active).scalar_subquery())
+    since = select(NodeAssignment.created_at).where(active).scalar_subquery()
+    return (select(Node, GpuClass, slug, since)
+            .outerjoin(GpuClass, GpuClass.id == Node.gpu_class_id))
 
 
 def active_assignment(db: Session, node_id: int) -> NodeAssignment | None:
