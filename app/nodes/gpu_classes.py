@@ -13,7 +13,7 @@ every approval for it needs an explicit overcommit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy.orm import Session
 
@@ -22,10 +22,13 @@ from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
 from app.concurrency import insert_or_conflict, lock_row
 from app.errors import Conflict, Forbidden, NotFound
+from app.nodes import capacity_cache
 from app.nodes import gpu_class_repository as repository
 from app.nodes.gpu_class_schemas import Capacity, GpuClassCreate, GpuClassOut, GpuClassUpdate
 from app.nodes.models import GpuClass
 from app.pagination import Page, PageParams, paginate
+
+FiguresOf = Callable[[Session, Sequence[int]], dict[int, Capacity]]
 
 
 def ensure_platform_writer(principal: Principal) -> None:
@@ -51,8 +54,16 @@ def to_out(db: Session, principal: Principal, row: GpuClass) -> GpuClassOut:
     return to_outs(db, principal, [row])[0]
 
 
-def to_outs(db: Session, principal: Principal, rows: Sequence[GpuClass]) -> list[GpuClassOut]:
-    figures = capacities(db, [row.id for row in rows]) if principal.is_platform_admin else {}
+def recent_capacities(db: Session, gpu_class_ids: Sequence[int]) -> dict[int, Capacity]:
+    """For pages that show capacity: figures summed at most a moment ago (see capacity_cache);
+    never for a decision."""
+    return capacity_cache.recent(db, gpu_class_ids, capacities)
+
+
+def to_outs(db: Session, principal: Principal, rows: Sequence[GpuClass],
+            figures_of: FiguresOf = capacities) -> list[GpuClassOut]:
+    ids = [row.id for row in rows]
+    figures = figures_of(db, ids) if principal.is_platform_admin else {}
     return [GpuClassOut(
         id=row.id, product=row.product, display_name=row.display_name,
         memory_mib=row.memory_mib, gpus_per_node=row.gpus_per_node,
@@ -62,7 +73,7 @@ def to_outs(db: Session, principal: Principal, rows: Sequence[GpuClass]) -> list
 
 def list_classes(db: Session, principal: Principal, params: PageParams) -> Page[GpuClassOut]:
     rows, cursor = paginate(db, repository.classes_query(), GpuClass.id, params)
-    return Page(items=to_outs(db, principal, rows), next_cursor=cursor)
+    return Page(items=to_outs(db, principal, rows, recent_capacities), next_cursor=cursor)
 
 
 def all_classes(db: Session) -> list[GpuClass]:

@@ -26,7 +26,7 @@ from app.db import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.nodes import tenant_taint
-from app.nodes import gpu_class_repository, gpu_classes, placement, repository
+from app.nodes import capacity_cache, gpu_class_repository, gpu_classes, placement, repository
 from app.nodes.gpu_classes import ensure_platform_writer
 from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
 from app.nodes.placement import FreeNode
@@ -224,6 +224,7 @@ def _assign(db: Session, principal: Principal, cluster: HostCluster, row: Node,
                                 assigned_by_id=principal.user_id)
     insert_or_conflict(db, assignment, Conflict(
         f"node {row.name} was just dedicated to another tenant by a parallel request"))
+    capacity_cache.forget(db)
     audit.record(db, action="node.assign", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=tenant.id, target_type="node",
                  target_id=f"{cluster.name}/{row.name}", before=None,
@@ -269,6 +270,7 @@ def end_assignment(db: Session, principal: Principal, name: str,
     if current is None or not repository.end_assignment(db, current.id, principal.user_id,
                                                         utcnow()):
         raise NotFound(f"node {name} is not dedicated to any tenant")
+    capacity_cache.forget(db)
     tenant = db.get(Tenant, current.tenant_id)
     audit.record(db, action="node.unassign", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=current.tenant_id, target_type="node",

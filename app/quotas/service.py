@@ -22,7 +22,7 @@ from app.auth.principal import Principal
 from app.authz import ensure_platform_admin, tenant_for
 from app.db import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
-from app.nodes import gpu_classes
+from app.nodes import capacity_cache, gpu_classes
 from app.nodes.gpu_classes import ensure_platform_writer
 from app.nodes.models import GpuClass
 from app.pagination import Page, PageParams, paginate_rows
@@ -178,7 +178,7 @@ def queue(
     ensure_platform_admin(principal)
     query = repository.queue_rows_query(state=state)
     rows, cursor = paginate_rows(db, query, QuotaRequest.id, params)
-    return Page(items=_queue_items(db, rows), next_cursor=cursor)
+    return Page(items=_queue_items(db, rows, gpu_classes.recent_capacities), next_cursor=cursor)
 
 
 def queue_item(db: Session, request: QuotaRequest) -> QueueItem:
@@ -186,10 +186,11 @@ def queue_item(db: Session, request: QuotaRequest) -> QueueItem:
     return _queue_items(db, [row])[0]
 
 
-def _queue_items(db: Session, rows: Sequence[Any]) -> list[QueueItem]:
+def _queue_items(db: Session, rows: Sequence[Any],
+                 figures_of: gpu_classes.FiguresOf = gpu_classes.capacities) -> list[QueueItem]:
     """A page of requests, their tenants' figures and their classes' capacity: the capacity
     of all classes on the page in one go."""
-    capacity = gpu_classes.capacities(db, sorted({row[2].id for row in rows}))
+    capacity = figures_of(db, sorted({row[2].id for row in rows}))
     return [QueueItem(**_request_fields(request, slug, gpu_class, requested_by, decided_by),
                       tenant_quota_gpus=quota or 0, tenant_allocated_gpus=allocated,
                       capacity=capacity[gpu_class.id])
@@ -273,6 +274,7 @@ def _change_quota(
     row.cpu_millicores = max(0, row.cpu_millicores + cpu)
     row.memory_mib = max(0, row.memory_mib + memory)
     db.flush()
+    capacity_cache.forget(db)
     _record(db, actor, "tenant_quota.change", request.tenant_id, "tenant_quota", row.id,
             before, {**_quota_figures(row), "quota_request_id": request.id})
     return row
