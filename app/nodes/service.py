@@ -10,7 +10,6 @@ the first write, so a refused assignment leaves nothing behind.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -335,21 +334,14 @@ def free_nodes_of(db: Session, principal: Principal, product: str,
 # ----- pickers for the admin pages
 
 
-@dataclass(frozen=True)
-class FleetChoices:
-    """What the fleet pickers offer; tenants and racks are typed in (a fleet has thousands)."""
-
-    classes: list[GpuClass]
-    zones: list[str]
-
-
 def classes_to_suggest(db: Session, principal: Principal) -> list[GpuClass]:
     ensure_platform_admin(principal)
     return gpu_classes.all_classes(db)
 
 
-def fleet_choices(db: Session, principal: Principal) -> FleetChoices:
+def fleet_zones(db: Session, principal: Principal) -> list[str]:
+    """The zones the fleet's picker offers; tenants and racks are typed in (there are
+    thousands), and classes are those of the capacity table."""
     ensure_platform_admin(principal)
     cluster = repository.default_host_cluster(db)
-    zones = repository.live_zones(db, cluster.id) if cluster else []
-    return FleetChoices(classes=gpu_classes.all_classes(db), zones=zones)
+    return repository.live_zones(db, cluster.id) if cluster else []

@@ -51,7 +51,7 @@ def fleet(request: Request, db: DbSession, principal: CurrentPrincipal, filters:
         return render(request, "nodes/_node_table.html", context)
     context.update(
         classes=gpu_classes.list_classes(db, principal, PageParams(limit=200)).items,
-        choices=service.fleet_choices(db, principal), connected=_host_connected(request))
+        zones=service.fleet_zones(db, principal), connected=_host_connected(request))
     return render(request, "nodes/fleet.html", context)
 
 

@@ -25,6 +25,11 @@ def members_query(tenant_id: int) -> Select[Membership]:
     return select(Membership).where(Membership.tenant_id == tenant_id)
 
 
+def member_rows_query(tenant_id: int) -> Select[Membership, User]:
+    """A tenant's memberships with their users: a page in one statement."""
+    return members_query(tenant_id).add_columns(User).join(User, User.id == Membership.user_id)
+
+
 def membership_in(db: Session, tenant_id: int, membership_id: int) -> Membership | None:
     return db.scalar(
         select(Membership)
