@@ -76,9 +76,9 @@ def paginate_rows(
 ) -> tuple[Sequence[Any], str | None]:
     """``paginate`` for a query of several columns (an entity and what is joined to it), so
     that a page and everything shown with it come in one statement; rows start with the
-    entity whose id pages."""
+    entity whose id pages (or with the id column itself)."""
     rows = db.execute(_keyset(query, id_column, params, newest_first)).all()
-    return _cut(rows, params, lambda row: int(row[0].id))
+    return _cut(rows, params, _row_id)
 
 
 def paginate_sorted(
@@ -103,7 +103,13 @@ def paginate_sorted(
                  for column in sort_columns]
         query = query.where(tuple_(*sort_columns) > tuple_(*after))
     rows = db.execute(query.order_by(*sort_columns).limit(params.limit + 1)).all()
-    return _cut(rows, params, lambda row: int(row[0].id))
+    return _cut(rows, params, _row_id)
+
+
+def _row_id(row: Any) -> int:
+    """The id that pages: the row's first entity's, or its first column when that is the id."""
+    first = row[0]
+    return int(first if isinstance(first, int) else first.id)
 
 
 def _keyset(query: Q, id_column: InstrumentedAttribute[int], params: PageParams,

@@ -11,6 +11,7 @@ from sqlalchemy import CursorResult, Select, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.kube.manifests import labels as lbl
 from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
@@ -29,8 +30,14 @@ class NodeFilters:
 
 
 def default_host_cluster(db: Session) -> HostCluster | None:
-    return db.scalar(select(HostCluster).where(HostCluster.is_default.is_(True))
-                     .order_by(HostCluster.id).limit(1))
+    """The default host cluster, read once per session (a page asks for it more than once)."""
+    found: HostCluster | None = db.info.get("default_host_cluster")
+    if found is None:
+        found = db.scalar(select(HostCluster).where(HostCluster.is_default.is_(True))
+                          .order_by(HostCluster.id).limit(1))
+        if found is not None:
+            db.info["default_host_cluster"] = found
+    return found
 
 
 def host_cluster_by_name(db: Session, name: str) -> HostCluster | None:
@@ -63,10 +70,15 @@ def node_by_name(db: Session, host_cluster_id: int, name: str) -> Node | None:
                                         Node.name == name))
 
 
-def node_rows_query(
-    host_cluster_id: int, filters: NodeFilters
-) -> Select[Node, GpuClass | None, str | None, datetime | None]:
-    """Nodes with their class and current tenant (slug, since when): a page in one statement."""
+NodeRows = Select[*tuple[Any, ...]]
+
+
+def node_rows_query(host_cluster_id: int, filters: NodeFilters) -> NodeRows:
+    """Nodes as listed, with their class and current tenant: a page in one statement.
+
+    Rows of columns rather than ``Node`` entities: a listing only reads them, and the node's
+    labels (dozens per node) are read for the one label it shows.
+    """
     query = _with_class_and_tenant().where(Node.host_cluster_id == host_cluster_id)
     if not filters.include_gone:
         query = query.where(Node.gone_at.is_(None))
@@ -85,13 +97,14 @@ def node_rows_query(
     return query
 
 
-def node_rows_of(
-    node_ids: Sequence[int],
-) -> Select[Node, GpuClass | None, str | None, datetime | None]:
+def node_rows_of(node_ids: Sequence[int]) -> NodeRows:
     return _with_class_and_tenant().where(Node.id.in_(list(node_ids)))
 
 
-def _with_class_and_tenant() -> Select[Node, GpuClass | None, str | None, datetime | None]:
+_LISTED = [column for column in Node.__table__.c if column.key != "labels"]
+
+
+def _with_class_and_tenant() -> NodeRows:
     # The tenant comes by subqueries on the node's active assignment rather than by outer
     # joins, which PostgreSQL tends to merge from the first assignment on: a page deep in the
     # inventory would read thousands of assignments instead of one per node shown.
@@ -99,7 +112,9 @@ def _with_class_and_tenant() -> Select[Node, GpuClass | None, str | None, dateti
     slug = (select(Tenant.slug).join(NodeAssignment, NodeAssignment.tenant_id == Tenant.id)
             .where(active).scalar_subquery())
     since = select(NodeAssignment.created_at).where(active).scalar_subquery()
-    return (select(Node, GpuClass, slug, since)
+    return (select(*_LISTED, Node.labels[lbl.TENANT].as_string().label("tenant_label"),
+                   GpuClass.product, GpuClass.display_name, slug.label("tenant"),
+                   since.label("assigned_at"))
             .outerjoin(GpuClass, GpuClass.id == Node.gpu_class_id))
 
 

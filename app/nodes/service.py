@@ -10,7 +10,6 @@ the first write, so a refused assignment leaves nothing behind.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -81,15 +80,15 @@ def list_nodes(db: Session, principal: Principal, filters: NodeFilters, params: 
         rows, cursor = paginate_sorted(db, query, Node.id, NODE_SORTS[sort], params)
     else:
         rows, cursor = paginate_rows(db, query, Node.id, params)
-    return Page(items=[_node_out(cluster, *row) for row in rows], next_cursor=cursor)
+    return Page(items=[_node_out(cluster, row) for row in rows], next_cursor=cursor)
 
 
 def nodes_out(db: Session, cluster: HostCluster, rows: Sequence[Node]) -> list[NodeOut]:
     """These nodes as listed, with their classes and tenants read in one statement."""
     if not rows:
         return []
-    found = {row[0].id: row for row in db.execute(repository.node_rows_of([r.id for r in rows]))}
-    return [_node_out(cluster, *found[row.id]) for row in rows]
+    found = {row.id: row for row in db.execute(repository.node_rows_of([r.id for r in rows]))}
+    return [_node_out(cluster, found[row.id]) for row in rows]
 
 
 def get_node(db: Session, principal: Principal, name: str,
@@ -115,29 +114,29 @@ def _node(db: Session, cluster: HostCluster, name: str) -> Node:
     return row
 
 
-def _node_out(cluster: HostCluster, row: Node, gpu_class: GpuClass | None, slug: str | None,
-              assigned_at: datetime | None) -> NodeOut:
+def _node_out(cluster: HostCluster, row: Any) -> NodeOut:
+    """A node from a row of ``repository.node_rows_query``."""
     return NodeOut(
-        name=row.name, host_cluster=cluster.name,
-        gpu_class=gpu_class.product if gpu_class else None,
-        gpu_class_display_name=gpu_class.display_name if gpu_class else None,
-        gpus=row.gpu_count, mig_strategy=row.mig_strategy,
+        name=row.name, host_cluster=cluster.name, gpu_class=row.product,
+        gpu_class_display_name=row.display_name, gpus=row.gpu_count,
+        mig_strategy=row.mig_strategy,
         mig_resources={k: int(v) for k, v in row.mig_resources.items()}, zone=row.zone,
         rack=row.rack, clique=row.clique, ready=row.ready, taints=list(row.taints),
-        tenant=slug, assigned_at=assigned_at,
+        tenant=row.tenant, assigned_at=row.assigned_at,
         first_seen_at=row.first_seen_at, last_seen_at=row.last_seen_at, gone_at=row.gone_at,
-        conditions=[labels_condition(row, slug)],
+        conditions=[labels_condition(row, row.tenant)],
     )
 
 
-def labels_condition(row: Node, tenant_slug: str | None) -> Condition:
-    """Whether the host node, as the inventory last saw it, carries what the assignment asks."""
+def labels_condition(row: Any, tenant_slug: str | None) -> Condition:
+    """Whether the host node, as the inventory last saw it, carries what the assignment asks
+    (``row``: a listed node, with its tenant label as ``tenant_label``)."""
     if row.gone_at is not None:
         return Condition(type=LABELS_CONDITION, status="Unknown", reason="NodeGone",
                          message="the node is gone from the host cluster",
                          lastTransitionTime=row.gone_at)
     ours = [t for t in row.taints if t.get("key") == lbl.TENANT]
-    label = row.labels.get(lbl.TENANT)
+    label = row.tenant_label
     if tenant_slug is None:
         in_sync = label is None and not ours
         wanted = "no tenant label or taint"
