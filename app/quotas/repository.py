@@ -6,15 +6,13 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import CursorResult, Select, and_, func, select, update
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
 from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.tenants.models import Tenant
-
-_requester, _decider = aliased(User), aliased(User)
 
 
 def requests_query(
@@ -30,26 +28,32 @@ def requests_query(
 
 def request_rows_query(
     *, tenant_id: int | None = None, state: str | None = None
-) -> Select[QuotaRequest, str, GpuClass, str | None, str | None]:
+) -> Select[QuotaRequest, str, str, str | None, str | None]:
     """Requests with what every listing shows of them: tenant slug, class, who asked, who
-    decided; one statement for a whole page."""
-    return (requests_query(tenant_id=tenant_id, state=state)
-            .add_columns(Tenant.slug, GpuClass, _requester.email, _decider.email)
-            .join(Tenant, Tenant.id == QuotaRequest.tenant_id)
-            .join(GpuClass, GpuClass.id == QuotaRequest.gpu_class_id)
-            .outerjoin(_requester, _requester.id == QuotaRequest.requested_by_id)
-            .outerjoin(_decider, _decider.id == QuotaRequest.decided_by_id))
+    decided; one statement for a whole page.
+
+    Each by a scalar subquery rather than a join: PostgreSQL plans a five-way join with outer
+    joins in about 2 ms, ten times the time it takes to run; subqueries plan in a tenth of one.
+    """
+    return requests_query(tenant_id=tenant_id, state=state).add_columns(
+        _one(Tenant.slug, Tenant.id == QuotaRequest.tenant_id),
+        _one(GpuClass.product, GpuClass.id == QuotaRequest.gpu_class_id),
+        _one(User.email, User.id == QuotaRequest.requested_by_id),
+        _one(User.email, User.id == QuotaRequest.decided_by_id))
 
 
 def queue_rows_query(
     *, state: str | None = None
-) -> Select[QuotaRequest, str, GpuClass, str | None, str | None, int | None, int]:
+) -> Select[QuotaRequest, str, str, str | None, str | None, int | None, int]:
     """Requests as ``request_rows_query``, with the tenant's quota and allocation of the class."""
-    return (request_rows_query(state=state)
-            .add_columns(TenantQuota.gpus, _allocated(QuotaRequest.tenant_id,
-                                                      QuotaRequest.gpu_class_id))
-            .outerjoin(TenantQuota, and_(TenantQuota.tenant_id == QuotaRequest.tenant_id,
-                                         TenantQuota.gpu_class_id == QuotaRequest.gpu_class_id)))
+    return request_rows_query(state=state).add_columns(
+        _one(TenantQuota.gpus, (TenantQuota.tenant_id == QuotaRequest.tenant_id)
+             & (TenantQuota.gpu_class_id == QuotaRequest.gpu_class_id)),
+        _allocated(QuotaRequest.tenant_id, QuotaRequest.gpu_class_id))
+
+
+def _one(column: Any, where: Any) -> Any:
+    return select(column).where(where).scalar_subquery()
 
 
 def quota_rows_query(tenant_id: int) -> Select[TenantQuota, GpuClass, int, int]:

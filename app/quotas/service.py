@@ -70,15 +70,15 @@ def request_out(db: Session, request: QuotaRequest) -> QuotaRequestOut:
     gpu_class = db.get(GpuClass, request.gpu_class_id)
     assert tenant is not None and gpu_class is not None
     return QuotaRequestOut(**_request_fields(
-        request, tenant.slug, gpu_class, _email(db, request.requested_by_id),
+        request, tenant.slug, gpu_class.product, _email(db, request.requested_by_id),
         _email(db, request.decided_by_id)))
 
 
-def _request_fields(request: QuotaRequest, tenant: str, gpu_class: GpuClass,
+def _request_fields(request: QuotaRequest, tenant: str, gpu_class: str,
                     requested_by: str | None, decided_by: str | None) -> dict[str, Any]:
     return {
-        "id": request.id, "tenant": tenant, "gpu_class_id": gpu_class.id,
-        "gpu_class": gpu_class.product, "gpus": request.gpus,
+        "id": request.id, "tenant": tenant, "gpu_class_id": request.gpu_class_id,
+        "gpu_class": gpu_class, "gpus": request.gpus,
         "cpu_millicores": request.cpu_millicores, "memory_mib": request.memory_mib,
         "reason": request.reason, "ends_at": request.ends_at, "state": request.state,
         "requested_by": requested_by, "created_at": request.created_at,
@@ -190,11 +190,11 @@ def _queue_items(db: Session, rows: Sequence[Any],
                  figures_of: gpu_classes.FiguresOf = gpu_classes.capacities) -> list[QueueItem]:
     """A page of requests, their tenants' figures and their classes' capacity: the capacity
     of all classes on the page in one go."""
-    capacity = figures_of(db, sorted({row[2].id for row in rows}))
-    return [QueueItem(**_request_fields(request, slug, gpu_class, requested_by, decided_by),
+    capacity = figures_of(db, sorted({row[0].gpu_class_id for row in rows}))
+    return [QueueItem(**_request_fields(request, slug, product, requested_by, decided_by),
                       tenant_quota_gpus=quota or 0, tenant_allocated_gpus=allocated,
-                      capacity=capacity[gpu_class.id])
-            for request, slug, gpu_class, requested_by, decided_by, quota, allocated in rows]
+                      capacity=capacity[request.gpu_class_id])
+            for request, slug, product, requested_by, decided_by, quota, allocated in rows]
 
 
 def get_queue_item(db: Session, principal: Principal, request_id: int) -> QueueItem:
