@@ -10,10 +10,13 @@ period.
 
 Figures are kept per database connection target (the engine in production, a test's own
 connection in tests), weakly, with one entry per GPU class: bounded by the handful of classes.
+When figures age out under load, one request sums them again while the others still show the
+previous ones, instead of every request in flight summing at once.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from weakref import WeakKeyDictionary
@@ -25,6 +28,7 @@ from app.nodes.gpu_class_schemas import Capacity
 MAX_AGE_SECONDS = 2.0
 
 _figures: WeakKeyDictionary[object, dict[int, tuple[float, Capacity]]] = WeakKeyDictionary()
+_summing = threading.Lock()
 
 
 def recent(db: Session, gpu_class_ids: Sequence[int],
@@ -36,11 +40,19 @@ def recent(db: Session, gpu_class_ids: Sequence[int],
     found = {class_id: hit[1] for class_id in gpu_class_ids
              if (hit := kept.get(class_id)) is not None and now - hit[0] < MAX_AGE_SECONDS}
     missing = [class_id for class_id in gpu_class_ids if class_id not in found]
-    if missing:
+    if not missing:
+        return found
+    aged = {class_id: kept[class_id][1] for class_id in missing if class_id in kept}
+    summing = _summing.acquire(blocking=False)
+    if not summing and len(aged) == len(missing):
+        return found | aged  # another request is summing them right now
+    try:
         summed = compute(db, missing)
-        kept.update({class_id: (now, figures) for class_id, figures in summed.items()})
-        found.update(summed)
-    return found
+    finally:
+        if summing:
+            _summing.release()
+    kept.update({class_id: (now, figures) for class_id, figures in summed.items()})
+    return found | summed
 
 
 def forget(db: Session) -> None:

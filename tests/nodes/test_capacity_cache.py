@@ -46,6 +46,19 @@ def test_figures_are_reused_for_a_moment_then_summed_again(db: Session) -> None:
     assert gpu_classes.capacity(db, gpu.id).total == 24  # decisions always sum afresh
 
 
+def test_while_one_request_sums_aged_figures_the_others_show_them(db: Session) -> None:
+    host, gpu = factories.host_cluster(db), factories.gpu_class(db)
+    factories.node(db, host, gpu, gpu_count=8)
+    clock = Clock()
+    assert capacity_cache.recent(db, [gpu.id], gpu_classes.capacities, clock)[gpu.id].total == 8
+    factories.node(db, host, gpu, gpu_count=8)
+    clock.now += capacity_cache.MAX_AGE_SECONDS
+    with capacity_cache._summing:  # another request is summing
+        shown = capacity_cache.recent(db, [gpu.id], gpu_classes.capacities, clock)
+    assert shown[gpu.id].total == 8
+    assert capacity_cache.recent(db, [gpu.id], gpu_classes.capacities, clock)[gpu.id].total == 16
+
+
 def test_an_assignment_or_approval_made_here_shows_at_once(client: TestClient,
                                                           db: Session) -> None:
     host = factories.host_cluster(db, "default")
