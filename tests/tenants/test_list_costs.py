@@ -34,6 +34,15 @@ def test_the_members_list(client: TestClient, db: Session, database: Database) -
     assert_flat(*costs, budget=5)
 
 
+def test_the_members_page(client: TestClient, db: Session, database: Database,
+                          oidc_issuer: str) -> None:
+    acme = factories.tenant(db, "acme")
+    signed_in_admin_of(client, db, oidc_issuer, acme)
+    costs = at_two_sizes(db, lambda: factories.membership(db, acme, factories.user(db)),
+                         lambda: one_request(database, client, "/t/acme/members", HTML))
+    assert_flat(*costs, budget=5)
+
+
 def test_the_platform_admins_tenants_page(client: TestClient, db: Session,
                                           database: Database) -> None:
     oidc.sign_in(client, "admin@example.com")
