@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
-from typing import Annotated, Any, Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Generic, TypeVar, TypeVarTuple
 
 from fastapi import Depends, Query
 from pydantic import BaseModel
-from sqlalchemy import Select
-from sqlalchemy.orm import InstrumentedAttribute, Session
+from sqlalchemy import Select, select, tuple_
+from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
 from app.errors import ValidationFailed
 from app.validation import MAX_ROW_ID
 
 T = TypeVar("T")
 Row = TypeVar("Row")
+Ts = TypeVarTuple("Ts")
+Q = TypeVar("Q", bound=Select[*tuple[Any, ...]])
 
 
 class Page(BaseModel, Generic[T]):
@@ -60,16 +62,71 @@ def paginate(
     newest_first: bool = False,
 ) -> tuple[Sequence[Row], str | None]:
     """Keyset pagination on an integer id: stable under inserts, no OFFSET scans."""
+    rows = db.scalars(_keyset(query, id_column, params, newest_first)).all()
+    return _cut(rows, params, lambda row: int(row.id))
+
+
+def paginate_rows(
+    db: Session,
+    query: Select[*Ts],
+    id_column: InstrumentedAttribute[int],
+    params: PageParams,
+    *,
+    newest_first: bool = False,
+) -> tuple[Sequence[Any], str | None]:
+    """``paginate`` for a query of several columns (an entity and what is joined to it), so
+    that a page and everything shown with it come in one statement; rows start with the
+    entity whose id pages (or with the id column itself)."""
+    rows = db.execute(_keyset(query, id_column, params, newest_first)).all()
+    return _cut(rows, params, _row_id)
+
+
+def paginate_sorted(
+    db: Session,
+    query: Select[*Ts],
+    id_column: InstrumentedAttribute[int],
+    sort_columns: Sequence[InstrumentedAttribute[Any]],
+    params: PageParams,
+) -> tuple[Sequence[Any], str | None]:
+    """``paginate_rows`` in the order of ``sort_columns``, which must tell the query's rows
+    apart (e.g. a name unique in the listing's scope).
+
+    The cursor stays the last row's id, so cursors look the same whatever the order: the next
+    page starts after that row's sort values, which the database looks up by id in the same
+    statement (a keyset on the sort columns, served by an index on them).
+    """
+    if params.cursor:
+        last = decode_cursor(params.cursor)
+        ref = aliased(id_column.class_)
+        ref_id = getattr(ref, id_column.key)
+        after = [select(getattr(ref, column.key)).where(ref_id == last).scalar_subquery()
+                 for column in sort_columns]
+        query = query.where(tuple_(*sort_columns) > tuple_(*after))
+    rows = db.execute(query.order_by(*sort_columns).limit(params.limit + 1)).all()
+    return _cut(rows, params, _row_id)
+
+
+def _row_id(row: Any) -> int:
+    """The id that pages: the row's first entity's, or its first column when that is the id."""
+    first = row[0]
+    return int(first if isinstance(first, int) else first.id)
+
+
+def _keyset(query: Q, id_column: InstrumentedAttribute[int], params: PageParams,
+            newest_first: bool) -> Q:
     if params.cursor:
         last = decode_cursor(params.cursor)
         query = query.where(id_column < last if newest_first else id_column > last)
     query = query.order_by(id_column.desc() if newest_first else id_column.asc())
-    rows = db.scalars(query.limit(params.limit + 1)).all()
+    return query.limit(params.limit + 1)
+
+
+def _cut(rows: Sequence[Any], params: PageParams,
+         last_id: Callable[[Any], int]) -> tuple[Sequence[Any], str | None]:
     if len(rows) <= params.limit:
         return rows, None
     rows = rows[: params.limit]
-    last_row: Any = rows[-1]
-    return rows, encode_cursor(int(last_row.id))
+    return rows, encode_cursor(last_id(rows[-1]))
 
 
 Paging = Annotated[PageParams, Depends(page_params)]

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
 from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
-from app.quotas.models import TenantQuota
+from app.quotas.models import QuotaRequest, TenantQuota
 from app.tenants.models import Membership, Tenant
 
 _seq = itertools.count(1)
@@ -59,8 +59,9 @@ def gpu_class(db: Session, product: str = "NVIDIA-H100-80GB-HBM3", **fields: obj
 
 def node(db: Session, host: HostCluster, gpu: GpuClass | None, name: str | None = None,
          gpu_count: int = 8, **fields: object) -> Node:
+    fields.setdefault("ready", True)
     row = Node(host_cluster_id=host.id, name=name or f"node-{next(_seq)}",
-               gpu_class_id=gpu.id if gpu else None, gpu_count=gpu_count, ready=True, **fields)
+               gpu_class_id=gpu.id if gpu else None, gpu_count=gpu_count, **fields)
     db.add(row)
     db.flush()
     return row
@@ -85,6 +86,15 @@ def cluster(db: Session, tenant_row: Tenant, host: HostCluster, name: str = "tra
     fields.setdefault("kubernetes_version", "1.32.4")
     fields.setdefault("placement", "shared-pool")
     row = VirtualCluster(tenant_id=tenant_row.id, host_cluster_id=host.id, name=name, **fields)
+    db.add(row)
+    db.flush()
+    return row
+
+
+def quota_request(db: Session, tenant_row: Tenant, gpu: GpuClass, requester: User | None = None,
+                  gpus: int = 8, state: str = "pending") -> QuotaRequest:
+    row = QuotaRequest(tenant_id=tenant_row.id, gpu_class_id=gpu.id, gpus=gpus, state=state,
+                       requested_by_id=requester.id if requester else None)
     db.add(row)
     db.flush()
     return row

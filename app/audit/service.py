@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app import authz
@@ -14,8 +13,7 @@ from app.audit.schemas import AuditEventOut, AuditFilters
 from app.auth.principal import Principal
 from app.errors import Forbidden
 from app.logs import request_id_var
-from app.pagination import PageParams, paginate
-from app.tenants.models import Tenant
+from app.pagination import PageParams, paginate_rows
 
 # Keys whose values never reach the audit trail, whatever the caller passes.
 _SECRET_KEYS = frozenset(
@@ -72,20 +70,15 @@ def list_events(
         tenant_ids=tenant_ids, actor=filters.actor, action=filters.action,
         since=filters.since, until=filters.until,
     )
-    rows, cursor = paginate(db, query, AuditEvent.id, params, newest_first=True)
-    slugs = tenant_slugs(db, {e.tenant_id for e in rows if e.tenant_id is not None})
-    return [_event_out(e, slugs) for e in rows], cursor
+    rows, cursor = paginate_rows(db, repository.with_tenant_slug(query), AuditEvent.id, params,
+                                 newest_first=True)
+    return [_event_out(event, slug) for event, slug in rows], cursor
 
 
-def _event_out(event: AuditEvent, slugs: dict[int, str]) -> AuditEventOut:
+def _event_out(event: AuditEvent, slug: str | None) -> AuditEventOut:
     return AuditEventOut(
         id=event.id, occurred_at=event.occurred_at, actor=event.actor_label or "system",
-        tenant=slugs.get(event.tenant_id) if event.tenant_id else None, action=event.action,
+        tenant=slug, action=event.action,
         target_type=event.target_type, target_id=event.target_id, before=event.before,
         after=event.after, request_id=event.request_id,
     )
-
-
-def tenant_slugs(db: Session, tenant_ids: set[int]) -> dict[int, str]:
-    rows = db.execute(select(Tenant.id, Tenant.slug).where(Tenant.id.in_(tenant_ids)))
-    return dict(rows.all())

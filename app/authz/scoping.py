@@ -37,11 +37,24 @@ def tenants_visible_to(principal: Principal) -> Select[Tenant]:
 
 
 def tenant_for(db: Session, principal: Principal, slug: str, action: Action = "read") -> Tenant:
-    tenant = db.scalar(tenants_visible_to(principal).where(Tenant.slug == slug))
+    tenant = _visible_tenant(db, principal, slug)
     if tenant is None:
         raise TenantHidden(f"no tenant {slug!r}")
     ensure_allowed(principal, tenant, action)
     return tenant
+
+
+def _visible_tenant(db: Session, principal: Principal, slug: str) -> Tenant | None:
+    """The tenant, read once per session (a page asks several services for the same one)."""
+    found: dict[tuple[object, ...], Tenant] = db.info.setdefault("tenants_by_slug", {})
+    key = (slug, principal.user_id, principal.is_platform_admin,
+           tuple(sorted(principal.roles.items())))
+    if key not in found:
+        tenant = db.scalar(tenants_visible_to(principal).where(Tenant.slug == slug))
+        if tenant is None:
+            return None
+        found[key] = tenant
+    return found[key]
 
 
 def ensure_allowed(principal: Principal, tenant: Tenant, action: Action) -> None:

@@ -23,10 +23,11 @@ class VirtualCluster(Base):
         CheckConstraint("memory_mib >= 0", name="memory_non_negative"),
         CheckConstraint("generation >= 1", name="generation_positive"),
         Index(None, "next_reconcile_at"),
+        Index("ix_virtual_clusters_tenant_id_id", "tenant_id", "id"),  # a tenant's list
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     host_cluster_id: Mapped[int] = mapped_column(ForeignKey("host_clusters.id"))
     name: Mapped[str] = mapped_column(String(40))
     kubernetes_version: Mapped[str] = mapped_column(String(20))

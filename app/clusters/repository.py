@@ -21,6 +21,12 @@ def clusters_query(tenant_id: int) -> Select[VirtualCluster]:
     return select(VirtualCluster).where(VirtualCluster.tenant_id == tenant_id)
 
 
+def cluster_rows_query(tenant_id: int) -> Select[VirtualCluster, str | None]:
+    """A tenant's clusters with their GPU class's product: a page in one statement."""
+    return (clusters_query(tenant_id).add_columns(GpuClass.product)
+            .outerjoin(GpuClass, GpuClass.id == VirtualCluster.gpu_class_id))
+
+
 def cluster_by_name(db: Session, tenant_id: int, name: str) -> VirtualCluster | None:
     return db.scalar(clusters_query(tenant_id).where(VirtualCluster.name == name))
 

@@ -34,7 +34,7 @@ from app.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import dump_yaml
 from app.nodes import gpu_class_repository
 from app.nodes.models import GpuClass
-from app.pagination import Page, PageParams, paginate
+from app.pagination import Page, PageParams, paginate_rows
 from app.tenants.models import Tenant
 
 DEDICATED = "dedicated-nodes"
@@ -81,8 +81,10 @@ def _cluster_out(db: Session, cluster: VirtualCluster, gpu_class: str | None) ->
 def list_clusters(db: Session, principal: Principal, slug: str,
                   params: PageParams) -> Page[ClusterOut]:
     tenant = tenant_for(db, principal, slug)
-    rows, cursor = paginate(db, repository.clusters_query(tenant.id), VirtualCluster.id, params)
-    return Page(items=cluster_outs(db, rows), next_cursor=cursor)
+    rows, cursor = paginate_rows(db, repository.cluster_rows_query(tenant.id), VirtualCluster.id,
+                                 params)
+    return Page(items=[_cluster_out(db, cluster, product) for cluster, product in rows],
+                next_cursor=cursor)
 
 
 def get_cluster(db: Session, principal: Principal, slug: str, name: str) -> ClusterOut:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query
 from starlette.responses import Response
@@ -41,12 +41,16 @@ async def node_filters(
 
 
 Filters = Annotated[NodeFilters, Depends(node_filters)]
+NodeSort = Literal["id", "name", "rack"]
+SortQuery = Annotated[NodeSort, Query(
+    description="id (the default: the order nodes were first seen), name, or rack (then name); "
+                "next_cursor continues in the same order")]
 
 
 @router.get("/nodes", response_model=Page[NodeOut])
 def list_nodes(db: DbSession, principal: CurrentPrincipal, paging: Paging, filters: Filters,
-               host_cluster: HostCluster = None) -> Page[NodeOut]:
-    return service.list_nodes(db, principal, filters, paging, host_cluster)
+               host_cluster: HostCluster = None, sort: SortQuery = "id") -> Page[NodeOut]:
+    return service.list_nodes(db, principal, filters, paging, host_cluster, sort)
 
 
 @router.get("/nodes/{node}", response_model=NodeDetail)

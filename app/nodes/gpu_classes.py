@@ -13,6 +13,8 @@ every approval for it needs an explicit overcommit.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
@@ -20,11 +22,13 @@ from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
 from app.concurrency import insert_or_conflict, lock_row
 from app.errors import Conflict, Forbidden, NotFound
+from app.nodes import capacity_cache
 from app.nodes import gpu_class_repository as repository
-from app.nodes import repository as node_repository
 from app.nodes.gpu_class_schemas import Capacity, GpuClassCreate, GpuClassOut, GpuClassUpdate
 from app.nodes.models import GpuClass
 from app.pagination import Page, PageParams, paginate
+
+FiguresOf = Callable[[Session, Sequence[int]], dict[int, Capacity]]
 
 
 def ensure_platform_writer(principal: Principal) -> None:
@@ -34,37 +38,42 @@ def ensure_platform_writer(principal: Principal) -> None:
 
 
 def capacity(db: Session, gpu_class_id: int) -> Capacity:
-    by_readiness = node_repository.gpu_totals_by_readiness(db, gpu_class_id)
-    total = sum(by_readiness.values())
-    per_tenant = node_repository.quota_and_dedicated_by_tenant(db, gpu_class_id)
-    assigned = repository.assigned_gpus(db, gpu_class_id)
-    shared = sum(max(quota - dedicated, 0) for quota, dedicated in per_tenant)
-    return Capacity(total=total, assigned=assigned,
-                    guaranteed=sum(quota for quota, _ in per_tenant), shared_guaranteed=shared,
-                    free=total - assigned - shared, not_ready=by_readiness.get(False, 0),
-                    mig_resources=_summed(node_repository.mig_resources_of_class(db, gpu_class_id)))
+    return capacities(db, [gpu_class_id])[gpu_class_id]
 
 
-def _summed(resources: list[dict[str, int]]) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for item in resources:
-        for name, count in item.items():
-            totals[name] = totals.get(name, 0) + int(count)
-    return dict(sorted(totals.items()))
+def capacities(db: Session, gpu_class_ids: Sequence[int]) -> dict[int, Capacity]:
+    """The capacity of each class, summed in SQL: a constant number of queries for any fleet."""
+    return {class_id: Capacity(
+        total=f.total, assigned=f.assigned, guaranteed=f.guaranteed,
+        shared_guaranteed=f.shared_guaranteed, free=f.total - f.assigned - f.shared_guaranteed,
+        not_ready=f.not_ready, mig_resources=dict(sorted(f.mig_resources.items())))
+        for class_id, f in repository.capacity_figures(db, gpu_class_ids).items()}
 
 
 def to_out(db: Session, principal: Principal, row: GpuClass) -> GpuClassOut:
-    return GpuClassOut(
+    return to_outs(db, principal, [row])[0]
+
+
+def recent_capacities(db: Session, gpu_class_ids: Sequence[int]) -> dict[int, Capacity]:
+    """For pages that show capacity: figures summed at most a moment ago (see capacity_cache);
+    never for a decision."""
+    return capacity_cache.recent(db, gpu_class_ids, capacities)
+
+
+def to_outs(db: Session, principal: Principal, rows: Sequence[GpuClass],
+            figures_of: FiguresOf = capacities) -> list[GpuClassOut]:
+    ids = [row.id for row in rows]
+    figures = figures_of(db, ids) if principal.is_platform_admin else {}
+    return [GpuClassOut(
         id=row.id, product=row.product, display_name=row.display_name,
         memory_mib=row.memory_mib, gpus_per_node=row.gpus_per_node,
         declared_by_admin=row.declared_by_admin, created_at=row.created_at,
-        capacity=capacity(db, row.id) if principal.is_platform_admin else None,
-    )
+        capacity=figures.get(row.id)) for row in rows]
 
 
 def list_classes(db: Session, principal: Principal, params: PageParams) -> Page[GpuClassOut]:
     rows, cursor = paginate(db, repository.classes_query(), GpuClass.id, params)
-    return Page(items=[to_out(db, principal, row) for row in rows], next_cursor=cursor)
+    return Page(items=to_outs(db, principal, rows, recent_capacities), next_cursor=cursor)
 
 
 def all_classes(db: Session) -> list[GpuClass]:

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CursorResult, Select, func, select, update
+from sqlalchemy import CursorResult, Select, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.kube.manifests import labels as lbl
 from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
@@ -29,8 +30,14 @@ class NodeFilters:
 
 
 def default_host_cluster(db: Session) -> HostCluster | None:
-    return db.scalar(select(HostCluster).where(HostCluster.is_default.is_(True))
-                     .order_by(HostCluster.id).limit(1))
+    """The default host cluster, read once per session (a page asks for it more than once)."""
+    found: HostCluster | None = db.info.get("default_host_cluster")
+    if found is None:
+        found = db.scalar(select(HostCluster).where(HostCluster.is_default.is_(True))
+                          .order_by(HostCluster.id).limit(1))
+        if found is not None:
+            db.info["default_host_cluster"] = found
+    return found
 
 
 def host_cluster_by_name(db: Session, name: str) -> HostCluster | None:
@@ -63,13 +70,20 @@ def node_by_name(db: Session, host_cluster_id: int, name: str) -> Node | None:
                                         Node.name == name))
 
 
-def nodes_query(host_cluster_id: int, filters: NodeFilters) -> Select[Node]:
-    query = select(Node).where(Node.host_cluster_id == host_cluster_id)
+NodeRows = Select[*tuple[Any, ...]]
+
+
+def node_rows_query(host_cluster_id: int, filters: NodeFilters) -> NodeRows:
+    """Nodes as listed, with their class and current tenant: a page in one statement.
+
+    Rows of columns rather than ``Node`` entities: a listing only reads them, and the node's
+    labels (dozens per node) are read for the one label it shows.
+    """
+    query = _with_class_and_tenant().where(Node.host_cluster_id == host_cluster_id)
     if not filters.include_gone:
         query = query.where(Node.gone_at.is_(None))
     if filters.gpu_class:
-        query = query.join(GpuClass, GpuClass.id == Node.gpu_class_id).where(
-            GpuClass.product == filters.gpu_class)
+        query = query.where(GpuClass.product == filters.gpu_class)
     if filters.zone:
         query = query.where(Node.zone == filters.zone)
     if filters.rack:
@@ -77,25 +91,37 @@ def nodes_query(host_cluster_id: int, filters: NodeFilters) -> Select[Node]:
     if filters.ready is not None:
         query = query.where(Node.ready.is_(filters.ready))
     if filters.tenant:
-        query = query.join(NodeAssignment, (NodeAssignment.node_id == Node.id)
-                           & NodeAssignment.ended_at.is_(None)).join(
-            Tenant, Tenant.id == NodeAssignment.tenant_id).where(Tenant.slug == filters.tenant)
+        query = query.where(Node.id.in_(
+            select(NodeAssignment.node_id).join(Tenant, Tenant.id == NodeAssignment.tenant_id)
+            .where(Tenant.slug == filters.tenant, NodeAssignment.ended_at.is_(None))))
     return query
+
+
+def node_rows_of(node_ids: Sequence[int]) -> NodeRows:
+    return _with_class_and_tenant().where(Node.id.in_(list(node_ids)))
+
+
+_LISTED = [column for column in Node.__table__.c if column.key != "labels"]
+
+
+def _with_class_and_tenant() -> NodeRows:
+    # The tenant comes by subqueries on the node's active assignment rather than by outer
+    # joins, which PostgreSQL tends to merge from the first assignment on: a page deep in the
+    # inventory would read thousands of assignments instead of one per node shown.
+    active = (NodeAssignment.node_id == Node.id) & NodeAssignment.ended_at.is_(None)
+    slug = (select(Tenant.slug).join(NodeAssignment, NodeAssignment.tenant_id == Tenant.id)
+            .where(active).scalar_subquery())
+    since = select(NodeAssignment.created_at).where(active).scalar_subquery()
+    return (select(*_LISTED, Node.labels[lbl.TENANT].as_string().label("tenant_label"),
+                   GpuClass.product, GpuClass.display_name, slug.label("tenant"),
+                   since.label("assigned_at"))
+            .outerjoin(GpuClass, GpuClass.id == Node.gpu_class_id))
 
 
 def active_assignment(db: Session, node_id: int) -> NodeAssignment | None:
     return db.scalar(select(NodeAssignment).where(
         NodeAssignment.node_id == node_id, NodeAssignment.ended_at.is_(None))
         .execution_options(populate_existing=True))
-
-
-def active_tenants(db: Session, node_ids: Sequence[int]) -> dict[int, tuple[str, datetime]]:
-    """node id -> (tenant slug, assigned at) for the nodes' current assignments."""
-    rows = db.execute(
-        select(NodeAssignment.node_id, Tenant.slug, NodeAssignment.created_at)
-        .join(Tenant, Tenant.id == NodeAssignment.tenant_id)
-        .where(NodeAssignment.node_id.in_(list(node_ids)), NodeAssignment.ended_at.is_(None)))
-    return {node_id: (slug, created_at) for node_id, slug, created_at in rows}
 
 
 def assignment_history(db: Session, node_id: int) -> list[tuple[NodeAssignment, str]]:
@@ -141,8 +167,10 @@ def free_node_topology(db: Session, host_cluster_id: int,
     return list(db.execute(query).all())
 
 
-def tenant_nodes_query(tenant_id: int) -> Select[Node]:
-    return (select(Node).join(NodeAssignment, NodeAssignment.node_id == Node.id)
+def tenant_nodes_query(tenant_id: int) -> Select[Node, str | None]:
+    """A tenant's dedicated nodes with their class's product."""
+    return (select(Node, GpuClass.product).join(NodeAssignment, NodeAssignment.node_id == Node.id)
+            .outerjoin(GpuClass, GpuClass.id == Node.gpu_class_id)
             .where(NodeAssignment.tenant_id == tenant_id, NodeAssignment.ended_at.is_(None)))
 
 
@@ -157,37 +185,21 @@ def desired_tenants(db: Session, host_cluster_id: int) -> dict[str, str]:
     return dict(rows.all())
 
 
-def gpu_totals_by_readiness(db: Session, gpu_class_id: int) -> dict[bool, int]:
-    rows = db.execute(
-        select(Node.ready, func.coalesce(func.sum(Node.gpu_count), 0))
-        .where(Node.gpu_class_id == gpu_class_id, Node.gone_at.is_(None))
-        .group_by(Node.ready))
-    return {bool(ready): int(total) for ready, total in rows}
+MAX_ZONES = 200
 
 
-def mig_resources_of_class(db: Session, gpu_class_id: int) -> list[dict[str, int]]:
-    return [dict(row) for row in db.scalars(select(Node.mig_resources).where(
-        Node.gpu_class_id == gpu_class_id, Node.gone_at.is_(None)))]
+def live_zones(db: Session, host_cluster_id: int) -> list[str]:
+    """The zones of live nodes, for a filter picker, in order.
 
+    A walk along the zone index, one step per zone (a loose index scan), instead of reading
+    every node as DISTINCT would: a fleet holds a few zones and tens of thousands of nodes.
+    """
+    def first_after(previous: Any) -> Any:
+        return (select(Node.zone).where(Node.host_cluster_id == host_cluster_id,
+                                        Node.zone > previous, Node.gone_at.is_(None))
+                .order_by(Node.zone).limit(1).scalar_subquery())
 
-def quota_and_dedicated_by_tenant(db: Session, gpu_class_id: int) -> list[tuple[int, int]]:
-    """(approved quota, dedicated GPUs) of each tenant holding either for the class."""
-    dedicated = dict(db.execute(
-        select(NodeAssignment.tenant_id, func.sum(Node.gpu_count))
-        .join(Node, Node.id == NodeAssignment.node_id)
-        .where(Node.gpu_class_id == gpu_class_id, Node.gone_at.is_(None),
-               NodeAssignment.ended_at.is_(None))
-        .group_by(NodeAssignment.tenant_id)).all())
-    quotas = dict(db.execute(select(TenantQuota.tenant_id, TenantQuota.gpus).where(
-        TenantQuota.gpu_class_id == gpu_class_id)).all())
-    return [(int(quotas.get(t, 0)), int(dedicated.get(t, 0) or 0))
-            for t in quotas.keys() | dedicated.keys()]
-
-
-
-def topology_values(db: Session, host_cluster_id: int) -> tuple[list[str], list[str]]:
-    """The zones and racks of live nodes, for filter pickers."""
-    live = (Node.host_cluster_id == host_cluster_id) & Node.gone_at.is_(None)
-    zones = db.scalars(select(Node.zone).where(live, Node.zone != "").distinct())
-    racks = db.scalars(select(Node.rack).where(live, Node.rack != "").distinct())
-    return sorted(zones), sorted(racks)
+    zones = select(first_after(literal("")).label("zone")).cte("zones", recursive=True)
+    zones = zones.union_all(select(first_after(zones.c.zone)).where(zones.c.zone.is_not(None)))
+    return list(db.scalars(select(zones.c.zone).where(zones.c.zone.is_not(None))
+                           .limit(MAX_ZONES)))

@@ -10,22 +10,21 @@ the first write, so a refused assignment leaves nothing behind.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.authz import ensure_platform_admin, tenant_for, tenants_visible_to
+from app.authz import ensure_platform_admin, tenant_for
 from app.concurrency import insert_or_conflict, lock_row
 from app.db import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.nodes import tenant_taint
-from app.nodes import gpu_class_repository, gpu_classes, placement, repository
+from app.nodes import capacity_cache, gpu_class_repository, gpu_classes, placement, repository
 from app.nodes.gpu_classes import ensure_platform_writer
 from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
 from app.nodes.placement import FreeNode
@@ -41,7 +40,7 @@ from app.nodes.schemas import (
     SuggestionOut,
     TenantNodeOut,
 )
-from app.pagination import Page, PageParams, paginate
+from app.pagination import Page, PageParams, paginate_rows, paginate_sorted
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
 
@@ -61,8 +60,14 @@ def host_cluster(db: Session, name: str | None = None) -> HostCluster:
     return row
 
 
+NODE_SORTS: dict[str, tuple[InstrumentedAttribute[Any], ...]] = {
+    "name": (Node.name,), "rack": (Node.rack, Node.name)}
+"""Orders besides the default (by id): each unique within a host cluster, each indexed."""
+
+
 def list_nodes(db: Session, principal: Principal, filters: NodeFilters, params: PageParams,
-               host: str | None = None) -> Page[NodeOut]:
+               host: str | None = None, sort: str = "id") -> Page[NodeOut]:
+    """A page of the inventory, filtered and sorted by the database: one statement."""
     ensure_platform_admin(principal)
     cluster = repository.host_cluster_by_name(db, host) if host else (
         repository.default_host_cluster(db))
@@ -70,15 +75,20 @@ def list_nodes(db: Session, principal: Principal, filters: NodeFilters, params: 
         if host:
             raise NotFound(f"no host cluster {host!r}")
         return Page(items=[])
-    rows, cursor = paginate(db, repository.nodes_query(cluster.id, filters), Node.id, params)
-    return Page(items=nodes_out(db, cluster, rows), next_cursor=cursor)
+    query = repository.node_rows_query(cluster.id, filters)
+    if sort in NODE_SORTS:
+        rows, cursor = paginate_sorted(db, query, Node.id, NODE_SORTS[sort], params)
+    else:
+        rows, cursor = paginate_rows(db, query, Node.id, params)
+    return Page(items=[_node_out(cluster, row) for row in rows], next_cursor=cursor)
 
 
 def nodes_out(db: Session, cluster: HostCluster, rows: Sequence[Node]) -> list[NodeOut]:
-    tenants = repository.active_tenants(db, [row.id for row in rows])
-    classes = _classes(db, {row.gpu_class_id for row in rows if row.gpu_class_id})
-    return [_node_out(row, cluster, classes.get(row.gpu_class_id or 0), tenants.get(row.id))
-            for row in rows]
+    """These nodes as listed, with their classes and tenants read in one statement."""
+    if not rows:
+        return []
+    found = {row.id: row for row in db.execute(repository.node_rows_of([r.id for r in rows]))}
+    return [_node_out(cluster, found[row.id]) for row in rows]
 
 
 def get_node(db: Session, principal: Principal, name: str,
@@ -91,11 +101,9 @@ def get_node(db: Session, principal: Principal, name: str,
 def tenant_nodes(db: Session, principal: Principal, slug: str,
                  params: PageParams) -> Page[TenantNodeOut]:
     tenant = tenant_for(db, principal, slug)
-    rows, cursor = paginate(db, repository.tenant_nodes_query(tenant.id), Node.id, params)
-    classes = _classes(db, {row.gpu_class_id for row in rows if row.gpu_class_id})
+    rows, cursor = paginate_rows(db, repository.tenant_nodes_query(tenant.id), Node.id, params)
     items = [TenantNodeOut(name=row.name, gpus=row.gpu_count, ready=row.ready and not row.gone_at,
-                           gpu_class=_product(classes.get(row.gpu_class_id or 0)))
-             for row in rows]
+                           gpu_class=product) for row, product in rows]
     return Page(items=items, next_cursor=cursor)
 
 
@@ -106,39 +114,29 @@ def _node(db: Session, cluster: HostCluster, name: str) -> Node:
     return row
 
 
-def _classes(db: Session, ids: set[int]) -> dict[int, GpuClass]:
-    if not ids:
-        return {}
-    return {row.id: row for row in db.scalars(select(GpuClass).where(GpuClass.id.in_(ids)))}
-
-
-def _product(gpu_class: GpuClass | None) -> str | None:
-    return gpu_class.product if gpu_class else None
-
-
-def _node_out(row: Node, cluster: HostCluster, gpu_class: GpuClass | None,
-              tenant: tuple[str, Any] | None) -> NodeOut:
-    slug = tenant[0] if tenant else None
+def _node_out(cluster: HostCluster, row: Any) -> NodeOut:
+    """A node from a row of ``repository.node_rows_query``."""
     return NodeOut(
-        name=row.name, host_cluster=cluster.name, gpu_class=_product(gpu_class),
-        gpu_class_display_name=gpu_class.display_name if gpu_class else None,
-        gpus=row.gpu_count, mig_strategy=row.mig_strategy,
+        name=row.name, host_cluster=cluster.name, gpu_class=row.product,
+        gpu_class_display_name=row.display_name, gpus=row.gpu_count,
+        mig_strategy=row.mig_strategy,
         mig_resources={k: int(v) for k, v in row.mig_resources.items()}, zone=row.zone,
         rack=row.rack, clique=row.clique, ready=row.ready, taints=list(row.taints),
-        tenant=slug, assigned_at=tenant[1] if tenant else None,
+        tenant=row.tenant, assigned_at=row.assigned_at,
         first_seen_at=row.first_seen_at, last_seen_at=row.last_seen_at, gone_at=row.gone_at,
-        conditions=[labels_condition(row, slug)],
+        conditions=[labels_condition(row, row.tenant)],
     )
 
 
-def labels_condition(row: Node, tenant_slug: str | None) -> Condition:
-    """Whether the host node, as the inventory last saw it, carries what the assignment asks."""
+def labels_condition(row: Any, tenant_slug: str | None) -> Condition:
+    """Whether the host node, as the inventory last saw it, carries what the assignment asks
+    (``row``: a listed node, with its tenant label as ``tenant_label``)."""
     if row.gone_at is not None:
         return Condition(type=LABELS_CONDITION, status="Unknown", reason="NodeGone",
                          message="the node is gone from the host cluster",
                          lastTransitionTime=row.gone_at)
     ours = [t for t in row.taints if t.get("key") == lbl.TENANT]
-    label = row.labels.get(lbl.TENANT)
+    label = row.tenant_label
     if tenant_slug is None:
         in_sync = label is None and not ours
         wanted = "no tenant label or taint"
@@ -224,6 +222,7 @@ def _assign(db: Session, principal: Principal, cluster: HostCluster, row: Node,
                                 assigned_by_id=principal.user_id)
     insert_or_conflict(db, assignment, Conflict(
         f"node {row.name} was just dedicated to another tenant by a parallel request"))
+    capacity_cache.forget(db)
     audit.record(db, action="node.assign", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=tenant.id, target_type="node",
                  target_id=f"{cluster.name}/{row.name}", before=None,
@@ -269,6 +268,7 @@ def end_assignment(db: Session, principal: Principal, name: str,
     if current is None or not repository.end_assignment(db, current.id, principal.user_id,
                                                         utcnow()):
         raise NotFound(f"node {name} is not dedicated to any tenant")
+    capacity_cache.forget(db)
     tenant = db.get(Tenant, current.tenant_id)
     audit.record(db, action="node.unassign", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=current.tenant_id, target_type="node",
@@ -333,18 +333,14 @@ def free_nodes_of(db: Session, principal: Principal, product: str,
 # ----- pickers for the admin pages
 
 
-@dataclass(frozen=True)
-class FleetChoices:
-    classes: list[GpuClass]
-    zones: list[str]
-    racks: list[str]
-    tenants: list[str]
+def classes_to_suggest(db: Session, principal: Principal) -> list[GpuClass]:
+    ensure_platform_admin(principal)
+    return gpu_classes.all_classes(db)
 
 
-def fleet_choices(db: Session, principal: Principal) -> FleetChoices:
+def fleet_zones(db: Session, principal: Principal) -> list[str]:
+    """The zones the fleet's picker offers; tenants and racks are typed in (there are
+    thousands), and classes are those of the capacity table."""
     ensure_platform_admin(principal)
     cluster = repository.default_host_cluster(db)
-    zones, racks = repository.topology_values(db, cluster.id) if cluster else ([], [])
-    tenants = db.scalars(tenants_visible_to(principal).order_by(Tenant.slug))
-    return FleetChoices(classes=gpu_classes.all_classes(db), zones=zones, racks=racks,
-                        tenants=[tenant.slug for tenant in tenants])
+    return repository.live_zones(db, cluster.id) if cluster else []

@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
-from app.nodes import gpu_class_repository, repository
+from app.nodes import capacity_cache, gpu_class_repository, repository
 from app.nodes.inventory import NodeFacts, display_name
 from app.nodes.models import GpuClass, HostCluster, Node
 
@@ -56,6 +56,7 @@ def sync_inventory(db: Session, cluster: HostCluster, listed: Iterable[NodeFacts
             row.gone_at = now
             report.gone.append(name)
     db.flush()
+    capacity_cache.forget(db)
     _audit(db, cluster, report)
     return report
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import ValidationError
@@ -13,7 +13,8 @@ from app.auth.principal import Principal
 from app.deps import CurrentPrincipal, DbSession
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.nodes import gpu_classes, service
-from app.nodes.api import Filters
+from app.nodes.api import Filters, SortQuery
+from app.nodes.repository import NodeFilters
 from app.nodes.schemas import AssignmentIn, SuggestionIn
 from app.pagination import PageParams, Paging
 from app.routing import UnitOfWorkRoute
@@ -39,23 +40,37 @@ def _host_connected(request: Request) -> bool:
 
 @router.get("/admin/fleet")
 def fleet(request: Request, db: DbSession, principal: CurrentPrincipal, filters: Filters,
-          paging: Paging) -> Response:
-    page = service.list_nodes(db, principal, filters, paging)
+          paging: Paging, sort: SortQuery = "name") -> Response:
+    """Capacity per class (summed by the database) and one page of the node table, filtered
+    and sorted by the database; the table's filters and page links swap the table alone."""
+    page = service.list_nodes(db, principal, filters, paging, sort=sort)
     context: dict[str, Any] = {"nodes": page.items, "next_cursor": page.next_cursor,
-                               "filters": filters}
+                               "filters": filters, "sort": sort, "sorts": NODE_SORT_LABELS,
+                               "table_query": _table_query(filters, sort),
+                               "first_page": paging.cursor is not None}
     if is_htmx(request):
         return render(request, "nodes/_node_table.html", context)
     context.update(
         classes=gpu_classes.list_classes(db, principal, PageParams(limit=200)).items,
-        choices=service.fleet_choices(db, principal), connected=_host_connected(request))
+        zones=service.fleet_zones(db, principal), connected=_host_connected(request))
     return render(request, "nodes/fleet.html", context)
+
+
+NODE_SORT_LABELS = {"name": "name", "rack": "rack, then name", "id": "first seen"}
+
+
+def _table_query(filters: NodeFilters, sort: str) -> str:
+    """The table's filters and order as a query string, for its page links."""
+    ready = None if filters.ready is None else str(filters.ready).lower()
+    values = {"gpu_class": filters.gpu_class, "zone": filters.zone, "rack": filters.rack,
+              "tenant": filters.tenant, "ready": ready, "sort": sort}
+    return urlencode({key: value for key, value in values.items() if value})
 
 
 def _node_page(request: Request, db: DbSession, principal: Principal, node: str,
                errors: FieldErrors | None = None, status_code: int = 200) -> Response:
     return render(request, "nodes/node.html", {
-        "node": service.get_node(db, principal, node),
-        "choices": service.fleet_choices(db, principal), "errors": errors or {},
+        "node": service.get_node(db, principal, node), "errors": errors or {},
     }, status_code=status_code)
 
 
@@ -94,7 +109,8 @@ def _suggest_page(request: Request, db: DbSession, principal: Principal,
                   free: Any = ()) -> Response:
     template = "nodes/_suggestion.html" if partial else "nodes/suggest.html"
     return render(request, template, {
-        "choices": service.fleet_choices(db, principal), "form": form, "errors": errors or {},
+        "classes": service.classes_to_suggest(db, principal), "form": form,
+        "errors": errors or {},
         "suggestion": suggestion, "free": free,
     }, status_code=status_code)
 

@@ -22,11 +22,13 @@ class QuotaRequest(Base):
         CheckConstraint(
             "state IN ('pending', 'approved', 'rejected', 'cancelled', 'expired')", name="state"
         ),
-        Index(None, "state", "created_at"),
+        # The queue by state and a tenant's requests, each in id order.
+        Index("ix_quota_requests_state_id", "state", "id"),
+        Index("ix_quota_requests_tenant_id_id", "tenant_id", "id"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     gpu_class_id: Mapped[int] = mapped_column(ForeignKey("gpu_classes.id"))
     gpus: Mapped[int]
     cpu_millicores: Mapped[int] = mapped_column(default=0)

@@ -5,11 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CursorResult, Select, func, select, update
+from sqlalchemy import CursorResult, Select, and_, func, select, update
 from sqlalchemy.orm import Session
 
+from app.auth.models import User
 from app.clusters.models import VirtualCluster
+from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
+from app.tenants.models import Tenant
 
 
 def requests_query(
@@ -21,6 +24,58 @@ def requests_query(
     if state is not None:
         query = query.where(QuotaRequest.state == state)
     return query
+
+
+def request_rows_query(
+    *, tenant_id: int | None = None, state: str | None = None
+) -> Select[QuotaRequest, str, str, str | None, str | None]:
+    """Requests with what every listing shows of them: tenant slug, class, who asked, who
+    decided; one statement for a whole page.
+
+    Each by a scalar subquery rather than a join: PostgreSQL plans a five-way join with outer
+    joins in about 2 ms, ten times the time it takes to run; subqueries plan in a tenth of one.
+    """
+    return requests_query(tenant_id=tenant_id, state=state).add_columns(
+        _one(Tenant.slug, Tenant.id == QuotaRequest.tenant_id),
+        _one(GpuClass.product, GpuClass.id == QuotaRequest.gpu_class_id),
+        _one(User.email, User.id == QuotaRequest.requested_by_id),
+        _one(User.email, User.id == QuotaRequest.decided_by_id))
+
+
+def queue_rows_query(
+    *, state: str | None = None
+) -> Select[QuotaRequest, str, str, str | None, str | None, int | None, int]:
+    """Requests as ``request_rows_query``, with the tenant's quota and allocation of the class."""
+    return request_rows_query(state=state).add_columns(
+        _one(TenantQuota.gpus, (TenantQuota.tenant_id == QuotaRequest.tenant_id)
+             & (TenantQuota.gpu_class_id == QuotaRequest.gpu_class_id)),
+        _allocated(QuotaRequest.tenant_id, QuotaRequest.gpu_class_id))
+
+
+def _one(column: Any, where: Any) -> Any:
+    return select(column).where(where).scalar_subquery()
+
+
+def quota_rows_query(tenant_id: int) -> Select[TenantQuota, GpuClass, int, int]:
+    """A tenant's quota rows with their class, the GPUs its clusters hold and those on its
+    dedicated nodes, all summed in one statement."""
+    on_nodes = (select(func.coalesce(func.sum(Node.gpu_count), 0))
+                .join(NodeAssignment, and_(NodeAssignment.node_id == Node.id,
+                                           NodeAssignment.ended_at.is_(None)))
+                .where(NodeAssignment.tenant_id == TenantQuota.tenant_id,
+                       Node.gpu_class_id == TenantQuota.gpu_class_id, Node.gone_at.is_(None))
+                .scalar_subquery())
+    return (tenant_quotas_query(tenant_id)
+            .add_columns(GpuClass, _allocated(TenantQuota.tenant_id, TenantQuota.gpu_class_id),
+                         on_nodes)
+            .join(GpuClass, GpuClass.id == TenantQuota.gpu_class_id))
+
+
+def _allocated(tenant_id: Any, gpu_class_id: Any) -> Any:
+    return (select(func.coalesce(func.sum(VirtualCluster.gpus), 0))
+            .where(VirtualCluster.tenant_id == tenant_id,
+                   VirtualCluster.gpu_class_id == gpu_class_id)
+            .scalar_subquery())
 
 
 def request_for_update(db: Session, request_id: int) -> QuotaRequest | None:

@@ -9,6 +9,7 @@ Errors are raised before the first write, so a refused decision leaves nothing b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,10 +22,10 @@ from app.auth.principal import Principal
 from app.authz import ensure_platform_admin, tenant_for
 from app.db import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
-from app.nodes import gpu_class_repository, gpu_classes
+from app.nodes import capacity_cache, gpu_classes
 from app.nodes.gpu_classes import ensure_platform_writer
 from app.nodes.models import GpuClass
-from app.pagination import Page, PageParams, paginate
+from app.pagination import Page, PageParams, paginate_rows
 from app.quotas import repository
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.quotas.schemas import (
@@ -64,18 +65,27 @@ def _email(db: Session, user_id: int | None) -> str | None:
 
 
 def request_out(db: Session, request: QuotaRequest) -> QuotaRequestOut:
+    """One request, from what the session holds already (no query after the usual lookups)."""
     tenant = db.get(Tenant, request.tenant_id)
     gpu_class = db.get(GpuClass, request.gpu_class_id)
     assert tenant is not None and gpu_class is not None
-    return QuotaRequestOut(
-        id=request.id, tenant=tenant.slug, gpu_class_id=gpu_class.id,
-        gpu_class=gpu_class.product, gpus=request.gpus, cpu_millicores=request.cpu_millicores,
-        memory_mib=request.memory_mib, reason=request.reason, ends_at=request.ends_at,
-        state=request.state, requested_by=_email(db, request.requested_by_id),
-        created_at=request.created_at, approved_gpus=request.approved_gpus,
-        overcommitted=request.overcommitted, decided_by=_email(db, request.decided_by_id),
-        decided_at=request.decided_at, decision_note=request.decision_note,
-    )
+    return QuotaRequestOut(**_request_fields(
+        request, tenant.slug, gpu_class.product, _email(db, request.requested_by_id),
+        _email(db, request.decided_by_id)))
+
+
+def _request_fields(request: QuotaRequest, tenant: str, gpu_class: str,
+                    requested_by: str | None, decided_by: str | None) -> dict[str, Any]:
+    return {
+        "id": request.id, "tenant": tenant, "gpu_class_id": request.gpu_class_id,
+        "gpu_class": gpu_class, "gpus": request.gpus,
+        "cpu_millicores": request.cpu_millicores, "memory_mib": request.memory_mib,
+        "reason": request.reason, "ends_at": request.ends_at, "state": request.state,
+        "requested_by": requested_by, "created_at": request.created_at,
+        "approved_gpus": request.approved_gpus, "overcommitted": request.overcommitted,
+        "decided_by": decided_by, "decided_at": request.decided_at,
+        "decision_note": request.decision_note,
+    }
 
 
 def _decision_state(request: QuotaRequest) -> dict[str, Any]:
@@ -89,31 +99,26 @@ def _decision_state(request: QuotaRequest) -> dict[str, Any]:
 def tenant_quota(
     db: Session, principal: Principal, slug: str, params: PageParams
 ) -> Page[TenantQuotaOut]:
+    """A tenant's quota with what its clusters and dedicated nodes hold: one statement."""
     tenant = tenant_for(db, principal, slug)
-    rows, cursor = paginate(db, repository.tenant_quotas_query(tenant.id), TenantQuota.id, params)
-    return Page(items=[_quota_out(db, row) for row in rows], next_cursor=cursor)
-
-
-def _quota_out(db: Session, row: TenantQuota) -> TenantQuotaOut:
-    gpu_class = db.get(GpuClass, row.gpu_class_id)
-    assert gpu_class is not None
-    allocated = repository.allocated_gpus(db, row.tenant_id, row.gpu_class_id)
-    return TenantQuotaOut(
+    rows, cursor = paginate_rows(db, repository.quota_rows_query(tenant.id), TenantQuota.id,
+                                 params)
+    return Page(items=[TenantQuotaOut(
         gpu_class_id=gpu_class.id, gpu_class=gpu_class.product,
         display_name=gpu_class.display_name, approved_gpus=row.gpus, allocated_gpus=allocated,
-        in_use_gpus=allocated,
-        dedicated_gpus=gpu_class_repository.assigned_gpus(db, gpu_class.id, row.tenant_id),
-        cpu_millicores=row.cpu_millicores, memory_mib=row.memory_mib,
-    )
+        in_use_gpus=allocated, dedicated_gpus=dedicated, cpu_millicores=row.cpu_millicores,
+        memory_mib=row.memory_mib) for row, gpu_class, allocated, dedicated in rows],
+        next_cursor=cursor)
 
 
 def tenant_requests(
     db: Session, principal: Principal, slug: str, params: PageParams, state: str | None = None
 ) -> Page[QuotaRequestOut]:
     tenant = tenant_for(db, principal, slug)
-    query = repository.requests_query(tenant_id=tenant.id, state=state)
-    rows, cursor = paginate(db, query, QuotaRequest.id, params, newest_first=True)
-    return Page(items=[request_out(db, row) for row in rows], next_cursor=cursor)
+    query = repository.request_rows_query(tenant_id=tenant.id, state=state)
+    rows, cursor = paginate_rows(db, query, QuotaRequest.id, params, newest_first=True)
+    return Page(items=[QuotaRequestOut(**_request_fields(*row)) for row in rows],
+                next_cursor=cursor)
 
 
 def classes_to_request(db: Session, principal: Principal, slug: str) -> list[GpuClass]:
@@ -171,20 +176,25 @@ def queue(
 ) -> Page[QueueItem]:
     """Oldest first: the request waiting longest is decided first."""
     ensure_platform_admin(principal)
-    rows, cursor = paginate(db, repository.requests_query(state=state), QuotaRequest.id, params)
-    return Page(items=[queue_item(db, row) for row in rows], next_cursor=cursor)
+    query = repository.queue_rows_query(state=state)
+    rows, cursor = paginate_rows(db, query, QuotaRequest.id, params)
+    return Page(items=_queue_items(db, rows, gpu_classes.recent_capacities), next_cursor=cursor)
 
 
 def queue_item(db: Session, request: QuotaRequest) -> QueueItem:
-    quota = db.scalar(repository.tenant_quotas_query(request.tenant_id).where(
-        TenantQuota.gpu_class_id == request.gpu_class_id))
-    return QueueItem(
-        **request_out(db, request).model_dump(),
-        tenant_quota_gpus=quota.gpus if quota else 0,
-        tenant_allocated_gpus=repository.allocated_gpus(db, request.tenant_id,
-                                                        request.gpu_class_id),
-        capacity=gpu_classes.capacity(db, request.gpu_class_id),
-    )
+    row = db.execute(repository.queue_rows_query().where(QuotaRequest.id == request.id)).one()
+    return _queue_items(db, [row])[0]
+
+
+def _queue_items(db: Session, rows: Sequence[Any],
+                 figures_of: gpu_classes.FiguresOf = gpu_classes.capacities) -> list[QueueItem]:
+    """A page of requests, their tenants' figures and their classes' capacity: the capacity
+    of all classes on the page in one go."""
+    capacity = figures_of(db, sorted({row[0].gpu_class_id for row in rows}))
+    return [QueueItem(**_request_fields(request, slug, product, requested_by, decided_by),
+                      tenant_quota_gpus=quota or 0, tenant_allocated_gpus=allocated,
+                      capacity=capacity[request.gpu_class_id])
+            for request, slug, product, requested_by, decided_by, quota, allocated in rows]
 
 
 def get_queue_item(db: Session, principal: Principal, request_id: int) -> QueueItem:
@@ -264,6 +274,7 @@ def _change_quota(
     row.cpu_millicores = max(0, row.cpu_millicores + cpu)
     row.memory_mib = max(0, row.memory_mib + memory)
     db.flush()
+    capacity_cache.forget(db)
     _record(db, actor, "tenant_quota.change", request.tenant_id, "tenant_quota", row.id,
             before, {**_quota_figures(row), "quota_request_id": request.id})
     return row

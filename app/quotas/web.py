@@ -11,7 +11,7 @@ from starlette.responses import Response
 from app.auth.principal import Principal
 from app.deps import CurrentPrincipal, DbSession, RowId
 from app.errors import Conflict, ProblemError, ValidationFailed
-from app.pagination import PageParams
+from app.pagination import Paging
 from app.quotas import service
 from app.quotas.schemas import REQUEST_STATES, ApproveIn, QuotaRequestCreate, RejectIn
 from app.routing import UnitOfWorkRoute
@@ -101,12 +101,13 @@ def cancel_request(request: Request, tenant: str, request_id: RowId, db: DbSessi
 
 
 @router.get("/admin/quota-requests")
-def admin_queue(request: Request, db: DbSession, principal: CurrentPrincipal,
+def admin_queue(request: Request, db: DbSession, principal: CurrentPrincipal, paging: Paging,
                 state: str = "pending") -> Response:
     chosen = state if state in REQUEST_STATES else None
-    items = service.queue(db, principal, PageParams(limit=200), chosen).items
+    page = service.queue(db, principal, paging, chosen)
     return render(request, "admin/quota_requests.html",
-                  {"items": items, "state": chosen or "all", "states": REQUEST_STATES})
+                  {"items": page.items, "next_cursor": page.next_cursor,
+                   "state": chosen or "all", "states": REQUEST_STATES})
 
 
 def _decided(request: Request, db: DbSession, principal: Principal, request_id: RowId,

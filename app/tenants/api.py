@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
 
 from app.authz import tenant_for
@@ -22,11 +24,14 @@ from app.tenants.schemas import (
 )
 
 router = APIRouter(prefix="/api/v1/tenants", tags=["tenants"], route_class=UnitOfWorkRoute)
+Search = Annotated[str | None, Query(max_length=100,
+                                     description="slug or display name contains (any case)")]
 
 
 @router.get("", response_model=Page[TenantOut])
-def list_tenants(db: DbSession, principal: CurrentPrincipal, paging: Paging) -> Page[TenantOut]:
-    return service.list_tenants(db, principal, paging)
+def list_tenants(db: DbSession, principal: CurrentPrincipal, paging: Paging,
+                 q: Search = None) -> Page[TenantOut]:
+    return service.list_tenants(db, principal, paging, q)
 
 
 @router.post("", status_code=201, response_model=TenantOut)

@@ -13,8 +13,21 @@ def tenant_by_slug(db: Session, slug: str) -> Tenant | None:
     return db.scalar(select(Tenant).where(Tenant.slug == slug))
 
 
+def matching(query: Select[Tenant], text: str | None) -> Select[Tenant]:
+    """Tenants whose slug or display name contains ``text`` (any case); all without one."""
+    if not text:
+        return query
+    return query.where(Tenant.slug.icontains(text, autoescape=True)
+                       | Tenant.display_name.icontains(text, autoescape=True))
+
+
 def members_query(tenant_id: int) -> Select[Membership]:
     return select(Membership).where(Membership.tenant_id == tenant_id)
+
+
+def member_rows_query(tenant_id: int) -> Select[Membership, User]:
+    """A tenant's memberships with their users: a page in one statement."""
+    return members_query(tenant_id).add_columns(User).join(User, User.id == Membership.user_id)
 
 
 def membership_in(db: Session, tenant_id: int, membership_id: int) -> Membership | None:

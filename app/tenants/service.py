@@ -8,13 +8,14 @@ from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.auth import service as auth_service
+from app.auth.models import User
 from app.auth.principal import Principal
 from app.authz import ensure_allowed, tenant_for, tenants_visible_to
 from app.concurrency import insert_or_conflict, lock_row
 from app.errors import Conflict, NotFound, ProblemError
 from app.kubeconfigs import service as kubeconfigs
 from app.nodes.gpu_classes import ensure_platform_writer
-from app.pagination import Page, PageParams, paginate
+from app.pagination import Page, PageParams, paginate, paginate_rows
 from app.tenants import repository
 from app.tenants.models import Membership, Tenant
 from app.tenants.schemas import (
@@ -41,8 +42,10 @@ def _audit(db: Session, principal: Principal, action: str, tenant: Tenant, targe
                  before=before, after=after)
 
 
-def list_tenants(db: Session, principal: Principal, params: PageParams) -> Page[TenantOut]:
-    rows, cursor = paginate(db, tenants_visible_to(principal), Tenant.id, params)
+def list_tenants(db: Session, principal: Principal, params: PageParams,
+                 search: str | None = None) -> Page[TenantOut]:
+    query = repository.matching(tenants_visible_to(principal), search)
+    rows, cursor = paginate(db, query, Tenant.id, params)
     return Page(items=[tenant_out(principal, t) for t in rows], next_cursor=cursor)
 
 
@@ -98,7 +101,11 @@ def update_tenant(
 
 
 def _member_out(db: Session, membership: Membership) -> MemberOut:
-    user = repository.users_by_id(db, [membership.user_id])[membership.user_id]
+    return _member_of(membership, repository.users_by_id(db, [membership.user_id])[
+        membership.user_id])
+
+
+def _member_of(membership: Membership, user: User) -> MemberOut:
     return MemberOut(id=membership.id, user_id=user.id, email=user.email, name=user.name,
                      role=membership.role, source=membership.source,
                      pending=user.subject is None, created_at=membership.created_at)
@@ -108,15 +115,9 @@ def list_members(
     db: Session, principal: Principal, slug: str, params: PageParams
 ) -> Page[MemberOut]:
     tenant = tenant_for(db, principal, slug)
-    rows, cursor = paginate(db, repository.members_query(tenant.id), Membership.id, params)
-    users = repository.users_by_id(db, [m.user_id for m in rows])
-    items = [
-        MemberOut(id=m.id, user_id=m.user_id, email=users[m.user_id].email,
-                  name=users[m.user_id].name, role=m.role, source=m.source,
-                  pending=users[m.user_id].subject is None, created_at=m.created_at)
-        for m in rows
-    ]
-    return Page(items=items, next_cursor=cursor)
+    rows, cursor = paginate_rows(db, repository.member_rows_query(tenant.id), Membership.id,
+                                 params)
+    return Page(items=[_member_of(m, user) for m, user in rows], next_cursor=cursor)
 
 
 def add_member(db: Session, principal: Principal, slug: str, payload: MemberCreate) -> MemberOut:

@@ -13,10 +13,11 @@ from app.authz import ensure_platform_admin
 from app.clusters import service as cluster_service
 from app.deps import CurrentPrincipal, DbSession, RowId
 from app.errors import Conflict, NotFound, ProblemError, ValidationFailed
-from app.pagination import PageParams
+from app.pagination import PageParams, Paging
 from app.quotas import service as quota_service
 from app.routing import UnitOfWorkRoute
 from app.tenants import service
+from app.tenants.api import Search
 from app.tenants.schemas import MemberCreate, MemberUpdate, TenantCreate, TenantUpdate
 from app.web.forms import (
     STATE_CHANGING,
@@ -33,6 +34,7 @@ from app.web.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
 EVERYTHING = PageParams(limit=200)
+FIRST_PAGE = PageParams()
 
 
 @router.get("/t/{tenant}")
@@ -139,17 +141,20 @@ def _status(error: ValidationError | ProblemError) -> int:
 
 def _tenants_page(request: Request, db: DbSession, principal: Principal,
                   form: dict[str, Any] | None = None, errors: FieldErrors | None = None,
-                  status_code: int = 200) -> Response:
+                  status_code: int = 200, paging: PageParams = FIRST_PAGE,
+                  search: str | None = None) -> Response:
     ensure_platform_admin(principal)
+    page = service.list_tenants(db, principal, paging, search)
     return render(request, "admin/tenants.html", {
-        "tenants": service.list_tenants(db, principal, EVERYTHING).items,
+        "tenants": page.items, "next_cursor": page.next_cursor, "search": search or "",
         "form": form or {}, "errors": errors or {},
     }, status_code=status_code)
 
 
 @router.get("/admin/tenants")
-def admin_tenants(request: Request, db: DbSession, principal: CurrentPrincipal) -> Response:
-    return _tenants_page(request, db, principal)
+def admin_tenants(request: Request, db: DbSession, principal: CurrentPrincipal, paging: Paging,
+                  q: Search = None) -> Response:
+    return _tenants_page(request, db, principal, paging=paging, search=q)
 
 
 @router.post("/admin/tenants", dependencies=STATE_CHANGING)

@@ -6,8 +6,6 @@ The route list comes from the app itself, so a new route without an entry in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 from fastapi.routing import APIRoute
@@ -21,11 +19,9 @@ from app.audit.models import AuditEvent
 from app.auth.sessions import PLAIN_COOKIE
 from app.config import Settings
 from app.db import Database
-from app.kube.memory import InMemoryKube
-from app.kube.port import KubePort
 from app.main import all_routers, create_app
 from tests.authz.route_access import ROUTES, Access, Route
-from tests.authz.world import PRINCIPALS, Caller, World, build_world
+from tests.authz.world import PRINCIPALS, Caller, World
 
 TENANT_ROLES = {
     Access.TENANT_VIEWER: {"acme_viewer", "acme_member", "acme_admin"},
@@ -82,32 +78,6 @@ def _state_changes(db: Session) -> int:
     """Every state change is audited, so audit rows other than denials count them."""
     return db.scalar(select(func.count()).select_from(AuditEvent).where(
         AuditEvent.action != "authz.denied")) or 0
-
-
-@pytest.fixture
-def world(db: Session) -> World:
-    world = build_world(db)
-    db.commit()
-    return world
-
-
-@pytest.fixture
-def matrix_client(settings: Settings, database: Database) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, database, kube=InMemoryClusters())) as client:
-        yield client
-
-
-class InMemoryClusters:
-    """Virtual clusters answer from an in-memory fake: the matrix checks who may, not how."""
-
-    def host(self) -> KubePort | None:
-        return None
-
-    def virtual(self, kubeconfig_yaml: str) -> KubePort:
-        return InMemoryKube()
-
-    def ready(self, kubeconfig_yaml: str) -> bool:
-        return True
 
 
 def call(client: TestClient, route: Route, world: World, caller: Caller) -> httpx.Response:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.db import Database
+from app.tenants.models import Tenant
+from tests import factories
 from tests.clusters.test_end_to_end import sign_in_acme_admin
+from tests.support.sql import assert_flat, at_two_sizes, one_request
 from tests.support.web import HTML, csrf_of
 
 
@@ -99,3 +105,20 @@ def test_status_of_a_hidden_tenant_is_a_404_even_over_htmx(
         assert "hx-redirect" not in found.headers
     gone = client.get("/t/acme/clusters/train/status", headers={"HX-Request": "true"})
     assert gone.status_code == 200 and gone.headers["hx-redirect"] == "/t/acme/clusters"
+
+
+def test_the_clusters_page_costs_the_same_for_3_clusters_or_30(
+    client: TestClient, db: Session, database: Database, oidc_issuer: str,
+) -> None:
+    sign_in_acme_admin(db, oidc_issuer, client)
+    acme = db.scalars(select(Tenant).where(Tenant.slug == "acme")).one()
+    host, numbers = factories.host_cluster(db), itertools.count()
+
+    def add() -> None:
+        n = next(numbers)
+        gpu = factories.gpu_class(db, f"GPU-{n}")
+        factories.cluster(db, acme, host, f"c{n}", gpu_class_id=gpu.id)
+
+    costs = at_two_sizes(db, add, lambda: one_request(database, client, "/t/acme/clusters",
+                                                      HTML))
+    assert_flat(*costs, budget=6)

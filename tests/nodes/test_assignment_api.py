@@ -175,3 +175,28 @@ def test_the_node_list_filters_and_pages(synced: Synced, client: TestClient, db:
     rest = client.get(f"/api/v1/nodes?limit=10&cursor={first['next_cursor']}",
                       headers=who.admin).json()
     assert len(first["items"]) + len(rest["items"]) == 16 and rest["next_cursor"] is None
+
+
+def test_the_node_list_sorts_by_name_or_rack_and_pages_in_that_order(
+    synced: Synced, client: TestClient, db: Session,
+) -> None:
+    who = _callers(db)
+
+    def walk(query: str) -> list[tuple[str, str]]:
+        """Every node, three a page, following next_cursor."""
+        seen: list[tuple[str, str]] = []
+        cursor = ""
+        while True:
+            page = client.get(f"/api/v1/nodes?limit=3&{query}{cursor}", headers=who.admin)
+            assert page.status_code == 200, page.text
+            seen += [(n["rack"], n["name"]) for n in page.json()["items"]]
+            if page.json()["next_cursor"] is None:
+                return seen
+            cursor = f"&cursor={page.json()['next_cursor']}"
+
+    by_name = walk("sort=name")
+    assert [name for _, name in by_name] == sorted(name for _, name in by_name)
+    assert len(by_name) == 16
+    assert walk("sort=rack") == sorted(by_name)
+    assert walk("sort=rack&zone=eu-central-b") == sorted(walk("zone=eu-central-b"))
+    assert client.get("/api/v1/nodes?sort=gpus", headers=who.admin).status_code == 422

@@ -120,3 +120,21 @@ def test_tenants_see_their_dedicated_nodes_only(synced: Synced, client: TestClie
     assert re.search(r'data-node="h100-r1-n1">.*?<td>8</td>.*?ready', own.text, re.S)
     assert "No dedicated nodes" in client.get("/t/globex/nodes", headers=rival).text
     assert client.get("/t/acme/nodes", headers=rival).status_code == 404
+
+
+def test_the_node_table_pages_in_the_chosen_order_and_keeps_its_filters(
+    synced: Synced, client: TestClient,
+) -> None:
+    oidc.sign_in(client, "admin@example.com")
+    first = client.get("/admin/fleet?zone=eu-central-b&sort=rack&limit=3", headers=HTML)
+    assert first.status_code == 200
+    shown = list(_tenants_column(first.text))
+    more = re.search(r'<a href="(/admin/fleet\?[^"]+)" hx-get="[^"]+"[^>]*>More nodes</a>',
+                     first.text)
+    assert more and "zone=eu-central-b" in more.group(1) and "sort=rack" in more.group(1)
+    assert "First page" not in first.text
+    rest = client.get(more.group(1).replace("&amp;", "&") + "&limit=3",
+                      headers={"HX-Request": "true"})
+    assert rest.text.startswith('<div id="node-table">') and "First page" in rest.text
+    shown += list(_tenants_column(rest.text))
+    assert len(shown) == 4 and len(set(shown)) == 4  # the zone's four nodes, none twice

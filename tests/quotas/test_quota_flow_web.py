@@ -124,3 +124,17 @@ def test_web_posts_without_the_csrf_token_are_refused(
                            data={"gpu_class_id": str(gpu_id), "gpus": "2", "reason": "x"})
     assert response.status_code == 403
     assert db.scalars(select(QuotaRequest)).all() == []
+
+
+def test_the_queue_pages_and_keeps_its_state_filter(client: TestClient, db: Session) -> None:
+    acme, gpu = factories.tenant(db, "acme"), factories.gpu_class(db)
+    for _ in range(52):
+        factories.quota_request(db, acme, gpu, gpus=1)
+    db.commit()
+    oidc.sign_in(client, "admin@example.com")
+    first = client.get("/admin/quota-requests", headers=HTML)
+    assert first.text.count('<tr id="queue-') == 50
+    more = re.search(r'<a id="queue-more" href="([^"]+)"', first.text)
+    assert more and "state=pending" in more.group(1)
+    rest = client.get(more.group(1).replace("&amp;", "&"), headers=HTML)
+    assert rest.text.count('<tr id="queue-') == 2 and 'id="queue-more"' not in rest.text

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fastapi.testclient import TestClient
+from httpx import Response
 from sqlalchemy import event
+from sqlalchemy.orm import Session
 
 from app.db import Database
 
 WRITES = ("INSERT", "UPDATE", "DELETE")
+SAVEPOINTS = ("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
 
 
 def statements_during(database: Database, call: Callable[[], object]) -> list[str]:
@@ -28,3 +32,42 @@ def statements_during(database: Database, call: Callable[[], object]) -> list[st
 def writes(statements: list[str]) -> list[str]:
     """The INSERT, UPDATE and DELETE statements among ``statements``."""
     return [s for s in statements if s.lstrip().split(" ", 1)[0].upper() in WRITES]
+
+
+def one_request(database: Database, client: TestClient, url: str, headers: dict[str, str],
+                before: Callable[[], object] = lambda: None) -> list[str]:
+    """The statements of one GET, sent right after an identical one: what a read notes at most
+    once a minute (a token's last use, a session's last visit) is then behind it. ``before``
+    runs ahead of each (e.g. to forget what a page keeps for a moment)."""
+    def send() -> None:
+        before()
+        response: Response = client.get(url, headers=headers)
+        assert response.status_code == 200, response.text
+
+    send()
+    seen = statements_during(database, send)
+    # The test's outer transaction turns each request's into a savepoint: not the request's.
+    return [s for s in seen if not s.lstrip().upper().startswith(SAVEPOINTS)]
+
+
+def at_two_sizes(db: Session, add: Callable[[], object], read: Callable[[], list[str]],
+                 sizes: tuple[int, int] = (3, 30)) -> tuple[list[str], list[str]]:
+    """``read``'s statements once ``add`` made ``sizes[0]`` rows, then ``sizes[1]`` in all."""
+    costs = []
+    made = 0
+    for size in sizes:
+        for _ in range(size - made):
+            add()
+        made = size
+        db.commit()
+        costs.append(read())
+    return costs[0], costs[1]
+
+
+def assert_flat(few: list[str], many: list[str], budget: int) -> None:
+    """One request's statements did not grow with the data, stay within the endpoint's budget
+    and write nothing."""
+    listing = "\n".join(many)
+    assert len(many) == len(few), f"{len(few)} statements grew to {len(many)}:\n{listing}"
+    assert len(many) <= budget, f"{len(many)} statements, more than {budget}:\n{listing}"
+    assert writes(few + many) == [], f"a read wrote:\n{listing}"

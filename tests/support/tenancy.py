@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
@@ -12,6 +13,7 @@ from app.auth.principal import Principal
 from app.nodes.models import GpuClass
 from app.tenants.models import Membership, Tenant
 from tests import factories
+from tests.support import oidc
 from tests.support.principals import bearer
 
 
@@ -57,3 +59,17 @@ def build_tenancy(db: Session, nodes: int = 8, gpus_per_node: int = 8) -> Tenanc
 
 def headers(db: Session, user: User, *scopes: str) -> dict[str, str]:
     return bearer(db, user, *scopes)
+
+
+def signed_in_admin_of(client: TestClient, db: Session, oidc_issuer: str,
+                       tenant: Tenant) -> User:
+    """A tenant admin signed in through the local provider: a browser's session on ``client``."""
+    email = f"admin-{tenant.slug}@example.com"
+    user = User(email=email, name="")
+    db.add(user)
+    db.flush()
+    factories.membership(db, tenant, user, "admin")
+    db.commit()
+    oidc.register_user(oidc_issuer, email)
+    oidc.sign_in(client, email)
+    return user

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.tenants.models import Membership, Tenant
+from tests import factories
 from tests.support.tenancy import build_tenancy, headers
 
 
@@ -134,3 +135,22 @@ def test_idempotency_key_creates_one_tenant(client: TestClient, db: Session) -> 
     assert replay.status_code == 201 and replay.headers["Idempotent-Replayed"] == "true"
     other = client.post("/api/v1/tenants", headers=auth, json={**body, "display_name": "Two"})
     assert other.status_code == 422
+
+
+def test_the_tenant_list_finds_by_slug_or_name_in_any_case(
+    client: TestClient, db: Session
+) -> None:
+    t = build_tenancy(db)
+    factories.tenant(db, "initech", display_name="Initech 100%")
+    pa = headers(db, t.platform_admin)
+
+    def found(q: str) -> list[str]:
+        response = client.get("/api/v1/tenants", params={"q": q}, headers=pa)
+        assert response.status_code == 200, response.text
+        return [i["slug"] for i in response.json()["items"]]
+
+    assert found("GLOB") == ["globex"]
+    assert found("tech 1") == ["initech"]
+    assert found("100%") == ["initech"] and found("_") == []  # wildcards are plain text
+    assert client.get("/api/v1/tenants", params={"q": "acme"},
+                      headers=headers(db, t.globex_admin)).json()["items"] == []

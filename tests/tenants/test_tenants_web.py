@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -137,3 +139,21 @@ def test_a_bad_role_for_a_member_of_another_tenant_is_a_404(
         refused = client.post(f"/t/acme/members/{member_id}", headers=htmx(csrf),
                               data={"role": "root"})
         assert refused.status_code == 404, (member_id, refused.status_code)
+
+
+def test_the_tenants_page_finds_and_pages(client: TestClient, db: Session) -> None:
+    for n in range(55):
+        factories.tenant(db, f"bulk-{n:02d}")
+    factories.tenant(db, "umbrella", display_name="Umbrella Corp")
+    db.commit()
+    oidc.sign_in(client, "admin@example.com")
+    first = client.get("/admin/tenants", headers=HTML)
+    assert first.text.count('<tr id="tenant-') == 50
+    more = re.search(r'<a id="tenants-more" href="([^"]+)"', first.text)
+    assert more
+    rest = client.get(more.group(1).replace("&amp;", "&"), headers=HTML)
+    assert 'id="tenant-umbrella"' in rest.text and 'id="tenants-more"' not in rest.text
+    found = client.get("/admin/tenants?q=UMBRELLA", headers=HTML)
+    assert found.text.count('<tr id="tenant-') == 1 and 'id="tenant-umbrella"' in found.text
+    none = client.get("/admin/tenants?q=nothing-like-it", headers=HTML)
+    assert "No tenant matches" in none.text
