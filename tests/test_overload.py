@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -16,6 +19,8 @@ from app.config import Settings
 from app.db import Database
 from app.main import create_app
 from app.middleware import LoadSheddingMiddleware
+
+T = TypeVar("T")
 
 
 class Gate:
@@ -31,6 +36,12 @@ class Gate:
         await PlainTextResponse(Request(scope).url.path)(scope, receive, send)
 
 
+def _run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """On a thread of its own: a browser test's session may keep an event loop on this one."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 async def _overload(limit: int, paths: list[str]) -> tuple[Gate, list[httpx.Response]]:
     gate = Gate()
     app = LoadSheddingMiddleware(gate, limit=limit, exempt=("/healthz",))
@@ -44,7 +55,7 @@ async def _overload(limit: int, paths: list[str]) -> tuple[Gate, list[httpx.Resp
 
 
 def test_requests_past_the_limit_are_turned_away_with_retry_after() -> None:
-    gate, responses = asyncio.run(_overload(2, ["/api/v1/tenants"] * 5))
+    gate, responses = _run(_overload(2, ["/api/v1/tenants"] * 5))
     assert sorted(r.status_code for r in responses) == [200, 200, 503, 503, 503]
     assert gate.entered == 2
     refused = next(r for r in responses if r.status_code == 503)
@@ -54,7 +65,7 @@ def test_requests_past_the_limit_are_turned_away_with_retry_after() -> None:
 
 
 def test_probes_are_never_turned_away() -> None:
-    _, responses = asyncio.run(_overload(1, ["/api/v1/tenants", "/healthz", "/healthz"]))
+    _, responses = _run(_overload(1, ["/api/v1/tenants", "/healthz", "/healthz"]))
     assert [r.status_code for r in responses] == [200, 200, 200]
 
 
@@ -67,7 +78,7 @@ def test_a_request_finds_room_again_once_others_finish() -> None:
                                      base_url="http://portal") as client:
             return [(await client.get("/x")).status_code for _ in range(3)]
 
-    assert asyncio.run(one_after_another()) == [200, 200, 200]
+    assert _run(one_after_another()) == [200, 200, 200]
 
 
 def test_no_free_database_connection_is_a_503_not_a_500(
