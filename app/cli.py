@@ -18,10 +18,12 @@ from cryptography.fernet import Fernet
 
 from app import migrate
 from app.auth import service as auth_service
-from app.config import Settings, get_settings
+from app.config import Settings, configuration_reference, get_settings
+from app.crypto import SecretBox
 from app.db import Database, utcnow
 from app.devmode import demo_users, local_oidc_provider, seed_demo
 from app.errors import ProblemError
+from app.keys import service as keys_service
 from app.logs import configure_logging
 from app.reconcilers.registry import build_worker
 
@@ -30,10 +32,12 @@ db_cli = typer.Typer(help="Database migrations", no_args_is_help=True)
 users_cli = typer.Typer(help="Users (operator bootstrap)", no_args_is_help=True)
 tokens_cli = typer.Typer(help="API tokens (operator bootstrap)", no_args_is_help=True)
 keys_cli = typer.Typer(help="Keys", no_args_is_help=True)
+config_cli = typer.Typer(help="Configuration", no_args_is_help=True)
 cli.add_typer(db_cli, name="db")
 cli.add_typer(users_cli, name="users")
 cli.add_typer(tokens_cli, name="tokens")
 cli.add_typer(keys_cli, name="keys")
+cli.add_typer(config_cli, name="config")
 log = logging.getLogger("portal")
 
 
@@ -169,6 +173,39 @@ def create_token(
 def generate_key() -> None:
     """Print a fresh key for PORTAL_ENCRYPTION_KEY."""
     typer.echo(Fernet.generate_key().decode())
+
+
+@keys_cli.command("rotate")
+def rotate_keys(
+    batch_size: Annotated[int, typer.Option(min=1, help="rows per transaction")] = (
+        keys_service.DEFAULT_BATCH_SIZE),
+) -> None:
+    """Re-encrypt every stored credential with PORTAL_ENCRYPTION_KEY.
+
+    Credentials sealed with a key in PORTAL_ENCRYPTION_OLD_KEYS are re-encrypted; running it
+    again changes nothing. Exits 1 when some credential opens with none of the keys.
+    """
+    settings = _settings()
+    database = Database(settings.database_url)
+    try:
+        report = keys_service.rotate_stored_secrets(
+            database, SecretBox.from_settings(settings), batch_size=batch_size)
+    finally:
+        database.dispose()
+    typer.echo(f"re-encrypted: {report.reencrypted}, already current: "
+               f"{report.already_current}, rewritten meanwhile by a worker: "
+               f"{report.changed_meanwhile}, unreadable: {len(report.unreadable)}")
+    if not report.complete:
+        typer.echo("error: no configured key opens " + ", ".join(report.unreadable)
+                   + "; add the key they were sealed with to PORTAL_ENCRYPTION_OLD_KEYS "
+                   "and run it again (nothing else was lost)", err=True)
+        raise typer.Exit(1)
+
+
+@config_cli.command("reference")
+def config_reference() -> None:
+    """Print the configuration reference (the table in docs/operator.md)."""
+    typer.echo(configuration_reference(), nl=False)
 
 
 @cli.command()

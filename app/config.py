@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from cryptography.fernet import Fernet
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEV_SECRET_KEY = "dev-only-secret-key-change-me"  # noqa: S105 - a marker, refused in production
 # A valid Fernet key that is public on purpose: only for development, refused in production.
 DEV_ENCRYPTION_KEY = "ZGV2LW9ubHktZW5jcnlwdGlvbi1rZXktMzItYnl0ZXM="
+ENV_PREFIX = "PORTAL_"
 
 
 class InsecureProductionConfig(ValueError):
@@ -19,71 +22,182 @@ class InsecureProductionConfig(ValueError):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PORTAL_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
-    env: Literal["development", "production", "test"] = "development"
+    env: Literal["development", "production", "test"] = Field(
+        default="development",
+        description="`production` refuses to start with a development secret or key, without "
+                    "an IdP, or on SQLite")
     database_url: str = Field(
         default_factory=lambda: f"sqlite:///{Path.cwd() / 'portal.db'}",
-        description="SQLAlchemy URL; PostgreSQL via postgresql+psycopg://",
-    )
-    secret_key: str = DEV_SECRET_KEY
-    encryption_key: str = DEV_ENCRYPTION_KEY
-    base_url: str | None = None
+        description="SQLAlchemy URL; PostgreSQL as `postgresql+psycopg://user:pass@host/db` "
+                    "(required in production)")
+    secret_key: str = Field(
+        default=DEV_SECRET_KEY,
+        description="signs session-bound values; set a long random string")
+    encryption_key: str = Field(
+        default=DEV_ENCRYPTION_KEY,
+        description="Fernet key encrypting stored cluster credentials (`portal keys generate`)")
+    # Decrypt only: keys being rotated out. Comma-separated or a JSON list.
+    encryption_old_keys: Annotated[list[str], NoDecode] = Field(
+        default=[],
+        description="previous encryption keys, comma-separated or a JSON list; stored "
+                    "credentials sealed with them still open until `portal keys rotate` "
+                    "re-encrypts them with `PORTAL_ENCRYPTION_KEY`")
+    base_url: str | None = Field(
+        default=None,
+        description="the portal's public URL; not read today (redirects are built from the "
+                    "request, behind a proxy from its forwarded headers)")
 
-    oidc_issuer: str | None = None
-    oidc_client_id: str = "gpu-tenant-portal"
-    oidc_client_secret: str = "dev-client-secret"  # noqa: S105 - the local provider accepts any
-    oidc_admin_group: str = "platform-admins"
-    oidc_groups_claim: str = "groups"
-    oidc_scopes: str = "openid email profile"
+    oidc_issuer: str | None = Field(
+        default=None,
+        description="the IdP's issuer URL; discovery is read from it (required in production; "
+                    "`portal dev` sets its local provider)")
+    oidc_client_id: str = Field(
+        default="gpu-tenant-portal", description="the portal's client id at the IdP")
+    oidc_client_secret: str = Field(
+        default="dev-client-secret",  # the local provider accepts any
+        description="the portal's client secret at the IdP")
+    oidc_admin_group: str = Field(
+        default="platform-admins",
+        description="members of this group (in the groups claim) are platform admins")
+    oidc_groups_claim: str = Field(
+        default="groups", description="the claim that lists a user's groups")
+    oidc_scopes: str = Field(
+        default="openid email profile", description="scopes asked for at sign-in")
 
     # Threads for sync endpoints, and as many database connections (+ a few for the rest).
-    web_threads: int = Field(default=8, ge=1, le=200)
+    web_threads: int = Field(
+        default=8, ge=1, le=200,
+        description="worker threads for `portal serve`'s endpoints, with as many database "
+                    "connections (+4)")
     # Requests in flight past which the portal answers 503 + Retry-After at once; below it, the
     # ones waiting for a thread form a bounded queue (shedding early only feeds retry loops).
-    web_max_in_flight: int = Field(default=256, ge=1)
+    web_max_in_flight: int = Field(
+        default=256, ge=1,
+        description="requests in flight past which `portal serve` answers 503 with "
+                    "`Retry-After` (probes are never turned away)")
     # How long another replica may still honour a revoked token or a removed membership; 0: off.
-    auth_cache_seconds: float = Field(default=5.0, ge=0, le=60)
+    auth_cache_seconds: float = Field(
+        default=5.0, ge=0, le=60,
+        description="how long a replica keeps who a token or signed-in user is (their roles "
+                    "included); a change made through this replica applies at once, one made "
+                    "through another after at most this long; `0` turns it off")
 
-    session_idle_minutes: int = 60
-    session_absolute_hours: int = 12
+    session_idle_minutes: int = Field(
+        default=60, description="a browser session ends after this long without a request")
+    session_absolute_hours: int = Field(
+        default=12, description="a browser session ends this long after sign-in, whatever "
+                                "its activity")
 
-    kubeconfig: str | None = None
-    kube_qps: float = 20.0
-    kube_burst: int = 40
-    rack_label: str = "network.topology.example.com/rack"
-    pod_security: Literal["restricted", "baseline"] = "restricted"
+    kubeconfig: str | None = Field(
+        default=None,
+        description="the host cluster's kubeconfig; unset: in-cluster config when present, "
+                    "otherwise no cluster")
+    kube_qps: float = Field(
+        default=20.0,
+        description="client-side rate limit towards the host API server, requests per second "
+                    "(one limit per process, shared by the worker's threads)")
+    kube_burst: int = Field(
+        default=40, description="the burst above `PORTAL_KUBE_QPS` the client allows")
+    rack_label: str = Field(
+        default="network.topology.example.com/rack",
+        description="the site-specific node label naming a rack/block")
+    pod_security: Literal["restricted", "baseline"] = Field(
+        default="restricted",
+        description="Pod Security level enforced on tenant namespaces (`baseline` allowed)")
     # MAJOR.MINOR.PATCH (the vCluster image tag); the first is the default for new clusters.
-    kubernetes_versions: list[str] = ["1.32.4", "1.31.8", "1.30.12"]
+    kubernetes_versions: list[str] = Field(
+        default=["1.32.4", "1.31.8", "1.30.12"],
+        description="JSON list of the Kubernetes versions (vCluster image tags) tenants may "
+                    "pick; the first is the default for new clusters")
     # Where tenants reach a virtual cluster's API server (exportKubeConfig.server).
-    cluster_endpoint_template: str = "https://{cluster}.{tenant}.vc.example.com"
-    helm_binary: str = "helm"
-    vcluster_chart_repo: str = "https://charts.loft.sh"
-    vcluster_chart_version: str = "0.30.0"
+    cluster_endpoint_template: str = Field(
+        default="https://{cluster}.{tenant}.vc.example.com",
+        description="where tenants reach a virtual cluster's API server; `{cluster}` and "
+                    "`{tenant}` are filled in (your ingress or load balancer must route it)")
+    helm_binary: str = Field(
+        default="helm", description="the `helm` executable the worker installs vCluster with")
+    vcluster_chart_repo: str = Field(
+        default="https://charts.loft.sh", description="Helm repository of the vCluster chart")
+    vcluster_chart_version: str = Field(
+        default="0.30.0", description="vCluster chart version installed for new clusters")
     # The vCluster build the host runs: "oss" never gets a Pro-only value (translate patches, ...).
-    vcluster_edition: Literal["oss", "pro"] = "oss"
-    kubeconfig_default_hours: float = 8.0
-    kubeconfig_max_hours: float = 24.0
+    vcluster_edition: Literal["oss", "pro"] = Field(
+        default="oss",
+        description="the vCluster build on the host: `oss` never gets Pro-only values "
+                    "(shared-pool pods get KAI's scheduler and queue from the portal's "
+                    "admission webhook); `pro` (licensed) sets them with translate patches")
+    kubeconfig_default_hours: float = Field(
+        default=8.0, description="lifetime of an issued kubeconfig when none is asked for")
+    kubeconfig_max_hours: float = Field(
+        default=24.0, description="the longest lifetime an issued kubeconfig may have")
 
     # The shared-pool admission webhook (`portal webhook`) and where the worker registers it.
-    webhook_namespace: str = "gpu-tenant-portal"
-    webhook_service_name: str = "gpu-tenant-portal-webhook"
+    webhook_namespace: str = Field(
+        default="gpu-tenant-portal",
+        description="host namespace of the webhook's TLS Secret (and its Service); the worker "
+                    "creates it")
+    webhook_service_name: str = Field(
+        default="gpu-tenant-portal-webhook",
+        description="the Service (port 443) through which the API server calls `portal webhook`")
     # Set for a webhook outside the cluster; the API server then calls this https URL.
-    webhook_url: str | None = Field(default=None, pattern=r"^https://")
+    webhook_url: str | None = Field(
+        default=None, pattern=r"^https://",
+        description="an `https://` URL for a webhook outside the cluster; used instead of the "
+                    "Service")
     # Names in the serving certificate; empty: the URL's host, else the Service's DNS names.
-    webhook_hosts: list[str] = []
-    webhook_certificate_days: int = Field(default=90, ge=3)
+    webhook_hosts: list[str] = Field(
+        default=[],
+        description="JSON list of the names and IPs in the serving certificate; empty: the "
+                    "URL's host, else `<service>.<namespace>.svc` and `….svc.cluster.local`")
+    webhook_certificate_days: int = Field(
+        default=90, ge=3,
+        description="lifetime of the serving certificate; the worker rotates it with a third "
+                    "left")
 
-    worker_poll_seconds: float = 2.0
-    worker_resync_seconds: float = 300.0
+    worker_poll_seconds: float = Field(
+        default=2.0, description="how often an idle worker looks for due work")
+    worker_resync_seconds: float = Field(
+        default=300.0, description="how often a converged cluster is checked again")
     # Short, and renewed by a heartbeat while a worker holds it (helm included): a crashed
     # worker's clusters are taken up by another within about this long.
-    worker_lease_seconds: float = Field(default=30.0, ge=3.0)
+    worker_lease_seconds: float = Field(
+        default=30.0, ge=3.0,
+        description="a worker's lease on a cluster, renewed every third of it while the worker "
+                    "lives; a crashed worker's clusters are adopted after at most this long")
     # Clusters one worker reconciles at once; every Kubernetes call still shares one
     # PORTAL_KUBE_QPS/BURST limit. Keep it below the database pool (15 connections).
-    worker_concurrency: int = Field(default=8, ge=1, le=64)
+    worker_concurrency: int = Field(
+        default=8, ge=1, le=64,
+        description="clusters one worker reconciles at once (keep it below the database "
+                    "pool, 15)")
 
-    log_level: str = "INFO"
+    log_level: str = Field(
+        default="INFO", description="log level; every line carries the request id")
+
+    @field_validator("encryption_old_keys", mode="before")
+    @classmethod
+    def _split_old_keys(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [key.strip() for key in text.split(",") if key.strip()]
+
+    @field_validator("encryption_old_keys")
+    @classmethod
+    def _old_keys_are_fernet_keys(cls, keys: list[str]) -> list[str]:
+        for position, key in enumerate(keys, start=1):
+            try:
+                Fernet(key.encode())
+            except ValueError as error:
+                raise ValueError(
+                    f"PORTAL_ENCRYPTION_OLD_KEYS: key {position} is not a Fernet key "
+                    "(32 url-safe base64-encoded bytes, as `portal keys generate` prints)"
+                ) from error
+        return keys
 
     @model_validator(mode="after")
     def _refuse_development_secrets_in_production(self) -> Settings:
@@ -98,8 +212,18 @@ class Settings(BaseSettings):
                 "PORTAL_ENCRYPTION_KEY is the development default; "
                 "generate one with `portal keys generate`"
             )
+        if DEV_ENCRYPTION_KEY in self.encryption_old_keys:
+            raise InsecureProductionConfig(
+                "PORTAL_ENCRYPTION_OLD_KEYS lists the development key: anyone could have "
+                "sealed what it opens; re-encrypt with `portal keys rotate` outside production"
+            )
         if not self.oidc_issuer:
             raise InsecureProductionConfig("PORTAL_OIDC_ISSUER must be set in production")
+        if self.is_sqlite:
+            raise InsecureProductionConfig(
+                "PORTAL_DATABASE_URL is SQLite, which is for development only; "
+                "use PostgreSQL (postgresql+psycopg://user:pass@host/db) in production"
+            )
         return self
 
     @property
@@ -110,3 +234,34 @@ class Settings(BaseSettings):
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+# Defaults the reference shows as words: machine-dependent or secret.
+_SHOWN_DEFAULTS = {
+    "database_url": "`sqlite:///$PWD/portal.db`",
+    "secret_key": "development value",
+    "encryption_key": "development value",
+    "oidc_client_secret": "development value",
+}
+
+
+def configuration_reference() -> str:
+    """The markdown table of every setting, as docs/operator.md carries it."""
+    lines = ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
+    for name, field in Settings.model_fields.items():
+        variable = f"`{ENV_PREFIX}{name.upper()}`"
+        lines.append(f"| {variable} | {_shown_default(name, field.default)} | "
+                     f"{field.description or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def _shown_default(name: str, default: Any) -> str:
+    if name in _SHOWN_DEFAULTS:
+        return _SHOWN_DEFAULTS[name]
+    if default is None or default == []:
+        return "unset"
+    if isinstance(default, list):
+        return f"`{json.dumps(default)}`"
+    if isinstance(default, float) and default.is_integer():
+        return f"`{int(default)}`"
+    return f"`{default}`"

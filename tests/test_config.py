@@ -8,7 +8,9 @@ import pytest
 from cryptography.fernet import Fernet
 from pydantic import ValidationError
 
-from app.config import InsecureProductionConfig, Settings
+from app.config import DEV_ENCRYPTION_KEY, InsecureProductionConfig, Settings
+
+POSTGRES_URL = "postgresql+psycopg://portal@db.example.com/portal"
 
 
 def test_the_default_database_is_an_sqlite_file_in_the_working_directory(
@@ -42,7 +44,7 @@ def test_the_vcluster_edition_is_open_source_unless_pro_is_asked_for(
 def _production(**overrides: str) -> Settings:
     values = {"env": "production", "secret_key": "s" * 40,
               "encryption_key": Fernet.generate_key().decode(),
-              "oidc_issuer": "https://idp.example.com"}
+              "oidc_issuer": "https://idp.example.com", "database_url": POSTGRES_URL}
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
 
@@ -68,3 +70,57 @@ def test_production_needs_an_identity_provider() -> None:
 
 def test_the_refusal_is_its_own_error_type() -> None:
     assert issubclass(InsecureProductionConfig, ValueError)
+
+
+@pytest.mark.parametrize("url", ["sqlite:///srv/portal.db", "sqlite://", "sqlite+pysqlite:///x.db"])
+def test_production_refuses_sqlite(url: str) -> None:
+    with pytest.raises(ValueError, match="PORTAL_DATABASE_URL is SQLite"):
+        _production(database_url=url)
+
+
+def test_production_refuses_the_default_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PORTAL_DATABASE_URL", raising=False)
+    with pytest.raises(ValueError, match="PORTAL_DATABASE_URL"):
+        Settings(env="production", secret_key="s" * 40,
+                 encryption_key=Fernet.generate_key().decode(),
+                 oidc_issuer="https://idp.example.com")
+
+
+def test_development_and_test_modes_keep_sqlite_and_the_defaults() -> None:
+    for env in ("development", "test"):
+        settings = Settings(env=env, database_url="sqlite://")
+        assert settings.is_sqlite and settings.encryption_key == DEV_ENCRYPTION_KEY
+
+
+def test_production_refuses_the_development_key_among_the_old_keys() -> None:
+    with pytest.raises(ValueError, match="PORTAL_ENCRYPTION_OLD_KEYS"):
+        _production(encryption_old_keys=[Fernet.generate_key().decode(),  # type: ignore[arg-type]
+                                         DEV_ENCRYPTION_KEY])
+
+
+def test_production_accepts_real_old_keys() -> None:
+    old = Fernet.generate_key().decode()
+    assert _production(encryption_old_keys=[old]).encryption_old_keys == [old]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("shape", ["{0},{1}", " {0} , {1} ,", '["{0}", "{1}"]'])
+def test_old_keys_are_read_comma_separated_or_as_a_json_list(
+    shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    monkeypatch.setenv("PORTAL_ENCRYPTION_OLD_KEYS", shape.format(first, second))
+    assert Settings().encryption_old_keys == [first, second]
+
+
+def test_no_old_keys_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PORTAL_ENCRYPTION_OLD_KEYS", raising=False)
+    assert Settings().encryption_old_keys == []
+
+
+def test_an_old_key_that_is_not_a_fernet_key_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PORTAL_ENCRYPTION_OLD_KEYS", f"{Fernet.generate_key().decode()},oops")
+    with pytest.raises(ValidationError, match="key 2 is not a Fernet key"):
+        Settings()

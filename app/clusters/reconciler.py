@@ -134,7 +134,7 @@ class ClusterReconciler:
         self.batch = batch
         self.wait_seconds = wait_seconds
         self.pass_seconds = pass_seconds
-        self.box = SecretBox(settings.encryption_key)
+        self.box = SecretBox.from_settings(settings)
         # A Database bound to one connection (a test's rolled-back transaction) serves one
         # thread at a time: one cluster at once, and the heartbeat takes turns with it. SQLite
         # (the embedded default) has one writer: threads would only queue for it.

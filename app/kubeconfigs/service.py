@@ -75,7 +75,7 @@ class VirtualClusters:
 
     @classmethod
     def from_settings(cls, settings: Settings, kube: KubeConnector) -> VirtualClusters:
-        return cls(kube=kube, box=SecretBox(settings.encryption_key))
+        return cls(kube=kube, box=SecretBox.from_settings(settings))
 
     def admin_kubeconfig(self, cluster: VirtualCluster) -> str:
         if cluster.admin_kubeconfig_encrypted is None:

@@ -1,0 +1,1 @@
+"""Encryption keys: re-encrypting stored credentials when PORTAL_ENCRYPTION_KEY rotates."""
