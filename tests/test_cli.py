@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cryptography.fernet import Fernet
 from sqlalchemy import select
 
 from app.auth.models import ApiToken, User
@@ -85,6 +86,19 @@ def test_production_with_default_secrets_refuses_to_start(tmp_path: Path) -> Non
                             cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
     assert "PORTAL_SECRET_KEY" in result.stderr
+
+
+def test_production_on_sqlite_refuses_to_start_and_names_the_database_url(
+    tmp_path: Path,
+) -> None:
+    env = _env(tmp_path, PORTAL_ENV="production", PORTAL_SECRET_KEY="s" * 40,
+               PORTAL_ENCRYPTION_KEY=Fernet.generate_key().decode(),
+               PORTAL_OIDC_ISSUER="https://idp.example.com")
+    result = subprocess.run([*PORTAL, "db", "upgrade"], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert "PORTAL_DATABASE_URL is SQLite" in result.stderr
+    assert not (tmp_path / "cli.db").exists()
 
 
 def test_worker_starts_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
