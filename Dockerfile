@@ -2,7 +2,8 @@
 #   web      portal serve --host 0.0.0.0      (the default command)
 #   worker   portal worker
 #   webhook  portal webhook
-# Build: docker build -t gpu-tenant-portal:0.1.0 --build-arg REVISION=$(git rev-parse HEAD) .
+# Build: docker build -t gpu-tenant-portal:0.1.0 --build-arg REVISION=$(git rev-parse HEAD) \
+#          --build-arg CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ) --build-arg SOURCE=<repository URL> .
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -55,16 +56,19 @@ RUN /opt/venv/bin/pip install . \
 
 # --- runtime -----------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
+ARG PYTHON_IMAGE
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
+# The repository the image is built from (e.g. its https clone URL); no public home yet.
+ARG SOURCE=unknown
 LABEL org.opencontainers.image.title="GPU Tenant Portal" \
       org.opencontainers.image.description="Self-service portal for GPU cloud operators: tenants, GPU quota, dedicated nodes and virtual Kubernetes clusters." \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
-      org.opencontainers.image.source="https://github.com/gpu-tenant-portal/gpu-tenant-portal" \
+      org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.base.name="${PYTHON_IMAGE}"
 
 RUN groupadd --system --gid 10001 portal \

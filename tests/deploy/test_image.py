@@ -167,6 +167,9 @@ def test_the_image_is_labelled_with_the_oci_annotations() -> None:
     for key in ("title", "description", "licenses", "version", "revision", "source", "created"):
         assert f"org.opencontainers.image.{key}=" in labels, key
     assert 'licenses="Apache-2.0"' in labels
+    # A variable a stage does not declare expands to nothing (global ARGs only reach FROM).
+    declared = set(_args(_final()))
+    assert set(re.findall(r"\$\{(\w+)\}", labels)) <= declared
 
 
 def test_the_default_command_serves_web_on_every_interface() -> None:
