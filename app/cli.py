@@ -240,6 +240,25 @@ def dev(
             store.dispose()
 
 
+@cli.command("dev-idp")
+def dev_idp(
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 9400,
+) -> None:
+    """Development only: the local OIDC provider with the demo users, and nothing else."""
+    settings = _settings()
+    if settings.env == "production":
+        typer.echo("error: dev-idp signs in anyone as a demo user; it is refused when "
+                   "PORTAL_ENV=production", err=True)
+        raise typer.Exit(2)
+    stopping = threading.Event()
+    _stop_on_signals(stopping.set)
+    with local_oidc_provider(demo_users(settings.oidc_admin_group), host=host, port=port) as url:
+        typer.echo(f"local OIDC provider (development only) on {url}; demo users: "
+                   "admin@example.com (platform admin), alice@example.com, bob@example.com")
+        stopping.wait()
+
+
 def main() -> None:
     cli()
 if __name__ == "__main__":
