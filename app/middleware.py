@@ -9,7 +9,7 @@ import re
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import PROBLEM_JSON, ServiceUnavailable
+from app.errors import PROBLEM_JSON, ProblemError, ServiceUnavailable, ValidationFailed
 from app.logs import new_request_id, request_id_var
 
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -101,17 +101,47 @@ class LoadSheddingMiddleware:
             self.in_flight -= 1
 
 
+class NulByteGuardMiddleware:
+    """A NUL byte in the path or query string is a 422, before any handler sees it.
+
+    Why here and not per parameter: PostgreSQL refuses NUL in text, so any string that reaches
+    a query (slugs in paths, filters) would otherwise end in a 500; no name or filter the
+    portal knows contains one.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _carries_nul(scope):
+            error = ValidationFailed("the request's path or query string contains a NUL byte")
+            await _problem(scope, send, error, [])
+            return
+        await self.app(scope, receive, send)
+
+
+def _carries_nul(scope: Scope) -> bool:
+    query: bytes = scope.get("query_string", b"")
+    path: str = scope.get("path", "")
+    return "\x00" in path or b"%00" in query or b"\x00" in query
+
+
 RETRY_AFTER_SECONDS = 1
 SHED_DELAY_SECONDS = 0.2
 
 
 async def _overloaded(scope: Scope, send: Send) -> None:
     error = ServiceUnavailable("the portal is at capacity; retry after the Retry-After delay")
+    await _problem(scope, send, error, [(b"retry-after", str(RETRY_AFTER_SECONDS).encode())])
+
+
+async def _problem(scope: Scope, send: Send, error: ProblemError,
+                   headers: list[tuple[bytes, bytes]]) -> None:
     request_id = scope.get("state", {}).get("request_id", "")
     body = json.dumps(error.to_problem(scope["path"], request_id)).encode()
-    await send({"type": "http.response.start", "status": 503, "headers": [
+    await send({"type": "http.response.start", "status": error.status, "headers": [
         (b"content-type", PROBLEM_JSON.encode()),
         (b"content-length", str(len(body)).encode()),
-        (b"retry-after", str(RETRY_AFTER_SECONDS).encode()),
+        *headers,
     ]})
     await send({"type": "http.response.body", "body": body})

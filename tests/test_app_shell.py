@@ -100,3 +100,11 @@ def test_access_logs_never_carry_the_sign_in_code() -> None:
     assert "SECRET123" not in line
     assert "abc" not in line
     assert "/auth/callback?code=[redacted]&state=[redacted]" in line
+
+
+def test_a_nul_byte_in_a_path_or_filter_is_a_422_not_a_500(client: TestClient) -> None:
+    for url in ("/api/v1/nodes?gpu_class=%00", "/api/v1/tenants/a%00b", "/api/v1/audit?actor=x%00"):
+        response = client.get(url)
+        assert response.status_code == 422, url
+        assert response.headers["content-type"] == "application/problem+json"
+        assert "NUL" in response.json()["detail"]
