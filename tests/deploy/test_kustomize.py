@@ -5,13 +5,11 @@ restricted pods, resources, probes, Secrets only referenced, RBAC without wildca
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.kube.adapter import KubernetesAdapter
 from tests.deploy.kustomize import BASE, EXAMPLE, NAMESPACE, find, kubectl, render, render_yaml
 from tests.support.kube_server import ApiServer
 
@@ -35,19 +33,6 @@ def example() -> list[dict[str, Any]]:
 def pod_specs(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {o["metadata"]["name"]: o["spec"]["template"]["spec"]
             for o in objects if o["kind"] in WORKLOADS}
-
-
-@pytest.fixture
-def portal_namespace(host_admin: KubernetesAdapter) -> Iterator[None]:
-    """The portal's namespace must exist for a dry run of what goes in it. Other tests of the
-    run (the webhook's) use the same name, so one that was there is left as it was."""
-    existed = host_admin.get("v1", "Namespace", NAMESPACE) is not None
-    if not existed:
-        host_admin.apply({"apiVersion": "v1", "kind": "Namespace",
-                          "metadata": {"name": NAMESPACE}})
-    yield
-    if not existed:
-        host_admin.delete("v1", "Namespace", NAMESPACE)
 
 
 @pytest.mark.kube_server
