@@ -12,6 +12,9 @@ ServiceAccount's kubeconfig: it writes the StatefulSet and the Secret vc-<releas
 worker, but not what the real vCluster chart makes. What only the real chart needs is the
 helm ClusterRole, compared with the commented allowlist below. Kubeconfig issue and revoke
 happen on the virtual cluster, with its own admin kubeconfig: no host call is made for them.
+
+The admission webhook's roles are proven the same way: it loads its key pair, switches to a new
+one once the registration trusts it, and reads a namespace's labels as its ServiceAccount.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from app.kube.port import KubePort, Manifest, ObjectRef, kind_info
 from app.nodes.models import Node, NodeAssignment
 from app.nodes.reconciler import NodeReconciler
 from app.webhook.reconciler import WebhookReconciler
+from app.webhook.server import NamespaceLabels, ServingCertificate
 from tests import factories
 from tests.clusters.cleanup import own_objects, remove_tenant_objects
 from tests.clusters.standin_helm import use_standin_helm
@@ -478,3 +482,48 @@ def test_the_role_grants_nothing_the_worker_does_not_ask_for(
     unused = sorted(granted - worker_run.recorder.used)
     assert unused == [], f"granted, never asked for: {unused}"
     assert pairs(find(base, "ClusterRole", WORKER_HELM)) == HELM_ALLOWLIST
+
+
+# ----- the admission webhook's roles
+
+
+def test_the_webhook_reads_what_it_needs_and_is_granted_nothing_more(
+    grant: Grant, base: list[Manifest], kai_host: ApiServer, database: Database,
+    host_admin: KubernetesAdapter, tmp_path: Path,
+) -> None:
+    settings = cluster_settings(webhook_namespace=grant.namespace)
+    worker = WebhookReconciler(settings, database, WorkerConnector(settings, Recorder(
+        host_admin, host_admin)))
+    webhook = f"rbac-webhook-{secrets.token_hex(3)}"
+    roles = [("ClusterRole", "gpu-tenant-portal-webhook"), ("Role", "gpu-tenant-portal-webhook")]
+    try:
+        worker.reconcile(host_admin)
+        grant.account = webhook
+        grant.objects.append({"apiVersion": "v1", "kind": "ServiceAccount",
+                              "metadata": {"name": webhook, "namespace": grant.namespace}})
+        for kind, name in roles:
+            role = find(base, kind, name)
+            grant.objects.append({**role, "metadata": {**role["metadata"], "name": webhook}})
+            binding = find(base, f"{kind}Binding", name)
+            grant.objects.append({
+                **binding, "metadata": {**binding["metadata"], "name": webhook},
+                "roleRef": {**binding["roleRef"], "name": webhook},
+                "subjects": [{"kind": "ServiceAccount", "name": webhook,
+                              "namespace": grant.namespace}]})
+        for obj in grant.objects:
+            host_admin.apply(obj, force=True)
+        recorder = Recorder(fast_adapter(kai_host.kubeconfig_for(token=grant.token())),
+                            host_admin)
+        certificate = ServingCertificate(recorder, grant.namespace, cert_dir=tmp_path)
+        assert certificate.reload()
+        # a new key pair (the old Secret lost): served once the registration trusts it
+        host_admin.delete("v1", "Secret", TLS_SECRET_NAME, grant.namespace)
+        worker.reconcile(host_admin)
+        assert certificate.reload()
+        assert NamespaceLabels(recorder).get(grant.namespace) is not None
+        assert recorder.forbidden == set()
+        granted = set().union(*(pairs(find(base, kind, name)) for kind, name in roles))
+        assert recorder.used == granted
+    finally:
+        host_admin.delete(ADMISSION, "MutatingWebhookConfiguration", WEBHOOK_CONFIGURATION_NAME)
+        host_admin.delete("v1", "Secret", TLS_SECRET_NAME, grant.namespace)
