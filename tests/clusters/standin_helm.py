@@ -6,10 +6,11 @@ line, with the values file's content) and ``HELM_STANDIN_VCLUSTER_KUBECONFIG`` (
 the virtual cluster's admin kubeconfig: a real API server's, so ``/readyz`` answers through it).
 
 It speaks to the host API server named by ``--kubeconfig`` as helm does: over TLS, trusting the
-kubeconfig's CA and presenting its client certificate. On ``upgrade --install`` it applies (as
-field manager ``helm``) the control plane StatefulSet and the Secret ``vc-<release>`` whose
-``config`` is the virtual cluster's admin kubeconfig; on ``uninstall`` it deletes the
-StatefulSet (the Secret is vCluster's own, as with the real chart). With ``HELM_STANDIN_HANG``
+kubeconfig's CA and presenting its client certificate (or its bearer token). On
+``upgrade --install`` it applies (as field manager ``helm``) the control plane StatefulSet and
+the Secret ``vc-<release>`` whose ``config`` is the virtual cluster's admin kubeconfig; on
+``uninstall`` it deletes the StatefulSet (the Secret is vCluster's own, as with the real
+chart). With ``HELM_STANDIN_HANG``
 (a file name) ``upgrade --install`` writes its pid there and then hangs, as a helm run that
 outlasts the worker.
 """
@@ -52,18 +53,21 @@ namespace = flag("--namespace")
 
 context = ssl.create_default_context(
     cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
-with tempfile.TemporaryDirectory(prefix="helm-standin-") as directory:
-    cert, key = os.path.join(directory, "client.crt"), os.path.join(directory, "client.key")
-    with open(cert, "wb") as out:
-        out.write(base64.b64decode(user["client-certificate-data"]))
-    with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as out:
-        out.write(base64.b64decode(user["client-key-data"]))
-    context.load_cert_chain(cert, key)
+headers = {"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"}
+if "token" in user:  # a ServiceAccount's, as the worker has in the host cluster
+    headers["Authorization"] = "Bearer " + user["token"]
+else:
+    with tempfile.TemporaryDirectory(prefix="helm-standin-") as directory:
+        cert, key = os.path.join(directory, "client.crt"), os.path.join(directory, "client.key")
+        with open(cert, "wb") as out:
+            out.write(base64.b64decode(user["client-certificate-data"]))
+        with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as out:
+            out.write(base64.b64decode(user["client-key-data"]))
+        context.load_cert_chain(cert, key)
 
 def call(method, path, body=None):
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(server + path, data=data, method=method, headers={
-        "Content-Type": "application/apply-patch+yaml", "Accept": "application/json"})
+    request = urllib.request.Request(server + path, data=data, method=method, headers=headers)
     try:
         urllib.request.urlopen(request, timeout=10, context=context).read()
     except urllib.error.HTTPError as error:

@@ -1,0 +1,529 @@
+"""The worker's RBAC (deploy/kubernetes/base/rbac-worker.yaml) proven on a real API server.
+
+The ClusterRoles, Role and bindings the base renders are applied to the host (etcd +
+kube-apiserver + controller-manager, KAI's Queue CRD) for a ServiceAccount of their own; the
+worker's reconcilers then run authenticated only with that ServiceAccount's token (a
+TokenRequest): node assignment, the admission webhook's certificate and registration, and a
+cluster's creation, resize and deletion. A verb missing from the role makes the run fail on a
+403; a verb in the role that no call needed fails the comparison test.
+
+helm is the stand-in (tests/clusters/standin_helm.py), run by the real HelmInstaller with the
+ServiceAccount's kubeconfig: it writes the StatefulSet and the Secret vc-<release> as the
+worker, but not what the real vCluster chart makes. What only the real chart needs is the
+helm ClusterRole, compared with the commented allowlist below. Kubeconfig issue and revoke
+happen on the virtual cluster, with its own admin kubeconfig: no host call is made for them.
+
+The admission webhook's roles are proven the same way: it loads its key pair, switches to a new
+one once the registration trusts it, and reads a namespace's labels as its ServiceAccount.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from sqlalchemy import select
+
+from app.auth.principal import Principal
+from app.clusters import conditions as cond
+from app.clusters import service
+from app.clusters.models import VirtualCluster
+from app.clusters.reconciler import ClusterReconciler
+from app.clusters.schemas import ClusterCreate, ClusterResize
+from app.config import Settings
+from app.db import Database, utcnow
+from app.kube.adapter import KubernetesAdapter
+from app.kube.connector import ClientConnector
+from app.kube.errors import KubeError
+from app.kube.manifests import labels as lbl
+from app.kube.manifests.admission import POLICY_NAME, WEBHOOK_CONFIGURATION_NAME
+from app.kube.manifests.webhook import TLS_SECRET_NAME
+from app.kube.port import KubePort, Manifest, ObjectRef, kind_info
+from app.nodes.models import Node, NodeAssignment
+from app.nodes.reconciler import NodeReconciler
+from app.webhook.reconciler import WebhookReconciler
+from app.webhook.server import NamespaceLabels, ServingCertificate
+from tests import factories
+from tests.clusters.cleanup import own_objects, remove_tenant_objects
+from tests.clusters.standin_helm import use_standin_helm
+from tests.clusters.support import Clock, cluster_settings
+from tests.deploy.kustomize import BASE, WORKER, WORKER_HELM, find, render
+from tests.support.kube_server import ApiServer, fast_adapter
+from tests.support.kubectl import Kubectl
+
+pytestmark = pytest.mark.kube_server
+
+RBAC = "rbac.authorization.k8s.io/v1"
+ADMISSION = "admissionregistration.k8s.io/v1"
+H100 = "NVIDIA-H100-80GB-HBM3"
+DELETE_TIMEOUT = 90.0
+T = TypeVar("T")
+# (API group, resource, verb)
+Pair = tuple[str, str, str]
+
+# What only helm and the real vCluster chart (PORTAL_VCLUSTER_CHART_VERSION, with the values of
+# app/kube/manifests/vcluster.py) need; the stand-in cannot show it. Keep in step with the
+# gpu-tenant-portal-worker-helm ClusterRole.
+_ALL = ("get", "list", "watch", "create", "update", "patch", "delete")
+_READ = ("get", "list", "watch")
+HELM_ALLOWLIST: frozenset[Pair] = frozenset({
+    # helm's release records are Secrets; the chart makes ConfigMaps (CoreDNS, config), the
+    # API Services, ServiceAccounts, and from `policies:` a ResourceQuota, a LimitRange and
+    # NetworkPolicies; helm reads, creates, patches (upgrade) and deletes (uninstall) each
+    *((group, resource, verb) for group, resource in (
+        ("", "configmaps"), ("", "secrets"), ("", "services"), ("", "serviceaccounts"),
+        ("", "resourcequotas"), ("", "limitranges"), ("", "persistentvolumeclaims"),
+        ("apps", "statefulsets"), ("networking.k8s.io", "networkpolicies"),
+        ("rbac.authorization.k8s.io", "roles"), ("rbac.authorization.k8s.io", "rolebindings"),
+        ("rbac.authorization.k8s.io", "clusterroles"),
+        ("rbac.authorization.k8s.io", "clusterrolebindings"),
+        # the chart's Role grants the syncer these; RBAC lets the worker create that Role only
+        # if it holds them itself (it has neither `escalate` nor `bind`)
+        ("", "pods"), ("", "pods/attach"), ("", "pods/portforward"), ("", "pods/exec"),
+    ) for verb in _ALL),
+    *(("", resource, verb) for resource in ("pods/status", "pods/ephemeralcontainers")
+      for verb in ("update", "patch")),
+    *(("", resource, verb) for resource in ("endpoints", "events", "pods/log")
+      for verb in _READ),
+    *(("apps", resource, verb) for resource in ("replicasets", "deployments") for verb in _READ),
+    # the chart's ClusterRole: host nodes synced in, and the virtual scheduler (dedicated nodes)
+    *(("", resource, verb) for resource in ("nodes", "nodes/status") for verb in _READ),
+    *(("storage.k8s.io", resource, verb) for resource in (
+        "storageclasses", "csinodes", "csidrivers", "csistoragecapacities") for verb in _READ),
+})
+
+
+# ----- what the base grants
+
+
+def pairs(role: Mapping[str, Any]) -> set[Pair]:
+    return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def without(role: Manifest, missing: Pair | None) -> Manifest:
+    """The role with one (group, resource, verb) taken out of every rule that grants it."""
+    if missing is None:
+        return role
+    group, resource, verb = missing
+    rules = []
+    for rule in role["rules"]:
+        if group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
+            rest = [r for r in rule["resources"] if r != resource]
+            if rest:
+                rules.append({**rule, "resources": rest})
+            verbs = [v for v in rule["verbs"] if v != verb]
+            if verbs:
+                rules.append({**rule, "resources": [resource], "verbs": verbs})
+        else:
+            rules.append(rule)
+    return {**role, "rules": rules}
+
+
+@dataclass
+class Grant:
+    """The base's worker RBAC, applied under names of its own for one ServiceAccount."""
+
+    admin: KubernetesAdapter
+    namespace: str
+    account: str
+    objects: list[Manifest] = field(default_factory=list)
+
+    def apply(self, base: list[Manifest], missing: Pair | None) -> None:
+        renamed = {WORKER: self.account, WORKER_HELM: f"{self.account}-helm"}
+        self.objects.append({"apiVersion": "v1", "kind": "ServiceAccount",
+                             "metadata": {"name": self.account, "namespace": self.namespace}})
+        for kind, name in (("ClusterRole", WORKER), ("ClusterRole", WORKER_HELM),
+                           ("Role", WORKER)):
+            role = without(find(base, kind, name), missing if name == WORKER else None)
+            self.objects.append({**role, "metadata": {
+                **role["metadata"], "name": renamed[name]}})
+        for kind, name in (("ClusterRoleBinding", WORKER), ("ClusterRoleBinding", WORKER_HELM),
+                           ("RoleBinding", WORKER)):
+            binding = find(base, kind, name)
+            self.objects.append({
+                **binding, "metadata": {**binding["metadata"], "name": renamed[name]},
+                "roleRef": {**binding["roleRef"], "name": renamed[binding["roleRef"]["name"]]},
+                "subjects": [{"kind": "ServiceAccount", "name": self.account,
+                              "namespace": self.namespace}]})
+        for obj in self.objects:
+            self.admin.apply(obj, force=True)
+
+    def token(self) -> str:
+        return self.admin.request_token(self.namespace, self.account, expiration_seconds=3600,
+                                        bound_secret=None)
+
+    def remove(self) -> None:
+        for obj in reversed(self.objects):
+            ref = ObjectRef.of(obj)
+            self.admin.delete(ref.api_version, ref.kind, ref.name, ref.namespace)
+
+
+# ----- recording what the worker asks of the host
+
+
+class Recorder:
+    """A ``KubePort`` recording the (group, resource, verb) of every request, as the API server
+    authorises it: a server-side apply is `patch`, and also `create` when the object is new
+    (looked up with the admin's rights, not the worker's). 403s are kept apart."""
+
+    def __init__(self, inner: KubePort, admin: KubePort) -> None:
+        self.inner = inner
+        self.admin = admin
+        self.used: set[Pair] = set()
+        self.forbidden: set[Pair] = set()
+
+    def _call(self, requests: set[Pair], call: Callable[[], T]) -> T:
+        self.used |= requests
+        try:
+            return call()
+        except KubeError as error:
+            if error.status == 403:
+                self.forbidden |= requests
+            raise
+
+    @staticmethod
+    def _pair(api_version: str, kind: str, verb: str) -> Pair:
+        info = kind_info(api_version, kind)
+        return (info.group, info.plural, verb)
+
+    def apply(self, obj: Manifest, *, force: bool = False) -> Manifest:
+        ref = ObjectRef.of(obj)
+        verbs = {"patch"}
+        if self.admin.get(ref.api_version, ref.kind, ref.name, ref.namespace) is None:
+            verbs.add("create")
+        return self._call({self._pair(ref.api_version, ref.kind, v) for v in verbs},
+                          lambda: self.inner.apply(obj, force=force))
+
+    def get(self, api_version: str, kind: str, name: str,
+            namespace: str | None = None) -> Manifest | None:
+        return self._call({self._pair(api_version, kind, "get")},
+                          lambda: self.inner.get(api_version, kind, name, namespace))
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None,
+             label_selector: Mapping[str, str] | None = None) -> list[Manifest]:
+        return self._call({self._pair(api_version, kind, "list")},
+                          lambda: self.inner.list(api_version, kind, namespace, label_selector))
+
+    def delete(self, api_version: str, kind: str, name: str,
+               namespace: str | None = None) -> bool:
+        return self._call({self._pair(api_version, kind, "delete")},
+                          lambda: self.inner.delete(api_version, kind, name, namespace))
+
+    def request_token(self, namespace: str, service_account: str, *, expiration_seconds: int,
+                      bound_secret: str | None) -> str:
+        return self._call({("", "serviceaccounts/token", "create")},
+                          lambda: self.inner.request_token(
+                              namespace, service_account, expiration_seconds=expiration_seconds,
+                              bound_secret=bound_secret))
+
+
+class WorkerConnector:
+    """The app's connector, but the host is reached as the worker's ServiceAccount."""
+
+    def __init__(self, settings: Settings, host: Recorder) -> None:
+        self.inner = ClientConnector(settings)
+        self.recorder = host
+
+    def host(self) -> KubePort | None:
+        return self.recorder
+
+    def virtual(self, kubeconfig_yaml: str) -> KubePort:
+        return self.inner.virtual(kubeconfig_yaml)
+
+    def ready(self, kubeconfig_yaml: str) -> bool:
+        return self.inner.ready(kubeconfig_yaml)
+
+
+# ----- the worker, its tenant and a GPU node
+
+
+@dataclass
+class Run:
+    database: Database
+    settings: Settings
+    recorder: Recorder
+    clock: Clock
+    clusters: ClusterReconciler
+    nodes: NodeReconciler
+    webhook: WebhookReconciler
+    slug: str
+    tenant_id: int
+    principal: Principal
+    gpu_class_id: int
+    node: str
+    node_clock: list[float]
+
+    def pass_(self) -> None:
+        """One pass of the cluster reconciler, later than any backoff, lease or resync."""
+        self.clock.advance(301)
+        self.clusters.run_due("worker-1")
+
+    def label_nodes(self, admin: KubernetesAdapter, tenant: str | None) -> None:
+        """Node reconciler passes until the node carries ``tenant`` (the controller-manager
+        writes nodes too: an apply on a version it just replaced is retried on a later pass)."""
+        for _ in range(5):
+            self.node_clock[0] += 301
+            self.nodes.run_due("worker-1")
+            if node_tenant(admin, self.node) == tenant:
+                return
+        raise AssertionError(f"node {self.node} was not labelled for {tenant}")
+
+    def cluster(self, cluster_id: int) -> VirtualCluster | None:
+        with self.database.session() as db:
+            return db.scalar(select(VirtualCluster).where(VirtualCluster.id == cluster_id))
+
+
+def gpu_node(name: str) -> Manifest:
+    """As GPU Feature Discovery labels it and the kubelet reports it."""
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {lbl.GPU_PRODUCT: H100,
+                                                  "kubernetes.io/hostname": name}},
+            "status": {"capacity": {lbl.GPU_RESOURCE: "8", "cpu": "96", "memory": "2Ti"},
+                       "allocatable": {lbl.GPU_RESOURCE: "8", "cpu": "96", "memory": "2Ti"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+@pytest.fixture
+def base() -> list[Manifest]:
+    return render(BASE)
+
+
+@pytest.fixture
+def grant(host_admin: KubernetesAdapter, portal_namespace: str) -> Iterator[Grant]:
+    found = Grant(host_admin, portal_namespace, f"rbac-worker-{secrets.token_hex(3)}")
+    yield found
+    found.remove()
+
+
+@pytest.fixture
+def kubelet(kai_host: ApiServer, tmp_path: Path) -> Iterator[Kubectl]:
+    client = Kubectl(kai_host, tmp_path / "kubelet", manager="kubelet")
+    yield client
+    client.close()
+
+
+def start(grant: Grant, base: list[Manifest], missing: Pair | None, kai_host: ApiServer,
+          virtual_api: ApiServer, database: Database, kubelet: Kubectl, tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> Run:
+    grant.apply(base, missing)
+    kubeconfig = tmp_path / "worker.kubeconfig"
+    kubeconfig.write_text(kai_host.kubeconfig_for(token=grant.token()))
+    kubeconfig.chmod(0o600)
+    settings = cluster_settings(kubeconfig=str(kubeconfig), worker_resync_seconds=0.0,
+                                webhook_namespace=grant.namespace)
+    use_standin_helm(tmp_path / "helm", monkeypatch, virtual_api.admin_kubeconfig)
+    recorder = Recorder(fast_adapter(kubeconfig.read_text()), grant.admin)
+    connector = WorkerConnector(settings, recorder)
+    slug = f"rb-{secrets.token_hex(3)}"
+    node = f"gpu-{slug}"
+    kubelet.create(gpu_node(node))
+    with database.transaction() as db:
+        row = factories.tenant(db, slug, display_name=f"RBAC {slug}")
+        admin = factories.user(db)
+        factories.membership(db, row, admin, "admin")
+        h100 = factories.gpu_class(db, H100, display_name="H100 80GB")
+        factories.quota(db, row, h100, 16)
+        principal = Principal(user=admin, via="token", roles={row.id: "admin"})
+        gpu_class_id, tenant_id = h100.id, row.id
+    clock, node_clock = Clock(), [0.0]
+    return Run(database, settings, recorder, clock,
+               ClusterReconciler(settings, database, connector, clock=clock, wait_seconds=0.5),
+               NodeReconciler(settings, database, connector, clock=lambda: node_clock[0]),
+               WebhookReconciler(settings, database, connector),
+               slug, tenant_id, principal, gpu_class_id, node, node_clock)
+
+
+def remove_platform_objects(admin: KubernetesAdapter) -> None:
+    """What every cluster shares (root queue, queue guard) and the webhook's registration: made
+    afresh by each run, so that the worker is seen creating them."""
+    admin.delete(lbl.KAI_API_VERSION, "Queue", "tenants")
+    admin.delete(ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY_NAME)
+    admin.delete(ADMISSION, "ValidatingAdmissionPolicy", POLICY_NAME)
+    admin.delete(ADMISSION, "MutatingWebhookConfiguration", WEBHOOK_CONFIGURATION_NAME)
+
+
+def clean_up(admin: KubernetesAdapter, run: Run | None) -> None:
+    remove_platform_objects(admin)
+    if run is not None:
+        admin.delete("v1", "Secret", TLS_SECRET_NAME, run.settings.webhook_namespace)
+        admin.delete("v1", "Node", run.node)
+        remove_tenant_objects(admin, run.slug)
+
+
+# ----- the lifecycle, as the worker does it
+
+
+def set_assignment(run: Run, assigned: bool) -> None:
+    with run.database.transaction() as db:
+        node = db.scalar(select(Node).where(Node.name == run.node))
+        assert node is not None, "the node reconciler did not take the node into the inventory"
+        if assigned:
+            db.add(NodeAssignment(node_id=node.id, tenant_id=run.tenant_id))
+            return
+        for assignment in db.scalars(select(NodeAssignment).where(
+                NodeAssignment.node_id == node.id, NodeAssignment.ended_at.is_(None))):
+            assignment.ended_at = utcnow()
+
+
+def node_tenant(admin: KubernetesAdapter, name: str) -> str | None:
+    node = admin.get("v1", "Node", name)
+    assert node is not None
+    return (node["metadata"].get("labels") or {}).get(lbl.TENANT)
+
+
+def converge(run: Run, cluster_id: int, passes: int = 4) -> VirtualCluster:
+    seen: list[dict[str, Any]] = []
+    for _ in range(passes):
+        run.pass_()
+        cluster = run.cluster(cluster_id)
+        assert cluster is not None
+        seen = list(cluster.conditions or [])
+        if cond.is_true(seen, cond.READY) and cluster.observed_generation == cluster.generation:
+            return cluster
+    raise AssertionError(f"not Ready after {passes} passes: {seen}")
+
+
+def lifecycle(run: Run, admin: KubernetesAdapter, delete_timeout: float = DELETE_TIMEOUT) -> None:
+    # the node inventory, then the node given to the tenant
+    run.label_nodes(admin, None)
+    set_assignment(run, assigned=True)
+    run.label_nodes(admin, run.slug)
+    # the admission webhook's key pair and registration
+    host = run.recorder
+    assert run.webhook.reconcile(host) == 2
+    assert admin.get(ADMISSION, "MutatingWebhookConfiguration",
+                     WEBHOOK_CONFIGURATION_NAME) is not None
+    assert run.webhook.reconcile(host) == 0
+    # a shared-pool cluster: created, resized, deleted
+    payload = ClusterCreate(name="train", placement="shared-pool", gpu_class_id=run.gpu_class_id,
+                            gpus=4, cpu_millicores=8000, memory_mib=65536)
+    with run.database.transaction() as db:
+        created = service.create_cluster(db, run.principal, run.settings, run.slug, payload)
+    converge(run, created.id)
+    for api_version, kind, name, namespace in own_objects(run.slug):
+        assert admin.get(api_version, kind, name, namespace) is not None, f"{kind} {name}"
+    run.pass_()  # the periodic resync of an unchanged cluster reads through the list cache
+    assert cond.is_true(list(getattr(run.cluster(created.id), "conditions", None) or []),
+                        cond.READY)
+    with run.database.transaction() as db:
+        service.resize_cluster(db, run.principal, run.slug, "train",
+                               ClusterResize(gpus=8, cpu_millicores=8000, memory_mib=65536))
+    converge(run, created.id)
+    quota = admin.get("v1", "ResourceQuota", "tenant-quota", f"t-{run.slug}--train")
+    assert quota is not None and quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
+    with run.database.transaction() as db:
+        service.delete_cluster(db, run.principal, run.slug, "train")
+    deadline = time.monotonic() + delete_timeout
+    while run.cluster(created.id) is not None:
+        assert time.monotonic() < deadline, "the cluster outlived the namespace timeout"
+        run.pass_()
+        time.sleep(0.5)
+    for api_version, kind, name, namespace in own_objects(run.slug):
+        assert admin.get(api_version, kind, name, namespace) is None, f"{kind} {name} remains"
+    # the node given back
+    set_assignment(run, assigned=False)
+    run.label_nodes(admin, None)
+
+
+# ----- the tests
+
+
+@pytest.fixture
+def worker_run(
+    grant: Grant, base: list[Manifest], kai_host: ApiServer, virtual_api: ApiServer,
+    database: Database, kubelet: Kubectl, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> Iterator[Run]:
+    missing: Pair | None = getattr(request, "param", None)
+    run: Run | None = None
+    remove_platform_objects(grant.admin)
+    try:
+        run = start(grant, base, missing, kai_host, virtual_api, database, kubelet, tmp_path,
+                    monkeypatch)
+        yield run
+    finally:
+        clean_up(grant.admin, run)
+
+
+def test_the_worker_runs_the_whole_lifecycle_with_only_its_roles(
+    worker_run: Run, host_admin: KubernetesAdapter, base: list[Manifest]
+) -> None:
+    lifecycle(worker_run, host_admin)
+    assert worker_run.recorder.forbidden == set()
+    # every request was the worker's own: nothing asked of the host outside its role
+    granted = pairs(find(base, "ClusterRole", WORKER)) | pairs(find(base, "Role", WORKER))
+    assert worker_run.recorder.used <= granted
+
+
+@pytest.mark.parametrize("worker_run", [("", "nodes", "patch"),
+                                        ("scheduling.run.ai", "queues", "delete")],
+                         indirect=True, ids=["nodes-patch", "queues-delete"])
+def test_a_missing_verb_fails_the_lifecycle(
+    worker_run: Run, host_admin: KubernetesAdapter, request: pytest.FixtureRequest
+) -> None:
+    missing = request.node.callspec.params["worker_run"]
+    with pytest.raises(AssertionError):
+        # a refused delete never finishes: no need to wait long for that
+        lifecycle(worker_run, host_admin, delete_timeout=15.0)
+    assert missing in worker_run.recorder.forbidden
+
+
+def test_the_role_grants_nothing_the_worker_does_not_ask_for(
+    worker_run: Run, host_admin: KubernetesAdapter, base: list[Manifest]
+) -> None:
+    lifecycle(worker_run, host_admin)
+    granted = pairs(find(base, "ClusterRole", WORKER)) | pairs(find(base, "Role", WORKER))
+    unused = sorted(granted - worker_run.recorder.used)
+    assert unused == [], f"granted, never asked for: {unused}"
+    assert pairs(find(base, "ClusterRole", WORKER_HELM)) == HELM_ALLOWLIST
+
+
+# ----- the admission webhook's roles
+
+
+def test_the_webhook_reads_what_it_needs_and_is_granted_nothing_more(
+    grant: Grant, base: list[Manifest], kai_host: ApiServer, database: Database,
+    host_admin: KubernetesAdapter, tmp_path: Path,
+) -> None:
+    settings = cluster_settings(webhook_namespace=grant.namespace)
+    worker = WebhookReconciler(settings, database, WorkerConnector(settings, Recorder(
+        host_admin, host_admin)))
+    webhook = f"rbac-webhook-{secrets.token_hex(3)}"
+    roles = [("ClusterRole", "gpu-tenant-portal-webhook"), ("Role", "gpu-tenant-portal-webhook")]
+    try:
+        worker.reconcile(host_admin)
+        grant.account = webhook
+        grant.objects.append({"apiVersion": "v1", "kind": "ServiceAccount",
+                              "metadata": {"name": webhook, "namespace": grant.namespace}})
+        for kind, name in roles:
+            role = find(base, kind, name)
+            grant.objects.append({**role, "metadata": {**role["metadata"], "name": webhook}})
+            binding = find(base, f"{kind}Binding", name)
+            grant.objects.append({
+                **binding, "metadata": {**binding["metadata"], "name": webhook},
+                "roleRef": {**binding["roleRef"], "name": webhook},
+                "subjects": [{"kind": "ServiceAccount", "name": webhook,
+                              "namespace": grant.namespace}]})
+        for obj in grant.objects:
+            host_admin.apply(obj, force=True)
+        recorder = Recorder(fast_adapter(kai_host.kubeconfig_for(token=grant.token())),
+                            host_admin)
+        certificate = ServingCertificate(recorder, grant.namespace, cert_dir=tmp_path)
+        assert certificate.reload()
+        # a new key pair (the old Secret lost): served once the registration trusts it
+        host_admin.delete("v1", "Secret", TLS_SECRET_NAME, grant.namespace)
+        worker.reconcile(host_admin)
+        assert certificate.reload()
+        assert NamespaceLabels(recorder).get(grant.namespace) is not None
+        assert recorder.forbidden == set()
+        granted = set().union(*(pairs(find(base, kind, name)) for kind, name in roles))
+        assert recorder.used == granted
+    finally:
+        host_admin.delete(ADMISSION, "MutatingWebhookConfiguration", WEBHOOK_CONFIGURATION_NAME)
+        host_admin.delete("v1", "Secret", TLS_SECRET_NAME, grant.namespace)
