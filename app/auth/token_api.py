@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from app.auth import token_service
@@ -38,6 +38,14 @@ def create_token(payload: TokenCreate, principal: CurrentPrincipal, db: DbSessio
     body = TokenCreated(**token_out(token).model_dump(), token=secret)
     return JSONResponse(body.model_dump(mode="json"), status_code=201,
                         headers={"Cache-Control": "no-store"})
+
+
+@router.delete("/current", status_code=204)
+def revoke_current_token(request: Request, principal: CurrentPrincipal, db: DbSession) -> Response:
+    """Revokes the token this request is made with (`portalctl logout`)."""
+    authorization = request.headers.get("authorization", "")
+    token_service.revoke_current(db, principal, authorization[7:].strip())
+    return Response(status_code=204)
 
 
 @router.delete("/{token_id}", status_code=204)

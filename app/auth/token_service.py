@@ -12,8 +12,9 @@ from app.audit import service as audit
 from app.auth.models import ApiToken
 from app.auth.principal import Principal
 from app.auth.service import issue_api_token
+from app.auth.tokens import hash_token
 from app.db import utcnow
-from app.errors import Forbidden, NotFound
+from app.errors import Forbidden, NotFound, ValidationFailed
 from app.pagination import PageParams, paginate
 
 
@@ -44,10 +45,26 @@ def revoke_token(db: Session, principal: Principal, token_id: int) -> ApiToken:
         ApiToken.id == token_id, ApiToken.user_id == principal.user_id))
     if token is None:
         raise NotFound(f"no token {token_id}")
+    _revoke(db, principal, token)
+    return token
+
+
+def revoke_current(db: Session, principal: Principal, secret: str) -> ApiToken:
+    """Signing out from a command line: any token may revoke itself, read-only ones too."""
+    if principal.via != "token":
+        raise ValidationFailed("only a request made with an API token can revoke its token")
+    token = db.scalar(select(ApiToken).where(
+        ApiToken.token_hash == hash_token(secret), ApiToken.user_id == principal.user_id))
+    if token is None:
+        raise NotFound("the API token is unknown")
+    _revoke(db, principal, token)
+    return token
+
+
+def _revoke(db: Session, principal: Principal, token: ApiToken) -> None:
     if token.revoked_at is None:
         token.revoked_at = utcnow()
         audit.record(db, action="api_token.revoke", actor_id=principal.user_id,
                      actor_label=principal.label, target_type="api_token", target_id=token.id,
                      before={"revoked_at": None},
                      after={"revoked_at": token.revoked_at.isoformat()})
-    return token

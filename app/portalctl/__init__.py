@@ -1,0 +1,1 @@
+"""portalctl: the portal's command-line client, over the REST API only."""

@@ -1,0 +1,85 @@
+"""The REST client: bearer token, problem details turned into exit codes, cursor paging."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+# Exit codes, as documented in `portalctl --help`.
+OK, ERROR, USAGE, NOT_FOUND, FORBIDDEN = 0, 1, 2, 3, 4
+EXIT_FOR_STATUS = {401: FORBIDDEN, 403: FORBIDDEN, 404: NOT_FOUND}
+
+
+class ApiError(Exception):
+    """A failed call, carrying the message for stderr and the exit code."""
+
+    def __init__(self, message: str, exit_code: int = ERROR) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+def problem_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return f"HTTP {response.status_code}: {response.text[:200]}"
+    if not isinstance(body, dict):
+        return f"HTTP {response.status_code}"
+    detail = str(body.get("detail") or body.get("title") or f"HTTP {response.status_code}")
+    fields = [f"  {e.get('field')}: {e.get('message')}" for e in body.get("errors") or []
+              if isinstance(e, dict) and e.get("message") != detail]
+    message = "\n".join([detail, *fields])
+    if response.status_code == 401:
+        message += "\n(sign in again: portalctl login --url URL --token-stdin)"
+    return message
+
+
+class Client:
+    def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
+        self.http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout,
+                                 headers={"Authorization": f"Bearer {token}",
+                                          "Accept": "application/json"})
+
+    def close(self) -> None:
+        self.http.close()
+
+    def request(self, method: str, path: str, *, json: Any = None,
+                params: dict[str, Any] | None = None, create: bool = False,
+                idempotency_key: str | None = None) -> Any:
+        headers = {}
+        if create:
+            headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
+        try:
+            response = self.http.request(method, path, json=json, params=params,
+                                         headers=headers)
+        except httpx.HTTPError as error:
+            raise ApiError(f"cannot reach the portal: {error}") from error
+        if response.status_code >= 400:
+            raise ApiError(problem_message(response),
+                           EXIT_FOR_STATUS.get(response.status_code, ERROR))
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
+
+    def items(self, path: str, limit: int | None = None) -> Iterator[dict[str, Any]]:
+        """Every item of a list, following next_cursor; at most ``limit`` when given."""
+        cursor: str | None = None
+        seen = 0
+        while True:
+            page_size = min(200, limit - seen) if limit else 200
+            page = self.get(path, limit=page_size, cursor=cursor)
+            for item in page["items"]:
+                yield item
+                seen += 1
+                if limit and seen >= limit:
+                    return
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return

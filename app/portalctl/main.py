@@ -1,0 +1,417 @@
+"""portalctl's commands. Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 forbidden."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from app.portalctl import profiles
+from app.portalctl.client import FORBIDDEN, USAGE, ApiError, Client
+from app.portalctl.output import Format, emit
+
+EXIT_CODES = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 forbidden or not signed in."
+app = typer.Typer(help=f"The GPU Tenant Portal from a terminal.\n\n{EXIT_CODES}",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+tenants_app = typer.Typer(help="Tenants you belong to (all of them for platform admins).",
+                          no_args_is_help=True)
+quota_app = typer.Typer(help="A tenant's GPU quota and quota requests.", no_args_is_help=True)
+clusters_app = typer.Typer(help="A tenant's virtual clusters.", no_args_is_help=True)
+app.add_typer(tenants_app, name="tenants")
+app.add_typer(quota_app, name="quota")
+app.add_typer(clusters_app, name="clusters")
+
+Output = Annotated[Format, typer.Option("--output", "-o", help="table, json or yaml")]
+Limit = Annotated[int | None, typer.Option(help="at most this many items (default: all)",
+                                           min=1)]
+TenantOpt = Annotated[str | None, typer.Option(
+    "--tenant", "-t", envvar="PORTALCTL_TENANT",
+    help="tenant slug; default: your only tenant")]
+
+
+@dataclass
+class State:
+    profile: str | None = None
+
+
+state = State()
+
+
+@app.callback()
+def main(profile: Annotated[str | None, typer.Option(
+        envvar="PORTALCTL_PROFILE", help="the profile to use (default: 'default')")] = None,
+         ) -> None:
+    state.profile = profile
+
+
+def fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def api() -> Iterator[Client]:
+    """A client for the chosen profile; API errors end the command with their exit code."""
+    name = profiles.chosen(state.profile)
+    profile = profiles.load(name)
+    if profile is None:
+        fail(f"not signed in (profile {name!r}): portalctl login --url URL --token-stdin",
+             FORBIDDEN)
+    client = Client(profile.url, profile.token)
+    try:
+        yield client
+    except ApiError as error:
+        fail(error.message, error.exit_code)
+    finally:
+        client.close()
+
+
+def tenant_of(client: Client, tenant: str | None) -> str:
+    if tenant:
+        return tenant
+    memberships = client.get("/api/v1/me")["memberships"]
+    if len(memberships) == 1:
+        return str(memberships[0]["tenant"])
+    fail("choose a tenant with --tenant (or PORTALCTL_TENANT)", USAGE)
+
+
+# ----- sign in and out
+
+
+@app.command()
+def login(
+    url: Annotated[str, typer.Option(help="the portal's base URL")],
+    token_stdin: Annotated[bool, typer.Option(
+        "--token-stdin", help="read an API token (made on the portal's Tokens page) from stdin")
+    ] = False,
+) -> None:
+    """Save a profile for a portal after checking the token with it.
+
+    Only the headless way exists so far: the browser sign-in is not built yet.
+
+    Example: echo "$TOKEN" | portalctl login --url https://portal.example.com --token-stdin
+    """
+    if not token_stdin:
+        fail("the browser sign-in is not available yet: pass --token-stdin", USAGE)
+    token = sys.stdin.readline().strip()
+    if not token:
+        fail("no token on stdin", USAGE)
+    client = Client(url, token)
+    try:
+        me = client.get("/api/v1/me")
+    except ApiError as error:
+        fail(error.message, error.exit_code)
+    finally:
+        client.close()
+    name = profiles.chosen(state.profile)
+    path = profiles.save(profiles.Profile(name=name, url=url, token=token))
+    typer.echo(f"Signed in to {url} as {me['email']} (profile {name!r}, saved in {path}).")
+
+
+@app.command()
+def logout() -> None:
+    """Revoke this profile's API token and forget the profile.
+
+    Example: portalctl --profile staging logout
+    """
+    name = profiles.chosen(state.profile)
+    with api() as client:
+        client.request("DELETE", "/api/v1/tokens/current")
+    profiles.remove(name)
+    typer.echo(f"Signed out: the token of profile {name!r} is revoked.")
+
+
+@app.command()
+def whoami(output: Output = Format.table) -> None:
+    """Who the profile's token acts as, and in which tenants.
+
+    Example: portalctl whoami -o json
+    """
+    with api() as client:
+        me = client.get("/api/v1/me")
+    emit(me, output, ("email", "name", "platform_admin", "memberships"))
+
+
+# ----- tenants
+
+TENANT_COLUMNS = ("slug", "display_name", "state", "role")
+
+
+@tenants_app.command("list")
+def tenants_list(output: Output = Format.table, limit: Limit = None) -> None:
+    """List tenants.
+
+    Example: portalctl tenants list -o json | jq -r '.[].slug'
+    """
+    with api() as client:
+        emit(list(client.items("/api/v1/tenants", limit)), output, TENANT_COLUMNS)
+
+
+@tenants_app.command("show")
+def tenants_show(tenant: str, output: Output = Format.table) -> None:
+    """Show one tenant.
+
+    Example: portalctl tenants show acme
+    """
+    with api() as client:
+        emit(client.get(f"/api/v1/tenants/{tenant}"), output, (*TENANT_COLUMNS, "created_at"))
+
+
+# ----- quota
+
+QUOTA_COLUMNS = ("gpu_class_id", "gpu_class", "approved_gpus", "allocated_gpus",
+                 "dedicated_gpus", "cpu_millicores", "memory_mib")
+REQUEST_COLUMNS = ("id", "tenant", "gpu_class", "gpus", "state", "requested_by", "created_at")
+
+
+@quota_app.command("show")
+def quota_show(tenant: TenantOpt = None, output: Output = Format.table) -> None:
+    """Show the tenant's approved quota per GPU class.
+
+    Example: portalctl quota show --tenant acme
+    """
+    with api() as client:
+        slug = tenant_of(client, tenant)
+        emit(list(client.items(f"/api/v1/tenants/{slug}/quota")), output, QUOTA_COLUMNS)
+
+
+@quota_app.command("requests")
+def quota_requests(tenant: TenantOpt = None, output: Output = Format.table,
+                   limit: Limit = None) -> None:
+    """List the tenant's quota requests, newest first.
+
+    Example: portalctl quota requests -o yaml
+    """
+    with api() as client:
+        slug = tenant_of(client, tenant)
+        rows = list(client.items(f"/api/v1/tenants/{slug}/quota-requests", limit))
+        emit(rows, output, REQUEST_COLUMNS)
+
+
+@quota_app.command("request")
+def quota_request(
+    gpu_class_id: Annotated[int, typer.Option("--gpu-class", help="the GPU class's id")],
+    gpus: Annotated[int, typer.Option(help="whole GPUs")],
+    reason: Annotated[str, typer.Option(help="why the tenant needs them")],
+    cpu_millicores: Annotated[int, typer.Option(help="CPU, in millicores")] = 0,
+    memory_mib: Annotated[int, typer.Option(help="memory, in MiB")] = 0,
+    ends_at: Annotated[str | None, typer.Option(help="ISO 8601 end, e.g. 2027-01-01T00:00Z")
+                       ] = None,
+    tenant: TenantOpt = None, output: Output = Format.table,
+) -> None:
+    """Ask the platform admins for GPU quota.
+
+    Example: portalctl quota request --gpu-class 1 --gpus 8 --reason "fine-tuning in May"
+    """
+    body: dict[str, Any] = {"gpu_class_id": gpu_class_id, "gpus": gpus, "reason": reason,
+                            "cpu_millicores": cpu_millicores, "memory_mib": memory_mib}
+    if ends_at:
+        body["ends_at"] = ends_at
+    with api() as client:
+        slug = tenant_of(client, tenant)
+        created = client.request("POST", f"/api/v1/tenants/{slug}/quota-requests", json=body,
+                                 create=True)
+    emit(created, output, REQUEST_COLUMNS)
+
+
+@quota_app.command("cancel")
+def quota_cancel(request_id: int, tenant: TenantOpt = None,
+                 output: Output = Format.table) -> None:
+    """Cancel one of the tenant's pending quota requests.
+
+    Example: portalctl quota cancel 42
+    """
+    with api() as client:
+        slug = tenant_of(client, tenant)
+        cancelled = client.request(
+            "POST", f"/api/v1/tenants/{slug}/quota-requests/{request_id}/cancel")
+    emit(cancelled, output, REQUEST_COLUMNS)
+
+
+@quota_app.command("approve")
+def quota_approve(
+    request_id: int,
+    gpus: Annotated[int | None, typer.Option(help="approve fewer GPUs than asked")] = None,
+    note: Annotated[str, typer.Option(help="a note to the tenant")] = "",
+    overcommit: Annotated[bool, typer.Option(
+        help="confirm guaranteeing more than the class's free GPUs")] = False,
+    output: Output = Format.table,
+) -> None:
+    """Approve a quota request (platform admins).
+
+    Example: portalctl quota approve 42 --gpus 4 --note "4 now, 4 in June"
+    """
+    body: dict[str, Any] = {"note": note, "overcommit": overcommit}
+    if gpus is not None:
+        body["gpus"] = gpus
+    with api() as client:
+        decided = client.request("POST", f"/api/v1/quota-requests/{request_id}/approve",
+                                 json=body)
+    emit(decided, output, (*REQUEST_COLUMNS, "approved_gpus", "decided_by"))
+
+
+@quota_app.command("reject")
+def quota_reject(request_id: int,
+                 note: Annotated[str, typer.Option(help="why, for the tenant")] = "",
+                 output: Output = Format.table) -> None:
+    """Reject a quota request (platform admins).
+
+    Example: portalctl quota reject 42 --note "no H100s free until July"
+    """
+    with api() as client:
+        decided = client.request("POST", f"/api/v1/quota-requests/{request_id}/reject",
+                                 json={"note": note})
+    emit(decided, output, (*REQUEST_COLUMNS, "decided_by"))
+
+
+# ----- clusters
+
+CLUSTER_COLUMNS = ("name", "phase", "placement", "gpu_class", "gpus", "cpu_millicores",
+                   "memory_mib", "kubernetes_version")
+
+
+def clusters_path(client: Client, tenant: str | None) -> str:
+    return f"/api/v1/tenants/{tenant_of(client, tenant)}/clusters"
+
+
+@clusters_app.command("list")
+def clusters_list(tenant: TenantOpt = None, output: Output = Format.table,
+                  limit: Limit = None) -> None:
+    """List the tenant's clusters.
+
+    Example: portalctl clusters list -o json | jq -r '.[] | select(.ready) | .name'
+    """
+    with api() as client:
+        emit(list(client.items(clusters_path(client, tenant), limit)), output, CLUSTER_COLUMNS)
+
+
+@clusters_app.command("show")
+def clusters_show(name: str, tenant: TenantOpt = None, output: Output = Format.table) -> None:
+    """Show a cluster with its conditions.
+
+    Example: portalctl clusters show train
+    """
+    with api() as client:
+        cluster = client.get(f"{clusters_path(client, tenant)}/{name}")
+    emit(cluster, output, (*CLUSTER_COLUMNS, "endpoint", "generation", "observed_generation"))
+    if output is Format.table:
+        typer.echo("")
+        emit(cluster["conditions"], output, ("type", "status", "reason", "message"))
+
+
+@clusters_app.command("create")
+def clusters_create(
+    name: str,
+    gpu_class_id: Annotated[int | None, typer.Option("--gpu-class", help="GPU class id")
+                            ] = None,
+    gpus: Annotated[int, typer.Option(help="whole GPUs from the tenant's quota")] = 0,
+    cpu_millicores: Annotated[int, typer.Option(help="CPU, in millicores")] = 4000,
+    memory_mib: Annotated[int, typer.Option(help="memory, in MiB")] = 16384,
+    placement: Annotated[str, typer.Option(help="shared-pool or dedicated-nodes")
+                         ] = "shared-pool",
+    kubernetes_version: Annotated[str | None, typer.Option(help="default: the portal's first")
+                                  ] = None,
+    wait: Annotated[bool, typer.Option(help="follow the conditions until Ready or Failed")
+                    ] = False,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits before giving up")
+                       ] = 900.0,
+    poll: Annotated[float, typer.Option(help="seconds between checks with --wait", hidden=True)
+                    ] = 2.0,
+    idempotency_key: Annotated[str | None, typer.Option(
+        help="reuse a key to retry a create safely (default: a fresh uuid4)")] = None,
+    tenant: TenantOpt = None, output: Output = Format.table,
+) -> None:
+    """Create a virtual cluster; with --wait, exit 0 when Ready, 1 when Failed or timed out.
+
+    Example: portalctl clusters create train --gpu-class 1 --gpus 4 --wait
+    """
+    body: dict[str, Any] = {"name": name, "placement": placement, "gpus": gpus,
+                            "cpu_millicores": cpu_millicores, "memory_mib": memory_mib}
+    if gpu_class_id is not None:
+        body["gpu_class_id"] = gpu_class_id
+    if kubernetes_version:
+        body["kubernetes_version"] = kubernetes_version
+    with api() as client:
+        path = clusters_path(client, tenant)
+        created = client.request("POST", path, json=body, create=True,
+                                 idempotency_key=idempotency_key)
+        if not wait:
+            emit(created, output, CLUSTER_COLUMNS)
+            return
+        final = wait_for(lambda: client.get(f"{path}/{name}"), timeout, poll)
+    emit(final, output, CLUSTER_COLUMNS)
+    if final["phase"] != "Ready":
+        raise typer.Exit(1)
+
+
+def wait_for(fetch: Callable[[], dict[str, Any]], timeout: float,
+             poll: float) -> dict[str, Any]:
+    """Polls until Ready or Failed, printing each condition change on stderr."""
+    deadline = time.monotonic() + timeout
+    seen: dict[str, tuple[str, str]] = {}
+    while True:
+        cluster = fetch()
+        for condition in cluster["conditions"]:
+            now = (condition["status"], condition["reason"])
+            if seen.get(condition["type"]) != now:
+                seen[condition["type"]] = now
+                typer.echo(f"  {condition['type']}={condition['status']} "
+                           f"{condition['reason']}: {condition['message']}", err=True)
+        if cluster["phase"] == "Failed":
+            typer.echo(f"error: cluster {cluster['name']} failed", err=True)
+            return cluster
+        if cluster["phase"] == "Ready":
+            return cluster
+        if time.monotonic() >= deadline:
+            typer.echo(f"error: cluster {cluster['name']} not Ready after {timeout:g}s "
+                       f"(phase {cluster['phase']})", err=True)
+            return cluster
+        time.sleep(poll)
+
+
+@clusters_app.command("resize")
+def clusters_resize(
+    name: str,
+    gpus: Annotated[int | None, typer.Option(help="whole GPUs")] = None,
+    cpu_millicores: Annotated[int | None, typer.Option(help="CPU, in millicores")] = None,
+    memory_mib: Annotated[int | None, typer.Option(help="memory, in MiB")] = None,
+    tenant: TenantOpt = None, output: Output = Format.table,
+) -> None:
+    """Change a cluster's sizes; those left out keep their value.
+
+    Example: portalctl clusters resize train --gpus 8
+    """
+    body = {k: v for k, v in {"gpus": gpus, "cpu_millicores": cpu_millicores,
+                              "memory_mib": memory_mib}.items() if v is not None}
+    if not body:
+        fail("give at least one of --gpus, --cpu-millicores, --memory-mib", USAGE)
+    with api() as client:
+        resized = client.request("PATCH", f"{clusters_path(client, tenant)}/{name}", json=body)
+    emit(resized, output, CLUSTER_COLUMNS)
+
+
+@clusters_app.command("delete")
+def clusters_delete(
+    name: str,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")
+                   ] = False,
+    tenant: TenantOpt = None,
+) -> None:
+    """Delete a cluster (its kubeconfigs are revoked first, by the portal's worker).
+
+    Example: portalctl clusters delete train --yes
+    """
+    if not yes and not typer.confirm(f"Delete cluster {name}?"):
+        raise typer.Exit(1)
+    with api() as client:
+        client.request("DELETE", f"{clusters_path(client, tenant)}/{name}")
+    typer.echo(f"Cluster {name} is being deleted.")
+
+
+def run() -> None:
+    app()
