@@ -71,6 +71,24 @@ def test_a_revoked_token_stops_working(client: TestClient, db: Session) -> None:
     assert "api_token.revoke" in actions
 
 
+def test_a_token_revokes_itself_even_read_only_and_only_itself(
+    client: TestClient, db: Session
+) -> None:
+    user = factories.user(db)
+    other = bearer(db, user)
+    created = _create(client, bearer(db, user))  # a read-only token
+    auth = {"Authorization": f"Bearer {created['token']}"}
+    assert client.delete("/api/v1/tokens/current", headers=auth).status_code == 204
+    assert client.get("/api/v1/me", headers=auth).status_code == 401
+    assert client.get("/api/v1/me", headers=other).status_code == 200
+    event = db.scalars(select(AuditEvent).where(AuditEvent.action == "api_token.revoke")).one()
+    assert event.target_id == str(created["id"])
+
+
+def test_without_a_token_there_is_no_current_token_to_revoke(client: TestClient) -> None:
+    assert client.delete("/api/v1/tokens/current").status_code == 401
+
+
 def test_an_expired_token_stops_working(client: TestClient, db: Session,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     user = factories.user(db)

@@ -1,0 +1,75 @@
+"""portalctl against the real app served by uvicorn on loopback, on a committed PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from app.config import Settings
+from app.db import Database
+from app.portalctl.main import app
+from tests import factories
+from tests.browser.conftest import serving
+from tests.support.principals import bearer
+from tests.support.tenancy import build_tenancy
+
+ACME_H100_QUOTA = 16
+
+
+@dataclass
+class Portal:
+    url: str
+    database: Database
+    h100_id: int
+    tokens: dict[str, str]  # who -> API token secret
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def portal(settings: Settings, own_pg_database: Database) -> Iterator[Portal]:
+    with own_pg_database.transaction() as db:
+        tenancy = build_tenancy(db)
+        factories.quota(db, tenancy.acme, tenancy.h100, ACME_H100_QUOTA)
+        users = {"acme-admin": tenancy.acme_admin, "globex-admin": tenancy.globex_admin,
+                 "platform-admin": tenancy.platform_admin}
+        tokens = {who: bearer(db, user)["Authorization"][7:] for who, user in users.items()}
+        tokens["acme-viewer"] = bearer(db, tenancy.acme_viewer, "read")["Authorization"][7:]
+        h100_id = tenancy.h100.id
+    database_settings = settings.model_copy(update={"database_url": own_pg_database.url})
+    with serving(database_settings, own_pg_database) as url:
+        yield Portal(url=url, database=own_pg_database, h100_id=h100_id, tokens=tokens)
+
+
+@pytest.fixture
+def portalctl(tmp_path: Path) -> PortalCtl:
+    return PortalCtl(tmp_path / "home")
+
+
+class PortalCtl:
+    """Runs portalctl in-process with HOME and XDG_CONFIG_HOME in a temporary folder."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env: dict[str, str | None] = {
+            "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+            "PORTALCTL_PROFILE": None, "PORTALCTL_TENANT": None}
+
+    def __call__(self, *args: str, stdin: str | None = None) -> Result:
+        result = CliRunner().invoke(app, list(args), input=stdin, env=self.env)
+        if result.exception and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return Result(result.exit_code, result.stdout, result.stderr)
+
+    def login(self, portal: Portal, who: str, *more: str) -> Result:
+        return self("login", "--url", portal.url, "--token-stdin", *more,
+                    stdin=portal.tokens[who] + "\n")

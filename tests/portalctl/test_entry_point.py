@@ -1,0 +1,52 @@
+"""The installed `portalctl` script, as a shell script would run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from app.portalctl.main import app
+from tests.portalctl.conftest import Portal
+
+PORTALCTL = Path(sys.executable).parent / "portalctl"
+
+
+def test_the_installed_script_signs_in_and_lists_clusters_as_json(
+    portal: Portal, tmp_path: Path
+) -> None:
+    assert PORTALCTL.exists(), "`pip install -e .` installs the portalctl script"
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path),
+           "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    login = subprocess.run([str(PORTALCTL), "login", "--url", portal.url, "--token-stdin"],
+                           input=portal.tokens["acme-admin"], env=env, capture_output=True,
+                           text=True, check=False)
+    assert login.returncode == 0, login.stderr
+    listed = subprocess.run([str(PORTALCTL), "clusters", "list", "-o", "json"], env=env,
+                            capture_output=True, text=True, check=False)
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == []
+    missing = subprocess.run([str(PORTALCTL), "clusters", "show", "nope"], env=env,
+                             capture_output=True, text=True, check=False)
+    assert missing.returncode == 3
+    assert missing.stderr.startswith("error: ") and "Traceback" not in missing.stderr
+
+
+def test_every_command_has_an_example_in_its_help() -> None:
+    def leaves(command: object, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+        children = getattr(command, "commands", None)
+        if not children:
+            return [path]
+        return [leaf for name, child in children.items() for leaf in leaves(child, (*path, name))]
+
+    commands = leaves(get_command(app), ())
+    assert len(commands) == 16
+    for path in commands:
+        result = CliRunner().invoke(app, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.stderr)
+        assert "Example:" in result.stdout, path
