@@ -50,6 +50,16 @@ class Client:
     def request(self, method: str, path: str, *, json: Any = None,
                 params: dict[str, Any] | None = None, create: bool = False,
                 idempotency_key: str | None = None) -> Any:
+        response = self.send(method, path, json=json, params=params, create=create,
+                             idempotency_key=idempotency_key)
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    def send(self, method: str, path: str, *, json: Any = None,
+             params: dict[str, Any] | None = None, create: bool = False,
+             idempotency_key: str | None = None) -> httpx.Response:
+        """The response of a call that succeeded; an ApiError otherwise."""
         headers = {}
         if create:
             headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
@@ -61,9 +71,7 @@ class Client:
         if response.status_code >= 400:
             raise ApiError(problem_message(response),
                            EXIT_FOR_STATUS.get(response.status_code, ERROR))
-        if response.status_code == 204 or not response.content:
-            return None
-        return response.json()
+        return response
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})

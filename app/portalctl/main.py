@@ -7,10 +7,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 
+from app.portalctl import kubeconfig as kubeconfigs
 from app.portalctl import profiles
 from app.portalctl.client import FORBIDDEN, USAGE, ApiError, Client
 from app.portalctl.output import Format, emit
@@ -411,6 +413,54 @@ def clusters_delete(
     with api() as client:
         client.request("DELETE", f"{clusters_path(client, tenant)}/{name}")
     typer.echo(f"Cluster {name} is being deleted.")
+
+
+# ----- kubeconfigs
+
+
+@app.command("kubeconfig")
+def kubeconfig(
+    cluster: str,
+    role: Annotated[str, typer.Option(help="view, edit (members) or admin (tenant admins)")
+                    ] = "view",
+    ttl: Annotated[str | None, typer.Option(
+        help="credential lifetime, e.g. 1h or 90m (default: the portal's)")] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", help="write to this file (0600)")
+                    ] = None,
+    merge: Annotated[bool, typer.Option(
+        "--merge", help="add to $KUBECONFIG or ~/.kube/config, other entries untouched")
+    ] = False,
+    use: Annotated[bool, typer.Option("--use", help="with --merge: switch to the context")
+                   ] = False,
+    tenant: TenantOpt = None,
+) -> None:
+    """Issue a kubeconfig for a Ready cluster: print it, write it, or merge it.
+
+    Example: portalctl kubeconfig train --role edit --ttl 8h --merge --use
+    """
+    if file is not None and merge:
+        fail("choose one of --file and --merge", USAGE)
+    if use and not merge:
+        fail("--use goes with --merge", USAGE)
+    body: dict[str, Any] = {"role": role}
+    if ttl is not None:
+        try:
+            body["lifetime_seconds"] = kubeconfigs.ttl_seconds(ttl)
+        except ValueError as error:
+            fail(str(error), USAGE)
+    with api() as client:
+        issued = client.send(
+            "POST", f"{clusters_path(client, tenant)}/{cluster}/kubeconfigs", json=body).text
+    if merge:
+        target = kubeconfigs.default_path()
+        context = kubeconfigs.merge_into(target, issued, use=use)
+        switched = " and switched to it" if use else ""
+        typer.echo(f"Context {context} merged into {target}{switched}.", err=True)
+    elif file is not None:
+        kubeconfigs.write_private(file, issued)
+        typer.echo(f"Kubeconfig written to {file}.", err=True)
+    else:
+        typer.echo(issued, nl=False)
 
 
 def run() -> None:

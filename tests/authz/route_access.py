@@ -58,6 +58,7 @@ ROUTES: list[Route] = [
     Route("GET", "/api/v1/tokens", Access.SIGNED_IN),
     Route("POST", "/api/v1/tokens", Access.SIGNED_IN,
           body=lambda w: {"name": "ci", "scopes": ["read"], "expires_in_days": 7}),
+    Route("DELETE", "/api/v1/tokens/current", Access.SIGNED_IN),  # revokes the caller's own
     Route("DELETE", "/api/v1/tokens/{token_id}", Access.SIGNED_IN,
           params=lambda w: {"token_id": w.spare_token_ids.get(w.current, 0)}),
     Route("GET", "/tokens", Access.SIGNED_IN),

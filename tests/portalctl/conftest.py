@@ -14,8 +14,10 @@ from app.db import Database
 from app.portalctl.main import app
 from tests import factories
 from tests.browser.conftest import serving
+from tests.support.kube import InMemoryConnector
 from tests.support.principals import bearer
 from tests.support.tenancy import build_tenancy
+from tests.support.virtual_clusters import ready_cluster
 
 ACME_H100_QUOTA = 16
 
@@ -37,17 +39,30 @@ class Result:
 
 @pytest.fixture
 def portal(settings: Settings, own_pg_database: Database) -> Iterator[Portal]:
-    with own_pg_database.transaction() as db:
+    yield from _serve(settings, own_pg_database)
+
+
+@pytest.fixture
+def portal_with_ready_cluster(settings: Settings, own_pg_database: Database) -> Iterator[Portal]:
+    """acme has a Ready cluster ``train``; its virtual API is the in-memory fake."""
+    yield from _serve(settings, own_pg_database, ready_cluster_name="train")
+
+
+def _serve(settings: Settings, database: Database, *,
+           ready_cluster_name: str | None = None) -> Iterator[Portal]:
+    with database.transaction() as db:
         tenancy = build_tenancy(db)
         factories.quota(db, tenancy.acme, tenancy.h100, ACME_H100_QUOTA)
+        if ready_cluster_name:
+            ready_cluster(db, tenancy.acme, name=ready_cluster_name)
         users = {"acme-admin": tenancy.acme_admin, "globex-admin": tenancy.globex_admin,
                  "platform-admin": tenancy.platform_admin}
         tokens = {who: bearer(db, user)["Authorization"][7:] for who, user in users.items()}
         tokens["acme-viewer"] = bearer(db, tenancy.acme_viewer, "read")["Authorization"][7:]
         h100_id = tenancy.h100.id
-    database_settings = settings.model_copy(update={"database_url": own_pg_database.url})
-    with serving(database_settings, own_pg_database) as url:
-        yield Portal(url=url, database=own_pg_database, h100_id=h100_id, tokens=tokens)
+    database_settings = settings.model_copy(update={"database_url": database.url})
+    with serving(database_settings, database, InMemoryConnector()) as url:
+        yield Portal(url=url, database=database, h100_id=h100_id, tokens=tokens)
 
 
 @pytest.fixture
