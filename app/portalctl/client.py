@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,8 @@ import httpx
 # Exit codes, as documented in `portalctl --help`.
 OK, ERROR, USAGE, NOT_FOUND, FORBIDDEN = 0, 1, 2, 3, 4
 EXIT_FOR_STATUS = {401: FORBIDDEN, 403: FORBIDDEN, 404: NOT_FOUND}
+ATTEMPTS = 3
+RETRY_PAUSE = 0.5
 
 
 class ApiError(Exception):
@@ -39,8 +42,9 @@ def problem_message(response: httpx.Response) -> str:
 
 
 class Client:
-    def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
-        self.http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout,
+    def __init__(self, url: str, token: str, *, timeout: float = 30.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, transport=transport,
                                  headers={"Authorization": f"Bearer {token}",
                                           "Accept": "application/json"})
 
@@ -54,7 +58,11 @@ class Client:
                              idempotency_key=idempotency_key)
         if response.status_code == 204 or not response.content:
             return None
-        return response.json()
+        try:
+            return response.json()
+        except ValueError as error:
+            raise ApiError(f"{response.url} did not answer with JSON: is this the portal's "
+                           "URL?") from error
 
     def send(self, method: str, path: str, *, json: Any = None,
              params: dict[str, Any] | None = None, create: bool = False,
@@ -63,11 +71,19 @@ class Client:
         headers = {}
         if create:
             headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
-        try:
-            response = self.http.request(method, path, json=json, params=params,
-                                         headers=headers)
-        except httpx.HTTPError as error:
-            raise ApiError(f"cannot reach the portal: {error}") from error
+        # A create is retried with the same key, so a lost answer never makes two of a thing.
+        retriable = method == "GET" or create
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                response = self.http.request(method, path, json=json, params=params,
+                                             headers=headers)
+                break
+            except httpx.TransportError as error:
+                if not retriable or attempt == ATTEMPTS:
+                    raise ApiError(f"cannot reach the portal: {error}") from error
+                time.sleep(RETRY_PAUSE * attempt)
+            except (httpx.HTTPError, httpx.InvalidURL) as error:
+                raise ApiError(f"cannot reach the portal: {error}") from error
         if response.status_code >= 400:
             raise ApiError(problem_message(response),
                            EXIT_FOR_STATUS.get(response.status_code, ERROR))
