@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -49,6 +50,9 @@ def main(profile: Annotated[str | None, typer.Option(
         envvar="PORTALCTL_PROFILE", help="the profile to use (default: 'default')")] = None,
          ) -> None:
     state.profile = profile
+    # httpx notes every request at INFO; a user sees only the outcome (and the problem detail).
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def fail(message: str, code: int) -> NoReturn:
