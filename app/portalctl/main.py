@@ -140,6 +140,9 @@ def whoami(output: Output = Format.table) -> None:
     """
     with api() as client:
         me = client.get("/api/v1/me")
+    if output is Format.table:
+        tenants = ", ".join(f"{m['tenant']} ({m['role']})" for m in me["memberships"])
+        me = {**me, "memberships": tenants or "-"}
     emit(me, output, ("email", "name", "platform_admin", "memberships"))
 
 

@@ -38,6 +38,7 @@ def test_profiles_are_chosen_by_flag_or_environment(portal: Portal, portalctl: P
     assert _json(portalctl("whoami", "-o", "json"))["email"] == "acme-admin@example.com"
     assert _json(portalctl("--profile", "globex", "whoami", "-o", "json"))["email"] == (
         "globex-admin@example.com")
+    assert "globex (admin)" in portalctl("--profile", "globex", "whoami").stdout
     portalctl.env["PORTALCTL_PROFILE"] = "globex"
     assert _json(portalctl("whoami", "-o", "json"))["email"] == "globex-admin@example.com"
     portalctl.env["PORTALCTL_PROFILE"] = "nobody"
