@@ -66,7 +66,6 @@ class Settings(BaseSettings):
     oidc_scopes: str = Field(
         default="openid email profile", description="scopes asked for at sign-in")
 
-    # Threads for sync endpoints, and as many database connections (+ a few for the rest).
     web_threads: int = Field(
         default=8, ge=1, le=200,
         description="worker threads for `portal serve`'s endpoints, with as many database "
@@ -77,7 +76,6 @@ class Settings(BaseSettings):
         default=256, ge=1,
         description="requests in flight past which `portal serve` answers 503 with "
                     "`Retry-After` (probes are never turned away)")
-    # How long another replica may still honour a revoked token or a removed membership; 0: off.
     auth_cache_seconds: float = Field(
         default=5.0, ge=0, le=60,
         description="how long a replica keeps who a token or signed-in user is (their roles "
@@ -141,12 +139,10 @@ class Settings(BaseSettings):
     webhook_service_name: str = Field(
         default="gpu-tenant-portal-webhook",
         description="the Service (port 443) through which the API server calls `portal webhook`")
-    # Set for a webhook outside the cluster; the API server then calls this https URL.
     webhook_url: str | None = Field(
         default=None, pattern=r"^https://",
         description="an `https://` URL for a webhook outside the cluster; used instead of the "
                     "Service")
-    # Names in the serving certificate; empty: the URL's host, else the Service's DNS names.
     webhook_hosts: list[str] = Field(
         default=[],
         description="JSON list of the names and IPs in the serving certificate; empty: the "

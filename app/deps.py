@@ -71,11 +71,20 @@ def _rollback_and_close(session: Session) -> None:
 DbSession = Annotated[Session, Depends(get_db, scope="function")]
 
 
-def _principal_key(request: Request) -> tuple[Hashable, ...] | None:
+def _bearer_secret(request: Request) -> str | None:
     authorization = request.headers.get("authorization", "")
-    if authorization.lower().startswith("bearer "):
-        return ("token", hash_token(authorization[7:].strip()))
-    user_id = request.session.get("uid") if "session" in request.scope else None
+    return authorization[7:].strip() if authorization.lower().startswith("bearer ") else None
+
+
+def _session_user_id(request: Request) -> int | None:
+    return request.session.get("uid") if "session" in request.scope else None
+
+
+def _principal_key(request: Request) -> tuple[Hashable, ...] | None:
+    secret = _bearer_secret(request)
+    if secret is not None:
+        return ("token", hash_token(secret))
+    user_id = _session_user_id(request)
     return None if user_id is None else ("session", user_id)
 
 
@@ -90,9 +99,9 @@ def _resolve_principal(request: Request) -> tuple[Principal | None, datetime | N
 
 def _principal_for(db: Session, request: Request) -> tuple[Principal | None, datetime | None]:
     """The caller, and until when that answer holds at most (a token's expiry)."""
-    authorization = request.headers.get("authorization", "")
-    if authorization.lower().startswith("bearer "):
-        token = active_token(db, authorization[7:].strip())
+    secret = _bearer_secret(request)
+    if secret is not None:
+        token = active_token(db, secret)
         if token is None:
             raise Unauthenticated("the API token is unknown, expired or revoked")
         user = db.get(User, token.user_id)
@@ -101,7 +110,7 @@ def _principal_for(db: Session, request: Request) -> tuple[Principal | None, dat
         principal = Principal(user=_detached_copy(user), via="token",
                               scopes=frozenset(token.scopes), roles=_roles(db, user.id))
         return principal, token.expires_at
-    user_id = request.session.get("uid") if "session" in request.scope else None
+    user_id = _session_user_id(request)
     if user_id is None:
         return None, None
     user = db.get(User, user_id)

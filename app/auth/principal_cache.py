@@ -73,9 +73,6 @@ class PrincipalCache:
         with self._lock:
             self._entries.clear()
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
 
 _caches: weakref.WeakSet[PrincipalCache] = weakref.WeakSet()
 _watched: tuple[type[Any], ...] = ()
