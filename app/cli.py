@@ -26,6 +26,7 @@ from app.errors import ProblemError
 from app.keys import service as keys_service
 from app.logs import configure_logging
 from app.reconcilers.registry import build_worker
+from app.wiring import connect_hooks
 
 cli = typer.Typer(help="GPU Tenant Portal", no_args_is_help=True, add_completion=False)
 db_cli = typer.Typer(help="Database migrations", no_args_is_help=True)
@@ -260,6 +261,7 @@ def dev_idp(
 
 
 def main() -> None:
+    connect_hooks()
     cli()
 if __name__ == "__main__":
     main()

@@ -20,8 +20,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from app.audit import api as audit_api
 from app.audit import service as audit
 from app.audit import web as audit_web
-from app.auth import api as auth_api
-from app.auth import group_mappings, token_api, token_web
+from app.auth import token_api, token_web
 from app.auth import web as auth_web
 from app.auth.oidc import make_oauth
 from app.auth.principal_cache import PrincipalCache
@@ -56,13 +55,15 @@ from app.nodes import web as nodes_web
 from app.quotas import api as quotas_api
 from app.quotas import web as quotas_web
 from app.tenants import api as tenants_api
+from app.tenants import group_mappings, me_api
 from app.tenants import web as tenants_web
 from app.web import home
 from app.web.templating import STATIC_DIR, render
+from app.wiring import connect_hooks
 
 log = logging.getLogger(__name__)
 
-API_ROUTERS = [auth_api.router, token_api.router, group_mappings.router, audit_api.router,
+API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api.router,
                tenants_api.router, quotas_api.router, gpu_classes_api.router,
                kubeconfigs_api.router,
                nodes_api.router,
@@ -85,6 +86,7 @@ def create_app(
 ) -> FastAPI:
     settings = settings or get_settings()
     database = database or Database(settings.database_url, **_pool_for(settings))
+    connect_hooks()
     app = FastAPI(
         lifespan=_worker_threads(settings.web_threads),
         # Not wired to a collector: FastAPI's own OpenTelemetry hooks would only cost time.

@@ -19,9 +19,13 @@ from app.db import Database
 from app.devmode import demo_users, local_oidc_provider
 from app.kube.adapter import KubernetesAdapter
 from app.main import create_app
+from app.wiring import connect_hooks
 from tests.support import postgres
 from tests.support.kube_server import MISSING, ApiServer, install_crds, kube_assets
 from tests.support.paths import KAI_QUEUE_CRD
+
+# Many tests call services directly; the web app, worker and CLI connect these at start.
+connect_hooks()
 
 warnings.filterwarnings("ignore", module="authlib")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="starlette")

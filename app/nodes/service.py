@@ -18,14 +18,13 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.authz import ensure_platform_admin, tenant_for
+from app.authz import ensure_platform_admin, ensure_platform_writer, tenant_for
 from app.concurrency import insert_or_conflict, lock_row
 from app.db import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.nodes import tenant_taint
 from app.nodes import capacity_cache, gpu_class_repository, gpu_classes, placement, repository
-from app.nodes.gpu_classes import ensure_platform_writer
 from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
 from app.nodes.placement import FreeNode
 from app.nodes.repository import NodeFilters

@@ -116,18 +116,3 @@ def tenant_quota_for_update(db: Session, tenant_id: int, gpu_class_id: int) -> T
         TenantQuota.tenant_id == tenant_id, TenantQuota.gpu_class_id == gpu_class_id
     ).with_for_update()
     return db.scalar(query.execution_options(populate_existing=True))
-
-
-def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int) -> int:
-    query = select(func.coalesce(func.sum(VirtualCluster.gpus), 0)).where(
-        VirtualCluster.tenant_id == tenant_id, VirtualCluster.gpu_class_id == gpu_class_id
-    )
-    return int(db.scalar(query) or 0)
-
-
-def clusters_with_gpus(db: Session, tenant_id: int, gpu_class_id: int) -> list[VirtualCluster]:
-    query = select(VirtualCluster).where(
-        VirtualCluster.tenant_id == tenant_id, VirtualCluster.gpu_class_id == gpu_class_id,
-        VirtualCluster.gpus > 0,
-    ).order_by(VirtualCluster.id)
-    return list(db.scalars(query))

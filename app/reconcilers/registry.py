@@ -11,6 +11,7 @@ from app.nodes.reconciler import NodeReconciler
 from app.quotas.reconciler import QuotaExpiryReconciler
 from app.reconcilers.worker import Reconciler, Worker
 from app.webhook.reconciler import WebhookReconciler
+from app.wiring import connect_hooks
 
 
 def build_reconcilers(
@@ -18,6 +19,7 @@ def build_reconcilers(
 ) -> list[Reconciler]:
     # Each kind's reconciler registers here (nodes, clusters, kubeconfigs, quota expiry, and
     # the shared-pool admission webhook's certificate and configuration).
+    connect_hooks()
     return [QuotaExpiryReconciler(database),
             KubeconfigReconciler.from_settings(settings, database, kube),
             NodeReconciler(settings, database, kube),
