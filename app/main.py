@@ -45,8 +45,8 @@ from app.kubeconfigs import api as kubeconfigs_api
 from app.kubeconfigs import web as kubeconfigs_web
 from app.middleware import (
     RETRY_AFTER_SECONDS,
+    ControlCharacterGuardMiddleware,
     LoadSheddingMiddleware,
-    NulByteGuardMiddleware,
     RequestIdMiddleware,
     SecurityHeadersMiddleware,
 )
@@ -108,7 +108,7 @@ def create_app(
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(LoadSheddingMiddleware, limit=settings.web_max_in_flight,
                        exempt=("/healthz", "/readyz", "/static/"))
-    app.add_middleware(NulByteGuardMiddleware)
+    app.add_middleware(ControlCharacterGuardMiddleware)
     app.add_middleware(RequestIdMiddleware)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in all_routers():
