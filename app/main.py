@@ -10,7 +10,7 @@ from http import HTTPStatus
 from urllib.parse import quote
 
 from anyio import to_thread
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -23,6 +23,7 @@ from app.audit import web as audit_web
 from app.auth import api as auth_api
 from app.auth import group_mappings, token_api, token_web
 from app.auth import web as auth_web
+from app.auth.csrf import verify_api_csrf
 from app.auth.oidc import make_oauth
 from app.auth.principal_cache import PrincipalCache
 from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
@@ -74,6 +75,10 @@ WEB_ROUTERS = [home.router, auth_web.router, token_web.router, audit_web.router,
                clusters_web.router]
 
 
+# Every API route: a cookie-authenticated state change must come with the CSRF header.
+API_GUARDS = [Depends(verify_api_csrf)]
+
+
 def all_routers() -> list[APIRouter]:
     return [health_router, *API_ROUTERS, *WEB_ROUTERS]
 
@@ -112,7 +117,7 @@ def create_app(
     app.add_middleware(RequestIdMiddleware)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in all_routers():
-        app.include_router(router)
+        app.include_router(router, dependencies=API_GUARDS if router in API_ROUTERS else None)
     _add_error_handlers(app)
     return app
 
