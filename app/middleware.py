@@ -121,7 +121,9 @@ class ControlCharacterGuardMiddleware:
             await self.app(scope, receive, send)
             return
         error = _url_problem(scope)
-        check = _BODY_CHECKS.get(_media_type(scope)) if error is None else None
+        check = None
+        if error is None and scope["method"] not in _BODILESS:
+            check = _BODY_CHECKS.get(_media_type(scope))
         if check is not None:
             body, receive = await _buffered(receive)
             error = await check(scope, body)
@@ -154,8 +156,11 @@ def _url_problem(scope: Scope) -> ValidationFailed | None:
     return None
 
 
+_BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
 def _media_type(scope: Scope) -> bytes:
-    content_type: bytes = dict(scope["headers"]).get(b"content-type", b"")
+    content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
     media_type = content_type.split(b";")[0].strip().lower()
     return b"application/json" if media_type.endswith(b"+json") else media_type
 

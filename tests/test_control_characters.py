@@ -221,17 +221,21 @@ def test_a_nul_in_a_json_field_is_a_422_naming_the_field(
         assert field in [error["field"] for error in response.json()["errors"]]
 
 
-def test_an_unknown_token_with_odd_text_in_the_path_is_refused_and_audited(
+def test_an_unknown_token_with_odd_text_in_it_or_the_path_is_refused_and_audited(
     client: TestClient, world: World, db: Session
 ) -> None:
     headers = {"Authorization": f"Bearer {UNKNOWN_TOKEN}"}
     nul = client.get("/api/v1/tenants/a%00b", headers=headers)
     odd = client.get("/api/v1/tenants/a%ED%A0%80b", headers=headers)
+    odd_token = client.get("/api/v1/tenants/acme", headers={
+        "Authorization": b"Bearer gtp_\x00\x01\xff"})
     assert nul.status_code == 422
     assert odd.status_code == 401
+    assert odd_token.status_code == 401
     denials = db.scalars(select(AuditEvent.target_id).where(
         AuditEvent.action == "authz.denied")).all()
     assert "GET /api/v1/tenants/a\ufffd\ufffd\ufffdb" in denials
+    assert "GET /api/v1/tenants/acme" in denials
 
 
 def test_unstorable_text_is_found_however_the_body_spells_it(
