@@ -46,8 +46,9 @@ class Settings(BaseSettings):
                     "re-encrypts them with `PORTAL_ENCRYPTION_KEY`")
     base_url: str | None = Field(
         default=None,
-        description="the portal's public URL; not read today (redirects are built from the "
-                    "request, behind a proxy from its forwarded headers)")
+        description="the portal's public URL: a browser's `Origin` naming it counts as the "
+                    "portal's own, for a proxy that renames the Host (redirects are built from "
+                    "the request, behind a proxy from its forwarded headers)")
 
     oidc_issuer: str | None = Field(
         default=None,

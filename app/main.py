@@ -10,7 +10,7 @@ from http import HTTPStatus
 from urllib.parse import quote
 
 from anyio import to_thread
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -22,6 +22,7 @@ from app.audit import service as audit
 from app.audit import web as audit_web
 from app.auth import token_api, token_web
 from app.auth import web as auth_web
+from app.auth.csrf import verify_api_csrf
 from app.auth.oidc import make_oauth
 from app.auth.principal_cache import PrincipalCache
 from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
@@ -44,8 +45,8 @@ from app.kubeconfigs import api as kubeconfigs_api
 from app.kubeconfigs import web as kubeconfigs_web
 from app.middleware import (
     RETRY_AFTER_SECONDS,
+    ControlCharacterGuardMiddleware,
     LoadSheddingMiddleware,
-    NulByteGuardMiddleware,
     RequestIdMiddleware,
     SecurityHeadersMiddleware,
 )
@@ -73,6 +74,10 @@ WEB_ROUTERS = [home.router, auth_web.router, token_web.router, audit_web.router,
                kubeconfigs_web.router,
                nodes_web.router,
                clusters_web.router]
+
+
+# Every API route: a cookie-authenticated state change must come with the CSRF header.
+API_GUARDS = [Depends(verify_api_csrf)]
 
 
 def all_routers() -> list[APIRouter]:
@@ -110,11 +115,11 @@ def create_app(
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(LoadSheddingMiddleware, limit=settings.web_max_in_flight,
                        exempt=("/healthz", "/readyz", "/static/"))
-    app.add_middleware(NulByteGuardMiddleware)
+    app.add_middleware(ControlCharacterGuardMiddleware)
     app.add_middleware(RequestIdMiddleware)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in all_routers():
-        app.include_router(router)
+        app.include_router(router, dependencies=API_GUARDS if router in API_ROUTERS else None)
     _add_error_handlers(app)
     return app
 
