@@ -64,6 +64,10 @@ WORKER_LABEL = "kubeconfig-reconciler"
 RBAC_API_VERSION = "rbac.authorization.k8s.io/v1"
 MAX_TRANSIENT_BACKOFF = timedelta(minutes=5)
 MAX_PERMANENT_BACKOFF = timedelta(hours=1)
+SIMULATED_NOTICE = (
+    "SIMULATED HOST: issued by `portal dev` on its in-memory demo fleet.",
+    "Its server (under simulated-host.invalid) does not exist: kubectl cannot connect.",
+)
 
 
 @dataclass(frozen=True)
@@ -190,9 +194,12 @@ def issue_kubeconfig(db: Session, principal: Principal, clusters: VirtualCluster
            after=_grant_facts(grant, cluster, principal.email))
     server, ca_data = manifests.admin_endpoint(admin_yaml)
     context = f"{tenant.slug}-{cluster.name}"
+    notice: tuple[str, ...] = ()
+    if settings.simulated_host:
+        context, notice = f"{context}-simulated", SIMULATED_NOTICE
     text = manifests.kubeconfig_yaml(KubeconfigSpec(
         context=context, server=cluster.endpoint or server, ca_data=ca_data,
-        user=f"{context}-{grant.role}", token=token))
+        user=f"{context}-{grant.role}", token=token, notice=notice))
     log.info("kubeconfig grant %d issued: %s %s for user %d until %s", grant.id, context,
              grant.role, grant.user_id, grant.expires_at.isoformat())
     return IssuedKubeconfig(grant=_grant_out(grant, cluster, principal.user),
