@@ -66,14 +66,6 @@ def test_dev_settings_on_the_simulated_host_name_an_unreachable_endpoint(
     assert real.cluster_endpoint_template == settings.cluster_endpoint_template
 
 
-def test_production_refuses_the_simulated_host() -> None:
-    with pytest.raises(ValueError, match="PORTAL_SIMULATED_HOST is for development only"):
-        Settings(env="production", secret_key="s" * 40,
-                 encryption_key="rYvA4c5Yx3o4a8mX1cQx8Yt0lFv1y7oQ6cZ2Y5fZ1aE=",
-                 oidc_issuer="https://idp.example", simulated_host=True,
-                 database_url="postgresql+psycopg://portal@db/portal")
-
-
 @dataclass
 class DevPortal:
     client: TestClient
