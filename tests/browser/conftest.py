@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from app import migrate
 from app.clusters.installer import Installer, SimulatedInstaller
@@ -159,7 +159,12 @@ def sign_in_typed(browser: Browser, base: str, email: str) -> Page:
 
 def signed_in_page(browser: Browser, base: str, email: str) -> Page:
     """A fresh browser profile that signs in through the local OIDC provider's page."""
-    page = browser.new_context().new_page()
+    return sign_in_on(browser.new_context(), base, email)
+
+
+def sign_in_on(context: BrowserContext, base: str, email: str) -> Page:
+    """Signs a demo user in on a new page of ``context``."""
+    page = context.new_page()
     page.goto(base + "/")
     page.get_by_role("link", name="Sign in with SSO").click()
     page.locator(f"button[value='{email}']").click()
