@@ -22,6 +22,7 @@ from app.config import Settings, configuration_reference, get_settings
 from app.crypto import SecretBox
 from app.db import Database, utcnow
 from app.devmode import (
+    check_clusters_on_the_new_host,
     demo_users,
     dev_settings,
     local_oidc_provider,
@@ -259,6 +260,8 @@ def dev(
         store = Database(url)
         with store.transaction() as db:
             seed_demo(db)
+            if simulation is not None:
+                check_clusters_on_the_new_host(db)
         loop = build_worker(settings, store, simulation, installer)
         worker_thread = threading.Thread(target=loop.run, name="worker", daemon=True)
         worker_thread.start()

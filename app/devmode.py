@@ -18,7 +18,9 @@ from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.auth import service as auth_service
+from app.clusters import repository as cluster_repository
 from app.config import Settings
+from app.db import utcnow
 from app.kube.connector import real_host_configured
 from app.kube.simulated import SIMULATED_ENDPOINT_TEMPLATE, SimulatedHost, demo_nodes
 from app.nodes.models import GpuClass, HostCluster
@@ -70,6 +72,12 @@ def simulated_host_for(settings: Settings, *, simulate: bool) -> SimulatedHost |
     if not simulate or real_host_configured(settings):
         return None
     return SimulatedHost(demo_nodes(), startup_seconds=settings.simulated_startup_seconds)
+
+
+def check_clusters_on_the_new_host(db: Session) -> None:
+    """A simulated host starts empty each run: every cluster is checked at once, so the worker
+    rebuilds what the database says exists (as it would repair a real host that lost it)."""
+    cluster_repository.make_all_due(db, utcnow())
 
 
 def dev_settings(base: Settings, *, database_url: str, issuer: str,

@@ -22,6 +22,7 @@ from app.devmode import (
     DEMO_ADMIN,
     DEMO_MEMBER,
     DEMO_TENANT_ADMIN,
+    check_clusters_on_the_new_host,
     dev_settings,
     seed_demo,
     simulated_host_for,
@@ -72,6 +73,8 @@ class DevPortal:
     worker: Worker
     simulation: SimulatedHost
     tokens: dict[str, str]
+    settings: Settings
+    database: Database
 
     def as_user(self, email: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[email]}"}
@@ -106,7 +109,7 @@ def dev_portal(tmp_path: Path, settings: Settings) -> Iterator[DevPortal]:
                 actor_label="test")
     worker = build_worker(dev, database, simulation, SimulatedInstaller(simulation))
     with TestClient(create_app(dev, database, simulation)) as client:
-        yield DevPortal(client, worker, simulation, tokens)
+        yield DevPortal(client, worker, simulation, tokens, dev, database)
     database.dispose()
 
 
@@ -130,18 +133,25 @@ def test_the_inventory_sync_finds_the_demo_fleet(dev_portal: DevPortal) -> None:
     assert 'data-testid="simulated-host-banner"' in fleet.text
 
 
-def test_quota_nodes_cluster_ready_kubeconfig_issued_and_revoked(dev_portal: DevPortal) -> None:
-    client, alice, admin = (dev_portal.client, dev_portal.as_user(DEMO_TENANT_ADMIN),
-                            dev_portal.as_user(DEMO_ADMIN))
-    dev_portal.converge(1)
+def approved_h100_quota(dev_portal: DevPortal) -> int:
+    """Alice asks for 8 H100s and the admin approves; the class id."""
+    client, alice = dev_portal.client, dev_portal.as_user(DEMO_TENANT_ADMIN)
     classes = client.get("/api/v1/gpu-classes", headers=alice).json()["items"]
-    h100 = next(c["id"] for c in classes if c["product"] == H100)
+    h100: int = next(c["id"] for c in classes if c["product"] == H100)
     asked = client.post("/api/v1/tenants/demo/quota-requests", headers=alice,
                         json={"gpu_class_id": h100, "gpus": 8, "reason": "first run"})
     assert asked.status_code == 201, asked.text
     approved = client.post(f"/api/v1/quota-requests/{asked.json()['id']}/approve",
-                           headers=admin, json={})
+                           headers=dev_portal.as_user(DEMO_ADMIN), json={})
     assert approved.status_code == 200, approved.text
+    return h100
+
+
+def test_quota_nodes_cluster_ready_kubeconfig_issued_and_revoked(dev_portal: DevPortal) -> None:
+    client, alice, admin = (dev_portal.client, dev_portal.as_user(DEMO_TENANT_ADMIN),
+                            dev_portal.as_user(DEMO_ADMIN))
+    dev_portal.converge(1)
+    h100 = approved_h100_quota(dev_portal)
     assigned = client.put("/api/v1/nodes/h100-r1-n1/assignment", headers=admin,
                           json={"tenant": "demo"})
     assert assigned.status_code == 200, assigned.text
@@ -189,3 +199,36 @@ def virtual_cluster(simulation: SimulatedHost, namespace: str, release: str) -> 
     port = simulation.virtual(base64.b64decode(secret["data"]["config"]).decode())
     assert isinstance(port, InMemoryKube)
     return port
+
+
+def test_a_restart_rebuilds_the_simulated_host_from_the_database(dev_portal: DevPortal) -> None:
+    """The simulation lives in memory; `portal dev` run again on the same file gets its
+    clusters and dedicated nodes back from what the database says."""
+    client, alice, admin = (dev_portal.client, dev_portal.as_user(DEMO_TENANT_ADMIN),
+                            dev_portal.as_user(DEMO_ADMIN))
+    dev_portal.converge(1)
+    approved_h100_quota(dev_portal)
+    assert client.put("/api/v1/nodes/h100-r1-n2/assignment", headers=admin,
+                      json={"tenant": "demo"}).status_code == 200
+    assert client.post("/api/v1/tenants/demo/clusters", headers=alice,
+                       json={"name": "train"}).status_code == 201
+    dev_portal.converge()
+
+    restarted = simulated_host_for(dev_portal.settings, simulate=True)
+    assert restarted is not None
+    with dev_portal.database.transaction() as db:
+        check_clusters_on_the_new_host(db)
+    worker = build_worker(dev_portal.settings, dev_portal.database, restarted,
+                          SimulatedInstaller(restarted))
+    for _ in range(6):
+        worker.run_once()
+
+    node = restarted.kube.get("v1", "Node", "h100-r1-n2")
+    assert node is not None and "demo" in node["metadata"]["labels"].values()
+    assert restarted.kube.get("v1", "Namespace", "t-demo--train") is not None
+    with TestClient(create_app(dev_portal.settings, dev_portal.database, restarted)) as again:
+        issued = again.post("/api/v1/tenants/demo/clusters/train/kubeconfigs", headers=alice,
+                            json={"role": "view"})
+    assert issued.status_code == 201, issued.text
+    token = yaml.safe_load(issued.text)["users"][0]["user"]["token"]
+    assert virtual_cluster(restarted, "t-demo--train", "train").token_valid(token)
