@@ -69,7 +69,7 @@ def test_production_needs_an_identity_provider() -> None:
 
 
 def test_production_refuses_the_simulated_host() -> None:
-    with pytest.raises(InsecureProductionConfig, match="PORTAL_SIMULATED_HOST"):
+    with pytest.raises(ValueError, match="PORTAL_SIMULATED_HOST is for development only"):
         _production(simulated_host="true")
 
 
