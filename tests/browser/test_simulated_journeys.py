@@ -55,9 +55,10 @@ def approve(page: Page, shots: Screenshots) -> None:
     shots(page, "admin-approved")
 
 
-def dedicate(page: Page, node: str, shots: Screenshots) -> None:
-    page.get_by_role("link", name="Fleet").click()
+def dedicate(page: Page, base: str, node: str, shots: Screenshots) -> None:
+    page.goto(f"{base}/admin/fleet?ready=false")  # the table's state is in the URL
     expect(page.get_by_role("row").filter(has_text="h100-r2-n4")).to_contain_text("not ready")
+    page.get_by_role("link", name="Fleet").click()
     expect(page.get_by_role("row").filter(has_text="gb200-c1-n1")).to_be_visible()
     shots(page, "admin-fleet")
     page.get_by_role("link", name=node, exact=True).click()
@@ -117,7 +118,7 @@ def test_newcomer_journey_from_quota_to_a_revoked_kubeconfig(
 
     admin = signed_in_page(browser, base, "admin@example.com")
     approve(admin, screenshots)
-    dedicate(admin, "h100-r1-n1", screenshots)
+    dedicate(admin, base, "h100-r1-n1", screenshots)
 
     alice.reload()
     expect(alice.get_by_role("row").filter(has_text=H100).first).to_contain_text("8")
