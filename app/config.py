@@ -170,6 +170,16 @@ class Settings(BaseSettings):
         description="clusters one worker reconciles at once (keep it below the database "
                     "pool, 15)")
 
+    simulated_host: bool = Field(
+        default=False,
+        description="development only: the host cluster is simulated in memory (a demo GPU "
+                    "fleet; nothing runs, kubeconfigs cannot connect); `portal dev` turns it on "
+                    "unless given `--no-simulate` or a real host; refused in production")
+    simulated_startup_seconds: float = Field(
+        default=8.0, ge=0, le=600,
+        description="how long a simulated virtual cluster takes to come up (with "
+                    "`PORTAL_SIMULATED_HOST`)")
+
     log_level: str = Field(
         default="INFO", description="log level; every line carries the request id")
 
@@ -216,6 +226,10 @@ class Settings(BaseSettings):
             )
         if not self.oidc_issuer:
             raise InsecureProductionConfig("PORTAL_OIDC_ISSUER must be set in production")
+        if self.simulated_host:
+            raise InsecureProductionConfig(
+                "PORTAL_SIMULATED_HOST is for development only; production needs a real host "
+                "cluster (PORTAL_KUBECONFIG or in-cluster config)")
         if self.is_sqlite:
             raise InsecureProductionConfig(
                 "PORTAL_DATABASE_URL is SQLite, which is for development only; "

@@ -92,6 +92,11 @@ def delete_cluster_row(db: Session, cluster_id: int) -> None:
 # ----- the reconcile lease
 
 
+def make_all_due(db: Session, now: datetime) -> None:
+    """Every cluster is checked at the worker's next pass (a host that was replaced)."""
+    db.execute(update(VirtualCluster).values(next_reconcile_at=now))
+
+
 def claim_due(db: Session, worker_id: str, now: datetime, lease_until: datetime,
               limit: int) -> list[int]:
     """Takes the lease on up to ``limit`` due clusters that no live lease holds.

@@ -24,8 +24,14 @@ def render(
         "principal": getattr(request.state, "principal", None),
         "csrf_token": request.session.get("csrf", "") if "session" in request.scope else "",
         "request_id": getattr(request.state, "request_id", ""),
+        "simulated_host": _simulated_host(request),
     }
     page.update(context or {})
     response = templates.TemplateResponse(request, template, page, status_code=status_code)
     response.headers["Vary"] = "HX-Request, Cookie"
     return response
+
+
+def _simulated_host(request: Request) -> bool:
+    settings = getattr(request.app.state, "settings", None)
+    return bool(getattr(settings, "simulated_host", False))
