@@ -14,8 +14,6 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
-    CompoundSelect,
-    Select,
     and_,
     case,
     cast,
@@ -51,12 +49,15 @@ class SecondsRow:
 
 
 def _periods_table(periods: Sequence[Period]) -> Any:
-    rows: list[Any] = [select(cast(literal(n), BigInteger).label("n"),
-                   cast(literal(p.start_s), BigInteger).label("start_s"),
-                   cast(literal(p.end_s), BigInteger).label("end_s"))
-            for n, p in enumerate(periods)]
-    table: Select[Any] | CompoundSelect[Any] = rows[0] if len(rows) == 1 else union_all(*rows)
+    rows = [_period_row(n, period) for n, period in enumerate(periods)]
+    table: Any = rows[0] if len(rows) == 1 else union_all(*rows)
     return table.cte("periods")
+
+
+def _period_row(n: int, period: Period) -> Any:
+    return select(cast(literal(n), BigInteger).label("n"),
+                  cast(literal(period.start_s), BigInteger).label("start_s"),
+                  cast(literal(period.end_s), BigInteger).label("end_s"))
 
 
 def _overlap(start: Any, end: Any, period: Any) -> ColumnElement[Any]:
