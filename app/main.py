@@ -57,6 +57,7 @@ from app.quotas import api as quotas_api
 from app.quotas import web as quotas_web
 from app.tenants import api as tenants_api
 from app.tenants import web as tenants_web
+from app.usage import api as usage_api
 from app.web import home
 from app.web.templating import STATIC_DIR, render
 
@@ -66,7 +67,7 @@ API_ROUTERS = [auth_api.router, token_api.router, group_mappings.router, audit_a
                tenants_api.router, quotas_api.router, gpu_classes_api.router,
                kubeconfigs_api.router,
                nodes_api.router,
-               clusters_api.router]
+               clusters_api.router, usage_api.router]
 WEB_ROUTERS = [home.router, auth_web.router, token_web.router, audit_web.router,
                tenants_web.router, quotas_web.router, gpu_classes_web.router,
                kubeconfigs_web.router,
