@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base
@@ -74,6 +74,8 @@ class HourlyUsage(Base):
     __table_args__ = (
         CheckConstraint("source IN ('queue', 'quota', 'node')", name="source"),
         CheckConstraint("samples > 0", name="samples_positive"),
+        # An hour is folded once: a second worker folding the same hour fails and retries.
+        UniqueConstraint("source", "subject_id", "tenant_id", "hour_s"),
         Index("ix_usage_hourly_tenant_id_hour_s", "tenant_id", "hour_s"),
         Index("ix_usage_hourly_hour_s", "hour_s"),
     )

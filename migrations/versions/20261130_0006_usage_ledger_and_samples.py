@@ -35,7 +35,9 @@ def upgrade() -> None:
     sa.CheckConstraint('samples > 0', name=op.f('ck_usage_hourly_samples_positive')),
     sa.ForeignKeyConstraint(['gpu_class_id'], ['gpu_classes.id'], name=op.f('fk_usage_hourly_gpu_class_id_gpu_classes')),
     sa.ForeignKeyConstraint(['tenant_id'], ['tenants.id'], name=op.f('fk_usage_hourly_tenant_id_tenants')),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_usage_hourly'))
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_usage_hourly')),
+    sa.UniqueConstraint('source', 'subject_id', 'tenant_id', 'hour_s',
+                        name=op.f('uq_usage_hourly_source_subject_id_tenant_id_hour_s'))
     )
     with op.batch_alter_table('usage_hourly', schema=None) as batch_op:
         batch_op.create_index('ix_usage_hourly_hour_s', ['hour_s'], unique=False)
