@@ -58,6 +58,7 @@ from app.quotas import web as quotas_web
 from app.tenants import api as tenants_api
 from app.tenants import web as tenants_web
 from app.usage import api as usage_api
+from app.usage import web as usage_web
 from app.web import home
 from app.web.templating import STATIC_DIR, render
 
@@ -72,7 +73,7 @@ WEB_ROUTERS = [home.router, auth_web.router, token_web.router, audit_web.router,
                tenants_web.router, quotas_web.router, gpu_classes_web.router,
                kubeconfigs_web.router,
                nodes_web.router,
-               clusters_web.router]
+               clusters_web.router, usage_web.router]
 
 
 def all_routers() -> list[APIRouter]:

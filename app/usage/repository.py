@@ -24,7 +24,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from app.nodes.models import GpuClass
+from app.clusters.models import VirtualCluster
+from app.nodes.models import GpuClass, Node
+from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
 from app.usage.models import HourlyUsage, LedgerEntry, UsageSample
 
@@ -146,3 +148,60 @@ def tenant_slugs(db: Session, tenant_ids: set[int]) -> dict[int, str]:
 def class_products(db: Session, class_ids: set[int]) -> dict[int, str]:
     rows = db.execute(select(GpuClass.id, GpuClass.product).where(GpuClass.id.in_(class_ids)))
     return {row.id: row[1] for row in rows}
+
+
+@dataclass(frozen=True)
+class ClusterNow:
+    """A cluster's GPUs now: given to it, and in use by the latest samples."""
+
+    name: str
+    gpu_class_id: int
+    allocated: int
+    in_use: float | None  # None until a sample was taken
+    queue_allocated: float | None
+
+
+def clusters_now(db: Session, tenant_id: int) -> list[ClusterNow]:
+    latest = (select(UsageSample.source, UsageSample.subject_id,
+                     func.max(UsageSample.taken_s).label("taken_s"))
+              .where(UsageSample.tenant_id == tenant_id, UsageSample.source.in_(
+                  ("quota", "queue")))
+              .group_by(UsageSample.source, UsageSample.subject_id).subquery())
+    rows = db.execute(
+        select(UsageSample.source, UsageSample.subject_id, UsageSample.used_gpus)
+        .join(latest, and_(latest.c.source == UsageSample.source,
+                           latest.c.subject_id == UsageSample.subject_id,
+                           latest.c.taken_s == UsageSample.taken_s))
+        .where(UsageSample.tenant_id == tenant_id))
+    used = {(row.source, row.subject_id): row.used_gpus for row in rows}
+    clusters = db.execute(
+        select(VirtualCluster.id, VirtualCluster.name, VirtualCluster.gpu_class_id,
+               VirtualCluster.gpus)
+        .where(VirtualCluster.tenant_id == tenant_id, VirtualCluster.gpu_class_id.is_not(None),
+               VirtualCluster.deletion_requested_at.is_(None))
+        .order_by(VirtualCluster.name))
+    return [ClusterNow(c.name, c.gpu_class_id, c.gpus, used.get(("quota", c.id)),
+                       used.get(("queue", c.id))) for c in clusters]
+
+
+def approved_now(db: Session, tenant_id: int) -> dict[int, int]:
+    rows = db.execute(select(TenantQuota.gpu_class_id, TenantQuota.gpus)
+                      .where(TenantQuota.tenant_id == tenant_id))
+    return {row.gpu_class_id: row.gpus for row in rows}
+
+
+def live_capacity(db: Session) -> dict[int, int]:
+    """GPUs on live nodes per class: the capacity today."""
+    rows = db.execute(select(Node.gpu_class_id, func.sum(Node.gpu_count))
+                      .where(Node.gone_at.is_(None), Node.gpu_class_id.is_not(None))
+                      .group_by(Node.gpu_class_id))
+    return {row[0]: int(row[1] or 0) for row in rows if row[0] is not None}
+
+
+def sampled_tenants(db: Session, since_s: int, until_s: int) -> set[int]:
+    """Tenants with at least one sample in the span (raw or hourly)."""
+    raw = select(UsageSample.tenant_id).where(UsageSample.taken_s >= since_s,
+                                              UsageSample.taken_s < until_s)
+    hourly = select(HourlyUsage.tenant_id).where(HourlyUsage.hour_s >= since_s - HOUR,
+                                                 HourlyUsage.hour_s < until_s)
+    return set(db.scalars(union_all(raw, hourly)))
