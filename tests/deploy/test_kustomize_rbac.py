@@ -4,8 +4,9 @@ The ClusterRoles, Role and bindings the base renders are applied to the host (et
 kube-apiserver + controller-manager, KAI's Queue CRD) for a ServiceAccount of their own; the
 worker's reconcilers then run authenticated only with that ServiceAccount's token (a
 TokenRequest): node assignment, the admission webhook's certificate and registration, a
-cluster's creation, resize and deletion, and the GPU use samples taken on every pass. A verb missing from the role makes the run fail on a
-403; a verb in the role that no call needed fails the comparison test.
+cluster's creation, resize and deletion, and the GPU use samples taken on every pass. A verb
+missing from the role makes the run fail on a 403; a verb in the role that no call needed fails
+the comparison test.
 
 helm is the stand-in (tests/clusters/standin_helm.py), run by the real HelmInstaller with the
 ServiceAccount's kubeconfig: it writes the StatefulSet and the Secret vc-<release> as the
