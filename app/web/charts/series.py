@@ -10,6 +10,7 @@ table next to the chart.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from markupsafe import Markup, escape
 
 WIDTH, HEIGHT = 720, 260
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 44
+LEGEND_ROW = 18
 COLOURS = ("#2f6f4f", "#c47f17", "#3a5f9e", "#8c3b6b", "#5b6675", "#a32020")
 # Fill patterns for bars, one per series: solid, hatched, dotted, crossed, ...
 PATTERNS = ("solid", "hatch", "dots", "cross", "backhatch", "grid")
@@ -95,7 +97,9 @@ def _axes(frame: _Frame, unit: str) -> str:
         parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
                      f'stroke="#dde2e8"/><text x="{LEFT - 6}" y="{y + 4:.1f}" '
                      f'text-anchor="end" font-size="11">{number(value)}</text>')
-    every = max(1, len(frame.categories) // 12)  # at most a dozen labels fit
+    # As many labels as fit side by side (about 6.5 px a character at 11 px), evenly spaced.
+    widest = max((len(label) for label in frame.categories), default=1) * 6.5 + 10
+    every = max(1, math.ceil(len(frame.categories) * widest / frame.plot_width))
     for n, label in enumerate(frame.categories):
         if n % every == 0:
             parts.append(f'<text x="{frame.x(n):.1f}" y="{HEIGHT - BOTTOM + 16}" '
@@ -106,11 +110,27 @@ def _axes(frame: _Frame, unit: str) -> str:
     return "".join(parts)
 
 
+def _legend_places(series: Sequence[Series]) -> list[tuple[float, int]]:
+    """(x, row) of each legend item: side by side, on a new row when the next would not fit."""
+    places, x, row = [], float(LEFT), 0
+    for one in series:
+        width = 40 + len(one.label) * 7
+        if x + width > WIDTH - RIGHT and x > LEFT:
+            x, row = float(LEFT), row + 1
+        places.append((x, row))
+        x += width
+    return places
+
+
+def _height(series: Sequence[Series]) -> int:
+    rows = 1 + max((row for _x, row in _legend_places(series)), default=0)
+    return HEIGHT + LEGEND_ROW * (rows - 1)
+
+
 def _legend(prefix: str, series: Sequence[Series], *, lines: bool) -> str:
     items = []
-    for n, one in enumerate(series):
-        x = LEFT + n * 170
-        y = HEIGHT - 12
+    for n, (one, (x, row)) in enumerate(zip(series, _legend_places(series), strict=True)):
+        y = HEIGHT - 12 + row * LEGEND_ROW
         if lines:
             swatch = (f'<line x1="{x}" x2="{x + 22}" y1="{y - 4}" y2="{y - 4}" '
                       f'stroke="{COLOURS[n % len(COLOURS)]}" stroke-width="2.5" '
@@ -124,8 +144,8 @@ def _legend(prefix: str, series: Sequence[Series], *, lines: bool) -> str:
     return "".join(items)
 
 
-def _open(prefix: str, title: str, description: str) -> str:
-    return (f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+def _open(prefix: str, title: str, description: str, series: Sequence[Series]) -> str:
+    return (f'<svg class="chart" viewBox="0 0 {WIDTH} {_height(series)}" role="img" '
             f'aria-labelledby="{prefix}-title {prefix}-desc" '
             f'xmlns="http://www.w3.org/2000/svg" font-family="system-ui, sans-serif">'
             f'<title id="{prefix}-title">{escape(title)}</title>'
@@ -161,7 +181,7 @@ def stacked_bars(title: str, description: str, categories: Sequence[str],
                 f'<title>{escape(one.label)}, {escape(category)}: {number(value)} '
                 f'{escape(unit)}</title></rect>')
             base += value
-    return _svg(_open(prefix, title, description), _defs(prefix, len(series)),
+    return _svg(_open(prefix, title, description, series), _defs(prefix, len(series)),
                 _axes(frame, unit), *bars, _legend(prefix, series, lines=False))
 
 
@@ -196,7 +216,7 @@ def lines(title: str, description: str, categories: Sequence[str],
         drawn.append(f'<polyline points="{path}" fill="none" stroke-width="2" '
                      f'stroke="{COLOURS[k % len(COLOURS)]}" '
                      f'stroke-dasharray="{DASHES[k % len(DASHES)]}"/>{marks}')
-    return _svg(_open(prefix, title, description), _axes(frame, unit), *drawn,
+    return _svg(_open(prefix, title, description, series), _axes(frame, unit), *drawn,
                 _legend(prefix, series, lines=True))
 
 
@@ -220,5 +240,5 @@ def grouped_bars(title: str, description: str, categories: Sequence[str],
                 f'data-series="{escape(one.label)}" data-category="{escape(category)}" '
                 f'data-value="{value!r}"><title>{escape(one.label)}, {escape(category)}: '
                 f'{number(value)} {escape(unit)}</title></rect>')
-    return _svg(_open(prefix, title, description), _defs(prefix, len(series)),
+    return _svg(_open(prefix, title, description, series), _defs(prefix, len(series)),
                 _axes(frame, unit), *bars, _legend(prefix, series, lines=False))
