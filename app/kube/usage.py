@@ -47,11 +47,13 @@ class HostUsage:
     gpus_by_node: dict[str, float] = field(default_factory=dict)
 
 
-def read_host_usage(port: KubePort) -> HostUsage:
+def read_host_usage(port: KubePort, *, pods_on_nodes: bool = True) -> HostUsage:
+    """``pods_on_nodes=False`` skips the pod LIST (no node is dedicated to anyone)."""
     managed = lbl.managed()
     queues = port.list(lbl.KAI_API_VERSION, "Queue", label_selector=managed)
     quotas = port.list("v1", "ResourceQuota", label_selector=managed)
-    pods = port.list("v1", "Pod", field_selector={"status.phase": "Running"})
+    pods = (port.list("v1", "Pod", field_selector={"status.phase": "Running"})
+            if pods_on_nodes else [])
     return HostUsage(queues=[q for q in map(queue_use, queues) if q is not None],
                      namespaces=[n for n in map(namespace_use, quotas) if n is not None],
                      gpus_by_node=gpus_by_node(pods))

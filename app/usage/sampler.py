@@ -1,7 +1,8 @@
 """The worker side of usage: on each resync, what the host reports becomes samples.
 
-Three LISTs per pass (queues, quotas, running pods), one transaction for the samples, and the
-raw samples past their retention folded into hourly ones in the same pass.
+Three LISTs per pass (queues, quotas, and running pods while any node is dedicated), one
+transaction for the samples, and the raw samples past their retention folded into hourly ones
+in the same pass.
 """
 
 from __future__ import annotations
@@ -38,20 +39,23 @@ class UsageSampler:
         if host is None or self.clock() < self._next_pass:
             return 0
         self._next_pass = self.clock() + self.resync_seconds
+        with self.database.session() as db:
+            dedicated = samples.dedicated_nodes_by_name(db)
         try:
-            usage = read_host_usage(host)
+            usage = read_host_usage(host, pods_on_nodes=bool(dedicated))
         except KubeError as error:
             log.warning("reading GPU use from the host failed (%s); next resync", error.message)
             return 0
         now_s = int(ledger.now_in_seconds().timestamp())
         with self.database.transaction() as db:
-            taken = record_usage(db, usage, now_s)
+            taken = record_usage(db, usage, now_s, dedicated)
             samples.fold_old_samples(db, now_s)
             samples.expire_hourly(db, now_s)
         return taken
 
 
-def record_usage(db: Session, usage: HostUsage, now_s: int) -> int:
+def record_usage(db: Session, usage: HostUsage, now_s: int,
+                 dedicated: dict[str, samples.Owner]) -> int:
     """Stores one sample per queue, namespace quota and dedicated node the portal knows."""
     clusters = samples.clusters_by_name(db)
     rows: list[dict[str, object]] = []
@@ -65,7 +69,7 @@ def record_usage(db: Session, usage: HostUsage, now_s: int) -> int:
         if owner is not None:
             rows.append(_row(now_s, "quota", owner, namespace.used_gpus, namespace.hard_gpus,
                              namespace.used_gpus))
-    for name, node in samples.dedicated_nodes_by_name(db).items():
+    for name, node in dedicated.items():
         used = usage.gpus_by_node.get(name, 0.0)
         rows.append(_row(now_s, "node", node, used, float(node.gpus), used))
     samples.add_samples(db, rows)
