@@ -97,7 +97,8 @@ def allocated_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
     query = (select(*keys, cluster, func.sum(spans.c.gpus * _overlap(spans.c.start_s, end, period)))
              .join_from(spans, period, and_(spans.c.start_s < period.c.end_s,
                                             end > period.c.start_s))
-             .where(spans.c.gpus > 0)
+             # Intervals over before the range are dropped before pairing with the periods.
+             .where(spans.c.gpus > 0, end > periods[0].start_s)
              .group_by(*keys, *([spans.c.cluster_id] if by_cluster else [])))
     return [SecondsRow(int(row[0]), row[1], row[2], row[3], row[4], float(row[5] or 0))
             for row in db.execute(query)]

@@ -18,6 +18,7 @@ from app.nodes import service as nodes
 from app.nodes.models import HostCluster, Node
 from app.nodes.schemas import AssignmentIn
 from app.quotas.reconciler import QuotaExpiryReconciler
+from app.usage import service as usage
 from app.usage.models import LedgerEntry
 from tests import factories
 from tests.support.tenancy import Tenancy, build_tenancy
@@ -228,3 +229,21 @@ def test_gpu_hours_survive_a_worker_restart_on_sqlite(
     finally:
         restarted.dispose()
     assert (row.allocated_gpu_hours, row.approved_gpu_hours) == (4 * 6 + 1 * 2, 72.0)
+
+
+def test_gpu_hours_per_cluster_over_any_span(db: Session, clock: LedgerClock) -> None:
+    t = build_tenancy(db)
+    approve_quota(db, t, 8)
+    train = create_cluster(db, t, "train", 4)
+    clock.at(hours=1)
+    serve = create_cluster(db, t, "serve", 2)
+    clock.at(hours=2, minutes=30)
+    delete_cluster(db, t, "train")
+    clock.at(hours=5)
+    viewer = t.principal(t.acme_viewer)
+    found = usage.seconds_by_cluster(db, viewer, "acme", T0 + timedelta(minutes=30),
+                                     T0 + timedelta(hours=4))
+    assert {row.cluster_id: row.seconds for row in found} == {
+        train: 4 * 2 * 3600.0, serve: 2 * 3 * 3600.0}
+    with pytest.raises(NotFound):
+        usage.seconds_by_cluster(db, t.principal(t.globex_admin), "acme", T0, clock.now)
