@@ -58,6 +58,8 @@ from app.quotas import web as quotas_web
 from app.tenants import api as tenants_api
 from app.tenants import group_mappings, me_api
 from app.tenants import web as tenants_web
+from app.usage import api as usage_api
+from app.usage import web as usage_web
 from app.web import home
 from app.web.templating import STATIC_DIR, render
 from app.wiring import connect_hooks
@@ -68,12 +70,12 @@ API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api
                tenants_api.router, quotas_api.router, gpu_classes_api.router,
                kubeconfigs_api.router,
                nodes_api.router,
-               clusters_api.router]
+               clusters_api.router, usage_api.router]
 WEB_ROUTERS = [home.router, auth_web.router, token_web.router, audit_web.router,
                tenants_web.router, quotas_web.router, gpu_classes_web.router,
                kubeconfigs_web.router,
                nodes_web.router,
-               clusters_web.router]
+               clusters_web.router, usage_web.router]
 
 
 # Every API route: a cookie-authenticated state change must come with the CSRF header.

@@ -8,6 +8,7 @@ from app.kubeconfigs.models import KubeconfigGrant
 from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.tenants.models import GroupMapping, Membership, Tenant
+from app.usage.models import HourlyUsage, LedgerEntry, UsageSample
 
 __all__ = [
     "ApiToken",
@@ -16,14 +17,17 @@ __all__ = [
     "GpuClass",
     "GroupMapping",
     "HostCluster",
+    "HourlyUsage",
     "IdempotencyKey",
     "KubeconfigGrant",
+    "LedgerEntry",
     "Membership",
     "Node",
     "NodeAssignment",
     "QuotaRequest",
     "Tenant",
     "TenantQuota",
+    "UsageSample",
     "User",
     "VirtualCluster",
     "WebSession",

@@ -11,6 +11,7 @@ from app.kubeconfigs.reconciler import KubeconfigReconciler
 from app.nodes.reconciler import NodeReconciler
 from app.quotas.reconciler import QuotaExpiryReconciler
 from app.reconcilers.worker import Reconciler, Worker
+from app.usage.sampler import UsageSampler
 from app.webhook.reconciler import WebhookReconciler
 from app.wiring import connect_hooks
 
@@ -20,13 +21,14 @@ def build_reconcilers(
     installer: Installer | None = None,
 ) -> list[Reconciler]:
     # Each kind's reconciler registers here (nodes, clusters, kubeconfigs, quota expiry, and
-    # the shared-pool admission webhook's certificate and configuration).
+    # the shared-pool admission webhook's certificate and configuration, GPU use samples).
     connect_hooks()
     return [QuotaExpiryReconciler(database),
             KubeconfigReconciler.from_settings(settings, database, kube),
             NodeReconciler(settings, database, kube),
             ClusterReconciler(settings, database, kube, installer),
-            WebhookReconciler(settings, database, kube)]
+            WebhookReconciler(settings, database, kube),
+            UsageSampler(settings, database, kube)]
 
 
 def build_worker(

@@ -275,3 +275,14 @@ ROUTES += [
     Route("POST", "/t/{tenant}/clusters/{cluster}/delete", Access.TENANT_ADMIN,
           params=acme_cluster),
 ]
+
+# GPU usage (issue 15): without a tenant filter everyone signed in gets the tenants they see.
+ROUTES += [
+    Route("GET", "/api/v1/usage", Access.SIGNED_IN),
+    Route("GET", "/api/v1/usage.csv", Access.SIGNED_IN),
+]
+ROUTES += [
+    Route("GET", "/usage", Access.SIGNED_IN),  # a redirect to the caller's usage page
+    Route("GET", "/t/{tenant}/usage", Access.TENANT_VIEWER, params=acme),
+    Route("GET", "/admin/usage", Access.PLATFORM_ADMIN),
+]

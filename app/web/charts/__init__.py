@@ -1,0 +1,1 @@
+"""Server-rendered SVG charts: no JavaScript, readable without colour, with table fallbacks."""
