@@ -57,7 +57,7 @@ from app.quotas import api as quotas_api
 from app.quotas import web as quotas_web
 from app.tenants import api as tenants_api
 from app.tenants import web as tenants_web
-from app.web import home
+from app.web import home, live
 from app.web.templating import STATIC_DIR, render
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def create_app(
                        always_secure=settings.env == "production")
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(LoadSheddingMiddleware, limit=settings.web_max_in_flight,
-                       exempt=("/healthz", "/readyz", "/static/"))
+                       exempt=("/healthz", "/readyz", "/static/", f"{live.PREFIX}/"))
     app.add_middleware(NulByteGuardMiddleware)
     app.add_middleware(RequestIdMiddleware)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -131,3 +131,12 @@ def clusters_with_gpus(db: Session, tenant_id: int, gpu_class_id: int) -> list[V
         VirtualCluster.gpus > 0,
     ).order_by(VirtualCluster.id)
     return list(db.scalars(query))
+
+
+def queue_version(db: Session) -> tuple[int, int, int, datetime | None]:
+    """Requests, the newest one, the pending ones and the latest decision: any change of the
+    queue moves one of them."""
+    pending = func.count().filter(QuotaRequest.state == "pending")
+    row = db.execute(select(func.count(), func.coalesce(func.max(QuotaRequest.id), 0), pending,
+                            func.max(QuotaRequest.decided_at))).one()
+    return row[0], row[1], row[2], row[3]
