@@ -90,8 +90,10 @@ def _authorized_check(database: Database, fingerprint: Fingerprint) -> str:
         return fingerprint(db)
 
 
-def message(event: str, data: str) -> str:
-    return f"event: {event}\ndata: {data}\n\n"
+def message(event: str, data: str, version: str | None = None) -> str:
+    """One event; ``id`` is the version, which a reconnecting browser sends back."""
+    line = f"id: {version}\n" if version else ""
+    return f"{line}event: {event}\ndata: {data}\n\n"
 
 
 async def _events(request: Request, database: Database, fingerprint: Fingerprint,
@@ -100,7 +102,11 @@ async def _events(request: Request, database: Database, fingerprint: Fingerprint
     # Counted from the first step: a generator never started never runs its ``finally``.
     gate.open += 1
     try:
-        yield f"retry: {timing.reconnect_ms}\n" + message("ready", first)
+        # A browser reconnecting after the lifetime says what it last saw: what changed in
+        # between is not lost.
+        seen = request.headers.get("last-event-id")
+        kind = "changed" if seen and seen != first else "ready"
+        yield f"retry: {timing.reconnect_ms}\n" + message(kind, first, first)
         last, started = first, time.monotonic()
         last_sent = started
         while time.monotonic() - started < timing.lifetime_seconds:
@@ -109,7 +115,7 @@ async def _events(request: Request, database: Database, fingerprint: Fingerprint
                 return
             current = await to_thread.run_sync(_check, database, fingerprint)
             if current != last:
-                yield message("changed", current or "gone")
+                yield message("changed", current or "gone", current)
                 if current is None:
                     return
                 last, last_sent = current, time.monotonic()
