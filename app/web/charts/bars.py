@@ -93,9 +93,10 @@ def stacked_bars(chart_id: str, title: str, description: str, groups: Sequence[G
             parts.append(bar(chart_id, item, x, y, width, BAR,
                              {"group": group.label, "series": item.key, "value": value}))
             if width >= 24:
+                solid = item.pattern == "solid"
                 parts.append(text(x + width / 2, y + BAR - 3, value, anchor="middle", size=11,
-                                  weight="bold", colour="#fff" if item.pattern == "solid"
-                                  else "#1c2430"))
+                                  weight="bold", colour="#fff" if solid else "#1c2430",
+                                  halo=not solid))
             x += width
         total = sum(group.values.get(k, 0) for k in keys)
         parts.append(text(x + 5, y + BAR - 3, f"{total} total", size=11))

@@ -103,9 +103,11 @@ def bar(chart_id: str, series: Series, x: float, y: float, width: float, height:
 
 
 def text(x: float, y: float, content: object, *, anchor: str = "start", size: int = 12,
-         weight: str = "normal", colour: str = "#1c2430") -> str:
+         weight: str = "normal", colour: str = "#1c2430", halo: bool = False) -> str:
+    """A label; ``halo`` outlines it in white so that it reads on a patterned bar."""
+    outline = ' stroke="#fff" stroke-width="3" paint-order="stroke"' if halo else ""
     return (f'<text x="{num(x)}" y="{num(y)}" text-anchor="{anchor}" font-size="{size}" '
-            f'font-weight="{weight}" fill="{colour}" {FONT}>{attr(content)}</text>')
+            f'font-weight="{weight}" fill="{colour}"{outline} {FONT}>{attr(content)}</text>')
 
 
 def legend(chart_id: str, series: Sequence[Series], x: float, y: float) -> str:

@@ -49,11 +49,12 @@ def condition_timeline(chart_id: str, subject: str, conditions: Sequence[dict[st
                          {"condition": condition.get("type", ""), "status": status,
                           "since": since.strftime("%Y-%m-%dT%H:%M:%SZ")}))
         label = f"{status} since {since.strftime('%H:%M:%S')} ({ago(since, now)})"
-        anchor_x = x - 4 if x > LABEL_WIDTH + PLOT_WIDTH / 2 else x + 4
-        parts.append(text(anchor_x, y + 12, label, size=11,
-                          anchor="end" if anchor_x < x else "start",
-                          colour="#1c2430" if anchor_x < x or item.pattern != "solid"
-                          else "#fff"))
+        outside = x > LABEL_WIDTH + PLOT_WIDTH / 2
+        on_solid = not outside and item.pattern == "solid"
+        parts.append(text(x - 4 if outside else x + 4, y + 12, label, size=11,
+                          anchor="end" if outside else "start",
+                          colour="#fff" if on_solid else "#1c2430",
+                          halo=not outside and not on_solid))
     bottom = TOP + len(dated) * LANE
     parts.append(text(LABEL_WIDTH, bottom + 12, start.strftime("%H:%M:%S UTC"), size=11,
                       colour="#5b6675"))
