@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.nodes.models import NodeAssignment
@@ -69,8 +70,8 @@ def test_ending_an_assignment_needs_the_nodes_name(synced: Synced, client: TestC
         assert "type the name &#39;h100-r2-n1&#39; exactly to confirm" in refused.text
         assert 'aria-invalid="true"' in refused.text
     db.expire_all()
-    active = db.query(NodeAssignment).filter(NodeAssignment.ended_at.is_(None)).count()
-    assert active == 1  # nothing changed
+    active = db.scalars(select(NodeAssignment).where(NodeAssignment.ended_at.is_(None))).all()
+    assert len(active) == 1  # nothing changed
     ended = client.post("/admin/nodes/h100-r2-n1/assignment/end", headers=htmx(csrf),
                         data={"confirm_name": "h100-r2-n1"})
     assert ended.headers["HX-Redirect"] == "/admin/nodes/h100-r2-n1"
