@@ -34,6 +34,7 @@ from app.web.forms import (
     is_htmx,
     problem_errors,
     validation_errors,
+    with_toast,
 )
 from app.web.templating import render
 
@@ -102,7 +103,8 @@ def add_member(request: Request, tenant: str, db: DbSession, principal: CurrentP
     except (ValidationFailed, Conflict) as error:
         return _members_page(request, db, principal, tenant, payload,
                              problem_errors(error), error.status)
-    return go_to(request, f"/t/{tenant}/members")
+    return go_to(request, f"/t/{tenant}/members",
+                 toast=f"{payload.get('email', '')} added as {payload.get('role', '')}.")
 
 
 def _member_row(request: Request, tenant: str, member: Any, error: str = "",
@@ -125,7 +127,7 @@ def change_role(request: Request, tenant: str, member_id: RowId, db: DbSession,
         return _member_row(request, tenant, current, _message(error), _status(error))
     if not is_htmx(request):
         return go_to(request, f"/t/{tenant}/members")
-    return _member_row(request, tenant, member)
+    return with_toast(_member_row(request, tenant, member), f"Role changed to {member.role}.")
 
 
 @router.post("/t/{tenant}/members/{member_id}/remove", dependencies=STATE_CHANGING)
@@ -140,7 +142,7 @@ def remove_member(request: Request, tenant: str, member_id: RowId, db: DbSession
         return _member_row(request, tenant, current, error.detail, error.status)
     if not is_htmx(request):
         return go_to(request, f"/t/{tenant}/members")
-    return Response(status_code=200)
+    return with_toast(Response(status_code=200), "Member removed.")
 
 
 def _find_member(db: DbSession, principal: Principal, tenant: str, member_id: RowId) -> Any:
@@ -193,7 +195,7 @@ def create_tenant(request: Request, db: DbSession, principal: CurrentPrincipal,
     except (ValidationFailed, Conflict) as error:
         return _tenants_page(request, db, principal, payload, problem_errors(error),
                              error.status)
-    return go_to(request, "/admin/tenants")
+    return go_to(request, "/admin/tenants", toast=f"Tenant {payload.get('slug', '')} created.")
 
 
 @router.post("/admin/tenants/{tenant}", dependencies=STATE_CHANGING)
