@@ -204,3 +204,18 @@ def test_a_phone_sized_screen_keeps_pages_usable(browser: Browser, portal: Porta
         assert width <= 390, (path, width, wide)  # wide tables scroll inside their own box
         assert not _serious_violations(page)
     _shot(page, "dashboard-phone")
+
+
+def test_the_node_table_sorts_and_filters_in_place(browser: Browser, portal: Portal) -> None:
+    page = _signed_in(browser, portal.base, "admin@example.com")
+    page.goto(portal.base + "/admin/fleet")
+    _mark_page(page)
+    page.locator("#node-table th").get_by_role("link", name="Rack").click()
+    page.wait_for_url("**/admin/fleet?sort=rack")
+    page.locator("#node-filters select[name=ready]").select_option("false")
+    page.wait_for_url("**ready=false**")
+    expect(page.locator("#node-table tbody tr")).to_have_count(1)
+    expect(page.locator("#node-table")).to_contain_text("h100-a3")
+    assert _not_reloaded(page)
+    page.go_back()
+    page.wait_for_url("**/admin/fleet?sort=rack")
