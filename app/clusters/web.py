@@ -1,5 +1,6 @@
 """HTML: a tenant's clusters, the create form with inline checks, and the cluster page with
-live conditions (htmx polling while provisioning), resize, delete and the manifest review."""
+live conditions (a Server-Sent Events stream, polling without one) and their timeline,
+resize, delete (the name typed to confirm) and the manifest review."""
 
 from __future__ import annotations
 
