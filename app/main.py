@@ -60,7 +60,7 @@ from app.tenants import group_mappings, me_api
 from app.tenants import web as tenants_web
 from app.usage import api as usage_api
 from app.usage import web as usage_web
-from app.web import home
+from app.web import home, live
 from app.web.templating import STATIC_DIR, render
 from app.wiring import connect_hooks
 
@@ -116,7 +116,7 @@ def create_app(
                        always_secure=settings.env == "production")
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(LoadSheddingMiddleware, limit=settings.web_max_in_flight,
-                       exempt=("/healthz", "/readyz", "/static/"))
+                       exempt=("/healthz", "/readyz", "/static/", f"{live.PREFIX}/"))
     app.add_middleware(ControlCharacterGuardMiddleware)
     app.add_middleware(RequestIdMiddleware)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -97,6 +97,16 @@ def get_node(db: Session, principal: Principal, name: str,
     return _detail(db, cluster, _node(db, cluster, name))
 
 
+def assignment_version(db: Session, principal: Principal, node: str | None = None) -> str:
+    """The fingerprint of the fleet's (or one node's) assignment state, for live streams."""
+    ensure_platform_admin(principal)
+    if node is None:
+        cluster = repository.default_host_cluster(db)
+        return "none" if cluster is None else repository.assignment_version(db, cluster.id)
+    cluster = host_cluster(db)
+    return repository.assignment_version(db, cluster.id, _node(db, cluster, node).id)
+
+
 def tenant_nodes(db: Session, principal: Principal, slug: str,
                  params: PageParams) -> Page[TenantNodeOut]:
     tenant = tenant_for(db, principal, slug)

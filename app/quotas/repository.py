@@ -116,3 +116,12 @@ def tenant_quota_for_update(db: Session, tenant_id: int, gpu_class_id: int) -> T
         TenantQuota.tenant_id == tenant_id, TenantQuota.gpu_class_id == gpu_class_id
     ).with_for_update()
     return db.scalar(query.execution_options(populate_existing=True))
+
+
+def queue_version(db: Session) -> tuple[int, int, int, datetime | None]:
+    """Requests, the newest one, the pending ones and the latest decision: any change of the
+    queue moves one of them."""
+    pending = func.count().filter(QuotaRequest.state == "pending")
+    row = db.execute(select(func.count(), func.coalesce(func.max(QuotaRequest.id), 0), pending,
+                            func.max(QuotaRequest.decided_at))).one()
+    return row[0], row[1], row[2], row[3]

@@ -180,6 +180,13 @@ def queue(
     return Page(items=_queue_items(db, rows, gpu_classes.recent_capacities), next_cursor=cursor)
 
 
+def queue_version(db: Session, principal: Principal) -> str:
+    """The approval queue's fingerprint, for its live stream."""
+    ensure_platform_admin(principal)
+    count, newest, pending, decided = repository.queue_version(db)
+    return f"{count}-{newest}-{pending}-{decided.isoformat() if decided else ''}"
+
+
 def queue_item(db: Session, request: QuotaRequest) -> QueueItem:
     row = db.execute(repository.queue_rows_query().where(QuotaRequest.id == request.id)).one()
     return _queue_items(db, [row])[0]

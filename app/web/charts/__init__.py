@@ -1,1 +1,1 @@
-"""Server-rendered SVG charts: no JavaScript, readable without colour, with table fallbacks."""
+"""Server-rendered SVG charts: pure functions from figures to accessible markup."""
