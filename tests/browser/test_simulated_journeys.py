@@ -34,7 +34,7 @@ def choose_option(select: Locator, text: str) -> None:
 
 
 def request_quota(page: Page, base: str, shots: Screenshots) -> None:
-    page.get_by_role("link", name="Request GPU quota").click()
+    page.get_by_role("link", name="Request GPU quota").first.click()
     form = page.locator("form", has=page.get_by_role("button", name="Send request"))
     choose_option(form.get_by_label("GPU class"), H100)
     form.get_by_role("spinbutton", name="GPUs", exact=True).fill("8")
