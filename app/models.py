@@ -7,12 +7,15 @@ from app.db import Base
 from app.kubeconfigs.models import KubeconfigGrant
 from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
+from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.tenants.models import GroupMapping, Membership, Tenant
 
 __all__ = [
     "ApiToken",
     "AuditEvent",
     "Base",
+    "ClusterTemplate",
+    "ClusterTemplateVersion",
     "GpuClass",
     "GroupMapping",
     "HostCluster",

@@ -32,6 +32,8 @@ def namespace(spec: ClusterSpec, policy: ManifestPolicy) -> Manifest:
         f"{lbl.PSA_PREFIX}audit": "restricted",
         f"{lbl.PSA_PREFIX}audit-version": "latest",
     }
+    if spec.user_namespaces:
+        labels[lbl.HARDENING] = lbl.HARDENING_USER_NAMESPACES
     return {
         "apiVersion": "v1",
         "kind": "Namespace",

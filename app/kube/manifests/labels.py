@@ -12,6 +12,11 @@ PLACEMENT: Final = "gpu-tenant-portal/placement"
 # The leaf queue a shared-pool namespace's pods must name; read by the admission guard.
 QUEUE: Final = "gpu-tenant-portal/queue"
 
+# On namespaces whose synced pods must run with hostUsers: false and seccomp RuntimeDefault;
+# read by the admission webhook's namespace selector.
+HARDENING: Final = "gpu-tenant-portal/hardening"
+HARDENING_USER_NAMESPACES: Final = "user-namespaces"
+
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_PRODUCT: Final = "nvidia.com/gpu.product"
 
