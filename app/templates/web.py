@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.auth.principal import Principal
+from app.authz import ensure_platform_admin
 from app.config import Settings
 from app.deps import CurrentPrincipal, DbSession, get_settings_dep
 from app.errors import Conflict, ValidationFailed
@@ -71,7 +72,7 @@ def _form_context(db: DbSession, settings: Settings) -> dict[str, Any]:
 def _list_page(request: Request, db: DbSession, principal: Principal, settings: Settings,
                form: dict[str, Any] | None = None, errors: FieldErrors | None = None,
                status_code: int = 200) -> Response:
-    service.ensure_admin_writer(principal)
+    ensure_platform_admin(principal)
     return render(request, "cluster_templates/list.html", {
         "templates": service.list_templates(db, principal), "form": form or {},
         "errors": errors or {}, **_form_context(db, settings)}, status_code=status_code)
@@ -80,7 +81,7 @@ def _list_page(request: Request, db: DbSession, principal: Principal, settings: 
 def _detail_page(request: Request, db: DbSession, principal: Principal, settings: Settings,
                  name: str, form: dict[str, Any] | None = None,
                  errors: FieldErrors | None = None, status_code: int = 200) -> Response:
-    service.ensure_admin_writer(principal)
+    ensure_platform_admin(principal)
     template = service.get_template(db, principal, name)
     newest = template.versions[-1] if template.versions else None
     defaults = {k: "" if v is None else str(v)
