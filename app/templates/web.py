@@ -113,9 +113,13 @@ def create_template(request: Request, db: DbSession, principal: CurrentPrincipal
 
 
 def _flat(error: ValidationError) -> FieldErrors:
-    """Errors of nested settings under the form field's own name."""
-    return {key.removeprefix("settings."): message
-            for key, message in validation_errors(error).items()}
+    """Errors of nested settings under the form field's own name (``addons.0.repo`` is shown
+    at the add-ons field as ``0.repo: ...``)."""
+    errors: FieldErrors = {}
+    for key, message in validation_errors(error).items():
+        field, _, rest = key.removeprefix("settings.").partition(".")
+        errors.setdefault(field, f"{rest}: {message}" if rest else message)
+    return errors
 
 
 @router.get("/admin/cluster-templates/{name}")
@@ -132,8 +136,7 @@ def new_version(request: Request, name: TemplateName, db: DbSession,
         service.new_version(db, principal, name,
                             VersionEdit.model_validate(settings_payload(fields)))
     except ValidationError as error:
-        return _detail_page(request, db, principal, settings, name, fields,
-                            validation_errors(error), 422)
+        return _detail_page(request, db, principal, settings, name, fields, _flat(error), 422)
     except (ValidationFailed, Conflict) as error:
         return _detail_page(request, db, principal, settings, name, fields,
                             problem_errors(error), error.status)
