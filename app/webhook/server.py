@@ -75,7 +75,8 @@ class NamespaceLabels:
         if found is None:
             return None
         labels = dict((found.get("metadata") or {}).get("labels") or {})
-        if mutation.shared_pool_queue(labels) is not None or mutation.is_hardened(labels):
+        watched = mutation.shared_pool_queue(labels) or mutation.hardening_level(labels)
+        if watched is not None:
             with self._lock:
                 self._cache[name] = (self.clock() + self.ttl_seconds, labels)
         return labels

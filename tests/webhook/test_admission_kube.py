@@ -175,6 +175,23 @@ def hardened(webhook: Webhook) -> Iterator[str]:
 
 
 @pytest.fixture
+def baseline(webhook: Webhook) -> Iterator[str]:
+    """A dedicated-nodes namespace at Pod Security baseline, without user namespaces."""
+    spec = ClusterSpec(tenant=_unique("bl"), name=RELEASE, kubernetes_version="1.32.4",
+                       placement="dedicated-nodes", gpu_class=None, gpus=0, cpu_millicores=1000,
+                       memory_mib=1024, endpoint="https://train.acme.vc.example.com",
+                       pod_security="baseline")
+    name = _created_namespace(webhook.kube, namespace(spec, ManifestPolicy()))
+    try:
+        _wait(lambda: "securityContext" in _dry_run_create(
+            webhook, _without_pod_seccomp(pod(name, SYNCED)))["spec"],
+            f"the webhook to harden pods in {name}")
+        yield name
+    finally:
+        webhook.kube.delete("v1", "Namespace", name)
+
+
+@pytest.fixture
 def unmanaged(webhook: Webhook) -> Iterator[str]:
     name = _created_namespace(webhook.kube, {"apiVersion": "v1", "kind": "Namespace",
                                              "metadata": {"name": _unique("plain-")}})
@@ -413,3 +430,16 @@ def test_pods_of_namespaces_without_hardening_keep_host_users(webhook: Webhook,
                                                                shared_pool: str) -> None:
     created = webhook.kube.apply(pod(shared_pool, SYNCED), force=True)
     assert "hostUsers" not in created["spec"]
+
+
+def test_a_baseline_namespace_gives_pods_runtime_default_seccomp_but_not_user_namespaces(
+        webhook: Webhook, baseline: str) -> None:
+    created = webhook.kube.apply(_without_pod_seccomp(pod(baseline, SYNCED)), force=True)
+    assert created["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "hostUsers" not in created["spec"]
+    unconfined = pod(baseline, SYNCED)
+    unconfined["spec"]["containers"][0]["securityContext"] = {
+        "seccompProfile": {"type": "Unconfined"}}
+    with pytest.raises(PermanentKubeError) as refused:
+        webhook.kube.apply(unconfined, force=True)
+    assert refused.value.status == 403 and "Unconfined" in refused.value.message

@@ -53,7 +53,8 @@ def _shared_pool_namespaces() -> Manifest:
 
 
 def _hardened_namespaces() -> Manifest:
-    return {"matchLabels": {**lbl.managed(), lbl.HARDENING: lbl.HARDENING_USER_NAMESPACES}}
+    return {"matchLabels": lbl.managed(), "matchExpressions": [
+        {"key": lbl.HARDENING, "operator": "In", "values": list(lbl.HARDENING_LEVELS)}]}
 
 
 def _synced_pods() -> Manifest:
@@ -124,7 +125,7 @@ def kai_queue_webhook(
         "admissionReviewVersions": ["v1"],
         "reinvocationPolicy": "IfNeeded",
     }
-    # Without the webhook a hardened namespace's pod would share the host's user IDs: refuse.
+    # Without the webhook a hardened namespace's pod would run unhardened: refuse it instead.
     hardening = {**webhook, "name": HARDENING_WEBHOOK_NAME,
                  "namespaceSelector": _hardened_namespaces()}
     return {
