@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import (
     BaseModel,
@@ -157,7 +157,3 @@ class ClusterUpgradeIn(BaseModel):
 
     version: StrictInt | None = Field(default=None, ge=1, le=MAX_ROW_ID,
                                       description="default: the newest offered version")
-
-
-def version_settings(values: dict[str, Any]) -> VersionSettings:
-    return VersionSettings.model_validate(values)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
@@ -21,7 +22,7 @@ from app.clusters.shapes import TemplateUpgrade
 from app.concurrency import insert_or_conflict
 from app.config import Settings
 from app.db import utcnow
-from app.errors import Conflict, Forbidden, NotFound
+from app.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from app.kube.port import HostProbe
 from app.nodes.models import GpuClass
 from app.templates import repository
@@ -128,12 +129,24 @@ def new_version(db: Session, principal: Principal, name: str, edit: VersionEdit)
     assert template is not None
     newest = repository.newest_version(db, template.id)
     base = settings_of(newest).model_dump() if newest else {}
-    settings = VersionSettings.model_validate({**base, **edit.model_dump(
-        include=edit.model_fields_set)})
+    settings = _merged(base, edit.model_dump(include=edit.model_fields_set))
     _check_gpu_class(db, settings)
     row = _add_version(db, principal, template, (newest.version if newest else 0) + 1, settings)
     _record(db, principal, "cluster_template.new_version", template, None, _audited(row))
     return version_out(db, row)
+
+
+def _merged(base: dict[str, Any], changes: dict[str, Any]) -> VersionSettings:
+    """The edit on top of the newest version, checked as a whole (an edit of ``max_gpus`` alone
+    can fall below the copied ``default_gpus``)."""
+    try:
+        return VersionSettings.model_validate({**base, **changes})
+    except ValidationError as error:
+        problems = [{"field": ".".join(str(p) for p in e["loc"]) or "settings",
+                     "message": str(e["msg"]).removeprefix("Value error, ")}
+                    for e in error.errors()]
+        raise ValidationFailed("; ".join(p["message"] for p in problems),
+                               errors=problems) from error
 
 
 def _check_gpu_class(db: Session, settings: VersionSettings) -> None:

@@ -170,6 +170,10 @@ def test_an_edit_is_a_new_draft_and_offered_versions_never_change(
     assert [v["version"] for v in shown.json()["versions"]] == [1]
     refused = host_client.post(f"{TEMPLATES}/training/versions/1/offer", headers=admin)
     assert refused.status_code == 409
+    below_default = host_client.post(f"{TEMPLATES}/training/versions", json={"max_gpus": 4},
+                                     headers=admin)
+    assert below_default.status_code == 422
+    assert "max_gpus must be at least default_gpus" in below_default.json()["detail"]
 
 
 def test_a_draft_or_retired_version_cannot_be_picked(
