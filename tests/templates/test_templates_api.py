@@ -186,6 +186,10 @@ def test_a_draft_or_retired_version_cannot_be_picked(
     assert draft.status_code == 422 and draft.json()["errors"][0]["field"] == "template_version"
     assert host_client.post(f"{TEMPLATES}/training/versions/1/retire",
                             headers=admin).status_code == 200
+    retired_event = db.scalar(select(AuditEvent).where(
+        AuditEvent.action == "cluster_template.retire"))
+    assert retired_event is not None and retired_event.after == {"version": 1,
+                                                                 "state": "retired"}
     retired = host_client.post(CLUSTERS, json={"name": "a", "template": "training"},
                                headers=tenant)
     assert retired.status_code == 422 and "no offered cluster template" in retired.text
