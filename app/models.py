@@ -9,6 +9,7 @@ from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.tenants.models import GroupMapping, Membership, Tenant
+from app.usage.models import HourlyUsage, LedgerEntry, UsageSample
 
 __all__ = [
     "ApiToken",
@@ -19,14 +20,17 @@ __all__ = [
     "GpuClass",
     "GroupMapping",
     "HostCluster",
+    "HourlyUsage",
     "IdempotencyKey",
     "KubeconfigGrant",
+    "LedgerEntry",
     "Membership",
     "Node",
     "NodeAssignment",
     "QuotaRequest",
     "Tenant",
     "TenantQuota",
+    "UsageSample",
     "User",
     "VirtualCluster",
     "WebSession",

@@ -19,14 +19,26 @@ from app.db import Database
 from app.devmode import demo_users, local_oidc_provider
 from app.kube.adapter import KubernetesAdapter
 from app.main import create_app
+from app.web import live
+from app.wiring import connect_hooks
 from tests.support import postgres
 from tests.support.kube_server import MISSING, ApiServer, install_crds, kube_assets
 from tests.support.paths import KAI_QUEUE_CRD
+
+# Many tests call services directly; the web app, worker and CLI connect these at start.
+connect_hooks()
 
 warnings.filterwarnings("ignore", module="authlib")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="starlette")
 
 ADMIN_GROUP = "platform-admins"
+
+
+@pytest.fixture(autouse=True)
+def short_live_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live streams end after their first event: a test client reads a response to its end.
+    The stream tests set their own timing."""
+    monkeypatch.setattr(live, "TIMING", live.Timing(lifetime_seconds=0))
 
 
 @pytest.fixture(scope="session")

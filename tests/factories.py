@@ -125,9 +125,9 @@ def template_version(db: Session, template: ClusterTemplate, version: int = 1, *
 
 
 def default_template_version(db: Session, version: int = 1) -> ClusterTemplateVersion:
-    """A version of the built-in "default" template that migration 0012 makes."""
+    """A version of the built-in "default" template that migration 0007 makes."""
     template = db.scalar(select(ClusterTemplate).where(ClusterTemplate.name == "default"))
-    assert template is not None, "the database was not migrated to 0012"
+    assert template is not None, "the database was not migrated to 0007"
     row = db.scalar(select(ClusterTemplateVersion).where(
         ClusterTemplateVersion.template_id == template.id,
         ClusterTemplateVersion.version == version))

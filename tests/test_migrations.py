@@ -53,11 +53,11 @@ def test_downgrade_to_base_removes_everything_and_upgrade_works_again(empty_url:
     assert "tenants" in _tables(empty_url)
 
 
-def test_0012_puts_every_existing_cluster_on_the_builtin_default_template(
+def test_0007_puts_every_existing_cluster_on_the_builtin_default_template(
         empty_url: str) -> None:
     """Clusters made before templates reference the "default" template's offered version 1,
     whose settings are all open: the shape they were made with."""
-    migrate.upgrade(empty_url, "0005")
+    migrate.upgrade(empty_url, "0006")
     engine = make_engine(empty_url)
     with engine.begin() as connection:
         for statement in (
@@ -86,5 +86,5 @@ def test_0012_puts_every_existing_cluster_on_the_builtin_default_template(
     engine.dispose()
     assert tuple(cluster) == (version.id, None, False)
     assert tuple(version)[1:] == ("default", 1, "offered", None, None, None, None, None, False)
-    migrate.downgrade(empty_url, "0005")
+    migrate.downgrade(empty_url, "0006")
     assert "cluster_templates" not in _tables(empty_url)

@@ -13,6 +13,8 @@ class assigned to the tenant. Shared-pool clusters do not use dedicated nodes.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,6 +94,15 @@ def list_clusters(db: Session, principal: Principal, slug: str,
 
 def get_cluster(db: Session, principal: Principal, slug: str, name: str) -> ClusterOut:
     return cluster_out(db, cluster_for(db, principal, slug, name))
+
+
+def cluster_version(db: Session, principal: Principal, slug: str, name: str) -> str:
+    """Moves whenever the cluster page's status would: the live stream's fingerprint."""
+    cluster = cluster_for(db, principal, slug, name)
+    conditions = json.dumps(cluster.conditions or [], sort_keys=True).encode()
+    return "-".join((str(cluster.generation), str(cluster.observed_generation),
+                     "deleting" if cluster.deletion_requested_at else "live",
+                     hashlib.sha256(conditions).hexdigest()[:16]))
 
 
 # ----- create

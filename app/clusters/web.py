@@ -1,11 +1,14 @@
 """HTML: a tenant's clusters, the create form with inline checks, and the cluster page with
-live conditions (htmx polling while provisioning), resize, delete and the manifest review."""
+live conditions (a Server-Sent Events stream, polling without one) and their timeline,
+resize, delete (the name typed to confirm) and the manifest review."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
+from markupsafe import Markup
 from pydantic import ValidationError
 from starlette.responses import Response
 
@@ -21,10 +24,13 @@ from app.nodes import gpu_classes
 from app.pagination import PageParams
 from app.routing import UnitOfWorkRoute
 from app.tenants import service as tenants_service
+from app.web import live
+from app.web.charts.timeline import condition_timeline
 from app.web.forms import (
     STATE_CHANGING,
     FieldErrors,
     FormFields,
+    check_typed_name,
     go_to,
     is_htmx,
     problem_errors,
@@ -129,7 +135,8 @@ def create_cluster(request: Request, tenant: str, db: DbSession, principal: Curr
     if payload is None:
         return _create_form(request, db, principal, settings, tenant, fields, errors,
                             status_code, whole_page=not is_htmx(request), resolver=resolver)
-    return go_to(request, f"/t/{tenant}/clusters/{created.name}")
+    return go_to(request, f"/t/{tenant}/clusters/{created.name}",
+                 toast=f"Cluster {created.name} requested: the worker is provisioning it.")
 
 
 # ----- one cluster
@@ -137,13 +144,15 @@ def create_cluster(request: Request, tenant: str, db: DbSession, principal: Curr
 
 def _detail(request: Request, db: DbSession, principal: Principal, settings: Settings,
             tenant: str, name: str, form: dict[str, Any] | None = None,
-            errors: FieldErrors | None = None, status_code: int = 200) -> Response:
+            errors: FieldErrors | None = None, status_code: int = 200,
+            delete_error: str = "") -> Response:
     cluster = service.get_cluster(db, principal, tenant, name)
     row, can_manage = tenants_service.tenant_and_rights(db, principal, tenant)
     no_host = request.app.state.kube.host() is None
     return render(request, "clusters/detail.html", {
         "tenant": row, "can_manage": can_manage, "cluster": cluster,
         "polling": cluster.phase in POLLING_PHASES, "no_host": no_host,
+        "timeline": _timeline(cluster), "delete_error": delete_error,
         "preview": service.preview(db, principal, settings, tenant, name),
         "form": form or {k: str(getattr(cluster, k)) for k in SIZE_FIELDS},
         "errors": errors or {},
@@ -168,7 +177,21 @@ def cluster_status(request: Request, tenant: str, cluster: str, db: DbSession,
             raise
         return go_to(request, f"/t/{tenant}/clusters")
     return render(request, "clusters/_status.html", {
-        "tenant_slug": tenant, "cluster": found, "polling": found.phase in POLLING_PHASES})
+        "tenant_slug": tenant, "cluster": found, "polling": found.phase in POLLING_PHASES,
+        "timeline": _timeline(found)})
+
+
+def _timeline(cluster: ClusterOut) -> Markup | None:
+    return condition_timeline("conditions-chart", cluster.name,
+                              [c.model_dump() for c in cluster.conditions], datetime.now(UTC))
+
+
+@router.get(live.PREFIX + "/t/{tenant}/clusters/{cluster}")
+async def cluster_stream(request: Request, tenant: str, cluster: str,
+                         principal: CurrentPrincipal) -> Response:
+    """``changed`` whenever the cluster's conditions, generation or deletion move."""
+    return await live.event_stream(
+        request, lambda db: service.cluster_version(db, principal, tenant, cluster))
 
 
 @router.post("/t/{tenant}/clusters/{cluster}/resize", dependencies=STATE_CHANGING)
@@ -185,11 +208,20 @@ def resize_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
     except (ValidationFailed, Conflict) as error:
         return _detail(request, db, principal, settings, tenant, cluster, fields,
                        problem_errors(error), error.status)
-    return go_to(request, f"/t/{tenant}/clusters/{cluster}")
+    return go_to(request, f"/t/{tenant}/clusters/{cluster}",
+                 toast=f"Cluster {cluster} resized: the worker applies the new size.")
 
 
 @router.post("/t/{tenant}/clusters/{cluster}/delete", dependencies=STATE_CHANGING)
 def delete_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
-                   principal: CurrentPrincipal) -> Response:
+                   principal: CurrentPrincipal, settings: AppSettings,
+                   fields: FormFields) -> Response:
+    service.cluster_for(db, principal, tenant, cluster, "manage")  # who may, before what
+    try:
+        check_typed_name(fields, cluster)
+    except ValidationFailed as error:
+        return _detail(request, db, principal, settings, tenant, cluster, status_code=422,
+                       delete_error=error.detail)
     service.delete_cluster(db, principal, tenant, cluster)
-    return go_to(request, f"/t/{tenant}/clusters/{cluster}")
+    return go_to(request, f"/t/{tenant}/clusters/{cluster}",
+                 toast=f"Deleting cluster {cluster}: its kubeconfigs are revoked.")

@@ -152,6 +152,7 @@ ROUTES += [
     Route("POST", "/t/{tenant}/quota-requests/{request_id}/cancel", Access.TENANT_ADMIN,
           params=acme_request),
     Route("GET", "/admin/quota-requests", Access.PLATFORM_ADMIN),
+    Route("GET", "/live/admin/quota-requests", Access.PLATFORM_ADMIN),
     Route("POST", "/admin/quota-requests/{request_id}/approve", Access.PLATFORM_ADMIN,
           params=pending_request, body=lambda _w: {"gpus": "2", "overcommit": "on"}),
     Route("POST", "/admin/quota-requests/{request_id}/reject", Access.PLATFORM_ADMIN,
@@ -223,10 +224,12 @@ ROUTES += [
     Route("GET", "/api/v1/tenants/{tenant}/nodes", Access.TENANT_VIEWER, params=acme),
     Route("GET", "/admin/fleet", Access.PLATFORM_ADMIN),
     Route("GET", "/admin/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),
+    Route("GET", "/live/admin/fleet", Access.PLATFORM_ADMIN),
+    Route("GET", "/live/admin/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),
     Route("POST", "/admin/nodes/{node}/assignment", Access.PLATFORM_ADMIN, params=free_node,
           body=lambda _w: {"tenant": "acme"}),
     Route("POST", "/admin/nodes/{node}/assignment/end", Access.PLATFORM_ADMIN,
-          params=assigned_node),
+          params=assigned_node, body=lambda w: {"confirm_name": w.assigned_node}),
     Route("GET", "/admin/fleet/suggest", Access.PLATFORM_ADMIN),
     Route("POST", "/admin/fleet/suggest", Access.PLATFORM_ADMIN,
           body=lambda w: {k: str(v) for k, v in suggestion_body(w).items()}),
@@ -269,11 +272,24 @@ ROUTES += [
     Route("GET", "/t/{tenant}/clusters/{cluster}", Access.TENANT_VIEWER, params=acme_cluster),
     Route("GET", "/t/{tenant}/clusters/{cluster}/status", Access.TENANT_VIEWER,
           params=acme_cluster),
+    Route("GET", "/live/t/{tenant}/clusters/{cluster}", Access.TENANT_VIEWER,
+          params=acme_cluster),
     Route("POST", "/t/{tenant}/clusters/{cluster}/resize", Access.TENANT_ADMIN,
           params=acme_cluster, body=lambda _w: {"gpus": "2", "cpu_millicores": "4000",
                                                 "memory_mib": "16384"}),
     Route("POST", "/t/{tenant}/clusters/{cluster}/delete", Access.TENANT_ADMIN,
-          params=acme_cluster),
+          params=acme_cluster, body=lambda w: {"confirm_name": w.cluster_name}),
+]
+
+# GPU usage (issue 15): without a tenant filter everyone signed in gets the tenants they see.
+ROUTES += [
+    Route("GET", "/api/v1/usage", Access.SIGNED_IN),
+    Route("GET", "/api/v1/usage.csv", Access.SIGNED_IN),
+]
+ROUTES += [
+    Route("GET", "/usage", Access.SIGNED_IN),  # a redirect to the caller's usage page
+    Route("GET", "/t/{tenant}/usage", Access.TENANT_VIEWER, params=acme),
+    Route("GET", "/admin/usage", Access.PLATFORM_ADMIN),
 ]
 
 

@@ -5,8 +5,8 @@ setting open (the tenant picks placement, GPU class and Kubernetes version), no 
 quota, the operator's Pod Security level, no user namespaces. It is offered at once: it is what
 every existing cluster already runs.
 
-Revision ID: 0012
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-11-30 21:40:00
 """
 
@@ -16,15 +16,15 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0012"
-down_revision: str | None = "0005"
+revision: str = "0007"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 BUILTIN_VALIDATION = {
     "passed": True,
     "checks": [],
-    "note": "built in by migration 0012: the shape every cluster had before templates",
+    "note": "built in by migration 0007: the shape every cluster had before templates",
 }
 
 
