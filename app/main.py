@@ -55,6 +55,10 @@ from app.nodes import gpu_classes_api, gpu_classes_web
 from app.nodes import web as nodes_web
 from app.quotas import api as quotas_api
 from app.quotas import web as quotas_web
+from app.templates import api as templates_api
+from app.templates import web as templates_web
+from app.templates.catalog import TemplateCatalog
+from app.templates.validation import HelmIndexResolver
 from app.tenants import api as tenants_api
 from app.tenants import group_mappings, me_api
 from app.tenants import web as tenants_web
@@ -70,12 +74,14 @@ API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api
                tenants_api.router, quotas_api.router, gpu_classes_api.router,
                kubeconfigs_api.router,
                nodes_api.router,
-               clusters_api.router, usage_api.router]
+               clusters_api.router, templates_api.router, templates_api.cluster_router,
+               usage_api.router]
 WEB_ROUTERS = [home.router, auth_web.router, token_web.router, audit_web.router,
                tenants_web.router, quotas_web.router, gpu_classes_web.router,
                kubeconfigs_web.router,
                nodes_web.router,
-               clusters_web.router, usage_web.router]
+               clusters_web.router, templates_web.router, usage_web.router]
+
 
 
 # Every API route: a cookie-authenticated state change must come with the CSRF header.
@@ -107,6 +113,9 @@ def create_app(
     app.state.oauth = make_oauth(settings)
     app.state.kube = kube or ClientConnector(settings)
     app.state.principals = PrincipalCache(settings.auth_cache_seconds)
+    # Cluster creation goes through templates without the clusters domain importing them.
+    app.state.template_resolver = TemplateCatalog()
+    app.state.chart_resolver = HelmIndexResolver()
     policy = SessionPolicy(
         idle=timedelta(minutes=settings.session_idle_minutes),
         absolute=timedelta(hours=settings.session_absolute_hours),

@@ -7,6 +7,7 @@ from app.db import Base
 from app.kubeconfigs.models import KubeconfigGrant
 from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
+from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.tenants.models import GroupMapping, Membership, Tenant
 from app.usage.models import HourlyUsage, LedgerEntry, UsageSample
 
@@ -14,6 +15,8 @@ __all__ = [
     "ApiToken",
     "AuditEvent",
     "Base",
+    "ClusterTemplate",
+    "ClusterTemplateVersion",
     "GpuClass",
     "GroupMapping",
     "HostCluster",

@@ -128,6 +128,17 @@ class KubernetesAdapter:
         _, body = self._call("PATCH", path, query, body=obj, content_type=APPLY_CONTENT_TYPE)
         return body
 
+    def dry_run_apply(self, obj: Manifest) -> Manifest:
+        ref = ObjectRef.of(obj)
+        query: Query = [("fieldManager", FIELD_MANAGER), ("force", "true"), ("dryRun", "All")]
+        path = ref.info.object_path(ref.name, ref.namespace)
+        _, body = self._call("PATCH", path, query, body=obj, content_type=APPLY_CONTENT_TYPE)
+        return body
+
+    def server_version(self) -> str:
+        _, body = self._call("GET", "/version")
+        return str(body.get("gitVersion") or "")
+
     def get(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> Manifest | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 Manifest = dict[str, Any]
 
@@ -59,6 +59,23 @@ class KubePort(Protocol):
     ) -> str:
         """Issue a ServiceAccount token (TokenRequest), bound to a Secret when given, so
         that deleting the Secret revokes exactly this token."""
+        ...
+
+
+@runtime_checkable
+class HostProbe(Protocol):
+    """Questions a template's validation asks a host cluster; ``apply`` only for the one
+    namespace the dry-runs go in."""
+
+    def apply(self, obj: Manifest, *, force: bool = False) -> Manifest: ...
+
+    def dry_run_apply(self, obj: Manifest) -> Manifest:
+        """Server-side apply ``obj`` with ``dryRun=All``: admission and schema run, nothing is
+        stored; the object as it would be stored comes back."""
+        ...
+
+    def server_version(self) -> str:
+        """The API server's ``gitVersion``, e.g. ``v1.32.13``."""
         ...
 
 

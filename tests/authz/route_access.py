@@ -291,3 +291,49 @@ ROUTES += [
     Route("GET", "/t/{tenant}/usage", Access.TENANT_VIEWER, params=acme),
     Route("GET", "/admin/usage", Access.PLATFORM_ADMIN),
 ]
+
+
+# Cluster templates (issue 16): "matrix" has a draft v1 that passed validation; acme's "train"
+# is on default v1 and default v2 is offered.
+
+
+def matrix_template(world: World) -> dict[str, Any]:
+    return {"name": world.template_name}
+
+
+def matrix_v1(world: World) -> dict[str, Any]:
+    return {"name": world.template_name, "version": 1}
+
+
+TEMPLATES = "/api/v1/cluster-templates"
+ADMIN_TEMPLATES = "/admin/cluster-templates"
+ROUTES += [
+    Route("GET", TEMPLATES, Access.SIGNED_IN),
+    Route("POST", TEMPLATES, Access.PLATFORM_ADMIN, body=lambda _w: {"name": "new-one"}),
+    Route("GET", TEMPLATES + "/{name}", Access.SIGNED_IN, params=lambda _w: {"name": "default"}),
+    Route("POST", TEMPLATES + "/{name}/versions", Access.PLATFORM_ADMIN, params=matrix_template,
+          body=lambda _w: {"max_gpus": 4}),
+    Route("POST", TEMPLATES + "/{name}/versions/{version}/validate", Access.PLATFORM_ADMIN,
+          params=matrix_v1),
+    Route("POST", TEMPLATES + "/{name}/versions/{version}/offer", Access.PLATFORM_ADMIN,
+          params=matrix_v1),
+    Route("POST", TEMPLATES + "/{name}/versions/{version}/retire", Access.PLATFORM_ADMIN,
+          params=matrix_v1),
+    Route("POST", "/api/v1/tenants/{tenant}/clusters/{cluster}/template-upgrade",
+          Access.TENANT_ADMIN, params=acme_cluster, body=lambda _w: {}),
+    Route("GET", ADMIN_TEMPLATES, Access.PLATFORM_ADMIN),
+    Route("POST", ADMIN_TEMPLATES, Access.PLATFORM_ADMIN, body=lambda _w: {"name": "web-one"}),
+    Route("GET", ADMIN_TEMPLATES + "/{name}", Access.PLATFORM_ADMIN, params=matrix_template),
+    Route("POST", ADMIN_TEMPLATES + "/{name}/versions", Access.PLATFORM_ADMIN,
+          params=matrix_template, body=lambda _w: {"max_gpus": "4"}),
+    Route("POST", ADMIN_TEMPLATES + "/{name}/versions/{version}/validate",
+          Access.PLATFORM_ADMIN, params=matrix_v1),
+    Route("POST", ADMIN_TEMPLATES + "/{name}/versions/{version}/offer", Access.PLATFORM_ADMIN,
+          params=matrix_v1),
+    Route("POST", ADMIN_TEMPLATES + "/{name}/versions/{version}/retire", Access.PLATFORM_ADMIN,
+          params=matrix_v1),
+    Route("GET", "/t/{tenant}/clusters/{cluster}/template", Access.TENANT_VIEWER,
+          params=acme_cluster),
+    Route("POST", "/t/{tenant}/clusters/{cluster}/template-upgrade", Access.TENANT_ADMIN,
+          params=acme_cluster),
+]
