@@ -21,7 +21,7 @@ from app.audit import api as audit_api
 from app.audit import service as audit
 from app.audit import web as audit_web
 from app.auth import api as auth_api
-from app.auth import group_mappings, token_api, token_web
+from app.auth import cli_login, group_mappings, token_api, token_web
 from app.auth import web as auth_web
 from app.auth.oidc import make_oauth
 from app.auth.principal_cache import PrincipalCache
@@ -67,7 +67,8 @@ API_ROUTERS = [auth_api.router, token_api.router, group_mappings.router, audit_a
                kubeconfigs_api.router,
                nodes_api.router,
                clusters_api.router]
-WEB_ROUTERS = [home.router, auth_web.router, token_web.router, audit_web.router,
+WEB_ROUTERS = [home.router, auth_web.router, token_web.router, cli_login.router,
+               audit_web.router,
                tenants_web.router, quotas_web.router, gpu_classes_web.router,
                kubeconfigs_web.router,
                nodes_web.router,

@@ -37,7 +37,7 @@ def problem_message(response: httpx.Response) -> str:
               if isinstance(e, dict) and e.get("message") != detail]
     message = "\n".join([detail, *fields])
     if response.status_code == 401:
-        message += "\n(sign in again: portalctl login --url URL --token-stdin)"
+        message += "\n(sign in again: portalctl login --url URL)"
     return message
 
 

@@ -13,9 +13,9 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from app.portalctl import browser_login, profiles
 from app.portalctl import kubeconfig as kubeconfigs
-from app.portalctl import profiles
-from app.portalctl.client import FORBIDDEN, USAGE, ApiError, Client
+from app.portalctl.client import ERROR, FORBIDDEN, USAGE, ApiError, Client
 from app.portalctl.output import Format, emit
 
 EXIT_CODES = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 forbidden or not signed in."
@@ -66,7 +66,7 @@ def api() -> Iterator[Client]:
     name = profiles.chosen(state.profile)
     profile = profiles.load(name)
     if profile is None:
-        fail(f"not signed in (profile {name!r}): portalctl login --url URL --token-stdin",
+        fail(f"not signed in (profile {name!r}): portalctl login --url URL",
              FORBIDDEN)
     client = Client(profile.url, profile.token)
     try:
@@ -95,18 +95,31 @@ def login(
     token_stdin: Annotated[bool, typer.Option(
         "--token-stdin", help="read an API token (made on the portal's Tokens page) from stdin")
     ] = False,
+    no_browser: Annotated[bool, typer.Option(
+        "--no-browser", help="print the sign-in link instead of opening a browser")] = False,
+    name: Annotated[str | None, typer.Option(
+        help="the new API token's name (default: 'portalctl on HOST')")] = None,
+    days: Annotated[int, typer.Option(help="the new API token's lifetime in days",
+                                      min=1, max=365)] = 30,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the browser")] = 300.0,
 ) -> None:
-    """Save a profile for a portal after checking the token with it.
+    """Sign in to a portal and save the profile (0600, in the user's config directory).
 
-    Only the headless way exists so far: the browser sign-in is not built yet.
+    By default through the browser: the portal shows the API token it will make for this
+    command line, and once you confirm it hands the token to portalctl on 127.0.0.1.
+    Headless, paste a token made on the portal's API tokens page with --token-stdin.
+
+    Example: portalctl login --url https://portal.example.com
 
     Example: echo "$TOKEN" | portalctl login --url https://portal.example.com --token-stdin
     """
-    if not token_stdin:
-        fail("the browser sign-in is not available yet: pass --token-stdin", USAGE)
-    token = sys.stdin.readline().strip()
-    if not token:
-        fail("no token on stdin", USAGE)
+    if token_stdin:
+        token = sys.stdin.readline().strip()
+        if not token:
+            fail("no token on stdin", USAGE)
+    else:
+        token = _browser_token(url, name or browser_login.default_token_name(), days,
+                               open_it=not no_browser, timeout=timeout)
     client = Client(url, token)
     try:
         me = client.get("/api/v1/me")
@@ -114,9 +127,25 @@ def login(
         fail(error.message, error.exit_code)
     finally:
         client.close()
-    name = profiles.chosen(state.profile)
-    path = profiles.save(profiles.Profile(name=name, url=url, token=token))
-    typer.echo(f"Signed in to {url} as {me['email']} (profile {name!r}, saved in {path}).")
+    profile = profiles.chosen(state.profile)
+    path = profiles.save(profiles.Profile(name=profile, url=url, token=token))
+    typer.echo(f"Signed in to {url} as {me['email']} (profile {profile!r}, saved in {path}).")
+
+
+def _browser_token(url: str, name: str, days: int, *, open_it: bool, timeout: float) -> str:
+    with browser_login.Listener() as listener:
+        link = browser_login.login_url(url, listener.port, listener.state, name, days)
+        if open_it and browser_login.can_open_browser() and browser_login.open_browser(link):
+            typer.echo("Your browser has been opened to sign in. If it did not open, visit:",
+                       err=True)
+        else:
+            typer.echo("Open this link in a browser to sign in:", err=True)
+        typer.echo(f"  {link}", err=True)
+        typer.echo(f"Waiting up to {timeout:g}s for the browser...", err=True)
+        try:
+            return listener.wait(timeout)
+        except browser_login.LoginFailed as error:
+            fail(str(error), ERROR)
 
 
 @app.command()
