@@ -44,7 +44,7 @@ class _Server(HTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's spelling
+    def do_POST(self) -> None:
         if self.path != CALLBACK_PATH:
             self._reply(404, "Not found.")
             return
@@ -59,7 +59,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._reply(400, f"portalctl is not signed in: {self.server.answer.error}.")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._reply(404, "Not found.")
 
     def _reply(self, status: int, message: str) -> None:
@@ -71,7 +71,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         """Quiet: the terminal shows only the outcome."""
 
 
