@@ -5,17 +5,19 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
 from app.portalctl import browser_login, profiles
 from app.portalctl import kubeconfig as kubeconfigs
-from app.portalctl.client import ERROR, FORBIDDEN, USAGE, ApiError, Client
+from app.portalctl.access import grants_app, members_app, tokens_app
+from app.portalctl.audit import audit
+from app.portalctl.client import ERROR, USAGE, ApiError, Client
+from app.portalctl.common import Limit, Output, TenantOpt, api, fail, state, tenant_of
+from app.portalctl.fleet import gpu_classes_app, nodes_app
 from app.portalctl.output import Format, emit
 
 EXIT_CODES = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 forbidden or not signed in."
@@ -28,21 +30,12 @@ clusters_app = typer.Typer(help="A tenant's virtual clusters.", no_args_is_help=
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(quota_app, name="quota")
 app.add_typer(clusters_app, name="clusters")
-
-Output = Annotated[Format, typer.Option("--output", "-o", help="table, json or yaml")]
-Limit = Annotated[int | None, typer.Option(help="at most this many items (default: all)",
-                                           min=1)]
-TenantOpt = Annotated[str | None, typer.Option(
-    "--tenant", "-t", envvar="PORTALCTL_TENANT",
-    help="tenant slug; default: your only tenant")]
-
-
-@dataclass
-class State:
-    profile: str | None = None
-
-
-state = State()
+app.add_typer(members_app, name="members")
+app.add_typer(grants_app, name="grants")
+app.add_typer(tokens_app, name="tokens")
+app.add_typer(nodes_app, name="nodes")
+app.add_typer(gpu_classes_app, name="gpu-classes")
+app.command("audit")(audit)
 
 
 @app.callback()
@@ -53,37 +46,6 @@ def main(profile: Annotated[str | None, typer.Option(
     # httpx notes every request at INFO; a user sees only the outcome (and the problem detail).
     for name in ("httpx", "httpcore"):
         logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-@contextmanager
-def api() -> Iterator[Client]:
-    """A client for the chosen profile; API errors end the command with their exit code."""
-    name = profiles.chosen(state.profile)
-    profile = profiles.load(name)
-    if profile is None:
-        fail(f"not signed in (profile {name!r}): portalctl login --url URL",
-             FORBIDDEN)
-    client = Client(profile.url, profile.token)
-    try:
-        yield client
-    except ApiError as error:
-        fail(error.message, error.exit_code)
-    finally:
-        client.close()
-
-
-def tenant_of(client: Client, tenant: str | None) -> str:
-    if tenant:
-        return tenant
-    memberships = client.get("/api/v1/me")["memberships"]
-    if len(memberships) == 1:
-        return str(memberships[0]["tenant"])
-    fail("choose a tenant with --tenant (or PORTALCTL_TENANT)", USAGE)
 
 
 # ----- sign in and out
