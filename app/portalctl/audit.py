@@ -25,7 +25,7 @@ def audit(
     tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="tenant slug")] = None,
     actor: Annotated[str | None, typer.Option(help="the actor's email")] = None,
     action: Annotated[str | None, typer.Option(
-        help="an action, or a family ending in '.' (e.g. quota.)")] = None,
+        help="an action, or a family ending in '.' (e.g. quota_request.)")] = None,
     since: Annotated[str | None, typer.Option(help="ISO 8601, e.g. 2026-11-30T08:00Z")] = None,
     until: Annotated[str | None, typer.Option(help="ISO 8601")] = None,
     limit: Annotated[int, typer.Option(help="at most this many events (newest)", min=1)] = 50,
@@ -40,7 +40,7 @@ def audit(
     Without --follow, the newest events first. With --follow, oldest first and then each new
     event as it happens, one per line with -o json (JSON Lines); Ctrl-C ends it (exit 0).
 
-    Example: portalctl audit --tenant acme --action quota. --follow
+    Example: portalctl audit --tenant acme --action quota_request. --follow
     """
     filters = {"tenant": tenant, "actor": actor, "action": action, "since": since,
                "until": until}
