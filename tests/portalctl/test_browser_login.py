@@ -38,8 +38,9 @@ def test_a_tenant_admin_signs_in_through_the_browser_and_the_profile_works(
     whoami = portalctl("whoami")
     assert whoami.exit_code == 0, whoami.stderr
     assert EMAIL in whoami.stdout and "acme (admin)" in whoami.stdout
-    tokens = portalctl("tokens", "list", "-o", "json")
-    assert [t["name"] for t in _json_list(tokens.stdout)] == ["ci laptop"]
+    tokens = _json_list(portalctl("tokens", "list", "-o", "json").stdout)
+    made = [t for t in tokens if t["name"] == "ci laptop"]
+    assert len(made) == 1 and made[0]["scopes"] == ["read", "write"]
 
 
 def test_an_answer_with_another_state_is_refused_and_nothing_is_saved(
