@@ -2,8 +2,8 @@
 ``/cli/login`` page hands a new API token to (see app/auth/cli_login.py for the other side).
 
 The listener takes one answer on ``POST /callback``, only with this login's random state, and
-gives up after a timeout. Anything else sent to it (another path, a GET for a favicon) is
-answered 404 and does not count.
+gives up after a timeout. Anything else sent to it (another path, a GET for a favicon, a body
+that is not a form) is refused and does not count.
 """
 
 from __future__ import annotations
@@ -48,11 +48,12 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != CALLBACK_PATH:
             self._reply(404, "Not found.")
             return
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            self._reply(413, "Too large.")
+        length = self.headers.get("Content-Length", "")
+        if not length.isascii() or not length.isdigit() or int(length) > MAX_BODY:
+            self._reply(400, "Not an answer from the portal.")
             return
-        fields = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
+        body = self.rfile.read(int(length)).decode(errors="replace")
+        fields = {key: values[0] for key, values in parse_qs(body).items()}
         self.server.answer = _answer_from(fields, self.server.state)
         if self.server.answer.token:
             self._reply(200, "portalctl is signed in. You can close this tab.")
