@@ -60,6 +60,9 @@ def confirm_page(
         back = f"{request.url.path}?{request.url.query}"
         return RedirectResponse(f"/auth/login?next={quote(back, safe='')}", status_code=303)
     _browser_only(principal)
+    if not port and not state:
+        # Opened by hand rather than by portalctl: how to start from the terminal.
+        return render(request, "auth/cli_login.html", {"ask": None})
     try:
         ask = _parse(port, state, name, expires_in_days)
     except ValidationError as error:

@@ -106,6 +106,16 @@ def test_a_bad_port_or_state_is_refused_before_anything_is_made(
     assert db.scalars(select(ApiToken)).all() == []
 
 
+def test_the_page_opened_by_hand_says_how_to_start_from_the_terminal(
+    client: TestClient,
+) -> None:
+    oidc.sign_in(client, "alice@example.com")
+    page = client.get("/cli/login", headers=HTML)
+    assert page.status_code == 200
+    assert "portalctl login --url http://testserver" in page.text
+    assert "Create token" not in page.text
+
+
 def test_a_token_cannot_stand_in_for_the_browser(client: TestClient, db: Session) -> None:
     oidc.sign_in(client, "alice@example.com")
     csrf = csrf_of(client.get("/cli/login", params=ASK, headers=HTML).text)
