@@ -19,13 +19,10 @@ from app.db import Database
 from app.nodes.models import HostCluster
 from app.portalctl.main import app
 from tests import factories
-from tests.browser.conftest import (
-    browser,  # noqa: F401 - Chromium, for the browser login
-    serving,
-)
 from tests.support import oidc
 from tests.support.kube import InMemoryConnector
 from tests.support.principals import bearer
+from tests.support.serving import serving
 from tests.support.tenancy import build_tenancy
 from tests.support.virtual_clusters import ready_cluster
 

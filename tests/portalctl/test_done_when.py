@@ -35,7 +35,6 @@ from app.kube.connector import ClientConnector
 from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME
 from app.kubeconfigs.manifests import PORTAL_NAMESPACE
 from tests import factories
-from tests.browser.conftest import serving
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import use_standin_helm
 from tests.portalctl.conftest import PORTALCTL, PortalCtl, start_browser_login
@@ -43,6 +42,7 @@ from tests.support import oidc
 from tests.support.kube_server import ApiServer
 from tests.support.kubeconfigs import objects_of_user
 from tests.support.principals import bearer
+from tests.support.serving import serving
 
 pytestmark = [pytest.mark.browser, pytest.mark.kube_server]
 
