@@ -7,7 +7,9 @@ mints it with the token service (audited as ``api_token.create``) and hands it t
 
 Why an auto-submitting form POST rather than a redirect with the token in the query: a URL is
 kept in the browser's history, can be synced across devices and shows in any log that records
-request lines; a POST body is in none of those. The page itself is ``no-store``.
+request lines; a POST body is in none of those. The page itself is ``no-store``, and
+``http://127.0.0.1`` is a potentially trustworthy origin, so an HTTPS portal posting to it is
+not an insecure form submission to the browser.
 
 Only the port comes from the request: the host is always 127.0.0.1, so no link can make the
 portal send a token anywhere but the machine the browser runs on.
