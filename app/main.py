@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from app.audit import api as audit_api
 from app.audit import service as audit
 from app.audit import web as audit_web
-from app.auth import token_api, token_web
+from app.auth import cli_login, token_api, token_web
 from app.auth import web as auth_web
 from app.auth.csrf import verify_api_csrf
 from app.auth.oidc import make_oauth
@@ -76,7 +76,8 @@ API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api
                nodes_api.router,
                clusters_api.router, templates_api.router, templates_api.cluster_router,
                usage_api.router]
-WEB_ROUTERS = [home.router, auth_web.router, token_web.router, audit_web.router,
+WEB_ROUTERS = [home.router, auth_web.router, token_web.router, cli_login.router,
+               audit_web.router,
                tenants_web.router, quotas_web.router, gpu_classes_web.router,
                kubeconfigs_web.router,
                nodes_web.router,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from playwright.sync_api import Browser
 from sqlalchemy.orm import Session
 
 from app import migrate
@@ -21,7 +22,7 @@ from app.kube.adapter import KubernetesAdapter
 from app.main import create_app
 from app.web import live
 from app.wiring import connect_hooks
-from tests.support import postgres
+from tests.support import chromium, postgres
 from tests.support.kube_server import MISSING, ApiServer, install_crds, kube_assets
 from tests.support.paths import KAI_QUEUE_CRD
 
@@ -174,3 +175,11 @@ def virtual(virtual_api: ApiServer) -> Iterator[KubernetesAdapter]:
     adapter = virtual_api.adapter()
     yield adapter
     adapter.close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """Headless Chromium, one for the run: Playwright's sync API allows one per thread, and
+    both tests/browser and tests/portalctl (the browser login) drive it."""
+    with chromium.launched() as launched:
+        yield launched

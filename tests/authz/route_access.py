@@ -66,6 +66,12 @@ ROUTES: list[Route] = [
           body=lambda w: {"name": "ci", "scopes": "read", "expires_in_days": "7"}),
     Route("POST", "/tokens/{token_id}/revoke", Access.SIGNED_IN,
           params=lambda w: {"token_id": w.spare_token_ids.get(w.current, 0)}),
+    # portalctl login in a browser (without portalctl's query, the page says how to start it);
+    # tests/auth/test_cli_login.py covers the rest.
+    Route("GET", "/cli/login", Access.SIGNED_IN),
+    Route("POST", "/cli/login", Access.SIGNED_IN,
+          body=lambda w: {"port": "54321", "state": "s" * 43, "name": "portalctl",
+                          "expires_in_days": "7", "decision": "create"}),
     Route("GET", "/api/v1/tenants/{tenant}/group-mappings", Access.TENANT_ADMIN, params=acme),
     Route("POST", "/api/v1/tenants/{tenant}/group-mappings", Access.PLATFORM_ADMIN,
           params=acme, body=lambda w: {"group": "acme-researchers", "role": "member"}),

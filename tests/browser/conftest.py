@@ -1,39 +1,24 @@
-"""A live portal on loopback (the embedded SQLite default) driven by headless Chromium."""
+"""A live portal on loopback (the embedded SQLite default) driven by headless Chromium (the
+``browser`` fixture is the root conftest's: one per run, shared with tests/portalctl)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
-import uvicorn
-from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page
 
 from app import migrate
-from app.clusters.installer import Installer, SimulatedInstaller
+from app.clusters.installer import SimulatedInstaller
 from app.config import Settings
 from app.db import Database
 from app.devmode import dev_settings, seed_demo, simulated_host_for
-from app.kube.connector import KubeConnector
-from app.main import create_app
-from app.reconcilers.registry import build_worker
 from tests.support.paths import ROOT
-from tests.support.web import free_port
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# Without these, Chromium reaches for Google's services, which this closed network refuses.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--disable-quic"]
-
-
+from tests.support.serving import serving
 
 
 def demo_database(directory: Path) -> Database:
@@ -44,41 +29,6 @@ def demo_database(directory: Path) -> Database:
     with database.transaction() as db:
         seed_demo(db)
     return database
-
-
-@contextmanager
-def serving(settings: Settings, database: Database, kube: KubeConnector | None = None,
-            *, with_worker: bool = False, installer: Installer | None = None) -> Iterator[str]:
-    """The portal on a free loopback port (and its worker, when asked); yields the base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, database, kube),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    threads = [threading.Thread(target=server.run, daemon=True)]
-    worker = build_worker(settings, database, kube, installer) if with_worker else None
-    if worker is not None:
-        threads.append(threading.Thread(target=worker.run, daemon=True))
-    for thread in threads:
-        thread.start()
-    base = f"http://127.0.0.1:{port}"
-    _wait_until_up(base)
-    try:
-        yield base
-    finally:
-        server.should_exit = True
-        if worker is not None:
-            worker.stop()
-        for thread in threads:
-            thread.join(10)
-
-
-def _wait_until_up(base: str) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{base}/healthz")
-            return
-        except httpx.TransportError:
-            time.sleep(0.1)
 
 
 @pytest.fixture
@@ -134,16 +84,6 @@ def screenshots(request: pytest.FixtureRequest) -> Screenshots:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     return Screenshots(folder)
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Chromium is missing: `make test` installs Debian's chromium package")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 def sign_in_typed(browser: Browser, base: str, email: str) -> Page:

@@ -23,7 +23,8 @@ from app.tenants.models import Tenant
 from app.web import live
 from tests import factories
 from tests.browser.accessibility import serious_violations
-from tests.browser.conftest import demo_database, serving
+from tests.browser.conftest import demo_database
+from tests.support.serving import serving
 
 pytestmark = pytest.mark.browser
 
