@@ -135,6 +135,10 @@ def _takes_text(schema: dict[str, Any], prop: dict[str, Any]) -> bool:
     return any(_takes_text(schema, option) for option in prop.get("anyOf", []))
 
 
+# Write bodies that take no text at all (so the walker finding none is right).
+NUMBERS_ONLY = {("POST", "/api/v1/tenants/{tenant}/clusters/{cluster}/template-upgrade")}
+
+
 def _json_bodies(client: TestClient, world: World) -> Iterator[tuple[str, str, str, bytes]]:
     """(method, url, field, body) with one string field set to a control text."""
     schema: dict[str, Any] = client.app.openapi()  # type: ignore[attr-defined]
@@ -147,7 +151,8 @@ def _json_bodies(client: TestClient, world: World) -> Iterator[tuple[str, str, s
         assert route.body is not None, f"{method} {path} takes a body; route_access has none"
         url = _fill(path, route.params(world))
         fields = _string_fields(schema, body_schema)
-        assert fields or method == "PATCH", f"{method} {path}: no text fields found"
+        assert fields or method == "PATCH" or (method, path) in NUMBERS_ONLY, (
+            f"{method} {path}: no text fields found")
         for field in fields:
             is_list = _resolve(schema, _resolve(schema, body_schema)["properties"][field]).get(
                 "type") == "array"
