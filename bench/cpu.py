@@ -1,0 +1,83 @@
+"""The server's CPU per request for each step of ``bench/run.py``, robust to a busy machine.
+
+req/s and latency on a shared machine depend on what else runs; the CPU seconds the server
+process spends (``/proc/<pid>/stat`` utime + stime) per completed request hardly do. Each step
+of ``bench/run.py`` is driven for a few seconds at a few connections (wrk, else asyncio) after
+a warm-up, and the server's CPU over the step is divided by the requests it completed.
+
+Run from the checkout: ``.venv/bin/python -m bench.cpu [--scale 0.1] [--only nodes]``; the last
+line of stdout is one JSON object. The database (default ``portal_bench_cpu``) is re-created
+from its seeded template, as ``bench/run.py`` does. ``--profile`` prints the server's pid and
+waits before the steps, so that ``py-spy record -p PID`` can attach.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: bench/ is on sys.path, the checkout is not
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import load, seed
+from bench.portal import Portal, mint
+from bench.run import HEALTHZ, LOGS, Step, say, steps
+
+DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/portal_bench_cpu"
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
+    parser.add_argument("--scale", type=float, default=1.0, help="the seeded fleet's size")
+    parser.add_argument("--database-url", default=DEFAULT_URL)
+    parser.add_argument("--seconds", type=float, default=4.0, help="per step, after a warm-up")
+    parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--only", default="", help="steps whose name contains this text")
+    parser.add_argument("--profile", type=float, default=0.0,
+                        help="seconds to wait after printing the server's pid")
+    return parser.parse_args(argv)
+
+
+def measure(server: Portal, step: Step, seconds: float, connections: int) -> dict[str, object]:
+    tag = secrets.token_hex(3)
+    load.run(server.url, step.requests, duration_s=1, connections=connections,
+             tag=f"{tag}-warm", timeout_s=30, use_wrk=load.has_wrk())
+    before = server.cpu_s()
+    result = load.run(server.url, step.requests, duration_s=seconds, connections=connections,
+                      tag=tag, timeout_s=30, use_wrk=load.has_wrk())
+    cpu_s = server.cpu_s() - before
+    return {"step": step.name, "requests": result.requests, "failed": result.failed,
+            "cpu_ms_per_request": round(1000 * cpu_s / max(1, result.requests), 2),
+            "rps": round(result.rps, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse(argv)
+    fleet = seed.Fleet.scaled(options.scale)
+    seed.prepare(options.database_url, fleet, log=say)
+    credentials = mint(options.database_url, fleet)
+    log = LOGS / f"{seed.database_name(options.database_url)}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    server = Portal(options.database_url, log)
+    server.start()
+    try:
+        if options.profile:
+            say(f"server pid {server.process.pid if server.process else '?'}")
+            time.sleep(options.profile)
+        rows = [measure(server, step, options.seconds, options.connections)
+                for step in [HEALTHZ, *steps(credentials)] if options.only in step.name]
+    finally:
+        server.stop()
+    for row in rows:
+        print(f"{row['cpu_ms_per_request']:>7.2f} ms/req  {row['rps']:>7.1f} req/s  "
+              f"{row['failed']:>4} failed  {row['step']}")
+    print(json.dumps({"connections": options.connections, "steps": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
