@@ -5,7 +5,8 @@ process spends (``/proc/<pid>/stat`` utime + stime) per completed request hardly
 of ``bench/run.py`` is driven for a few seconds at a few connections (wrk, else asyncio) after
 a warm-up, and the server's CPU over the step is divided by the requests it completed. Other
 work on the machine still inflates the figure somewhat (the caches and the GIL are contended),
-never deflates it: ``--repeat`` measures each step several times and keeps the lowest.
+never deflates it: ``--repeat`` measures each step several times and keeps the lowest, and
+``/healthz`` is measured between the runs, to report each step's CPU as a multiple of its.
 
 Run from the checkout: ``.venv/bin/python -m bench.cpu [--scale 0.1] [--only nodes]``; the last
 line of stdout is one JSON object. The database (default ``portal_bench_cpu``) is re-created
@@ -53,22 +54,28 @@ def me(credentials: Credentials) -> Step:
                 [Request("GET", "/api/v1/me", bearer(t.token)) for t in credentials.tenants])
 
 
+def cpu_per_request(server: Portal, step: Step, seconds: float,
+                    connections: int) -> tuple[float, load.Result]:
+    before = server.cpu_s()
+    result = load.run(server.url, step.requests, duration_s=seconds, connections=connections,
+                      tag=secrets.token_hex(4), timeout_s=30, use_wrk=load.has_wrk())
+    return (server.cpu_s() - before) / max(1, result.requests), result
+
+
 def measure(server: Portal, step: Step, seconds: float, connections: int,
             repeat: int) -> dict[str, Any]:
-    tag = secrets.token_hex(3)
-    load.run(server.url, step.requests, duration_s=1, connections=connections,
-             tag=f"{tag}-warm", timeout_s=30, use_wrk=load.has_wrk())
-    runs = []
-    for n in range(repeat):
-        before = server.cpu_s()
-        result = load.run(server.url, step.requests, duration_s=seconds,
-                          connections=connections, tag=f"{tag}-{n}", timeout_s=30,
-                          use_wrk=load.has_wrk())
-        cpu_s = server.cpu_s() - before
-        runs.append({"step": step.name, "requests": result.requests, "failed": result.failed,
-                     "cpu_ms_per_request": round(1000 * cpu_s / max(1, result.requests), 2),
-                     "rps": round(result.rps, 1)})
-    return min(runs, key=lambda run: float(run["cpu_ms_per_request"]))
+    """The step's lowest CPU per request, and that over /healthz's measured between its runs
+    (a busy machine slows both alike, so the ratio moves less than either)."""
+    cpu_per_request(server, step, 1, connections)  # warm-up
+    floor, own = [], []
+    for _ in range(repeat):
+        floor.append(cpu_per_request(server, HEALTHZ, seconds / 2, connections)[0])
+        own.append(cpu_per_request(server, step, seconds, connections))
+    cpu_s, result = min(own, key=lambda run: run[0])
+    return {"step": step.name, "requests": result.requests, "failed": result.failed,
+            "cpu_ms_per_request": round(1000 * cpu_s, 3), "rps": round(result.rps, 1),
+            "floor_cpu_ms": round(1000 * min(floor), 3),
+            "times_floor": round(cpu_s / min(floor), 2)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,15 +91,16 @@ def main(argv: list[str] | None = None) -> int:
         if options.profile:
             say(f"server pid {server.process.pid if server.process else '?'}")
             time.sleep(options.profile)
-        chosen = [step for step in [HEALTHZ, me(credentials), *steps(credentials)]
+        chosen = [step for step in [me(credentials), *steps(credentials)]
                   if options.only in step.name]
         rows = [measure(server, step, options.seconds, options.connections, options.repeat)
                 for step in chosen]
     finally:
         server.stop()
     for row in rows:
-        print(f"{row['cpu_ms_per_request']:>7.2f} ms/req  {row['rps']:>7.1f} req/s  "
-              f"{row['failed']:>4} failed  {row['step']}")
+        print(f"{row['cpu_ms_per_request']:>7.2f} ms/req {row['times_floor']:>6.2f}x floor "
+              f"({row['floor_cpu_ms']:.2f}) {row['rps']:>7.1f} req/s {row['failed']:>4} failed "
+              f" {row['step']}")
     print(json.dumps({"connections": options.connections, "steps": rows}))
     return 0
 
