@@ -3,7 +3,8 @@
 req/s and latency on a shared machine depend on what else runs; the CPU seconds the server
 process spends (``/proc/<pid>/stat`` utime + stime) per completed request hardly do. Each step
 of ``bench/run.py`` is driven for a few seconds at a few connections (wrk, else asyncio) after
-a warm-up, and the server's CPU over the step is divided by the requests it completed. Other
+a warm-up, and the server's CPU over the step is divided by the requests it completed (and so
+is that of the PostgreSQL backends serving its database, which share the machine). Other
 work on the machine still inflates the figure somewhat (the caches and the GIL are contended),
 never deflates it: ``--repeat`` measures each step several times and keeps the lowest, and
 ``/healthz`` is measured between the runs, to report each step's CPU as a multiple of its.
@@ -21,15 +22,18 @@ import json
 import secrets
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 if __package__ in (None, ""):  # run as a file: bench/ is on sys.path, the checkout is not
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import load, seed
 from bench.load import Request
-from bench.portal import Credentials, Portal, bearer, mint
+from bench.portal import TICKS, Credentials, Portal, bearer, mint
 from bench.run import HEALTHZ, LOGS, Step, say, steps
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/portal_bench_cpu"
@@ -54,28 +58,55 @@ def me(credentials: Credentials) -> Step:
                 [Request("GET", "/api/v1/me", bearer(t.token)) for t in credentials.tenants])
 
 
-def cpu_per_request(server: Portal, step: Step, seconds: float,
-                    connections: int) -> tuple[float, load.Result]:
-    before = server.cpu_s()
+def backend_cpu_s(url: str) -> float:
+    """CPU seconds of the PostgreSQL backends serving the database (the portal's pool)."""
+    with psycopg.connect(seed.psycopg_url(url)) as connection:
+        pids = [row[0] for row in connection.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()")]
+    total = 0.0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue  # gone since
+        user, system = stat.rsplit(")", 1)[1].split()[11:13]
+        total += (int(user) + int(system)) / TICKS
+    return total
+
+
+@dataclass
+class Run:
+    cpu_s: float  # the server's, per request
+    database_cpu_s: float  # its database backends', per request
+    result: load.Result
+
+
+def cpu_per_request(server: Portal, url: str, step: Step, seconds: float,
+                    connections: int) -> Run:
+    before, database_before = server.cpu_s(), backend_cpu_s(url)
     result = load.run(server.url, step.requests, duration_s=seconds, connections=connections,
                       tag=secrets.token_hex(4), timeout_s=30, use_wrk=load.has_wrk())
-    return (server.cpu_s() - before) / max(1, result.requests), result
+    done = max(1, result.requests)
+    return Run((server.cpu_s() - before) / done,
+               (backend_cpu_s(url) - database_before) / done, result)
 
 
-def measure(server: Portal, step: Step, seconds: float, connections: int,
+def measure(server: Portal, url: str, step: Step, seconds: float, connections: int,
             repeat: int) -> dict[str, Any]:
     """The step's lowest CPU per request, and that over /healthz's measured between its runs
     (a busy machine slows both alike, so the ratio moves less than either)."""
-    cpu_per_request(server, step, 1, connections)  # warm-up
+    cpu_per_request(server, url, step, 1, connections)  # warm-up
     floor, own = [], []
     for _ in range(repeat):
-        floor.append(cpu_per_request(server, HEALTHZ, seconds / 2, connections)[0])
-        own.append(cpu_per_request(server, step, seconds, connections))
-    cpu_s, result = min(own, key=lambda run: run[0])
-    return {"step": step.name, "requests": result.requests, "failed": result.failed,
-            "cpu_ms_per_request": round(1000 * cpu_s, 3), "rps": round(result.rps, 1),
-            "floor_cpu_ms": round(1000 * min(floor), 3),
-            "times_floor": round(cpu_s / min(floor), 2)}
+        floor.append(cpu_per_request(server, url, HEALTHZ, seconds / 2, connections).cpu_s)
+        own.append(cpu_per_request(server, url, step, seconds, connections))
+    best = min(own, key=lambda run: run.cpu_s)
+    return {"step": step.name, "requests": best.result.requests, "failed": best.result.failed,
+            "cpu_ms_per_request": round(1000 * best.cpu_s, 3),
+            "database_cpu_ms_per_request": round(1000 * min(r.database_cpu_s for r in own), 3),
+            "rps": round(best.result.rps, 1), "floor_cpu_ms": round(1000 * min(floor), 3),
+            "times_floor": round(best.cpu_s / min(floor), 2)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,12 +124,14 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(options.profile)
         chosen = [step for step in [me(credentials), *steps(credentials)]
                   if options.only in step.name]
-        rows = [measure(server, step, options.seconds, options.connections, options.repeat)
+        rows = [measure(server, options.database_url, step, options.seconds,
+                        options.connections, options.repeat)
                 for step in chosen]
     finally:
         server.stop()
     for row in rows:
         print(f"{row['cpu_ms_per_request']:>7.2f} ms/req {row['times_floor']:>6.2f}x floor "
+              f"+ db {row['database_cpu_ms_per_request']:>5.2f} ms "
               f"({row['floor_cpu_ms']:.2f}) {row['rps']:>7.1f} req/s {row['failed']:>4} failed "
               f" {row['step']}")
     print(json.dumps({"connections": options.connections, "steps": rows}))
