@@ -20,9 +20,8 @@ from tests.support.principals import bearer
 def test_a_read_only_session_refuses_to_write_and_leaves_nothing_behind(
     own_pg_database: Database,
 ) -> None:
-    with own_pg_database.read_session() as session:
-        with pytest.raises(ReadOnlyViolation):
-            factories.user(session, "reader@example.com")
+    with own_pg_database.read_session() as session, pytest.raises(ReadOnlyViolation):
+        factories.user(session, "reader@example.com")
     with own_pg_database.read_session() as session:
         found = session.execute(text("SELECT count(*) FROM users WHERE email = :e"),
                                 {"e": "reader@example.com"}).scalar_one()
