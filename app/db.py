@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from time import monotonic
+from time import monotonic as monotonic  # re-exported: tests move the clock
 from typing import Any
 
 from sqlalchemy import JSON, Connection, DateTime, Engine, MetaData, create_engine, event
