@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterPreview, ClusterResize
 from app.config import Settings
 from app.deps import CurrentPrincipal, DbSession, get_settings_dep
 from app.idempotency import IdempotencyKeyHeader, run_idempotent
+from app.json_body import page_response
 from app.pagination import Page, Paging
 from app.routing import UnitOfWorkRoute
 
@@ -22,8 +23,8 @@ AppSettings = Annotated[Settings, Depends(get_settings_dep)]
 
 @router.get("", response_model=Page[ClusterOut])
 def list_clusters(tenant: str, db: DbSession, principal: CurrentPrincipal,
-                  paging: Paging) -> Page[ClusterOut]:
-    return service.list_clusters(db, principal, tenant, paging)
+                  paging: Paging) -> Response:
+    return page_response(*service.list_cluster_fields(db, principal, tenant, paging))
 
 
 @router.post("", status_code=201, response_model=ClusterOut)
