@@ -8,6 +8,8 @@ is that of the PostgreSQL backends serving its database, which share the machine
 work on the machine still inflates the figure somewhat (the caches and the GIL are contended),
 never deflates it: ``--repeat`` measures each step several times and keeps the lowest, and
 ``/healthz`` is measured between the runs, to report each step's CPU as a multiple of its.
+``--baseline DIR`` runs a second server from another checkout (``git archive COMMIT | tar -x
+-C DIR``) and alternates their runs, for a before/after on the same machine at the same time.
 
 Run from the checkout: ``.venv/bin/python -m bench.cpu [--scale 0.1] [--only nodes]``; the last
 line of stdout is one JSON object. The database (default ``portal_bench_cpu``) is re-created
@@ -47,6 +49,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1, help="keep the lowest of this many")
     parser.add_argument("--only", default="", help="steps whose name contains this text")
+    parser.add_argument("--baseline", default="",
+                        help="another checkout to measure alongside, runs alternating")
     parser.add_argument("--profile", type=float, default=0.0,
                         help="seconds to wait after printing the server's pid")
     return parser.parse_args(argv)
@@ -92,21 +96,43 @@ def cpu_per_request(server: Portal, url: str, step: Step, seconds: float,
                (backend_cpu_s(url) - database_before) / done, result)
 
 
-def measure(server: Portal, url: str, step: Step, seconds: float, connections: int,
-            repeat: int) -> dict[str, Any]:
-    """The step's lowest CPU per request, and that over /healthz's measured between its runs
-    (a busy machine slows both alike, so the ratio moves less than either)."""
-    cpu_per_request(server, url, step, 1, connections)  # warm-up
-    floor, own = [], []
+def measure(servers: dict[str, Portal], url: str, step: Step, seconds: float,
+            connections: int, repeat: int) -> list[dict[str, Any]]:
+    """Per server, the step's lowest CPU per request, and that over /healthz's measured between
+    its runs (a busy machine slows both alike, so the ratio moves less than either). With two
+    servers (two checkouts), their runs alternate, so that both see the same machine."""
+    floor: dict[str, list[float]] = {label: [] for label in servers}
+    own: dict[str, list[Run]] = {label: [] for label in servers}
+    for server in servers.values():
+        cpu_per_request(server, url, step, 1, connections)  # warm-up
     for _ in range(repeat):
-        floor.append(cpu_per_request(server, url, HEALTHZ, seconds / 2, connections).cpu_s)
-        own.append(cpu_per_request(server, url, step, seconds, connections))
-    best = min(own, key=lambda run: run.cpu_s)
-    return {"step": step.name, "requests": best.result.requests, "failed": best.result.failed,
-            "cpu_ms_per_request": round(1000 * best.cpu_s, 3),
-            "database_cpu_ms_per_request": round(1000 * min(r.database_cpu_s for r in own), 3),
-            "rps": round(best.result.rps, 1), "floor_cpu_ms": round(1000 * min(floor), 3),
-            "times_floor": round(best.cpu_s / min(floor), 2)}
+        for label, server in servers.items():
+            floor[label].append(
+                cpu_per_request(server, url, HEALTHZ, seconds / 2, connections).cpu_s)
+            own[label].append(cpu_per_request(server, url, step, seconds, connections))
+    rows = []
+    for label in servers:
+        best = min(own[label], key=lambda run: run.cpu_s)
+        lowest_floor = min(floor[label])
+        rows.append({
+            "server": label, "step": step.name, "requests": best.result.requests,
+            "failed": best.result.failed, "cpu_ms_per_request": round(1000 * best.cpu_s, 3),
+            "database_cpu_ms_per_request": round(
+                1000 * min(r.database_cpu_s for r in own[label]), 3),
+            "rps": round(best.result.rps, 1), "floor_cpu_ms": round(1000 * lowest_floor, 3),
+            "times_floor": round(best.cpu_s / lowest_floor, 2)})
+    return rows
+
+
+def checkout_portal(url: str, log: Path, checkout: Path) -> Portal:
+    """``portal serve`` from another checkout of the project (e.g. ``git archive`` of a
+    commit), with this checkout's virtualenv."""
+    server = Portal(url, log)
+    server.cwd = checkout
+    server.env["PYTHONPATH"] = str(checkout)
+    server.command = lambda: [sys.executable, "-m", "app.cli", "serve",  # type: ignore[method-assign]
+                              "--host", "127.0.0.1", "--port", str(server.port)]
+    return server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,24 +142,31 @@ def main(argv: list[str] | None = None) -> int:
     credentials = mint(options.database_url, fleet)
     log = LOGS / f"{seed.database_name(options.database_url)}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    server = Portal(options.database_url, log)
-    server.start()
+    servers = {"this": Portal(options.database_url, log)}
+    if options.baseline:
+        servers = {"baseline": checkout_portal(options.database_url,
+                                               log.with_suffix(".baseline.log"),
+                                               Path(options.baseline).resolve()),
+                   **servers}
     try:
+        for server in servers.values():
+            server.start()
         if options.profile:
-            say(f"server pid {server.process.pid if server.process else '?'}")
+            say(f"server pids {[s.process.pid for s in servers.values() if s.process]}")
             time.sleep(options.profile)
         chosen = [step for step in [me(credentials), *steps(credentials)]
                   if options.only in step.name]
-        rows = [measure(server, options.database_url, step, options.seconds,
-                        options.connections, options.repeat)
-                for step in chosen]
+        rows = [row for step in chosen
+                for row in measure(servers, options.database_url, step, options.seconds,
+                                   options.connections, options.repeat)]
     finally:
-        server.stop()
+        for server in servers.values():
+            server.stop()
     for row in rows:
-        print(f"{row['cpu_ms_per_request']:>7.2f} ms/req {row['times_floor']:>6.2f}x floor "
-              f"+ db {row['database_cpu_ms_per_request']:>5.2f} ms "
-              f"({row['floor_cpu_ms']:.2f}) {row['rps']:>7.1f} req/s {row['failed']:>4} failed "
-              f" {row['step']}")
+        print(f"{row['server']:>8} {row['cpu_ms_per_request']:>6.2f} ms/req "
+              f"{row['times_floor']:>6.2f}x floor ({row['floor_cpu_ms']:.2f}) "
+              f"+ db {row['database_cpu_ms_per_request']:>5.2f} ms {row['rps']:>7.1f} req/s "
+              f"{row['failed']:>4} failed  {row['step']}")
     print(json.dumps({"connections": options.connections, "steps": rows}))
     return 0
 
