@@ -59,7 +59,7 @@ from app.quotas import web as quotas_web
 from app.tenants import api as tenants_api
 from app.tenants import web as tenants_web
 from app.web import home
-from app.web.templating import STATIC_DIR, render
+from app.web.templating import STATIC_DIR, render, templates
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,8 @@ def create_app(
     app.state.kube = kube or ClientConnector(settings)
     app.state.principals = PrincipalCache(settings.auth_cache_seconds)
     cache_tenants(database, settings.auth_cache_seconds)
+    # Deployed templates do not change: no stat() of each template file on every render.
+    templates.env.auto_reload = settings.env != "production"
     policy = SessionPolicy(
         idle=timedelta(minutes=settings.session_idle_minutes),
         absolute=timedelta(hours=settings.session_absolute_hours),
