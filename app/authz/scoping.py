@@ -16,6 +16,7 @@ from typing import Literal, NamedTuple
 
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm.util import identity_key
 
 from app.auth.principal import Principal
 from app.auth.principal_cache import ExpiringCache, changes_pending, watch
@@ -90,6 +91,9 @@ def _cached_tenant(db: Session, slug: str) -> Tenant | None:
         if tenant is not None and cache is not None and not changes_pending(db):
             cache.put(slug, _TenantRow(*(getattr(tenant, f) for f in _TenantRow._fields)))
         return tenant
+    present = db.identity_map.get(identity_key(Tenant, row.id))
+    if isinstance(present, Tenant):
+        return present  # with whatever this session changed on it
     # Into this session as if it had been read here, without a query.
     copy = Tenant(**row._asdict())
     make_transient_to_detached(copy)

@@ -9,6 +9,8 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.auth import principal_cache
+from app.authz import tenant_for
+from app.authz.scoping import cache_tenants
 from app.config import Settings
 from app.db import Database
 from app.tenants.models import Tenant
@@ -70,3 +72,20 @@ def test_a_change_made_elsewhere_applies_once_the_cache_time_is_up(
     monkeypatch.setattr(principal_cache, "monotonic", lambda: later)
     assert client.post("/api/v1/tenants/acme/members", json={**NEW_MEMBER, "email": "x@e.com"},
                        headers=admin).status_code == 403
+
+
+def test_a_cached_tenant_never_overwrites_what_a_session_changed_on_it(
+    database: Database, db: Session
+) -> None:
+    cache_tenants(database, 60)
+    t = build_tenancy(db)
+    db.commit()
+    principal = t.principal(t.platform_admin)
+    with database.session() as first:
+        tenant_for(first, principal, "acme")  # now cached
+    with database.session() as session:
+        acme = session.get(Tenant, t.acme.id)
+        assert acme is not None
+        acme.display_name = "Renamed, not yet flushed"
+        assert tenant_for(session, principal, "acme") is acme
+        assert acme.display_name == "Renamed, not yet flushed"
