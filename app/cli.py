@@ -21,11 +21,20 @@ from app.auth import service as auth_service
 from app.config import Settings, configuration_reference, get_settings
 from app.crypto import SecretBox
 from app.db import Database, utcnow
-from app.devmode import demo_users, local_oidc_provider, seed_demo
+from app.devmode import (
+    check_clusters_on_the_new_host,
+    demo_users,
+    dev_settings,
+    local_oidc_provider,
+    seed_demo,
+    simulated_host_for,
+)
 from app.errors import ProblemError
 from app.keys import service as keys_service
+from app.kube.connector import real_host_configured
 from app.logs import configure_logging
 from app.reconcilers.registry import build_worker
+from app.wiring import connect_hooks
 
 cli = typer.Typer(help="GPU Tenant Portal", no_args_is_help=True, add_completion=False)
 db_cli = typer.Typer(help="Database migrations", no_args_is_help=True)
@@ -60,6 +69,7 @@ def serve(
     from app.main import create_app
 
     settings = _settings()
+    _refuse_simulated_host(settings)
     uvicorn.run(create_app(settings), host=host, port=port, log_config=None,
                 proxy_headers=True)
 
@@ -68,6 +78,7 @@ def serve(
 def worker() -> None:
     """Run the reconcile loop until SIGTERM or Ctrl-C."""
     settings = _settings()
+    _refuse_simulated_host(settings)
     loop = build_worker(settings, Database(settings.database_url))
     _stop_on_signals(loop.stop)
     loop.run()
@@ -100,6 +111,21 @@ def webhook(
     server.start()
     stopping.wait()
     server.stop()
+
+
+def _refuse_simulated_host(settings: Settings) -> None:
+    # The simulated host lives in one process's memory: web and worker must share it.
+    if settings.simulated_host:
+        typer.echo("error: PORTAL_SIMULATED_HOST needs web and worker in one process: use "
+                   "`portal dev`", err=True)
+        raise typer.Exit(2)
+
+
+def _refuse_in_production(settings: Settings, command: str, why: str) -> None:
+    if settings.env == "production":
+        typer.echo(f"error: {command} {why}; it is refused when PORTAL_ENV=production",
+                   err=True)
+        raise typer.Exit(2)
 
 
 def _stop_on_signals(stop: Callable[[], None]) -> None:
@@ -213,31 +239,54 @@ def dev(
     port: Annotated[int, typer.Option(help="portal port")] = 8000,
     idp_port: Annotated[int, typer.Option(help="local OIDC provider port")] = 8900,
     database: Annotated[Path, typer.Option(help="SQLite file")] = Path("portal-dev.db"),
+    simulate: Annotated[bool, typer.Option(
+        "--simulate/--no-simulate",
+        help="simulate a host cluster with a demo GPU fleet (ignored with PORTAL_KUBECONFIG)")
+    ] = True,
 ) -> None:
-    """The embedded default: SQLite, a local OIDC provider with demo users, web and worker."""
+    """The embedded default: SQLite, a local OIDC provider with demo users, web and worker,
+    on a simulated host cluster unless PORTAL_KUBECONFIG names a real one."""
+    from app.clusters.installer import SimulatedInstaller
     from app.main import create_app
 
     base = _settings()
+    _refuse_in_production(base, "portal dev", "signs in anyone as a demo user")
     url = f"sqlite:///{database.resolve()}"
+    simulation = simulated_host_for(base, simulate=simulate)
+    installer = SimulatedInstaller(simulation) if simulation is not None else None
     with local_oidc_provider(demo_users(base.oidc_admin_group), port=idp_port) as issuer:
-        settings = base.model_copy(update={"database_url": url, "oidc_issuer": issuer})
+        settings = dev_settings(base, database_url=url, issuer=issuer,
+                                simulated=simulation is not None)
         migrate.upgrade(url)
         store = Database(url)
         with store.transaction() as db:
             seed_demo(db)
-        loop = build_worker(settings, store)
+            if simulation is not None:
+                check_clusters_on_the_new_host(db)
+        loop = build_worker(settings, store, simulation, installer)
         worker_thread = threading.Thread(target=loop.run, name="worker", daemon=True)
         worker_thread.start()
         typer.echo(f"GPU Tenant Portal: http://127.0.0.1:{port}  (sign-in provider {issuer})")
         typer.echo("demo users: admin@example.com (platform admin), alice@example.com "
                    "(admin of tenant 'demo'), bob@example.com (member). Ctrl-C stops.")
+        typer.echo(_host_line(settings, simulation is not None))
         try:
-            uvicorn.run(create_app(settings, store), host="127.0.0.1", port=port,
+            uvicorn.run(create_app(settings, store, simulation), host="127.0.0.1", port=port,
                         log_config=None)
         finally:
             loop.stop()
             worker_thread.join(10)
             store.dispose()
+
+
+def _host_line(settings: Settings, simulated: bool) -> str:
+    if simulated:
+        return ("host cluster: SIMULATED in memory (a demo GPU fleet; virtual clusters come up "
+                f"in {settings.simulated_startup_seconds:g}s; kubeconfigs cannot connect). "
+                "--no-simulate turns it off; PORTAL_KUBECONFIG uses a real host.")
+    if real_host_configured(settings):
+        return "host cluster: the real one (PORTAL_KUBECONFIG or in-cluster config)"
+    return "host cluster: none (clusters wait with HostClusterNotConfigured)"
 
 
 @cli.command("dev-idp")
@@ -247,10 +296,7 @@ def dev_idp(
 ) -> None:
     """Development only: the local OIDC provider with the demo users, and nothing else."""
     settings = _settings()
-    if settings.env == "production":
-        typer.echo("error: dev-idp signs in anyone as a demo user; it is refused when "
-                   "PORTAL_ENV=production", err=True)
-        raise typer.Exit(2)
+    _refuse_in_production(settings, "dev-idp", "signs in anyone as a demo user")
     stopping = threading.Event()
     _stop_on_signals(stopping.set)
     with local_oidc_provider(demo_users(settings.oidc_admin_group), host=host, port=port) as url:
@@ -260,6 +306,7 @@ def dev_idp(
 
 
 def main() -> None:
+    connect_hooks()
     cli()
 if __name__ == "__main__":
     main()

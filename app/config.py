@@ -46,8 +46,9 @@ class Settings(BaseSettings):
                     "re-encrypts them with `PORTAL_ENCRYPTION_KEY`")
     base_url: str | None = Field(
         default=None,
-        description="the portal's public URL; not read today (redirects are built from the "
-                    "request, behind a proxy from its forwarded headers)")
+        description="the portal's public URL: a browser's `Origin` naming it counts as the "
+                    "portal's own, for a proxy that renames the Host (redirects are built from "
+                    "the request, behind a proxy from its forwarded headers)")
 
     oidc_issuer: str | None = Field(
         default=None,
@@ -169,6 +170,16 @@ class Settings(BaseSettings):
         description="clusters one worker reconciles at once (keep it below the database "
                     "pool, 15)")
 
+    simulated_host: bool = Field(
+        default=False,
+        description="development only: the host cluster is simulated in memory (a demo GPU "
+                    "fleet; nothing runs, kubeconfigs cannot connect); `portal dev` turns it on "
+                    "unless given `--no-simulate` or a real host; refused in production")
+    simulated_startup_seconds: float = Field(
+        default=8.0, ge=0, le=600,
+        description="how long a simulated virtual cluster takes to come up (with "
+                    "`PORTAL_SIMULATED_HOST`)")
+
     log_level: str = Field(
         default="INFO", description="log level; every line carries the request id")
 
@@ -215,6 +226,10 @@ class Settings(BaseSettings):
             )
         if not self.oidc_issuer:
             raise InsecureProductionConfig("PORTAL_OIDC_ISSUER must be set in production")
+        if self.simulated_host:
+            raise InsecureProductionConfig(
+                "PORTAL_SIMULATED_HOST is for development only; production needs a real host "
+                "cluster (PORTAL_KUBECONFIG or in-cluster config)")
         if self.is_sqlite:
             raise InsecureProductionConfig(
                 "PORTAL_DATABASE_URL is SQLite, which is for development only; "

@@ -1,6 +1,8 @@
-"""The embedded default: a local OIDC provider with demo users and demo data.
+"""The embedded default: a local OIDC provider with demo users, demo data, and a simulated
+host cluster unless a real one is configured.
 
-Only for ``portal dev`` and tests; production points PORTAL_OIDC_ISSUER at a real IdP.
+Only for ``portal dev`` and tests; production points PORTAL_OIDC_ISSUER at a real IdP and
+PORTAL_KUBECONFIG (or in-cluster config) at a real host.
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.auth import service as auth_service
+from app.clusters import repository as cluster_repository
+from app.config import Settings
+from app.db import utcnow
+from app.kube.connector import real_host_configured
+from app.kube.simulated import SIMULATED_ENDPOINT_TEMPLATE, SimulatedHost, demo_nodes
 from app.nodes.models import GpuClass, HostCluster
 from app.tenants.models import Membership, Tenant
 
@@ -58,6 +65,29 @@ def local_oidc_provider(
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def simulated_host_for(settings: Settings, *, simulate: bool) -> SimulatedHost | None:
+    """The simulated host ``portal dev`` runs on, unless turned off or a real host is set."""
+    if not simulate or real_host_configured(settings):
+        return None
+    return SimulatedHost(demo_nodes(), startup_seconds=settings.simulated_startup_seconds)
+
+
+def check_clusters_on_the_new_host(db: Session) -> None:
+    """A simulated host starts empty each run: every cluster is checked at once, so the worker
+    rebuilds what the database says exists (as it would repair a real host that lost it)."""
+    cluster_repository.make_all_due(db, utcnow())
+
+
+def dev_settings(base: Settings, *, database_url: str, issuer: str,
+                 simulated: bool) -> Settings:
+    """``portal dev``'s settings; on the simulated host, endpoints no client can reach."""
+    update: dict[str, object] = {"database_url": database_url, "oidc_issuer": issuer,
+                                 "simulated_host": simulated}
+    if simulated:
+        update["cluster_endpoint_template"] = SIMULATED_ENDPOINT_TEMPLATE
+    return base.model_copy(update=update)
 
 
 def seed_demo(db: Session) -> None:

@@ -10,7 +10,7 @@ from http import HTTPStatus
 from urllib.parse import quote
 
 from anyio import to_thread
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import DBAPIError
@@ -21,9 +21,9 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from app.audit import api as audit_api
 from app.audit import service as audit
 from app.audit import web as audit_web
-from app.auth import api as auth_api
-from app.auth import group_mappings, token_api, token_web
+from app.auth import cli_login, token_api, token_web
 from app.auth import web as auth_web
+from app.auth.csrf import verify_api_csrf
 from app.auth.oidc import make_oauth
 from app.auth.principal_cache import PrincipalCache
 from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
@@ -46,8 +46,8 @@ from app.kubeconfigs import api as kubeconfigs_api
 from app.kubeconfigs import web as kubeconfigs_web
 from app.middleware import (
     RETRY_AFTER_SECONDS,
+    ControlCharacterGuardMiddleware,
     LoadSheddingMiddleware,
-    NulByteGuardMiddleware,
     RequestIdMiddleware,
     SecurityHeadersMiddleware,
 )
@@ -56,23 +56,38 @@ from app.nodes import gpu_classes_api, gpu_classes_web
 from app.nodes import web as nodes_web
 from app.quotas import api as quotas_api
 from app.quotas import web as quotas_web
+from app.templates import api as templates_api
+from app.templates import web as templates_web
+from app.templates.catalog import TemplateCatalog
+from app.templates.validation import HelmIndexResolver
 from app.tenants import api as tenants_api
+from app.tenants import group_mappings, me_api
 from app.tenants import web as tenants_web
-from app.web import home
+from app.usage import api as usage_api
+from app.usage import web as usage_web
+from app.web import home, live
 from app.web.templating import STATIC_DIR, render, templates
+from app.wiring import connect_hooks
 
 log = logging.getLogger(__name__)
 
-API_ROUTERS = [auth_api.router, token_api.router, group_mappings.router, audit_api.router,
+API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api.router,
                tenants_api.router, quotas_api.router, gpu_classes_api.router,
                kubeconfigs_api.router,
                nodes_api.router,
-               clusters_api.router]
-WEB_ROUTERS = [home.router, auth_web.router, token_web.router, audit_web.router,
+               clusters_api.router, templates_api.router, templates_api.cluster_router,
+               usage_api.router]
+WEB_ROUTERS = [home.router, auth_web.router, token_web.router, cli_login.router,
+               audit_web.router,
                tenants_web.router, quotas_web.router, gpu_classes_web.router,
                kubeconfigs_web.router,
                nodes_web.router,
-               clusters_web.router]
+               clusters_web.router, templates_web.router, usage_web.router]
+
+
+
+# Every API route: a cookie-authenticated state change must come with the CSRF header.
+API_GUARDS = [Depends(verify_api_csrf)]
 
 
 def all_routers() -> list[APIRouter]:
@@ -86,6 +101,7 @@ def create_app(
 ) -> FastAPI:
     settings = settings or get_settings()
     database = database or Database(settings.database_url, **_pool_for(settings))
+    connect_hooks()
     app = FastAPI(
         lifespan=_worker_threads(settings.web_threads),
         # Not wired to a collector: FastAPI's own OpenTelemetry hooks would only cost time.
@@ -102,6 +118,9 @@ def create_app(
     cache_tenants(database, settings.auth_cache_seconds)
     # Deployed templates do not change: no stat() of each template file on every render.
     templates.env.auto_reload = settings.env != "production"
+    # Cluster creation goes through templates without the clusters domain importing them.
+    app.state.template_resolver = TemplateCatalog()
+    app.state.chart_resolver = HelmIndexResolver()
     policy = SessionPolicy(
         idle=timedelta(minutes=settings.session_idle_minutes),
         absolute=timedelta(hours=settings.session_absolute_hours),
@@ -111,12 +130,12 @@ def create_app(
                        always_secure=settings.env == "production")
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(LoadSheddingMiddleware, limit=settings.web_max_in_flight,
-                       exempt=("/healthz", "/readyz", "/static/"))
-    app.add_middleware(NulByteGuardMiddleware)
+                       exempt=("/healthz", "/readyz", "/static/", f"{live.PREFIX}/"))
+    app.add_middleware(ControlCharacterGuardMiddleware)
     app.add_middleware(RequestIdMiddleware)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in all_routers():
-        app.include_router(router)
+        app.include_router(router, dependencies=API_GUARDS if router in API_ROUTERS else None)
     _add_error_handlers(app)
     return app
 

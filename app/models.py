@@ -7,23 +7,30 @@ from app.db import Base
 from app.kubeconfigs.models import KubeconfigGrant
 from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
+from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.tenants.models import GroupMapping, Membership, Tenant
+from app.usage.models import HourlyUsage, LedgerEntry, UsageSample
 
 __all__ = [
     "ApiToken",
     "AuditEvent",
     "Base",
+    "ClusterTemplate",
+    "ClusterTemplateVersion",
     "GpuClass",
     "GroupMapping",
     "HostCluster",
+    "HourlyUsage",
     "IdempotencyKey",
     "KubeconfigGrant",
+    "LedgerEntry",
     "Membership",
     "Node",
     "NodeAssignment",
     "QuotaRequest",
     "Tenant",
     "TenantQuota",
+    "UsageSample",
     "User",
     "VirtualCluster",
     "WebSession",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from playwright.sync_api import Browser
 from sqlalchemy.orm import Session
 
 from app import migrate
@@ -19,14 +20,26 @@ from app.db import Database
 from app.devmode import demo_users, local_oidc_provider
 from app.kube.adapter import KubernetesAdapter
 from app.main import create_app
-from tests.support import postgres
+from app.web import live
+from app.wiring import connect_hooks
+from tests.support import chromium, postgres
 from tests.support.kube_server import MISSING, ApiServer, install_crds, kube_assets
 from tests.support.paths import KAI_QUEUE_CRD
+
+# Many tests call services directly; the web app, worker and CLI connect these at start.
+connect_hooks()
 
 warnings.filterwarnings("ignore", module="authlib")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="starlette")
 
 ADMIN_GROUP = "platform-admins"
+
+
+@pytest.fixture(autouse=True)
+def short_live_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live streams end after their first event: a test client reads a response to its end.
+    The stream tests set their own timing."""
+    monkeypatch.setattr(live, "TIMING", live.Timing(lifetime_seconds=0))
 
 
 @pytest.fixture(scope="session")
@@ -164,3 +177,11 @@ def virtual(virtual_api: ApiServer) -> Iterator[KubernetesAdapter]:
     adapter = virtual_api.adapter()
     yield adapter
     adapter.close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """Headless Chromium, one for the run: Playwright's sync API allows one per thread, and
+    both tests/browser and tests/portalctl (the browser login) drive it."""
+    with chromium.launched() as launched:
+        yield launched

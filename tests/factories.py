@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
 from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
+from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.tenants.models import Membership, Tenant
 
 _seq = itertools.count(1)
@@ -98,3 +100,35 @@ def quota_request(db: Session, tenant_row: Tenant, gpu: GpuClass, requester: Use
     db.add(row)
     db.flush()
     return row
+
+
+PASSED = {"passed": True, "checks": []}
+
+
+def cluster_template(db: Session, name: str | None = None,
+                     description: str = "") -> ClusterTemplate:
+    row = ClusterTemplate(name=name or f"template-{next(_seq)}", description=description)
+    db.add(row)
+    db.flush()
+    return row
+
+
+def template_version(db: Session, template: ClusterTemplate, version: int = 1, *,
+                     state: str = "offered", **settings: object) -> ClusterTemplateVersion:
+    """A version with the given settings (all open by default); an offered one has passed."""
+    settings.setdefault("validation", PASSED if state == "offered" else None)
+    row = ClusterTemplateVersion(template_id=template.id, version=version, state=state,
+                                 **settings)
+    db.add(row)
+    db.flush()
+    return row
+
+
+def default_template_version(db: Session, version: int = 1) -> ClusterTemplateVersion:
+    """A version of the built-in "default" template that migration 0007 makes."""
+    template = db.scalar(select(ClusterTemplate).where(ClusterTemplate.name == "default"))
+    assert template is not None, "the database was not migrated to 0007"
+    row = db.scalar(select(ClusterTemplateVersion).where(
+        ClusterTemplateVersion.template_id == template.id,
+        ClusterTemplateVersion.version == version))
+    return row if row is not None else template_version(db, template, version)

@@ -107,4 +107,4 @@ def test_a_nul_byte_in_a_path_or_filter_is_a_422_not_a_500(client: TestClient) -
         response = client.get(url)
         assert response.status_code == 422, url
         assert response.headers["content-type"] == "application/problem+json"
-        assert "NUL" in response.json()["detail"]
+        assert "NUL U+0000" in response.json()["detail"]

@@ -8,10 +8,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from cryptography.fernet import Fernet
 from sqlalchemy import select
 
@@ -121,13 +123,14 @@ def test_webhook_without_a_host_cluster_says_so(tmp_path: Path) -> None:
     assert "needs the host cluster" in result.stderr
 
 
-@pytest.fixture
-def dev_portal(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+@contextmanager
+def running_dev(tmp_path: Path, *args: str,
+                **env: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     port, idp_port = free_port(), free_port()
     process = subprocess.Popen(
-        [*PORTAL, "dev", "--port", str(port), "--idp-port", str(idp_port)],
-        env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True,
+        [*PORTAL, "dev", "--port", str(port), "--idp-port", str(idp_port), *args],
+        env=_env(tmp_path, **env), cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -137,10 +140,42 @@ def dev_portal(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
                 break
         except httpx.TransportError:
             time.sleep(0.2)
-    yield base, process
-    if process.poll() is None:
-        process.kill()
-        process.wait()
+    try:
+        yield base, process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def dev_portal(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    with running_dev(tmp_path) as running:
+        yield running
+
+
+@contextmanager
+def signed_in(base: str, email: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base) as browser:
+        login = browser.get("/auth/login", params={"next": "/"})
+        assert browser.get(oidc.consent(login.headers["location"], email)).status_code == 303
+        yield browser
+
+
+def fleet_of(browser: httpx.Client, *, at_least: int) -> list[str]:
+    """Node names on the fleet API, once the worker's first inventory sync has run."""
+    deadline = time.monotonic() + 20
+    while True:
+        items = browser.get("/api/v1/nodes", params={"limit": 100}).json()["items"]
+        if len(items) >= at_least or time.monotonic() > deadline:
+            return sorted(item["name"] for item in items)
+        time.sleep(0.2)
+
+
+def stop(process: subprocess.Popen[str]) -> str:
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=30)
+    return output
 
 
 def test_dev_serves_the_portal_with_working_sign_in_and_stops_on_ctrl_c(
@@ -161,3 +196,56 @@ def test_dev_serves_the_portal_with_working_sign_in_and_stops_on_ctrl_c(
     assert f"{base}" in output
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{base}/healthz")
+
+
+BANNER = 'data-testid="simulated-host-banner"'
+
+
+def test_dev_runs_on_a_simulated_host_with_the_demo_fleet_by_default(
+    dev_portal: tuple[str, subprocess.Popen[str]],
+) -> None:
+    base, process = dev_portal
+    with signed_in(base, "admin@example.com") as admin:
+        nodes = fleet_of(admin, at_least=16)
+        fleet_page = admin.get("/admin/fleet").text
+    assert len(nodes) == 16
+    assert {"h100-r1-n1", "h100-r2-n4", "gb200-c1-n4", "l40s-n3", "a100-mig-n1"} <= set(nodes)
+    assert BANNER in fleet_page
+    assert "Simulated host cluster" in fleet_page
+    assert "host cluster: SIMULATED" in stop(process)
+
+
+def test_dev_no_simulate_runs_without_a_host(tmp_path: Path) -> None:
+    with running_dev(tmp_path, "--no-simulate") as (base, process):
+        with signed_in(base, "admin@example.com") as admin:
+            home = admin.get("/").text
+            nodes = admin.get("/api/v1/nodes").json()["items"]
+        output = stop(process)
+    assert BANNER not in home
+    assert nodes == []
+    assert "host cluster: none" in output
+
+
+def test_dev_with_a_real_kubeconfig_simulates_nothing(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "host.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "host",
+        "clusters": [{"name": "host", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "host", "user": {"token": "t"}}],
+        "contexts": [{"name": "host", "context": {"cluster": "host", "user": "host"}}]}))
+    with running_dev(tmp_path, PORTAL_KUBECONFIG=str(kubeconfig)) as (base, process):
+        with signed_in(base, "admin@example.com") as admin:
+            home = admin.get("/").text
+        output = stop(process)
+    assert BANNER not in home
+    assert "host cluster: the real one" in output
+    assert "SIMULATED" not in output
+
+
+@pytest.mark.parametrize("command", ["serve", "worker"])
+def test_serve_and_worker_refuse_the_simulated_host(tmp_path: Path, command: str) -> None:
+    result = subprocess.run([*PORTAL, command], env=_env(tmp_path, PORTAL_SIMULATED_HOST="true"),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 2
+    assert "use `portal dev`" in result.stderr

@@ -68,6 +68,11 @@ def test_production_needs_an_identity_provider() -> None:
         _production(oidc_issuer="")
 
 
+def test_production_refuses_the_simulated_host() -> None:
+    with pytest.raises(ValueError, match="PORTAL_SIMULATED_HOST is for development only"):
+        _production(simulated_host="true")
+
+
 def test_the_refusal_is_its_own_error_type() -> None:
     assert issubclass(InsecureProductionConfig, ValueError)
 

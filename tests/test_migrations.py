@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 import app.models  # noqa: F401
 from app import migrate
@@ -51,3 +51,40 @@ def test_downgrade_to_base_removes_everything_and_upgrade_works_again(empty_url:
     assert _tables(empty_url) == set()
     migrate.upgrade(empty_url)
     assert "tenants" in _tables(empty_url)
+
+
+def test_0007_puts_every_existing_cluster_on_the_builtin_default_template(
+        empty_url: str) -> None:
+    """Clusters made before templates reference the "default" template's offered version 1,
+    whose settings are all open: the shape they were made with."""
+    migrate.upgrade(empty_url, "0006")
+    engine = make_engine(empty_url)
+    with engine.begin() as connection:
+        for statement in (
+            "INSERT INTO tenants (slug, display_name, state, created_at, updated_at) "
+            "VALUES ('acme', 'Acme', 'active', '2026-11-01', '2026-11-01')",
+            "INSERT INTO host_clusters (name, region, api_endpoint, is_default, created_at) "
+            "VALUES ('default', '', '', true, '2026-11-01')",
+            "INSERT INTO virtual_clusters (tenant_id, host_cluster_id, name, "
+            "kubernetes_version, placement, gpus, cpu_millicores, memory_mib, generation, "
+            "observed_generation, conditions, endpoint, over_quota, created_at, updated_at, "
+            "next_reconcile_at, failed_attempts) VALUES (1, 1, 'train', '1.32.4', "
+            "'shared-pool', 0, 0, 0, 1, 1, '[]', '', false, '2026-11-01', '2026-11-01', "
+            "'2026-11-01', 0)",
+        ):
+            connection.execute(text(statement))
+    migrate.upgrade(empty_url)
+    with engine.connect() as connection:
+        cluster = connection.execute(text(
+            "SELECT template_version_id, pod_security, user_namespaces FROM virtual_clusters"
+        )).one()
+        version = connection.execute(text(
+            "SELECT v.id, t.name, v.version, v.state, v.placement, v.kubernetes_version, "
+            "v.gpu_class_id, v.max_gpus, v.pod_security, v.user_namespaces "
+            "FROM cluster_template_versions v JOIN cluster_templates t "
+            "ON t.id = v.template_id")).one()
+    engine.dispose()
+    assert tuple(cluster) == (version.id, None, False)
+    assert tuple(version)[1:] == ("default", 1, "offered", None, None, None, None, None, False)
+    migrate.downgrade(empty_url, "0006")
+    assert "cluster_templates" not in _tables(empty_url)

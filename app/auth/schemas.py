@@ -42,3 +42,15 @@ class TokenOut(BaseModel):
 
 class TokenCreated(TokenOut):
     token: str = Field(description="the secret: shown once, never again")
+
+
+class CliLoginRequest(BaseModel):
+    """What ``portalctl login`` asks the browser for: where its listener waits, the state that
+    proves the answer is for it, and the token it wants."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    port: Annotated[StrictInt, Field(ge=1024, le=65535, description="the listener's port")]
+    state: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{22,128}$")]
+    name: Annotated[SingleLine, StringConstraints(min_length=1, max_length=100)] = "portalctl"
+    expires_in_days: Annotated[StrictInt, Field(ge=1, le=365)] = 30

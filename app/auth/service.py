@@ -9,8 +9,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
-from app.auth import repository, tokens
-from app.auth.group_mappings import sync_group_memberships
+from app.auth import events, repository, tokens
 from app.auth.models import ApiToken, User
 from app.db import utcnow
 from app.errors import ValidationFailed
@@ -61,7 +60,7 @@ def sign_in(db: Session, identity: Identity, admin_group: str) -> User:
     user.is_platform_admin = admin_group in identity.groups
     user.last_login_at = utcnow()
     db.flush()
-    sync_group_memberships(db, user, identity.groups)
+    events.signed_in.fire(db, user, identity.groups)
     audit.record(
         db, action="auth.sign_in", actor_id=user.id, actor_label=user.email,
         target_type="user", target_id=user.id, before=before,

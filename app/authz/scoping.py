@@ -119,6 +119,12 @@ def ensure_platform_admin(principal: Principal) -> None:
         raise Forbidden("only platform admins may do this")
 
 
+def ensure_platform_writer(principal: Principal) -> None:
+    ensure_platform_admin(principal)
+    if not principal.can_write():
+        raise Forbidden("this API token is read-only")
+
+
 def tenant_ids_managed_by(principal: Principal) -> list[int] | None:
     """Tenants whose admin pages (audit, members) the principal may see; None means all."""
     if principal.is_platform_admin:

@@ -9,6 +9,7 @@ from starlette.responses import JSONResponse, Response
 
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterPreview, ClusterResize
+from app.clusters.shapes import TemplateResolver, template_resolver
 from app.config import Settings
 from app.deps import CurrentPrincipal, DbSession, get_settings_dep
 from app.idempotency import IdempotencyKeyHeader, run_idempotent
@@ -19,6 +20,7 @@ from app.routing import UnitOfWorkRoute
 router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters", tags=["clusters"],
                    route_class=UnitOfWorkRoute)
 AppSettings = Annotated[Settings, Depends(get_settings_dep)]
+Resolver = Annotated[TemplateResolver | None, Depends(template_resolver)]
 
 
 @router.get("", response_model=Page[ClusterOut])
@@ -29,12 +31,13 @@ def list_clusters(tenant: str, db: DbSession, principal: CurrentPrincipal,
 
 @router.post("", status_code=201, response_model=ClusterOut)
 def create_cluster(request: Request, tenant: str, payload: ClusterCreate, db: DbSession,
-                   principal: CurrentPrincipal, settings: AppSettings,
+                   principal: CurrentPrincipal, settings: AppSettings, resolver: Resolver,
                    key: IdempotencyKeyHeader = None) -> JSONResponse:
     return run_idempotent(
         db, principal, key, path=request.url.path, payload=payload,
         allowed=lambda: service.tenant_to_create_in(db, principal, tenant),
-        create=lambda: service.create_cluster(db, principal, settings, tenant, payload))
+        create=lambda: service.create_cluster(db, principal, settings, tenant, payload,
+                                             resolver))
 
 
 @router.get("/{cluster}", response_model=ClusterOut)

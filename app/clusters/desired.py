@@ -71,7 +71,9 @@ def cluster_spec(cluster: VirtualCluster, tenant: Tenant, gpu_class: GpuClass | 
         gpu_class=gpu_class.product if gpu_class else None, gpus=cluster.gpus,
         cpu_millicores=cluster.cpu_millicores, memory_mib=cluster.memory_mib,
         endpoint=cluster.endpoint or endpoint_for(settings, tenant.slug, cluster.name),
-        pod_security=settings.pod_security,
+        pod_security="baseline" if (cluster.pod_security or settings.pod_security) == "baseline"
+        else "restricted",
+        user_namespaces=bool(cluster.user_namespaces),
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from app.config import Settings
+from app.kube.simulated import SimulatedHost
 
 CHART = "vcluster"
 _NOT_FOUND = ("release: not found", "not found")
@@ -94,3 +95,17 @@ class HelmInstaller:
         if done.returncode != 0:
             detail = (done.stderr or done.stdout).strip()[-500:]
             raise InstallError(f"helm {command[1]} failed: {detail}")
+
+
+class SimulatedInstaller:
+    """Plays helm on the simulated host of ``portal dev``: the release's control plane boots
+    there over a few seconds (``SimulatedHost``); nothing is installed anywhere."""
+
+    def __init__(self, host: SimulatedHost) -> None:
+        self.host = host
+
+    def install(self, release: str, namespace: str, values_yaml: str) -> None:
+        self.host.start_control_plane(release, namespace)
+
+    def uninstall(self, release: str, namespace: str) -> None:
+        self.host.stop_control_plane(release, namespace)

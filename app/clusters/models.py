@@ -19,6 +19,8 @@ class VirtualCluster(Base):
         UniqueConstraint("tenant_id", "name"),
         CheckConstraint("placement IN ('shared-pool', 'dedicated-nodes')", name="placement"),
         CheckConstraint("gpus >= 0", name="gpus_non_negative"),
+        CheckConstraint("pod_security IS NULL OR pod_security IN ('restricted', 'baseline')",
+                        name="pod_security"),
         CheckConstraint("cpu_millicores >= 0", name="cpu_non_negative"),
         CheckConstraint("memory_mib >= 0", name="memory_non_negative"),
         CheckConstraint("generation >= 1", name="generation_positive"),
@@ -34,6 +36,13 @@ class VirtualCluster(Base):
     placement: Mapped[str] = mapped_column(String(20))
     gpu_class_id: Mapped[int | None] = mapped_column(ForeignKey("gpu_classes.id"))
     gpus: Mapped[int] = mapped_column(default=0)
+    # The template version the cluster was made from (or last upgraded to), and the hardening it
+    # fixed; the templates domain resolves a template into these concrete fields.
+    template_version_id: Mapped[int | None] = mapped_column(
+        ForeignKey("cluster_template_versions.id"))
+    # None: the operator's PORTAL_POD_SECURITY.
+    pod_security: Mapped[str | None] = mapped_column(String(10))
+    user_namespaces: Mapped[bool] = mapped_column(default=False)
     cpu_millicores: Mapped[int] = mapped_column(default=0)
     memory_mib: Mapped[int] = mapped_column(default=0)
     generation: Mapped[int] = mapped_column(default=1)

@@ -58,7 +58,7 @@ from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.clusters import conditions as cond
-from app.clusters import desired, repository
+from app.clusters import desired, events, repository
 from app.clusters.desired import DesiredCluster
 from app.clusters.installer import HelmInstaller, Installer, InstallError
 from app.clusters.models import VirtualCluster
@@ -71,7 +71,6 @@ from app.kube.connector import KubeConnector
 from app.kube.errors import KubeError, TransientKubeError
 from app.kube.port import KubePort, Manifest, ObjectRef
 from app.kube.retry import RetryPolicy
-from app.kubeconfigs.service import revoke_grants_for_cluster
 from app.reconcilers.leases import HeldLeases
 
 log = logging.getLogger(__name__)
@@ -447,7 +446,7 @@ class ClusterRun:
 
     def _delete(self) -> Outcome:
         with self.owner.transaction() as db:
-            revoke_grants_for_cluster(db, self.wanted.cluster_id, actor_label=ACTOR)
+            events.cluster_deleting.fire(db, events.ClusterDeleting(self.wanted.cluster_id, ACTOR))
         if self.owner.connector.host() is None:
             if any(cond.find(self.wanted.conditions, t) for t in cond.STEP_TYPES):
                 self._set(cond.READY, False, "HostClusterNotConfigured",
@@ -493,6 +492,7 @@ class ClusterRun:
             before = {"name": cluster.name, "gpus": cluster.gpus,
                       "gpu_class_id": cluster.gpu_class_id, "generation": cluster.generation}
             self._audit(db, "virtual_cluster.deleted", before, None)
+            events.cluster_row_deleting.fire(db, events.ClusterDeleting(cluster.id, ACTOR))
             repository.delete_cluster_row(db, cluster.id)
         return Outcome(next_in=0, deleted=True)
 

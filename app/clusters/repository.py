@@ -11,7 +11,6 @@ from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
 from app.concurrency import lock_row
-from app.kubeconfigs.models import KubeconfigGrant
 from app.nodes.models import GpuClass
 from app.nodes.repository import ensure_default_host_cluster
 from app.quotas.models import TenantQuota
@@ -24,7 +23,8 @@ def clusters_query(tenant_id: int) -> Select[VirtualCluster]:
 LISTED_COLUMNS = (
     VirtualCluster.id, VirtualCluster.name, VirtualCluster.kubernetes_version,
     VirtualCluster.placement, VirtualCluster.gpu_class_id, VirtualCluster.gpus,
-    VirtualCluster.cpu_millicores, VirtualCluster.memory_mib, VirtualCluster.generation,
+    VirtualCluster.cpu_millicores, VirtualCluster.memory_mib, VirtualCluster.template_version_id,
+    VirtualCluster.pod_security, VirtualCluster.user_namespaces, VirtualCluster.generation,
     VirtualCluster.observed_generation, VirtualCluster.over_quota,
     VirtualCluster.deletion_requested_at, VirtualCluster.endpoint, VirtualCluster.conditions,
     VirtualCluster.created_at, VirtualCluster.updated_at,
@@ -66,6 +66,12 @@ def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int, *,
     return int(db.scalar(query) or 0)
 
 
+def clusters_with_gpus(db: Session, tenant_id: int, gpu_class_id: int) -> list[VirtualCluster]:
+    query = clusters_query(tenant_id).where(VirtualCluster.gpu_class_id == gpu_class_id,
+                                            VirtualCluster.gpus > 0)
+    return list(db.scalars(query.order_by(VirtualCluster.id)))
+
+
 def over_quota_clusters(db: Session, tenant_id: int, gpu_class_id: int) -> list[VirtualCluster]:
     query = clusters_query(tenant_id).where(VirtualCluster.gpu_class_id == gpu_class_id,
                                             VirtualCluster.over_quota.is_(True))
@@ -93,12 +99,15 @@ def default_host_cluster_id(db: Session) -> int:
 
 
 def delete_cluster_row(db: Session, cluster_id: int) -> None:
-    # Grants point at the cluster; by now they are revoked and their secrets died with it.
-    db.execute(delete(KubeconfigGrant).where(KubeconfigGrant.cluster_id == cluster_id))
     db.execute(delete(VirtualCluster).where(VirtualCluster.id == cluster_id))
 
 
 # ----- the reconcile lease
+
+
+def make_all_due(db: Session, now: datetime) -> None:
+    """Every cluster is checked at the worker's next pass (a host that was replaced)."""
+    db.execute(update(VirtualCluster).values(next_reconcile_at=now))
 
 
 def claim_due(db: Session, worker_id: str, now: datetime, lease_until: datetime,

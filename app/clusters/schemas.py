@@ -28,6 +28,13 @@ class ClusterCreate(BaseModel):
     gpus: StrictInt = Field(default=0, ge=0, le=MAX_GPUS)
     cpu_millicores: StrictInt = Field(default=4000, ge=0, le=MAX_CPU_MILLICORES)
     memory_mib: StrictInt = Field(default=16384, ge=0, le=MAX_MEMORY_MIB)
+    template: str | None = Field(
+        default=None, max_length=40,
+        description='an offered cluster template; default "default". Settings the template '
+                    "fixes (placement, GPU class, Kubernetes version) must then be left out")
+    template_version: StrictInt | None = Field(
+        default=None, ge=1, le=MAX_ROW_ID,
+        description="an offered version of the template; default its newest offered one")
 
     @field_validator("name")
     @classmethod
@@ -68,6 +75,9 @@ class ClusterOut(BaseModel):
     gpus: int
     cpu_millicores: int
     memory_mib: int
+    template_version_id: int | None
+    pod_security: str | None = Field(description="null: the operator's default level")
+    user_namespaces: bool
     generation: int
     observed_generation: int
     phase: str = Field(description="a one-word summary of the conditions, for lists")

@@ -13,6 +13,8 @@ class assigned to the tenant. Shared-pool clusters do not use dedicated nodes.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +35,7 @@ from app.clusters.schemas import (
     ClusterResize,
     ConditionOut,
 )
+from app.clusters.shapes import ResolvedCreate, TemplateResolver, TemplateUpgrade
 from app.concurrency import insert_or_conflict
 from app.config import Settings
 from app.db import utcnow
@@ -85,7 +88,9 @@ def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None) -> dict[str
         "kubernetes_version": cluster.kubernetes_version, "placement": cluster.placement,
         "gpu_class_id": cluster.gpu_class_id, "gpu_class": gpu_class,
         "gpus": cluster.gpus, "cpu_millicores": cluster.cpu_millicores,
-        "memory_mib": cluster.memory_mib, "generation": cluster.generation,
+        "memory_mib": cluster.memory_mib, "template_version_id": cluster.template_version_id,
+        "pod_security": cluster.pod_security, "user_namespaces": cluster.user_namespaces,
+        "generation": cluster.generation,
         "observed_generation": cluster.observed_generation,
         "phase": cond.phase(conditions, deleting), "ready": cond.is_true(conditions, cond.READY),
         "over_quota": cluster.over_quota, "deleting": deleting, "endpoint": cluster.endpoint,
@@ -113,6 +118,15 @@ def get_cluster(db: Session, principal: Principal, slug: str, name: str) -> Clus
     return cluster_out(db, cluster_for(db, principal, slug, name))
 
 
+def cluster_version(db: Session, principal: Principal, slug: str, name: str) -> str:
+    """Moves whenever the cluster page's status would: the live stream's fingerprint."""
+    cluster = cluster_for(db, principal, slug, name)
+    conditions = json.dumps(cluster.conditions or [], sort_keys=True).encode()
+    return "-".join((str(cluster.generation), str(cluster.observed_generation),
+                     "deleting" if cluster.deletion_requested_at else "live",
+                     hashlib.sha256(conditions).hexdigest()[:16]))
+
+
 # ----- create
 
 
@@ -122,9 +136,17 @@ def tenant_to_create_in(db: Session, principal: Principal, slug: str) -> Tenant:
 
 
 def check_create(db: Session, principal: Principal, settings: Settings, slug: str,
-                 payload: ClusterCreate, *, lock: bool = False) -> Tenant:
-    """Everything ``create_cluster`` checks; without ``lock`` it writes and locks nothing."""
+                 payload: ClusterCreate, *, lock: bool = False,
+                 resolver: TemplateResolver | None = None) -> tuple[Tenant, ResolvedCreate | None]:
+    """Everything ``create_cluster`` checks; without ``lock`` it writes and locks nothing.
+
+    With a resolver, the payload is first made concrete by its template (which refuses a value
+    the template fixes); the checks below then run on the concrete request.
+    """
     tenant = tenant_to_create_in(db, principal, slug)
+    resolved = resolver.resolve(db, payload) if resolver is not None else None
+    if resolved is not None:
+        payload = resolved.payload
     _check_version(settings, payload.kubernetes_version)
     if repository.cluster_by_name(db, tenant.id, payload.name) is not None:
         raise _name_taken(payload.name)
@@ -132,12 +154,16 @@ def check_create(db: Session, principal: Principal, settings: Settings, slug: st
     _check_spec(db, settings, tenant, payload, gpu_class)
     if gpu_class is not None:
         _check_quota(db, tenant, gpu_class, payload.placement, payload.gpus, lock=lock)
-    return tenant
+    return tenant, resolved
 
 
 def create_cluster(db: Session, principal: Principal, settings: Settings, slug: str,
-                   payload: ClusterCreate) -> ClusterOut:
-    tenant = check_create(db, principal, settings, slug, payload, lock=True)
+                   payload: ClusterCreate,
+                   resolver: TemplateResolver | None = None) -> ClusterOut:
+    tenant, resolved = check_create(db, principal, settings, slug, payload, lock=True,
+                                    resolver=resolver)
+    if resolved is not None:
+        payload = resolved.payload
     cluster = VirtualCluster(
         tenant_id=tenant.id, host_cluster_id=repository.default_host_cluster_id(db),
         name=payload.name,
@@ -147,6 +173,9 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
         observed_generation=0, conditions=[],
         endpoint=desired.endpoint_for(settings, tenant.slug, payload.name),
         created_by_id=principal.user_id, next_reconcile_at=utcnow(),
+        template_version_id=resolved.template_version_id if resolved else None,
+        pod_security=resolved.pod_security if resolved else None,
+        user_namespaces=resolved.user_namespaces if resolved else False,
     )
     insert_or_conflict(db, cluster, _name_taken(payload.name))
     _record(db, principal, "virtual_cluster.create", cluster, None, _spec(cluster))
@@ -287,6 +316,50 @@ def delete_cluster(db: Session, principal: Principal, slug: str, name: str) -> C
     return cluster_out(db, cluster)
 
 
+# ----- template upgrade
+
+
+def upgrade_template(db: Session, principal: Principal, slug: str, name: str,
+                     upgrade: TemplateUpgrade) -> ClusterOut:
+    """Move the cluster to another template version; the reconciler applies the new generation.
+
+    Placement and GPU class hold quota and nodes: a version that changes them needs a new
+    cluster, not an upgrade.
+    """
+    found = cluster_for(db, principal, slug, name, "manage")
+    cluster = repository.lock_cluster(db, found.id)
+    if cluster is None:
+        raise NotFound(f"no cluster {name!r} in tenant {slug!r}")
+    if cluster.deletion_requested_at is not None:
+        raise Conflict(f"cluster {name!r} is being deleted")
+    _check_upgrade(cluster, upgrade)
+    before = _spec(cluster)
+    if upgrade.kubernetes_version is not None:
+        cluster.kubernetes_version = upgrade.kubernetes_version
+    cluster.template_version_id = upgrade.template_version_id
+    cluster.pod_security = upgrade.pod_security
+    cluster.user_namespaces = upgrade.user_namespaces
+    cluster.generation += 1
+    cluster.next_reconcile_at = utcnow()
+    db.flush()
+    _record(db, principal, "virtual_cluster.template_upgrade", cluster, before,
+            {**_spec(cluster), "template": upgrade.label})
+    return cluster_out(db, cluster)
+
+
+def _check_upgrade(cluster: VirtualCluster, upgrade: TemplateUpgrade) -> None:
+    if cluster.template_version_id == upgrade.template_version_id:
+        raise Conflict(f"cluster {cluster.name!r} is on {upgrade.label} already")
+    if upgrade.placement is not None and upgrade.placement != cluster.placement:
+        raise Conflict(f"{upgrade.label} places clusters on {upgrade.placement}; this cluster "
+                       f"uses {cluster.placement}: create a new cluster from it instead")
+    if upgrade.gpu_class_id is not None and upgrade.gpu_class_id != cluster.gpu_class_id:
+        raise Conflict(f"{upgrade.label} uses another GPU class: create a new cluster from it")
+    if upgrade.max_gpus is not None and cluster.gpus > upgrade.max_gpus:
+        raise Conflict(f"{upgrade.label} allows at most {upgrade.max_gpus} GPUs; resize the "
+                       f"cluster from {cluster.gpus} first")
+
+
 # ----- review without a host cluster
 
 
@@ -311,7 +384,9 @@ def _spec(cluster: VirtualCluster) -> dict[str, Any]:
     return {"name": cluster.name, "kubernetes_version": cluster.kubernetes_version,
             "placement": cluster.placement, "gpu_class_id": cluster.gpu_class_id,
             "gpus": cluster.gpus, "cpu_millicores": cluster.cpu_millicores,
-            "memory_mib": cluster.memory_mib, "generation": cluster.generation}
+            "memory_mib": cluster.memory_mib, "generation": cluster.generation,
+            "template_version_id": cluster.template_version_id,
+            "pod_security": cluster.pod_security, "user_namespaces": cluster.user_namespaces}
 
 
 def _record(db: Session, principal: Principal, action: str, cluster: VirtualCluster,

@@ -1,11 +1,14 @@
 """HTML: a tenant's clusters, the create form with inline checks, and the cluster page with
-live conditions (htmx polling while provisioning), resize, delete and the manifest review."""
+live conditions (a Server-Sent Events stream, polling without one) and their timeline,
+resize, delete (the name typed to confirm) and the manifest review."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
+from markupsafe import Markup
 from pydantic import ValidationError
 from starlette.responses import Response
 
@@ -13,6 +16,7 @@ from app.auth.principal import Principal
 from app.authz.scoping import TenantHidden
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize
+from app.clusters.shapes import TemplateChoice, TemplateResolver, template_resolver
 from app.config import Settings
 from app.deps import CurrentPrincipal, DbSession, get_settings_dep
 from app.errors import Conflict, NotFound, ValidationFailed
@@ -20,10 +24,13 @@ from app.nodes import gpu_classes
 from app.pagination import PageParams
 from app.routing import UnitOfWorkRoute
 from app.tenants import service as tenants_service
+from app.web import live
+from app.web.charts.timeline import condition_timeline
 from app.web.forms import (
     STATE_CHANGING,
     FieldErrors,
     FormFields,
+    check_typed_name,
     go_to,
     is_htmx,
     problem_errors,
@@ -34,32 +41,43 @@ from app.web.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
 AppSettings = Annotated[Settings, Depends(get_settings_dep)]
+Resolver = Annotated[TemplateResolver | None, Depends(template_resolver)]
 EVERYTHING = PageParams(limit=200)
 CREATE_FIELDS = ("name", "kubernetes_version", "placement", "gpu_class_id", "gpus",
-                 "cpu_millicores", "memory_mib")
+                 "cpu_millicores", "memory_mib", "template", "template_version")
 SIZE_FIELDS = ("gpus", "cpu_millicores", "memory_mib")
 POLLING_PHASES = ("Provisioning", "Deleting")
 
 
 def _create_payload(fields: dict[str, str]) -> dict[str, Any]:
     payload = parse_form(fields, keys=CREATE_FIELDS,
-                         integers=("gpu_class_id", "gpus", "cpu_millicores", "memory_mib"))
-    for optional in ("kubernetes_version", "gpu_class_id", "placement"):
+                         integers=("gpu_class_id", "gpus", "cpu_millicores", "memory_mib",
+                                   "template_version"))
+    for optional in ("kubernetes_version", "gpu_class_id", "placement", "template",
+                     "template_version"):
         if payload.get(optional) in ("", None):
             payload.pop(optional, None)
     return payload
 
 
 def _form_context(request: Request, db: DbSession, settings: Settings, tenant: str,
-                  fields: dict[str, str], errors: FieldErrors) -> dict[str, Any]:
+                  fields: dict[str, str], errors: FieldErrors,
+                  resolver: TemplateResolver | None) -> dict[str, Any]:
+    choices = resolver.choices(db) if resolver is not None else []
     return {"tenant_slug": tenant, "classes": gpu_classes.all_classes(db),
-            "versions": settings.kubernetes_versions, "form": fields, "errors": errors}
+            "versions": settings.kubernetes_versions, "form": fields, "errors": errors,
+            "template_choices": choices, "chosen": _chosen(choices, fields.get("template"))}
+
+
+def _chosen(choices: list[TemplateChoice], name: str | None) -> TemplateChoice | None:
+    """The template the form is filled in for: the one asked for, else the default (first)."""
+    return next((c for c in choices if c.name == name), choices[0] if choices else None)
 
 
 def _create_form(request: Request, db: DbSession, principal: Principal, settings: Settings,
                  tenant: str, fields: dict[str, str], errors: FieldErrors, status_code: int,
-                 whole_page: bool = False) -> Response:
-    context = _form_context(request, db, settings, tenant, fields, errors)
+                 whole_page: bool = False, resolver: TemplateResolver | None = None) -> Response:
+    context = _form_context(request, db, settings, tenant, fields, errors, resolver)
     if not whole_page:
         return render(request, "clusters/_create_form.html", context, status_code=status_code)
     row, can_manage = tenants_service.tenant_and_rights(db, principal, tenant)
@@ -69,13 +87,14 @@ def _create_form(request: Request, db: DbSession, principal: Principal, settings
 
 
 def _checked(db: DbSession, principal: Principal, settings: Settings, tenant: str,
-             fields: dict[str, str]) -> tuple[ClusterCreate | None, FieldErrors, int]:
+             fields: dict[str, str],
+             resolver: TemplateResolver | None) -> tuple[ClusterCreate | None, FieldErrors, int]:
     # A hidden tenant is a 404 and a viewer's a 403, whatever the form holds: the form that
     # answers a bad field echoes the slug from the URL.
     service.tenant_to_create_in(db, principal, tenant)
     try:
         payload = ClusterCreate.model_validate(_create_payload(fields))
-        service.check_create(db, principal, settings, tenant, payload)
+        service.check_create(db, principal, settings, tenant, payload, resolver=resolver)
     except ValidationError as error:
         return None, validation_errors(error), 422
     except (ValidationFailed, Conflict) as error:
@@ -85,36 +104,39 @@ def _checked(db: DbSession, principal: Principal, settings: Settings, tenant: st
 
 @router.get("/t/{tenant}/clusters")
 def clusters_page(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
-                  settings: AppSettings) -> Response:
-    defaults = {"placement": "shared-pool", "cpu_millicores": "4000", "memory_mib": "16384"}
+                  settings: AppSettings, resolver: Resolver, template: str = "") -> Response:
+    defaults = {"placement": "shared-pool", "cpu_millicores": "4000", "memory_mib": "16384",
+                "template": template[:40]}
     return _create_form(request, db, principal, settings, tenant, defaults, {}, 200,
-                        whole_page=True)
+                        whole_page=True, resolver=resolver)
 
 
 @router.post("/t/{tenant}/clusters/validate", dependencies=STATE_CHANGING)
 def validate_cluster(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
-                     settings: AppSettings, fields: FormFields) -> Response:
-    _payload, errors, _status = _checked(db, principal, settings, tenant, fields)
+                     settings: AppSettings, fields: FormFields, resolver: Resolver) -> Response:
+    _payload, errors, _status = _checked(db, principal, settings, tenant, fields, resolver)
     # While the form is being filled in, speak only of fields touched so far.
     touched = {request.headers.get("hx-trigger-name", "")} | {k for k, v in fields.items() if v}
     errors = {field: message for field, message in errors.items() if field in touched}
     return _create_form(request, db, principal, settings, tenant, fields, errors,
-                        422 if errors else 200)
+                        422 if errors else 200, resolver=resolver)
 
 
 @router.post("/t/{tenant}/clusters", dependencies=STATE_CHANGING)
 def create_cluster(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
-                   settings: AppSettings, fields: FormFields) -> Response:
-    payload, errors, status_code = _checked(db, principal, settings, tenant, fields)
+                   settings: AppSettings, fields: FormFields, resolver: Resolver) -> Response:
+    payload, errors, status_code = _checked(db, principal, settings, tenant, fields, resolver)
     if payload is not None:
         try:
-            created = service.create_cluster(db, principal, settings, tenant, payload)
+            created = service.create_cluster(db, principal, settings, tenant, payload,
+                                             resolver)
         except (ValidationFailed, Conflict) as error:
             payload, errors, status_code = None, problem_errors(error), error.status
     if payload is None:
         return _create_form(request, db, principal, settings, tenant, fields, errors,
-                            status_code, whole_page=not is_htmx(request))
-    return go_to(request, f"/t/{tenant}/clusters/{created.name}")
+                            status_code, whole_page=not is_htmx(request), resolver=resolver)
+    return go_to(request, f"/t/{tenant}/clusters/{created.name}",
+                 toast=f"Cluster {created.name} requested: the worker is provisioning it.")
 
 
 # ----- one cluster
@@ -122,13 +144,15 @@ def create_cluster(request: Request, tenant: str, db: DbSession, principal: Curr
 
 def _detail(request: Request, db: DbSession, principal: Principal, settings: Settings,
             tenant: str, name: str, form: dict[str, Any] | None = None,
-            errors: FieldErrors | None = None, status_code: int = 200) -> Response:
+            errors: FieldErrors | None = None, status_code: int = 200,
+            delete_error: str = "") -> Response:
     cluster = service.get_cluster(db, principal, tenant, name)
     row, can_manage = tenants_service.tenant_and_rights(db, principal, tenant)
     no_host = request.app.state.kube.host() is None
     return render(request, "clusters/detail.html", {
         "tenant": row, "can_manage": can_manage, "cluster": cluster,
         "polling": cluster.phase in POLLING_PHASES, "no_host": no_host,
+        "timeline": _timeline(cluster), "delete_error": delete_error,
         "preview": service.preview(db, principal, settings, tenant, name),
         "form": form or {k: str(getattr(cluster, k)) for k in SIZE_FIELDS},
         "errors": errors or {},
@@ -153,7 +177,21 @@ def cluster_status(request: Request, tenant: str, cluster: str, db: DbSession,
             raise
         return go_to(request, f"/t/{tenant}/clusters")
     return render(request, "clusters/_status.html", {
-        "tenant_slug": tenant, "cluster": found, "polling": found.phase in POLLING_PHASES})
+        "tenant_slug": tenant, "cluster": found, "polling": found.phase in POLLING_PHASES,
+        "timeline": _timeline(found)})
+
+
+def _timeline(cluster: ClusterOut) -> Markup | None:
+    return condition_timeline("conditions-chart", cluster.name,
+                              [c.model_dump() for c in cluster.conditions], datetime.now(UTC))
+
+
+@router.get(live.PREFIX + "/t/{tenant}/clusters/{cluster}")
+async def cluster_stream(request: Request, tenant: str, cluster: str,
+                         principal: CurrentPrincipal) -> Response:
+    """``changed`` whenever the cluster's conditions, generation or deletion move."""
+    return await live.event_stream(
+        request, lambda db: service.cluster_version(db, principal, tenant, cluster))
 
 
 @router.post("/t/{tenant}/clusters/{cluster}/resize", dependencies=STATE_CHANGING)
@@ -170,11 +208,20 @@ def resize_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
     except (ValidationFailed, Conflict) as error:
         return _detail(request, db, principal, settings, tenant, cluster, fields,
                        problem_errors(error), error.status)
-    return go_to(request, f"/t/{tenant}/clusters/{cluster}")
+    return go_to(request, f"/t/{tenant}/clusters/{cluster}",
+                 toast=f"Cluster {cluster} resized: the worker applies the new size.")
 
 
 @router.post("/t/{tenant}/clusters/{cluster}/delete", dependencies=STATE_CHANGING)
 def delete_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
-                   principal: CurrentPrincipal) -> Response:
+                   principal: CurrentPrincipal, settings: AppSettings,
+                   fields: FormFields) -> Response:
+    service.cluster_for(db, principal, tenant, cluster, "manage")  # who may, before what
+    try:
+        check_typed_name(fields, cluster)
+    except ValidationFailed as error:
+        return _detail(request, db, principal, settings, tenant, cluster, status_code=422,
+                       delete_error=error.detail)
     service.delete_cluster(db, principal, tenant, cluster)
-    return go_to(request, f"/t/{tenant}/clusters/{cluster}")
+    return go_to(request, f"/t/{tenant}/clusters/{cluster}",
+                 toast=f"Deleting cluster {cluster}: its kubeconfigs are revoked.")

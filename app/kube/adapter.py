@@ -31,7 +31,9 @@ from app.kube.port import (
     Manifest,
     ObjectRef,
     kind_info,
+    matches_fields,
     matches_labels,
+    selector_text,
 )
 from app.kube.retry import RetryPolicy, TokenBucket, parse_retry_after
 
@@ -126,6 +128,17 @@ class KubernetesAdapter:
         _, body = self._call("PATCH", path, query, body=obj, content_type=APPLY_CONTENT_TYPE)
         return body
 
+    def dry_run_apply(self, obj: Manifest) -> Manifest:
+        ref = ObjectRef.of(obj)
+        query: Query = [("fieldManager", FIELD_MANAGER), ("force", "true"), ("dryRun", "All")]
+        path = ref.info.object_path(ref.name, ref.namespace)
+        _, body = self._call("PATCH", path, query, body=obj, content_type=APPLY_CONTENT_TYPE)
+        return body
+
+    def server_version(self) -> str:
+        _, body = self._call("GET", "/version")
+        return str(body.get("gitVersion") or "")
+
     def get(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> Manifest | None:
@@ -139,12 +152,14 @@ class KubernetesAdapter:
         kind: str,
         namespace: str | None = None,
         label_selector: Mapping[str, str] | None = None,
+        field_selector: Mapping[str, str] | None = None,
     ) -> list[Manifest]:
         path = kind_info(api_version, kind).collection_path(namespace)
         base: Query = [("limit", str(LIST_PAGE_SIZE))]
         if label_selector:
-            selector = ",".join(f"{k}={v}" for k, v in sorted(label_selector.items()))
-            base.append(("labelSelector", selector))
+            base.append(("labelSelector", selector_text(label_selector)))
+        if field_selector:
+            base.append(("fieldSelector", selector_text(field_selector)))
         items: list[Manifest] = []
         continue_token: str | None = None
         while True:
@@ -158,7 +173,8 @@ class KubernetesAdapter:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
         # Servers without selector support (the test emulator) would return everything.
-        return [item for item in items if matches_labels(item, label_selector)]
+        return [item for item in items
+                if matches_labels(item, label_selector) and matches_fields(item, field_selector)]
 
     def delete(
         self, api_version: str, kind: str, name: str, namespace: str | None = None

@@ -29,6 +29,15 @@ class KubeConnector(Protocol):
     def ready(self, kubeconfig_yaml: str) -> bool: ...
 
 
+def real_host_configured(settings: Settings) -> bool:
+    """Whether the official client would find a host: a kubeconfig, or in-cluster config."""
+    return bool(settings.kubeconfig) or _in_cluster()
+
+
+def _in_cluster() -> bool:
+    return "KUBERNETES_SERVICE_HOST" in os.environ and IN_CLUSTER_TOKEN.exists()
+
+
 class ClientConnector:
     """The official client: one host adapter, shared; virtual-cluster adapters on demand."""
 
@@ -51,7 +60,7 @@ class ClientConnector:
         }
         if self.settings.kubeconfig:
             return KubernetesAdapter.from_kubeconfig(self.settings.kubeconfig, **options)
-        if "KUBERNETES_SERVICE_HOST" in os.environ and IN_CLUSTER_TOKEN.exists():
+        if _in_cluster():
             return KubernetesAdapter.from_in_cluster(**options)
         log.info("no host cluster configured (PORTAL_KUBECONFIG unset, not in a cluster)")
         return None

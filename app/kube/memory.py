@@ -29,6 +29,7 @@ from app.kube.port import (
     Manifest,
     ObjectRef,
     kind_info,
+    matches_fields,
     matches_labels,
 )
 from app.kube.quantities import canonical_quantities
@@ -299,6 +300,7 @@ class InMemoryKube:
         kind: str,
         namespace: str | None = None,
         label_selector: Mapping[str, str] | None = None,
+        field_selector: Mapping[str, str] | None = None,
     ) -> list[Manifest]:
         kind_info(api_version, kind)
         with self._lock:
@@ -310,6 +312,7 @@ class InMemoryKube:
                 if (ref.api_version, ref.kind) == (api_version, kind)
                 and namespace in (None, ref.namespace)
                 and matches_labels(obj, label_selector)
+                and matches_fields(obj, field_selector)
             ]
 
     def delete(

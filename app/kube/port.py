@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 Manifest = dict[str, Any]
 
@@ -37,8 +37,10 @@ class KubePort(Protocol):
         kind: str,
         namespace: str | None = None,
         label_selector: Mapping[str, str] | None = None,
+        field_selector: Mapping[str, str] | None = None,
     ) -> list[Manifest]:
-        """Objects of a kind (in one namespace, or all), filtered by equality selector."""
+        """Objects of a kind (in one namespace, or all), filtered by equality selectors: labels,
+        and fields the server can select on (``spec.nodeName``, ``status.phase`` of pods)."""
         ...
 
     def delete(
@@ -57,6 +59,23 @@ class KubePort(Protocol):
     ) -> str:
         """Issue a ServiceAccount token (TokenRequest), bound to a Secret when given, so
         that deleting the Secret revokes exactly this token."""
+        ...
+
+
+@runtime_checkable
+class HostProbe(Protocol):
+    """Questions a template's validation asks a host cluster; ``apply`` only for the one
+    namespace the dry-runs go in."""
+
+    def apply(self, obj: Manifest, *, force: bool = False) -> Manifest: ...
+
+    def dry_run_apply(self, obj: Manifest) -> Manifest:
+        """Server-side apply ``obj`` with ``dryRun=All``: admission and schema run, nothing is
+        stored; the object as it would be stored comes back."""
+        ...
+
+    def server_version(self) -> str:
+        """The API server's ``gitVersion``, e.g. ``v1.32.13``."""
         ...
 
 
@@ -143,6 +162,24 @@ def matches_labels(obj: Mapping[str, Any], selector: Mapping[str, str] | None) -
         return True
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return all(labels.get(key) == value for key, value in selector.items())
+
+
+def matches_fields(obj: Mapping[str, Any], selector: Mapping[str, str] | None) -> bool:
+    """Equality-based field selector on dotted paths, as ``--field-selector a.b=c``."""
+    if not selector:
+        return True
+    return all(_field(obj, path) == value for path, value in selector.items())
+
+
+def _field(obj: Mapping[str, Any], path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return "" if value is None else str(value)
+
+
+def selector_text(selector: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
 
 
 def _register_builtins() -> None:

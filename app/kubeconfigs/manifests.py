@@ -75,6 +75,8 @@ class KubeconfigSpec:
     user: str
     token: str
     namespace: str = "default"
+    # Comment lines the file starts with (the simulated host's warning).
+    notice: tuple[str, ...] = ()
 
 
 def service_account_name(user_id: int, role: str) -> str:
@@ -164,4 +166,5 @@ def kubeconfig(spec: KubeconfigSpec) -> Manifest:
 
 
 def kubeconfig_yaml(spec: KubeconfigSpec) -> str:
-    return yaml.safe_dump(kubeconfig(spec), sort_keys=False, default_flow_style=False)
+    header = "".join(f"# {line}\n" for line in spec.notice)
+    return header + yaml.safe_dump(kubeconfig(spec), sort_keys=False, default_flow_style=False)

@@ -64,6 +64,10 @@ WORKER_LABEL = "kubeconfig-reconciler"
 RBAC_API_VERSION = "rbac.authorization.k8s.io/v1"
 MAX_TRANSIENT_BACKOFF = timedelta(minutes=5)
 MAX_PERMANENT_BACKOFF = timedelta(hours=1)
+SIMULATED_NOTICE = (
+    "SIMULATED HOST: issued by `portal dev` on its in-memory demo fleet.",
+    "Its server (under simulated-host.invalid) does not exist: kubectl cannot connect.",
+)
 
 
 @dataclass(frozen=True)
@@ -189,14 +193,23 @@ def issue_kubeconfig(db: Session, principal: Principal, clusters: VirtualCluster
     _audit(db, principal.user_id, principal.label, tenant.id, "kubeconfig.issue", grant,
            after=_grant_facts(grant, cluster, principal.email))
     server, ca_data = manifests.admin_endpoint(admin_yaml)
-    context = f"{tenant.slug}-{cluster.name}"
+    context, notice = _context_and_notice(settings, tenant, cluster)
     text = manifests.kubeconfig_yaml(KubeconfigSpec(
         context=context, server=cluster.endpoint or server, ca_data=ca_data,
-        user=f"{context}-{grant.role}", token=token))
+        user=f"{context}-{grant.role}", token=token, notice=notice))
     log.info("kubeconfig grant %d issued: %s %s for user %d until %s", grant.id, context,
              grant.role, grant.user_id, grant.expires_at.isoformat())
     return IssuedKubeconfig(grant=_grant_out(grant, cluster, principal.user),
                             yaml=text, filename=f"{context}-{grant.role}.kubeconfig.yaml")
+
+
+def _context_and_notice(settings: Settings, tenant: Tenant,
+                        cluster: VirtualCluster) -> tuple[str, tuple[str, ...]]:
+    """The context's name; on the simulated host it says so, and so does the file's header."""
+    context = f"{tenant.slug}-{cluster.name}"
+    if settings.simulated_host:
+        return f"{context}-simulated", SIMULATED_NOTICE
+    return context, ()
 
 
 def _new_grant(db: Session, principal: Principal, cluster: VirtualCluster, role: str,

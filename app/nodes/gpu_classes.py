@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.auth.principal import Principal
-from app.authz import ensure_platform_admin
+from app.authz import ensure_platform_writer
 from app.concurrency import insert_or_conflict, lock_row
-from app.errors import Conflict, Forbidden, NotFound
+from app.errors import Conflict, NotFound
 from app.nodes import capacity_cache
 from app.nodes import gpu_class_repository as repository
 from app.nodes.gpu_class_schemas import Capacity, GpuClassCreate, GpuClassOut, GpuClassUpdate
@@ -29,12 +29,6 @@ from app.nodes.models import GpuClass
 from app.pagination import Page, PageParams, paginate
 
 FiguresOf = Callable[[Session, Sequence[int]], dict[int, Capacity]]
-
-
-def ensure_platform_writer(principal: Principal) -> None:
-    ensure_platform_admin(principal)
-    if not principal.can_write():
-        raise Forbidden("this API token is read-only")
 
 
 def capacity(db: Session, gpu_class_id: int) -> Capacity:

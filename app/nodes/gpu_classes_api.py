@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
+from app.authz import ensure_platform_writer
 from app.deps import CurrentPrincipal, DbSession, RowId
 from app.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.nodes import gpu_classes
@@ -25,7 +26,7 @@ def list_classes(db: DbSession, principal: CurrentPrincipal,
 def declare_class(request: Request, payload: GpuClassCreate, db: DbSession,
                   principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> JSONResponse:
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
-                          allowed=lambda: gpu_classes.ensure_platform_writer(principal),
+                          allowed=lambda: ensure_platform_writer(principal),
                           create=lambda: gpu_classes.declare_class(db, principal, payload))
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CursorResult, Select, literal, select, update
+from sqlalchemy import CursorResult, Select, func, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -203,3 +203,18 @@ def live_zones(db: Session, host_cluster_id: int) -> list[str]:
     zones = zones.union_all(select(first_after(zones.c.zone)).where(zones.c.zone.is_not(None)))
     return list(db.scalars(select(zones.c.zone).where(zones.c.zone.is_not(None))
                            .limit(MAX_ZONES)))
+
+
+def assignment_version(db: Session, host_cluster_id: int, node_id: int | None = None) -> str:
+    """Assignments made and ended and nodes ready or gone, on one node or a whole host: what
+    the fleet and node pages show of assignment state moves one of these."""
+    assignments = select(func.count(), func.coalesce(func.max(NodeAssignment.id), 0),
+                         func.count(NodeAssignment.ended_at)).join(
+        Node, Node.id == NodeAssignment.node_id).where(Node.host_cluster_id == host_cluster_id)
+    nodes = select(func.count(), func.count().filter(Node.ready),
+                   func.count(Node.gone_at)).where(Node.host_cluster_id == host_cluster_id)
+    if node_id is not None:
+        assignments = assignments.where(NodeAssignment.node_id == node_id)
+        nodes = nodes.where(Node.id == node_id)
+    return "-".join(str(value) for value in (*db.execute(assignments).one(),
+                                             *db.execute(nodes).one()))

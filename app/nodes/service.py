@@ -18,14 +18,13 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.authz import ensure_platform_admin, tenant_for
+from app.authz import ensure_platform_admin, ensure_platform_writer, tenant_for
 from app.concurrency import insert_or_conflict, lock_row
 from app.db import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.nodes import tenant_taint
 from app.nodes import capacity_cache, gpu_class_repository, gpu_classes, placement, repository
-from app.nodes.gpu_classes import ensure_platform_writer
 from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
 from app.nodes.placement import FreeNode
 from app.nodes.repository import NodeFilters
@@ -104,6 +103,16 @@ def get_node(db: Session, principal: Principal, name: str,
     ensure_platform_admin(principal)
     cluster = host_cluster(db, host)
     return _detail(db, cluster, _node(db, cluster, name))
+
+
+def assignment_version(db: Session, principal: Principal, node: str | None = None) -> str:
+    """The fingerprint of the fleet's (or one node's) assignment state, for live streams."""
+    ensure_platform_admin(principal)
+    if node is None:
+        cluster = repository.default_host_cluster(db)
+        return "none" if cluster is None else repository.assignment_version(db, cluster.id)
+    cluster = host_cluster(db)
+    return repository.assignment_version(db, cluster.id, _node(db, cluster, node).id)
 
 
 def tenant_nodes(db: Session, principal: Principal, slug: str,

@@ -2,27 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, Request
+from markupsafe import Markup
 from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.auth.principal import Principal
+from app.authz import ensure_platform_writer
 from app.deps import CurrentPrincipal, DbSession
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.nodes import gpu_classes, service
 from app.nodes.api import Filters, SortQuery
+from app.nodes.gpu_class_schemas import GpuClassOut
 from app.nodes.repository import NodeFilters
 from app.nodes.schemas import AssignmentIn, SuggestionIn
 from app.pagination import PageParams, Paging
 from app.routing import UnitOfWorkRoute
+from app.web import live
+from app.web.charts.bars import Group, stacked_bars
+from app.web.charts.svg import Series
 from app.web.forms import (
     STATE_CHANGING,
     FieldErrors,
     FormFields,
     as_problem,
+    check_typed_name,
     form_payload,
     go_to,
     is_htmx,
@@ -42,29 +50,67 @@ def _host_connected(request: Request) -> bool:
 def fleet(request: Request, db: DbSession, principal: CurrentPrincipal, filters: Filters,
           paging: Paging, sort: SortQuery = "name") -> Response:
     """Capacity per class (summed by the database) and one page of the node table, filtered
-    and sorted by the database; the table's filters and page links swap the table alone."""
+    and sorted by the database; the table's filters, orders and page links swap the table
+    alone, and the live stream refreshes the capacity or the table (``HX-Target``)."""
+    if is_htmx(request) and request.headers.get("hx-target") == "fleet-capacity-section":
+        return render(request, "nodes/_capacity.html", _capacity(db, principal))
     page = service.list_nodes(db, principal, filters, paging, sort=sort)
     context: dict[str, Any] = {"nodes": page.items, "next_cursor": page.next_cursor,
                                "filters": filters, "sort": sort, "sorts": NODE_SORT_LABELS,
                                "table_query": _table_query(filters, sort),
+                               "sort_query": _sort_query(filters),
+                               "filtered": filters != NodeFilters(),
+                               "current_cursor": paging.cursor or "",
                                "first_page": paging.cursor is not None}
     if is_htmx(request):
         return render(request, "nodes/_node_table.html", context)
-    context.update(
-        classes=gpu_classes.list_classes(db, principal, PageParams(limit=200)).items,
-        zones=service.fleet_zones(db, principal), connected=_host_connected(request))
+    context.update(_capacity(db, principal), zones=service.fleet_zones(db, principal),
+                   connected=_host_connected(request))
     return render(request, "nodes/fleet.html", context)
 
 
 NODE_SORT_LABELS = {"name": "name", "rack": "rack, then name", "id": "first seen"}
+CAPACITY_SERIES = (Series("dedicated", "Dedicated", "#1f4e8c", "solid"),
+                   Series("guaranteed", "Guaranteed", "#2f6f4f", "hatch"),
+                   Series("free", "Free", "#5b6675", "outline"))
+NOT_READY = Series("not-ready", "Not ready", "#a32020", "cross")
+
+
+def _capacity(db: DbSession, principal: Principal) -> dict[str, Any]:
+    classes = gpu_classes.list_classes(db, principal, PageParams(limit=200)).items
+    return {"classes": classes, "capacity_chart": _capacity_chart(classes)}
+
+
+def _capacity_chart(classes: Sequence[GpuClassOut]) -> Markup | None:
+    figures = [(c.display_name, c.capacity) for c in classes if c.capacity is not None]
+    if not figures:
+        return None
+    groups = [Group(name, {"dedicated": c.assigned, "guaranteed": c.shared_guaranteed,
+                           "free": c.free, "not-ready": c.not_ready}) for name, c in figures]
+    description = "; ".join(
+        f"{name}: {c.total} GPUs, {c.assigned} dedicated, {c.shared_guaranteed} guaranteed in "
+        f"the shared pool, {c.free} free, {c.not_ready} on nodes not ready"
+        for name, c in figures)
+    return stacked_bars("capacity-chart", "Fleet capacity per GPU class", description, groups,
+                        CAPACITY_SERIES, NOT_READY)
+
+
+def _filter_values(filters: NodeFilters) -> dict[str, str | None]:
+    ready = None if filters.ready is None else str(filters.ready).lower()
+    return {"gpu_class": filters.gpu_class, "zone": filters.zone, "rack": filters.rack,
+            "tenant": filters.tenant, "ready": ready}
 
 
 def _table_query(filters: NodeFilters, sort: str) -> str:
     """The table's filters and order as a query string, for its page links."""
-    ready = None if filters.ready is None else str(filters.ready).lower()
-    values = {"gpu_class": filters.gpu_class, "zone": filters.zone, "rack": filters.rack,
-              "tenant": filters.tenant, "ready": ready, "sort": sort}
+    values = {**_filter_values(filters), "sort": sort}
     return urlencode({key: value for key, value in values.items() if value})
+
+
+def _sort_query(filters: NodeFilters) -> str:
+    """The filters as a query string ready for a ``sort=`` to follow: the column links."""
+    query = urlencode({key: value for key, value in _filter_values(filters).items() if value})
+    return f"{query}&" if query else ""
 
 
 def _node_page(request: Request, db: DbSession, principal: Principal, node: str,
@@ -80,6 +126,19 @@ def node_detail(request: Request, node: str, db: DbSession,
     return _node_page(request, db, principal, node)
 
 
+@router.get(live.PREFIX + "/admin/fleet")
+async def fleet_stream(request: Request, principal: CurrentPrincipal) -> Response:
+    """``changed`` whenever a node is dedicated or given back, turns (not) ready or goes."""
+    return await live.event_stream(request,
+                                   lambda db: service.assignment_version(db, principal))
+
+
+@router.get(live.PREFIX + "/admin/nodes/{node}")
+async def node_stream(request: Request, node: str, principal: CurrentPrincipal) -> Response:
+    return await live.event_stream(
+        request, lambda db: service.assignment_version(db, principal, node))
+
+
 @router.post("/admin/nodes/{node}/assignment", dependencies=STATE_CHANGING)
 def assign(request: Request, node: str, db: DbSession, principal: CurrentPrincipal,
            fields: FormFields) -> Response:
@@ -89,18 +148,25 @@ def assign(request: Request, node: str, db: DbSession, principal: CurrentPrincip
     except (ValidationError, ValidationFailed, Conflict) as error:
         problem = as_problem(error)
         return _node_page(request, db, principal, node, problem_errors(problem), problem.status)
-    return go_to(request, f"/admin/nodes/{node}")
+    return go_to(request, f"/admin/nodes/{node}",
+                 toast=f"{node} is dedicated to {payload.tenant}.")
 
 
 @router.post("/admin/nodes/{node}/assignment/end", dependencies=STATE_CHANGING)
 def end_assignment(request: Request, node: str, db: DbSession,
-                   principal: CurrentPrincipal) -> Response:
+                   principal: CurrentPrincipal, fields: FormFields) -> Response:
+    ensure_platform_writer(principal)  # who may, before what was typed
     try:
+        check_typed_name(fields, node)
         service.end_assignment(db, principal, node)
-    except NotFound as error:
+    except ValidationFailed as error:
         service.get_node(db, principal, node)  # an unknown node stays a plain 404
+        return _node_page(request, db, principal, node, {"confirm_name": error.detail}, 422)
+    except NotFound as error:
+        service.get_node(db, principal, node)
         return _node_page(request, db, principal, node, {"form": error.detail}, 409)
-    return go_to(request, f"/admin/nodes/{node}")
+    return go_to(request, f"/admin/nodes/{node}",
+                 toast=f"{node} is back in the shared pool.")
 
 
 def _suggest_page(request: Request, db: DbSession, principal: Principal,
@@ -153,7 +219,8 @@ def accept_suggestion(request: Request, db: DbSession, principal: CurrentPrincip
     except (ValidationFailed, Conflict) as error:
         return _suggest_page(request, db, principal, fields, problem_errors(error),
                              error.status, partial=is_htmx(request))
-    return go_to(request, f"/admin/fleet?tenant={quote(tenant)}")
+    return go_to(request, f"/admin/fleet?tenant={quote(tenant)}",
+                 toast=f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} dedicated to {tenant}.")
 
 
 @router.get("/t/{tenant}/nodes")

@@ -37,7 +37,7 @@ def problem_message(response: httpx.Response) -> str:
               if isinstance(e, dict) and e.get("message") != detail]
     message = "\n".join([detail, *fields])
     if response.status_code == 401:
-        message += "\n(sign in again: portalctl login --url URL --token-stdin)"
+        message += "\n(sign in again: portalctl login --url URL)"
     return message
 
 
@@ -92,13 +92,15 @@ class Client:
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
 
-    def items(self, path: str, limit: int | None = None) -> Iterator[dict[str, Any]]:
-        """Every item of a list, following next_cursor; at most ``limit`` when given."""
+    def items(self, path: str, limit: int | None = None,
+              **params: Any) -> Iterator[dict[str, Any]]:
+        """Every item of a list (filtered by ``params``), following next_cursor; at most
+        ``limit`` when given."""
         cursor: str | None = None
         seen = 0
         while True:
             page_size = min(200, limit - seen) if limit else 200
-            page = self.get(path, limit=page_size, cursor=cursor)
+            page = self.get(path, limit=page_size, cursor=cursor, **params)
             for item in page["items"]:
                 yield item
                 seen += 1

@@ -5,17 +5,19 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
+from app.portalctl import browser_login, profiles
 from app.portalctl import kubeconfig as kubeconfigs
-from app.portalctl import profiles
-from app.portalctl.client import FORBIDDEN, USAGE, ApiError, Client
+from app.portalctl.access import grants_app, members_app, tokens_app
+from app.portalctl.audit import audit
+from app.portalctl.client import ERROR, USAGE, ApiError, Client
+from app.portalctl.common import Limit, Output, TenantOpt, api, fail, state, tenant_of
+from app.portalctl.fleet import gpu_classes_app, nodes_app
 from app.portalctl.output import Format, emit
 
 EXIT_CODES = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 forbidden or not signed in."
@@ -28,21 +30,12 @@ clusters_app = typer.Typer(help="A tenant's virtual clusters.", no_args_is_help=
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(quota_app, name="quota")
 app.add_typer(clusters_app, name="clusters")
-
-Output = Annotated[Format, typer.Option("--output", "-o", help="table, json or yaml")]
-Limit = Annotated[int | None, typer.Option(help="at most this many items (default: all)",
-                                           min=1)]
-TenantOpt = Annotated[str | None, typer.Option(
-    "--tenant", "-t", envvar="PORTALCTL_TENANT",
-    help="tenant slug; default: your only tenant")]
-
-
-@dataclass
-class State:
-    profile: str | None = None
-
-
-state = State()
+app.add_typer(members_app, name="members")
+app.add_typer(grants_app, name="grants")
+app.add_typer(tokens_app, name="tokens")
+app.add_typer(nodes_app, name="nodes")
+app.add_typer(gpu_classes_app, name="gpu-classes")
+app.command("audit")(audit)
 
 
 @app.callback()
@@ -55,37 +48,6 @@ def main(profile: Annotated[str | None, typer.Option(
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-@contextmanager
-def api() -> Iterator[Client]:
-    """A client for the chosen profile; API errors end the command with their exit code."""
-    name = profiles.chosen(state.profile)
-    profile = profiles.load(name)
-    if profile is None:
-        fail(f"not signed in (profile {name!r}): portalctl login --url URL --token-stdin",
-             FORBIDDEN)
-    client = Client(profile.url, profile.token)
-    try:
-        yield client
-    except ApiError as error:
-        fail(error.message, error.exit_code)
-    finally:
-        client.close()
-
-
-def tenant_of(client: Client, tenant: str | None) -> str:
-    if tenant:
-        return tenant
-    memberships = client.get("/api/v1/me")["memberships"]
-    if len(memberships) == 1:
-        return str(memberships[0]["tenant"])
-    fail("choose a tenant with --tenant (or PORTALCTL_TENANT)", USAGE)
-
-
 # ----- sign in and out
 
 
@@ -95,18 +57,31 @@ def login(
     token_stdin: Annotated[bool, typer.Option(
         "--token-stdin", help="read an API token (made on the portal's Tokens page) from stdin")
     ] = False,
+    no_browser: Annotated[bool, typer.Option(
+        "--no-browser", help="print the sign-in link instead of opening a browser")] = False,
+    name: Annotated[str | None, typer.Option(
+        help="the new API token's name (default: 'portalctl on HOST')")] = None,
+    days: Annotated[int, typer.Option(help="the new API token's lifetime in days",
+                                      min=1, max=365)] = 30,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the browser")] = 300.0,
 ) -> None:
-    """Save a profile for a portal after checking the token with it.
+    """Sign in to a portal and save the profile (0600, in the user's config directory).
 
-    Only the headless way exists so far: the browser sign-in is not built yet.
+    By default through the browser: the portal shows the API token it will make for this
+    command line, and once you confirm it hands the token to portalctl on 127.0.0.1.
+    Headless, paste a token made on the portal's API tokens page with --token-stdin.
+
+    Example: portalctl login --url https://portal.example.com
 
     Example: echo "$TOKEN" | portalctl login --url https://portal.example.com --token-stdin
     """
-    if not token_stdin:
-        fail("the browser sign-in is not available yet: pass --token-stdin", USAGE)
-    token = sys.stdin.readline().strip()
-    if not token:
-        fail("no token on stdin", USAGE)
+    if token_stdin:
+        token = sys.stdin.readline().strip()
+        if not token:
+            fail("no token on stdin", USAGE)
+    else:
+        token = _browser_token(url, name or browser_login.default_token_name(), days,
+                               open_it=not no_browser, timeout=timeout)
     client = Client(url, token)
     try:
         me = client.get("/api/v1/me")
@@ -114,9 +89,25 @@ def login(
         fail(error.message, error.exit_code)
     finally:
         client.close()
-    name = profiles.chosen(state.profile)
-    path = profiles.save(profiles.Profile(name=name, url=url, token=token))
-    typer.echo(f"Signed in to {url} as {me['email']} (profile {name!r}, saved in {path}).")
+    profile = profiles.chosen(state.profile)
+    path = profiles.save(profiles.Profile(name=profile, url=url, token=token))
+    typer.echo(f"Signed in to {url} as {me['email']} (profile {profile!r}, saved in {path}).")
+
+
+def _browser_token(url: str, name: str, days: int, *, open_it: bool, timeout: float) -> str:
+    with browser_login.Listener() as listener:
+        link = browser_login.login_url(url, listener.port, listener.state, name, days)
+        if open_it and browser_login.can_open_browser() and browser_login.open_browser(link):
+            typer.echo("Your browser has been opened to sign in. If it did not open, visit:",
+                       err=True)
+        else:
+            typer.echo("Open this link in a browser to sign in:", err=True)
+        typer.echo(f"  {link}", err=True)
+        typer.echo(f"Waiting up to {timeout:g}s for the browser...", err=True)
+        try:
+            return listener.wait(timeout)
+        except browser_login.LoginFailed as error:
+            fail(str(error), ERROR)
 
 
 @app.command()

@@ -118,16 +118,10 @@ def tenant_quota_for_update(db: Session, tenant_id: int, gpu_class_id: int) -> T
     return db.scalar(query.execution_options(populate_existing=True))
 
 
-def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int) -> int:
-    query = select(func.coalesce(func.sum(VirtualCluster.gpus), 0)).where(
-        VirtualCluster.tenant_id == tenant_id, VirtualCluster.gpu_class_id == gpu_class_id
-    )
-    return int(db.scalar(query) or 0)
-
-
-def clusters_with_gpus(db: Session, tenant_id: int, gpu_class_id: int) -> list[VirtualCluster]:
-    query = select(VirtualCluster).where(
-        VirtualCluster.tenant_id == tenant_id, VirtualCluster.gpu_class_id == gpu_class_id,
-        VirtualCluster.gpus > 0,
-    ).order_by(VirtualCluster.id)
-    return list(db.scalars(query))
+def queue_version(db: Session) -> tuple[int, int, int, datetime | None]:
+    """Requests, the newest one, the pending ones and the latest decision: any change of the
+    queue moves one of them."""
+    pending = func.count().filter(QuotaRequest.state == "pending")
+    row = db.execute(select(func.count(), func.coalesce(func.max(QuotaRequest.id), 0), pending,
+                            func.max(QuotaRequest.decided_at))).one()
+    return row[0], row[1], row[2], row[3]

@@ -19,14 +19,13 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.authz import ensure_platform_admin, tenant_for
+from app.authz import ensure_platform_admin, ensure_platform_writer, tenant_for
 from app.db import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.nodes import capacity_cache, gpu_classes
-from app.nodes.gpu_classes import ensure_platform_writer
 from app.nodes.models import GpuClass
 from app.pagination import Page, PageParams, paginate_rows
-from app.quotas import repository
+from app.quotas import events, repository
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.quotas.schemas import (
     ApproveIn,
@@ -181,6 +180,13 @@ def queue(
     return Page(items=_queue_items(db, rows, gpu_classes.recent_capacities), next_cursor=cursor)
 
 
+def queue_version(db: Session, principal: Principal) -> str:
+    """The approval queue's fingerprint, for its live stream."""
+    ensure_platform_admin(principal)
+    count, newest, pending, decided = repository.queue_version(db)
+    return f"{count}-{newest}-{pending}-{decided.isoformat() if decided else ''}"
+
+
 def queue_item(db: Session, request: QuotaRequest) -> QueueItem:
     row = db.execute(repository.queue_rows_query().where(QuotaRequest.id == request.id)).one()
     return _queue_items(db, [row])[0]
@@ -318,26 +324,9 @@ def _expire_one(db: Session, actor: Actor, request_id: int, now: datetime) -> Ex
     gpus = request.approved_gpus or 0
     quota = _change_quota(db, actor, request, -gpus, -request.cpu_millicores,
                           -request.memory_mib)
-    flagged = _flag_clusters_over_quota(db, actor, request.tenant_id, request.gpu_class_id,
-                                        quota.gpus)
+    shrunk = events.QuotaShrunk(request.tenant_id, request.gpu_class_id, quota.gpus, actor.id,
+                                actor.label)
+    events.quota_shrunk.fire(db, shrunk)
     return ExpiredQuota(request_id=request.id, tenant_id=request.tenant_id,
                         gpu_class_id=request.gpu_class_id, gpus=gpus,
-                        over_quota_cluster_ids=flagged)
-
-
-def _flag_clusters_over_quota(
-    db: Session, actor: Actor, tenant_id: int, gpu_class_id: int, quota_gpus: int
-) -> list[int]:
-    if repository.allocated_gpus(db, tenant_id, gpu_class_id) <= quota_gpus:
-        return []
-    flagged = []
-    for cluster in repository.clusters_with_gpus(db, tenant_id, gpu_class_id):
-        if cluster.over_quota:
-            continue
-        cluster.over_quota = True
-        flagged.append(cluster.id)
-        _record(db, actor, "virtual_cluster.over_quota", tenant_id, "virtual_cluster",
-                cluster.id, {"over_quota": False},
-                {"over_quota": True, "gpus": cluster.gpus, "quota_gpus": quota_gpus})
-    db.flush()
-    return flagged
+                        over_quota_cluster_ids=shrunk.over_quota_cluster_ids)

@@ -15,6 +15,7 @@ from app.pagination import Paging
 from app.quotas import service
 from app.quotas.schemas import REQUEST_STATES, ApproveIn, QuotaRequestCreate, RejectIn
 from app.routing import UnitOfWorkRoute
+from app.web import live
 from app.web.forms import (
     STATE_CHANGING,
     FieldErrors,
@@ -25,6 +26,7 @@ from app.web.forms import (
     is_htmx,
     problem_errors,
     validation_errors,
+    with_toast,
 )
 from app.web.templating import render
 
@@ -84,7 +86,8 @@ def create_request(request: Request, tenant: str, db: DbSession, principal: Curr
         return _request_form(request, db, principal, tenant, fields, errors, status_code,
                              whole_page=not is_htmx(request))
     service.create_request(db, principal, tenant, payload)
-    return go_to(request, f"/t/{tenant}")
+    return go_to(request, f"/t/{tenant}",
+                 toast="Quota request sent: a platform admin decides it.")
 
 
 @router.post("/t/{tenant}/quota-requests/{request_id}/cancel", dependencies=STATE_CHANGING)
@@ -93,8 +96,9 @@ def cancel_request(request: Request, tenant: str, request_id: RowId, db: DbSessi
     item = service.cancel_request(db, principal, tenant, request_id)
     if not is_htmx(request):
         return go_to(request, f"/t/{tenant}")
-    return render(request, "quotas/_request_row.html",
-                  {"item": item, "tenant_slug": tenant, "can_manage": True})
+    response = render(request, "quotas/_request_row.html",
+                      {"item": item, "tenant_slug": tenant, "can_manage": True})
+    return with_toast(response, f"Request for {item.gpus} GPUs cancelled.")
 
 
 # ----- the approval queue
@@ -105,9 +109,17 @@ def admin_queue(request: Request, db: DbSession, principal: CurrentPrincipal, pa
                 state: str = "pending") -> Response:
     chosen = state if state in REQUEST_STATES else None
     page = service.queue(db, principal, paging, chosen)
-    return render(request, "admin/quota_requests.html",
+    template = "admin/_queue_table.html" if is_htmx(request) else "admin/quota_requests.html"
+    return render(request, template,
                   {"items": page.items, "next_cursor": page.next_cursor,
-                   "state": chosen or "all", "states": REQUEST_STATES})
+                   "cursor": paging.cursor or "", "state": chosen or "all",
+                   "states": REQUEST_STATES})
+
+
+@router.get(live.PREFIX + "/admin/quota-requests")
+async def queue_stream(request: Request, principal: CurrentPrincipal) -> Response:
+    """``changed`` whenever a request arrives, is cancelled or decided."""
+    return await live.event_stream(request, lambda db: service.queue_version(db, principal))
 
 
 def _decided(request: Request, db: DbSession, principal: Principal, request_id: RowId,
@@ -125,7 +137,8 @@ def _decided(request: Request, db: DbSession, principal: Principal, request_id: 
                       status_code=problem.status)
     if not is_htmx(request):
         return go_to(request, "/admin/quota-requests")
-    return render(request, "admin/_queue_row.html", {"item": item, "error": ""})
+    response = render(request, "admin/_queue_row.html", {"item": item, "error": ""})
+    return with_toast(response, f"Request {item.id} of {item.tenant} {item.state}.")
 
 
 def _needs_overcommit(problem: ProblemError) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.clusters.installer import Installer
 from app.clusters.reconciler import ClusterReconciler
 from app.config import Settings
 from app.db import Database
@@ -10,23 +11,31 @@ from app.kubeconfigs.reconciler import KubeconfigReconciler
 from app.nodes.reconciler import NodeReconciler
 from app.quotas.reconciler import QuotaExpiryReconciler
 from app.reconcilers.worker import Reconciler, Worker
+from app.usage.sampler import UsageSampler
 from app.webhook.reconciler import WebhookReconciler
+from app.wiring import connect_hooks
 
 
 def build_reconcilers(
-    settings: Settings, database: Database, kube: KubeConnector
+    settings: Settings, database: Database, kube: KubeConnector,
+    installer: Installer | None = None,
 ) -> list[Reconciler]:
     # Each kind's reconciler registers here (nodes, clusters, kubeconfigs, quota expiry, and
-    # the shared-pool admission webhook's certificate and configuration).
+    # the shared-pool admission webhook's certificate and configuration, GPU use samples).
+    connect_hooks()
     return [QuotaExpiryReconciler(database),
             KubeconfigReconciler.from_settings(settings, database, kube),
             NodeReconciler(settings, database, kube),
-            ClusterReconciler(settings, database, kube),
-            WebhookReconciler(settings, database, kube)]
+            ClusterReconciler(settings, database, kube, installer),
+            WebhookReconciler(settings, database, kube),
+            UsageSampler(settings, database, kube)]
 
 
 def build_worker(
-    settings: Settings, database: Database, kube: KubeConnector | None = None
+    settings: Settings, database: Database, kube: KubeConnector | None = None,
+    installer: Installer | None = None,
 ) -> Worker:
-    reconcilers = build_reconcilers(settings, database, kube or ClientConnector(settings))
+    """``installer`` defaults to helm (the simulated host of ``portal dev`` brings its own)."""
+    reconcilers = build_reconcilers(settings, database, kube or ClientConnector(settings),
+                                    installer)
     return Worker(reconcilers, poll_seconds=settings.worker_poll_seconds)

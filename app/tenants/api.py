@@ -7,11 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
 
-from app.authz import tenant_for
+from app.authz import ensure_platform_writer, tenant_for
 from app.deps import CurrentPrincipal, DbSession, RowId
 from app.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.json_body import page_response
-from app.nodes.gpu_classes import ensure_platform_writer
 from app.pagination import Page, Paging
 from app.routing import UnitOfWorkRoute
 from app.tenants import service

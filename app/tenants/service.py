@@ -10,13 +10,11 @@ from app.audit import service as audit
 from app.auth import service as auth_service
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.authz import ensure_allowed, tenant_for, tenants_visible_to
+from app.authz import ensure_allowed, ensure_platform_writer, tenant_for, tenants_visible_to
 from app.concurrency import insert_or_conflict, lock_row
 from app.errors import Conflict, NotFound, ProblemError
-from app.kubeconfigs import service as kubeconfigs
-from app.nodes.gpu_classes import ensure_platform_writer
 from app.pagination import Page, PageParams, paginate_rows
-from app.tenants import repository
+from app.tenants import events, repository
 from app.tenants.models import Membership, Tenant
 from app.tenants.schemas import (
     MemberCreate,
@@ -107,8 +105,7 @@ def update_tenant(
         _audit(db, principal, "tenant.update", tenant, "tenant", tenant.slug, before, after)
         db.flush()
     if before["state"] != "suspended" and tenant.state == "suspended":
-        kubeconfigs.revoke_grants_for_tenant(db, tenant.id, actor_id=principal.user_id,
-                                             actor_label=principal.label)
+        events.tenant_suspended.fire(db, events.TenantSuspended(tenant.id, _actor(principal)))
     return tenant_out(principal, tenant)
 
 
@@ -184,9 +181,8 @@ def change_role(
         _audit(db, principal, "membership.update", tenant, "membership", membership.id,
                before, {"role": membership.role})
         db.flush()
-        kubeconfigs.on_membership_changed(db, tenant.id, membership.user_id, membership.role,
-                                          actor_id=principal.user_id,
-                                          actor_label=principal.label)
+        events.membership_changed.fire(db, events.MembershipChanged(
+            tenant.id, membership.user_id, membership.role, _actor(principal)))
     return _member_out(db, membership)
 
 
@@ -203,10 +199,14 @@ def remove_member(db: Session, principal: Principal, slug: str, member_id: int) 
 
 
 def on_member_removed(db: Session, principal: Principal, tenant: Tenant, user_id: int) -> None:
-    """What else ends with a membership: the user's kubeconfig grants in the tenant's clusters.
+    """What else ends with a membership (its kubeconfig grants) follows from the hook.
 
     Web sessions are left alone: the user may belong to other tenants, and roles are re-read
     on every request, so the removal already takes effect.
     """
-    kubeconfigs.on_membership_changed(db, tenant.id, user_id, None,
-                                      actor_id=principal.user_id, actor_label=principal.label)
+    events.membership_changed.fire(db, events.MembershipChanged(
+        tenant.id, user_id, None, _actor(principal)))
+
+
+def _actor(principal: Principal) -> events.Actor:
+    return events.Actor(principal.user_id, principal.label)

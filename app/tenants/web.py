@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
+from markupsafe import Markup
 from pydantic import ValidationError
 from starlette.responses import Response
 
@@ -15,10 +17,13 @@ from app.deps import CurrentPrincipal, DbSession, RowId
 from app.errors import Conflict, NotFound, ProblemError, ValidationFailed
 from app.pagination import PageParams, Paging
 from app.quotas import service as quota_service
+from app.quotas.schemas import TenantQuotaOut
 from app.routing import UnitOfWorkRoute
 from app.tenants import service
 from app.tenants.api import Search
 from app.tenants.schemas import MemberCreate, MemberUpdate, TenantCreate, TenantUpdate
+from app.web.charts.bars import Group, grouped_bars
+from app.web.charts.svg import Series
 from app.web.forms import (
     STATE_CHANGING,
     FieldErrors,
@@ -29,6 +34,7 @@ from app.web.forms import (
     is_htmx,
     problem_errors,
     validation_errors,
+    with_toast,
 )
 from app.web.templating import render
 
@@ -41,13 +47,31 @@ FIRST_PAGE = PageParams()
 def dashboard(request: Request, tenant: str, db: DbSession,
               principal: CurrentPrincipal) -> Response:
     row, can_manage = service.tenant_and_rights(db, principal, tenant)
+    quotas = quota_service.tenant_quota(db, principal, tenant, EVERYTHING).items
     return render(request, "tenants/dashboard.html", {
         "tenant": row, "can_manage": can_manage,
         "clusters": cluster_service.list_clusters(db, principal, tenant, EVERYTHING).items,
-        "quotas": quota_service.tenant_quota(db, principal, tenant, EVERYTHING).items,
+        "quotas": quotas, "quota_chart": _quota_chart(row.display_name, quotas),
         "requests": quota_service.tenant_requests(db, principal, tenant,
                                                   PageParams(limit=50)).items,
     })
+
+
+QUOTA_SERIES = (Series("approved", "Approved", "#2f6f4f", "solid"),
+                Series("allocated", "Allocated", "#1f4e8c", "hatch"),
+                Series("in-use", "In use", "#9a5b00", "dots"))
+
+
+def _quota_chart(tenant: str, quotas: Sequence[TenantQuotaOut]) -> Markup | None:
+    if not quotas:
+        return None
+    groups = [Group(q.display_name, {"approved": q.approved_gpus, "allocated": q.allocated_gpus,
+                                     "in-use": q.in_use_gpus}) for q in quotas]
+    description = "; ".join(f"{q.display_name}: {q.approved_gpus} approved, "
+                            f"{q.allocated_gpus} allocated to clusters, {q.in_use_gpus} in use"
+                            for q in quotas)
+    return grouped_bars("quota-chart", f"GPU quota of {tenant} per class", description,
+                        groups, QUOTA_SERIES)
 
 
 def _members_page(request: Request, db: DbSession, principal: Principal, tenant: str,
@@ -79,7 +103,8 @@ def add_member(request: Request, tenant: str, db: DbSession, principal: CurrentP
     except (ValidationFailed, Conflict) as error:
         return _members_page(request, db, principal, tenant, payload,
                              problem_errors(error), error.status)
-    return go_to(request, f"/t/{tenant}/members")
+    return go_to(request, f"/t/{tenant}/members",
+                 toast=f"{payload.get('email', '')} added as {payload.get('role', '')}.")
 
 
 def _member_row(request: Request, tenant: str, member: Any, error: str = "",
@@ -102,7 +127,7 @@ def change_role(request: Request, tenant: str, member_id: RowId, db: DbSession,
         return _member_row(request, tenant, current, _message(error), _status(error))
     if not is_htmx(request):
         return go_to(request, f"/t/{tenant}/members")
-    return _member_row(request, tenant, member)
+    return with_toast(_member_row(request, tenant, member), f"Role changed to {member.role}.")
 
 
 @router.post("/t/{tenant}/members/{member_id}/remove", dependencies=STATE_CHANGING)
@@ -117,7 +142,7 @@ def remove_member(request: Request, tenant: str, member_id: RowId, db: DbSession
         return _member_row(request, tenant, current, error.detail, error.status)
     if not is_htmx(request):
         return go_to(request, f"/t/{tenant}/members")
-    return Response(status_code=200)
+    return with_toast(Response(status_code=200), "Member removed.")
 
 
 def _find_member(db: DbSession, principal: Principal, tenant: str, member_id: RowId) -> Any:
@@ -170,7 +195,7 @@ def create_tenant(request: Request, db: DbSession, principal: CurrentPrincipal,
     except (ValidationFailed, Conflict) as error:
         return _tenants_page(request, db, principal, payload, problem_errors(error),
                              error.status)
-    return go_to(request, "/admin/tenants")
+    return go_to(request, "/admin/tenants", toast=f"Tenant {payload.get('slug', '')} created.")
 
 
 @router.post("/admin/tenants/{tenant}", dependencies=STATE_CHANGING)

@@ -7,6 +7,7 @@ leaves anything else as text, so the same schema refuses it with the same messag
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from typing import Annotated, Any
@@ -91,8 +92,24 @@ def is_htmx(request: Request) -> bool:
     return request.headers.get("hx-request") == "true"
 
 
-def go_to(request: Request, url: str) -> Response:
-    """A full navigation: ``HX-Redirect`` for htmx, a 303 for a plain form post."""
+def go_to(request: Request, url: str, toast: str | None = None) -> Response:
+    """A full navigation: ``HX-Redirect`` for htmx, a 303 for a plain form post. The toast
+    is shown on the page navigated to (htmx only)."""
     if is_htmx(request):
-        return Response(status_code=200, headers={"HX-Redirect": url})
+        response = Response(status_code=200, headers={"HX-Redirect": url})
+        return with_toast(response, toast, after_navigation=True) if toast else response
     return RedirectResponse(url, status_code=303)
+
+
+def with_toast(response: Response, message: str, *, after_navigation: bool = False) -> Response:
+    """The result told in the page's toast region (role=status), via htmx's ``HX-Trigger``."""
+    event = "toast-next" if after_navigation else "toast"
+    response.headers["HX-Trigger"] = json.dumps({event: {"message": message}})
+    return response
+
+
+def check_typed_name(fields: dict[str, str], expected: str) -> None:
+    """Destructive forms ask for the subject's name typed out: a mismatch changes nothing."""
+    if fields.get("confirm_name", "").strip() != expected:
+        message = f"type the name {expected!r} exactly to confirm; nothing was changed"
+        raise ValidationFailed(message, errors=[{"field": "confirm_name", "message": message}])

@@ -9,12 +9,16 @@ from fastapi.templating import Jinja2Templates
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from app.web.times import time_tag
+
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES_DIR = ROOT / "templates"
 STATIC_DIR = ROOT / "static"
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 templates.env.globals["htmx_script"] = "vendor/htmx-2.0.11.min.js"
+templates.env.globals["htmx_sse_script"] = "vendor/htmx-ext-sse-2.2.4.min.js"
+templates.env.filters["when"] = time_tag
 
 
 def render(
@@ -24,8 +28,14 @@ def render(
         "principal": getattr(request.state, "principal", None),
         "csrf_token": request.session.get("csrf", "") if "session" in request.scope else "",
         "request_id": getattr(request.state, "request_id", ""),
+        "simulated_host": _simulated_host(request),
     }
     page.update(context or {})
     response = templates.TemplateResponse(request, template, page, status_code=status_code)
     response.headers["Vary"] = "HX-Request, Cookie"
     return response
+
+
+def _simulated_host(request: Request) -> bool:
+    settings = getattr(request.app.state, "settings", None)
+    return bool(getattr(settings, "simulated_host", False))

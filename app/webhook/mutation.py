@@ -2,7 +2,15 @@
 
 Pods that vCluster syncs into a shared-pool namespace leave with ``schedulerName: kai-scheduler``
 and the namespace's leaf queue in ``kai.scheduler/queue``. A pod naming another queue or another
-scheduler is refused rather than silently moved. Pure: the namespace's labels are passed in.
+scheduler is refused rather than silently moved.
+
+Pods synced into a hardened namespace (label ``gpu-tenant-portal/hardening``) leave with the
+``RuntimeDefault`` seccomp profile unless they name one, and at level ``user-namespaces`` (a
+template with user namespaces) with ``hostUsers: false``; one asking for an ``Unconfined``
+profile, or there for ``hostUsers: true``, is refused. Both fields are immutable, so they are
+set on CREATE only.
+
+Pure: the namespace's labels are passed in.
 """
 
 from __future__ import annotations
@@ -42,13 +50,61 @@ def review_pod(review: Any, namespace_labels: Mapping[str, str] | None) -> Revie
     """The answer for one pod, given the labels of the pod's namespace (None: not found)."""
     request = request_of(review)
     queue = shared_pool_queue(namespace_labels)
+    harden = hardening_level(namespace_labels)
     pod = request["object"]
-    if queue is None or lbl.VCLUSTER_SYNCED_MARKER not in _labels(pod):
+    if (queue is None and harden is None) or lbl.VCLUSTER_SYNCED_MARKER not in _labels(pod):
         return allowed(request["uid"])
-    refusal = _refusal(pod, queue, str(request.get("namespace") or ""))
+    namespace, operation = str(request.get("namespace") or ""), str(request.get("operation"))
+    refusal = ((_refusal(pod, queue, namespace) if queue is not None else None)
+               or (_hardening_refusal(pod, namespace, harden) if harden else None))
     if refusal is not None:
         return denied(request["uid"], refusal)
-    return allowed(request["uid"], pod_patch(pod, queue, str(request.get("operation"))))
+    patch = pod_patch(pod, queue, operation) if queue is not None else []
+    if harden is not None:
+        patch += hardening_patch(pod, operation, harden)
+    return allowed(request["uid"], patch)
+
+
+def hardening_level(namespace_labels: Mapping[str, str] | None) -> str | None:
+    """``seccomp`` or ``user-namespaces`` for a portal-managed hardened namespace, else None."""
+    labels = namespace_labels or {}
+    level = labels.get(lbl.HARDENING)
+    managed = labels.get(lbl.MANAGED_BY) == lbl.MANAGED_BY_VALUE
+    return level if managed and level in lbl.HARDENING_LEVELS else None
+
+
+def hardening_patch(pod: Mapping[str, Any], operation: str, level: str) -> Patch:
+    """A RuntimeDefault seccomp profile where the pod names none; ``hostUsers: false`` at level
+    ``user-namespaces``."""
+    if operation != "CREATE":
+        return []
+    spec = pod.get("spec") or {}
+    patch: Patch = []
+    if level == lbl.HARDENING_USER_NAMESPACES and spec.get("hostUsers") is not False:
+        patch.append({"op": "add", "path": "/spec/hostUsers", "value": False})
+    security = spec.get("securityContext")
+    runtime_default = {"type": "RuntimeDefault"}
+    if not security:
+        patch.append({"op": "add", "path": "/spec/securityContext",
+                      "value": {"seccompProfile": runtime_default}})
+    elif not security.get("seccompProfile"):
+        patch.append({"op": "add", "path": "/spec/securityContext/seccompProfile",
+                      "value": runtime_default})
+    return patch
+
+
+def _hardening_refusal(pod: Mapping[str, Any], namespace: str, level: str) -> str | None:
+    spec = pod.get("spec") or {}
+    if level == lbl.HARDENING_USER_NAMESPACES and spec.get("hostUsers") is True:
+        return (f"pods in namespace {namespace} run in their own user namespace; this pod "
+                "sets hostUsers: true")
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    contexts = [spec.get("securityContext") or {},
+                *((c.get("securityContext") or {}) for c in containers)]
+    if any((c.get("seccompProfile") or {}).get("type") == "Unconfined" for c in contexts):
+        return (f"pods in namespace {namespace} run with a seccomp profile; this pod asks "
+                "for Unconfined")
+    return None
 
 
 def shared_pool_queue(namespace_labels: Mapping[str, str] | None) -> str | None:

@@ -53,9 +53,9 @@ HEALTH_PATH = "/healthz"
 class NamespaceLabels:
     """Namespace labels read through the host API, kept ``ttl_seconds``.
 
-    Only shared-pool namespaces are kept: the API server calls the webhook because a namespace
-    matches the selector, so a namespace seen without the labels is read again next time
-    rather than trusted stale.
+    Only shared-pool and hardened namespaces are kept: the API server calls the webhook because
+    a namespace matches a selector, so a namespace seen without the labels is read again next
+    time rather than trusted stale.
     """
 
     def __init__(self, host: KubePort, ttl_seconds: float = NAMESPACE_TTL_SECONDS,
@@ -75,7 +75,8 @@ class NamespaceLabels:
         if found is None:
             return None
         labels = dict((found.get("metadata") or {}).get("labels") or {})
-        if mutation.shared_pool_queue(labels) is not None:
+        watched = mutation.shared_pool_queue(labels) or mutation.hardening_level(labels)
+        if watched is not None:
             with self._lock:
                 self._cache[name] = (self.clock() + self.ttl_seconds, labels)
         return labels

@@ -99,3 +99,39 @@ def test_production_cookies_are_secure_even_behind_a_plain_http_hop(
         cookie = client.get("/auth/login", follow_redirects=False).headers["set-cookie"]
     assert cookie.startswith("__Host-portal_session=")
     assert "Secure" in cookie
+
+
+def _session_cookie(response_headers: list[str]) -> list[str]:
+    return [c for c in response_headers if "portal_session=" in c]
+
+
+def test_in_production_the_session_cookie_is_secure_http_only_and_lax(
+    settings: Settings, database: Database
+) -> None:
+    """Signed in over the TLS-terminating proxy's forwarded https: the cookie that holds the
+    session, and only a secure one, is sent back."""
+    production = settings.model_copy(update={"env": "production"})
+    with TestClient(create_app(production, database), base_url="https://portal.test") as client:
+        signed_in = oidc.sign_in(client, "bob@example.com")
+        (cookie,) = _session_cookie(signed_in.headers.get_list("set-cookie"))
+        assert client.get("/api/v1/me").status_code == 200
+    attributes = [part.strip() for part in cookie.split(";")]
+    assert attributes[0].startswith("__Host-portal_session=")
+    assert {"Secure", "HttpOnly", "SameSite=Lax", "Path=/"} <= set(attributes)
+
+
+def test_in_development_over_plain_http_the_session_works_without_secure(
+    oidc_issuer: str, database: Database
+) -> None:
+    """``portal dev`` serves http://127.0.0.1: a Secure cookie would never come back."""
+    development = Settings(env="development", database_url="sqlite://", oidc_issuer=oidc_issuer)
+    with TestClient(create_app(development, database)) as client:
+        signed_in = oidc.sign_in(client, "bob@example.com")
+        (cookie,) = _session_cookie(signed_in.headers.get_list("set-cookie"))
+        me = client.get("/api/v1/me")
+    attributes = [part.strip() for part in cookie.split(";")]
+    assert attributes[0].startswith("portal_session=")
+    assert "Secure" not in attributes
+    assert {"HttpOnly", "SameSite=Lax"} <= set(attributes)
+    assert me.status_code == 200
+    assert me.json()["email"] == "bob@example.com"

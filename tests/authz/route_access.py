@@ -66,6 +66,12 @@ ROUTES: list[Route] = [
           body=lambda w: {"name": "ci", "scopes": "read", "expires_in_days": "7"}),
     Route("POST", "/tokens/{token_id}/revoke", Access.SIGNED_IN,
           params=lambda w: {"token_id": w.spare_token_ids.get(w.current, 0)}),
+    # portalctl login in a browser (without portalctl's query, the page says how to start it);
+    # tests/auth/test_cli_login.py covers the rest.
+    Route("GET", "/cli/login", Access.SIGNED_IN),
+    Route("POST", "/cli/login", Access.SIGNED_IN,
+          body=lambda w: {"port": "54321", "state": "s" * 43, "name": "portalctl",
+                          "expires_in_days": "7", "decision": "create"}),
     Route("GET", "/api/v1/tenants/{tenant}/group-mappings", Access.TENANT_ADMIN, params=acme),
     Route("POST", "/api/v1/tenants/{tenant}/group-mappings", Access.PLATFORM_ADMIN,
           params=acme, body=lambda w: {"group": "acme-researchers", "role": "member"}),
@@ -152,6 +158,7 @@ ROUTES += [
     Route("POST", "/t/{tenant}/quota-requests/{request_id}/cancel", Access.TENANT_ADMIN,
           params=acme_request),
     Route("GET", "/admin/quota-requests", Access.PLATFORM_ADMIN),
+    Route("GET", "/live/admin/quota-requests", Access.PLATFORM_ADMIN),
     Route("POST", "/admin/quota-requests/{request_id}/approve", Access.PLATFORM_ADMIN,
           params=pending_request, body=lambda _w: {"gpus": "2", "overcommit": "on"}),
     Route("POST", "/admin/quota-requests/{request_id}/reject", Access.PLATFORM_ADMIN,
@@ -223,10 +230,12 @@ ROUTES += [
     Route("GET", "/api/v1/tenants/{tenant}/nodes", Access.TENANT_VIEWER, params=acme),
     Route("GET", "/admin/fleet", Access.PLATFORM_ADMIN),
     Route("GET", "/admin/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),
+    Route("GET", "/live/admin/fleet", Access.PLATFORM_ADMIN),
+    Route("GET", "/live/admin/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),
     Route("POST", "/admin/nodes/{node}/assignment", Access.PLATFORM_ADMIN, params=free_node,
           body=lambda _w: {"tenant": "acme"}),
     Route("POST", "/admin/nodes/{node}/assignment/end", Access.PLATFORM_ADMIN,
-          params=assigned_node),
+          params=assigned_node, body=lambda w: {"confirm_name": w.assigned_node}),
     Route("GET", "/admin/fleet/suggest", Access.PLATFORM_ADMIN),
     Route("POST", "/admin/fleet/suggest", Access.PLATFORM_ADMIN,
           body=lambda w: {k: str(v) for k, v in suggestion_body(w).items()}),
@@ -269,9 +278,68 @@ ROUTES += [
     Route("GET", "/t/{tenant}/clusters/{cluster}", Access.TENANT_VIEWER, params=acme_cluster),
     Route("GET", "/t/{tenant}/clusters/{cluster}/status", Access.TENANT_VIEWER,
           params=acme_cluster),
+    Route("GET", "/live/t/{tenant}/clusters/{cluster}", Access.TENANT_VIEWER,
+          params=acme_cluster),
     Route("POST", "/t/{tenant}/clusters/{cluster}/resize", Access.TENANT_ADMIN,
           params=acme_cluster, body=lambda _w: {"gpus": "2", "cpu_millicores": "4000",
                                                 "memory_mib": "16384"}),
     Route("POST", "/t/{tenant}/clusters/{cluster}/delete", Access.TENANT_ADMIN,
+          params=acme_cluster, body=lambda w: {"confirm_name": w.cluster_name}),
+]
+
+# GPU usage (issue 15): without a tenant filter everyone signed in gets the tenants they see.
+ROUTES += [
+    Route("GET", "/api/v1/usage", Access.SIGNED_IN),
+    Route("GET", "/api/v1/usage.csv", Access.SIGNED_IN),
+]
+ROUTES += [
+    Route("GET", "/usage", Access.SIGNED_IN),  # a redirect to the caller's usage page
+    Route("GET", "/t/{tenant}/usage", Access.TENANT_VIEWER, params=acme),
+    Route("GET", "/admin/usage", Access.PLATFORM_ADMIN),
+]
+
+
+# Cluster templates (issue 16): "matrix" has a draft v1 that passed validation; acme's "train"
+# is on default v1 and default v2 is offered.
+
+
+def matrix_template(world: World) -> dict[str, Any]:
+    return {"name": world.template_name}
+
+
+def matrix_v1(world: World) -> dict[str, Any]:
+    return {"name": world.template_name, "version": 1}
+
+
+TEMPLATES = "/api/v1/cluster-templates"
+ADMIN_TEMPLATES = "/admin/cluster-templates"
+ROUTES += [
+    Route("GET", TEMPLATES, Access.SIGNED_IN),
+    Route("POST", TEMPLATES, Access.PLATFORM_ADMIN, body=lambda _w: {"name": "new-one"}),
+    Route("GET", TEMPLATES + "/{name}", Access.SIGNED_IN, params=lambda _w: {"name": "default"}),
+    Route("POST", TEMPLATES + "/{name}/versions", Access.PLATFORM_ADMIN, params=matrix_template,
+          body=lambda _w: {"max_gpus": 4}),
+    Route("POST", TEMPLATES + "/{name}/versions/{version}/validate", Access.PLATFORM_ADMIN,
+          params=matrix_v1),
+    Route("POST", TEMPLATES + "/{name}/versions/{version}/offer", Access.PLATFORM_ADMIN,
+          params=matrix_v1),
+    Route("POST", TEMPLATES + "/{name}/versions/{version}/retire", Access.PLATFORM_ADMIN,
+          params=matrix_v1),
+    Route("POST", "/api/v1/tenants/{tenant}/clusters/{cluster}/template-upgrade",
+          Access.TENANT_ADMIN, params=acme_cluster, body=lambda _w: {}),
+    Route("GET", ADMIN_TEMPLATES, Access.PLATFORM_ADMIN),
+    Route("POST", ADMIN_TEMPLATES, Access.PLATFORM_ADMIN, body=lambda _w: {"name": "web-one"}),
+    Route("GET", ADMIN_TEMPLATES + "/{name}", Access.PLATFORM_ADMIN, params=matrix_template),
+    Route("POST", ADMIN_TEMPLATES + "/{name}/versions", Access.PLATFORM_ADMIN,
+          params=matrix_template, body=lambda _w: {"max_gpus": "4"}),
+    Route("POST", ADMIN_TEMPLATES + "/{name}/versions/{version}/validate",
+          Access.PLATFORM_ADMIN, params=matrix_v1),
+    Route("POST", ADMIN_TEMPLATES + "/{name}/versions/{version}/offer", Access.PLATFORM_ADMIN,
+          params=matrix_v1),
+    Route("POST", ADMIN_TEMPLATES + "/{name}/versions/{version}/retire", Access.PLATFORM_ADMIN,
+          params=matrix_v1),
+    Route("GET", "/t/{tenant}/clusters/{cluster}/template", Access.TENANT_VIEWER,
+          params=acme_cluster),
+    Route("POST", "/t/{tenant}/clusters/{cluster}/template-upgrade", Access.TENANT_ADMIN,
           params=acme_cluster),
 ]

@@ -57,6 +57,9 @@ class World:
     assigned_node: str = ""
     # Clusters (issue 6): acme's Ready cluster "train" with 4 of its 8 H100s.
     cluster_name: str = ""
+    # Templates (issue 16): "matrix" with a draft v1 that passed validation; "train" is on
+    # default v1 and default v2 is offered, so it can be upgraded.
+    template_name: str = ""
 
 
 def _session_cookie(db: Session, user: User) -> tuple[str, str]:
@@ -98,13 +101,22 @@ def build_world(db: Session) -> World:
     _add_kubeconfig_grant(db, world, acme)
     _add_nodes(db, world, gpu, globex)
     _add_cluster(db, world, acme, gpu)
+    _add_templates(db, world)
     db.flush()
     return world
+
+
+def _add_templates(db: Session, world: World) -> None:
+    template = factories.cluster_template(db, "matrix")
+    factories.template_version(db, template, 1, state="draft", validation=factories.PASSED)
+    factories.default_template_version(db, 2)
+    world.template_name = template.name
 
 
 def _add_cluster(db: Session, world: World, acme: Tenant, gpu: GpuClass) -> None:
     cluster = factories.cluster(db, acme, factories.host_cluster(db), "train",
                                 gpu_class_id=gpu.id, gpus=4, observed_generation=1,
+                                template_version_id=factories.default_template_version(db).id,
                                 endpoint="https://train.acme.vc.example.com",
                                 conditions=[virtual_clusters.READY])
     world.cluster_name = cluster.name

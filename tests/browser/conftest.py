@@ -1,35 +1,24 @@
-"""A live portal on loopback (the embedded SQLite default) driven by headless Chromium."""
+"""A live portal on loopback (the embedded SQLite default) driven by headless Chromium (the
+``browser`` fixture is the root conftest's: one per run, shared with tests/portalctl)."""
 
 from __future__ import annotations
 
+import os
 import shutil
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
-import uvicorn
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page
 
 from app import migrate
+from app.clusters.installer import SimulatedInstaller
 from app.config import Settings
 from app.db import Database
-from app.devmode import seed_demo
-from app.kube.connector import KubeConnector
-from app.main import create_app
-from app.reconcilers.registry import build_worker
-from tests.support.web import free_port
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# Without these, Chromium reaches for Google's services, which this closed network refuses.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--disable-quic"]
-
-
+from app.devmode import dev_settings, seed_demo, simulated_host_for
+from tests.support.paths import ROOT
+from tests.support.serving import serving
 
 
 def demo_database(directory: Path) -> Database:
@@ -42,41 +31,6 @@ def demo_database(directory: Path) -> Database:
     return database
 
 
-@contextmanager
-def serving(settings: Settings, database: Database, kube: KubeConnector | None = None,
-            *, with_worker: bool = False) -> Iterator[str]:
-    """The portal on a free loopback port (and its worker, when asked); yields the base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, database, kube),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    threads = [threading.Thread(target=server.run, daemon=True)]
-    worker = build_worker(settings, database, kube) if with_worker else None
-    if worker is not None:
-        threads.append(threading.Thread(target=worker.run, daemon=True))
-    for thread in threads:
-        thread.start()
-    base = f"http://127.0.0.1:{port}"
-    _wait_until_up(base)
-    try:
-        yield base
-    finally:
-        server.should_exit = True
-        if worker is not None:
-            worker.stop()
-        for thread in threads:
-            thread.join(10)
-
-
-def _wait_until_up(base: str) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{base}/healthz")
-            return
-        except httpx.TransportError:
-            time.sleep(0.1)
-
-
 @pytest.fixture
 def live_portal(tmp_path: Path, settings: Settings) -> Iterator[str]:
     database = demo_database(tmp_path)
@@ -85,19 +39,72 @@ def live_portal(tmp_path: Path, settings: Settings) -> Iterator[str]:
     database.dispose()
 
 
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Chromium is missing: `make test` installs Debian's chromium package")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
+@dataclass(frozen=True)
+class SimulatedPortal:
+    url: str
+    database: Database
+
+
+@pytest.fixture
+def simulated_portal(tmp_path: Path, settings: Settings) -> Iterator[SimulatedPortal]:
+    """`portal dev` as a newcomer runs it: the demo SQLite file on the simulated host, with the
+    worker converging; a virtual cluster comes up in a few seconds."""
+    database = demo_database(tmp_path)
+    base = settings.model_copy(update={"simulated_startup_seconds": 3.0,
+                                       "worker_poll_seconds": 0.2})
+    simulation = simulated_host_for(base, simulate=True)
+    assert simulation is not None
+    dev = dev_settings(base, database_url=database.url, issuer=str(settings.oidc_issuer),
+                       simulated=True)
+    with serving(dev, database, simulation, with_worker=True,
+                 installer=SimulatedInstaller(simulation)) as url:
+        yield SimulatedPortal(url, database)
+    database.dispose()
+
+
+class Screenshots:
+    """Numbered full-page screenshots of one test, under PORTAL_TEST_ARTIFACTS (default
+    ``test-artifacts/`` at the repository root)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.taken: list[Path] = []
+
+    def __call__(self, page: Page, name: str) -> Path:
+        path = self.folder / f"{len(self.taken) + 1:02d}-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        self.taken.append(path)
+        return path
+
+
+@pytest.fixture
+def screenshots(request: pytest.FixtureRequest) -> Screenshots:
+    root = Path(os.environ.get("PORTAL_TEST_ARTIFACTS") or ROOT / "test-artifacts")
+    folder = root / "browser" / request.node.name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return Screenshots(folder)
+
+
+def sign_in_typed(browser: Browser, base: str, email: str) -> Page:
+    """Signs in a user the provider was told about at run time (typed in, not a button)."""
+    page = browser.new_context().new_page()
+    page.goto(base + "/")
+    page.get_by_role("link", name="Sign in with SSO").click()
+    page.locator("input[name=sub]").fill(email)
+    page.get_by_role("button", name="Authorize").click()
+    page.wait_for_url(base + "/")
+    return page
 
 
 def signed_in_page(browser: Browser, base: str, email: str) -> Page:
     """A fresh browser profile that signs in through the local OIDC provider's page."""
-    page = browser.new_context().new_page()
+    return sign_in_on(browser.new_context(), base, email)
+
+
+def sign_in_on(context: BrowserContext, base: str, email: str) -> Page:
+    """Signs a demo user in on a new page of ``context``."""
+    page = context.new_page()
     page.goto(base + "/")
     page.get_by_role("link", name="Sign in with SSO").click()
     page.locator(f"button[value='{email}']").click()

@@ -23,11 +23,12 @@ from app.kubeconfigs.manifests import PORTAL_NAMESPACE
 from app.nodes.models import GpuClass
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
-from tests.browser.conftest import demo_database, serving, signed_in_page
+from tests.browser.conftest import demo_database, signed_in_page
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import use_standin_helm
 from tests.support.kube_server import ApiServer
 from tests.support.kubeconfigs import Kubeconfig, account_username, objects_of_user
+from tests.support.serving import serving
 
 pytestmark = [pytest.mark.browser, pytest.mark.kube_server]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -15,6 +14,7 @@ from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterOut
 from app.config import Settings
 from app.db import Database, utcnow
+from app.kube import simulated
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
 from tests import factories
@@ -67,8 +67,7 @@ class FakeInstaller:
     def install(self, release: str, namespace: str, values_yaml: str) -> None:
         self.calls.append(("install", release, namespace))
         self.values[release] = values_yaml
-        meta = {"name": release, "namespace": namespace, "labels": {"app": "vcluster"}}
-        self.kube.seed({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta})
+        self.kube.seed(simulated.control_plane_statefulset(release, namespace))
         if self.brings_up_secret:
             self.kube.seed(kubeconfig_secret(release, namespace))
 
@@ -82,11 +81,8 @@ class FakeInstaller:
 
 
 def kubeconfig_secret(release: str, namespace: str) -> dict[str, object]:
-    config = virtual_clusters.admin_kubeconfig(VC_SERVER)
-    return {"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": f"vc-{release}", "namespace": namespace,
-                         "labels": {"app": "vcluster", "vcluster-name": release}},
-            "data": {"config": base64.b64encode(config.encode()).decode()}}
+    return simulated.kubeconfig_secret(release, namespace,
+                                       virtual_clusters.admin_kubeconfig(VC_SERVER))
 
 
 def cluster_settings(**overrides: object) -> Settings:

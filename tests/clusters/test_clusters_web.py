@@ -44,7 +44,7 @@ def test_resize_errors_are_shown_on_the_page(client: TestClient, db: Session,
     client.post("/t/acme/clusters", headers={"X-CSRF-Token": csrf}, follow_redirects=False,
                 data={"name": "train", "gpu_class_id": str(gpu_id), "gpus": "4"})
     page = client.get("/t/acme/clusters/train", headers=HTML).text
-    assert 'id="resize-form"' in page and "data-confirm=" in page
+    assert 'id="resize-form"' in page and 'name="confirm_name"' in page
     refused = client.post("/t/acme/clusters/train/resize", headers={**HTML, "X-CSRF-Token": csrf},
                           data={"gpus": "12", "cpu_millicores": "4000", "memory_mib": "16384"})
     assert refused.status_code == 422 and 'id="gpus-error"' in refused.text

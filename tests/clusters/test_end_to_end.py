@@ -115,7 +115,7 @@ def test_create_watch_ready_resize_and_delete(
                           headers={"HX-Request": "true", "X-CSRF-Token": csrf})
     assert created.headers["HX-Redirect"] == f"/t/{slug}/clusters/train"
     detail = portal.get(f"/t/{slug}/clusters/train", headers=HTML)
-    assert 'hx-trigger="every 2s"' in detail.text  # live progress while provisioning
+    assert f'sse-connect="/live/t/{slug}/clusters/train"' in detail.text  # live progress
 
     clock = Clock()
     worker = ClusterReconciler(host_settings, database, ClientConnector(host_settings),
@@ -131,7 +131,7 @@ def test_create_watch_ready_resize_and_delete(
         phases.append(status_of(portal, slug))
     assert phases[-1] == "Ready", phases
     ready_partial = portal.get(f"/t/{slug}/clusters/train/status", headers=HTML).text
-    assert "every 2s" not in ready_partial  # polling stops once Ready
+    assert "updates live" not in ready_partial  # nothing more to wait for once Ready
     assert f'hx-get="/t/{slug}/clusters/train/kubeconfigs"' in ready_partial
     namespace = f"t-{slug}--train"
     for api_version, kind, name, ns in own_objects(slug):
@@ -164,7 +164,7 @@ def test_create_watch_ready_resize_and_delete(
     assert status_of(portal, slug) == "Ready"
 
     deleted = portal.post(f"/t/{slug}/clusters/train/delete", headers={"X-CSRF-Token": csrf},
-                          follow_redirects=False)
+                          data={"confirm_name": "train"}, follow_redirects=False)
     assert deleted.status_code == 303
     assert status_of(portal, slug) == "Deleting"
     # the controller-manager finalises the namespace in a few seconds: passes until it has

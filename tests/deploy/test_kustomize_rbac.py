@@ -3,9 +3,10 @@
 The ClusterRoles, Role and bindings the base renders are applied to the host (etcd +
 kube-apiserver + controller-manager, KAI's Queue CRD) for a ServiceAccount of their own; the
 worker's reconcilers then run authenticated only with that ServiceAccount's token (a
-TokenRequest): node assignment, the admission webhook's certificate and registration, and a
-cluster's creation, resize and deletion. A verb missing from the role makes the run fail on a
-403; a verb in the role that no call needed fails the comparison test.
+TokenRequest): node assignment, the admission webhook's certificate and registration, a
+cluster's creation, resize and deletion, and the GPU use samples taken on every pass. A verb
+missing from the role makes the run fail on a 403; a verb in the role that no call needed fails
+the comparison test.
 
 helm is the stand-in (tests/clusters/standin_helm.py), run by the real HelmInstaller with the
 ServiceAccount's kubeconfig: it writes the StatefulSet and the Secret vc-<release> as the
@@ -46,6 +47,7 @@ from app.kube.manifests.webhook import TLS_SECRET_NAME
 from app.kube.port import KubePort, Manifest, ObjectRef, kind_info
 from app.nodes.models import Node, NodeAssignment
 from app.nodes.reconciler import NodeReconciler
+from app.usage.sampler import UsageSampler
 from app.webhook.reconciler import WebhookReconciler
 from app.webhook.server import NamespaceLabels, ServingCertificate
 from tests import factories
@@ -206,9 +208,11 @@ class Recorder:
                           lambda: self.inner.get(api_version, kind, name, namespace))
 
     def list(self, api_version: str, kind: str, namespace: str | None = None,
-             label_selector: Mapping[str, str] | None = None) -> list[Manifest]:
+             label_selector: Mapping[str, str] | None = None,
+             field_selector: Mapping[str, str] | None = None) -> list[Manifest]:
         return self._call({self._pair(api_version, kind, "list")},
-                          lambda: self.inner.list(api_version, kind, namespace, label_selector))
+                          lambda: self.inner.list(api_version, kind, namespace, label_selector,
+                                                  field_selector))
 
     def delete(self, api_version: str, kind: str, name: str,
                namespace: str | None = None) -> bool:
@@ -252,6 +256,7 @@ class Run:
     clusters: ClusterReconciler
     nodes: NodeReconciler
     webhook: WebhookReconciler
+    usage: UsageSampler
     slug: str
     tenant_id: int
     principal: Principal
@@ -263,6 +268,7 @@ class Run:
         """One pass of the cluster reconciler, later than any backoff, lease or resync."""
         self.clock.advance(301)
         self.clusters.run_due("worker-1")
+        self.usage.run_due("worker-1")
 
     def label_nodes(self, admin: KubernetesAdapter, tenant: str | None) -> None:
         """Node reconciler passes until the node carries ``tenant`` (the controller-manager
@@ -336,6 +342,8 @@ def start(grant: Grant, base: list[Manifest], missing: Pair | None, kai_host: Ap
                ClusterReconciler(settings, database, connector, clock=clock, wait_seconds=0.5),
                NodeReconciler(settings, database, connector, clock=lambda: node_clock[0]),
                WebhookReconciler(settings, database, connector),
+               UsageSampler(settings, database, connector,
+                            clock=lambda: clock.now.timestamp()),
                slug, tenant_id, principal, gpu_class_id, node, node_clock)
 
 

@@ -16,7 +16,6 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.auth import group_mappings
 from app.auth.models import User
 from app.auth.principal import Principal
 from app.config import Settings
@@ -26,6 +25,7 @@ from app.kubeconfigs import service
 from app.kubeconfigs.models import KubeconfigGrant
 from app.kubeconfigs.schemas import KubeconfigRequest
 from app.kubeconfigs.service import VirtualClusters
+from app.tenants import group_mappings
 from app.tenants import service as tenants
 from app.tenants.models import GroupMapping
 from app.tenants.schemas import MemberUpdate, TenantUpdate

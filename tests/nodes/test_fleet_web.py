@@ -53,7 +53,7 @@ def test_fleet_suggest_edit_accept_and_end(synced: Synced, client: TestClient,
                             headers=htmx(csrf))
     assert len(_tenants_column(everything.text)) == 16
     filtered = client.get("/admin/fleet?ready=false", headers=htmx(csrf))
-    assert filtered.text.startswith('<div id="node-table">')
+    assert filtered.text.lstrip().startswith('<div id="node-table"')
     assert list(_tenants_column(filtered.text)) == ["h100-r2-n4"]
 
     suggested = client.post("/admin/fleet/suggest", headers=htmx(csrf),
@@ -77,7 +77,8 @@ def test_fleet_suggest_edit_accept_and_end(synced: Synced, client: TestClient,
 
     detail = client.get("/admin/nodes/h100-r2-n1", headers=HTML)
     assert "End assignment" in detail.text and "TenantLabelsApplied" in detail.text
-    ended = client.post("/admin/nodes/h100-r2-n1/assignment/end", headers=htmx(csrf))
+    ended = client.post("/admin/nodes/h100-r2-n1/assignment/end", headers=htmx(csrf),
+                        data={"confirm_name": "h100-r2-n1"})
     assert ended.headers["HX-Redirect"] == "/admin/nodes/h100-r2-n1"
     again = client.get("/admin/nodes/h100-r2-n1", headers=HTML)
     assert "Dedicate to tenant" in again.text and "admin@example.com" in again.text
@@ -135,6 +136,6 @@ def test_the_node_table_pages_in_the_chosen_order_and_keeps_its_filters(
     assert "First page" not in first.text
     rest = client.get(more.group(1).replace("&amp;", "&") + "&limit=3",
                       headers={"HX-Request": "true"})
-    assert rest.text.startswith('<div id="node-table">') and "First page" in rest.text
+    assert rest.text.lstrip().startswith('<div id="node-table"') and "First page" in rest.text
     shown += list(_tenants_column(rest.text))
     assert len(shown) == 4 and len(set(shown)) == 4  # the zone's four nodes, none twice

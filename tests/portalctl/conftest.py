@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select, update
 from typer.testing import CliRunner
 
+from app.auth.models import User
 from app.config import Settings
 from app.db import Database
+from app.nodes.models import HostCluster
 from app.portalctl.main import app
 from tests import factories
-from tests.browser.conftest import serving
+from tests.support import oidc
 from tests.support.kube import InMemoryConnector
 from tests.support.principals import bearer
+from tests.support.serving import serving
 from tests.support.tenancy import build_tenancy
 from tests.support.virtual_clusters import ready_cluster
 
@@ -28,6 +35,8 @@ class Portal:
     database: Database
     h100_id: int
     tokens: dict[str, str]  # who -> API token secret
+    h100_product: str = ""
+    host_cluster: str = ""
 
 
 @dataclass
@@ -59,10 +68,12 @@ def _serve(settings: Settings, database: Database, *,
                  "platform-admin": tenancy.platform_admin}
         tokens = {who: bearer(db, user)["Authorization"][7:] for who, user in users.items()}
         tokens["acme-viewer"] = bearer(db, tenancy.acme_viewer, "read")["Authorization"][7:]
-        h100_id = tenancy.h100.id
+        h100_id, h100_product = tenancy.h100.id, tenancy.h100.product
+        host_cluster = db.scalars(select(HostCluster.name).order_by(HostCluster.id)).first() or ""
     database_settings = settings.model_copy(update={"database_url": database.url})
     with serving(database_settings, database, InMemoryConnector()) as url:
-        yield Portal(url=url, database=database, h100_id=h100_id, tokens=tokens)
+        yield Portal(url=url, database=database, h100_id=h100_id, tokens=tokens,
+                     h100_product=h100_product, host_cluster=host_cluster)
 
 
 @pytest.fixture
@@ -88,3 +99,43 @@ class PortalCtl:
     def login(self, portal: Portal, who: str, *more: str) -> Result:
         return self("login", "--url", portal.url, "--token-stdin", *more,
                     stdin=portal.tokens[who] + "\n")
+
+
+PORTALCTL = Path(sys.executable).parent / "portalctl"
+
+
+@dataclass
+class BrowserLogin:
+    """``portalctl login`` waiting in a process of its own, and the link it printed."""
+
+    process: subprocess.Popen[str]
+    link: str
+
+    def finish(self) -> Result:
+        stdout, stderr = self.process.communicate(timeout=60)
+        return Result(self.process.returncode, stdout, stderr)
+
+
+def start_browser_login(portalctl: PortalCtl, url: str, *args: str,
+                        env: dict[str, str] | None = None) -> BrowserLogin:
+    """Runs the installed script as a terminal would, with no display: it prints the link."""
+    environment = {"PATH": os.environ.get("PATH", ""),
+                   **{k: v for k, v in portalctl.env.items() if v is not None}, **(env or {})}
+    process = subprocess.Popen([str(PORTALCTL), "login", "--url", url, *args],
+                               env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    assert process.stderr is not None
+    printed = []
+    for line in process.stderr:
+        printed.append(line)
+        if line.startswith("  http"):
+            return BrowserLogin(process, line.strip())
+    process.wait()
+    raise AssertionError(f"portalctl printed no link: {''.join(printed)}")
+
+
+def sso_user(portal: Portal, issuer: str, email: str) -> None:
+    """The user ``email`` of the tenancy signs in at the local provider as ``email``."""
+    oidc.register_user(issuer, email)
+    with portal.database.transaction() as db:
+        db.execute(update(User).where(User.email == email).values(issuer=issuer, subject=email))

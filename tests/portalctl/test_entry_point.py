@@ -45,8 +45,29 @@ def test_every_command_has_an_example_in_its_help() -> None:
         return [leaf for name, child in children.items() for leaf in leaves(child, (*path, name))]
 
     commands = leaves(get_command(app), ())
-    assert len(commands) == 17
+    assert len(commands) == 33
     for path in commands:
         result = CliRunner().invoke(app, [*path, "--help"])
         assert result.exit_code == 0, (path, result.stderr)
         assert "Example:" in result.stdout, path
+
+
+def test_the_shell_completion_script_is_shown_and_completes_subcommands(tmp_path: Path) -> None:
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
+    script = subprocess.run([str(PORTALCTL), "--show-completion", "bash"], env=env,
+                            capture_output=True, text=True, check=False)
+    assert script.returncode == 0, script.stderr
+    assert "complete -o default -F _portalctl_completion portalctl" in script.stdout
+
+    def complete(words: str) -> list[str]:
+        # What bash runs through that script on Tab.
+        answer = subprocess.run(
+            [str(PORTALCTL)], capture_output=True, text=True, check=False,
+            env={**env, "_PORTALCTL_COMPLETE": "complete_bash", "COMP_WORDS": words,
+                 "COMP_CWORD": str(len(words.split(" ")) - 1)})
+        assert answer.returncode == 0, answer.stderr
+        return answer.stdout.split()
+
+    assert complete("portalctl gpu") == ["gpu-classes"]
+    assert complete("portalctl nodes ") == ["list", "show", "suggest", "assign", "unassign"]
+    assert "--follow" in complete("portalctl audit --fo")

@@ -65,9 +65,10 @@ class RecordingPort:
         return self.inner.get(api_version, kind, name, namespace)
 
     def list(self, api_version: str, kind: str, namespace: str | None = None,
-             label_selector: Mapping[str, str] | None = None) -> list[Manifest]:
+             label_selector: Mapping[str, str] | None = None,
+             field_selector: Mapping[str, str] | None = None) -> list[Manifest]:
         self.calls.append(Call("list", kind, ""))
-        return self.inner.list(api_version, kind, namespace, label_selector)
+        return self.inner.list(api_version, kind, namespace, label_selector, field_selector)
 
     def delete(self, api_version: str, kind: str, name: str,
                namespace: str | None = None) -> bool:

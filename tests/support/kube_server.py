@@ -194,6 +194,9 @@ class ApiServer:
             f"--service-account-signing-key-file={files['sa.key']}",
             f"--api-audiences={SA_ISSUER}",
             f"--enable-admission-plugins={ADMISSION_PLUGINS}",
+            # Beta and off by default in 1.30-1.32: on, so that hostUsers: false is kept
+            # (cluster templates with user namespaces; see tests/webhook).
+            "--feature-gates=UserNamespacesSupport=true",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
         ])
 

@@ -159,6 +159,39 @@ def shared_pool(webhook: Webhook) -> Iterator[str]:
 
 
 @pytest.fixture
+def hardened(webhook: Webhook) -> Iterator[str]:
+    """A dedicated-nodes cluster's namespace from a template with user namespaces (issue 16)."""
+    spec = ClusterSpec(tenant=_unique("hd"), name=RELEASE, kubernetes_version="1.32.4",
+                       placement="dedicated-nodes", gpu_class=None, gpus=0, cpu_millicores=1000,
+                       memory_mib=1024, endpoint="https://train.acme.vc.example.com",
+                       user_namespaces=True)
+    name = _created_namespace(webhook.kube, namespace(spec, ManifestPolicy()))
+    try:
+        _wait(lambda: _dry_run_create(webhook, pod(name, SYNCED))["spec"].get("hostUsers")
+              is False, f"the webhook to harden pods in {name}")
+        yield name
+    finally:
+        webhook.kube.delete("v1", "Namespace", name)
+
+
+@pytest.fixture
+def baseline(webhook: Webhook) -> Iterator[str]:
+    """A dedicated-nodes namespace at Pod Security baseline, without user namespaces."""
+    spec = ClusterSpec(tenant=_unique("bl"), name=RELEASE, kubernetes_version="1.32.4",
+                       placement="dedicated-nodes", gpu_class=None, gpus=0, cpu_millicores=1000,
+                       memory_mib=1024, endpoint="https://train.acme.vc.example.com",
+                       pod_security="baseline")
+    name = _created_namespace(webhook.kube, namespace(spec, ManifestPolicy()))
+    try:
+        _wait(lambda: "securityContext" in _dry_run_create(
+            webhook, _without_pod_seccomp(pod(name, SYNCED)))["spec"],
+            f"the webhook to harden pods in {name}")
+        yield name
+    finally:
+        webhook.kube.delete("v1", "Namespace", name)
+
+
+@pytest.fixture
 def unmanaged(webhook: Webhook) -> Iterator[str]:
     name = _created_namespace(webhook.kube, {"apiVersion": "v1", "kind": "Namespace",
                                              "metadata": {"name": _unique("plain-")}})
@@ -355,3 +388,58 @@ def _healthy(url: str, trust: ssl.SSLContext) -> bool:
         return httpx.get(url, verify=trust, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+# ----- runtime hardening (issue 16): user namespaces and seccomp in hardened namespaces
+
+
+def _without_pod_seccomp(manifest: Manifest) -> Manifest:
+    """The restricted pod with its profile on the containers only, as tenants often write it."""
+    manifest["spec"].pop("securityContext", None)
+    return manifest
+
+
+def test_a_synced_pod_in_a_hardened_namespace_gets_its_own_user_namespace(
+        webhook: Webhook, hardened: str) -> None:
+    created = webhook.kube.apply(_without_pod_seccomp(pod(hardened, SYNCED)), force=True)
+    assert created["spec"]["hostUsers"] is False
+    assert created["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    # A dedicated-nodes namespace: KAI's scheduler and queue are not the hardening's business.
+    assert created["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_a_pod_asking_for_host_users_is_refused(webhook: Webhook, hardened: str) -> None:
+    asking = pod(hardened, SYNCED)
+    asking["spec"]["hostUsers"] = True
+    with pytest.raises(PermanentKubeError) as refused:
+        webhook.kube.apply(asking, force=True)
+    assert refused.value.status == 403
+    assert "hostUsers: true" in refused.value.message
+
+
+def test_a_pod_asking_for_no_seccomp_profile_is_refused(webhook: Webhook,
+                                                         hardened: str) -> None:
+    asking = pod(hardened, SYNCED)
+    asking["spec"]["securityContext"] = {"seccompProfile": {"type": "Unconfined"}}
+    with pytest.raises(PermanentKubeError) as refused:
+        webhook.kube.apply(asking, force=True)
+    assert refused.value.status == 403 and "Unconfined" in refused.value.message
+
+
+def test_pods_of_namespaces_without_hardening_keep_host_users(webhook: Webhook,
+                                                               shared_pool: str) -> None:
+    created = webhook.kube.apply(pod(shared_pool, SYNCED), force=True)
+    assert "hostUsers" not in created["spec"]
+
+
+def test_a_baseline_namespace_gives_pods_runtime_default_seccomp_but_not_user_namespaces(
+        webhook: Webhook, baseline: str) -> None:
+    created = webhook.kube.apply(_without_pod_seccomp(pod(baseline, SYNCED)), force=True)
+    assert created["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "hostUsers" not in created["spec"]
+    unconfined = pod(baseline, SYNCED)
+    unconfined["spec"]["containers"][0]["securityContext"] = {
+        "seccompProfile": {"type": "Unconfined"}}
+    with pytest.raises(PermanentKubeError) as refused:
+        webhook.kube.apply(unconfined, force=True)
+    assert refused.value.status == 403 and "Unconfined" in refused.value.message

@@ -140,3 +140,36 @@ def test_pods_vcluster_did_not_sync_are_untouched() -> None:
 def test_what_is_not_an_admission_review_is_rejected(body: Any) -> None:
     with pytest.raises(InvalidReview):
         review_pod(body, SHARED_POOL)
+
+
+# ----- runtime hardening (issue 16)
+
+USER_NAMESPACES = {lbl.MANAGED_BY: lbl.MANAGED_BY_VALUE, lbl.PLACEMENT: "dedicated-nodes",
+                   lbl.HARDENING: lbl.HARDENING_USER_NAMESPACES}
+
+
+def test_a_shared_pool_namespace_with_user_namespaces_gets_both_patches() -> None:
+    both = {**SHARED_POOL, lbl.HARDENING: lbl.HARDENING_USER_NAMESPACES}
+    result = admitted(pod(SYNCED), namespace=both)
+    assert result["spec"]["schedulerName"] == lbl.KAI_SCHEDULER_NAME
+    assert result["metadata"]["labels"][lbl.KAI_QUEUE_LABEL] == QUEUE
+    assert result["spec"]["hostUsers"] is False
+    assert result["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def test_a_pods_own_seccomp_profile_is_kept_and_updates_are_not_patched() -> None:
+    own = pod(SYNCED)
+    own["spec"]["securityContext"] = {"runAsNonRoot": True,
+                                      "seccompProfile": {"type": "Localhost",
+                                                         "localhostProfile": "p.json"}}
+    result = admitted(own, namespace=USER_NAMESPACES)
+    assert result["spec"]["securityContext"]["seccompProfile"]["type"] == "Localhost"
+    assert result["spec"]["hostUsers"] is False
+    assert "hostUsers" not in admitted(pod(SYNCED), "UPDATE", USER_NAMESPACES)["spec"]
+
+
+def test_a_label_the_portal_does_not_manage_hardens_nothing() -> None:
+    foreign = {lbl.HARDENING: lbl.HARDENING_USER_NAMESPACES}
+    assert "hostUsers" not in admitted(pod(SYNCED), namespace=foreign)["spec"]
+    odd = {**USER_NAMESPACES, lbl.HARDENING: "everything"}
+    assert "hostUsers" not in admitted(pod(SYNCED), namespace=odd)["spec"]

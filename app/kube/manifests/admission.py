@@ -25,6 +25,7 @@ Manifest = dict[str, Any]
 POLICY_NAME = "gpu-tenant-portal-kai-queue-guard"
 WEBHOOK_CONFIGURATION_NAME = "gpu-tenant-portal-kai-queue"
 WEBHOOK_NAME = "kai-queue.gpu-tenant-portal.io"
+HARDENING_WEBHOOK_NAME = "user-namespaces.gpu-tenant-portal.io"
 WEBHOOK_PATH = "/mutate-pods"
 WEBHOOK_SERVICE_PORT = 443
 _API_VERSION = "admissionregistration.k8s.io/v1"
@@ -49,6 +50,11 @@ def _pod_rule() -> Manifest:
 
 def _shared_pool_namespaces() -> Manifest:
     return {"matchLabels": {**lbl.managed(), lbl.PLACEMENT: "shared-pool"}}
+
+
+def _hardened_namespaces() -> Manifest:
+    return {"matchLabels": lbl.managed(), "matchExpressions": [
+        {"key": lbl.HARDENING, "operator": "In", "values": list(lbl.HARDENING_LEVELS)}]}
 
 
 def _synced_pods() -> Manifest:
@@ -92,7 +98,9 @@ def queue_guard_binding() -> Manifest:
 def kai_queue_webhook(
     ca_bundle_pem: str, *, url: str | None, service_name: str, service_namespace: str
 ) -> Manifest:
-    """The MutatingWebhookConfiguration that sends synced shared-pool pods to ``portal webhook``.
+    """The MutatingWebhookConfiguration that sends synced pods of shared-pool namespaces (KAI
+    scheduler and queue) and of hardened namespaces (user namespaces, seccomp) to
+    ``portal webhook``; one endpoint answers both, each call with every patch that applies.
 
     ``url`` (a webhook outside the cluster) wins over the in-cluster Service. ``ca_bundle_pem``
     holds every certificate the webhook may serve during a rotation.
@@ -117,9 +125,12 @@ def kai_queue_webhook(
         "admissionReviewVersions": ["v1"],
         "reinvocationPolicy": "IfNeeded",
     }
+    # Without the webhook a hardened namespace's pod would run unhardened: refuse it instead.
+    hardening = {**webhook, "name": HARDENING_WEBHOOK_NAME,
+                 "namespaceSelector": _hardened_namespaces()}
     return {
         "apiVersion": _API_VERSION,
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": WEBHOOK_CONFIGURATION_NAME, "labels": lbl.managed()},
-        "webhooks": [webhook],
+        "webhooks": [webhook, hardening],
     }

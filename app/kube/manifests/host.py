@@ -32,6 +32,12 @@ def namespace(spec: ClusterSpec, policy: ManifestPolicy) -> Manifest:
         f"{lbl.PSA_PREFIX}audit": "restricted",
         f"{lbl.PSA_PREFIX}audit-version": "latest",
     }
+    if spec.user_namespaces:
+        labels[lbl.HARDENING] = lbl.HARDENING_USER_NAMESPACES
+    elif spec.pod_security == "baseline":
+        # Restricted refuses pods without a seccomp profile; baseline would let them run
+        # Unconfined, so the webhook gives them RuntimeDefault instead.
+        labels[lbl.HARDENING] = lbl.HARDENING_SECCOMP
     return {
         "apiVersion": "v1",
         "kind": "Namespace",

@@ -12,6 +12,14 @@ PLACEMENT: Final = "gpu-tenant-portal/placement"
 # The leaf queue a shared-pool namespace's pods must name; read by the admission guard.
 QUEUE: Final = "gpu-tenant-portal/queue"
 
+# On namespaces whose synced pods the admission webhook hardens (its namespace selector):
+# "seccomp" gives pods the RuntimeDefault profile (Pod Security baseline does not require one);
+# "user-namespaces" also sets hostUsers: false.
+HARDENING: Final = "gpu-tenant-portal/hardening"
+HARDENING_SECCOMP: Final = "seccomp"
+HARDENING_USER_NAMESPACES: Final = "user-namespaces"
+HARDENING_LEVELS: Final = (HARDENING_SECCOMP, HARDENING_USER_NAMESPACES)
+
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_PRODUCT: Final = "nvidia.com/gpu.product"
 

@@ -78,6 +78,9 @@ class ClusterSpec:
     endpoint: str
     pods: int = 200
     pod_security: PodSecurityLevel = "restricted"
+    # Pods synced into the namespace run in their own user namespace (hostUsers: false), set by
+    # the portal's admission webhook; the host must support it (checked by template validation).
+    user_namespaces: bool = False
 
     def __post_init__(self) -> None:
         _require_slug(self.tenant, "tenant slug", TENANT_SLUG_MAX)

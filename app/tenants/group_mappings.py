@@ -18,13 +18,14 @@ from starlette.responses import Response
 
 from app import authz
 from app.audit import service as audit
+from app.auth import events as auth_events
 from app.auth.models import User
 from app.auth.principal import Principal
 from app.concurrency import lock_row
 from app.deps import CurrentPrincipal, DbSession, RowId
 from app.errors import Conflict, NotFound
-from app.kubeconfigs import service as kubeconfigs
 from app.routing import UnitOfWorkRoute
+from app.tenants import events
 from app.tenants.models import GroupMapping, Membership, Tenant
 from app.validation import SingleLine
 
@@ -44,6 +45,7 @@ class GroupMappingOut(BaseModel):
     role: str
 
 
+@auth_events.signed_in.connect
 def sync_group_memberships(db: Session, user: User, groups: Sequence[str]) -> None:
     """Makes the user's group-sourced memberships match their groups and the mappings."""
     mappings = db.scalars(select(GroupMapping).where(GroupMapping.group_name.in_(groups)))
@@ -81,8 +83,8 @@ def _change(
                  target_type="user", target_id=user.id, before=before,
                  after={"role": role, "source": "group"} if role else None)
     if not created:
-        kubeconfigs.on_membership_changed(db, membership.tenant_id, user.id, role,
-                                          actor_id=user.id, actor_label=user.email)
+        events.membership_changed.fire(db, events.MembershipChanged(
+            membership.tenant_id, user.id, role, events.Actor(user.id, user.email)))
 
 
 router = APIRouter(prefix="/api/v1/tenants/{tenant}/group-mappings", tags=["members"],

@@ -1,4 +1,4 @@
-"""REST: the caller."""
+"""REST: the caller and the tenants they belong to."""
 
 from __future__ import annotations
 

@@ -1,0 +1,28 @@
+"""Clusters left above a quota that shrank (it expired) are flagged, never deleted: their
+owners decide what to shrink."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.clusters import repository
+from app.quotas import events as quota_events
+
+
+@quota_events.quota_shrunk.connect
+def flag_clusters_over_quota(db: Session, event: quota_events.QuotaShrunk) -> None:
+    if repository.allocated_gpus(db, event.tenant_id, event.gpu_class_id) <= event.quota_gpus:
+        return
+    for cluster in repository.clusters_with_gpus(db, event.tenant_id, event.gpu_class_id):
+        if cluster.over_quota:
+            continue
+        cluster.over_quota = True
+        event.over_quota_cluster_ids.append(cluster.id)
+        audit.record(db, action="virtual_cluster.over_quota", actor_id=event.actor_id,
+                     actor_label=event.actor_label, tenant_id=event.tenant_id,
+                     target_type="virtual_cluster", target_id=cluster.id,
+                     before={"over_quota": False},
+                     after={"over_quota": True, "gpus": cluster.gpus,
+                            "quota_gpus": event.quota_gpus})
+    db.flush()

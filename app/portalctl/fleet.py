@@ -1,0 +1,141 @@
+"""The GPU fleet: nodes and their dedication to tenants (platform admins), and GPU classes."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from app.portalctl.common import Limit, Output, api
+from app.portalctl.output import Format, emit
+
+nodes_app = typer.Typer(help="GPU nodes and dedicating them to tenants (platform admins).",
+                        no_args_is_help=True)
+gpu_classes_app = typer.Typer(help="GPU classes: the kinds of GPU quota is asked in.",
+                              no_args_is_help=True)
+
+HostCluster = Annotated[str | None, typer.Option(
+    help="the host cluster's name (default: the default one)")]
+NODE_COLUMNS = ("name", "gpu_class", "gpus", "zone", "rack", "ready", "tenant")
+SUGGESTED_COLUMNS = ("name", "gpus", "zone", "rack", "clique")
+GPU_CLASS_COLUMNS = ("id", "product", "display_name", "memory_mib", "gpus_per_node")
+
+
+class NodeSort(StrEnum):
+    id = "id"
+    name = "name"
+    rack = "rack"
+
+
+# ----- nodes
+
+
+@nodes_app.command("list")
+def nodes_list(
+    gpu_class: Annotated[str | None, typer.Option(help="GPU product, e.g. NVIDIA-H100-80GB-HBM3")
+                         ] = None,
+    zone: Annotated[str | None, typer.Option()] = None,
+    rack: Annotated[str | None, typer.Option()] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="dedicated to")] = None,
+    ready: Annotated[bool | None, typer.Option("--ready/--not-ready",
+                                               help="only ready / only not ready nodes")
+                     ] = None,
+    include_gone: Annotated[bool, typer.Option(help="also nodes gone from the host")] = False,
+    sort: Annotated[NodeSort, typer.Option(help="id, name or rack")] = NodeSort.id,
+    host_cluster: HostCluster = None, output: Output = Format.table, limit: Limit = None,
+) -> None:
+    """List GPU nodes, filtered.
+
+    Example: portalctl nodes list --gpu-class NVIDIA-H100-80GB-HBM3 --not-ready
+    """
+    filters: dict[str, Any] = {
+        "gpu_class": gpu_class, "zone": zone, "rack": rack, "tenant": tenant,
+        "ready": None if ready is None else str(ready).lower(),
+        "include_gone": include_gone or None, "sort": sort.value, "host_cluster": host_cluster}
+    with api() as client:
+        emit(list(client.items("/api/v1/nodes", limit, **filters)), output, NODE_COLUMNS)
+
+
+@nodes_app.command("show")
+def nodes_show(node: str, host_cluster: HostCluster = None,
+               output: Output = Format.table) -> None:
+    """Show a node with its assignment history.
+
+    Example: portalctl nodes show gpu-node-07 -o yaml
+    """
+    with api() as client:
+        detail = client.get(f"/api/v1/nodes/{node}", host_cluster=host_cluster)
+    emit(detail, output, (*NODE_COLUMNS, "mig_strategy", "first_seen_at", "last_seen_at"))
+    if output is Format.table and detail["assignments"]:
+        typer.echo("")
+        emit(detail["assignments"], output, ("tenant", "assigned_at", "assigned_by",
+                                             "ended_at", "ended_by"))
+
+
+@nodes_app.command("suggest")
+def nodes_suggest(
+    tenant: Annotated[str, typer.Option("--tenant", "-t", help="the tenant to dedicate to")],
+    gpu_class: Annotated[str, typer.Option(help="GPU product, e.g. NVIDIA-H100-80GB-HBM3")],
+    gpus: Annotated[int, typer.Option(help="GPUs wanted (whole nodes are suggested)")],
+    host_cluster: HostCluster = None, output: Output = Format.table,
+) -> None:
+    """Suggest free nodes to dedicate to a tenant; nothing is assigned.
+
+    Example: portalctl nodes suggest --tenant acme --gpu-class NVIDIA-H100-80GB-HBM3 --gpus 16
+    """
+    body = {"tenant": tenant, "gpu_class": gpu_class, "gpus": gpus}
+    with api() as client:
+        suggestion = client.request("POST", "/api/v1/node-suggestions", json=body,
+                                    params=_present(host_cluster=host_cluster))
+    emit(suggestion, output, ("tenant", "gpu_class", "gpus_requested", "gpus", "quota_gpus",
+                              "dedicated_gpus", "fits_quota", "note"))
+    if output is Format.table:
+        typer.echo("")
+        emit(suggestion["nodes"], output, SUGGESTED_COLUMNS)
+
+
+@nodes_app.command("assign")
+def nodes_assign(
+    node: str,
+    tenant: Annotated[str, typer.Option("--tenant", "-t", help="the tenant to dedicate to")],
+    host_cluster: HostCluster = None, output: Output = Format.table,
+) -> None:
+    """Dedicate a node to a tenant.
+
+    Example: portalctl nodes assign gpu-node-07 --tenant acme
+    """
+    with api() as client:
+        detail = client.request("PUT", f"/api/v1/nodes/{node}/assignment",
+                                json={"tenant": tenant},
+                                params=_present(host_cluster=host_cluster))
+    emit(detail, output, NODE_COLUMNS)
+
+
+@nodes_app.command("unassign")
+def nodes_unassign(node: str, host_cluster: HostCluster = None) -> None:
+    """End a node's dedication: it returns to the shared pool.
+
+    Example: portalctl nodes unassign gpu-node-07
+    """
+    with api() as client:
+        client.request("DELETE", f"/api/v1/nodes/{node}/assignment",
+                       params=_present(host_cluster=host_cluster))
+    typer.echo(f"Node {node} is back in the shared pool.")
+
+
+def _present(**params: Any) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+# ----- GPU classes
+
+
+@gpu_classes_app.command("list")
+def gpu_classes_list(output: Output = Format.table, limit: Limit = None) -> None:
+    """List GPU classes (with the fleet's capacity in -o json/yaml for platform admins).
+
+    Example: portalctl gpu-classes list -o json | jq '.[] | {id, product}'
+    """
+    with api() as client:
+        emit(list(client.items("/api/v1/gpu-classes", limit)), output, GPU_CLASS_COLUMNS)

@@ -1,0 +1,25 @@
+"""What happens to quotas that higher domains follow up on (app.hooks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session
+
+from app.hooks import Hook
+
+
+@dataclass(frozen=True)
+class QuotaShrunk:
+    """A tenant's quota of a GPU class went down to ``quota_gpus`` without anyone asking."""
+
+    tenant_id: int
+    gpu_class_id: int
+    quota_gpus: int
+    actor_id: int | None
+    actor_label: str
+    # Filled in by listeners: the clusters now above the quota.
+    over_quota_cluster_ids: list[int] = field(default_factory=list)
+
+
+quota_shrunk: Hook[[Session, QuotaShrunk]] = Hook("quotas.quota_shrunk", required=True)

@@ -1,0 +1,70 @@
+"""The templates domain's side of cluster creation: a template into concrete cluster inputs.
+
+Wired into the app as ``app.state.template_resolver`` (see app/clusters/shapes.py), so that the
+clusters domain's create endpoint and form go through templates without importing them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from app.clusters.schemas import ClusterCreate
+from app.clusters.shapes import ResolvedCreate, TemplateChoice
+from app.errors import ValidationFailed
+from app.templates import repository
+from app.templates.models import DEFAULT_TEMPLATE, ClusterTemplate, ClusterTemplateVersion
+
+# The settings a template may fix, as the cluster create request names them.
+FIXABLE = ("placement", "kubernetes_version", "gpu_class_id")
+
+
+class TemplateCatalog:
+    def resolve(self, db: Session, payload: ClusterCreate) -> ResolvedCreate:
+        template, row = self._offered(db, payload.template or DEFAULT_TEMPLATE,
+                                      payload.template_version)
+        label = f"template {template.name} v{row.version}"
+        given = payload.model_fields_set
+        update: dict[str, object] = {"template": template.name, "template_version": row.version}
+        for name in FIXABLE:
+            fixed = getattr(row, name)
+            if fixed is None:
+                continue
+            if name in given:
+                raise ValidationFailed.on_field(
+                    name, f"{label} fixes {name.replace('_', ' ')} ({fixed}); leave it out")
+            update[name] = fixed
+        gpus = payload.gpus if "gpus" in given else row.default_gpus
+        if row.max_gpus is not None and gpus > row.max_gpus:
+            raise ValidationFailed.on_field("gpus", f"{label} allows at most {row.max_gpus} GPUs")
+        update["gpus"] = gpus
+        return ResolvedCreate(payload=payload.model_copy(update=update),
+                              template_version_id=row.id, pod_security=row.pod_security,
+                              user_namespaces=row.user_namespaces)
+
+    def choices(self, db: Session) -> list[TemplateChoice]:
+        found: list[TemplateChoice] = []
+        for template in repository.templates(db):
+            row = repository.newest_offered(db, template.id)
+            if row is not None:
+                found.append(_choice(template, row))
+        return sorted(found, key=lambda c: (c.name != DEFAULT_TEMPLATE, c.name))
+
+    def _offered(self, db: Session, name: str,
+                 number: int | None) -> tuple[ClusterTemplate, ClusterTemplateVersion]:
+        template = repository.template_by_name(db, name)
+        row = None
+        if template is not None:
+            row = (repository.version(db, template.id, number) if number is not None
+                   else repository.newest_offered(db, template.id))
+        if template is None or row is None or row.state != "offered":
+            wanted = f"{name} v{number}" if number is not None else name
+            field = "template_version" if template is not None and number else "template"
+            raise ValidationFailed.on_field(field, f"no offered cluster template {wanted}")
+        return template, row
+
+
+def _choice(template: ClusterTemplate, row: ClusterTemplateVersion) -> TemplateChoice:
+    fixed = {name: getattr(row, name) for name in FIXABLE if getattr(row, name) is not None}
+    return TemplateChoice(name=template.name, version=row.version,
+                          description=template.description, fixed=fixed,
+                          default_gpus=row.default_gpus, max_gpus=row.max_gpus)

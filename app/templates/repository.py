@@ -1,0 +1,57 @@
+"""SQL for cluster templates and their versions. Templates are the operator's catalogue, not
+tenant data: no tenant scoping applies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.concurrency import lock_row
+from app.templates.models import ClusterTemplate, ClusterTemplateVersion
+
+
+def templates(db: Session) -> Sequence[ClusterTemplate]:
+    return db.scalars(select(ClusterTemplate).order_by(ClusterTemplate.name)).all()
+
+
+def template_by_name(db: Session, name: str) -> ClusterTemplate | None:
+    return db.scalar(select(ClusterTemplate).where(ClusterTemplate.name == name))
+
+
+def lock_template(db: Session, template_id: int) -> ClusterTemplate | None:
+    """New versions of one template queue here, so two never get the same number."""
+    return lock_row(db, ClusterTemplate, template_id)
+
+
+def versions(db: Session, template_ids: Sequence[int]) -> Sequence[ClusterTemplateVersion]:
+    return db.scalars(select(ClusterTemplateVersion)
+                      .where(ClusterTemplateVersion.template_id.in_(list(template_ids)))
+                      .order_by(ClusterTemplateVersion.template_id,
+                                ClusterTemplateVersion.version)).all()
+
+
+def version(db: Session, template_id: int, number: int) -> ClusterTemplateVersion | None:
+    return db.scalar(select(ClusterTemplateVersion).where(
+        ClusterTemplateVersion.template_id == template_id,
+        ClusterTemplateVersion.version == number))
+
+
+def newest_version(db: Session, template_id: int) -> ClusterTemplateVersion | None:
+    return db.scalar(select(ClusterTemplateVersion)
+                     .where(ClusterTemplateVersion.template_id == template_id)
+                     .order_by(ClusterTemplateVersion.version.desc()).limit(1))
+
+
+def newest_offered(db: Session, template_id: int) -> ClusterTemplateVersion | None:
+    return db.scalar(select(ClusterTemplateVersion)
+                     .where(ClusterTemplateVersion.template_id == template_id,
+                            ClusterTemplateVersion.state == "offered")
+                     .order_by(ClusterTemplateVersion.version.desc()).limit(1))
+
+
+def offered_count(db: Session, template_id: int) -> int:
+    return db.scalar(select(func.count()).select_from(ClusterTemplateVersion).where(
+        ClusterTemplateVersion.template_id == template_id,
+        ClusterTemplateVersion.state == "offered")) or 0

@@ -1,0 +1,159 @@
+"""Shapes of cluster templates on the API and in forms."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
+
+from app.clusters.schemas import Placement
+from app.quotas.schemas import MAX_GPUS
+from app.validation import MAX_ROW_ID, SingleLine, dns_label_problem
+
+NAME_MAX = 40
+MAX_ADDONS = 10
+PodSecurity = Literal["restricted", "baseline"]
+State = Literal["draft", "offered", "retired"]
+_K8S_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+# A Helm chart version as charts publish them (SemVer 2, optional leading v).
+_CHART_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
+
+
+def _dns_label(value: str, max_len: int) -> str:
+    problem = dns_label_problem(value, max_len)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+class AddonSpec(BaseModel):
+    """A Helm chart installed into the virtual cluster, pinned to one version."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=40, description="DNS-1123 label")
+    repo: str = Field(max_length=300, description="the chart repository, an https URL")
+    chart: str = Field(min_length=1, max_length=100)
+    version: str = Field(max_length=60, description="the pinned chart version (SemVer)")
+
+    @field_validator("name", "chart")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        return _dns_label(value, 100)
+
+    @field_validator("repo")
+    @classmethod
+    def _https(cls, value: str) -> str:
+        if not re.fullmatch(r"https://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._~/-]*)?", value):
+            raise ValueError("must be an https URL without query or credentials")
+        return value.rstrip("/")
+
+    @field_validator("version")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        if not _CHART_VERSION.fullmatch(value):
+            raise ValueError("must be one exact chart version such as 1.2.3 (no ranges)")
+        return value
+
+
+class VersionSettings(BaseModel):
+    """What a template version fixes. None leaves a setting open for the tenant."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    placement: Placement | None = None
+    kubernetes_version: str | None = Field(default=None, max_length=20,
+                                           description="MAJOR.MINOR.PATCH; null: tenant picks")
+    gpu_class_id: StrictInt | None = Field(default=None, ge=1, le=MAX_ROW_ID,
+                                           description="null: tenant picks")
+    default_gpus: StrictInt = Field(default=0, ge=0, le=MAX_GPUS)
+    max_gpus: StrictInt | None = Field(default=None, ge=0, le=MAX_GPUS,
+                                       description="null: only the tenant's quota limits it")
+    pod_security: PodSecurity | None = Field(
+        default="restricted", description="null: the operator's PORTAL_POD_SECURITY")
+    user_namespaces: StrictBool = Field(
+        default=False, description="pods run with hostUsers: false (the host must support it)")
+    addons: list[AddonSpec] = Field(default_factory=list, max_length=MAX_ADDONS)
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _version(cls, value: str | None) -> str | None:
+        if value is not None and not _K8S_VERSION.fullmatch(value):
+            raise ValueError("must be MAJOR.MINOR.PATCH, e.g. 1.32.4")
+        return value
+
+    @model_validator(mode="after")
+    def _sizes(self) -> VersionSettings:
+        if self.max_gpus is not None and self.max_gpus < self.default_gpus:
+            raise ValueError("max_gpus must be at least default_gpus")
+        if len({a.name for a in self.addons}) != len(self.addons):
+            raise ValueError("add-on names must be unique")
+        return self
+
+
+class VersionEdit(VersionSettings):
+    """A new version: the fields given replace those of the newest version, the rest are copied."""
+
+
+class TemplateCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=NAME_MAX, description="DNS-1123 label")
+    description: SingleLine = Field(default="", max_length=500)
+    settings: VersionSettings = Field(default_factory=VersionSettings,
+                                      description="version 1, a draft")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _dns_label(value, NAME_MAX)
+
+
+class CheckOut(BaseModel):
+    name: str
+    passed: bool
+    reasons: list[str]
+
+
+class ValidationOut(BaseModel):
+    passed: bool
+    checks: list[CheckOut]
+    note: str | None = None
+
+
+class VersionOut(VersionSettings):
+    model_config = ConfigDict(extra="ignore")
+
+    version: int
+    state: State
+    gpu_class: str | None = Field(description="the GPU class's product label")
+    validation: ValidationOut | None
+    validated_at: datetime | None
+    offered_at: datetime | None
+    retired_at: datetime | None
+    created_at: datetime
+
+
+class TemplateOut(BaseModel):
+    name: str
+    description: str
+    latest_offered: int | None
+    versions: list[VersionOut] = Field(description="platform admins see every version, "
+                                                   "others the offered ones")
+
+
+class ClusterUpgradeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: StrictInt | None = Field(default=None, ge=1, le=MAX_ROW_ID,
+                                      description="default: the newest offered version")

@@ -1,0 +1,284 @@
+"""Validation of a template version before it is offered.
+
+Checks, each stored with its reasons: the vcluster.yaml renders for every combination the
+version leaves open; it passes the pinned chart's values schema, the edition check (no Pro-only
+key on `oss`) and the allowlist of keys the portal may set; the host objects pass a server-side
+dry-run on the host cluster; the host supports the hardening asked for; every add-on's chart
+version resolves in its repository.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final, Protocol
+
+import httpx
+import yaml
+
+from app.config import Settings
+from app.kube import manifests
+from app.kube.errors import KubeError
+from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec
+from app.kube.manifests import labels as lbl
+from app.kube.manifests.chart_schema import UnknownChartVersion, pro_only_paths, validate_values
+from app.kube.port import HostProbe, Manifest
+from app.templates.schemas import VersionSettings
+
+PROBE_TENANT: Final = "template-check"
+PROBE_CLUSTER: Final = "probe"
+# Namespaced host objects are dry-run here: a dry-run Namespace is not there for them to go in.
+CHECK_NAMESPACE: Final = "gtp-template-check"
+PLACEMENTS: Final = ("shared-pool", "dedicated-nodes")
+# Where in vcluster.yaml the portal may put values at all (dotted prefixes). The builders only
+# write these; a key elsewhere means a builder change that nobody reviewed for tenants' safety.
+ALLOWED_VALUE_PATHS: Final = (
+    "controlPlane.distro.k8s.enabled", "controlPlane.distro.k8s.image.tag",
+    "controlPlane.statefulSet.image.repository", "controlPlane.statefulSet.security",
+    "controlPlane.coredns.security", "controlPlane.advanced.virtualScheduler.enabled",
+    "policies.podSecurityStandard", "policies.resourceQuota", "policies.limitRange",
+    "policies.networkPolicy.enabled", "exportKubeConfig.server",
+    "sync.toHost.pods.enforceTolerations", "sync.fromHost.nodes",
+    "experimental.syncSettings.setOwner",
+    # Pro only; the edition check refuses them on oss.
+    "sync.toHost.pods.patches",
+)
+# User namespaces: on by default from Kubernetes 1.33; 1.30 to 1.32 behind UserNamespacesSupport.
+USERNS_DEFAULT_ON: Final = (1, 33)
+USERNS_GATED_FROM: Final = (1, 30)
+
+
+@dataclass
+class Check:
+    name: str
+    passed: bool = True
+    reasons: list[str] = field(default_factory=list)
+
+    def fail(self, reason: str) -> None:
+        self.passed = False
+        self.reasons.append(reason)
+
+
+class ChartResolver(Protocol):
+    def problem(self, repo: str, chart: str, version: str) -> str | None:
+        """Why ``chart`` ``version`` cannot be installed from ``repo``; None when it resolves."""
+        ...
+
+
+class HelmIndexResolver:
+    """Reads the repository's index.yaml, as ``helm repo add`` + ``helm pull --version`` would."""
+
+    def __init__(self, timeout_seconds: float = 10.0,
+                 get: Callable[[str], httpx.Response] | None = None) -> None:
+        self._get = get or (lambda url: httpx.get(url, timeout=timeout_seconds,
+                                                  follow_redirects=True))
+
+    def problem(self, repo: str, chart: str, version: str) -> str | None:
+        url = f"{repo.rstrip('/')}/index.yaml"
+        try:
+            response = self._get(url)
+            response.raise_for_status()
+            index = yaml.safe_load(response.text) or {}
+        except (httpx.HTTPError, yaml.YAMLError) as error:
+            return f"could not read {url}: {error}"
+        entries = (index.get("entries") or {}).get(chart) if isinstance(index, dict) else None
+        if not entries:
+            return f"{repo} has no chart {chart!r}"
+        if not any(str(entry.get("version")) == version for entry in entries):
+            return f"{repo} has chart {chart!r} but not version {version}"
+        return None
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One combination of the settings a version leaves open."""
+
+    placement: str
+    kubernetes_version: str
+
+
+def probes(settings: VersionSettings, portal: Settings) -> list[Probe]:
+    placements = [settings.placement] if settings.placement else list(PLACEMENTS)
+    versions = ([settings.kubernetes_version] if settings.kubernetes_version
+                else list(portal.kubernetes_versions))
+    return [Probe(p, v) for p, v in itertools.product(placements, versions)]
+
+
+def probe_spec(settings: VersionSettings, probe: Probe, gpu_product: str | None,
+               portal: Settings) -> ClusterSpec:
+    gpus = settings.max_gpus if settings.max_gpus is not None else settings.default_gpus
+    return ClusterSpec(
+        tenant=PROBE_TENANT, name=PROBE_CLUSTER, kubernetes_version=probe.kubernetes_version,
+        placement="dedicated-nodes" if probe.placement == "dedicated-nodes" else "shared-pool",
+        gpu_class=gpu_product, gpus=gpus if gpu_product else 0, cpu_millicores=4000,
+        memory_mib=16384,
+        endpoint=portal.cluster_endpoint_template.format(tenant=PROBE_TENANT,
+                                                         cluster=PROBE_CLUSTER),
+        pod_security="baseline" if (settings.pod_security or portal.pod_security) == "baseline"
+        else "restricted",
+        user_namespaces=settings.user_namespaces,
+    )
+
+
+def probe_tenant(gpu_product: str | None, gpus: int) -> TenantSpec:
+    quota = {gpu_product: gpus} if gpu_product else {}
+    return TenantSpec(slug=PROBE_TENANT, display_name="template check", gpu_quota=quota,
+                      cpu_millicores=4000, memory_mb=17180)
+
+
+def leaf_paths(values: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from leaf_paths(value, f"{path}.")
+        else:
+            yield path
+
+
+def outside_allowlist(values: Mapping[str, Any]) -> list[str]:
+    return [path for path in leaf_paths(values)
+            if not any(path == allowed or path.startswith(f"{allowed}.")
+                       for allowed in ALLOWED_VALUE_PATHS)]
+
+
+def _values_checks(specs: list[ClusterSpec], portal: Settings) -> list[Check]:
+    render, schema, edition, allowlist = (Check("render"), Check("chart-schema"),
+                                          Check("edition"), Check("allowlist"))
+    policy = ManifestPolicy(vcluster_edition=portal.vcluster_edition)
+    for spec in specs:
+        where = f"{spec.placement}, Kubernetes {spec.kubernetes_version}"
+        values = manifests.vcluster_values(spec, policy)
+        try:
+            for problem in validate_values(values, portal.vcluster_chart_version):
+                schema.fail(f"{where}: {problem}")
+        except UnknownChartVersion as error:
+            schema.fail(str(error))
+        if portal.vcluster_edition == "oss":
+            for path in pro_only_paths(values):
+                edition.fail(f"{where}: {path} needs vCluster Pro; the host runs the oss build")
+        for path in outside_allowlist(values):
+            allowlist.fail(f"{where}: {path} is not a key the portal may set")
+    if not specs:
+        render.fail("nothing rendered")
+    return [render, schema, edition, allowlist]
+
+
+def _in_check_namespace(obj: Manifest) -> Manifest:
+    if "namespace" not in obj.get("metadata", {}):
+        return obj
+    return {**obj, "metadata": {**obj["metadata"], "namespace": CHECK_NAMESPACE}}
+
+
+def check_namespace() -> Manifest:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": CHECK_NAMESPACE, "labels": lbl.managed()}}
+
+
+def _dry_run(host: HostProbe, objects: list[Manifest], check: Check) -> None:
+    seen: set[str] = set()
+    for obj in objects:
+        # The same object recurs across probes (the root queue in each); ask about each once.
+        key = json.dumps(obj, sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            host.dry_run_apply(_in_check_namespace(obj))
+        except KubeError as error:
+            check.fail(f"{obj['kind']} {obj['metadata']['name']}: {error.message}")
+
+
+def _minor(version: str) -> tuple[int, int] | None:
+    found = re.match(r"^v?(\d+)\.(\d+)", version)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def userns_probe() -> Manifest:
+    """A Deployment whose pods ask for their own user namespace. An API server without
+    UserNamespacesSupport drops ``hostUsers`` from what it would store, so the dry-run's answer
+    tells whether the gate is on (Deployments need no ServiceAccount to admit)."""
+    pod = {"hostUsers": False, "containers": [{"name": "probe", "image": "probe"}]}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "userns-probe", "namespace": CHECK_NAMESPACE,
+                     "labels": lbl.managed()},
+        "spec": {"selector": {"matchLabels": {"app": "userns-probe"}},
+                 "template": {"metadata": {"labels": {"app": "userns-probe"}}, "spec": pod}},
+    }
+
+
+def _host_support(host: HostProbe, settings: VersionSettings, check: Check) -> None:
+    if not settings.user_namespaces:
+        return
+    try:
+        version = host.server_version()
+        minor = _minor(version)
+        if minor is None or minor < USERNS_GATED_FROM:
+            check.fail(f"user namespaces need Kubernetes 1.30 or later; the host runs "
+                       f"{version or 'an unknown version'}")
+            return
+        if minor >= USERNS_DEFAULT_ON:
+            return
+        stored = host.dry_run_apply(userns_probe())
+    except KubeError as error:
+        check.fail(f"asking the host about user namespaces failed: {error.message}")
+        return
+    pod = ((stored.get("spec") or {}).get("template") or {}).get("spec") or {}
+    if pod.get("hostUsers") is not False:
+        check.fail(f"the host runs {version}, where user namespaces need the "
+                   "UserNamespacesSupport feature gate, and it is off")
+
+
+def _host_checks(host: HostProbe | None, specs: list[ClusterSpec], settings: VersionSettings,
+                 gpu_product: str | None) -> list[Check]:
+    dry_run, support = Check("host-dry-run"), Check("host-support")
+    if host is None:
+        dry_run.fail("no host cluster is configured (PORTAL_KUBECONFIG) to dry-run against")
+        support.fail("no host cluster is configured to ask")
+        return [dry_run, support]
+    policy = ManifestPolicy()
+    try:
+        host.apply(check_namespace(), force=True)
+    except KubeError as error:
+        dry_run.fail(f"making namespace {CHECK_NAMESPACE} for the dry-runs failed: "
+                     f"{error.message}")
+        return [dry_run, support]
+    objects = [obj for spec in specs for obj in manifests.cluster_host_objects(
+        spec, probe_tenant(gpu_product, spec.gpus), policy)]
+    _dry_run(host, objects, dry_run)
+    _host_support(host, settings, support)
+    return [dry_run, support]
+
+
+def _addon_check(settings: VersionSettings, charts: ChartResolver) -> Check:
+    check = Check("addons")
+    for addon in settings.addons:
+        problem = charts.problem(addon.repo, addon.chart, addon.version)
+        if problem:
+            check.fail(f"add-on {addon.name}: {problem}")
+    return check
+
+
+def validate(settings: VersionSettings, gpu_product: str | None, portal: Settings,
+             host: HostProbe | None, charts: ChartResolver) -> dict[str, Any]:
+    """The stored result: ``passed`` and every check with its reasons."""
+    render = Check("render")
+    if settings.kubernetes_version and \
+            settings.kubernetes_version not in portal.kubernetes_versions:
+        render.fail(f"Kubernetes {settings.kubernetes_version} is not one the operator offers "
+                    f"({', '.join(portal.kubernetes_versions)})")
+    specs: list[ClusterSpec] = []
+    for probe in probes(settings, portal):
+        try:
+            specs.append(probe_spec(settings, probe, gpu_product, portal))
+        except ValueError as error:
+            render.fail(f"{probe.placement}, Kubernetes {probe.kubernetes_version}: {error}")
+    values_checks = _values_checks(specs, portal)
+    values_checks[0].reasons[:0] = render.reasons
+    values_checks[0].passed = values_checks[0].passed and render.passed
+    checks = [*values_checks, *_host_checks(host, specs, settings, gpu_product),
+              _addon_check(settings, charts)]
+    return {"passed": all(c.passed for c in checks), "checks": [asdict(c) for c in checks]}

@@ -1,0 +1,207 @@
+"""HTML: the platform admins' cluster template pages (create, new version, validate, offer,
+retire, with the stored validation shown) and a cluster's template page with the upgrade button.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from app.auth.principal import Principal
+from app.authz import ensure_platform_admin
+from app.config import Settings
+from app.deps import CurrentPrincipal, DbSession, get_settings_dep
+from app.errors import Conflict, ValidationFailed
+from app.nodes import gpu_classes
+from app.routing import UnitOfWorkRoute
+from app.templates import service
+from app.templates.api import Charts, Host
+from app.templates.schemas import TemplateCreate, VersionEdit
+from app.web.forms import (
+    STATE_CHANGING,
+    FieldErrors,
+    FormFields,
+    form_payload,
+    go_to,
+    problem_errors,
+    validation_errors,
+)
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
+AppSettings = Annotated[Settings, Depends(get_settings_dep)]
+VersionNumber = Annotated[int, Path(ge=1, le=1_000_000)]
+TemplateName = Annotated[str, Path(max_length=40)]
+SETTING_KEYS = ("placement", "kubernetes_version", "gpu_class_id", "default_gpus", "max_gpus",
+                "pod_security", "user_namespaces")
+OPEN_WHEN_EMPTY = ("placement", "kubernetes_version", "gpu_class_id", "max_gpus", "pod_security")
+
+
+def settings_payload(fields: dict[str, str]) -> dict[str, Any]:
+    """Form fields as version settings: an empty choice leaves the setting open (null)."""
+    payload = form_payload(fields, keys=SETTING_KEYS,
+                           integers=("gpu_class_id", "default_gpus", "max_gpus"),
+                           booleans=("user_namespaces",))
+    for key in OPEN_WHEN_EMPTY:
+        if payload.get(key) in ("", None):
+            payload[key] = None
+    payload["addons"] = addons_payload(fields.get("addons", ""))
+    return payload
+
+
+def addons_payload(text: str) -> list[dict[str, str] | str]:
+    """One add-on a line: ``name repo chart version``; a malformed line is kept for the schema
+    to refuse with a clear message."""
+    addons: list[dict[str, str] | str] = []
+    for line in (raw.strip() for raw in text.splitlines()):
+        if not line:
+            continue
+        parts = line.split()
+        addons.append(dict(zip(("name", "repo", "chart", "version"), parts, strict=True))
+                      if len(parts) == 4 else line)
+    return addons
+
+
+def _form_context(db: DbSession, settings: Settings) -> dict[str, Any]:
+    return {"classes": gpu_classes.all_classes(db), "versions": settings.kubernetes_versions}
+
+
+def _list_page(request: Request, db: DbSession, principal: Principal, settings: Settings,
+               form: dict[str, Any] | None = None, errors: FieldErrors | None = None,
+               status_code: int = 200) -> Response:
+    ensure_platform_admin(principal)
+    return render(request, "cluster_templates/list.html", {
+        "templates": service.list_templates(db, principal), "form": form or {},
+        "errors": errors or {}, **_form_context(db, settings)}, status_code=status_code)
+
+
+def _detail_page(request: Request, db: DbSession, principal: Principal, settings: Settings,
+                 name: str, form: dict[str, Any] | None = None,
+                 errors: FieldErrors | None = None, status_code: int = 200) -> Response:
+    ensure_platform_admin(principal)
+    template = service.get_template(db, principal, name)
+    newest = template.versions[-1] if template.versions else None
+    defaults = {k: "" if v is None else str(v)
+                for k, v in (newest.model_dump() if newest else {}).items()}
+    return render(request, "cluster_templates/detail.html", {
+        "template": template, "form": form or defaults, "errors": errors or {},
+        **_form_context(db, settings)}, status_code=status_code)
+
+
+@router.get("/admin/cluster-templates")
+def templates_page(request: Request, db: DbSession, principal: CurrentPrincipal,
+                   settings: AppSettings) -> Response:
+    return _list_page(request, db, principal, settings)
+
+
+@router.post("/admin/cluster-templates", dependencies=STATE_CHANGING)
+def create_template(request: Request, db: DbSession, principal: CurrentPrincipal,
+                    settings: AppSettings, fields: FormFields) -> Response:
+    payload = {"name": fields.get("name", ""), "description": fields.get("description", ""),
+               "settings": settings_payload(fields)}
+    try:
+        created = service.create_template(db, principal, TemplateCreate.model_validate(payload))
+    except ValidationError as error:
+        return _list_page(request, db, principal, settings, fields, _flat(error), 422)
+    except (ValidationFailed, Conflict) as error:
+        return _list_page(request, db, principal, settings, fields, problem_errors(error),
+                          error.status)
+    return go_to(request, f"/admin/cluster-templates/{created.name}")
+
+
+def _flat(error: ValidationError) -> FieldErrors:
+    """Errors of nested settings under the form field's own name (``addons.0.repo`` is shown
+    at the add-ons field as ``0.repo: ...``)."""
+    errors: FieldErrors = {}
+    for key, message in validation_errors(error).items():
+        field, _, rest = key.removeprefix("settings.").partition(".")
+        errors.setdefault(field, f"{rest}: {message}" if rest else message)
+    return errors
+
+
+@router.get("/admin/cluster-templates/{name}")
+def template_page(request: Request, name: TemplateName, db: DbSession,
+                  principal: CurrentPrincipal, settings: AppSettings) -> Response:
+    return _detail_page(request, db, principal, settings, name)
+
+
+@router.post("/admin/cluster-templates/{name}/versions", dependencies=STATE_CHANGING)
+def new_version(request: Request, name: TemplateName, db: DbSession,
+                principal: CurrentPrincipal, settings: AppSettings,
+                fields: FormFields) -> Response:
+    try:
+        service.new_version(db, principal, name,
+                            VersionEdit.model_validate(settings_payload(fields)))
+    except ValidationError as error:
+        return _detail_page(request, db, principal, settings, name, fields, _flat(error), 422)
+    except (ValidationFailed, Conflict) as error:
+        return _detail_page(request, db, principal, settings, name, fields,
+                            problem_errors(error), error.status)
+    return go_to(request, f"/admin/cluster-templates/{name}")
+
+
+@router.post("/admin/cluster-templates/{name}/versions/{version}/validate",
+             dependencies=STATE_CHANGING)
+def validate_version(request: Request, name: TemplateName, version: VersionNumber,
+                     db: DbSession, principal: CurrentPrincipal, settings: AppSettings,
+                     host: Host, charts: Charts) -> Response:
+    service.validate_version(db, principal, settings, name, version, host, charts)
+    return go_to(request, f"/admin/cluster-templates/{name}#v{version}")
+
+
+@router.post("/admin/cluster-templates/{name}/versions/{version}/offer",
+             dependencies=STATE_CHANGING)
+def offer_version(request: Request, name: TemplateName, version: VersionNumber, db: DbSession,
+                  principal: CurrentPrincipal, settings: AppSettings) -> Response:
+    try:
+        service.offer_version(db, principal, name, version)
+    except Conflict as error:
+        return _detail_page(request, db, principal, settings, name, None,
+                            {"form": error.detail}, error.status)
+    return go_to(request, f"/admin/cluster-templates/{name}#v{version}")
+
+
+@router.post("/admin/cluster-templates/{name}/versions/{version}/retire",
+             dependencies=STATE_CHANGING)
+def retire_version(request: Request, name: TemplateName, version: VersionNumber, db: DbSession,
+                   principal: CurrentPrincipal, settings: AppSettings) -> Response:
+    try:
+        service.retire_version(db, principal, name, version)
+    except Conflict as error:
+        return _detail_page(request, db, principal, settings, name, None,
+                            {"form": error.detail}, error.status)
+    return go_to(request, f"/admin/cluster-templates/{name}#v{version}")
+
+
+# ----- a tenant's cluster
+
+
+def _cluster_page(request: Request, db: DbSession, principal: Principal, tenant: str,
+                  cluster: str, error: str = "", status_code: int = 200) -> Response:
+    found, template, current, newer = service.cluster_template(db, principal, tenant, cluster)
+    return render(request, "cluster_templates/cluster.html", {
+        "tenant_slug": tenant, "cluster": found, "template": template, "current": current,
+        "newer": newer, "error": error}, status_code=status_code)
+
+
+@router.get("/t/{tenant}/clusters/{cluster}/template")
+def cluster_template_page(request: Request, tenant: str, cluster: str, db: DbSession,
+                          principal: CurrentPrincipal) -> Response:
+    return _cluster_page(request, db, principal, tenant, cluster)
+
+
+@router.post("/t/{tenant}/clusters/{cluster}/template-upgrade", dependencies=STATE_CHANGING)
+def upgrade_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
+                    principal: CurrentPrincipal, fields: FormFields) -> Response:
+    payload = form_payload(fields, keys=("version",), integers=("version",))
+    version = payload.get("version")
+    try:
+        service.upgrade_cluster(db, principal, tenant, cluster,
+                                version if isinstance(version, int) else None)
+    except Conflict as error:
+        return _cluster_page(request, db, principal, tenant, cluster, error.detail,
+                             error.status)
+    return go_to(request, f"/t/{tenant}/clusters/{cluster}")

@@ -1,0 +1,53 @@
+"""REST: GPU-hours per tenant, class and period, as JSON or as a CSV download."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from starlette.responses import StreamingResponse
+
+from app.deps import CurrentPrincipal, DbSession
+from app.routing import UnitOfWorkRoute
+from app.usage import ledger, service
+from app.usage.csv_export import csv_chunks
+from app.usage.schemas import GroupBy, UsageFilters, UsageReport
+
+router = APIRouter(prefix="/api/v1", tags=["usage"], route_class=UnitOfWorkRoute)
+DEFAULT_DAYS = 30
+
+
+async def usage_filters(
+    start: Annotated[datetime | None, Query(alias="from", description=(
+        "start, inclusive (ISO 8601; UTC when no offset); default: 30 days before 'to'"))] = None,
+    end: Annotated[datetime | None, Query(alias="to", description=(
+        "end, exclusive; default: the end of today (UTC)"))] = None,
+    tenant: Annotated[str | None, Query(max_length=30, description=(
+        "one tenant's slug; default: every tenant you may see"))] = None,
+    group_by: Annotated[GroupBy, Query(description="one row per day or per month (UTC)")] = "day",
+) -> UsageFilters:
+    if end is None:
+        today = ledger.now_in_seconds().replace(hour=0, minute=0, second=0)
+        end = today + timedelta(days=1)
+    if start is None:
+        start = service.as_utc(end) - timedelta(days=DEFAULT_DAYS)
+    return UsageFilters(start=start, end=end, tenant=tenant, group_by=group_by)
+
+
+Filters = Annotated[UsageFilters, Depends(usage_filters)]
+
+
+@router.get("/usage", response_model=UsageReport)
+def usage(db: DbSession, principal: CurrentPrincipal, filters: Filters) -> UsageReport:
+    return service.report(db, principal, filters)
+
+
+@router.get("/usage.csv", response_class=StreamingResponse,
+            responses={200: {"content": {"text/csv": {}}, "description": "the rows as CSV"}})
+def usage_csv(db: DbSession, principal: CurrentPrincipal, filters: Filters) -> StreamingResponse:
+    report = service.report(db, principal, filters)
+    name = f"gpu-usage-{report.start:%Y%m%d}-{report.end:%Y%m%d}.csv"
+    return StreamingResponse(csv_chunks(report.rows), media_type="text/csv; charset=utf-8",
+                             headers={"Content-Disposition": f'attachment; filename="{name}"',
+                                      "Cache-Control": "no-store"})

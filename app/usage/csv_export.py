@@ -1,0 +1,47 @@
+"""The usage report as CSV: fixed columns, numbers as in the JSON, no formulas for spreadsheets."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Iterator
+
+from app.usage.schemas import UsageRow
+
+COLUMNS = ("period", "period_start", "period_end", "tenant", "gpu_class", "approved_gpu_hours",
+           "allocated_gpu_hours", "dedicated_gpu_hours", "used_gpu_hours",
+           "allocated_gpu_seconds")
+# A spreadsheet evaluates a cell that starts with one of these as a formula.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_ROWS_PER_CHUNK = 500
+
+
+def neutralised(cell: str) -> str:
+    """A leading quote makes spreadsheets show the text instead of evaluating it."""
+    return f"'{cell}" if cell.startswith(_FORMULA_STARTS) else cell
+
+
+def _cells(row: UsageRow) -> list[str]:
+    return [neutralised(row.period), row.period_start.isoformat(), row.period_end.isoformat(),
+            neutralised(row.tenant), neutralised(row.gpu_class),
+            _number(row.approved_gpu_hours), _number(row.allocated_gpu_hours),
+            _number(row.dedicated_gpu_hours), _number(row.used_gpu_hours),
+            str(row.allocated_gpu_seconds)]
+
+
+def _number(value: float) -> str:
+    return f"{value:.6f}"
+
+
+def csv_chunks(rows: Iterable[UsageRow]) -> Iterator[str]:
+    """The header, then the rows a chunk at a time: memory stays flat however long the range."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerow(COLUMNS)
+    for n, row in enumerate(rows, start=1):
+        writer.writerow(_cells(row))
+        if n % _ROWS_PER_CHUNK == 0:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()

@@ -1,0 +1,248 @@
+"""Writes the allocation ledger in the same transaction as the change it records.
+
+Quotas, nodes and clusters must not know about usage, so the ledger watches their rows through
+SQLAlchemy session events: after every flush (API, web, reconciler, expiry job alike) and around
+every bulk UPDATE or DELETE of a watched table. Either way the subject's current allocation is
+read and compared with its last ledger entry; a difference appends one entry. Comparing with the
+ledger rather than with the row's previous values also repairs a ledger that missed a change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Delete, Update, event, func, insert, inspect, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
+
+from app.clusters.models import VirtualCluster
+from app.db import utcnow
+from app.nodes.models import Node, NodeAssignment
+from app.quotas.models import TenantQuota
+from app.usage.models import LedgerEntry
+
+# The columns whose change can change what a subject holds; others (leases, conditions) cannot.
+_TRACKED: dict[type[Any], frozenset[str]] = {
+    TenantQuota: frozenset({"gpus", "tenant_id", "gpu_class_id"}),
+    VirtualCluster: frozenset({"gpus", "tenant_id", "gpu_class_id", "deletion_requested_at",
+                               "name"}),
+    NodeAssignment: frozenset({"ended_at", "tenant_id", "node_id"}),
+    Node: frozenset({"gpu_count", "gpu_class_id", "gone_at"}),
+}
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What one subject holds of one (tenant, class) now."""
+
+    tenant_id: int
+    gpu_class_id: int
+    gpus: int
+    cluster_id: int | None = None
+    cluster_name: str = ""
+    node_id: int | None = None
+
+
+Subject = tuple[str, int]  # (kind, subject id)
+
+
+def now_in_seconds() -> datetime:
+    """The ledger's clock, whole seconds: entries and their ``at_s`` then agree exactly."""
+    return utcnow().replace(microsecond=0)
+
+
+# ----- current holdings, read from rows
+
+
+def _quota_holdings(row: TenantQuota | None) -> list[Holding]:
+    if row is None:
+        return []
+    return [Holding(row.tenant_id, row.gpu_class_id, row.gpus)]
+
+
+def _cluster_holdings(row: VirtualCluster | None) -> list[Holding]:
+    if row is None or row.gpu_class_id is None:
+        return []
+    # A deletion request ends the allocation: the tenant no longer has the use of it.
+    gpus = 0 if row.deletion_requested_at is not None else row.gpus
+    return [Holding(row.tenant_id, row.gpu_class_id, gpus, cluster_id=row.id,
+                    cluster_name=row.name)]
+
+
+def _assignment_holdings(connection: Connection, assignment_id: int) -> list[Holding]:
+    query = (select(NodeAssignment.tenant_id, NodeAssignment.ended_at, Node.id, Node.gpu_class_id,
+                    Node.gpu_count, Node.gone_at)
+             .join(Node, Node.id == NodeAssignment.node_id)
+             .where(NodeAssignment.id == assignment_id))
+    row = connection.execute(query).one_or_none()
+    if row is None or row.gpu_class_id is None:
+        return []
+    held = row.ended_at is None and row.gone_at is None
+    return [Holding(row.tenant_id, row.gpu_class_id, row.gpu_count if held else 0,
+                    node_id=row.id)]
+
+
+def _current(connection: Connection, kind: str, subject_id: int) -> list[Holding]:
+    if kind == "quota":
+        quota = connection.execute(
+            select(TenantQuota.id, TenantQuota.tenant_id, TenantQuota.gpu_class_id,
+                   TenantQuota.gpus).where(TenantQuota.id == subject_id)).one_or_none()
+        return [] if quota is None else [Holding(quota.tenant_id, quota.gpu_class_id,
+                                                 quota.gpus)]
+    if kind == "cluster":
+        cluster = connection.execute(
+            select(VirtualCluster.__table__).where(VirtualCluster.id == subject_id)
+        ).one_or_none()
+        if cluster is None or cluster.gpu_class_id is None:
+            return []
+        gpus = 0 if cluster.deletion_requested_at is not None else cluster.gpus
+        return [Holding(cluster.tenant_id, cluster.gpu_class_id, gpus, cluster_id=cluster.id,
+                        cluster_name=cluster.name)]
+    return _assignment_holdings(connection, subject_id)
+
+
+# ----- comparing with the ledger
+
+
+def _last_levels(connection: Connection, kind: str, subject_id: int) -> dict[tuple[int, int], int]:
+    latest = (select(func.max(LedgerEntry.id))
+              .where(LedgerEntry.kind == kind, LedgerEntry.subject_id == subject_id)
+              .group_by(LedgerEntry.tenant_id, LedgerEntry.gpu_class_id))
+    rows = connection.execute(
+        select(LedgerEntry.tenant_id, LedgerEntry.gpu_class_id, LedgerEntry.gpus)
+        .where(LedgerEntry.id.in_(latest)))
+    return {(row.tenant_id, row.gpu_class_id): row.gpus for row in rows}
+
+
+def _entries(kind: str, subject_id: int, holdings: Iterable[Holding],
+             last: Mapping[tuple[int, int], int], at: datetime) -> list[dict[str, Any]]:
+    entries = []
+    current = {(h.tenant_id, h.gpu_class_id): h for h in holdings}
+    for key in sorted({*current, *last}):
+        holding = current.get(key) or Holding(*key, gpus=0)
+        if holding.gpus == last.get(key, 0):
+            continue
+        entries.append({
+            "at": at, "at_s": int(at.timestamp()), "kind": kind, "subject_id": subject_id,
+            "tenant_id": key[0], "gpu_class_id": key[1], "gpus": holding.gpus,
+            "cluster_id": holding.cluster_id if kind == "cluster" else None,
+            "cluster_name": holding.cluster_name, "node_id": holding.node_id,
+        })
+    return entries
+
+
+def record(connection: Connection, changes: Mapping[Subject, list[Holding] | None]) -> int:
+    """Appends an entry for each (tenant, class) whose holding differs from the ledger's last.
+
+    ``None`` as a subject's holdings means: read them from the database now.
+    """
+    at = now_in_seconds()
+    rows = []
+    for (kind, subject_id), holdings in sorted(changes.items()):
+        current = _current(connection, kind, subject_id) if holdings is None else holdings
+        rows += _entries(kind, subject_id, current, _last_levels(connection, kind, subject_id),
+                         at)
+    if rows:
+        connection.execute(insert(LedgerEntry), rows)
+    return len(rows)
+
+
+# ----- which subjects a flush or a bulk statement touched
+
+
+def _changed(row: object) -> bool:
+    state = inspect(row)
+    return any(state.attrs[name].history.has_changes() for name in _TRACKED[type(row)])
+
+
+def _active_assignments(connection: Connection, node_ids: Iterable[int]) -> list[int]:
+    query = select(NodeAssignment.id).where(NodeAssignment.node_id.in_(list(node_ids)),
+                                            NodeAssignment.ended_at.is_(None))
+    return list(connection.scalars(query))
+
+
+def _subjects_of_rows(session: Session) -> dict[Subject, list[Holding] | None]:
+    changes: dict[Subject, list[Holding] | None] = {}
+    nodes: set[int] = set()
+    for row in (*session.new, *session.dirty):
+        if type(row) not in _TRACKED or (row not in session.new and not _changed(row)):
+            continue
+        if isinstance(row, TenantQuota):
+            changes[("quota", row.id)] = _quota_holdings(row)
+        elif isinstance(row, VirtualCluster):
+            changes[("cluster", row.id)] = _cluster_holdings(row)
+        elif isinstance(row, NodeAssignment):
+            changes[("node", row.id)] = None
+        elif isinstance(row, Node):
+            nodes.add(row.id)
+    for row in session.deleted:
+        if isinstance(row, TenantQuota):
+            changes[("quota", row.id)] = []
+        elif isinstance(row, VirtualCluster):
+            changes[("cluster", row.id)] = []
+        elif isinstance(row, NodeAssignment):
+            changes[("node", row.id)] = []
+    if nodes:
+        for assignment_id in _active_assignments(session.connection(), nodes):
+            changes.setdefault(("node", assignment_id), None)
+    return changes
+
+
+@event.listens_for(Session, "after_flush")
+def _record_flushed_changes(session: Session, _flush: UOWTransaction) -> None:
+    changes = _subjects_of_rows(session)
+    if changes:
+        record(session.connection(), changes)
+
+
+def _assigned_columns(statement: Update) -> set[str] | None:
+    """The columns an UPDATE sets, or None where the statement does not say (then: any)."""
+    values = getattr(statement, "_values", None) or dict(
+        getattr(statement, "_ordered_values", None) or ())
+    if not values:
+        return None
+    return {str(getattr(key, "key", key)) for key in values}
+
+
+def _bulk_targets(state: ORMExecuteState) -> tuple[type[Any], list[int]] | None:
+    """The watched rows a bulk UPDATE or DELETE is about to touch (read before it runs)."""
+    if not (state.is_update or state.is_delete) or state.bind_mapper is None:
+        return None
+    model = state.bind_mapper.class_
+    statement = state.statement
+    if model not in _TRACKED or not isinstance(statement, Update | Delete):
+        return None
+    if isinstance(statement, Update):
+        assigned = _assigned_columns(statement)
+        if assigned is not None and not assigned & _TRACKED[model]:
+            return None
+    query = select(inspect(model).primary_key[0])
+    if statement.whereclause is not None:
+        query = query.where(statement.whereclause)
+    return model, list(state.session.connection().scalars(query))
+
+
+def _subjects_of_ids(connection: Connection, model: type[Any],
+                     ids: list[int]) -> dict[Subject, list[Holding] | None]:
+    if model is Node:
+        return {("node", a): None for a in _active_assignments(connection, ids)}
+    kind = {TenantQuota: "quota", VirtualCluster: "cluster", NodeAssignment: "node"}[model]
+    return {(kind, row_id): None for row_id in ids}
+
+
+@event.listens_for(Session, "do_orm_execute")
+def _record_bulk_changes(state: ORMExecuteState) -> Any:
+    targets = _bulk_targets(state)
+    if not targets or not targets[1]:
+        return None
+    model, ids = targets
+    connection = state.session.connection()
+    # A node's assignments must be found while the node still has them.
+    before = _subjects_of_ids(connection, model, ids) if model is Node else {}
+    result = state.invoke_statement()
+    changes = {**before, **_subjects_of_ids(connection, model, ids)}
+    record(connection, changes)
+    return result

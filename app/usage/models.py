@@ -1,0 +1,93 @@
+"""The allocation ledger (append-only) and the live use samples (raw, then hourly)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base
+
+LEDGER_KINDS = ("quota", "cluster", "node")
+SAMPLE_SOURCES = ("queue", "quota", "node")
+
+
+class LedgerEntry(Base):
+    """From ``at`` on, ``gpus`` GPUs of a class are held by one subject of a tenant.
+
+    A subject is a tenant's quota of a class (``quota``), a virtual cluster (``cluster``) or a
+    dedicated node assignment (``node``). Each entry holds until the subject's next entry of
+    the same series (kind, subject, tenant, class); an interval is thus the gap between two
+    entries, and GPU-seconds are ``gpus`` times its length. ``at_s`` is ``at`` in whole Unix
+    seconds, so that the database does the arithmetic on every backend.
+    Cluster and node ids are no foreign keys: the ledger outlives the rows it describes.
+    """
+
+    __tablename__ = "usage_ledger"
+    __table_args__ = (
+        CheckConstraint("gpus >= 0", name="gpus_non_negative"),
+        CheckConstraint("kind IN ('quota', 'cluster', 'node')", name="kind"),
+        Index("ix_usage_ledger_tenant_id_at_s", "tenant_id", "at_s"),
+        Index("ix_usage_ledger_at_s", "at_s"),
+        Index("ix_usage_ledger_kind_subject_id_id", "kind", "subject_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime]
+    at_s: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(10))
+    subject_id: Mapped[int]
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    gpu_class_id: Mapped[int] = mapped_column(ForeignKey("gpu_classes.id"))
+    cluster_id: Mapped[int | None]
+    cluster_name: Mapped[str] = mapped_column(String(40), default="")
+    node_id: Mapped[int | None]
+    gpus: Mapped[int]
+
+
+class UsageSample(Base):
+    """What the host reported at one resync, kept raw for a short while."""
+
+    __tablename__ = "usage_samples"
+    __table_args__ = (
+        CheckConstraint("source IN ('queue', 'quota', 'node')", name="source"),
+        Index("ix_usage_samples_tenant_id_taken_s", "tenant_id", "taken_s"),
+        Index("ix_usage_samples_taken_s", "taken_s"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    taken_s: Mapped[int] = mapped_column(BigInteger)
+    source: Mapped[str] = mapped_column(String(10))
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    gpu_class_id: Mapped[int | None] = mapped_column(ForeignKey("gpu_classes.id"))
+    subject_id: Mapped[int]  # the cluster (queue, quota) or the node
+    used_gpus: Mapped[float]
+    allocated_gpus: Mapped[float] = mapped_column(default=0.0)
+    requested_gpus: Mapped[float] = mapped_column(default=0.0)
+
+
+class HourlyUsage(Base):
+    """Raw samples of one hour folded into their mean and peak, kept for long."""
+
+    __tablename__ = "usage_hourly"
+    __table_args__ = (
+        CheckConstraint("source IN ('queue', 'quota', 'node')", name="source"),
+        CheckConstraint("samples > 0", name="samples_positive"),
+        # An hour is folded once: a second worker folding the same hour fails and retries.
+        UniqueConstraint("source", "subject_id", "tenant_id", "hour_s"),
+        Index("ix_usage_hourly_tenant_id_hour_s", "tenant_id", "hour_s"),
+        Index("ix_usage_hourly_hour_s", "hour_s"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    hour_s: Mapped[int] = mapped_column(BigInteger)
+    source: Mapped[str] = mapped_column(String(10))
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    gpu_class_id: Mapped[int | None] = mapped_column(ForeignKey("gpu_classes.id"))
+    subject_id: Mapped[int]
+    samples: Mapped[int]
+    mean_used_gpus: Mapped[float]
+    peak_used_gpus: Mapped[float]
+    mean_allocated_gpus: Mapped[float] = mapped_column(default=0.0)
+    mean_requested_gpus: Mapped[float] = mapped_column(default=0.0)

@@ -1,0 +1,208 @@
+"""SQL for GPU-seconds: the ledger's intervals and the samples' hourly means, summed per period.
+
+The database does the sums: a ledger entry's interval ends where the next entry of its series
+begins (a window function), each interval is clipped to each period it overlaps, and only the
+sums per tenant, class and period come back. All times are whole Unix seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    and_,
+    case,
+    cast,
+    func,
+    literal,
+    select,
+    union_all,
+)
+from sqlalchemy.orm import Session
+
+from app.clusters.models import VirtualCluster
+from app.nodes.models import GpuClass, Node
+from app.quotas.models import TenantQuota
+from app.tenants.models import Tenant
+from app.usage.models import HourlyUsage, LedgerEntry, UsageSample
+
+HOUR = 3600
+USED_SOURCE = "quota"  # a namespace's ResourceQuota: GPUs its running pods request
+
+
+@dataclass(frozen=True)
+class Period:
+    start_s: int
+    end_s: int
+
+
+@dataclass(frozen=True)
+class SecondsRow:
+    period: int  # index into the periods asked for
+    tenant_id: int
+    gpu_class_id: int
+    kind: str  # quota, cluster, node or used
+    cluster_id: int | None
+    seconds: float
+
+
+def _periods_table(periods: Sequence[Period]) -> Any:
+    rows = [_period_row(n, period) for n, period in enumerate(periods)]
+    table: Any = rows[0] if len(rows) == 1 else union_all(*rows)
+    return table.cte("periods")
+
+
+def _period_row(n: int, period: Period) -> Any:
+    return select(cast(literal(n), BigInteger).label("n"),
+                  cast(literal(period.start_s), BigInteger).label("start_s"),
+                  cast(literal(period.end_s), BigInteger).label("end_s"))
+
+
+def _overlap(start: Any, end: Any, period: Any) -> ColumnElement[Any]:
+    low = case((start > period.c.start_s, start), else_=period.c.start_s)
+    high = case((end < period.c.end_s, end), else_=period.c.end_s)
+    return high - low
+
+
+def _ledger_intervals(tenant_ids: Any, until_s: int) -> Any:
+    series = (LedgerEntry.kind, LedgerEntry.subject_id, LedgerEntry.tenant_id,
+              LedgerEntry.gpu_class_id)
+    following = func.lead(LedgerEntry.at_s).over(partition_by=series,
+                                                 order_by=(LedgerEntry.at_s, LedgerEntry.id))
+    query = select(LedgerEntry.kind, LedgerEntry.tenant_id, LedgerEntry.gpu_class_id,
+                   LedgerEntry.cluster_id, LedgerEntry.gpus,
+                   LedgerEntry.at_s.label("start_s"), following.label("end_s")
+                   ).where(LedgerEntry.at_s < until_s)
+    if tenant_ids is not None:
+        query = query.where(LedgerEntry.tenant_id.in_(tenant_ids))
+    return query.subquery("intervals")
+
+
+def allocated_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
+                      tenant_ids: Any = None, by_cluster: bool = False) -> list[SecondsRow]:
+    """GPU-seconds held per period, tenant, class and kind (and cluster, if asked)."""
+    if not periods:
+        return []
+    cap = min(now_s, periods[-1].end_s)
+    period = _periods_table(periods)
+    spans = _ledger_intervals(tenant_ids, cap)
+    ended = func.coalesce(spans.c.end_s, cap)
+    end = case((ended < cap, ended), else_=cap)
+    cluster = spans.c.cluster_id if by_cluster else literal(None).label("cluster_id")
+    keys = [period.c.n, spans.c.tenant_id, spans.c.gpu_class_id, spans.c.kind]
+    query = (select(*keys, cluster, func.sum(spans.c.gpus * _overlap(spans.c.start_s, end, period)))
+             .join_from(spans, period, and_(spans.c.start_s < period.c.end_s,
+                                            end > period.c.start_s))
+             # Intervals over before the range are dropped before pairing with the periods.
+             .where(spans.c.gpus > 0, end > periods[0].start_s)
+             .group_by(*keys, *([spans.c.cluster_id] if by_cluster else [])))
+    return [SecondsRow(int(row[0]), row[1], row[2], row[3], row[4], float(row[5] or 0))
+            for row in db.execute(query)]
+
+
+def _hourly_means(tenant_ids: Any, since_s: int, until_s: int) -> Any:
+    """Mean GPUs in use per hour and cluster: the hourly rows, and raw samples not yet folded."""
+    hour = UsageSample.taken_s - UsageSample.taken_s % HOUR
+    raw = (select(hour.label("hour_s"), UsageSample.tenant_id, UsageSample.gpu_class_id,
+                  UsageSample.subject_id, func.avg(UsageSample.used_gpus).label("used"))
+           .where(UsageSample.source == USED_SOURCE, UsageSample.gpu_class_id.is_not(None),
+                  UsageSample.taken_s >= since_s - HOUR, UsageSample.taken_s < until_s)
+           .group_by(hour, UsageSample.tenant_id, UsageSample.gpu_class_id,
+                     UsageSample.subject_id))
+    folded = (select(HourlyUsage.hour_s, HourlyUsage.tenant_id, HourlyUsage.gpu_class_id,
+                     HourlyUsage.subject_id, HourlyUsage.mean_used_gpus.label("used"))
+              .where(HourlyUsage.source == USED_SOURCE, HourlyUsage.gpu_class_id.is_not(None),
+                     HourlyUsage.hour_s >= since_s - HOUR, HourlyUsage.hour_s < until_s))
+    if tenant_ids is not None:
+        raw = raw.where(UsageSample.tenant_id.in_(tenant_ids))
+        folded = folded.where(HourlyUsage.tenant_id.in_(tenant_ids))
+    return union_all(raw, folded).subquery("hours")
+
+
+def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
+                 tenant_ids: Any = None) -> list[SecondsRow]:
+    """GPU-seconds in use per period, tenant and class: each hour's mean over the hour."""
+    if not periods:
+        return []
+    cap = min(now_s, periods[-1].end_s)
+    period = _periods_table(periods)
+    hours = _hourly_means(tenant_ids, periods[0].start_s, cap)
+    end = case((hours.c.hour_s + HOUR < cap, hours.c.hour_s + HOUR), else_=cap)
+    keys = [period.c.n, hours.c.tenant_id, hours.c.gpu_class_id]
+    query = (select(*keys, func.sum(hours.c.used * _overlap(hours.c.hour_s, end, period)))
+             .join_from(hours, period, and_(hours.c.hour_s < period.c.end_s,
+                                            end > period.c.start_s))
+             .group_by(*keys))
+    return [SecondsRow(int(row[0]), row[1], row[2], "used", None, float(row[3] or 0))
+            for row in db.execute(query)]
+
+
+def tenant_slugs(db: Session, tenant_ids: set[int]) -> dict[int, str]:
+    rows = db.execute(select(Tenant.id, Tenant.slug).where(Tenant.id.in_(tenant_ids)))
+    return {row.id: row[1] for row in rows}
+
+
+def class_products(db: Session, class_ids: set[int]) -> dict[int, str]:
+    rows = db.execute(select(GpuClass.id, GpuClass.product).where(GpuClass.id.in_(class_ids)))
+    return {row.id: row[1] for row in rows}
+
+
+@dataclass(frozen=True)
+class ClusterNow:
+    """A cluster's GPUs now: given to it, and in use by the latest samples."""
+
+    name: str
+    gpu_class_id: int
+    allocated: int
+    in_use: float | None  # None until a sample was taken
+    queue_allocated: float | None
+
+
+def clusters_now(db: Session, tenant_id: int) -> list[ClusterNow]:
+    latest = (select(UsageSample.source, UsageSample.subject_id,
+                     func.max(UsageSample.taken_s).label("taken_s"))
+              .where(UsageSample.tenant_id == tenant_id, UsageSample.source.in_(
+                  ("quota", "queue")))
+              .group_by(UsageSample.source, UsageSample.subject_id).subquery())
+    rows = db.execute(
+        select(UsageSample.source, UsageSample.subject_id, UsageSample.used_gpus)
+        .join(latest, and_(latest.c.source == UsageSample.source,
+                           latest.c.subject_id == UsageSample.subject_id,
+                           latest.c.taken_s == UsageSample.taken_s))
+        .where(UsageSample.tenant_id == tenant_id))
+    used = {(row.source, row.subject_id): row.used_gpus for row in rows}
+    clusters = db.execute(
+        select(VirtualCluster.id, VirtualCluster.name, VirtualCluster.gpu_class_id,
+               VirtualCluster.gpus)
+        .where(VirtualCluster.tenant_id == tenant_id, VirtualCluster.gpu_class_id.is_not(None),
+               VirtualCluster.deletion_requested_at.is_(None))
+        .order_by(VirtualCluster.name))
+    return [ClusterNow(c.name, c.gpu_class_id, c.gpus, used.get(("quota", c.id)),
+                       used.get(("queue", c.id))) for c in clusters]
+
+
+def approved_now(db: Session, tenant_id: int) -> dict[int, int]:
+    rows = db.execute(select(TenantQuota.gpu_class_id, TenantQuota.gpus)
+                      .where(TenantQuota.tenant_id == tenant_id))
+    return {row.gpu_class_id: row.gpus for row in rows}
+
+
+def live_capacity(db: Session) -> dict[int, int]:
+    """GPUs on live nodes per class: the capacity today."""
+    rows = db.execute(select(Node.gpu_class_id, func.sum(Node.gpu_count))
+                      .where(Node.gone_at.is_(None), Node.gpu_class_id.is_not(None))
+                      .group_by(Node.gpu_class_id))
+    return {row[0]: int(row[1] or 0) for row in rows if row[0] is not None}
+
+
+def sampled_tenants(db: Session, since_s: int, until_s: int) -> set[int]:
+    """Tenants with at least one sample in the span (raw or hourly)."""
+    raw = select(UsageSample.tenant_id).where(UsageSample.taken_s >= since_s,
+                                              UsageSample.taken_s < until_s)
+    hourly = select(HourlyUsage.tenant_id).where(HourlyUsage.hour_s >= since_s - HOUR,
+                                                 HourlyUsage.hour_s < until_s)
+    return set(db.scalars(union_all(raw, hourly)))

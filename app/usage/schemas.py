@@ -1,0 +1,40 @@
+"""Usage report filters and rows, shared by the JSON, CSV and HTML surfaces."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+GroupBy = Literal["day", "month"]
+
+
+class UsageFilters(BaseModel):
+    start: datetime  # the query's ``from``, a Python keyword
+    end: datetime  # ``to``
+    tenant: str | None = None
+    group_by: GroupBy = "day"
+
+
+class UsageRow(BaseModel):
+    """One tenant's GPU-hours of one class in one period (UTC), each kind separately."""
+
+    tenant: str
+    gpu_class: str
+    period: str = Field(description="YYYY-MM-DD for days, YYYY-MM for months (UTC)")
+    period_start: datetime
+    period_end: datetime
+    approved_gpu_hours: float = Field(description="GPU-hours of approved quota")
+    allocated_gpu_hours: float = Field(description="GPU-hours given to virtual clusters")
+    dedicated_gpu_hours: float = Field(description="GPU-hours of dedicated nodes assigned")
+    used_gpu_hours: float = Field(description="GPU-hours requested by running pods (sampled)")
+    allocated_gpu_seconds: int = Field(description="allocated, exact to the second")
+
+
+class UsageReport(BaseModel):
+    start: datetime
+    end: datetime
+    group_by: GroupBy
+    tenant: str | None
+    rows: list[UsageRow]

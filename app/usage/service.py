@@ -1,0 +1,136 @@
+"""GPU-hour reports: who may see which tenant's usage, the periods, and the rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app import authz
+from app.auth.principal import Principal
+from app.errors import ValidationFailed
+from app.tenants.models import Tenant
+from app.usage import ledger, repository
+from app.usage.repository import Period, SecondsRow
+from app.usage.schemas import GroupBy, UsageFilters, UsageReport, UsageRow
+
+# Days are kept hourly for 400 days; months go back ten years.
+MAX_RANGE = {"day": timedelta(days=400), "month": timedelta(days=3660)}
+KINDS = ("quota", "cluster", "node", "used")
+
+
+@dataclass(frozen=True)
+class LabelledPeriod:
+    label: str
+    start: datetime
+    end: datetime
+
+    def seconds(self) -> Period:
+        return Period(int(self.start.timestamp()), int(self.end.timestamp()))
+
+
+def as_utc(moment: datetime) -> datetime:
+    """Naive datetimes in a query string mean UTC; sub-second parts are dropped."""
+    aware = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return aware.replace(microsecond=0)
+
+
+def check_range(start: datetime, end: datetime, group_by: GroupBy) -> None:
+    if start >= end:
+        raise ValidationFailed.on_field("from", "'from' must be before 'to'")
+    if end - start > MAX_RANGE[group_by]:
+        raise ValidationFailed.on_field(
+            "to", f"a report by {group_by} spans at most {MAX_RANGE[group_by].days} days")
+
+
+def periods(start: datetime, end: datetime, group_by: GroupBy) -> list[LabelledPeriod]:
+    """UTC days or months from ``start`` to ``end``, the first and last cut to the range."""
+    found = []
+    for boundary, label in _boundaries(start, group_by):
+        following = _next(boundary, group_by)
+        if boundary >= end:
+            break
+        found.append(LabelledPeriod(label, max(boundary, start), min(following, end)))
+    return found
+
+
+def _boundaries(start: datetime, group_by: GroupBy) -> Iterator[tuple[datetime, str]]:
+    boundary = start.replace(hour=0, minute=0, second=0, microsecond=0)
+    if group_by == "month":
+        boundary = boundary.replace(day=1)
+    while True:
+        label = boundary.strftime("%Y-%m-%d" if group_by == "day" else "%Y-%m")
+        yield boundary, label
+        boundary = _next(boundary, group_by)
+
+
+def _next(boundary: datetime, group_by: GroupBy) -> datetime:
+    if group_by == "day":
+        return boundary + timedelta(days=1)
+    year, month = divmod(boundary.month, 12)
+    return boundary.replace(year=boundary.year + year, month=month + 1)
+
+
+def visible_tenant_ids(db: Session, principal: Principal, slug: str | None) -> Any:
+    """The tenants a report covers: the one asked for (404 if hidden), else all visible."""
+    if slug:
+        return [authz.tenant_for(db, principal, slug, "read").id]
+    if principal.is_platform_admin:
+        return None
+    return authz.tenants_visible_to(principal).with_only_columns(Tenant.id)
+
+
+def report(db: Session, principal: Principal, filters: UsageFilters) -> UsageReport:
+    start, end = as_utc(filters.start), as_utc(filters.end)
+    check_range(start, end, filters.group_by)
+    tenant_ids = visible_tenant_ids(db, principal, filters.tenant)
+    rows = usage_rows(db, periods(start, end, filters.group_by), tenant_ids)
+    return UsageReport(start=start, end=end, group_by=filters.group_by, tenant=filters.tenant,
+                       rows=rows)
+
+
+def usage_rows(db: Session, labelled: list[LabelledPeriod], tenant_ids: Any) -> list[UsageRow]:
+    spans = [p.seconds() for p in labelled]
+    now_s = int(ledger.now_in_seconds().timestamp())
+    found = (repository.allocated_seconds(db, spans, now_s, tenant_ids=tenant_ids)
+             + repository.used_seconds(db, spans, now_s, tenant_ids=tenant_ids))
+    sums: dict[tuple[int, int, int], dict[str, float]] = {}
+    for row in found:
+        kinds = sums.setdefault((row.period, row.tenant_id, row.gpu_class_id),
+                                dict.fromkeys(KINDS, 0.0))
+        kinds[row.kind] += row.seconds
+    slugs = repository.tenant_slugs(db, {key[1] for key in sums})
+    products = repository.class_products(db, {key[2] for key in sums})
+    rows = [_row(labelled[n], slugs[tenant], products[gpu_class], kinds)
+            for (n, tenant, gpu_class), kinds in sums.items() if any(kinds.values())]
+    return sorted(rows, key=lambda r: (r.period_start, r.tenant, r.gpu_class))
+
+
+def _row(period: LabelledPeriod, tenant: str, gpu_class: str,
+         seconds: dict[str, float]) -> UsageRow:
+    return UsageRow(
+        tenant=tenant, gpu_class=gpu_class, period=period.label,
+        period_start=period.start, period_end=period.end,
+        approved_gpu_hours=hours(seconds["quota"]),
+        allocated_gpu_hours=hours(seconds["cluster"]),
+        dedicated_gpu_hours=hours(seconds["node"]),
+        used_gpu_hours=hours(seconds["used"]),
+        allocated_gpu_seconds=round(seconds["cluster"]))
+
+
+def hours(seconds: float) -> float:
+    return round(seconds / 3600, 6)
+
+
+def seconds_by_cluster(db: Session, principal: Principal, slug: str, start: datetime,
+                       end: datetime) -> list[SecondsRow]:
+    """A tenant's allocated GPU-seconds per cluster over one span."""
+    tenant_ids = visible_tenant_ids(db, principal, slug)
+    span = Period(int(as_utc(start).timestamp()), int(as_utc(end).timestamp()))
+    now_s = int(ledger.now_in_seconds().timestamp())
+    rows = repository.allocated_seconds(db, [span], now_s, tenant_ids=tenant_ids,
+                                        by_cluster=True)
+    return [row for row in rows if row.kind == "cluster"]

@@ -1,0 +1,1 @@
+"""Server-rendered SVG charts: pure functions from figures to accessible markup."""

@@ -1,0 +1,110 @@
+"""Horizontal bar charts: bars side by side per group, or stacked into one bar per group.
+
+Horizontal, so that long class names fit on a phone; each bar is labelled with its number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from markupsafe import Markup
+
+from app.web.charts.svg import Scale, Series, bar, defs, frame, legend, num, text, ticks
+
+WIDTH = 640
+LABEL_WIDTH = 170
+PLOT_WIDTH = 400
+TOP = 40
+BAR = 14
+GAP = 3
+GROUP_GAP = 16
+
+
+@dataclass(frozen=True)
+class Group:
+    """One row of the chart (a GPU class) and its figure per series key."""
+
+    label: str
+    values: dict[str, int]
+
+
+def _axis(scale: Scale, top: float, bottom: float) -> str:
+    lines = []
+    for tick in ticks(scale.maximum):
+        x = LABEL_WIDTH + scale(tick)
+        lines.append(f'<line x1="{num(x)}" y1="{num(top)}" x2="{num(x)}" y2="{num(bottom)}" '
+                     f'stroke="#dde2e8" stroke-width="1"/>')
+        lines.append(text(x, bottom + 14, tick, anchor="middle", size=11, colour="#5b6675"))
+    return f'<g class="axis">{"".join(lines)}</g>'
+
+
+def _scale(groups: Sequence[Group], keys: Sequence[str], stacked: bool) -> Scale:
+    if stacked:
+        largest = max((sum(max(g.values.get(k, 0), 0) for k in keys) for g in groups), default=0)
+    else:
+        largest = max((g.values.get(k, 0) for g in groups for k in keys), default=0)
+    return Scale(float(ticks(largest)[-1]), PLOT_WIDTH)
+
+
+def grouped_bars(chart_id: str, title: str, description: str, groups: Sequence[Group],
+                 series: Sequence[Series]) -> Markup:
+    """One bar per series in each group, each labelled with its value."""
+    scale = _scale(groups, [s.key for s in series], stacked=False)
+    group_height = len(series) * (BAR + GAP) + GROUP_GAP
+    bottom = TOP + len(groups) * group_height
+    parts = [defs(chart_id, series), legend(chart_id, series, LABEL_WIDTH, 18),
+             _axis(scale, TOP - 4, bottom - GROUP_GAP + 4)]
+    for index, group in enumerate(groups):
+        y = TOP + index * group_height
+        parts.append(text(LABEL_WIDTH - 8, y + BAR + 2, group.label, anchor="end",
+                          weight="bold"))
+        for row, item in enumerate(series):
+            value = group.values.get(item.key, 0)
+            top = y + row * (BAR + GAP)
+            width = scale(value)
+            parts.append(bar(chart_id, item, LABEL_WIDTH, top, width, BAR,
+                             {"group": group.label, "series": item.key, "value": value}))
+            parts.append(text(LABEL_WIDTH + width + 5, top + BAR - 3,
+                              f"{value} {item.label.lower()}", size=11))
+    return frame(chart_id, title, description, WIDTH, bottom + 20, "".join(parts))
+
+
+def stacked_bars(chart_id: str, title: str, description: str, groups: Sequence[Group],
+                 stack: Sequence[Series], apart: Series | None = None) -> Markup:
+    """The ``stack`` series end to end in one bar per group, its total at the end; ``apart``
+    (a figure that overlaps the others, such as GPUs not ready) as a thin bar beneath."""
+    keys = [s.key for s in stack]
+    scale = _scale(groups, keys, stacked=True)
+    thin = 7 if apart else 0
+    group_height = BAR + thin + GAP + GROUP_GAP + (12 if apart else 0)
+    bottom = TOP + len(groups) * group_height
+    shown = [*stack, apart] if apart else list(stack)
+    parts = [defs(chart_id, shown), legend(chart_id, shown, LABEL_WIDTH - 160, 18),
+             _axis(scale, TOP - 4, bottom - GROUP_GAP + 4)]
+    for index, group in enumerate(groups):
+        y = TOP + index * group_height
+        parts.append(text(LABEL_WIDTH - 8, y + BAR - 2, group.label, anchor="end",
+                          weight="bold"))
+        x = float(LABEL_WIDTH)
+        for item in stack:
+            value = group.values.get(item.key, 0)
+            width = scale(max(value, 0))
+            parts.append(bar(chart_id, item, x, y, width, BAR,
+                             {"group": group.label, "series": item.key, "value": value}))
+            if width >= 24:
+                solid = item.pattern == "solid"
+                parts.append(text(x + width / 2, y + BAR - 3, value, anchor="middle", size=11,
+                                  weight="bold", colour="#fff" if solid else "#1c2430",
+                                  halo=not solid))
+            x += width
+        total = sum(group.values.get(k, 0) for k in keys)
+        parts.append(text(x + 5, y + BAR - 3, f"{total} total", size=11))
+        if apart:
+            value = group.values.get(apart.key, 0)
+            width = scale(value)
+            parts.append(bar(chart_id, apart, LABEL_WIDTH, y + BAR + GAP, width, thin,
+                             {"group": group.label, "series": apart.key, "value": value}))
+            parts.append(text(LABEL_WIDTH + width + 5, y + BAR + GAP + thin + 2,
+                              f"{value} {apart.label.lower()}", size=10, colour="#5b6675"))
+    return frame(chart_id, title, description, WIDTH, bottom + 20, "".join(parts))

@@ -1,0 +1,244 @@
+"""Server-rendered SVG time-series charts: stacked bars and lines over labelled periods.
+
+Accessible by construction: each chart is an ``img`` with a ``<title>`` and ``<desc>``; every
+series has its own fill pattern (bars) or dash and marker (lines) besides its colour, and a
+legend that names it, so nothing depends on telling colours apart. Each bar and point carries
+its series, period and exact value as ``data-*`` attributes, and pages put the same figures in a
+table next to the chart.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from markupsafe import Markup, escape
+
+WIDTH, HEIGHT = 720, 260
+LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 44
+LEGEND_ROW = 18
+COLOURS = ("#2f6f4f", "#c47f17", "#3a5f9e", "#8c3b6b", "#5b6675", "#a32020")
+# Fill patterns for bars, one per series: solid, hatched, dotted, crossed, ...
+PATTERNS = ("solid", "hatch", "dots", "cross", "backhatch", "grid")
+DASHES = ("", "6 3", "2 3", "10 4 2 4", "1 5", "12 2")
+MARKERS = ("circle", "square", "diamond", "triangle", "circle", "square")
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    values: Sequence[float]
+
+
+@dataclass(frozen=True)
+class _Frame:
+    categories: Sequence[str]
+    top: float
+
+    @property
+    def plot_width(self) -> float:
+        return WIDTH - LEFT - RIGHT
+
+    @property
+    def plot_height(self) -> float:
+        return HEIGHT - TOP - BOTTOM
+
+    def slot(self) -> float:
+        return self.plot_width / max(len(self.categories), 1)
+
+    def x(self, index: int) -> float:
+        return LEFT + self.slot() * (index + 0.5)
+
+    def y(self, value: float) -> float:
+        return TOP + self.plot_height * (1 - value / self.top)
+
+
+def nice_top(largest: float) -> float:
+    """A round axis maximum at or above ``largest`` (1, 2 or 5 times a power of ten)."""
+    if largest <= 0:
+        return 1.0
+    magnitude = 10 ** len(str(int(largest))) / 10
+    for step in (1, 2, 5, 10):
+        if largest <= step * magnitude:
+            return float(step * magnitude)
+    return float(10 * magnitude)
+
+
+def number(value: float) -> str:
+    return f"{value:,.2f}".rstrip("0").rstrip(".")
+
+
+def _defs(prefix: str, count: int) -> str:
+    shapes = {
+        "solid": "",
+        "hatch": '<path d="M0,8 L8,0" stroke="#fff" stroke-width="2"/>',
+        "dots": '<circle cx="4" cy="4" r="1.6" fill="#fff"/>',
+        "cross": '<path d="M0,4 H8 M4,0 V8" stroke="#fff" stroke-width="1.5"/>',
+        "backhatch": '<path d="M0,0 L8,8" stroke="#fff" stroke-width="2"/>',
+        "grid": '<path d="M0,0 H8 V8" fill="none" stroke="#fff" stroke-width="1.5"/>',
+    }
+    patterns = []
+    for n in range(count):
+        colour, shape = COLOURS[n % len(COLOURS)], shapes[PATTERNS[n % len(PATTERNS)]]
+        patterns.append(f'<pattern id="{prefix}-p{n}" width="8" height="8" '
+                        f'patternUnits="userSpaceOnUse"><rect width="8" height="8" '
+                        f'fill="{colour}"/>{shape}</pattern>')
+    return f"<defs>{''.join(patterns)}</defs>"
+
+
+def _axes(frame: _Frame, unit: str) -> str:
+    parts = []
+    for step in range(5):
+        value = frame.top * step / 4
+        y = frame.y(value)
+        parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
+                     f'stroke="#dde2e8"/><text x="{LEFT - 6}" y="{y + 4:.1f}" '
+                     f'text-anchor="end" font-size="11">{number(value)}</text>')
+    # As many labels as fit side by side (about 6.5 px a character at 11 px), evenly spaced.
+    widest = max((len(label) for label in frame.categories), default=1) * 6.5 + 10
+    every = max(1, math.ceil(len(frame.categories) * widest / frame.plot_width))
+    for n, label in enumerate(frame.categories):
+        if n % every == 0:
+            parts.append(f'<text x="{frame.x(n):.1f}" y="{HEIGHT - BOTTOM + 16}" '
+                         f'text-anchor="middle" font-size="11">{escape(label)}</text>')
+    parts.append(f'<text x="12" y="{TOP + frame.plot_height / 2:.1f}" font-size="11" '
+                 f'transform="rotate(-90 12 {TOP + frame.plot_height / 2:.1f})" '
+                 f'text-anchor="middle">{escape(unit)}</text>')
+    return "".join(parts)
+
+
+def _legend_places(series: Sequence[Series]) -> list[tuple[float, int]]:
+    """(x, row) of each legend item: side by side, on a new row when the next would not fit."""
+    places, x, row = [], float(LEFT), 0
+    for one in series:
+        width = 40 + len(one.label) * 7
+        if x + width > WIDTH - RIGHT and x > LEFT:
+            x, row = float(LEFT), row + 1
+        places.append((x, row))
+        x += width
+    return places
+
+
+def _height(series: Sequence[Series]) -> int:
+    rows = 1 + max((row for _x, row in _legend_places(series)), default=0)
+    return HEIGHT + LEGEND_ROW * (rows - 1)
+
+
+def _legend(prefix: str, series: Sequence[Series], *, lines: bool) -> str:
+    items = []
+    for n, (one, (x, row)) in enumerate(zip(series, _legend_places(series), strict=True)):
+        y = HEIGHT - 12 + row * LEGEND_ROW
+        if lines:
+            swatch = (f'<line x1="{x}" x2="{x + 22}" y1="{y - 4}" y2="{y - 4}" '
+                      f'stroke="{COLOURS[n % len(COLOURS)]}" stroke-width="2.5" '
+                      f'stroke-dasharray="{DASHES[n % len(DASHES)]}"/>'
+                      + _marker(MARKERS[n % len(MARKERS)], x + 11, y - 4, n))
+        else:
+            swatch = (f'<rect x="{x}" y="{y - 10}" width="14" height="12" '
+                      f'fill="url(#{prefix}-p{n})" stroke="#1c2430" stroke-width=".5"/>')
+        items.append(f'<g class="legend-item">{swatch}<text x="{x + 28}" y="{y}" '
+                     f'font-size="12">{escape(one.label)}</text></g>')
+    return "".join(items)
+
+
+def _open(prefix: str, title: str, description: str, series: Sequence[Series]) -> str:
+    return (f'<svg class="chart" viewBox="0 0 {WIDTH} {_height(series)}" role="img" '
+            f'aria-labelledby="{prefix}-title {prefix}-desc" '
+            f'xmlns="http://www.w3.org/2000/svg" font-family="system-ui, sans-serif">'
+            f'<title id="{prefix}-title">{escape(title)}</title>'
+            f'<desc id="{prefix}-desc">{escape(description)}</desc>')
+
+
+def _svg(*parts: str) -> Markup:
+    # Every label, title and unit went through escape() where it was put in; numbers and
+    # constants are the only other text.
+    return Markup("".join(parts) + "</svg>")  # noqa: S704
+
+
+def stacked_bars(title: str, description: str, categories: Sequence[str],
+                 series: Sequence[Series], unit: str) -> Markup:
+    """One bar per category, the series stacked in order from the bottom."""
+    prefix = f"chart{next(_ids)}"
+    totals = [sum(s.values[n] for s in series) for n in range(len(categories))]
+    frame = _Frame(categories, nice_top(max(totals, default=0.0)))
+    width = frame.slot() * 0.7
+    bars = []
+    for n, category in enumerate(categories):
+        base = 0.0
+        for k, one in enumerate(series):
+            value = one.values[n]
+            if value <= 0:
+                continue
+            top, bottom = frame.y(base + value), frame.y(base)
+            bars.append(
+                f'<rect class="bar" x="{frame.x(n) - width / 2:.1f}" y="{top:.1f}" '
+                f'width="{width:.1f}" height="{bottom - top:.1f}" fill="url(#{prefix}-p{k})" '
+                f'stroke="#1c2430" stroke-width=".5" data-series="{escape(one.label)}" '
+                f'data-category="{escape(category)}" data-value="{value!r}">'
+                f'<title>{escape(one.label)}, {escape(category)}: {number(value)} '
+                f'{escape(unit)}</title></rect>')
+            base += value
+    return _svg(_open(prefix, title, description, series), _defs(prefix, len(series)),
+                _axes(frame, unit), *bars, _legend(prefix, series, lines=False))
+
+
+def _marker(shape: str, x: float, y: float, n: int) -> str:
+    colour = COLOURS[n % len(COLOURS)]
+    if shape == "square":
+        return f'<rect x="{x - 3.5:.1f}" y="{y - 3.5:.1f}" width="7" height="7" fill="{colour}"/>'
+    if shape == "diamond":
+        return (f'<path d="M{x:.1f},{y - 4.5:.1f} l4.5,4.5 l-4.5,4.5 l-4.5,-4.5 z" '
+                f'fill="{colour}"/>')
+    if shape == "triangle":
+        return (f'<path d="M{x:.1f},{y - 4.5:.1f} l4.5,8 h-9 z" fill="{colour}"/>')
+    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{colour}"/>'
+
+
+def lines(title: str, description: str, categories: Sequence[str],
+          series: Sequence[Series], unit: str) -> Markup:
+    """One line per series across the categories, each with its own dash and marker."""
+    prefix = f"chart{next(_ids)}"
+    largest = max((v for s in series for v in s.values), default=0.0)
+    frame = _Frame(categories, nice_top(largest))
+    drawn = []
+    for k, one in enumerate(series):
+        points = [(frame.x(n), frame.y(v)) for n, v in enumerate(one.values)]
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+        marks = "".join(
+            f'<g class="point" data-series="{escape(one.label)}" '
+            f'data-category="{escape(categories[n])}" data-value="{one.values[n]!r}">'
+            f'{_marker(MARKERS[k % len(MARKERS)], x, y, k)}<title>{escape(one.label)}, '
+            f'{escape(categories[n])}: {number(one.values[n])} {escape(unit)}</title></g>'
+            for n, (x, y) in enumerate(points))
+        drawn.append(f'<polyline points="{path}" fill="none" stroke-width="2" '
+                     f'stroke="{COLOURS[k % len(COLOURS)]}" '
+                     f'stroke-dasharray="{DASHES[k % len(DASHES)]}"/>{marks}')
+    return _svg(_open(prefix, title, description, series), _axes(frame, unit), *drawn,
+                _legend(prefix, series, lines=True))
+
+
+def grouped_bars(title: str, description: str, categories: Sequence[str],
+                 series: Sequence[Series], unit: str) -> Markup:
+    """Side by side bars per category, one per series (e.g. approved, allocated, in use)."""
+    prefix = f"chart{next(_ids)}"
+    largest = max((v for s in series for v in s.values), default=0.0)
+    frame = _Frame(categories, nice_top(largest))
+    width = frame.slot() * 0.8 / max(len(series), 1)
+    bars = []
+    for n, category in enumerate(categories):
+        start = frame.x(n) - width * len(series) / 2
+        for k, one in enumerate(series):
+            value = one.values[n]
+            top = frame.y(value)
+            bars.append(
+                f'<rect class="bar" x="{start + k * width:.1f}" y="{top:.1f}" '
+                f'width="{width * 0.9:.1f}" height="{frame.y(0) - top:.1f}" '
+                f'fill="url(#{prefix}-p{k})" stroke="#1c2430" stroke-width=".5" '
+                f'data-series="{escape(one.label)}" data-category="{escape(category)}" '
+                f'data-value="{value!r}"><title>{escape(one.label)}, {escape(category)}: '
+                f'{number(value)} {escape(unit)}</title></rect>')
+    return _svg(_open(prefix, title, description, series), _defs(prefix, len(series)),
+                _axes(frame, unit), *bars, _legend(prefix, series, lines=False))

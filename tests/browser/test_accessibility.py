@@ -1,0 +1,75 @@
+"""Each main page, as the simulated host's demo data fills it, has no serious or critical
+accessibility violation by axe-core (vendored under ``vendor/axe-core``)."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+from sqlalchemy import select
+
+from app.auth import service as auth_service
+from app.devmode import DEMO_TENANT, DEMO_TENANT_ADMIN
+from app.nodes.models import GpuClass, HostCluster
+from app.tenants.models import Tenant
+from tests import factories
+from tests.browser.accessibility import serious_violations
+from tests.browser.conftest import Screenshots, SimulatedPortal, sign_in_on
+
+pytestmark = pytest.mark.browser
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+TENANT_PAGES = ("/", f"/t/{DEMO_TENANT}", f"/t/{DEMO_TENANT}/quota-requests/new",
+                f"/t/{DEMO_TENANT}/clusters", f"/t/{DEMO_TENANT}/clusters/train", "/audit",
+                "/tokens", f"/t/{DEMO_TENANT}/usage", "/t/no-such-tenant")
+ADMIN_PAGES = ("/admin/quota-requests", "/admin/fleet", "/admin/nodes/h100-r1-n1",
+               "/admin/fleet/suggest", "/admin/tenants", "/admin/gpu-classes", "/admin/usage",
+               "/audit")
+
+
+def seed_work(portal: SimulatedPortal) -> None:
+    """Approved quota, a pending request and a cluster, so that pages show tables, not blanks."""
+    with portal.database.transaction() as db:
+        demo = db.scalars(select(Tenant).where(Tenant.slug == DEMO_TENANT)).one()
+        h100 = db.scalars(select(GpuClass).where(GpuClass.product == H100)).one()
+        alice = auth_service.user_for_email(db, DEMO_TENANT_ADMIN)
+        factories.quota(db, demo, h100, 8)
+        factories.quota_request(db, demo, h100, alice, gpus=4)
+        host = db.scalars(select(HostCluster).where(HostCluster.is_default)).one()
+        factories.cluster(db, demo, host, "train",
+                          gpu_class_id=h100.id, gpus=4)
+
+
+def check(page: Page, url: str, shots: Screenshots, found: dict[str, list[str]]) -> None:
+    page.goto(url)
+    shots(page, url.split("/", 3)[-1].replace("/", "-") or "home")
+    violations = serious_violations(page)
+    if violations:
+        found[url] = [str(v) for v in violations]
+
+
+def test_main_pages_have_no_serious_or_critical_violations(
+    browser: Browser, simulated_portal: SimulatedPortal, screenshots: Screenshots,
+) -> None:
+    seed_work(simulated_portal)
+    base = simulated_portal.url
+    found: dict[str, list[str]] = {}
+    signed_out = browser.new_context(bypass_csp=True).new_page()
+    check(signed_out, base + "/", screenshots, found)
+
+    alice = sign_in_on(browser.new_context(bypass_csp=True), base, DEMO_TENANT_ADMIN)
+    alice.goto(f"{base}/t/{DEMO_TENANT}/clusters/train")
+    expect(alice.locator("#cluster-phase")).to_have_text("Ready", timeout=60_000)
+    alice.get_by_role("button", name="Get kubeconfig").click()
+    expect(alice.get_by_test_id("simulated-kubeconfig-note")).to_be_visible()
+    screenshots(alice, "cluster-with-kubeconfig")
+    violations = serious_violations(alice)
+    if violations:
+        found["cluster page with an issued kubeconfig"] = [str(v) for v in violations]
+    for path in TENANT_PAGES:
+        check(alice, base + path, screenshots, found)
+
+    admin = sign_in_on(browser.new_context(bypass_csp=True), base, "admin@example.com")
+    for path in ADMIN_PAGES:
+        check(admin, base + path, screenshots, found)
+    assert found == {}

@@ -1,0 +1,118 @@
+"""`portalctl audit`: filtered reads and --follow, against the real app."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+from typing import Any
+
+import httpx
+
+from app.portalctl.audit import Cursor
+from tests.portalctl.conftest import PORTALCTL, Portal, PortalCtl, Result
+
+
+def test_filters_pick_the_events_and_json_is_the_apis(portal: Portal, portalctl: PortalCtl) -> None:
+    portalctl.login(portal, "acme-admin")
+    for gpus in (2, 3):
+        _request_quota(portal, gpus)
+    events = _json(portalctl("audit", "--tenant", "acme", "-o", "json"))
+    api = httpx.get(f"{portal.url}/api/v1/audit", params={"tenant": "acme"},
+                    headers={"Authorization": f"Bearer {portal.tokens['acme-admin']}"})
+    assert events == api.json()["items"]
+    quota = _json(portalctl("audit", "--tenant", "acme", "--action", "quota_request.",
+                            "-o", "json"))
+    assert len(quota) == 2 and all(e["action"].startswith("quota_request.") for e in quota)
+    assert quota[0]["id"] > quota[1]["id"]  # newest first
+    assert len(_json(portalctl("audit", "--tenant", "acme", "--limit", "1", "-o", "json"))) == 1
+    by_someone_else = portalctl("audit", "--tenant", "acme", "--actor", "nobody@example.com",
+                                "-o", "json")
+    assert _json(by_someone_else) == []
+    table = portalctl("audit", "--tenant", "acme").stdout.splitlines()
+    assert table[0].split()[:3] == ["ID", "OCCURRED_AT", "ACTOR"]
+    bad_time = portalctl("audit", "--since", "yesterday")
+    assert bad_time.exit_code == 1 and "since" in bad_time.stderr
+
+
+def test_the_audit_log_is_for_admins(portal: Portal, portalctl: PortalCtl) -> None:
+    portalctl.login(portal, "acme-viewer")
+    assert portalctl("audit", "--tenant", "acme").exit_code == 4
+    assert portalctl("audit").exit_code == 4
+
+
+def test_follow_prints_new_events_as_json_lines_until_ctrl_c(
+    portal: Portal, portalctl: PortalCtl
+) -> None:
+    portalctl.login(portal, "acme-admin")
+    _request_quota(portal, 1)
+    env = {"PATH": os.environ.get("PATH", ""),
+           **{k: v for k, v in portalctl.env.items() if v is not None}}
+    follower = subprocess.Popen(
+        [str(PORTALCTL), "audit", "--tenant", "acme", "--action", "quota_request.", "--follow",
+         "--interval", "0.2", "-o", "json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = _lines_of(follower)
+    try:
+        first = json.loads(lines.get(timeout=30))
+        assert first["after"]["gpus"] == 1
+        created = [_request_quota(portal, gpus) for gpus in (4, 5)]
+        followed = [json.loads(lines.get(timeout=30)) for _ in created]
+        assert [e["after"]["gpus"] for e in followed] == [4, 5]
+        assert [e["target_id"] for e in followed] == [str(r["id"]) for r in created]
+    finally:
+        follower.send_signal(signal.SIGINT)
+        _, errors = follower.communicate(timeout=30)
+    assert follower.returncode == 0, errors
+    assert "Traceback" not in errors and "Aborted" not in errors
+
+
+def test_following_shows_late_committed_events_once_and_nothing_older_than_the_start() -> None:
+    cursor = Cursor([_event(10), _event(12)])
+    assert _ids(cursor.advance(_events(14, 13, 12, 10, 9, 8))) == [13, 14]
+    assert _ids(cursor.advance(_events(15, 14, 13, 12, 11, 10, 9))) == [11, 15]
+    assert cursor.advance(_events(15, 14, 13, 12, 11, 10)) == []
+    assert _ids(Cursor([]).advance(_events(3, 2, 1))) == [1, 2, 3]
+
+
+def _lines_of(process: subprocess.Popen[str]) -> queue.Queue[str]:
+    """The process's stdout lines, to wait for with a timeout."""
+    lines: queue.Queue[str] = queue.Queue()
+    assert process.stdout is not None
+    stdout = process.stdout
+
+    def read() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _request_quota(portal: Portal, gpus: int) -> dict[str, Any]:
+    response = httpx.post(f"{portal.url}/api/v1/tenants/acme/quota-requests",
+                          headers={"Authorization": f"Bearer {portal.tokens['acme-admin']}"},
+                          json={"gpu_class_id": portal.h100_id, "gpus": gpus, "reason": "more"})
+    response.raise_for_status()
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def _event(event_id: int) -> dict[str, Any]:
+    return {"id": event_id, "action": "quota.request"}
+
+
+def _events(*ids: int) -> list[dict[str, Any]]:
+    return [_event(i) for i in ids]
+
+
+def _ids(events: list[dict[str, Any]]) -> list[int]:
+    return [int(e["id"]) for e in events]
+
+
+def _json(result: Result) -> Any:
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)

@@ -1,0 +1,56 @@
+"""Fixtures for template tests: acme with 16 approved H100s, two 8-GPU nodes dedicated to it,
+an app whose host is the real test API server (with KAI's Queue CRD) and stand-in charts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.kube.adapter import KubernetesAdapter
+from app.nodes.models import Node
+from tests import factories
+from tests.support.kube import InMemoryConnector
+from tests.support.kube_server import ApiServer
+from tests.support.tenancy import Tenancy, build_tenancy
+from tests.templates.support import StandinCharts
+
+
+@pytest.fixture
+def tenancy(db: Session) -> Tenancy:
+    tenancy = build_tenancy(db)
+    factories.quota(db, tenancy.acme, tenancy.h100, 16)
+    for node in db.scalars(select(Node).order_by(Node.id).limit(2)):
+        factories.assignment(db, node, tenancy.acme)
+    db.commit()
+    return tenancy
+
+
+@pytest.fixture
+def charts() -> StandinCharts:
+    return StandinCharts()
+
+
+@pytest.fixture(scope="module")
+def real_host(kai_host: ApiServer) -> Iterator[KubernetesAdapter]:
+    adapter = kai_host.adapter()
+    yield adapter
+    adapter.close()
+
+
+@pytest.fixture
+def app_client(client: TestClient, charts: StandinCharts) -> TestClient:
+    """The app without a host cluster (validation says so), with the stand-in charts."""
+    client.app.state.chart_resolver = charts  # type: ignore[attr-defined]
+    client.app.state.kube = InMemoryConnector(None)  # type: ignore[attr-defined]
+    return client
+
+
+@pytest.fixture
+def host_client(app_client: TestClient, real_host: KubernetesAdapter) -> TestClient:
+    """The app with the real test API server as its host cluster."""
+    app_client.app.state.kube = InMemoryConnector(real_host)  # type: ignore[attr-defined]
+    return app_client

@@ -1,0 +1,72 @@
+"""What the template tests share: a stand-in Helm repository index and the "training" template
+of the issue (dedicated H100s, KAI inside, user namespaces)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.kube.errors import KubeError
+from app.kube.port import Manifest
+
+KAI_REPO = "https://charts.example.com/kai"
+KAI_ADDON = {"name": "kai-scheduler", "repo": KAI_REPO, "chart": "kai-scheduler",
+             "version": "0.9.3"}
+
+
+@dataclass
+class StandinCharts:
+    """Plays the add-on repositories' index.yaml: the charts published there, nothing else.
+
+    A stand-in because the test machine has no route to real Helm repositories; the resolver
+    the app uses (HelmIndexResolver) is tested on an index.yaml served to it in-process.
+    """
+
+    published: set[tuple[str, str, str]] = field(
+        default_factory=lambda: {(KAI_REPO, "kai-scheduler", "0.9.3")})
+    asked: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def problem(self, repo: str, chart: str, version: str) -> str | None:
+        self.asked.append((repo, chart, version))
+        if (repo, chart, version) in self.published:
+            return None
+        return f"{repo} has no chart {chart!r} at version {version}"
+
+
+@dataclass
+class StandinHost:
+    """A host that answers as told: for what the real test API server cannot be made to say
+    (an older Kubernetes, the user-namespace gate off, a refused object)."""
+
+    version: str = "v1.32.13"
+    keeps_host_users: bool = True
+    refuse_kind: str | None = None
+    applied: list[Manifest] = field(default_factory=list)
+    dry_runs: list[Manifest] = field(default_factory=list)
+
+    def apply(self, obj: Manifest, *, force: bool = False) -> Manifest:
+        self.applied.append(obj)
+        return obj
+
+    def dry_run_apply(self, obj: Manifest) -> Manifest:
+        self.dry_runs.append(obj)
+        if obj["kind"] == self.refuse_kind:
+            raise KubeError(f"{obj['kind']} refused by admission webhook \"policy.example\"")
+        if obj["kind"] == "Deployment" and not self.keeps_host_users:
+            spec = obj["spec"]["template"]["spec"]
+            return {**obj, "spec": {**obj["spec"], "template": {
+                **obj["spec"]["template"],
+                "spec": {k: v for k, v in spec.items() if k != "hostUsers"}}}}
+        return obj
+
+    def server_version(self) -> str:
+        return self.version
+
+
+def training(gpu_class_id: int, **overrides: Any) -> dict[str, Any]:
+    """The issue's "training (dedicated H100, KAI inside)" template, as an admin posts it."""
+    settings = {"placement": "dedicated-nodes", "kubernetes_version": "1.32.4",
+                "gpu_class_id": gpu_class_id, "default_gpus": 8, "max_gpus": 16,
+                "pod_security": "restricted", "user_namespaces": True, "addons": [KAI_ADDON]}
+    return {"name": "training", "description": "dedicated H100, KAI inside",
+            "settings": {**settings, **overrides}}

@@ -1,0 +1,100 @@
+"""The template pages: an admin creates, validates and offers a template in the browser's forms;
+a tenant's create form asks only what the template leaves open; the upgrade button."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.clusters.models import VirtualCluster
+from tests.conftest import ADMIN_GROUP
+from tests.support import oidc
+from tests.support.tenancy import Tenancy, headers, signed_in_admin_of
+from tests.support.web import HTML, csrf_of
+from tests.templates.support import KAI_REPO
+from tests.templates.test_templates_api import new_offered_version, offered_training
+
+
+def test_an_admin_makes_validates_and_offers_a_template_in_the_pages(
+        host_client: TestClient, db: Session, tenancy: Tenancy, oidc_issuer: str) -> None:
+    oidc.register_user(oidc_issuer, tenancy.platform_admin.email, groups=[ADMIN_GROUP])
+    oidc.sign_in(host_client, tenancy.platform_admin.email)
+    page = host_client.get("/admin/cluster-templates", headers=HTML)
+    assert page.status_code == 200 and 'href="/admin/cluster-templates/default"' in page.text
+    csrf = {"X-CSRF-Token": csrf_of(page.text)}
+    created = host_client.post("/admin/cluster-templates", headers=csrf, follow_redirects=False,
+                               data={"name": "training", "description": "dedicated H100",
+                                     "placement": "dedicated-nodes",
+                                     "kubernetes_version": "1.32.4",
+                                     "gpu_class_id": str(tenancy.h100.id), "default_gpus": "8",
+                                     "max_gpus": "16", "pod_security": "restricted",
+                                     "user_namespaces": "true",
+                                     "addons": f"kai-scheduler {KAI_REPO} kai-scheduler 0.9.3"})
+    assert created.status_code == 303, created.text
+    detail = host_client.get(created.headers["location"], headers=HTML).text
+    assert "Not validated yet." in detail and "kai-scheduler: kai-scheduler 0.9.3" in detail
+    refused = host_client.post("/admin/cluster-templates/training/versions/1/offer",
+                               headers=csrf)
+    assert refused.status_code == 409 and "has not passed validation" in refused.text
+    host_client.post("/admin/cluster-templates/training/versions/1/validate", headers=csrf)
+    validated = host_client.get("/admin/cluster-templates/training", headers=HTML).text
+    assert 'class="validation-passed"' in validated
+    assert "<strong>host-dry-run</strong>: ok" in validated
+    host_client.post("/admin/cluster-templates/training/versions/1/offer", headers=csrf)
+    offered = host_client.get("/admin/cluster-templates/training", headers=HTML).text
+    assert "state-offered" in offered
+
+
+def test_a_bad_add_on_line_is_shown_on_the_form(
+        app_client: TestClient, db: Session, tenancy: Tenancy, oidc_issuer: str) -> None:
+    oidc.register_user(oidc_issuer, tenancy.platform_admin.email, groups=[ADMIN_GROUP])
+    oidc.sign_in(app_client, tenancy.platform_admin.email)
+    csrf = csrf_of(app_client.get("/admin/cluster-templates", headers=HTML).text)
+    refused = app_client.post("/admin/cluster-templates", headers={"X-CSRF-Token": csrf},
+                              data={"name": "broken", "addons": "kai http://x kai 1.0"})
+    assert refused.status_code == 422
+    assert "must be an https URL" in refused.text
+
+
+def test_the_create_form_asks_only_what_the_template_leaves_open(
+        host_client: TestClient, db: Session, tenancy: Tenancy, oidc_issuer: str) -> None:
+    offered_training(host_client, db, tenancy)
+    signed_in_admin_of(host_client, db, oidc_issuer, tenancy.acme)
+    default_form = host_client.get("/t/acme/clusters", headers=HTML).text
+    assert 'name="placement"' in default_form and 'name="gpu_class_id"' in default_form
+    form = host_client.get("/t/acme/clusters?template=training", headers=HTML).text
+    assert '<option value="training" selected>' in form
+    for fixed in ('name="placement"', 'name="gpu_class_id"', 'name="kubernetes_version"'):
+        assert fixed not in form
+    assert 'max="16"' in form and 'value="8"' in form
+    created = host_client.post("/t/acme/clusters", follow_redirects=False,
+                               headers={"X-CSRF-Token": csrf_of(form)},
+                               data={"name": "big", "template": "training", "gpus": "8",
+                                     "cpu_millicores": "4000", "memory_mib": "16384"})
+    assert created.status_code == 303, created.text
+    cluster = db.scalar(select(VirtualCluster).where(VirtualCluster.name == "big"))
+    assert cluster is not None and cluster.placement == "dedicated-nodes"
+    assert cluster.user_namespaces is True
+
+
+def test_the_upgrade_button_moves_the_cluster_to_the_newer_version(
+        host_client: TestClient, db: Session, tenancy: Tenancy, oidc_issuer: str) -> None:
+    offered_training(host_client, db, tenancy)
+    host_client.post("/api/v1/tenants/acme/clusters", json={"name": "big", "template": "training"},
+                     headers=headers(db, tenancy.acme_admin))
+    new_offered_version(host_client, db, tenancy, kubernetes_version="1.31.8")
+    signed_in_admin_of(host_client, db, oidc_issuer, tenancy.acme)
+    detail = host_client.get("/t/acme/clusters/big", headers=HTML).text
+    assert 'href="/t/acme/clusters/big/template"' in detail
+    page = host_client.get("/t/acme/clusters/big/template", headers=HTML).text
+    assert "training v1 (offered)" in page and "Upgrade to v2" in page
+    upgraded = host_client.post("/t/acme/clusters/big/template-upgrade", follow_redirects=False,
+                                headers={"X-CSRF-Token": csrf_of(page)}, data={"version": "2"})
+    assert upgraded.status_code == 303
+    db.expire_all()
+    cluster = db.scalar(select(VirtualCluster).where(VirtualCluster.name == "big"))
+    assert cluster is not None
+    assert (cluster.kubernetes_version, cluster.generation) == ("1.31.8", 2)
+    assert "This is the newest offered version." in host_client.get(
+        "/t/acme/clusters/big/template", headers=HTML).text

@@ -1,0 +1,141 @@
+"""Validation before offering: what each check refuses, with the reasons an admin reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from app.config import Settings
+from app.templates.schemas import VersionSettings
+from app.templates.validation import HelmIndexResolver, outside_allowlist, validate
+from tests.support.tenancy import Tenancy, headers
+from tests.templates.support import KAI_ADDON, KAI_REPO, StandinCharts, StandinHost, training
+
+TEMPLATES = "/api/v1/cluster-templates"
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def settings(**overrides: Any) -> VersionSettings:
+    values: dict[str, Any] = {**training(1)["settings"], "gpu_class_id": None, **overrides}
+    return VersionSettings.model_validate(values)
+
+
+def reasons(result: dict[str, Any]) -> dict[str, list[str]]:
+    return {c["name"]: c["reasons"] for c in result["checks"] if not c["passed"]}
+
+
+def test_a_broken_template_fails_with_reasons_and_cannot_be_offered(
+        host_client: TestClient, db: Session, tenancy: Tenancy) -> None:
+    admin = headers(db, tenancy.platform_admin)
+    broken = training(tenancy.h100.id, kubernetes_version="1.99.0",
+                      addons=[{**KAI_ADDON, "version": "0.0.1"}])
+    assert host_client.post(TEMPLATES, json=broken, headers=admin).status_code == 201
+    validated = host_client.post(f"{TEMPLATES}/training/versions/1/validate",
+                                 headers=admin).json()
+    assert validated["validation"]["passed"] is False
+    failed = reasons(validated["validation"])
+    assert set(failed) == {"render", "addons"}
+    assert "Kubernetes 1.99.0 is not one the operator offers" in failed["render"][0]
+    assert failed["addons"] == [
+        f"add-on kai-scheduler: {KAI_REPO} has no chart 'kai-scheduler' at version 0.0.1"]
+
+    refused = host_client.post(f"{TEMPLATES}/training/versions/1/offer", headers=admin)
+    assert refused.status_code == 409
+    problem = refused.json()
+    assert {e["field"] for e in problem["errors"]} == {"render", "addons"}
+    assert host_client.get(f"{TEMPLATES}/training", headers=admin).json()[
+        "versions"][0]["state"] == "draft"
+    assert host_client.get(f"{TEMPLATES}/training",
+                           headers=headers(db, tenancy.acme_admin)).status_code == 404
+
+
+def test_a_version_never_validated_cannot_be_offered(
+        app_client: TestClient, db: Session, tenancy: Tenancy) -> None:
+    admin = headers(db, tenancy.platform_admin)
+    app_client.post(TEMPLATES, json=training(tenancy.h100.id), headers=admin)
+    refused = app_client.post(f"{TEMPLATES}/training/versions/1/offer", headers=admin)
+    assert refused.status_code == 409
+    assert refused.json()["errors"] == [
+        {"field": "validation", "message": "the version has not been validated"}]
+
+
+def test_without_a_host_cluster_the_host_checks_fail(
+        app_client: TestClient, db: Session, tenancy: Tenancy) -> None:
+    admin = headers(db, tenancy.platform_admin)
+    app_client.post(TEMPLATES, json=training(tenancy.h100.id), headers=admin)
+    result = app_client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin).json()
+    failed = reasons(result["validation"])
+    assert set(failed) == {"host-dry-run", "host-support"}
+    assert "no host cluster is configured" in failed["host-dry-run"][0]
+
+
+def test_user_namespaces_need_a_host_that_supports_them() -> None:
+    portal, charts = Settings(env="test"), StandinCharts()
+    old = validate(settings(), H100, portal, StandinHost(version="v1.29.8"), charts)
+    assert reasons(old) == {"host-support": [
+        "user namespaces need Kubernetes 1.30 or later; the host runs v1.29.8"]}
+    gate_off = validate(settings(), H100, portal, StandinHost(keeps_host_users=False), charts)
+    assert reasons(gate_off) == {"host-support": [
+        "the host runs v1.32.13, where user namespaces need the UserNamespacesSupport "
+        "feature gate, and it is off"]}
+    new = StandinHost(version="v1.33.2", keeps_host_users=False)
+    assert validate(settings(), H100, portal, new, charts)["passed"] is True
+    assert validate(settings(user_namespaces=False), H100, portal,
+                    StandinHost(version="v1.29.8"), charts)["passed"] is True
+
+
+def test_a_host_object_the_host_refuses_fails_the_dry_run() -> None:
+    host = StandinHost(refuse_kind="ResourceQuota")
+    result = validate(settings(), H100, Settings(env="test"), host, StandinCharts())
+    assert reasons(result) == {"host-dry-run": [
+        "ResourceQuota tenant-quota: ResourceQuota refused by admission webhook "
+        '"policy.example"']}
+    # The namespace the dry-runs go in is the one real write.
+    assert [obj["kind"] for obj in host.applied] == ["Namespace"]
+
+
+def test_values_for_a_chart_without_a_schema_fail_the_schema_check() -> None:
+    portal = Settings(env="test", vcluster_chart_version="0.99.0")
+    result = validate(settings(), H100, portal, StandinHost(), StandinCharts())
+    assert reasons(result) == {"chart-schema": [
+        "no vCluster values schema vendored for chart 0.99.0"]}
+
+
+def test_open_settings_are_rendered_for_every_choice_a_tenant_has() -> None:
+    host = StandinHost()
+    open_everything = settings(placement=None, kubernetes_version=None, user_namespaces=False)
+    assert validate(open_everything, None, Settings(env="test"), host,
+                    StandinCharts())["passed"] is True
+    placements = {o["metadata"]["labels"]["gpu-tenant-portal/placement"]
+                  for o in host.dry_runs if o["kind"] == "Namespace"}
+    assert placements == {"shared-pool", "dedicated-nodes"}
+    # Every namespaced object went into the check namespace, never a tenant's.
+    assert {o["metadata"].get("namespace") for o in host.dry_runs} == {
+        None, "gtp-template-check"}
+    assert [obj["kind"] for obj in host.applied] == ["Namespace"]
+
+
+def test_keys_outside_the_allowlist_are_named() -> None:
+    values = {"controlPlane": {"distro": {"k8s": {"enabled": True}}},
+              "plugins": {"hooks": {"image": "x"}}, "exportKubeConfig": {"server": "https://a"}}
+    assert outside_allowlist(values) == ["plugins.hooks.image"]
+
+
+def _serving(index: str, status: int = 200) -> HelmIndexResolver:
+    return HelmIndexResolver(get=lambda url: httpx.Response(
+        status, text=index, request=httpx.Request("GET", url)))
+
+
+def test_the_helm_index_resolver_reads_a_repositorys_index() -> None:
+    index = ("apiVersion: v1\nentries:\n  kai-scheduler:\n  - version: 0.9.3\n"
+             "  - version: 0.9.2\n")
+    assert _serving(index).problem(KAI_REPO, "kai-scheduler", "0.9.3") is None
+    assert _serving(index).problem(KAI_REPO, "kai-scheduler", "1.0.0") == (
+        f"{KAI_REPO} has chart 'kai-scheduler' but not version 1.0.0")
+    assert _serving(index).problem(KAI_REPO, "gpu-operator", "1.0.0") == (
+        f"{KAI_REPO} has no chart 'gpu-operator'")
+    missing = _serving("not found", 404).problem(KAI_REPO, "kai-scheduler", "0.9.3")
+    assert missing is not None and missing.startswith(f"could not read {KAI_REPO}/index.yaml")

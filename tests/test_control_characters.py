@@ -1,0 +1,270 @@
+"""Control characters in any text the portal takes never end in a server error.
+
+PostgreSQL refuses NUL in text and psycopg cannot encode a lone surrogate, so such text is a
+422 before it reaches the database; other control characters are refused (URLs) or handled.
+The sweeps walk every path and query parameter of every operation in the OpenAPI document,
+with an admin's token, an unknown token and no credentials, and every string field of every
+write's body (JSON for the API, form fields for the HTML pages).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit.models import AuditEvent
+from app.auth.sessions import PLAIN_COOKIE
+from app.config import Settings
+from app.db import Database
+from app.main import create_app
+from tests.authz.route_access import ROUTES, Route
+from tests.authz.world import World, build_world
+from tests.support.kube import InMemoryConnector
+
+# Percent-encoded as a client would send them. Each is refused with a 422.
+URL_REFUSED = ("%00", "a%00b", "%01", "%1F", "%7F", "%0A", "%0D%0A", "%09", "%C2%85")
+# Invalid UTF-8 (a lone surrogate, a stray byte, an overlong NUL): decoded as U+FFFD, handled.
+URL_HANDLED = ("%ED%A0%80", "%FF", "%C0%80")
+# In JSON or form text. NUL and lone surrogates are always refused; the rest are refused or
+# kept, as the field's own rules say, but never a server error.
+TEXT_REFUSED = ("\x00", "a\x00b", "\ud800", "x\udfff")
+TEXT_OTHER = ("\x01", "\x1f", "\x7f", "\t", "\n", "\x85")
+# A JSON text whose string is the UTF-8 encoding of a lone surrogate (Python's json decoder
+# passes it through as one).
+RAW_SURROGATE = b"\xed\xa0\x80"
+
+UNKNOWN_TOKEN = "gtp_" + "x" * 43
+PLACEHOLDER = "@@control@@"
+
+
+@pytest.fixture
+def world(db: Session) -> World:
+    world = build_world(db)
+    db.commit()
+    return world
+
+
+@pytest.fixture
+def client(settings: Settings, database: Database) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, database, kube=InMemoryConnector()),
+                    raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+def _operations(client: TestClient) -> list[tuple[str, str, dict[str, Any]]]:
+    schema: dict[str, Any] = client.app.openapi()  # type: ignore[attr-defined]
+    return [(method.upper(), path, operation)
+            for path, item in schema["paths"].items()
+            for method, operation in item.items()]
+
+
+def _route(method: str, path: str) -> Route:
+    return next(r for r in ROUTES if r.method == method and r.path == path)
+
+
+def _parameters(operation: dict[str, Any], where: str) -> list[str]:
+    return [p["name"] for p in operation.get("parameters", []) if p["in"] == where]
+
+
+def _fill(path: str, values: dict[str, Any]) -> str:
+    return re.sub(r"\{(\w+)\}", lambda m: str(values[m.group(1)]), path)
+
+
+def _url_cases(client: TestClient, world: World) -> Iterator[tuple[str, str, str]]:
+    """(method, url, control) for each path and query parameter and each control."""
+    for method, path, operation in _operations(client):
+        valid = _route(method, path).params(world)
+        for control in URL_REFUSED + URL_HANDLED:
+            for name in _parameters(operation, "path"):
+                yield method, _fill(path, {**valid, name: control}), control
+            for name in _parameters(operation, "query"):
+                yield method, f"{_fill(path, valid)}?{name}={control}", control
+
+
+def _headers(caller: str, world: World) -> dict[str, str]:
+    if caller == "admin":
+        return {**world.callers["platform_admin"].headers, "accept": "application/json"}
+    if caller == "unknown token":
+        return {"Authorization": f"Bearer {UNKNOWN_TOKEN}", "accept": "application/json"}
+    return {"accept": "application/json"}
+
+
+@pytest.mark.parametrize("caller", ["admin", "unknown token", "anonymous"])
+def test_every_path_and_query_parameter_refuses_control_characters(
+    client: TestClient, world: World, caller: str
+) -> None:
+    cases = list(_url_cases(client, world))
+    assert len(cases) > 400
+    for method, url, control in cases:
+        response = client.request(method, url, headers=_headers(caller, world))
+        assert response.status_code < 500, f"{method} {url}: {response.text[:300]}"
+        if control in URL_REFUSED:
+            assert response.status_code == 422, f"{method} {url}: {response.status_code}"
+            assert response.headers["content-type"] == "application/problem+json"
+
+
+def _string_fields(schema: dict[str, Any], body_schema: dict[str, Any]) -> list[str]:
+    """The body's properties that take text (alone, in a union or in a list)."""
+    model = _resolve(schema, body_schema)
+    return [name for name, prop in model.get("properties", {}).items()
+            if _takes_text(schema, prop)]
+
+
+def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[-1]
+        resolved: dict[str, Any] = schema["components"]["schemas"][name]
+        return resolved
+    return node
+
+
+def _takes_text(schema: dict[str, Any], prop: dict[str, Any]) -> bool:
+    prop = _resolve(schema, prop)
+    if prop.get("type") == "string":
+        return True
+    if prop.get("type") == "array":
+        return _takes_text(schema, prop.get("items", {}))
+    return any(_takes_text(schema, option) for option in prop.get("anyOf", []))
+
+
+def _json_bodies(client: TestClient, world: World) -> Iterator[tuple[str, str, str, bytes]]:
+    """(method, url, field, body) with one string field set to a control text."""
+    schema: dict[str, Any] = client.app.openapi()  # type: ignore[attr-defined]
+    for method, path, operation in _operations(client):
+        body_schema = operation.get("requestBody", {}).get("content", {}).get(
+            "application/json", {}).get("schema")
+        if body_schema is None:
+            continue
+        route = _route(method, path)
+        assert route.body is not None, f"{method} {path} takes a body; route_access has none"
+        url = _fill(path, route.params(world))
+        fields = _string_fields(schema, body_schema)
+        assert fields or method == "PATCH", f"{method} {path}: no text fields found"
+        for field in fields:
+            is_list = _resolve(schema, _resolve(schema, body_schema)["properties"][field]).get(
+                "type") == "array"
+            template = json.dumps({**route.body(world), field: [PLACEHOLDER] if is_list
+                                   else PLACEHOLDER}).encode()
+            for control in TEXT_REFUSED + TEXT_OTHER:
+                text = json.dumps(control).encode()
+                yield method, url, field, template.replace(f'"{PLACEHOLDER}"'.encode(), text)
+            yield method, url, field, template.replace(
+                PLACEHOLDER.encode(), RAW_SURROGATE)
+
+
+def _refused_text(body: bytes) -> bool:
+    return b"\\u0000" in body or b"\\ud" in body or RAW_SURROGATE in body
+
+
+def test_every_text_field_of_every_api_write_refuses_nul_and_lone_surrogates(
+    client: TestClient, world: World
+) -> None:
+    headers = {**world.callers["platform_admin"].headers, "content-type": "application/json"}
+    cases = list(_json_bodies(client, world))
+    assert len(cases) > 100
+    for method, url, field, body in cases:
+        response = client.request(method, url, headers=headers, content=body)
+        where = f"{method} {url} {field}={body!r}"
+        assert response.status_code < 500, f"{where}: {response.text[:300]}"
+        if _refused_text(body):
+            assert response.status_code == 422, f"{where}: {response.status_code}"
+
+
+WEB_WRITES = [r for r in ROUTES if r.method == "POST" and not r.path.startswith("/api/")
+              and r.body is not None]
+# Check boxes: any text but "on", "true", "1" or "yes" means unchecked; nothing is stored.
+FORM_FLAGS = frozenset({"overcommit"})
+
+
+def test_every_text_field_of_every_html_form_refuses_nul(
+    client: TestClient, world: World
+) -> None:
+    caller = world.callers["platform_admin"]
+    client.cookies.set(PLAIN_COOKIE, caller.cookie or "")
+    headers = {"accept": "text/html", "x-csrf-token": caller.csrf}
+    for route in WEB_WRITES:
+        url = _fill(route.path, route.params(world))
+        assert route.body is not None
+        for field in route.body(world):
+            for control in TEXT_REFUSED + TEXT_OTHER:
+                fields = {**route.body(world), field: control}
+                body = urlencode(fields, errors="surrogatepass").encode()
+                response = client.post(url, headers={
+                    **headers, "content-type": "application/x-www-form-urlencoded"},
+                    content=body)
+                where = f"POST {url} {field}={control!r}"
+                assert response.status_code < 500, f"{where}: {response.text[:300]}"
+                if "\x00" in control and field not in FORM_FLAGS:
+                    assert response.status_code == 422, f"{where}: {response.status_code}"
+
+
+def test_a_nul_in_a_json_field_is_a_422_naming_the_field(
+    client: TestClient, world: World
+) -> None:
+    headers = world.callers["platform_admin"].headers
+    cluster = client.post("/api/v1/tenants/acme/clusters", headers=headers,
+                          json={"name": "in\x00fer", "gpus": 1})
+    reason = client.post("/api/v1/tenants/acme/quota-requests", headers=headers,
+                         json={"gpu_class_id": world.gpu_class_id, "gpus": 1,
+                               "reason": "more\x00please"})
+    for response, field in ((cluster, "name"), (reason, "reason")):
+        assert response.status_code == 422
+        assert response.headers["content-type"] == "application/problem+json"
+        assert field in [error["field"] for error in response.json()["errors"]]
+
+
+def test_an_unknown_token_with_odd_text_in_it_or_the_path_is_refused_and_audited(
+    client: TestClient, world: World, db: Session
+) -> None:
+    headers = {"Authorization": f"Bearer {UNKNOWN_TOKEN}"}
+    nul = client.get("/api/v1/tenants/a%00b", headers=headers)
+    odd = client.get("/api/v1/tenants/a%ED%A0%80b", headers=headers)
+    odd_token = client.get("/api/v1/tenants/acme", headers={
+        "Authorization": b"Bearer gtp_\x00\x01\xff"})
+    assert nul.status_code == 422
+    assert odd.status_code == 401
+    assert odd_token.status_code == 401
+    denials = db.scalars(select(AuditEvent.target_id).where(
+        AuditEvent.action == "authz.denied")).all()
+    assert "GET /api/v1/tenants/a\ufffd\ufffd\ufffdb" in denials
+    assert "GET /api/v1/tenants/acme" in denials
+
+
+def test_unstorable_text_is_found_however_the_body_spells_it(
+    client: TestClient, world: World
+) -> None:
+    """UTF-16 JSON and a multipart part in UTF-7 hide the character from a byte search."""
+    headers = world.callers["platform_admin"].headers
+    utf16 = client.post("/api/v1/tokens", headers={**headers, "content-type": "application/json"},
+                        content=json.dumps({"name": "ci\ud800", "scopes": ["read"]},
+                                           ensure_ascii=False).encode("utf-16", "surrogatepass"))
+    caller = world.callers["platform_admin"]
+    client.cookies.set(PLAIN_COOKIE, caller.cookie or "")
+    boundary = "b0undary"
+    multipart = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"tenant\"\r\n\r\n"
+                 f"+AAA-\r\n--{boundary}--\r\n").encode()
+    utf7 = client.post("/admin/fleet/assignments", content=multipart, headers={
+        "x-csrf-token": caller.csrf,
+        "content-type": f"multipart/form-data; boundary={boundary}; charset=utf-7"})
+    for response, field, code in ((utf16, "name", "U+D800"), (utf7, "tenant", "NUL U+0000")):
+        assert response.status_code == 422
+        assert response.json()["errors"] == [
+            {"field": field, "message": f"must not contain {code}"}]
+
+
+def test_text_that_only_looks_like_an_escaped_nul_is_kept(
+    client: TestClient, world: World
+) -> None:
+    headers = world.callers["platform_admin"].headers
+    response = client.post("/api/v1/tenants/acme/quota-requests", headers=headers, json={
+        "gpu_class_id": world.gpu_class_id, "gpus": 1, "reason": "see \\u0000 and \U0001f680"})
+    assert response.status_code == 201, response.text
+    assert response.json()["reason"] == "see \\u0000 and \U0001f680"

@@ -1,0 +1,164 @@
+"""Use samples from what the host reports, on the in-memory host: which rows they belong to,
+used GPU-hours from them, and their folding into hourly means."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.db import Database
+from app.kube.manifests import labels as lbl
+from app.kube.manifests.names import cluster_queue_name, host_namespace_name
+from app.kube.memory import InMemoryKube
+from app.kube.usage import pod_gpu_request
+from app.nodes.models import Node
+from app.usage.models import HourlyUsage, UsageSample
+from app.usage.sampler import UsageSampler
+from tests import factories
+from tests.clusters.support import cluster_settings
+from tests.support.kube import InMemoryConnector
+from tests.support.tenancy import build_tenancy
+from tests.usage.support import LedgerClock, approve_quota, create_cluster, fix_clock, report
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> LedgerClock:
+    return fix_clock(monkeypatch)
+
+
+def queue(tenant: str, cluster: str, allocated: str, requested: str) -> dict[str, Any]:
+    return {"apiVersion": lbl.KAI_API_VERSION, "kind": "Queue",
+            "metadata": {"name": cluster_queue_name(tenant, cluster),
+                         "labels": lbl.cluster_labels(tenant, cluster)},
+            "spec": {"parentQueue": tenant},
+            "status": {"allocated": {lbl.GPU_RESOURCE: allocated, "cpu": "2"},
+                       "requested": {lbl.GPU_RESOURCE: requested}}}
+
+
+def quota(tenant: str, cluster: str, used: str, hard: str) -> dict[str, Any]:
+    gpus = f"requests.{lbl.GPU_RESOURCE}"
+    return {"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": "tenant-quota", "namespace": host_namespace_name(tenant, cluster),
+                         "labels": lbl.cluster_labels(tenant, cluster)},
+            "spec": {"hard": {gpus: hard}},
+            "status": {"hard": {gpus: hard}, "used": {gpus: used}}}
+
+
+def pod(name: str, node: str, gpus: int, phase: str = "Running") -> dict[str, Any]:
+    container = {"name": "c", "image": "x",
+                 "resources": {"limits": {lbl.GPU_RESOURCE: str(gpus)}}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [container]},
+            "status": {"phase": phase}}
+
+
+def sampler(database: Database, host: InMemoryKube) -> UsageSampler:
+    return UsageSampler(cluster_settings(worker_resync_seconds=60), database,
+                        InMemoryConnector(host), clock=lambda: 0.0)
+
+
+def test_a_pass_stores_queue_quota_and_dedicated_node_samples(
+    database: Database, clock: LedgerClock
+) -> None:
+    with database.transaction() as db:
+        t = build_tenancy(db)
+        approve_quota(db, t, 16)
+        create_cluster(db, t, "train", 4)
+        node = db.scalars(select(Node).order_by(Node.id)).first()
+        assert node is not None
+        factories.assignment(db, node, t.acme)
+        node_name = node.name
+    host = InMemoryKube()
+    for obj in (queue("acme", "train", "3", "5"), quota("acme", "train", "2", "4"),
+                queue("acme", "gone", "1", "1"),  # no such cluster in the portal: skipped
+                pod("a", node_name, 2), pod("b", node_name, 4, phase="Pending"),
+                pod("c", "some-other-node", 1)):
+        host.seed(obj)
+    assert sampler(database, host).run_due("worker-1") == 3
+    with database.session() as db:
+        taken = {s.source: (s.used_gpus, s.allocated_gpus, s.requested_gpus)
+                 for s in db.scalars(select(UsageSample))}
+    assert taken == {"queue": (3.0, 3.0, 5.0), "quota": (2.0, 4.0, 2.0), "node": (2.0, 8.0, 2.0)}
+
+
+def test_the_next_pass_waits_for_the_resync(database: Database, clock: LedgerClock) -> None:
+    moments = [0.0]
+    sampler = UsageSampler(cluster_settings(worker_resync_seconds=60), database,
+                           InMemoryConnector(InMemoryKube()), clock=lambda: moments[0])
+    host_lists = sampler.kube.host()
+    assert isinstance(host_lists, InMemoryKube)
+    sampler.run_due("w")
+    moments[0] = 59.0
+    sampler.run_due("w")
+    assert [c.kind for c in host_lists.calls if c.method == "list"] == [
+        "Queue", "ResourceQuota"]  # no node is dedicated: no pods to look at
+    moments[0] = 60.0
+    sampler.run_due("w")
+    assert len([c for c in host_lists.calls if c.method == "list"]) == 4
+
+
+def _used_hours(db: Session, admin: Any, days: int = 3) -> float:
+    return sum(r.used_gpu_hours for r in report(db, admin, days=days).rows)
+
+
+def test_used_gpu_hours_are_hourly_means_and_survive_folding(
+    database: Database, clock: LedgerClock
+) -> None:
+    with database.transaction() as db:
+        t = build_tenancy(db)
+        approve_quota(db, t, 8)
+        create_cluster(db, t, "train", 4)
+        admin = t.principal(t.platform_admin)
+    host = InMemoryKube()
+    # 10:00-11:00 at 2 GPUs then 4 GPUs (mean 3); 11:00-12:00 at 1 GPU.
+    for minute, used in ((0, "2"), (30, "4"), (60, "1"), (90, "1")):
+        host.seed(quota("acme", "train", used, "4"))
+        clock.at(hours=10, minutes=minute)
+        sampler(database, host).run_due("w")
+    clock.at(hours=12)
+    with database.session() as db:
+        assert _used_hours(db, admin) == 3.0 + 1.0
+    clock.at(days=2, hours=13)  # past the raw retention: the two hours are folded
+    sampler(database, InMemoryKube()).run_due("w")
+    with database.session() as db:
+        assert db.scalar(select(func.count()).select_from(UsageSample)) == 0
+        folded = db.scalars(select(HourlyUsage).order_by(HourlyUsage.hour_s)).all()
+        assert [(h.samples, h.mean_used_gpus, h.peak_used_gpus) for h in folded] == [
+            (2, 3.0, 4.0), (2, 1.0, 1.0)]
+        assert _used_hours(db, admin) == 3.0 + 1.0
+    clock.at(days=401)
+    sampler(database, InMemoryKube()).run_due("w")
+    with database.session() as db:
+        assert db.scalar(select(func.count()).select_from(HourlyUsage)) == 0
+
+
+def test_an_hour_still_running_counts_up_to_now(database: Database, clock: LedgerClock) -> None:
+    with database.transaction() as db:
+        t = build_tenancy(db)
+        approve_quota(db, t, 8)
+        create_cluster(db, t, "train", 4)
+        admin = t.principal(t.platform_admin)
+    host = InMemoryKube()
+    host.seed(quota("acme", "train", "4", "4"))
+    clock.at(hours=10)
+    sampler(database, host).run_due("w")
+    clock.at(hours=10, minutes=15)
+    with database.session() as db:
+        assert _used_hours(db, admin) == 1.0
+
+
+@pytest.mark.parametrize(("spec", "gpus"), [
+    ({"containers": [{"resources": {"requests": {"nvidia.com/gpu": "2"}}},
+                     {"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}, 3),
+    ({"containers": [{"resources": {}}],
+      "initContainers": [{"resources": {"limits": {"nvidia.com/gpu": "4"}}}]}, 4),
+    ({"containers": [{}]}, 0),
+])
+def test_a_pods_gpus_are_its_containers_or_its_largest_init_container(
+    spec: dict[str, Any], gpus: int
+) -> None:
+    assert pod_gpu_request({"spec": spec}) == gpus

@@ -1,0 +1,135 @@
+"""The usage pages: who may see which, the CSV button, and charts one can read without colour
+(title, description, patterns, legend, and a table with the same figures)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from app.web.charts.series import Series, grouped_bars, lines, stacked_bars
+from tests.support.tenancy import Tenancy, build_tenancy, headers
+from tests.support.web import HTML
+from tests.usage.support import LedgerClock, approve_quota, create_cluster, fix_clock
+
+DAYS = {"from": "2026-11-02", "to": "2026-11-04"}
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> LedgerClock:
+    return fix_clock(monkeypatch)
+
+
+def _tenancy(db: Session, clock: LedgerClock) -> Tenancy:
+    t = build_tenancy(db)
+    approve_quota(db, t, 8)
+    clock.at(hours=2)
+    create_cluster(db, t, "train", 3)
+    approve_quota(db, t, 2, slug="globex", requester=t.principal(t.globex_admin))
+    clock.at(hours=30)
+    return t
+
+
+def test_the_tenant_page_charts_what_its_table_lists(client: TestClient, db: Session,
+                                                     clock: LedgerClock) -> None:
+    t = _tenancy(db, clock)
+    page = client.get("/t/acme/usage", params=DAYS, headers={**HTML, **headers(
+        db, t.acme_viewer)})
+    assert page.status_code == 200
+    daily = page.text.split('id="daily-chart"')[1].split("</figure>")[0]
+    assert re.search(r'<svg[^>]+role="img"[^>]+aria-labelledby="(\S+)-title \1-desc"', daily)
+    assert "<title" in daily and "<desc" in daily and t.h100.product in daily
+    charted = dict(re.findall(r'data-category="([\d-]+)" data-value="([\d.]+)"', daily))
+    listed = dict(re.findall(r'data-period="([\d-]+)"[^>]*>.*?class="allocated" '
+                             r'data-value="([\d.]+)"', page.text, flags=re.S))
+    assert charted == listed == {"2026-11-02": "66.0", "2026-11-03": "18.0"}
+    assert 'href="/api/v1/usage.csv?from=2026-11-02T00%3A00%3A00%2B00%3A00' in page.text
+    assert "tenant=acme" in page.text
+    assert "globex" not in page.text
+
+
+def test_the_now_chart_and_table_show_approved_allocated_and_in_use(
+    client: TestClient, db: Session, clock: LedgerClock
+) -> None:
+    t = _tenancy(db, clock)
+    page = client.get("/t/acme/usage", headers={**HTML, **headers(db, t.acme_viewer)}).text
+    now = page.split('id="now-chart"')[1].split("</figure>")[0]
+    bars = re.findall(r'data-series="([\w ]+)" data-category="[^"]+" data-value="([\d.]+)"', now)
+    assert bars == [("approved", "8.0"), ("allocated", "3.0"), ("in use", "0.0")]
+    assert "3 of 8 approved" in page and "not sampled yet" in page
+
+
+def test_tenants_see_their_own_page_only(client: TestClient, db: Session,
+                                         clock: LedgerClock) -> None:
+    t = _tenancy(db, clock)
+    viewer = {**HTML, **headers(db, t.acme_viewer)}
+    assert client.get("/t/globex/usage", headers=viewer).status_code == 404
+    assert client.get("/admin/usage", headers=viewer).status_code == 403
+    admin = {**HTML, **headers(db, t.platform_admin)}
+    assert client.get("/t/globex/usage", headers=admin).status_code == 200
+
+
+def test_usage_in_the_nav_leads_each_to_their_page(client: TestClient, db: Session,
+                                                   clock: LedgerClock) -> None:
+    t = _tenancy(db, clock)
+    viewer = {**HTML, **headers(db, t.acme_viewer)}
+    assert 'href="/usage"' in client.get("/t/acme/usage", headers=viewer).text
+    landing = client.get("/usage", headers=viewer, follow_redirects=False)
+    assert landing.headers["location"] == "/t/acme/usage"
+    admin = {**HTML, **headers(db, t.platform_admin)}
+    assert client.get("/usage", headers=admin,
+                      follow_redirects=False).headers["location"] == "/admin/usage"
+
+
+def test_a_bad_range_on_a_page_is_a_422(client: TestClient, db: Session,
+                                        clock: LedgerClock) -> None:
+    t = _tenancy(db, clock)
+    answer = client.get("/t/acme/usage", params={"from": "2026-11-04", "to": "2026-11-02"},
+                        headers={**HTML, **headers(db, t.acme_viewer)})
+    assert answer.status_code == 422
+    assert "before" in answer.text
+
+
+def test_the_admin_page_has_a_chart_per_class_with_its_figures(
+    client: TestClient, db: Session, clock: LedgerClock
+) -> None:
+    t = _tenancy(db, clock)
+    page = client.get("/admin/usage", params=DAYS, headers={**HTML, **headers(
+        db, t.platform_admin)}).text
+    figure = page.split(f'<figure class="chart-figure" data-gpu-class="{t.h100.product}">')[1]
+    figure = figure.split("</figure>")[0]
+    points = re.findall(r'data-series="([\w ()]+)" data-category="2026-11-02" '
+                        r'data-value="([\d.]+)"', figure)
+    # 64 GPUs on live nodes; guaranteed: acme's 8 all day, globex's 2 from 02:00, as a mean
+    assert points == [("capacity (today)", "64.0"),
+                      ("guaranteed", str(round((8 * 24 + 2 * 22) / 24, 3))), ("in use", "0.0")]
+    assert "<details><summary>Figures for" in figure
+    assert 'id="csv-download"' in page
+
+
+def _series(n: int) -> list[Series]:
+    return [Series(f"class {k}", [float(k + 1), 2.0]) for k in range(n)]
+
+
+@pytest.mark.parametrize("chart", [stacked_bars, grouped_bars])
+def test_each_bar_series_has_its_own_pattern_and_a_named_legend(chart: object) -> None:
+    assert callable(chart)
+    svg = str(chart("T", "D", ["a", "b"], _series(4), "GPU-hours"))
+    patterns = re.findall(r'<pattern id="(chart\d+-p\d)"[^>]*><rect[^>]*/>(.*?)</pattern>', svg)
+    assert len({shape for _id, shape in patterns}) == 4  # differ in shape, not only colour
+    for k in range(4):
+        assert f">class {k}</text>" in svg
+
+
+def test_each_line_has_its_own_dash_and_marker() -> None:
+    svg = str(lines("T", "D", ["a", "b"], _series(3), "GPUs"))
+    dashes = re.findall(r'<polyline[^>]*stroke-dasharray="([^"]*)"', svg)
+    assert len(set(dashes)) == 3
+    assert "<circle" in svg and "<rect" in svg and "<path" in svg
+
+
+def test_chart_text_is_escaped() -> None:
+    svg = str(stacked_bars("<b>", "<i>", ["<x>"], [Series("<script>", [1.0])], "&"))
+    assert "<script>" not in svg and "&lt;script&gt;" in svg and "<b>" not in svg

@@ -1,0 +1,135 @@
+"""The SVG charts: golden renderings, the accessible structure, patterns as well as colours,
+escaping, and the numbers each bar carries.
+
+UPDATE_GOLDEN=1 rewrites tests/web/charts/golden/*.svg from the current functions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import xml.etree.ElementTree as ET
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from app.nodes.web import CAPACITY_SERIES, NOT_READY
+from app.tenants.web import QUOTA_SERIES
+from app.web.charts.bars import Group, grouped_bars, stacked_bars
+from app.web.charts.svg import ticks
+from app.web.charts.timeline import condition_timeline
+
+GOLDEN = Path(__file__).parent / "golden"
+SVG = "{http://www.w3.org/2000/svg}"
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+QUOTA = [Group("H100 80GB", {"approved": 16, "allocated": 12, "in-use": 12}),
+         Group("L40S", {"approved": 4, "allocated": 0, "in-use": 0})]
+FLEET = [Group("H100 80GB", {"dedicated": 16, "guaranteed": 24, "free": 24, "not-ready": 8}),
+         Group("GB200", {"dedicated": 0, "guaranteed": 4, "free": 32, "not-ready": 0})]
+
+
+def _at(minutes_ago: int) -> str:
+    return (NOW - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+CONDITIONS = [{"type": "NamespaceReady", "status": "True", "lastTransitionTime": _at(30)},
+              {"type": "ReleaseInstalled", "status": "False", "lastTransitionTime": _at(27)},
+              {"type": "Ready", "status": "Unknown", "lastTransitionTime": _at(2)}]
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"missing golden {path}; run with UPDATE_GOLDEN=1"
+    assert text == path.read_text()
+
+
+def _bars(svg: str) -> list[dict[str, str]]:
+    root = ET.fromstring(svg)  # noqa: S314 - the SVG under test, made by this test
+    return [dict(rect.attrib) for rect in root.iter(f"{SVG}rect") if "data-value" in rect.attrib
+            or "data-status" in rect.attrib]
+
+
+def _accessible(svg: str, chart_id: str) -> ET.Element:
+    root = ET.fromstring(svg)  # noqa: S314 - well-formed XML, or this raises
+    assert root.get("role") == "img"
+    assert root.get("aria-labelledby") == f"{chart_id}-title {chart_id}-desc"
+    title, desc = root.find(f"{SVG}title"), root.find(f"{SVG}desc")
+    assert title is not None and title.get("id") == f"{chart_id}-title" and title.text
+    assert desc is not None and desc.get("id") == f"{chart_id}-desc" and desc.text
+    return root
+
+
+def test_quota_bars_match_the_golden_rendering() -> None:
+    svg = grouped_bars("quota-chart", "GPU quota of Acme", "H100: 16 approved", QUOTA,
+                       QUOTA_SERIES)
+    check_golden("quota.svg", str(svg))
+    _accessible(str(svg), "quota-chart")
+    values = {(b["data-group"], b["data-series"]): int(b["data-value"]) for b in _bars(svg)}
+    assert values == {("H100 80GB", "approved"): 16, ("H100 80GB", "allocated"): 12,
+                      ("H100 80GB", "in-use"): 12, ("L40S", "approved"): 4,
+                      ("L40S", "allocated"): 0, ("L40S", "in-use"): 0}
+    assert "12 allocated" in svg and "4 approved" in svg  # numbers as text, not only lengths
+
+
+def test_fleet_capacity_stacks_match_the_golden_rendering() -> None:
+    svg = stacked_bars("capacity-chart", "Fleet capacity", "H100: 64 GPUs", FLEET,
+                       CAPACITY_SERIES, NOT_READY)
+    check_golden("capacity.svg", str(svg))
+    _accessible(str(svg), "capacity-chart")
+    h100 = [b for b in _bars(svg) if b["data-group"] == "H100 80GB"]
+    widths = {b["data-series"]: float(b["width"]) for b in h100}
+    # The stack is proportional: 16 + 24 + 24 end to end, and not-ready beneath on its own.
+    assert widths["guaranteed"] == widths["free"] == 1.5 * widths["dedicated"]
+    assert widths["not-ready"] == widths["dedicated"] / 2
+    assert "64 total" in svg and "36 total" in svg
+
+
+def test_series_differ_by_pattern_not_colour_alone() -> None:
+    svg = str(stacked_bars("c", "t", "d", FLEET, CAPACITY_SERIES, NOT_READY))
+    fills = {b["data-series"]: b["fill"] for b in _bars(svg)}
+    assert len(set(fills.values())) == 4
+    patterned = [f for f in fills.values() if f.startswith("url(#")]
+    assert len(patterned) == 3  # the one solid series is told apart by the three patterns
+    for fill in patterned:
+        assert f'<pattern id="{fill[5:-1]}"' in svg
+    legend = re.findall(r'data-legend="([^"]+)"', svg)
+    assert legend == ["dedicated", "guaranteed", "free", "not-ready"]
+
+
+def test_labels_and_descriptions_are_escaped() -> None:
+    hostile = '<script>alert(1)</script>"&'
+    svg = str(grouped_bars("x", hostile, hostile, [Group(hostile, {"approved": 1})],
+                           QUOTA_SERIES))
+    root = _accessible(svg, "x")
+    assert "<script>" not in svg
+    assert root.find(f"{SVG}title") is not None
+    assert root.find(f"{SVG}title").text == hostile  # type: ignore[union-attr]
+
+
+def test_the_condition_timeline_draws_one_lane_per_condition() -> None:
+    svg = condition_timeline("conditions-chart", "train", CONDITIONS, NOW)
+    assert svg is not None
+    check_golden("timeline.svg", str(svg))
+    root = _accessible(str(svg), "conditions-chart")
+    lanes = [(b["data-condition"], b["data-status"], b["data-since"]) for b in _bars(svg)]
+    assert lanes == [(c["type"], c["status"], c["lastTransitionTime"]) for c in CONDITIONS]
+    desc = root.find(f"{SVG}desc")
+    assert desc is not None and desc.text is not None
+    assert "Only the latest transition of each condition is stored" in desc.text
+    assert "Ready Unknown since 2026-11-30 11:58:00 UTC" in desc.text
+    assert "False since 11:33:00 (27 min ago)" in svg  # status in words, not only a pattern
+
+
+def test_no_conditions_no_timeline() -> None:
+    assert condition_timeline("c", "train", [], NOW) is None
+    assert condition_timeline("c", "train", [{"type": "Ready", "status": "True"}], NOW) is None
+
+
+def test_ticks_are_round_and_cover_the_largest_value() -> None:
+    assert ticks(0) == [0]
+    assert ticks(16) == [0, 5, 10, 15, 20]
+    assert ticks(64) == [0, 20, 40, 60, 80]
+    assert ticks(3) == [0, 1, 2, 3]
+    assert ticks(1000)[-1] >= 1000
