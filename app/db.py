@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from time import monotonic as monotonic  # re-exported: tests move the clock
 from typing import Any
 
 from sqlalchemy import JSON, Connection, DateTime, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -57,7 +59,35 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
         event.listen(engine, "connect", _configure_sqlite)
         return engine
-    return create_engine(url, pool_pre_ping=True, **kwargs)
+    engine = create_engine(url, **kwargs)
+    event.listen(engine, "checkin", _note_idle_since)
+    event.listen(engine, "checkout", _ping_if_idle(engine.dialect))
+    return engine
+
+
+# A pooled connection is checked before use only after this long unused. ``pool_pre_ping``
+# checked it on every checkout: a round trip on every request. One in use this recently was
+# alive then; if the server went away since, the request that finds out answers 503 and the
+# pool drops every connection made before (SQLAlchemy's disconnect handling).
+PING_AFTER_IDLE_S = 5.0
+
+
+def _note_idle_since(_dbapi_connection: Any, record: Any) -> None:
+    if record is not None:
+        record.info["idle_since"] = monotonic()
+
+
+def _ping_if_idle(dialect: Dialect) -> Any:
+    def ping(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.pop("idle_since", None)
+        if idle_since is None or monotonic() - idle_since < PING_AFTER_IDLE_S:
+            return
+        try:
+            dialect.do_ping(dbapi_connection)
+        except Exception as error:  # the pool retries with a new connection
+            raise DisconnectionError(f"a pooled connection is gone: {error}") from error
+
+    return ping
 
 
 def _configure_sqlite(dbapi_connection: Any, _record: Any) -> None:
@@ -68,13 +98,39 @@ def _configure_sqlite(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+class ReadOnlyViolation(RuntimeError):
+    """A session made for a request that only reads was asked to write."""
+
+
+def _refuse_writes(session: Session, _flush: Any, _instances: Any) -> None:
+    if session.new or session.deleted or any(session.is_modified(row) for row in session.dirty):
+        raise ReadOnlyViolation("a read-only request tried to write; give it a read-write session")
+
+
 class Database:
-    """One engine and its session factory; the app and the worker each hold one."""
+    """One engine and its session factories; the app and the worker each hold one."""
 
     def __init__(self, url: str, **engine_kwargs: Any) -> None:
         self.url = url
         self.engine = make_engine(url, **engine_kwargs)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.read_sessions = self._readers(self.engine)
+
+    @staticmethod
+    def _readers(bind: Engine | Connection) -> sessionmaker[Session]:
+        """Sessions for requests that only read. On PostgreSQL they run in autocommit: no BEGIN
+        and COMMIT round trips around their SELECTs, each of which sees what was committed when
+        it began, as it would in a READ COMMITTED transaction."""
+        if isinstance(bind, Engine) and bind.dialect.name == "postgresql":
+            bind = bind.execution_options(isolation_level="AUTOCOMMIT")
+        readers = sessionmaker(bind, expire_on_commit=False)
+        event.listen(readers, "before_flush", _refuse_writes)
+        return readers
+
+    def configure_sessions(self, **options: Any) -> None:
+        """Options (e.g. ``info``) for every session made from now on."""
+        self.sessions.configure(**options)
+        self.read_sessions.configure(**options)
 
     @classmethod
     def within(cls, connection: Connection) -> Database:
@@ -85,10 +141,15 @@ class Database:
         database.sessions = sessionmaker(
             bind=connection, expire_on_commit=False, join_transaction_mode="create_savepoint"
         )
+        database.read_sessions = cls._readers(connection)
+        database.read_sessions.configure(join_transaction_mode="create_savepoint")
         return database
 
     def session(self) -> Session:
         return self.sessions()
+
+    def read_session(self) -> Session:
+        return self.read_sessions()
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:

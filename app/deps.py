@@ -38,7 +38,8 @@ async def get_db(request: Request) -> AsyncIterator[Session]:
     Endpoints routed by ``app.routing.UnitOfWorkRoute`` commit in their own worker thread; what
     is left here is closing (no I/O) or, after an error or a late lazy load, a thread hop.
     """
-    session = request.app.state.database.session()
+    database: Database = request.app.state.database
+    session = database.read_session() if _reads_only(request) else database.session()
     request.state.db = session
     try:
         yield session
@@ -49,6 +50,12 @@ async def get_db(request: Request) -> AsyncIterator[Session]:
         await to_thread.run_sync(_commit_and_close, session)
     else:
         session.close()
+
+
+def _reads_only(request: Request) -> bool:
+    """GETs read, except signing in and out (``/auth/``), which writes users and sessions; a
+    GET that writes all the same fails loudly (``app.db.ReadOnlyViolation``), never half-way."""
+    return request.method in ("GET", "HEAD") and not request.scope["path"].startswith("/auth/")
 
 
 def _commit_and_close(session: Session) -> None:

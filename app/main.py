@@ -13,6 +13,7 @@ from anyio import to_thread
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -26,7 +27,7 @@ from app.auth.csrf import verify_api_csrf
 from app.auth.oidc import make_oauth
 from app.auth.principal_cache import PrincipalCache
 from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
-from app.authz.scoping import TenantHidden
+from app.authz.scoping import TenantHidden, cache_tenants
 from app.clusters import api as clusters_api
 from app.clusters import web as clusters_web
 from app.config import Settings, get_settings
@@ -65,7 +66,7 @@ from app.tenants import web as tenants_web
 from app.usage import api as usage_api
 from app.usage import web as usage_web
 from app.web import home, live
-from app.web.templating import STATIC_DIR, render
+from app.web.templating import STATIC_DIR, render, templates
 from app.wiring import connect_hooks
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,9 @@ def create_app(
     app.state.oauth = make_oauth(settings)
     app.state.kube = kube or ClientConnector(settings)
     app.state.principals = PrincipalCache(settings.auth_cache_seconds)
+    cache_tenants(database, settings.auth_cache_seconds)
+    # Deployed templates do not change: no stat() of each template file on every render.
+    templates.env.auto_reload = settings.env != "production"
     # Cluster creation goes through templates without the clusters domain importing them.
     app.state.template_resolver = TemplateCatalog()
     app.state.chart_resolver = HelmIndexResolver()
@@ -221,6 +225,17 @@ def _add_error_handlers(app: FastAPI) -> None:
                     request.method, request.url.path)
         response = _problem_response(request, ServiceUnavailable(
             "the portal is at capacity; retry after the Retry-After delay"))
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
+
+    @app.exception_handler(DBAPIError)
+    async def handle_database_error(request: Request, error: DBAPIError) -> Response:
+        if not error.connection_invalidated:
+            return await handle_unexpected(request, error)
+        log.warning("the database connection was lost on %s %s", request.method,
+                    request.url.path)
+        response = _problem_response(request, ServiceUnavailable(
+            "the database connection was lost; retry after the Retry-After delay"))
         response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
 

@@ -118,6 +118,7 @@ class Portal:
                     # Never contacted: the benchmark signs in with sessions made in the store.
                     "PORTAL_OIDC_ISSUER": "http://127.0.0.1:9/bench-idp",
                     "PORTAL_DATABASE_URL": database_url}
+        self.cwd = ROOT
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self.restarts = 0
@@ -130,7 +131,7 @@ class Portal:
 
     def start(self, wait_s: float = 60) -> None:
         self._log = self.log_path.open("ab")
-        self.process = subprocess.Popen(self.command(), env=self.env, cwd=ROOT,  # noqa: S603
+        self.process = subprocess.Popen(self.command(), env=self.env, cwd=self.cwd,  # noqa: S603
                                         stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:

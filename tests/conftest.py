@@ -54,7 +54,9 @@ def pg_template() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def pg_engine_database(pg_template: str) -> Iterator[Database]:
-    database = Database(postgres.sqlalchemy_url(pg_template))
+    # Every clone of the template (``own_pg_database``) ends its connections: check each one
+    # before use, not only those idle a while as the app does.
+    database = Database(postgres.sqlalchemy_url(pg_template), pool_pre_ping=True)
     yield database
     database.dispose()
 

@@ -3,6 +3,7 @@ drives answers 2xx on a tiny fleet, and its figures and verdicts come out as doc
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
 
@@ -18,12 +19,13 @@ from app.main import create_app
 from app.nodes.models import Node
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
-from bench import load, portal, run, seed
+from bench import cpu, load, portal, run, seed
 from bench.load import Request, Result
 from bench.report import Overload, Row
 from tests.support import postgres
 
-TINY = seed.Fleet.scaled(0.01)
+TINY_SCALE = 0.01
+TINY = seed.Fleet.scaled(TINY_SCALE)
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +125,15 @@ def test_the_bench_tenants_are_active_and_the_clusters_add_up() -> None:
     assert len(tenants) == seed.BENCH_TENANTS and all(map(fleet.active_tenant, tenants))
     assert sum(seed.cluster_counts(fleet)) == fleet.clusters
     assert min(seed.cluster_counts(fleet)) >= 1
+
+
+def test_the_cpu_bench_gives_each_step_its_cpu_per_request(
+    bench_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench.cpu`` on a real ``portal serve`` (last: it re-creates the database)."""
+    assert cpu.main(["--database-url", bench_url, "--scale", str(TINY_SCALE),
+                     "--seconds", "1", "--only", "/api/v1/me"]) == 0
+    figures = json.loads(capsys.readouterr().out.splitlines()[-1])
+    [row] = figures["steps"]
+    assert row["step"] == "GET /api/v1/me" and row["failed"] == 0 and row["requests"] > 0
+    assert row["cpu_ms_per_request"] > 0 and row["times_floor"] > 0

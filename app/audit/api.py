@@ -6,10 +6,12 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
+from starlette.responses import Response
 
 from app.audit import service
 from app.audit.schemas import AuditEventOut, AuditFilters
 from app.deps import CurrentPrincipal, DbSession
+from app.json_body import page_response
 from app.pagination import Page, Paging
 from app.routing import UnitOfWorkRoute
 
@@ -31,6 +33,5 @@ def list_audit_events(
     principal: CurrentPrincipal, db: DbSession,
     filters: Annotated[AuditFilters, Depends(audit_filters)],
     params: Paging,
-) -> Page[AuditEventOut]:
-    items, cursor = service.list_events(db, principal, filters, params)
-    return Page(items=items, next_cursor=cursor)
+) -> Response:
+    return page_response(*service.list_event_fields(db, principal, filters, params))

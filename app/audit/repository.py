@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Select, func, select
 
@@ -34,6 +35,11 @@ def events_query(
     return query
 
 
-def with_tenant_slug(query: Select[AuditEvent]) -> Select[AuditEvent, str | None]:
-    """Events with their tenant's slug, joined: a page in one statement."""
-    return query.add_columns(Tenant.slug).outerjoin(Tenant, Tenant.id == AuditEvent.tenant_id)
+def listed(query: Select[AuditEvent]) -> Select[*tuple[Any, ...]]:
+    """Events as the columns a list shows (no entities to build), with their tenant's slug
+    joined as ``slug``: a page in one statement."""
+    return query.with_only_columns(
+        AuditEvent.id, AuditEvent.occurred_at, AuditEvent.actor_label, AuditEvent.action,
+        AuditEvent.target_type, AuditEvent.target_id, AuditEvent.before, AuditEvent.after,
+        AuditEvent.request_id, Tenant.slug,
+    ).outerjoin(Tenant, Tenant.id == AuditEvent.tenant_id)

@@ -61,6 +61,14 @@ def record(
 def list_events(
     db: Session, principal: Principal, filters: AuditFilters, params: PageParams
 ) -> tuple[list[AuditEventOut], str | None]:
+    items, cursor = list_event_fields(db, principal, filters, params)
+    return [AuditEventOut.model_validate(item) for item in items], cursor
+
+
+def list_event_fields(
+    db: Session, principal: Principal, filters: AuditFilters, params: PageParams
+) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of the events the caller may see, newest first, as ``AuditEventOut`` fields."""
     tenant_ids = authz.tenant_ids_managed_by(principal)
     if filters.tenant:
         tenant_ids = [authz.tenant_for(db, principal, filters.tenant, "manage").id]
@@ -70,15 +78,14 @@ def list_events(
         tenant_ids=tenant_ids, actor=filters.actor, action=filters.action,
         since=filters.since, until=filters.until,
     )
-    rows, cursor = paginate_rows(db, repository.with_tenant_slug(query), AuditEvent.id, params,
+    rows, cursor = paginate_rows(db, repository.listed(query), AuditEvent.id, params,
                                  newest_first=True)
-    return [_event_out(event, slug) for event, slug in rows], cursor
+    return [event_fields(row, row.slug) for row in rows], cursor
 
 
-def _event_out(event: AuditEvent, slug: str | None) -> AuditEventOut:
-    return AuditEventOut(
-        id=event.id, occurred_at=event.occurred_at, actor=event.actor_label or "system",
-        tenant=slug, action=event.action,
-        target_type=event.target_type, target_id=event.target_id, before=event.before,
-        after=event.after, request_id=event.request_id,
-    )
+def event_fields(event: Any, slug: str | None) -> dict[str, Any]:
+    """``AuditEventOut``'s fields, from an event or a row of its columns, as plain values."""
+    return {"id": event.id, "occurred_at": event.occurred_at,
+            "actor": event.actor_label or "system", "tenant": slug, "action": event.action,
+            "target_type": event.target_type, "target_id": event.target_id,
+            "before": event.before, "after": event.after, "request_id": event.request_id}

@@ -1,5 +1,7 @@
 """Who a token or a signed-in user is, remembered for a few seconds across requests.
 
+``ExpiringCache`` is also what ``app.authz.scoping`` keeps tenants in, under the same rules.
+
 Why: resolving the caller costs three queries (token, user, memberships) on every request, a
 third of a list request's time at fleet scale. How long a cached answer may be stale:
 - in this process, not at all: a commit that changes a user, an API token or a membership
@@ -17,7 +19,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime
 from time import monotonic as monotonic  # re-exported: tests move the clock
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
@@ -30,23 +32,28 @@ from app.db import utcnow
 AUTH_UNCHANGED = "auth_unchanged"
 _CHANGED = "principal_cache.changed"
 
+V = TypeVar("V")
+
 
 @dataclass(frozen=True)
-class _Entry:
-    principal: Principal
+class _Entry(Generic[V]):
+    value: V
     fresh_until: float  # monotonic()
-    valid_until: datetime | None  # the token's own expiry
+    valid_until: datetime | None  # e.g. a token's own expiry
 
 
-class PrincipalCache:
+class ExpiringCache(Generic[V]):
+    """Bounded (least recently used out first), each entry fresh for ``seconds``; every cache
+    of the process is emptied by a commit that touches a ``watch``ed model."""
+
     def __init__(self, seconds: float, max_entries: int = 10_000) -> None:
         self.seconds = seconds
         self.max_entries = max_entries
-        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._entries: OrderedDict[Hashable, _Entry[V]] = OrderedDict()
         self._lock = threading.Lock()
         _caches.add(self)
 
-    def get(self, key: Hashable) -> Principal | None:
+    def get(self, key: Hashable) -> V | None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -57,12 +64,12 @@ class PrincipalCache:
                 del self._entries[key]
                 return None
             self._entries.move_to_end(key)
-            return entry.principal
+            return entry.value
 
-    def put(self, key: Hashable, principal: Principal, valid_until: datetime | None) -> None:
+    def put(self, key: Hashable, value: V, valid_until: datetime | None = None) -> None:
         if self.seconds <= 0:
             return
-        entry = _Entry(principal, monotonic() + self.seconds, valid_until)
+        entry = _Entry(value, monotonic() + self.seconds, valid_until)
         with self._lock:
             self._entries[key] = entry
             self._entries.move_to_end(key)
@@ -74,7 +81,9 @@ class PrincipalCache:
             self._entries.clear()
 
 
-_caches: weakref.WeakSet[PrincipalCache] = weakref.WeakSet()
+PrincipalCache = ExpiringCache[Principal]
+
+_caches: weakref.WeakSet[ExpiringCache[Any]] = weakref.WeakSet()
 _watched: tuple[type[Any], ...] = ()
 
 
@@ -88,6 +97,12 @@ def watch(*models: type[Any]) -> None:
     """Commits that insert, change or delete rows of these models empty the caches."""
     global _watched
     _watched = tuple({*_watched, *models})
+
+
+def changes_pending(session: Session) -> bool:
+    """Whether the session flushed changes to watched rows it has not committed: what it reads
+    of them now may yet be rolled back, so it is not for a cache."""
+    return bool(session.info.get(_CHANGED))
 
 
 @event.listens_for(Session, "after_flush")

@@ -2,18 +2,30 @@
 
 Every tenant-scoped query starts from ``tenants_visible_to`` or ``tenant_for``. A tenant the
 principal may not see answers 404, never 403, so slugs and ids cannot be probed.
+
+Tenants looked up by slug are remembered across requests by the web process (``cache_tenants``),
+with the rules of the callers' cache (``app.auth.principal_cache``): a commit here that changes a
+tenant or a membership empties it at once; a change made by another replica shows after at most
+``PORTAL_AUTH_CACHE_SECONDS``. Who may see the tenant is still decided here on every call.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from datetime import datetime
+from typing import Literal, NamedTuple
 
 from sqlalchemy import Select, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm.util import identity_key
 
 from app.auth.principal import Principal
+from app.auth.principal_cache import ExpiringCache, changes_pending, watch
+from app.db import Database
 from app.errors import Forbidden, NotFound
 from app.tenants.models import Tenant
+
+watch(Tenant)
+_CACHE = "authz.tenant_cache"
 
 Action = Literal["read", "operate", "manage"]
 
@@ -46,15 +58,46 @@ def tenant_for(db: Session, principal: Principal, slug: str, action: Action = "r
 
 def _visible_tenant(db: Session, principal: Principal, slug: str) -> Tenant | None:
     """The tenant, read once per session (a page asks several services for the same one)."""
-    found: dict[tuple[object, ...], Tenant] = db.info.setdefault("tenants_by_slug", {})
-    key = (slug, principal.user_id, principal.is_platform_admin,
-           tuple(sorted(principal.roles.items())))
-    if key not in found:
-        tenant = db.scalar(tenants_visible_to(principal).where(Tenant.slug == slug))
+    found: dict[str, Tenant] = db.info.setdefault("tenants_by_slug", {})
+    tenant = found.get(slug)
+    if tenant is None:
+        tenant = _cached_tenant(db, slug)
         if tenant is None:
             return None
-        found[key] = tenant
-    return found[key]
+        found[slug] = tenant
+    visible = principal.is_platform_admin or tenant.id in principal.roles
+    return tenant if visible else None
+
+
+class _TenantRow(NamedTuple):
+    id: int
+    slug: str
+    display_name: str
+    state: str
+    created_at: datetime
+    updated_at: datetime
+
+
+def cache_tenants(database: Database, seconds: float) -> None:
+    """Sessions of ``database`` remember tenants by slug for ``seconds`` (0: never)."""
+    database.configure_sessions(info={_CACHE: ExpiringCache[_TenantRow](seconds)})
+
+
+def _cached_tenant(db: Session, slug: str) -> Tenant | None:
+    cache: ExpiringCache[_TenantRow] | None = db.info.get(_CACHE)
+    row = cache.get(slug) if cache is not None else None
+    if row is None:
+        tenant = db.scalar(select(Tenant).where(Tenant.slug == slug))
+        if tenant is not None and cache is not None and not changes_pending(db):
+            cache.put(slug, _TenantRow(*(getattr(tenant, f) for f in _TenantRow._fields)))
+        return tenant
+    present = db.identity_map.get(identity_key(Tenant, row.id))
+    if isinstance(present, Tenant):
+        return present  # with whatever this session changed on it
+    # Into this session as if it had been read here, without a query.
+    copy = Tenant(**row._asdict())
+    make_transient_to_detached(copy)
+    return db.merge(copy, load=False)
 
 
 def ensure_allowed(principal: Principal, tenant: Tenant, action: Action) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterPreview, ClusterResize
@@ -13,6 +13,7 @@ from app.clusters.shapes import TemplateResolver, template_resolver
 from app.config import Settings
 from app.deps import CurrentPrincipal, DbSession, get_settings_dep
 from app.idempotency import IdempotencyKeyHeader, run_idempotent
+from app.json_body import page_response
 from app.pagination import Page, Paging
 from app.routing import UnitOfWorkRoute
 
@@ -24,8 +25,8 @@ Resolver = Annotated[TemplateResolver | None, Depends(template_resolver)]
 
 @router.get("", response_model=Page[ClusterOut])
 def list_clusters(tenant: str, db: DbSession, principal: CurrentPrincipal,
-                  paging: Paging) -> Page[ClusterOut]:
-    return service.list_clusters(db, principal, tenant, paging)
+                  paging: Paging) -> Response:
+    return page_response(*service.list_cluster_fields(db, principal, tenant, paging))
 
 
 @router.post("", status_code=201, response_model=ClusterOut)

@@ -20,10 +20,23 @@ def clusters_query(tenant_id: int) -> Select[VirtualCluster]:
     return select(VirtualCluster).where(VirtualCluster.tenant_id == tenant_id)
 
 
-def cluster_rows_query(tenant_id: int) -> Select[VirtualCluster, str | None]:
-    """A tenant's clusters with their GPU class's product: a page in one statement."""
-    return (clusters_query(tenant_id).add_columns(GpuClass.product)
-            .outerjoin(GpuClass, GpuClass.id == VirtualCluster.gpu_class_id))
+LISTED_COLUMNS = (
+    VirtualCluster.id, VirtualCluster.name, VirtualCluster.kubernetes_version,
+    VirtualCluster.placement, VirtualCluster.gpu_class_id, VirtualCluster.gpus,
+    VirtualCluster.cpu_millicores, VirtualCluster.memory_mib, VirtualCluster.template_version_id,
+    VirtualCluster.pod_security, VirtualCluster.user_namespaces, VirtualCluster.generation,
+    VirtualCluster.observed_generation, VirtualCluster.over_quota,
+    VirtualCluster.deletion_requested_at, VirtualCluster.endpoint, VirtualCluster.conditions,
+    VirtualCluster.created_at, VirtualCluster.updated_at,
+)
+
+
+def listed_rows_query(tenant_id: int) -> Select[*tuple[Any, ...]]:
+    """What a cluster list shows, as plain columns (no entities to build): a page in one
+    statement, the GPU class's product joined as ``product``."""
+    return (select(*LISTED_COLUMNS, GpuClass.product)
+            .outerjoin(GpuClass, GpuClass.id == VirtualCluster.gpu_class_id)
+            .where(VirtualCluster.tenant_id == tenant_id))
 
 
 def cluster_by_name(db: Session, tenant_id: int, name: str) -> VirtualCluster | None:

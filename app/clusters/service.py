@@ -28,7 +28,13 @@ from app.clusters import conditions as cond
 from app.clusters import desired, repository
 from app.clusters.installer import HelmInstaller
 from app.clusters.models import VirtualCluster
-from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterPreview, ClusterResize
+from app.clusters.schemas import (
+    ClusterCreate,
+    ClusterOut,
+    ClusterPreview,
+    ClusterResize,
+    ConditionOut,
+)
 from app.clusters.shapes import ResolvedCreate, TemplateResolver, TemplateUpgrade
 from app.concurrency import insert_or_conflict
 from app.config import Settings
@@ -67,29 +73,45 @@ def cluster_outs(db: Session, clusters: Sequence[VirtualCluster]) -> list[Cluste
 def _cluster_out(db: Session, cluster: VirtualCluster, gpu_class: str | None) -> ClusterOut:
     tenant = db.get(Tenant, cluster.tenant_id)
     assert tenant is not None
+    return ClusterOut.model_validate(cluster_fields(cluster, tenant.slug, gpu_class))
+
+
+_CONDITION_FIELDS = tuple(ConditionOut.model_fields)
+
+
+def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None) -> dict[str, Any]:
+    """``ClusterOut``'s fields, from a cluster or a row of its columns, as plain values."""
     conditions = list(cluster.conditions or [])
     deleting = cluster.deletion_requested_at is not None
-    return ClusterOut(
-        id=cluster.id, tenant=tenant.slug, name=cluster.name,
-        kubernetes_version=cluster.kubernetes_version, placement=cluster.placement,
-        gpu_class_id=cluster.gpu_class_id, gpu_class=gpu_class,
-        gpus=cluster.gpus, cpu_millicores=cluster.cpu_millicores, memory_mib=cluster.memory_mib,
-        template_version_id=cluster.template_version_id, pod_security=cluster.pod_security,
-        user_namespaces=cluster.user_namespaces, generation=cluster.generation,
-        observed_generation=cluster.observed_generation,
-        phase=cond.phase(conditions, deleting), ready=cond.is_true(conditions, cond.READY),
-        over_quota=cluster.over_quota, deleting=deleting, endpoint=cluster.endpoint,
-        conditions=conditions, created_at=cluster.created_at, updated_at=cluster.updated_at,
-    )
+    return {
+        "id": cluster.id, "tenant": tenant, "name": cluster.name,
+        "kubernetes_version": cluster.kubernetes_version, "placement": cluster.placement,
+        "gpu_class_id": cluster.gpu_class_id, "gpu_class": gpu_class,
+        "gpus": cluster.gpus, "cpu_millicores": cluster.cpu_millicores,
+        "memory_mib": cluster.memory_mib, "template_version_id": cluster.template_version_id,
+        "pod_security": cluster.pod_security, "user_namespaces": cluster.user_namespaces,
+        "generation": cluster.generation,
+        "observed_generation": cluster.observed_generation,
+        "phase": cond.phase(conditions, deleting), "ready": cond.is_true(conditions, cond.READY),
+        "over_quota": cluster.over_quota, "deleting": deleting, "endpoint": cluster.endpoint,
+        "conditions": [{field: c[field] for field in _CONDITION_FIELDS} for c in conditions],
+        "created_at": cluster.created_at, "updated_at": cluster.updated_at,
+    }
 
 
 def list_clusters(db: Session, principal: Principal, slug: str,
                   params: PageParams) -> Page[ClusterOut]:
+    items, cursor = list_cluster_fields(db, principal, slug, params)
+    return Page(items=[ClusterOut.model_validate(item) for item in items], next_cursor=cursor)
+
+
+def list_cluster_fields(db: Session, principal: Principal, slug: str,
+                        params: PageParams) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of the tenant's clusters as ``ClusterOut`` fields, read as plain columns."""
     tenant = tenant_for(db, principal, slug)
-    rows, cursor = paginate_rows(db, repository.cluster_rows_query(tenant.id), VirtualCluster.id,
+    rows, cursor = paginate_rows(db, repository.listed_rows_query(tenant.id), VirtualCluster.id,
                                  params)
-    return Page(items=[_cluster_out(db, cluster, product) for cluster, product in rows],
-                next_cursor=cursor)
+    return [cluster_fields(row, tenant.slug, row.product) for row in rows], cursor
 
 
 def get_cluster(db: Session, principal: Principal, slug: str, name: str) -> ClusterOut:

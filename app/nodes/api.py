@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query
 from starlette.responses import Response
 
 from app.deps import CurrentPrincipal, DbSession
+from app.json_body import page_response
 from app.nodes import service
 from app.nodes.repository import NodeFilters
 from app.nodes.schemas import (
@@ -49,8 +50,9 @@ SortQuery = Annotated[NodeSort, Query(
 
 @router.get("/nodes", response_model=Page[NodeOut])
 def list_nodes(db: DbSession, principal: CurrentPrincipal, paging: Paging, filters: Filters,
-               host_cluster: HostCluster = None, sort: SortQuery = "id") -> Page[NodeOut]:
-    return service.list_nodes(db, principal, filters, paging, host_cluster, sort)
+               host_cluster: HostCluster = None, sort: SortQuery = "id") -> Response:
+    return page_response(*service.list_node_fields(db, principal, filters, paging,
+                                                   host_cluster, sort))
 
 
 @router.get("/nodes/{node}", response_model=NodeDetail)

@@ -66,20 +66,28 @@ NODE_SORTS: dict[str, tuple[InstrumentedAttribute[Any], ...]] = {
 
 def list_nodes(db: Session, principal: Principal, filters: NodeFilters, params: PageParams,
                host: str | None = None, sort: str = "id") -> Page[NodeOut]:
-    """A page of the inventory, filtered and sorted by the database: one statement."""
+    items, cursor = list_node_fields(db, principal, filters, params, host, sort)
+    return Page(items=[NodeOut.model_validate(item) for item in items], next_cursor=cursor)
+
+
+def list_node_fields(db: Session, principal: Principal, filters: NodeFilters,
+                     params: PageParams, host: str | None = None,
+                     sort: str = "id") -> tuple[list[dict[str, Any]], str | None]:
+    """A page of the inventory as ``NodeOut`` fields, filtered and sorted by the database: one
+    statement."""
     ensure_platform_admin(principal)
     cluster = repository.host_cluster_by_name(db, host) if host else (
         repository.default_host_cluster(db))
     if cluster is None:
         if host:
             raise NotFound(f"no host cluster {host!r}")
-        return Page(items=[])
+        return [], None
     query = repository.node_rows_query(cluster.id, filters)
     if sort in NODE_SORTS:
         rows, cursor = paginate_sorted(db, query, Node.id, NODE_SORTS[sort], params)
     else:
         rows, cursor = paginate_rows(db, query, Node.id, params)
-    return Page(items=[_node_out(cluster, row) for row in rows], next_cursor=cursor)
+    return [node_fields(cluster, row) for row in rows], cursor
 
 
 def nodes_out(db: Session, cluster: HostCluster, rows: Sequence[Node]) -> list[NodeOut]:
@@ -125,16 +133,21 @@ def _node(db: Session, cluster: HostCluster, name: str) -> Node:
 
 def _node_out(cluster: HostCluster, row: Any) -> NodeOut:
     """A node from a row of ``repository.node_rows_query``."""
-    return NodeOut(
-        name=row.name, host_cluster=cluster.name, gpu_class=row.product,
-        gpu_class_display_name=row.display_name, gpus=row.gpu_count,
-        mig_strategy=row.mig_strategy,
-        mig_resources={k: int(v) for k, v in row.mig_resources.items()}, zone=row.zone,
-        rack=row.rack, clique=row.clique, ready=row.ready, taints=list(row.taints),
-        tenant=row.tenant, assigned_at=row.assigned_at,
-        first_seen_at=row.first_seen_at, last_seen_at=row.last_seen_at, gone_at=row.gone_at,
-        conditions=[labels_condition(row, row.tenant)],
-    )
+    return NodeOut.model_validate(node_fields(cluster, row))
+
+
+def node_fields(cluster: HostCluster, row: Any) -> dict[str, Any]:
+    """``NodeOut``'s fields, from a row of ``repository.node_rows_query``, as plain values."""
+    return {
+        "name": row.name, "host_cluster": cluster.name, "gpu_class": row.product,
+        "gpu_class_display_name": row.display_name, "gpus": row.gpu_count,
+        "mig_strategy": row.mig_strategy,
+        "mig_resources": {k: int(v) for k, v in row.mig_resources.items()}, "zone": row.zone,
+        "rack": row.rack, "clique": row.clique, "ready": row.ready, "taints": list(row.taints),
+        "tenant": row.tenant, "assigned_at": row.assigned_at,
+        "first_seen_at": row.first_seen_at, "last_seen_at": row.last_seen_at,
+        "gone_at": row.gone_at, "conditions": [labels_condition(row, row.tenant).model_dump()],
+    }
 
 
 def labels_condition(row: Any, tenant_slug: str | None) -> Condition:

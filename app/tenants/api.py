@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 from app.authz import ensure_platform_writer, tenant_for
 from app.deps import CurrentPrincipal, DbSession, RowId
 from app.idempotency import IdempotencyKeyHeader, run_idempotent
+from app.json_body import page_response
 from app.pagination import Page, Paging
 from app.routing import UnitOfWorkRoute
 from app.tenants import service
@@ -29,8 +30,8 @@ Search = Annotated[str | None, Query(max_length=100,
 
 @router.get("", response_model=Page[TenantOut])
 def list_tenants(db: DbSession, principal: CurrentPrincipal, paging: Paging,
-                 q: Search = None) -> Page[TenantOut]:
-    return service.list_tenants(db, principal, paging, q)
+                 q: Search = None) -> Response:
+    return page_response(*service.list_tenant_fields(db, principal, paging, q))
 
 
 @router.post("", status_code=201, response_model=TenantOut)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
@@ -19,6 +21,12 @@ def matching(query: Select[Tenant], text: str | None) -> Select[Tenant]:
         return query
     return query.where(Tenant.slug.icontains(text, autoescape=True)
                        | Tenant.display_name.icontains(text, autoescape=True))
+
+
+def listed(query: Select[Tenant]) -> Select[*tuple[Any, ...]]:
+    """``query``'s tenants as the columns a list shows, not entities."""
+    return query.with_only_columns(Tenant.id, Tenant.slug, Tenant.display_name, Tenant.state,
+                                   Tenant.created_at)
 
 
 def members_query(tenant_id: int) -> Select[Membership]:

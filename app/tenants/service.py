@@ -13,7 +13,7 @@ from app.auth.principal import Principal
 from app.authz import ensure_allowed, ensure_platform_writer, tenant_for, tenants_visible_to
 from app.concurrency import insert_or_conflict, lock_row
 from app.errors import Conflict, NotFound, ProblemError
-from app.pagination import Page, PageParams, paginate, paginate_rows
+from app.pagination import Page, PageParams, paginate_rows
 from app.tenants import events, repository
 from app.tenants.models import Membership, Tenant
 from app.tenants.schemas import (
@@ -27,9 +27,14 @@ from app.tenants.schemas import (
 
 
 def tenant_out(principal: Principal, tenant: Tenant) -> TenantOut:
-    return TenantOut(id=tenant.id, slug=tenant.slug, display_name=tenant.display_name,
-                     state=tenant.state, created_at=tenant.created_at,
-                     role=principal.roles.get(tenant.id))
+    return TenantOut.model_validate(tenant_fields(principal, tenant))
+
+
+def tenant_fields(principal: Principal, tenant: Any) -> dict[str, Any]:
+    """``TenantOut``'s fields, from a tenant or a row of its columns, as plain values."""
+    return {"id": tenant.id, "slug": tenant.slug, "display_name": tenant.display_name,
+            "state": tenant.state, "created_at": tenant.created_at,
+            "role": principal.roles.get(tenant.id)}
 
 
 def _audit(db: Session, principal: Principal, action: str, tenant: Tenant, target_type: str,
@@ -42,9 +47,16 @@ def _audit(db: Session, principal: Principal, action: str, tenant: Tenant, targe
 
 def list_tenants(db: Session, principal: Principal, params: PageParams,
                  search: str | None = None) -> Page[TenantOut]:
-    query = repository.matching(tenants_visible_to(principal), search)
-    rows, cursor = paginate(db, query, Tenant.id, params)
-    return Page(items=[tenant_out(principal, t) for t in rows], next_cursor=cursor)
+    items, cursor = list_tenant_fields(db, principal, params, search)
+    return Page(items=[TenantOut.model_validate(item) for item in items], next_cursor=cursor)
+
+
+def list_tenant_fields(db: Session, principal: Principal, params: PageParams,
+                       search: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of the tenants the caller sees as ``TenantOut`` fields, read as plain columns."""
+    query = repository.listed(repository.matching(tenants_visible_to(principal), search))
+    rows, cursor = paginate_rows(db, query, Tenant.id, params)
+    return [tenant_fields(principal, row) for row in rows], cursor
 
 
 def get_tenant(db: Session, principal: Principal, slug: str) -> TenantOut:

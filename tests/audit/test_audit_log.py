@@ -6,13 +6,16 @@ from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import TypeAdapter
 from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.audit.models import AuditEvent
+from app.audit.schemas import AuditEventOut
 from app.db import Database, utcnow
+from app.pagination import Page
 from tests import factories
 from tests.support import oidc
 from tests.support.principals import bearer
@@ -108,3 +111,20 @@ def test_audit_events_cannot_be_changed_or_deleted(
             with pytest.raises(DBAPIError, match="append-only"), db.begin_nested():
                 db.execute(text(statement))
         assert db.get(AuditEvent, event.id) is not None
+
+
+def test_the_audit_list_answers_as_its_response_model_would(
+    client: TestClient, db: Session
+) -> None:
+    """The list is encoded without FastAPI's response model; its bytes must not drift."""
+    _admin, _viewer, platform = _seed(db)
+    audit.record(db, action="test.odd_values", actor_id=None, actor_label="",
+                 target_type="test", target_id="1",
+                 before={"ratio": 0.1, "big": 10**20, "when": None}, after={"n": [1, "x"]})
+    db.commit()
+    listed = client.get("/api/v1/audit?limit=200", headers=platform)
+    assert listed.headers["content-type"] == "application/json"
+    odd = next(e for e in listed.json()["items"] if e["action"] == "test.odd_values")
+    assert (odd["actor"], odd["tenant"], odd["before"]["big"]) == ("system", None, 10**20)
+    page = TypeAdapter(Page[AuditEventOut])
+    assert page.dump_json(page.validate_json(listed.content)) == listed.content

@@ -5,21 +5,25 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi.testclient import TestClient
+from pydantic import TypeAdapter
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.auth.principal import Principal
+from app.clusters import conditions as cond
 from app.clusters import service
 from app.clusters.models import VirtualCluster
-from app.clusters.schemas import ClusterCreate
+from app.clusters.schemas import ClusterCreate, ClusterOut
 from app.config import Settings
 from app.db import Database
 from app.errors import ValidationFailed
 from app.main import create_app
+from app.pagination import Page
 from tests import factories
 from tests.clusters.support import cluster_settings
 from tests.support.kube import InMemoryConnector
@@ -237,3 +241,26 @@ def test_the_cluster_list_costs_the_same_statements_for_three_clusters_or_thirty
     few, many = listing(3), listing(30)
     assert len(many) == len(few)
     assert len([s for s in many if "gpu_classes" in s]) == 1
+
+
+def test_the_cluster_list_answers_each_cluster_as_its_own_page_does(
+    client: TestClient, db: Session, tenancy: Tenancy,
+) -> None:
+    """The list is encoded without FastAPI's response model; its bytes must not drift."""
+    host = factories.host_cluster(db)
+    ready = cond.set_condition([], cond.READY, True, "Installed", "ready", 2,
+                               datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    factories.cluster(db, tenancy.acme, host, "ready", gpu_class_id=tenancy.h100.id, gpus=2,
+                      generation=2, observed_generation=2, conditions=ready)
+    factories.cluster(db, tenancy.acme, host, "going", gpus=0,
+                      deletion_requested_at=datetime(2026, 1, 2, 3, 4, 5, 678, tzinfo=UTC))
+    db.commit()
+    auth = headers(db, tenancy.acme_member)
+    listed = client.get(URL, headers=auth)
+    assert listed.headers["content-type"] == "application/json"
+    for name in ("ready", "going"):
+        alone = client.get(f"{URL}/{name}", headers=auth)
+        assert alone.status_code == 200
+        assert alone.content in listed.content
+    page = TypeAdapter(Page[ClusterOut])
+    assert page.dump_json(page.validate_json(listed.content)) == listed.content

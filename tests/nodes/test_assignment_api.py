@@ -6,11 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastapi.testclient import TestClient
+from pydantic import TypeAdapter
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.nodes.models import GpuClass, NodeAssignment
+from app.nodes.schemas import NodeOut
+from app.pagination import Page
 from tests import factories
 from tests.nodes.conftest import Synced
 from tests.support.principals import bearer
@@ -200,3 +203,17 @@ def test_the_node_list_sorts_by_name_or_rack_and_pages_in_that_order(
     assert walk("sort=rack") == sorted(by_name)
     assert walk("sort=rack&zone=eu-central-b") == sorted(walk("zone=eu-central-b"))
     assert client.get("/api/v1/nodes?sort=gpus", headers=who.admin).status_code == 422
+
+
+def test_the_node_list_answers_as_its_response_model_would(
+    synced: Synced, client: TestClient, db: Session
+) -> None:
+    """The list is encoded without FastAPI's response model; its bytes must not drift."""
+    who = _callers(db)
+    h100 = client.get(f"/api/v1/nodes?gpu_class={H100}&limit=1", headers=who.admin).json()
+    assert _assign(client, who.admin, h100["items"][0]["name"], "acme") == 200
+    listed = client.get("/api/v1/nodes?limit=200", headers=who.admin)
+    assert listed.headers["content-type"] == "application/json"
+    assert {item["tenant"] for item in listed.json()["items"]} == {"acme", None}
+    page = TypeAdapter(Page[NodeOut])
+    assert page.dump_json(page.validate_json(listed.content)) == listed.content

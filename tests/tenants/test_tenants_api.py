@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import TypeAdapter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
+from app.pagination import Page
 from app.tenants.models import Membership, Tenant
+from app.tenants.schemas import TenantOut
 from tests import factories
 from tests.support.tenancy import build_tenancy, headers
 
@@ -154,3 +157,17 @@ def test_the_tenant_list_finds_by_slug_or_name_in_any_case(
     assert found("100%") == ["initech"] and found("_") == []  # wildcards are plain text
     assert client.get("/api/v1/tenants", params={"q": "acme"},
                       headers=headers(db, t.globex_admin)).json()["items"] == []
+
+
+def test_the_tenant_list_answers_each_tenant_as_its_own_page_does(
+    client: TestClient, db: Session
+) -> None:
+    """The list is encoded without FastAPI's response model; its bytes must not drift."""
+    t = build_tenancy(db)
+    for auth in (headers(db, t.acme_admin), headers(db, t.platform_admin)):
+        listed = client.get("/api/v1/tenants", headers=auth)
+        assert listed.headers["content-type"] == "application/json"
+        alone = client.get("/api/v1/tenants/acme", headers=auth)
+        assert alone.content in listed.content
+        page = TypeAdapter(Page[TenantOut])
+        assert page.dump_json(page.validate_json(listed.content)) == listed.content

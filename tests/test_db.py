@@ -1,0 +1,66 @@
+"""The unit of work's plumbing: sessions for requests that only read, and pooled connections
+the database server dropped."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from app import db as app_db
+from app.config import Settings
+from app.db import Database, ReadOnlyViolation
+from app.main import create_app
+from tests import factories
+from tests.support import postgres
+from tests.support.principals import bearer
+
+
+def test_a_read_only_session_refuses_to_write_and_leaves_nothing_behind(
+    own_pg_database: Database,
+) -> None:
+    with own_pg_database.read_session() as session, pytest.raises(ReadOnlyViolation):
+        factories.user(session, "reader@example.com")
+    with own_pg_database.read_session() as session:
+        found = session.execute(text("SELECT count(*) FROM users WHERE email = :e"),
+                                {"e": "reader@example.com"}).scalar_one()
+    assert found == 0
+
+
+def _drop_connections(database: Database) -> None:
+    """What a database restart does to the pool's connections."""
+    name = database.engine.url.database
+    with psycopg.connect(postgres.ADMIN_DSN, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+
+
+def _caller(database: Database) -> dict[str, str]:
+    with database.transaction() as session:
+        return bearer(session, factories.user(session))
+
+
+def test_a_connection_dropped_while_idle_is_replaced_before_use(
+    settings: Settings, own_pg_database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    auth = _caller(own_pg_database)
+    with TestClient(create_app(settings, own_pg_database)) as client:
+        assert client.get("/api/v1/me", headers=auth).status_code == 200
+        _drop_connections(own_pg_database)
+        later = app_db.monotonic() + app_db.PING_AFTER_IDLE_S
+        monkeypatch.setattr(app_db, "monotonic", lambda: later)
+        assert client.get("/api/v1/me", headers=auth).status_code == 200
+
+
+def test_a_connection_dropped_just_after_use_costs_a_503_not_a_500(
+    settings: Settings, own_pg_database: Database
+) -> None:
+    auth = _caller(own_pg_database)
+    with TestClient(create_app(settings, own_pg_database)) as client:
+        assert client.get("/api/v1/me", headers=auth).status_code == 200
+        _drop_connections(own_pg_database)
+        answers = [client.get("/api/v1/me", headers=auth) for _ in range(3)]
+    statuses = [a.status_code for a in answers]
+    assert set(statuses) <= {200, 503} and statuses[-1] == 200, statuses
+    assert all(a.headers.get("Retry-After") for a in answers if a.status_code == 503)
