@@ -65,7 +65,7 @@ from app.tenants import group_mappings, me_api
 from app.tenants import web as tenants_web
 from app.usage import api as usage_api
 from app.usage import web as usage_web
-from app.web import home, live
+from app.web import dashboard, home, live
 from app.web.templating import STATIC_DIR, render, templates
 from app.wiring import connect_hooks
 
@@ -79,7 +79,7 @@ API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api
                usage_api.router]
 WEB_ROUTERS = [home.router, auth_web.router, token_web.router, cli_login.router,
                audit_web.router,
-               tenants_web.router, quotas_web.router, gpu_classes_web.router,
+               dashboard.router, tenants_web.router, quotas_web.router, gpu_classes_web.router,
                kubeconfigs_web.router,
                nodes_web.router,
                clusters_web.router, templates_web.router, usage_web.router]

@@ -21,9 +21,6 @@ KNOWN = {
     ("quotas", "nodes"): "GPU classes live in app/nodes",
     # The quota views show the GPUs the tenant's clusters hold, summed in the same statement.
     ("quotas", "clusters"): "allocated GPUs read in app/quotas/repository.py",
-    # The tenant dashboard shows clusters and quota; it belongs above both.
-    ("tenants", "clusters"): "tenant dashboard in app/tenants/web.py",
-    ("tenants", "quotas"): "tenant dashboard in app/tenants/web.py",
 }
 
 

@@ -1,0 +1,58 @@
+"""The tenant dashboard: clusters, quota and requests side by side.
+
+It sits above the domains it shows (tenants, quotas, clusters), so none of them imports another
+for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fastapi import APIRouter, Request
+from markupsafe import Markup
+from starlette.responses import Response
+
+from app.clusters import service as cluster_service
+from app.deps import CurrentPrincipal, DbSession
+from app.pagination import PageParams
+from app.quotas import service as quota_service
+from app.quotas.schemas import TenantQuotaOut
+from app.routing import UnitOfWorkRoute
+from app.tenants import service
+from app.web.charts.bars import Group, grouped_bars
+from app.web.charts.svg import Series
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
+EVERYTHING = PageParams(limit=200)
+
+
+@router.get("/t/{tenant}")
+def dashboard(request: Request, tenant: str, db: DbSession,
+              principal: CurrentPrincipal) -> Response:
+    row, can_manage = service.tenant_and_rights(db, principal, tenant)
+    quotas = quota_service.tenant_quota(db, principal, tenant, EVERYTHING).items
+    return render(request, "tenants/dashboard.html", {
+        "tenant": row, "can_manage": can_manage,
+        "clusters": cluster_service.list_clusters(db, principal, tenant, EVERYTHING).items,
+        "quotas": quotas, "quota_chart": _quota_chart(row.display_name, quotas),
+        "requests": quota_service.tenant_requests(db, principal, tenant,
+                                                  PageParams(limit=50)).items,
+    })
+
+
+QUOTA_SERIES = (Series("approved", "Approved", "#2f6f4f", "solid"),
+                Series("allocated", "Allocated", "#1f4e8c", "hatch"),
+                Series("in-use", "In use", "#9a5b00", "dots"))
+
+
+def _quota_chart(tenant: str, quotas: Sequence[TenantQuotaOut]) -> Markup | None:
+    if not quotas:
+        return None
+    groups = [Group(q.display_name, {"approved": q.approved_gpus, "allocated": q.allocated_gpus,
+                                     "in-use": q.in_use_gpus}) for q in quotas]
+    description = "; ".join(f"{q.display_name}: {q.approved_gpus} approved, "
+                            f"{q.allocated_gpus} allocated to clusters, {q.in_use_gpus} in use"
+                            for q in quotas)
+    return grouped_bars("quota-chart", f"GPU quota of {tenant} per class", description,
+                        groups, QUOTA_SERIES)
