@@ -22,6 +22,7 @@ from app.kube.adapter import KubernetesAdapter
 from app.main import create_app
 from app.web import live
 from app.wiring import connect_hooks
+from tests.authz.world import World, build_world
 from tests.support import chromium, postgres
 from tests.support.kube_server import MISSING, ApiServer, install_crds, kube_assets
 from tests.support.paths import KAI_QUEUE_CRD
@@ -185,3 +186,12 @@ def browser() -> Iterator[Browser]:
     both tests/browser and tests/portalctl (the browser login) drive it."""
     with chromium.launched() as launched:
         yield launched
+
+
+@pytest.fixture
+def world(db: Session) -> World:
+    """Two tenants, every role and a platform admin (tests/authz/world.py), committed so that
+    requests through the app see it."""
+    world = build_world(db)
+    db.commit()
+    return world

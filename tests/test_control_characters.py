@@ -26,7 +26,7 @@ from app.config import Settings
 from app.db import Database
 from app.main import create_app
 from tests.authz.route_access import ROUTES, Route
-from tests.authz.world import World, build_world
+from tests.authz.world import World
 from tests.support.kube import InMemoryConnector
 
 # Percent-encoded as a client would send them. Each is refused with a 422.
@@ -43,13 +43,6 @@ RAW_SURROGATE = b"\xed\xa0\x80"
 
 UNKNOWN_TOKEN = "gtp_" + "x" * 43
 PLACEHOLDER = "@@control@@"
-
-
-@pytest.fixture
-def world(db: Session) -> World:
-    world = build_world(db)
-    db.commit()
-    return world
 
 
 @pytest.fixture

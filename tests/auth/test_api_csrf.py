@@ -18,18 +18,11 @@ from app.db import Database
 from app.main import create_app
 from app.quotas.models import QuotaRequest
 from tests.authz.route_access import ROUTES, Route
-from tests.authz.world import World, build_world
+from tests.authz.world import World
 from tests.support.kube import InMemoryConnector
 
 OWN_ORIGIN = "http://testserver"
 EVIL = "https://evil.example"
-
-
-@pytest.fixture
-def world(db: Session) -> World:
-    world = build_world(db)
-    db.commit()
-    return world
 
 
 @pytest.fixture

@@ -6,21 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db import Database
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
 from app.main import create_app
-from tests.authz.world import World, build_world
-
-
-@pytest.fixture
-def world(db: Session) -> World:
-    world = build_world(db)
-    db.commit()
-    return world
 
 
 @pytest.fixture
