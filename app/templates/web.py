@@ -4,10 +4,12 @@ retire, with the stored validation shown) and a cluster's template page with the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
 from pydantic import ValidationError
+from sqlalchemy.orm import Session
 from starlette.responses import Response
 
 from app.auth.principal import Principal
@@ -156,20 +158,22 @@ def validate_version(request: Request, name: TemplateName, version: VersionNumbe
              dependencies=STATE_CHANGING)
 def offer_version(request: Request, name: TemplateName, version: VersionNumber, db: DbSession,
                   principal: CurrentPrincipal, settings: AppSettings) -> Response:
-    try:
-        service.offer_version(db, principal, name, version)
-    except Conflict as error:
-        return _detail_page(request, db, principal, settings, name, None,
-                            {"form": error.detail}, error.status)
-    return go_to(request, f"/admin/cluster-templates/{name}#v{version}")
+    return _change_state(request, db, principal, settings, name, version, service.offer_version)
 
 
 @router.post("/admin/cluster-templates/{name}/versions/{version}/retire",
              dependencies=STATE_CHANGING)
 def retire_version(request: Request, name: TemplateName, version: VersionNumber, db: DbSession,
                    principal: CurrentPrincipal, settings: AppSettings) -> Response:
+    return _change_state(request, db, principal, settings, name, version, service.retire_version)
+
+
+def _change_state(request: Request, db: Session, principal: Principal, settings: Settings,
+                  name: str, version: int,
+                  change: Callable[[Session, Principal, str, int], object]) -> Response:
+    """Offers or retires a version; a refusal shows the template's page with its reason."""
     try:
-        service.retire_version(db, principal, name, version)
+        change(db, principal, name, version)
     except Conflict as error:
         return _detail_page(request, db, principal, settings, name, None,
                             {"form": error.detail}, error.status)
