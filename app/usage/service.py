@@ -121,6 +121,16 @@ def _row(period: LabelledPeriod, tenant: str, gpu_class: str,
         allocated_gpu_seconds=round(seconds["cluster"]))
 
 
+def gpus_in_use_by_class(db: Session, tenant_id: int) -> dict[int, float]:
+    """GPUs in use per class by the latest samples of a tenant's clusters (the caller has
+    authorized the tenant); a class none of whose clusters was sampled yet is absent."""
+    found: dict[int, float] = {}
+    for cluster in repository.clusters_now(db, tenant_id):
+        if cluster.in_use is not None:
+            found[cluster.gpu_class_id] = found.get(cluster.gpu_class_id, 0.0) + cluster.in_use
+    return found
+
+
 def hours(seconds: float) -> float:
     return round(seconds / 3600, 6)
 

@@ -19,6 +19,7 @@ from app.quotas import service as quota_service
 from app.quotas.schemas import TenantQuotaOut
 from app.routing import UnitOfWorkRoute
 from app.tenants import service
+from app.usage import service as usage_service
 from app.web.charts.bars import Group, grouped_bars
 from app.web.charts.svg import Series
 from app.web.templating import render
@@ -32,10 +33,12 @@ def dashboard(request: Request, tenant: str, db: DbSession,
               principal: CurrentPrincipal) -> Response:
     row, can_manage = service.tenant_and_rights(db, principal, tenant)
     quotas = quota_service.tenant_quota(db, principal, tenant, EVERYTHING).items
+    in_use = usage_service.gpus_in_use_by_class(db, row.id)
     return render(request, "tenants/dashboard.html", {
         "tenant": row, "can_manage": can_manage,
         "clusters": cluster_service.list_clusters(db, principal, tenant, EVERYTHING).items,
-        "quotas": quotas, "quota_chart": _quota_chart(row.display_name, quotas),
+        "quotas": quotas, "quota_chart": _quota_chart(row.display_name, quotas, in_use),
+        "in_use": in_use,
         "requests": quota_service.tenant_requests(db, principal, tenant,
                                                   PageParams(limit=50)).items,
     })
@@ -46,13 +49,21 @@ QUOTA_SERIES = (Series("approved", "Approved", "#2f6f4f", "solid"),
                 Series("in-use", "In use", "#9a5b00", "dots"))
 
 
-def _quota_chart(tenant: str, quotas: Sequence[TenantQuotaOut]) -> Markup | None:
+def _quota_chart(tenant: str, quotas: Sequence[TenantQuotaOut],
+                 in_use: dict[int, float]) -> Markup | None:
     if not quotas:
         return None
     groups = [Group(q.display_name, {"approved": q.approved_gpus, "allocated": q.allocated_gpus,
-                                     "in-use": q.in_use_gpus}) for q in quotas]
+                                     "in-use": round(in_use.get(q.gpu_class_id, 0))})
+              for q in quotas]
     description = "; ".join(f"{q.display_name}: {q.approved_gpus} approved, "
-                            f"{q.allocated_gpus} allocated to clusters, {q.in_use_gpus} in use"
-                            for q in quotas)
+                            f"{q.allocated_gpus} allocated to clusters, "
+                            f"{_in_use_text(in_use, q.gpu_class_id)}" for q in quotas)
     return grouped_bars("quota-chart", f"GPU quota of {tenant} per class", description,
                         groups, QUOTA_SERIES)
+
+
+def _in_use_text(in_use: dict[int, float], gpu_class_id: int) -> str:
+    if gpu_class_id not in in_use:
+        return "in use not sampled yet"
+    return f"{in_use[gpu_class_id]:g} in use"

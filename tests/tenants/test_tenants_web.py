@@ -82,7 +82,7 @@ def test_members_and_viewers_see_the_dashboard_without_manage_buttons(
     oidc.sign_in(client, "yan@acme.example")
     dashboard = client.get("/t/acme", headers=HTML)
     assert dashboard.status_code == 200 and "Request GPU quota" not in dashboard.text
-    assert "In use" in dashboard.text and "allocated to clusters for now" in dashboard.text
+    assert "In use" in dashboard.text and "latest sample" in dashboard.text
     assert client.get("/t/acme/quota-requests/new", headers=HTML).status_code == 403
     assert client.get("/t/globex", headers=HTML).status_code == 404
     assert client.get("/admin/tenants", headers=HTML).status_code == 403

@@ -7,8 +7,11 @@ import re
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.clusters.models import VirtualCluster
+from app.usage.models import UsageSample
 from app.web.charts.series import Series, grouped_bars, lines, stacked_bars
 from tests.support.tenancy import Tenancy, build_tenancy, headers
 from tests.support.web import HTML
@@ -133,3 +136,28 @@ def test_each_line_has_its_own_dash_and_marker() -> None:
 def test_chart_text_is_escaped() -> None:
     svg = str(stacked_bars("<b>", "<i>", ["<x>"], [Series("<script>", [1.0])], "&"))
     assert "<script>" not in svg and "&lt;script&gt;" in svg and "<b>" not in svg
+
+
+def test_the_dashboard_shows_in_use_from_the_latest_sample_not_the_allocation(
+    client: TestClient, db: Session, clock: LedgerClock
+) -> None:
+    t = _tenancy(db, clock)
+    viewer = {**HTML, **headers(db, t.acme_viewer)}
+    before = client.get("/t/acme", headers=viewer).text
+    assert _in_use_cell(before) == "not sampled yet"
+    assert "in use not sampled yet" in before  # the chart's description says so too
+    train = db.scalar(select(VirtualCluster.id).where(VirtualCluster.name == "train"))
+    assert train is not None
+    for taken_s, used in ((100, 3.0), (200, 1.0)):  # the newest sample counts
+        db.add(UsageSample(taken_s=taken_s, source="quota", tenant_id=t.acme.id,
+                           gpu_class_id=t.h100.id, subject_id=train, used_gpus=used))
+    db.commit()
+    after = client.get("/t/acme", headers=viewer).text
+    assert _in_use_cell(after) == "1"
+    assert 'data-series="in-use" data-value="1"' in after
+
+
+def _in_use_cell(page: str) -> str:
+    found = re.search(r'<td class="in-use">([^<]*)</td>', page)
+    assert found is not None
+    return found.group(1).strip()
