@@ -89,6 +89,19 @@ class Client:
                            EXIT_FOR_STATUS.get(response.status_code, ERROR))
         return response
 
+    def download(self, path: str, **params: Any) -> Iterator[bytes]:
+        """A GET's body a chunk at a time, as it arrives; an ApiError when the call fails."""
+        query = {k: v for k, v in params.items() if v is not None}
+        try:
+            with self.http.stream("GET", path, params=query, headers={"Accept": "*/*"}) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise ApiError(problem_message(response),
+                                   EXIT_FOR_STATUS.get(response.status_code, ERROR))
+                yield from response.iter_bytes()
+        except (httpx.HTTPError, httpx.InvalidURL) as error:
+            raise ApiError(f"cannot reach the portal: {error}") from error
+
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
 

@@ -19,6 +19,8 @@ from app.portalctl.client import ERROR, USAGE, ApiError, Client
 from app.portalctl.common import Limit, Output, TenantOpt, api, fail, state, tenant_of
 from app.portalctl.fleet import gpu_classes_app, nodes_app
 from app.portalctl.output import Format, emit
+from app.portalctl.templates import templates_app
+from app.portalctl.usage import usage
 
 EXIT_CODES = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 forbidden or not signed in."
 app = typer.Typer(help=f"The GPU Tenant Portal from a terminal.\n\n{EXIT_CODES}",
@@ -35,7 +37,9 @@ app.add_typer(grants_app, name="grants")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(nodes_app, name="nodes")
 app.add_typer(gpu_classes_app, name="gpu-classes")
+app.add_typer(templates_app, name="templates")
 app.command("audit")(audit)
+app.command("usage")(usage)
 
 
 @app.callback()
@@ -312,10 +316,16 @@ def clusters_create(
     gpus: Annotated[int, typer.Option(help="whole GPUs from the tenant's quota")] = 0,
     cpu_millicores: Annotated[int, typer.Option(help="CPU, in millicores")] = 4000,
     memory_mib: Annotated[int, typer.Option(help="memory, in MiB")] = 16384,
-    placement: Annotated[str, typer.Option(help="shared-pool or dedicated-nodes")
-                         ] = "shared-pool",
+    placement: Annotated[str | None, typer.Option(
+        help="shared-pool or dedicated-nodes (default: shared-pool)")] = None,
     kubernetes_version: Annotated[str | None, typer.Option(help="default: the portal's first")
                                   ] = None,
+    template: Annotated[str | None, typer.Option(
+        help="an offered cluster template (default: 'default'); leave out what it fixes")
+    ] = None,
+    template_version: Annotated[int | None, typer.Option(
+        help="an offered version of --template (default: its newest offered)", min=1)
+    ] = None,
     wait: Annotated[bool, typer.Option(help="follow the conditions until Ready or Failed")
                     ] = False,
     timeout: Annotated[float, typer.Option(help="seconds --wait waits before giving up")
@@ -329,13 +339,17 @@ def clusters_create(
     """Create a virtual cluster; with --wait, exit 0 when Ready, 1 when Failed or timed out.
 
     Example: portalctl clusters create train --gpu-class 1 --gpus 4 --wait
+
+    Example: portalctl clusters create train --template training --template-version 2 --gpus 8
     """
-    body: dict[str, Any] = {"name": name, "placement": placement, "gpus": gpus,
-                            "cpu_millicores": cpu_millicores, "memory_mib": memory_mib}
-    if gpu_class_id is not None:
-        body["gpu_class_id"] = gpu_class_id
-    if kubernetes_version:
-        body["kubernetes_version"] = kubernetes_version
+    if template_version is not None and template is None:
+        fail("--template-version goes with --template", USAGE)
+    body: dict[str, Any] = {"name": name, "gpus": gpus, "cpu_millicores": cpu_millicores,
+                            "memory_mib": memory_mib}
+    optional = {"placement": placement, "gpu_class_id": gpu_class_id,
+                "kubernetes_version": kubernetes_version, "template": template,
+                "template_version": template_version}
+    body.update({k: v for k, v in optional.items() if v is not None})
     with api() as client:
         path = clusters_path(client, tenant)
         created = client.request("POST", path, json=body, create=True,
@@ -393,6 +407,25 @@ def clusters_resize(
     with api() as client:
         resized = client.request("PATCH", f"{clusters_path(client, tenant)}/{name}", json=body)
     emit(resized, output, CLUSTER_COLUMNS)
+
+
+@clusters_app.command("upgrade-template")
+def clusters_upgrade_template(
+    name: str,
+    version: Annotated[int | None, typer.Option(
+        help="an offered version of the cluster's template (default: the newest offered)",
+        min=1)] = None,
+    tenant: TenantOpt = None, output: Output = Format.table,
+) -> None:
+    """Move a cluster to a newer offered version of its template; the portal applies it.
+
+    Example: portalctl clusters upgrade-template train --version 3
+    """
+    with api() as client:
+        upgraded = client.request(
+            "POST", f"{clusters_path(client, tenant)}/{name}/template-upgrade",
+            json={"version": version})
+    emit(upgraded, output, (*CLUSTER_COLUMNS, "template_version_id"))
 
 
 @clusters_app.command("delete")

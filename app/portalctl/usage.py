@@ -1,0 +1,58 @@
+"""GPU-hours per tenant, class and period: a table, the API's report, or its CSV."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from app.portalctl.common import TenantOpt, api
+from app.portalctl.output import Format, emit
+
+ROW_COLUMNS = ("period", "tenant", "gpu_class", "approved_gpu_hours", "allocated_gpu_hours",
+               "dedicated_gpu_hours", "used_gpu_hours")
+
+
+class UsageFormat(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+    csv = "csv"
+
+
+class GroupBy(StrEnum):
+    day = "day"
+    month = "month"
+
+
+def usage(
+    tenant: TenantOpt = None,
+    start: Annotated[str | None, typer.Option(
+        "--from", help="start, inclusive (ISO 8601, UTC when no offset); default: 30 days "
+                       "before --to")] = None,
+    end: Annotated[str | None, typer.Option(
+        "--to", help="end, exclusive; default: the end of today (UTC)")] = None,
+    group_by: Annotated[GroupBy, typer.Option(help="one row per day or per month")
+                        ] = GroupBy.day,
+    output: Annotated[UsageFormat, typer.Option("--output", "-o",
+                                                help="table, json, yaml or csv")
+                      ] = UsageFormat.table,
+) -> None:
+    """GPU-hours of approved quota, clusters, dedicated nodes and pods, per period.
+
+    Without --tenant, every tenant you may see (all of them for platform admins).
+
+    Example: portalctl usage --tenant acme --from 2026-11-01 --group-by month -o csv > acme.csv
+    """
+    params = {"tenant": tenant, "from": start, "to": end, "group_by": group_by.value}
+    with api() as client:
+        if output is UsageFormat.csv:
+            for chunk in client.download("/api/v1/usage.csv", **params):
+                typer.echo(chunk, nl=False)
+            return
+        report = client.get("/api/v1/usage", **params)
+    if output is UsageFormat.table:
+        emit(report["rows"], Format.table, ROW_COLUMNS)
+    else:
+        emit(report, Format(output.value), ROW_COLUMNS)
