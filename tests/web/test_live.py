@@ -151,7 +151,9 @@ def test_an_idle_stream_holds_no_connection_nor_a_request_slot(served: Live) -> 
 def test_a_closed_stream_frees_its_slot(served: Live) -> None:
     client = httpx.Client(base_url=served.base, timeout=10)
     with client.stream("GET", STREAM, headers=served.headers) as response:
-        assert next(_events(response.iter_lines()))[0] == "ready"
+        # Held in a name: a dropped generator closes the response, and so the stream, at once.
+        events = _events(response.iter_lines())
+        assert next(events)[0] == "ready"
         assert served.app.state.live_streams.open == 1
     client.close()  # the browser leaves the page
     _eventually(lambda: served.app.state.live_streams.open == 0, "the stream was never freed")
