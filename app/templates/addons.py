@@ -27,10 +27,10 @@ def addon_values(settings: Mapping[str, Setting]) -> dict[str, Any]:
         for section in sections:
             child = node.setdefault(section, {})
             if not isinstance(child, dict):
-                raise ValueError(f"setting {key!r} is under {section!r}, which has a value")
+                raise ValueError(f"setting {key!r}: {section!r} is a value and a section at once")
             node = child
         if leaf in node:
-            raise ValueError(f"setting {key!r} is a value and a section at once")
+            raise ValueError(f"setting {key!r}: {leaf!r} is a value and a section at once")
         node[leaf] = settings[key]
     return values
 
