@@ -25,7 +25,8 @@ from tests.templates.test_templates_api import (
     offered_training,
 )
 
-KAI_SETTINGS = {"scheduler.replicas": 2, "queues.default": "team-a", "global.gpuSharing": True}
+KAI_SETTINGS: dict[str, str | int | bool] = {
+    "scheduler.replicas": 2, "queues.default": "team-a", "global.gpuSharing": True}
 KAI_VALUES = {"scheduler": {"replicas": 2}, "queues": {"default": "team-a"},
               "global": {"gpuSharing": True}}
 
