@@ -15,10 +15,11 @@ from pathlib import Path
 import yaml
 
 from app.clusters import conditions as cond
-from app.clusters.installer import HelmInstaller, InstallError
+from app.clusters.installer import HelmInstaller, InstallError, SimulatedInstaller
 from app.clusters.models import VirtualCluster
 from app.clusters.shapes import ClusterAddon
 from app.db import Database
+from app.kube import simulated
 from tests.clusters.support import Harness, create
 from tests.support.tenancy import Tenancy
 
@@ -190,3 +191,16 @@ def test_helm_installs_the_pinned_chart_into_the_virtual_cluster_with_private_fi
     assert uninstall_files["--kubeconfig"][1] == 0o600
     # The files live only for the run.
     assert not Path(install[install.index("--kubeconfig") + 1]).exists()
+
+
+def test_portal_dev_shows_an_installed_addon_as_its_namespace_in_the_virtual_cluster() -> None:
+    host = simulated.SimulatedHost([], startup_seconds=0)
+    installer = SimulatedInstaller(host)
+    installer.install("train", "t-acme--train", "")
+    config = simulated.simulated_admin_kubeconfig("t-acme--train")
+    installer.install_addon(KAI, config)
+    namespace = host.virtual(config).get("v1", "Namespace", "kai-scheduler")
+    assert namespace is not None
+    assert namespace["metadata"]["labels"]["helm.sh/chart"] == "kai-scheduler-0.9.3"
+    installer.uninstall_addon("kai-scheduler", config)
+    assert host.virtual(config).get("v1", "Namespace", "kai-scheduler") is None
