@@ -17,6 +17,7 @@ from app.db import Database
 from app.templates.addons import addon_values
 from tests.clusters.support import Harness
 from tests.support.tenancy import Tenancy, headers
+from tests.support.web import HTML
 from tests.templates.support import KAI_ADDON, training
 from tests.templates.test_templates_api import (
     CLUSTERS,
@@ -87,6 +88,8 @@ def test_the_reconciler_installs_the_templates_addon_and_uninstalls_it_after_an_
     shown = host_client.get(f"{CLUSTERS}/big", headers=tenant).json()["conditions"]
     kai = cond.addon_type("kai-scheduler")
     assert [(c["type"], c["status"]) for c in shown if c["type"] == kai] == [(kai, "True")]
+    page = host_client.get("/t/acme/clusters/big", headers={**tenant, **HTML})
+    assert page.status_code == 200 and f'data-condition="{kai}"' in page.text
 
     new_offered_version(host_client, db, tenancy, addons=[])
     upgraded = host_client.post(f"{CLUSTERS}/big/template-upgrade", json={}, headers=tenant)
