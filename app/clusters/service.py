@@ -388,7 +388,8 @@ def _spec(cluster: VirtualCluster) -> dict[str, Any]:
             "gpus": cluster.gpus, "cpu_millicores": cluster.cpu_millicores,
             "memory_mib": cluster.memory_mib, "generation": cluster.generation,
             "template_version_id": cluster.template_version_id,
-            "pod_security": cluster.pod_security, "user_namespaces": cluster.user_namespaces}
+            "pod_security": cluster.pod_security, "user_namespaces": cluster.user_namespaces,
+            "addons": [f"{a['name']} {a['chart']} {a['version']}" for a in cluster.addons or []]}
 
 
 def _record(db: Session, principal: Principal, action: str, cluster: VirtualCluster,

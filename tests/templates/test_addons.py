@@ -9,8 +9,10 @@ import json
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.audit.models import AuditEvent
 from app.clusters import conditions as cond
 from app.clusters.models import VirtualCluster
 from app.db import Database
@@ -94,6 +96,11 @@ def test_the_reconciler_installs_the_templates_addon_and_uninstalls_it_after_an_
     new_offered_version(host_client, db, tenancy, addons=[])
     upgraded = host_client.post(f"{CLUSTERS}/big/template-upgrade", json={}, headers=tenant)
     assert upgraded.status_code == 200, upgraded.text
+    event = db.scalar(select(AuditEvent).where(
+        AuditEvent.action == "virtual_cluster.template_upgrade"))
+    assert event is not None and event.before is not None and event.after is not None
+    assert (event.before["addons"], event.after["addons"]) == (
+        ["kai-scheduler kai-scheduler 0.9.3"], [])
     harness.converge(3)
     assert harness.installer.addon_calls == [("install", "kai-scheduler"),
                                              ("uninstall", "kai-scheduler")]
