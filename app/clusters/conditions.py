@@ -22,6 +22,18 @@ FAILED = "Failed"
 STEP_TYPES = (NAMESPACE_READY, QUOTA_APPLIED, NETWORK_POLICY_APPLIED, QUEUES_APPLIED,
               RELEASE_INSTALLED)
 ORDER = (*STEP_TYPES, READY, FAILED)
+# One condition per add-on installed into the virtual cluster, shown after Ready.
+ADDON_PREFIX = "AddonReady/"
+
+
+def addon_type(name: str) -> str:
+    return f"{ADDON_PREFIX}{name}"
+
+
+def addon_names(conditions: list[Condition]) -> list[str]:
+    """The add-ons the conditions record: those installed, or being tried."""
+    return [c["type"].removeprefix(ADDON_PREFIX) for c in conditions
+            if str(c.get("type", "")).startswith(ADDON_PREFIX)]
 
 
 def timestamp(now: datetime) -> str:
@@ -54,9 +66,15 @@ def set_condition(
     return sorted([*others, condition], key=_position)
 
 
-def _position(condition: Condition) -> int:
-    type_ = condition.get("type", "")
-    return ORDER.index(type_) if type_ in ORDER else len(ORDER)
+def remove_condition(conditions: list[Condition], type_: str) -> list[Condition]:
+    return [c for c in conditions if c.get("type") != type_]
+
+
+def _position(condition: Condition) -> tuple[int, str]:
+    type_ = str(condition.get("type", ""))
+    if type_.startswith(ADDON_PREFIX):
+        return ORDER.index(READY), type_
+    return (ORDER.index(type_) if type_ in ORDER else len(ORDER)), ""
 
 
 def phase(conditions: list[Condition], deleting: bool) -> str:

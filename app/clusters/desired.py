@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from app.clusters import repository
 from app.clusters.models import VirtualCluster
+from app.clusters.shapes import ClusterAddon
 from app.config import Settings
 from app.kube import manifests
 from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec
@@ -32,6 +34,7 @@ class DesiredCluster:
     spec: ClusterSpec
     tenant: TenantSpec
     policy: ManifestPolicy
+    addons: tuple[ClusterAddon, ...] = field(default=())
 
     @property
     def namespace(self) -> str:
@@ -61,6 +64,11 @@ def release_digest(desired: DesiredCluster, settings: Settings) -> str:
     parts = [settings.vcluster_chart_repo, settings.vcluster_chart_version, desired.namespace,
              desired.release, desired.values_yaml()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def addon_digest(addon: ClusterAddon) -> str:
+    """Changes whenever ``helm upgrade`` would install the add-on differently."""
+    return hashlib.sha256(json.dumps(addon.as_json(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def cluster_spec(cluster: VirtualCluster, tenant: Tenant, gpu_class: GpuClass | None,
@@ -105,4 +113,5 @@ def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredClu
         last_of_tenant=not repository.other_clusters_exist(db, tenant.id, cluster.id),
         spec=cluster_spec(cluster, tenant, gpu_class, settings),
         tenant=tenant_spec(db, tenant), policy=manifest_policy(settings),
+        addons=tuple(ClusterAddon.of_json(a) for a in cluster.addons or []),
     )

@@ -1,7 +1,9 @@
-"""Installing the vCluster release: an interface, and its default on the ``helm`` CLI.
+"""Installing the vCluster release and its add-ons: an interface, and its default on the
+``helm`` CLI.
 
 The generated values go to a private temporary file; the host kubeconfig is passed explicitly,
-so helm never falls back to whatever ``~/.kube/config`` happens to say.
+so helm never falls back to whatever ``~/.kube/config`` happens to say. An add-on goes into the
+virtual cluster: its admin kubeconfig is written to a private temporary file for the one run.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
+from app.clusters.shapes import ClusterAddon
 from app.config import Settings
+from app.kube.manifests import dump_yaml
 from app.kube.simulated import SimulatedHost
 
 CHART = "vcluster"
@@ -36,6 +40,15 @@ class Installer(Protocol):
 
     def uninstall(self, release: str, namespace: str) -> None:
         """Remove the release; no error when it is already gone."""
+        ...
+
+    def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
+        """Install or upgrade the add-on (release and namespace named after it) in the virtual
+        cluster that ``kubeconfig`` reaches (idempotent)."""
+        ...
+
+    def uninstall_addon(self, name: str, kubeconfig: str) -> None:
+        """Remove the add-on's release from the virtual cluster; no error when it is gone."""
         ...
 
 
@@ -62,6 +75,17 @@ class HelmInstaller:
         return [self.binary, "uninstall", release, "--namespace", namespace,
                 "--ignore-not-found", *self._kubeconfig_args()]
 
+    def addon_install_command(self, addon: ClusterAddon, values_file: str,
+                              kubeconfig_file: str) -> list[str]:
+        return [self.binary, "upgrade", "--install", addon.name, addon.chart,
+                "--repo", addon.repo, "--version", addon.version,
+                "--namespace", addon.name, "--create-namespace", "--values", values_file,
+                "--kubeconfig", kubeconfig_file]
+
+    def addon_uninstall_command(self, name: str, kubeconfig_file: str) -> list[str]:
+        return [self.binary, "uninstall", name, "--namespace", name, "--ignore-not-found",
+                "--kubeconfig", kubeconfig_file]
+
     def _kubeconfig_args(self) -> list[str]:
         # Without a kubeconfig the portal runs in the host cluster; helm finds in-cluster config.
         return ["--kubeconfig", self.kubeconfig] if self.kubeconfig else []
@@ -80,6 +104,21 @@ class HelmInstaller:
             if not any(marker in error.message for marker in _NOT_FOUND):
                 raise
 
+    def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
+        with tempfile.TemporaryDirectory(prefix="vcluster-addon-") as directory:
+            values_file = _private_file(Path(directory) / "values.yaml", dump_yaml(addon.values))
+            config_file = _private_file(Path(directory) / "kubeconfig", kubeconfig)
+            self._run(self.addon_install_command(addon, str(values_file), str(config_file)))
+
+    def uninstall_addon(self, name: str, kubeconfig: str) -> None:
+        with tempfile.TemporaryDirectory(prefix="vcluster-addon-") as directory:
+            config_file = _private_file(Path(directory) / "kubeconfig", kubeconfig)
+            try:
+                self._run(self.addon_uninstall_command(name, str(config_file)))
+            except InstallError as error:
+                if not any(marker in error.message for marker in _NOT_FOUND):
+                    raise
+
     def _run(self, command: list[str]) -> None:
         executable = shutil.which(command[0])
         if executable is None:
@@ -97,6 +136,12 @@ class HelmInstaller:
             raise InstallError(f"helm {command[1]} failed: {detail}")
 
 
+def _private_file(path: Path, text: str) -> Path:
+    path.touch(mode=0o600)
+    path.write_text(text)
+    return path
+
+
 class SimulatedInstaller:
     """Plays helm on the simulated host of ``portal dev``: the release's control plane boots
     there over a few seconds (``SimulatedHost``); nothing is installed anywhere."""
@@ -109,3 +154,18 @@ class SimulatedInstaller:
 
     def uninstall(self, release: str, namespace: str) -> None:
         self.host.stop_control_plane(release, namespace)
+
+    def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
+        """The add-on's namespace appears in the simulated virtual cluster, labelled with the
+        chart, as ``helm --create-namespace`` would leave it."""
+        namespace = _addon_namespace(addon.name, addon.chart, addon.version)
+        self.host.virtual(kubeconfig).apply(namespace, force=True)
+
+    def uninstall_addon(self, name: str, kubeconfig: str) -> None:
+        self.host.virtual(kubeconfig).delete("v1", "Namespace", name)
+
+
+def _addon_namespace(name: str, chart: str, version: str) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/instance": name,
+                                                  "helm.sh/chart": f"{chart}-{version}"}}}

@@ -43,6 +43,9 @@ class VirtualCluster(Base):
     # None: the operator's PORTAL_POD_SECURITY.
     pod_security: Mapped[str | None] = mapped_column(String(10))
     user_namespaces: Mapped[bool] = mapped_column(default=False)
+    # The add-ons the template fixes ({name, repo, chart, version, values}); the reconciler
+    # installs them into the virtual cluster once it is Ready.
+    addons: Mapped[list[Any]] = mapped_column(default=list)
     cpu_millicores: Mapped[int] = mapped_column(default=0)
     memory_mib: Mapped[int] = mapped_column(default=0)
     generation: Mapped[int] = mapped_column(default=1)

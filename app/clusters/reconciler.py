@@ -62,6 +62,7 @@ from app.clusters import desired, events, repository
 from app.clusters.desired import DesiredCluster
 from app.clusters.installer import HelmInstaller, Installer, InstallError
 from app.clusters.models import VirtualCluster
+from app.clusters.shapes import ClusterAddon
 from app.config import Settings
 from app.crypto import SecretBox
 from app.db import Database, utcnow
@@ -284,6 +285,10 @@ class ClusterRun:
         # a long step (helm) and at the end of the pass.
         self.unsaved: datetime | None = None
         self.secret: Manifest | None = None
+        # The virtual cluster's admin kubeconfig once it answers, for installing add-ons.
+        self.kubeconfig: str | None = None
+        # The release had vanished and was installed again: its add-ons went with it.
+        self.reinstalled = False
         # Converged at this generation last time: read and compare before any write.
         self.steady = observed_generation == wanted.generation and all(
             _current(wanted.conditions, t, wanted.generation) for t in (*cond.STEP_TYPES,
@@ -323,9 +328,10 @@ class ClusterRun:
                 return self._failed(type_, error)
             self._set(type_, True, reason, message)
         try:
-            return self._ready()
+            outcome = self._ready()
         except (KubeError, ValueError) as error:
             return self._failed(cond.READY, error)
+        return self._addons(outcome) if outcome.converged else outcome
 
     def _objects(self, *kinds: str) -> list[Manifest]:
         return [obj for obj in self.wanted.host_objects() if obj["kind"] in kinds]
@@ -401,6 +407,7 @@ class ClusterRun:
         vanished = self.secret is None and cond.is_true(self.conditions, cond.READY)
         if up_to_date and not vanished:
             return "Installed", message
+        self.reinstalled = vanished
         # However long helm takes, the heartbeat keeps the lease; the tenant sees the steps
         # so far meanwhile.
         self._check_lease()
@@ -426,6 +433,7 @@ class ClusterRun:
                       "the virtual cluster's API server does not answer /readyz yet")
             return wait
         self._store_credential(config)
+        self.kubeconfig = config
         self._set(cond.READY, True, "ClusterReady", "the API server answers /readyz")
         if cond.find(self.conditions, cond.FAILED) is not None:
             self._set(cond.FAILED, False, "Reconciled", "")
@@ -441,6 +449,66 @@ class ClusterRun:
             self._audit(db, "virtual_cluster.credential_stored", None,
                         {"credential": "admin kubeconfig stored encrypted"})
         self.unsaved = None
+
+    # ----- add-ons, once the virtual cluster is Ready
+
+    def _addons(self, ready: Outcome) -> Outcome:
+        """Install what is missing or changed, uninstall what is no longer wanted; each add-on
+        keeps its own condition, and one failing retries with backoff without holding up the
+        others or the cluster's Ready."""
+        wanted = {addon.name: addon for addon in self.wanted.addons}
+        failures = [self._addon_step(cond.addon_type(addon.name), self._install_addon, addon)
+                    for addon in wanted.values()]
+        failures += [self._addon_step(cond.addon_type(name), self._uninstall_addon, name)
+                     for name in cond.addon_names(self.conditions) if name not in wanted]
+        failed = [f for f in failures if f is not None]
+        if not failed:
+            return ready
+        if all(permanent for permanent, _ in failed):
+            return Outcome(next_in=self.owner.settings.worker_resync_seconds, converged=True,
+                           failed=True)
+        attempt = min(self.failed_attempts + 1, 20)
+        delay = max([BACKOFF.backoff(attempt), *(d for p, d in failed if not p)])
+        return Outcome(next_in=delay, converged=True, failed=True)
+
+    def _addon_step(self, type_: str, step: Callable[[Any], None],
+                    subject: Any) -> tuple[bool, float] | None:
+        """Runs one add-on's install or uninstall; (permanent, server's delay) if it failed."""
+        try:
+            step(subject)
+        except (InstallError, KubeError) as error:
+            reason, message, permanent, delay = _classify(error)
+            self._set(type_, False, reason, message)
+            log.info("cluster %d: %s failed (%s): %s", self.wanted.cluster_id, type_, reason,
+                     message)
+            return permanent, delay or 0.0
+        return None
+
+    def _install_addon(self, addon: ClusterAddon) -> None:
+        type_ = cond.addon_type(addon.name)
+        message = (f"{addon.chart} {addon.version} from {addon.repo} "
+                   f"(values {desired.addon_digest(addon)})")
+        current = cond.find(self.conditions, type_)
+        if current is not None and current.get("status") == "True" and (
+                current.get("message") == message) and not self.reinstalled:
+            return
+        if current is None:
+            self._set(type_, False, "Installing", message)
+        assert self.kubeconfig is not None
+        self._check_lease()
+        self._save_conditions()
+        self.owner.installer.install_addon(addon, self.kubeconfig)
+        self._check_lease()
+        self._set(type_, True, "Installed", message)
+
+    def _uninstall_addon(self, name: str) -> None:
+        assert self.kubeconfig is not None
+        self._check_lease()
+        self._save_conditions()
+        self.owner.installer.uninstall_addon(name, self.kubeconfig)
+        self._check_lease()
+        self.conditions = cond.remove_condition(self.conditions, cond.addon_type(name))
+        self.unsaved = self.owner.clock()
 
     # ----- deletion
 

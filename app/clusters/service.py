@@ -176,6 +176,7 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
         template_version_id=resolved.template_version_id if resolved else None,
         pod_security=resolved.pod_security if resolved else None,
         user_namespaces=resolved.user_namespaces if resolved else False,
+        addons=[a.as_json() for a in resolved.addons] if resolved else [],
     )
     insert_or_conflict(db, cluster, _name_taken(payload.name))
     _record(db, principal, "virtual_cluster.create", cluster, None, _spec(cluster))
@@ -339,6 +340,7 @@ def upgrade_template(db: Session, principal: Principal, slug: str, name: str,
     cluster.template_version_id = upgrade.template_version_id
     cluster.pod_security = upgrade.pod_security
     cluster.user_namespaces = upgrade.user_namespaces
+    cluster.addons = [a.as_json() for a in upgrade.addons]
     cluster.generation += 1
     cluster.next_reconcile_at = utcnow()
     db.flush()
@@ -386,7 +388,8 @@ def _spec(cluster: VirtualCluster) -> dict[str, Any]:
             "gpus": cluster.gpus, "cpu_millicores": cluster.cpu_millicores,
             "memory_mib": cluster.memory_mib, "generation": cluster.generation,
             "template_version_id": cluster.template_version_id,
-            "pod_security": cluster.pod_security, "user_namespaces": cluster.user_namespaces}
+            "pod_security": cluster.pod_security, "user_namespaces": cluster.user_namespaces,
+            "addons": [f"{a['name']} {a['chart']} {a['version']}" for a in cluster.addons or []]}
 
 
 def _record(db: Session, principal: Principal, action: str, cluster: VirtualCluster,

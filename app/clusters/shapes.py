@@ -17,6 +17,30 @@ from app.clusters.schemas import ClusterCreate
 
 
 @dataclass(frozen=True)
+class ClusterAddon:
+    """A Helm chart the reconciler installs into the virtual cluster once it is Ready.
+
+    ``values`` were built by the templates domain from the template's own settings; the
+    clusters domain stores and installs them as they are and never adds tenant input.
+    """
+
+    name: str
+    repo: str
+    chart: str
+    version: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "repo": self.repo, "chart": self.chart,
+                "version": self.version, "values": self.values}
+
+    @classmethod
+    def of_json(cls, stored: dict[str, Any]) -> ClusterAddon:
+        return cls(name=stored["name"], repo=stored["repo"], chart=stored["chart"],
+                   version=stored["version"], values=dict(stored.get("values") or {}))
+
+
+@dataclass(frozen=True)
 class ResolvedCreate:
     """A create request with everything its template fixes filled in."""
 
@@ -24,6 +48,7 @@ class ResolvedCreate:
     template_version_id: int
     pod_security: str | None
     user_namespaces: bool
+    addons: tuple[ClusterAddon, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,3 +92,4 @@ class TemplateUpgrade:
     max_gpus: int | None
     pod_security: str | None
     user_namespaces: bool
+    addons: tuple[ClusterAddon, ...] = ()

@@ -12,6 +12,7 @@ from app.clusters.schemas import ClusterCreate
 from app.clusters.shapes import ResolvedCreate, TemplateChoice
 from app.errors import ValidationFailed
 from app.templates import repository
+from app.templates.addons import cluster_addons
 from app.templates.models import DEFAULT_TEMPLATE, ClusterTemplate, ClusterTemplateVersion
 
 # The settings a template may fix, as the cluster create request names them.
@@ -39,7 +40,8 @@ class TemplateCatalog:
         update["gpus"] = gpus
         return ResolvedCreate(payload=payload.model_copy(update=update),
                               template_version_id=row.id, pod_security=row.pod_security,
-                              user_namespaces=row.user_namespaces)
+                              user_namespaces=row.user_namespaces,
+                              addons=cluster_addons(row.addons or []))
 
     def choices(self, db: Session) -> list[TemplateChoice]:
         found: list[TemplateChoice] = []

@@ -18,10 +18,14 @@ from pydantic import (
 
 from app.clusters.schemas import Placement
 from app.quotas.schemas import MAX_GPUS
+from app.templates.addons import addon_values
 from app.validation import MAX_ROW_ID, SingleLine, dns_label_problem
 
 NAME_MAX = 40
 MAX_ADDONS = 10
+MAX_ADDON_SETTINGS = 20
+AddonSetting = StrictBool | StrictInt | str
+_SETTING_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}(\.[A-Za-z][A-Za-z0-9_-]{0,62}){0,7}$")
 PodSecurity = Literal["restricted", "baseline"]
 State = Literal["draft", "offered", "retired"]
 _K8S_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
@@ -45,6 +49,10 @@ class AddonSpec(BaseModel):
     repo: str = Field(max_length=300, description="the chart repository, an https URL")
     chart: str = Field(min_length=1, max_length=100)
     version: str = Field(max_length=60, description="the pinned chart version (SemVer)")
+    settings: dict[str, AddonSetting] = Field(
+        default_factory=dict, max_length=MAX_ADDON_SETTINGS,
+        description="Helm values the portal sets, as dotted keys (scheduler.replicas); "
+                    "the only values the chart gets")
 
     @field_validator("name", "chart")
     @classmethod
@@ -63,6 +71,17 @@ class AddonSpec(BaseModel):
     def _pinned(cls, value: str) -> str:
         if not _CHART_VERSION.fullmatch(value):
             raise ValueError("must be one exact chart version such as 1.2.3 (no ranges)")
+        return value
+
+    @field_validator("settings")
+    @classmethod
+    def _settings(cls, value: dict[str, AddonSetting]) -> dict[str, AddonSetting]:
+        for key, setting in value.items():
+            if not _SETTING_KEY.fullmatch(key):
+                raise ValueError(f"{key!r}: keys are dotted names such as scheduler.replicas")
+            if isinstance(setting, str) and ("\n" in setting or len(setting) > 200):
+                raise ValueError(f"{key!r}: text values are one line of at most 200 characters")
+        addon_values(value)  # refuses a key that is both a value and a section
         return value
 
 

@@ -26,6 +26,7 @@ from app.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from app.kube.port import HostProbe
 from app.nodes.models import GpuClass
 from app.templates import repository
+from app.templates.addons import cluster_addons
 from app.templates.models import DEFAULT_TEMPLATE, ClusterTemplate, ClusterTemplateVersion
 from app.templates.schemas import (
     TemplateCreate,
@@ -258,7 +259,8 @@ def upgrade_cluster(db: Session, principal: Principal, slug: str, name: str,
         template_version_id=target.id, label=f"{template.name} v{target.version}",
         kubernetes_version=target.kubernetes_version, placement=target.placement,
         gpu_class_id=target.gpu_class_id, max_gpus=target.max_gpus,
-        pod_security=target.pod_security, user_namespaces=target.user_namespaces))
+        pod_security=target.pod_security, user_namespaces=target.user_namespaces,
+        addons=cluster_addons(target.addons or [])))
 
 
 def cluster_template(db: Session, principal: Principal, slug: str,

@@ -9,9 +9,11 @@ from sqlalchemy import select
 
 from app.auth.principal import Principal
 from app.clusters import service
+from app.clusters.installer import InstallError
 from app.clusters.models import VirtualCluster
 from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterOut
+from app.clusters.shapes import ClusterAddon
 from app.config import Settings
 from app.db import Database, utcnow
 from app.kube import simulated
@@ -63,6 +65,10 @@ class FakeInstaller:
     brings_up_secret: bool = True
     calls: list[tuple[str, str, str]] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)
+    # Add-ons: every call, what is installed now, and errors the next calls raise in turn.
+    addon_calls: list[tuple[str, str]] = field(default_factory=list)
+    addons: dict[str, ClusterAddon] = field(default_factory=dict)
+    addon_failures: list[InstallError] = field(default_factory=list)
 
     def install(self, release: str, namespace: str, values_yaml: str) -> None:
         self.calls.append(("install", release, namespace))
@@ -74,6 +80,18 @@ class FakeInstaller:
     def uninstall(self, release: str, namespace: str) -> None:
         self.calls.append(("uninstall", release, namespace))
         self.kube.delete("apps/v1", "StatefulSet", release, namespace)
+
+    def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
+        self.addon_calls.append(("install", addon.name))
+        if self.addon_failures:
+            raise self.addon_failures.pop(0)
+        self.addons[addon.name] = addon
+
+    def uninstall_addon(self, name: str, kubeconfig: str) -> None:
+        self.addon_calls.append(("uninstall", name))
+        if self.addon_failures:
+            raise self.addon_failures.pop(0)
+        self.addons.pop(name, None)
 
     @property
     def installs(self) -> int:

@@ -30,6 +30,7 @@ from app.clusters.installer import InstallError
 from app.clusters.models import VirtualCluster
 from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize
+from app.clusters.shapes import ClusterAddon
 from app.config import Settings
 from app.crypto import SecretBox
 from app.db import Database
@@ -139,6 +140,12 @@ class VClusterStandIn:
     def uninstall(self, release: str, namespace: str) -> None:
         self.calls.append(("uninstall", namespace))
         self.kubectl.delete("v1", "Secret", f"vc-{release}", namespace)
+
+    def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
+        self.calls.append(("install_addon", addon.name))
+
+    def uninstall_addon(self, name: str, kubeconfig: str) -> None:
+        self.calls.append(("uninstall_addon", name))
 
 
 @dataclass
