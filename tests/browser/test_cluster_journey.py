@@ -14,12 +14,10 @@ import yaml
 from playwright.sync_api import Browser, expect
 from sqlalchemy import select
 
-from app.auth.models import User
 from app.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME
-from app.kubeconfigs.manifests import PORTAL_NAMESPACE
 from app.nodes.models import GpuClass
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
@@ -27,7 +25,7 @@ from tests.browser.conftest import demo_database, signed_in_page
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import use_standin_helm
 from tests.support.kube_server import ApiServer
-from tests.support.kubeconfigs import Kubeconfig, account_username, objects_of_user
+from tests.support.kubeconfigs import Kubeconfig, account_username, forget_users_on_virtual
 from tests.support.serving import serving
 
 pytestmark = [pytest.mark.browser, pytest.mark.kube_server]
@@ -69,16 +67,8 @@ def portal_on_real_host(
         yield base
     # The demo users' ids are the SQLite file's own: what was granted to them on the shared
     # virtual cluster goes, so that no later test's user of the same id finds it.
-    with database.session() as db:
-        user_ids = list(db.scalars(select(User.id)))
+    forget_users_on_virtual(database, virtual_api)
     database.dispose()
-    virtual = virtual_api.adapter()
-    for user_id in user_ids:
-        for kind, name in objects_of_user(virtual, user_id):
-            api_version = "v1" if kind != "ClusterRoleBinding" else RBAC
-            namespace = None if kind == "ClusterRoleBinding" else PORTAL_NAMESPACE
-            virtual.delete(api_version, kind, name, namespace)
-    virtual.close()
 
 
 def test_create_a_cluster_watch_it_turn_ready_and_take_a_kubeconfig(

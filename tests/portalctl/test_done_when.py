@@ -25,22 +25,19 @@ import yaml
 from kubernetes import client as _k8s_client
 from kubernetes import config as _k8s_config
 from playwright.sync_api import Browser, expect
-from sqlalchemy import select
 
-from app.auth.models import User
 from app.config import Settings
 from app.db import Database
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME
-from app.kubeconfigs.manifests import PORTAL_NAMESPACE
 from tests import factories
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import use_standin_helm
 from tests.portalctl.conftest import PORTALCTL, PortalCtl, start_browser_login
 from tests.support import oidc
 from tests.support.kube_server import ApiServer
-from tests.support.kubeconfigs import objects_of_user
+from tests.support.kubeconfigs import forget_users_on_virtual
 from tests.support.principals import bearer
 from tests.support.serving import serving
 
@@ -97,15 +94,7 @@ def portal_with_worker(
     })
     with serving(on_host, database, ClientConnector(on_host), with_worker=True) as url:
         yield JourneyPortal(url, h100_id, ops_token["Authorization"][7:])
-    with database.session() as db:
-        user_ids = list(db.scalars(select(User.id)))
-    virtual = virtual_api.adapter()
-    for user_id in user_ids:
-        for kind, name in objects_of_user(virtual, user_id):
-            api_version = "v1" if kind != "ClusterRoleBinding" else RBAC
-            namespace = None if kind == "ClusterRoleBinding" else PORTAL_NAMESPACE
-            virtual.delete(api_version, kind, name, namespace)
-    virtual.close()
+    forget_users_on_virtual(database, virtual_api)
 
 
 def test_a_tenant_admin_goes_from_a_fresh_terminal_to_a_working_context(

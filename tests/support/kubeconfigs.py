@@ -18,9 +18,12 @@ from typing import Any
 
 import httpx
 import yaml
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.auth.models import User
 from app.clusters.models import VirtualCluster
+from app.db import Database
 from app.kube.port import KubePort
 from app.kubeconfigs.manifests import PORTAL_NAMESPACE, USER_ID
 from app.tenants.models import Tenant
@@ -148,3 +151,17 @@ def objects_of_user(port: KubePort, user_id: int) -> list[tuple[str, str]]:
         found += [(kind, o["metadata"]["name"])
                   for o in port.list(api_version, kind, namespace, label_selector=selector)]
     return found
+
+
+def forget_users_on_virtual(database: Database, virtual: ApiServer) -> None:
+    """Deletes what grants made on the shared virtual API server for every user of
+    ``database``: a later test's user with the same id must not find it."""
+    with database.session() as db:
+        user_ids = list(db.scalars(select(User.id)))
+    port = virtual.adapter()
+    for user_id in user_ids:
+        for kind, name in objects_of_user(port, user_id):
+            api_version = "v1" if kind != "ClusterRoleBinding" else RBAC
+            namespace = None if kind == "ClusterRoleBinding" else PORTAL_NAMESPACE
+            port.delete(api_version, kind, name, namespace)
+    port.close()
