@@ -160,9 +160,11 @@ def not_ready_taints(admin: KubernetesAdapter) -> list[Manifest]:
 
 
 def untimed(taints: list[Manifest]) -> list[Manifest]:
-    """Taints without ``timeAdded``: the lifecycle controller re-stamps its own now and then
-    (a heartbeat late under load), which says nothing about what the portal did."""
-    return [{k: v for k, v in taint.items() if k != "timeAdded"} for taint in taints]
+    """Taints without ``timeAdded``, in a fixed order: the lifecycle controller re-stamps (and
+    so may reorder) its own now and then (a heartbeat late under load), which says nothing about
+    what the portal did; Kubernetes gives the order of taints no meaning."""
+    stripped = [{k: v for k, v in taint.items() if k != "timeAdded"} for taint in taints]
+    return sorted(stripped, key=lambda t: (t["key"], t.get("value", ""), t["effect"]))
 
 
 def wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
