@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import JSONResponse
 
+from app.authz import ensure_platform_writer
 from app.clusters.schemas import ClusterOut
 from app.config import Settings
 from app.deps import CurrentPrincipal, DbSession, get_settings_dep
@@ -58,7 +59,7 @@ def create_template(request: Request, payload: TemplateCreate, db: DbSession,
                     key: IdempotencyKeyHeader = None) -> JSONResponse:
     """A template with version 1 as a draft; validate and offer it before tenants see it."""
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
-                          allowed=lambda: service.ensure_admin_writer(principal),
+                          allowed=lambda: ensure_platform_writer(principal),
                           create=lambda: service.create_template(db, principal, payload))
 
 

@@ -15,14 +15,14 @@ from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.auth.principal import Principal
-from app.authz import ensure_platform_admin
+from app.authz import ensure_platform_writer
 from app.clusters import service as clusters
 from app.clusters.schemas import ClusterOut
 from app.clusters.shapes import TemplateUpgrade
 from app.concurrency import insert_or_conflict
 from app.config import Settings
 from app.db import utcnow
-from app.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from app.errors import Conflict, NotFound, ValidationFailed
 from app.kube.port import HostProbe
 from app.nodes.models import GpuClass
 from app.templates import repository
@@ -38,12 +38,6 @@ from app.templates.schemas import (
 from app.templates.validation import ChartResolver, validate
 
 SETTING_FIELDS = tuple(VersionSettings.model_fields)
-
-
-def ensure_admin_writer(principal: Principal) -> None:
-    if not principal.can_write():
-        raise Forbidden("this API token is read-only")
-    ensure_platform_admin(principal)
 
 
 # ----- reading
@@ -109,7 +103,7 @@ def _version_row(db: Session, template: ClusterTemplate, number: int) -> Cluster
 
 
 def create_template(db: Session, principal: Principal, payload: TemplateCreate) -> TemplateOut:
-    ensure_admin_writer(principal)
+    ensure_platform_writer(principal)
     _check_gpu_class(db, payload.settings)
     template = ClusterTemplate(name=payload.name, description=payload.description,
                                created_by_id=principal.user_id)
@@ -124,7 +118,7 @@ def create_template(db: Session, principal: Principal, payload: TemplateCreate) 
 
 def new_version(db: Session, principal: Principal, name: str, edit: VersionEdit) -> VersionOut:
     """The newest version's settings with the given fields replaced, as a new draft."""
-    ensure_admin_writer(principal)
+    ensure_platform_writer(principal)
     found = template_for(db, principal, name)
     template = repository.lock_template(db, found.id)
     assert template is not None
@@ -168,7 +162,7 @@ def _add_version(db: Session, principal: Principal, template: ClusterTemplate, n
 
 def validate_version(db: Session, principal: Principal, portal: Settings, name: str,
                      number: int, host: HostProbe | None, charts: ChartResolver) -> VersionOut:
-    ensure_admin_writer(principal)
+    ensure_platform_writer(principal)
     template = template_for(db, principal, name)
     row = _version_row(db, template, number)
     if row.state == "retired":
@@ -192,7 +186,7 @@ def failed_reasons(validation: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def offer_version(db: Session, principal: Principal, name: str, number: int) -> VersionOut:
-    ensure_admin_writer(principal)
+    ensure_platform_writer(principal)
     template = template_for(db, principal, name)
     row = _version_row(db, template, number)
     if row.state != "draft":
@@ -209,7 +203,7 @@ def offer_version(db: Session, principal: Principal, name: str, number: int) -> 
 
 def retire_version(db: Session, principal: Principal, name: str, number: int) -> VersionOut:
     """Tenants can no longer pick it; clusters made from it keep it until upgraded."""
-    ensure_admin_writer(principal)
+    ensure_platform_writer(principal)
     found = template_for(db, principal, name)
     template = repository.lock_template(db, found.id)
     assert template is not None
