@@ -20,6 +20,7 @@ from app.kube.manifests import dump_yaml
 from app.kube.simulated import SimulatedHost
 
 CHART = "vcluster"
+OCI_PREFIX = "oci://"
 _NOT_FOUND = ("release: not found", "not found")
 
 
@@ -77,8 +78,11 @@ class HelmInstaller:
 
     def addon_install_command(self, addon: ClusterAddon, values_file: str,
                               kubeconfig_file: str) -> list[str]:
-        return [self.binary, "upgrade", "--install", addon.name, addon.chart,
-                "--repo", addon.repo, "--version", addon.version,
+        # An OCI chart is named by its full reference; --repo is for index.yaml repositories.
+        source = ([f"{addon.repo}/{addon.chart}"] if addon.repo.startswith(OCI_PREFIX)
+                  else [addon.chart, "--repo", addon.repo])
+        return [self.binary, "upgrade", "--install", addon.name, *source,
+                "--version", addon.version,
                 "--namespace", addon.name, "--create-namespace", "--values", values_file,
                 "--kubeconfig", kubeconfig_file]
 

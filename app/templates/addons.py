@@ -42,3 +42,15 @@ def cluster_addons(stored: Iterable[Mapping[str, Any]]) -> tuple[ClusterAddon, .
                      version=addon["version"],
                      values=addon_values(addon.get("settings") or {}))
         for addon in stored)
+
+
+def merged_values(defaults: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` over a chart's default values, section by section, as Helm merges them."""
+    merged = dict(defaults)
+    for key, value in given.items():
+        below = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(below, Mapping):
+            merged[key] = merged_values(below, value)
+        else:
+            merged[key] = value
+    return merged

@@ -46,7 +46,9 @@ class AddonSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=40, description="DNS-1123 label")
-    repo: str = Field(max_length=300, description="the chart repository, an https URL")
+    repo: str = Field(max_length=300, description="the chart repository: an https URL (a Helm "
+                      "repository with index.yaml) or oci://registry/path (the chart is "
+                      "<repo>/<chart> in the registry)")
     chart: str = Field(min_length=1, max_length=100)
     version: str = Field(max_length=60, description="the pinned chart version (SemVer)")
     settings: dict[str, AddonSetting] = Field(
@@ -62,8 +64,8 @@ class AddonSpec(BaseModel):
     @field_validator("repo")
     @classmethod
     def _https(cls, value: str) -> str:
-        if not re.fullmatch(r"https://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._~/-]*)?", value):
-            raise ValueError("must be an https URL without query or credentials")
+        if not re.fullmatch(r"(https|oci)://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._~/-]*)?", value):
+            raise ValueError("must be an https:// or oci:// URL without query or credentials")
         return value.rstrip("/")
 
     @field_validator("version")

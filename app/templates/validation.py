@@ -12,21 +12,30 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-import httpx
-import yaml
+from jsonschema.exceptions import SchemaError
 
 from app.config import Settings
 from app.kube import manifests
 from app.kube.errors import KubeError
 from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec
 from app.kube.manifests import labels as lbl
-from app.kube.manifests.chart_schema import UnknownChartVersion, pro_only_paths, validate_values
+from app.kube.manifests.chart_schema import (
+    UnknownChartVersion,
+    pro_only_paths,
+    schema_errors,
+    validate_values,
+    validator_for,
+)
 from app.kube.port import HostProbe, Manifest
+from app.templates.addons import addon_values, merged_values
+from app.templates.charts import ChartResolver, HelmIndexResolver
 from app.templates.schemas import VersionSettings
+
+__all__ = ["ChartResolver", "HelmIndexResolver", "validate"]
 
 PROBE_TENANT: Final = "template-check"
 PROBE_CLUSTER: Final = "probe"
@@ -60,36 +69,6 @@ class Check:
     def fail(self, reason: str) -> None:
         self.passed = False
         self.reasons.append(reason)
-
-
-class ChartResolver(Protocol):
-    def problem(self, repo: str, chart: str, version: str) -> str | None:
-        """Why ``chart`` ``version`` cannot be installed from ``repo``; None when it resolves."""
-        ...
-
-
-class HelmIndexResolver:
-    """Reads the repository's index.yaml, as ``helm repo add`` + ``helm pull --version`` would."""
-
-    def __init__(self, timeout_seconds: float = 10.0,
-                 get: Callable[[str], httpx.Response] | None = None) -> None:
-        self._get = get or (lambda url: httpx.get(url, timeout=timeout_seconds,
-                                                  follow_redirects=True))
-
-    def problem(self, repo: str, chart: str, version: str) -> str | None:
-        url = f"{repo.rstrip('/')}/index.yaml"
-        try:
-            response = self._get(url)
-            response.raise_for_status()
-            index = yaml.safe_load(response.text) or {}
-        except (httpx.HTTPError, yaml.YAMLError) as error:
-            return f"could not read {url}: {error}"
-        entries = (index.get("entries") or {}).get(chart) if isinstance(index, dict) else None
-        if not entries:
-            return f"{repo} has no chart {chart!r}"
-        if not any(str(entry.get("version")) == version for entry in entries):
-            return f"{repo} has chart {chart!r} but not version {version}"
-        return None
 
 
 @dataclass(frozen=True)
@@ -254,11 +233,26 @@ def _host_checks(host: HostProbe | None, specs: list[ClusterSpec], settings: Ver
 
 
 def _addon_check(settings: VersionSettings, charts: ChartResolver) -> Check:
+    """Every add-on's chart version resolves, and its settings pass the chart's values schema
+    (merged over the chart's defaults, as Helm checks them) when the chart ships one."""
     check = Check("addons")
     for addon in settings.addons:
-        problem = charts.problem(addon.repo, addon.chart, addon.version)
-        if problem:
-            check.fail(f"add-on {addon.name}: {problem}")
+        found = charts.lookup(addon.repo, addon.chart, addon.version)
+        if found.problem:
+            check.fail(f"add-on {addon.name}: {found.problem}")
+            continue
+        if found.values_schema is None:
+            continue
+        try:
+            validator = validator_for(found.values_schema)
+        except SchemaError as error:
+            check.fail(f"add-on {addon.name}: {addon.chart} {addon.version} ships a "
+                       f"values.schema.json that is not a valid JSON schema: {error.message}")
+            continue
+        values = merged_values(found.default_values, addon_values(addon.settings))
+        for problem in schema_errors(values, validator):
+            check.fail(f"add-on {addon.name}: setting {problem} "
+                       f"(values.schema.json of {addon.chart} {addon.version})")
     return check
 
 

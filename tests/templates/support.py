@@ -8,6 +8,7 @@ from typing import Any
 
 from app.kube.errors import KubeError
 from app.kube.port import Manifest
+from app.templates.charts import ChartLookup
 
 KAI_REPO = "https://charts.example.com/kai"
 KAI_ADDON = {"name": "kai-scheduler", "repo": KAI_REPO, "chart": "kai-scheduler",
@@ -18,19 +19,21 @@ KAI_ADDON = {"name": "kai-scheduler", "repo": KAI_REPO, "chart": "kai-scheduler"
 class StandinCharts:
     """Plays the add-on repositories' index.yaml: the charts published there, nothing else.
 
-    A stand-in because the test machine has no route to real Helm repositories; the resolver
-    the app uses (HelmIndexResolver) is tested on an index.yaml served to it in-process.
+    A stand-in because the test machine has no route to real Helm repositories; the resolvers
+    the app uses are tested on an index.yaml served to it in-process (HelmIndexResolver) and on
+    a real OCI registry (OciResolver, test_oci_charts.py).
     """
 
     published: set[tuple[str, str, str]] = field(
         default_factory=lambda: {(KAI_REPO, "kai-scheduler", "0.9.3")})
     asked: list[tuple[str, str, str]] = field(default_factory=list)
+    schemas: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
 
-    def problem(self, repo: str, chart: str, version: str) -> str | None:
+    def lookup(self, repo: str, chart: str, version: str) -> ChartLookup:
         self.asked.append((repo, chart, version))
         if (repo, chart, version) in self.published:
-            return None
-        return f"{repo} has no chart {chart!r} at version {version}"
+            return ChartLookup(values_schema=self.schemas.get((repo, chart, version)))
+        return ChartLookup(f"{repo} has no chart {chart!r} at version {version}")
 
 
 @dataclass

@@ -132,10 +132,10 @@ def _serving(index: str, status: int = 200) -> HelmIndexResolver:
 def test_the_helm_index_resolver_reads_a_repositorys_index() -> None:
     index = ("apiVersion: v1\nentries:\n  kai-scheduler:\n  - version: 0.9.3\n"
              "  - version: 0.9.2\n")
-    assert _serving(index).problem(KAI_REPO, "kai-scheduler", "0.9.3") is None
-    assert _serving(index).problem(KAI_REPO, "kai-scheduler", "1.0.0") == (
+    assert _serving(index).lookup(KAI_REPO, "kai-scheduler", "0.9.3").problem is None
+    assert _serving(index).lookup(KAI_REPO, "kai-scheduler", "1.0.0").problem == (
         f"{KAI_REPO} has chart 'kai-scheduler' but not version 1.0.0")
-    assert _serving(index).problem(KAI_REPO, "gpu-operator", "1.0.0") == (
+    assert _serving(index).lookup(KAI_REPO, "gpu-operator", "1.0.0").problem == (
         f"{KAI_REPO} has no chart 'gpu-operator'")
-    missing = _serving("not found", 404).problem(KAI_REPO, "kai-scheduler", "0.9.3")
+    missing = _serving("not found", 404).lookup(KAI_REPO, "kai-scheduler", "0.9.3").problem
     assert missing is not None and missing.startswith(f"could not read {KAI_REPO}/index.yaml")
