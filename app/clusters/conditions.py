@@ -24,6 +24,8 @@ STEP_TYPES = (NAMESPACE_READY, QUOTA_APPLIED, NETWORK_POLICY_APPLIED, QUEUES_APP
 ORDER = (*STEP_TYPES, READY, FAILED)
 # One condition per add-on installed into the virtual cluster, shown after Ready.
 ADDON_PREFIX = "AddonReady/"
+# KAI's team queues inside the virtual cluster, shown after the add-ons.
+TEAM_QUEUES = "TeamQueuesApplied"
 
 
 def addon_type(name: str) -> str:
@@ -74,6 +76,8 @@ def _position(condition: Condition) -> tuple[int, str]:
     type_ = str(condition.get("type", ""))
     if type_.startswith(ADDON_PREFIX):
         return ORDER.index(READY), type_
+    if type_ == TEAM_QUEUES:
+        return ORDER.index(READY), "\uffff"
     return (ORDER.index(type_) if type_ in ORDER else len(ORDER)), ""
 
 

@@ -14,12 +14,14 @@ from app.clusters.models import VirtualCluster
 from app.clusters.shapes import ClusterAddon
 from app.config import Settings
 from app.kube import manifests
-from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec
+from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec, team_queues
 from app.kube.manifests.units import mib_to_mb
 from app.nodes.models import GpuClass
 from app.tenants.models import Tenant
 
 CHART = "vcluster"
+# The chart (in any repository) that installs KAI Scheduler.
+KAI_CHART = "kai-scheduler"
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class DesiredCluster:
     tenant: TenantSpec
     policy: ManifestPolicy
     addons: tuple[ClusterAddon, ...] = field(default=())
+    # The tenant's teams (app.kube.manifests.team_queues): KAI queues inside the cluster.
+    teams: tuple[str, ...] = field(default=())
 
     @property
     def namespace(self) -> str:
@@ -53,6 +57,16 @@ class DesiredCluster:
 
     def values_yaml(self) -> str:
         return manifests.vcluster_values_yaml(self.spec, self.policy)
+
+    @property
+    def kai_addon(self) -> ClusterAddon | None:
+        """KAI Scheduler installed inside a dedicated-nodes cluster: it gets team queues."""
+        if self.spec.placement != "dedicated-nodes":
+            return None
+        return next((a for a in self.addons if a.chart == KAI_CHART), None)
+
+    def team_queues(self) -> list[dict[str, Any]]:
+        return team_queues.team_queues(self.spec, self.teams)
 
 
 def endpoint_for(settings: Settings, tenant: str, cluster: str) -> str:
@@ -114,4 +128,5 @@ def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredClu
         spec=cluster_spec(cluster, tenant, gpu_class, settings),
         tenant=tenant_spec(db, tenant), policy=manifest_policy(settings),
         addons=tuple(ClusterAddon.of_json(a) for a in cluster.addons or []),
+        teams=tuple(team_queues.teams(repository.group_roles(db, tenant.id))),
     )

@@ -58,7 +58,7 @@ from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.clusters import conditions as cond
-from app.clusters import desired, events, repository
+from app.clusters import desired, events, repository, team_queues
 from app.clusters.desired import DesiredCluster
 from app.clusters.installer import HelmInstaller, Installer, InstallError
 from app.clusters.models import VirtualCluster
@@ -461,6 +461,7 @@ class ClusterRun:
                     for addon in wanted.values()]
         failures += [self._addon_step(cond.addon_type(name), self._uninstall_addon, name)
                      for name in cond.addon_names(self.conditions) if name not in wanted]
+        failures.append(self._addon_step(cond.TEAM_QUEUES, self._team_queues, None))
         failed = [f for f in failures if f is not None]
         if not failed:
             return ready
@@ -509,6 +510,24 @@ class ClusterRun:
         self._check_lease()
         self.conditions = cond.remove_condition(self.conditions, cond.addon_type(name))
         self.unsaved = self.owner.clock()
+
+    def _team_queues(self, _: None) -> None:
+        """KAI inside a dedicated-nodes cluster: its parent and team queues, once KAI is Ready."""
+        kai = self.wanted.kai_addon
+        if kai is None:
+            if cond.find(self.conditions, cond.TEAM_QUEUES) is not None:
+                self.conditions = cond.remove_condition(self.conditions, cond.TEAM_QUEUES)
+                self.unsaved = self.owner.clock()
+            return
+        if not cond.is_true(self.conditions, cond.addon_type(kai.name)):
+            self._set(cond.TEAM_QUEUES, False, "WaitingForAddon",
+                      f"the team queues are made once add-on {kai.name} is installed")
+            return
+        wanted = self.wanted.team_queues()
+        assert self.kubeconfig is not None
+        self._check_lease()
+        team_queues.ensure(self.owner.connector.virtual(self.kubeconfig), wanted)
+        self._set(cond.TEAM_QUEUES, True, "Applied", team_queues.summary(wanted))
 
     # ----- deletion
 

@@ -14,6 +14,7 @@ from app.concurrency import lock_row
 from app.nodes.models import GpuClass
 from app.nodes.repository import ensure_default_host_cluster
 from app.quotas.models import TenantQuota
+from app.tenants.models import GroupMapping
 
 
 def clusters_query(tenant_id: int) -> Select[VirtualCluster]:
@@ -80,6 +81,14 @@ def over_quota_clusters(db: Session, tenant_id: int, gpu_class_id: int) -> list[
 
 def tenant_quotas(db: Session, tenant_id: int) -> list[TenantQuota]:
     return list(db.scalars(select(TenantQuota).where(TenantQuota.tenant_id == tenant_id)))
+
+
+def group_roles(db: Session, tenant_id: int) -> list[tuple[str, str]]:
+    """(IdP group, role) of every group mapped into the tenant: its teams, for KAI queues."""
+    rows = db.execute(select(GroupMapping.group_name, GroupMapping.role)
+                      .where(GroupMapping.tenant_id == tenant_id)
+                      .order_by(GroupMapping.group_name))
+    return [(group, role) for group, role in rows]
 
 
 def class_products(db: Session, class_ids: list[int]) -> dict[int, str]:

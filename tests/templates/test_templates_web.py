@@ -54,7 +54,7 @@ def test_a_bad_add_on_line_is_shown_on_the_form(
     refused = app_client.post("/admin/cluster-templates", headers={"X-CSRF-Token": csrf},
                               data={"name": "broken", "addons": "kai http://x kai 1.0"})
     assert refused.status_code == 422
-    assert "must be an https URL" in refused.text
+    assert "must be an https:// or oci:// URL" in refused.text
 
 
 def test_the_create_form_asks_only_what_the_template_leaves_open(
