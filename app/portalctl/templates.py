@@ -6,8 +6,10 @@ from typing import Annotated, Any
 
 import typer
 
-from app.portalctl.common import Output, api
+from app.portalctl.client import USAGE
+from app.portalctl.common import Output, api, fail
 from app.portalctl.output import Format, emit
+from app.templates.addon_lines import FIELDS, parse_line, parse_setting
 
 templates_app = typer.Typer(help="Cluster templates and their versions.", no_args_is_help=True)
 
@@ -16,6 +18,118 @@ TEMPLATE_COLUMNS = ("name", "description", "latest_offered", "versions")
 VERSION_COLUMNS = ("version", "state", "placement", "kubernetes_version", "gpu_class",
                    "max_gpus", "validation", "offered_at")
 Version = Annotated[int, typer.Argument(help="the version number", min=1)]
+Addons = Annotated[list[str] | None, typer.Option(
+    "--addon", help="an add-on, 'name repository chart version [setting=value ...]' "
+                    "(repeat for more; replaces the add-ons)")]
+NoAddons = Annotated[bool, typer.Option("--no-addons", help="a version without add-ons")]
+Placement = Annotated[str | None, typer.Option(help="shared-pool or dedicated-nodes")]
+K8sVersion = Annotated[str | None, typer.Option(help="MAJOR.MINOR.PATCH the template fixes")]
+GpuClass = Annotated[int | None, typer.Option("--gpu-class", help="GPU class id it fixes")]
+DefaultGpus = Annotated[int | None, typer.Option(help="GPUs a cluster gets by default")]
+MaxGpus = Annotated[int | None, typer.Option(help="the most GPUs a cluster may have")]
+PodSecurity = Annotated[str | None, typer.Option(help="restricted or baseline")]
+UserNamespaces = Annotated[bool | None, typer.Option(
+    "--user-namespaces/--no-user-namespaces", help="pods run with hostUsers: false")]
+
+
+def _settings(placement: str | None, kubernetes_version: str | None, gpu_class: int | None,
+              default_gpus: int | None, max_gpus: int | None, pod_security: str | None,
+              user_namespaces: bool | None, addons: list[str] | None,
+              no_addons: bool) -> dict[str, Any]:
+    """The settings given on the command line; those left out are not sent."""
+    if addons and no_addons:
+        fail("--addon and --no-addons exclude each other", USAGE)
+    given: dict[str, Any] = {
+        "placement": placement, "kubernetes_version": kubernetes_version,
+        "gpu_class_id": gpu_class, "default_gpus": default_gpus, "max_gpus": max_gpus,
+        "pod_security": pod_security, "user_namespaces": user_namespaces}
+    settings = {k: v for k, v in given.items() if v is not None}
+    if addons:
+        settings["addons"] = [_addon(line) for line in addons]
+    if no_addons:
+        settings["addons"] = []
+    return settings
+
+
+def _addon(line: str) -> dict[str, Any]:
+    parsed = parse_line(line)
+    if isinstance(parsed, str):
+        fail(f"--addon {line!r}: expected '{' '.join(FIELDS)} [setting=value ...]'", USAGE)
+    return parsed
+
+
+@templates_app.command("create")
+def templates_create(
+    name: str,
+    description: Annotated[str, typer.Option(help="one line tenants read")] = "",
+    placement: Placement = None, kubernetes_version: K8sVersion = None,
+    gpu_class: GpuClass = None, default_gpus: DefaultGpus = None, max_gpus: MaxGpus = None,
+    pod_security: PodSecurity = None, user_namespaces: UserNamespaces = None,
+    addon: Addons = None, output: Output = Format.table,
+) -> None:
+    """Create a template; version 1 is a draft to validate and offer (platform admins).
+
+    Example: portalctl templates create training --placement dedicated-nodes --gpu-class 1
+    --default-gpus 8 --max-gpus 16 --addon 'kai-scheduler oci://ghcr.io/nvidia/kai-scheduler
+    kai-scheduler v0.9.3 scheduler.replicas=2'
+    """
+    settings = _settings(placement, kubernetes_version, gpu_class, default_gpus, max_gpus,
+                         pod_security, user_namespaces, addon, False)
+    with api() as client:
+        created = client.request("POST", PATH, create=True, json={
+            "name": name, "description": description, "settings": settings})
+    emit({**created, "versions": _versions_summary(created["versions"])}
+         if output is Format.table else created, output, TEMPLATE_COLUMNS)
+
+
+@templates_app.command("new-version")
+def templates_new_version(
+    name: str,
+    placement: Placement = None, kubernetes_version: K8sVersion = None,
+    gpu_class: GpuClass = None, default_gpus: DefaultGpus = None, max_gpus: MaxGpus = None,
+    pod_security: PodSecurity = None, user_namespaces: UserNamespaces = None,
+    addon: Addons = None, no_addons: NoAddons = False,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="change one add-on setting of the newest version: "
+                      "'addon:key=value', or 'addon:key=' to remove it (repeatable)")] = None,
+    output: Output = Format.table,
+) -> None:
+    """A new draft version: the newest version's settings with the given ones changed.
+
+    Example: portalctl templates new-version training --set kai-scheduler:scheduler.replicas=3
+    """
+    settings = _settings(placement, kubernetes_version, gpu_class, default_gpus, max_gpus,
+                         pod_security, user_namespaces, addon, no_addons)
+    with api() as client:
+        if set_:
+            if "addons" in settings:
+                fail("--set changes the newest version's add-ons; with --addon, write the "
+                     "settings in the --addon line", USAGE)
+            versions = client.get(f"{PATH}/{name}")["versions"]
+            newest = versions[-1]["addons"] if versions else []
+            settings["addons"] = _with_settings(newest, set_)
+        created = client.request("POST", f"{PATH}/{name}/versions", json=settings)
+    emit(created if output is not Format.table else _version_row(created), output,
+         VERSION_COLUMNS)
+
+
+def _with_settings(addons: list[dict[str, Any]], changes: list[str]) -> list[dict[str, Any]]:
+    updated = [{**a, "settings": dict(a.get("settings") or {})} for a in addons]
+    by_name = {a["name"]: a for a in updated}
+    for change in changes:
+        target, _, assignment = change.partition(":")
+        if target not in by_name:
+            fail(f"--set {change!r}: the newest version has no add-on {target!r}", USAGE)
+        key, sep, value = assignment.partition("=")
+        if not sep or not key:
+            fail(f"--set {change!r}: expected 'addon:key=value'", USAGE)
+        if value == "":
+            by_name[target]["settings"].pop(key, None)
+            continue
+        parsed = parse_setting(assignment)
+        assert parsed is not None
+        by_name[target]["settings"][key] = parsed[1]
+    return updated
 
 
 @templates_app.command("list")

@@ -20,6 +20,7 @@ from app.errors import Conflict, ValidationFailed
 from app.nodes import gpu_classes
 from app.routing import UnitOfWorkRoute
 from app.templates import service
+from app.templates.addon_lines import format_lines, parse_lines
 from app.templates.api import Charts, Host
 from app.templates.schemas import TemplateCreate, VersionEdit
 from app.web.forms import (
@@ -54,17 +55,10 @@ def settings_payload(fields: dict[str, str]) -> dict[str, Any]:
     return payload
 
 
-def addons_payload(text: str) -> list[dict[str, str] | str]:
-    """One add-on a line: ``name repo chart version``; a malformed line is kept for the schema
+def addons_payload(text: str) -> list[dict[str, Any] | str]:
+    """One add-on a line (app.templates.addon_lines); a malformed line is kept for the schema
     to refuse with a clear message."""
-    addons: list[dict[str, str] | str] = []
-    for line in (raw.strip() for raw in text.splitlines()):
-        if not line:
-            continue
-        parts = line.split()
-        addons.append(dict(zip(("name", "repo", "chart", "version"), parts, strict=True))
-                      if len(parts) == 4 else line)
-    return addons
+    return parse_lines(text)
 
 
 def _form_context(db: DbSession, settings: Settings) -> dict[str, Any]:
@@ -88,6 +82,8 @@ def _detail_page(request: Request, db: DbSession, principal: Principal, settings
     newest = template.versions[-1] if template.versions else None
     defaults = {k: "" if v is None else str(v)
                 for k, v in (newest.model_dump() if newest else {}).items()}
+    if newest is not None:
+        defaults["addons"] = format_lines(a.model_dump() for a in newest.addons)
     return render(request, "cluster_templates/detail.html", {
         "template": template, "form": form or defaults, "errors": errors or {},
         **_form_context(db, settings)}, status_code=status_code)
