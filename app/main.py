@@ -59,7 +59,6 @@ from app.quotas import web as quotas_web
 from app.templates import api as templates_api
 from app.templates import web as templates_web
 from app.templates.catalog import TemplateCatalog
-from app.templates.charts import ChartSources
 from app.tenants import api as tenants_api
 from app.tenants import group_mappings, me_api
 from app.tenants import web as tenants_web
@@ -120,7 +119,6 @@ def create_app(
     templates.env.auto_reload = settings.env != "production"
     # Cluster creation goes through templates without the clusters domain importing them.
     app.state.template_resolver = TemplateCatalog()
-    app.state.chart_resolver = ChartSources()
     policy = SessionPolicy(
         idle=timedelta(minutes=settings.session_idle_minutes),
         absolute=timedelta(hours=settings.session_absolute_hours),

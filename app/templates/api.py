@@ -13,7 +13,6 @@ from app.clusters.schemas import ClusterOut
 from app.config import Settings
 from app.deps import CurrentPrincipal, DbSession, get_settings_dep
 from app.idempotency import IdempotencyKeyHeader, run_idempotent
-from app.kube.port import HostProbe
 from app.routing import UnitOfWorkRoute
 from app.templates import service
 from app.templates.schemas import (
@@ -23,7 +22,6 @@ from app.templates.schemas import (
     VersionEdit,
     VersionOut,
 )
-from app.templates.validation import ChartResolver
 
 router = APIRouter(prefix="/api/v1/cluster-templates", tags=["cluster templates"],
                    route_class=UnitOfWorkRoute)
@@ -32,20 +30,6 @@ cluster_router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters/{cluster}",
 AppSettings = Annotated[Settings, Depends(get_settings_dep)]
 VersionNumber = Annotated[int, Path(ge=1, le=1_000_000, description="the version number")]
 TemplateName = Annotated[str, Path(max_length=40)]
-
-
-def host_probe(request: Request) -> HostProbe | None:
-    host = request.app.state.kube.host()
-    return host if isinstance(host, HostProbe) else None
-
-
-def chart_resolver(request: Request) -> ChartResolver:
-    resolver: ChartResolver = request.app.state.chart_resolver
-    return resolver
-
-
-Host = Annotated[HostProbe | None, Depends(host_probe)]
-Charts = Annotated[ChartResolver, Depends(chart_resolver)]
 
 
 @router.get("", response_model=list[TemplateOut])
@@ -75,13 +59,13 @@ def new_version(name: TemplateName, payload: VersionEdit, db: DbSession,
     return service.new_version(db, principal, name, payload)
 
 
-@router.post("/{name}/versions/{version}/validate", response_model=VersionOut)
+@router.post("/{name}/versions/{version}/validate", status_code=202, response_model=VersionOut)
 def validate_version(name: TemplateName, version: VersionNumber, db: DbSession,
-                     principal: CurrentPrincipal, settings: AppSettings, host: Host,
-                     charts: Charts) -> VersionOut:
-    """Runs every check (rendering, chart schema, edition, allowlist, host dry-run, host
-    support, add-on charts) and stores the result with the version."""
-    return service.validate_version(db, principal, settings, name, version, host, charts)
+                     principal: CurrentPrincipal) -> VersionOut:
+    """Queues every check (rendering, chart schema, edition, allowlist, host dry-run, host
+    support, add-on charts and their settings) for the worker, which stores the result with
+    the version: ``validation_pending`` until then."""
+    return service.request_validation(db, principal, name, version)
 
 
 @router.post("/{name}/versions/{version}/offer", response_model=VersionOut)

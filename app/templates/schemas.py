@@ -158,7 +158,10 @@ class VersionOut(VersionSettings):
     version: int
     state: State
     gpu_class: str | None = Field(description="the GPU class's product label")
-    validation: ValidationOut | None
+    validation: ValidationOut | None = Field(description="the last result the worker stored")
+    validation_pending: bool = Field(
+        description="a validation is queued or running in the worker; offering waits for it")
+    validation_requested_at: datetime | None
     validated_at: datetime | None
     offered_at: datetime | None
     retired_at: datetime | None

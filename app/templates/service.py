@@ -8,6 +8,7 @@ validation result and its state move: draft -> offered (after validation passed)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,6 +28,7 @@ from app.kube.port import HostProbe
 from app.nodes.models import GpuClass
 from app.templates import repository
 from app.templates.addons import cluster_addons
+from app.templates.charts import ChartResolver
 from app.templates.models import DEFAULT_TEMPLATE, ClusterTemplate, ClusterTemplateVersion
 from app.templates.schemas import (
     TemplateCreate,
@@ -35,7 +37,7 @@ from app.templates.schemas import (
     VersionOut,
     VersionSettings,
 )
-from app.templates.validation import ChartResolver, validate
+from app.templates.validation import validate
 
 SETTING_FIELDS = tuple(VersionSettings.model_fields)
 
@@ -52,6 +54,8 @@ def version_out(db: Session, row: ClusterTemplateVersion) -> VersionOut:
     return VersionOut.model_validate({
         **settings_of(row).model_dump(), "version": row.version, "state": row.state,
         "gpu_class": gpu_class.product if gpu_class else None, "validation": row.validation,
+        "validation_pending": row.validation_requested_at is not None,
+        "validation_requested_at": row.validation_requested_at,
         "validated_at": row.validated_at, "offered_at": row.offered_at,
         "retired_at": row.retired_at, "created_at": row.created_at,
     })
@@ -160,21 +164,49 @@ def _add_version(db: Session, principal: Principal, template: ClusterTemplate, n
     return row
 
 
-def validate_version(db: Session, principal: Principal, portal: Settings, name: str,
-                     number: int, host: HostProbe | None, charts: ChartResolver) -> VersionOut:
+def request_validation(db: Session, principal: Principal, name: str,
+                       number: int) -> VersionOut:
+    """Queues the version's validation for the worker, which holds the host cluster rights the
+    dry-runs need (the web process has none); the page shows it pending until the result."""
     ensure_platform_writer(principal)
     template = template_for(db, principal, name)
     row = _version_row(db, template, number)
     if row.state == "retired":
         raise Conflict(f"{name} v{number} is retired")
-    gpu_class = db.get(GpuClass, row.gpu_class_id) if row.gpu_class_id else None
-    row.validation = validate(settings_of(row), gpu_class.product if gpu_class else None,
-                              portal, host, charts)
-    row.validated_at = utcnow()
-    db.flush()
-    _record(db, principal, "cluster_template.validate", template, None,
-            {"version": number, "passed": row.validation["passed"]})
+    if row.validation_requested_at is None:
+        row.validation_requested_at = utcnow()
+        row.validation_lease_until = None
+        db.flush()
+        _record(db, principal, "cluster_template.validation_requested", template, None,
+                {"version": number})
     return version_out(db, row)
+
+
+def run_validation(settings: VersionSettings, gpu_product: str | None, portal: Settings,
+                   host: HostProbe | None, charts: ChartResolver) -> dict[str, Any]:
+    """Every check, in the worker. A check that crashes fails the validation with its reason
+    rather than leaving the version pending for ever."""
+    try:
+        return validate(settings, gpu_product, portal, host, charts)
+    except Exception as error:  # whatever it is, the admin reads it as the reason
+        return {"passed": False, "checks": [
+            {"name": "validation", "passed": False,
+             "reasons": [f"the validation stopped: {type(error).__name__}: {error}"]}]}
+
+
+def store_validation(db: Session, row: ClusterTemplateVersion, requested_at: datetime,
+                     result: dict[str, Any], actor: str) -> None:
+    """The worker's result; a version asked for again meanwhile stays pending (and runs again)."""
+    row.validation, row.validated_at = result, utcnow()
+    row.validation_lease_until = None
+    if row.validation_requested_at == requested_at:
+        row.validation_requested_at = None
+    db.flush()
+    template = db.get(ClusterTemplate, row.template_id)
+    assert template is not None
+    audit.record(db, action="cluster_template.validate", actor_id=None, actor_label=actor,
+                 target_type="cluster_template", target_id=template.name, before=None,
+                 after={"version": row.version, "passed": result["passed"]})
 
 
 def failed_reasons(validation: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -191,6 +223,9 @@ def offer_version(db: Session, principal: Principal, name: str, number: int) -> 
     row = _version_row(db, template, number)
     if row.state != "draft":
         raise Conflict(f"{name} v{number} is {row.state}; only a draft can be offered")
+    if row.validation_requested_at is not None:
+        raise Conflict(f"{name} v{number} is being validated; offer it once the result is in",
+                       errors=[{"field": "validation", "message": "the validation is pending"}])
     if not (row.validation or {}).get("passed"):
         raise Conflict(f"{name} v{number} has not passed validation; validate it and fix "
                        "what fails", errors=failed_reasons(row.validation))

@@ -16,12 +16,11 @@ from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
 from app.config import Settings
 from app.deps import CurrentPrincipal, DbSession, get_settings_dep
-from app.errors import Conflict, ValidationFailed
+from app.errors import Conflict, NotFound, ValidationFailed
 from app.nodes import gpu_classes
 from app.routing import UnitOfWorkRoute
 from app.templates import service
 from app.templates.addon_lines import format_lines, parse_lines
-from app.templates.api import Charts, Host
 from app.templates.schemas import TemplateCreate, VersionEdit
 from app.web.forms import (
     STATE_CHANGING,
@@ -144,10 +143,26 @@ def new_version(request: Request, name: TemplateName, db: DbSession,
 @router.post("/admin/cluster-templates/{name}/versions/{version}/validate",
              dependencies=STATE_CHANGING)
 def validate_version(request: Request, name: TemplateName, version: VersionNumber,
-                     db: DbSession, principal: CurrentPrincipal, settings: AppSettings,
-                     host: Host, charts: Charts) -> Response:
-    service.validate_version(db, principal, settings, name, version, host, charts)
+                     db: DbSession, principal: CurrentPrincipal, settings: AppSettings) -> Response:
+    try:
+        service.request_validation(db, principal, name, version)
+    except Conflict as error:
+        return _detail_page(request, db, principal, settings, name, None,
+                            {"form": error.detail}, error.status)
     return go_to(request, f"/admin/cluster-templates/{name}#v{version}")
+
+
+@router.get("/admin/cluster-templates/{name}/versions/{version}/validation")
+def validation_fragment(request: Request, name: TemplateName, version: VersionNumber,
+                        db: DbSession, principal: CurrentPrincipal) -> Response:
+    """The version's validation, which the page polls while the worker runs it."""
+    ensure_platform_admin(principal)
+    found = next((v for v in service.get_template(db, principal, name).versions
+                  if v.version == version), None)
+    if found is None:
+        raise NotFound(f"cluster template {name!r} has no version {version}")
+    return render(request, "cluster_templates/_validation.html",
+                  {"template_name": name, "version": found})
 
 
 @router.post("/admin/cluster-templates/{name}/versions/{version}/offer",

@@ -6,10 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastapi.testclient import TestClient
+
 from app.kube.errors import KubeError
 from app.kube.port import Manifest
 from app.templates.charts import ChartLookup
+from app.templates.validator import TemplateValidator
 
+TEMPLATES = "/api/v1/cluster-templates"
 KAI_REPO = "https://charts.example.com/kai"
 KAI_ADDON = {"name": "kai-scheduler", "repo": KAI_REPO, "chart": "kai-scheduler",
              "version": "0.9.3"}
@@ -73,3 +77,24 @@ def training(gpu_class_id: int, **overrides: Any) -> dict[str, Any]:
                 "pod_security": "restricted", "user_namespaces": True, "addons": [KAI_ADDON]}
     return {"name": "training", "description": "dedicated H100, KAI inside",
             "settings": {**settings, **overrides}}
+
+
+def validate_in_worker(client: TestClient, admin: dict[str, str], name: str,
+                       number: int) -> dict[str, Any]:
+    """What the Validate button does: queued by the web (202, pending), run by the worker's
+    validator (with the app's host and charts), then read back as the admin sees it."""
+    queued = client.post(f"{TEMPLATES}/{name}/versions/{number}/validate", headers=admin)
+    assert queued.status_code == 202, queued.text
+    assert queued.json()["validation_pending"] is True
+    run_validations(client)
+    shown = client.get(f"{TEMPLATES}/{name}", headers=admin).json()["versions"]
+    version: dict[str, Any] = next(v for v in shown if v["version"] == number)
+    assert version["validation_pending"] is False
+    return version
+
+
+def run_validations(client: TestClient) -> int:
+    """One pass of the worker's validator, with the app's host cluster and charts."""
+    state = client.app.state  # type: ignore[attr-defined]
+    return TemplateValidator(state.settings, state.database, state.kube,
+                             state.chart_resolver).run_due("test-worker")

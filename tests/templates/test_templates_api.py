@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from app.audit.models import AuditEvent
 from app.clusters.models import VirtualCluster
 from tests.support.tenancy import Tenancy, headers
-from tests.templates.support import KAI_REPO, StandinCharts, training
+from tests.templates.support import KAI_REPO, StandinCharts, training, validate_in_worker
 
 TEMPLATES = "/api/v1/cluster-templates"
 CLUSTERS = "/api/v1/tenants/acme/clusters"
@@ -23,8 +23,7 @@ def offered_training(client: TestClient, db: Session, tenancy: Tenancy,
     admin = headers(db, tenancy.platform_admin)
     created = client.post(TEMPLATES, json=training(tenancy.h100.id, **overrides), headers=admin)
     assert created.status_code == 201, created.text
-    validated = client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin)
-    assert validated.status_code == 200, validated.text
+    assert validate_in_worker(client, admin, "training", 1)["validation"]["passed"]
     offered = client.post(f"{TEMPLATES}/training/versions/1/offer", headers=admin)
     assert offered.status_code == 200, offered.text
     body: dict[str, Any] = offered.json()
@@ -37,8 +36,7 @@ def new_offered_version(client: TestClient, db: Session, tenancy: Tenancy,
     made = client.post(f"{TEMPLATES}/training/versions", json=changes, headers=admin)
     assert made.status_code == 201, made.text
     number = int(made.json()["version"])
-    assert client.post(f"{TEMPLATES}/training/versions/{number}/validate",
-                       headers=admin).json()["validation"]["passed"]
+    assert validate_in_worker(client, admin, "training", number)["validation"]["passed"]
     assert client.post(f"{TEMPLATES}/training/versions/{number}/offer",
                        headers=admin).status_code == 200
     return number
@@ -63,7 +61,8 @@ def test_training_template_passes_validation_on_the_real_host_and_is_offered(
     assert all(c["passed"] and c["reasons"] == [] for c in checks.values()), checks
     assert charts.asked == [(KAI_REPO, "kai-scheduler", "0.9.3")]
     assert actions(db, "cluster_template.") == [
-        "cluster_template.create", "cluster_template.validate", "cluster_template.offer"]
+        "cluster_template.create", "cluster_template.validation_requested",
+        "cluster_template.validate", "cluster_template.offer"]
 
 
 def test_a_tenant_creates_a_cluster_choosing_only_name_and_size(

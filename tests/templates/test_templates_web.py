@@ -12,7 +12,7 @@ from tests.conftest import ADMIN_GROUP
 from tests.support import oidc
 from tests.support.tenancy import Tenancy, headers, signed_in_admin_of
 from tests.support.web import HTML, csrf_of
-from tests.templates.support import KAI_REPO
+from tests.templates.support import KAI_REPO, run_validations
 from tests.templates.test_templates_api import new_offered_version, offered_training
 
 
@@ -37,7 +37,16 @@ def test_an_admin_makes_validates_and_offers_a_template_in_the_pages(
     refused = host_client.post("/admin/cluster-templates/training/versions/1/offer",
                                headers=csrf)
     assert refused.status_code == 409 and "has not passed validation" in refused.text
-    host_client.post("/admin/cluster-templates/training/versions/1/validate", headers=csrf)
+    queued = host_client.post("/admin/cluster-templates/training/versions/1/validate",
+                              headers=csrf, follow_redirects=False)
+    assert queued.status_code == 303
+    pending = host_client.get("/admin/cluster-templates/training", headers=HTML).text
+    assert 'class="validation-pending"' in pending and "data-live-poll" in pending
+    fragment = "/admin/cluster-templates/training/versions/1/validation"
+    assert f'hx-get="{fragment}"' in pending
+    run_validations(host_client)
+    polled = host_client.get(fragment, headers=HTML).text
+    assert 'class="validation-passed"' in polled and "data-live-poll" not in polled
     validated = host_client.get("/admin/cluster-templates/training", headers=HTML).text
     assert 'class="validation-passed"' in validated
     assert "<strong>host-dry-run</strong>: ok" in validated

@@ -12,7 +12,14 @@ from app.config import Settings
 from app.templates.schemas import VersionSettings
 from app.templates.validation import HelmIndexResolver, outside_allowlist, validate
 from tests.support.tenancy import Tenancy, headers
-from tests.templates.support import KAI_ADDON, KAI_REPO, StandinCharts, StandinHost, training
+from tests.templates.support import (
+    KAI_ADDON,
+    KAI_REPO,
+    StandinCharts,
+    StandinHost,
+    training,
+    validate_in_worker,
+)
 
 TEMPLATES = "/api/v1/cluster-templates"
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -33,8 +40,7 @@ def test_a_broken_template_fails_with_reasons_and_cannot_be_offered(
     broken = training(tenancy.h100.id, kubernetes_version="1.99.0",
                       addons=[{**KAI_ADDON, "version": "0.0.1"}])
     assert host_client.post(TEMPLATES, json=broken, headers=admin).status_code == 201
-    validated = host_client.post(f"{TEMPLATES}/training/versions/1/validate",
-                                 headers=admin).json()
+    validated = validate_in_worker(host_client, admin, "training", 1)
     assert validated["validation"]["passed"] is False
     failed = reasons(validated["validation"])
     assert set(failed) == {"render", "addons"}
@@ -66,7 +72,7 @@ def test_without_a_host_cluster_the_host_checks_fail(
         app_client: TestClient, db: Session, tenancy: Tenancy) -> None:
     admin = headers(db, tenancy.platform_admin)
     app_client.post(TEMPLATES, json=training(tenancy.h100.id), headers=admin)
-    result = app_client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin).json()
+    result = validate_in_worker(app_client, admin, "training", 1)
     failed = reasons(result["validation"])
     assert set(failed) == {"host-dry-run", "host-support"}
     assert "no host cluster is configured" in failed["host-dry-run"][0]

@@ -1,0 +1,116 @@
+"""Validation runs in the worker: the web process queues it (it holds no Kubernetes rights and
+never calls the host), the worker's validator runs the checks with the worker's host cluster
+and stores the result; offering waits for it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from app.db import Database, utcnow
+from app.kube.adapter import KubernetesAdapter
+from app.kube.port import KubePort
+from app.templates.validator import LEASE_SECONDS, TemplateValidator
+from tests.support.kube import InMemoryConnector
+from tests.support.tenancy import Tenancy, headers
+from tests.templates.support import StandinCharts, training
+
+TEMPLATES = "/api/v1/cluster-templates"
+
+
+class NoHostInTheWeb:
+    """The web process's connector: any use of the host cluster is a test failure."""
+
+    def host(self) -> KubePort | None:
+        raise AssertionError("the web process asked for the host cluster")
+
+    def virtual(self, kubeconfig_yaml: str) -> KubePort:
+        raise AssertionError("the web process asked for a virtual cluster")
+
+    def ready(self, kubeconfig_yaml: str) -> bool:
+        raise AssertionError("the web process asked for a virtual cluster")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = utcnow()
+
+    def __call__(self):  # type: ignore[no-untyped-def]
+        return self.now
+
+
+def version(client: TestClient, admin: dict[str, str], number: int = 1) -> dict[str, object]:
+    shown = client.get(f"{TEMPLATES}/training", headers=admin).json()["versions"]
+    found: dict[str, object] = next(v for v in shown if v["version"] == number)
+    return found
+
+
+def test_the_web_queues_and_the_worker_validates_on_its_host(
+        app_client: TestClient, db: Session, database: Database, tenancy: Tenancy,
+        real_host: KubernetesAdapter, charts: StandinCharts) -> None:
+    app_client.app.state.kube = NoHostInTheWeb()  # type: ignore[attr-defined]
+    admin = headers(db, tenancy.platform_admin)
+    app_client.post(TEMPLATES, json=training(tenancy.h100.id), headers=admin)
+    queued = app_client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin)
+    assert queued.status_code == 202, queued.text
+    assert queued.json()["validation_pending"] is True and queued.json()["validation"] is None
+    # Asking again while it waits changes nothing.
+    again = app_client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin)
+    assert again.json()["validation_requested_at"] == queued.json()["validation_requested_at"]
+    refused = app_client.post(f"{TEMPLATES}/training/versions/1/offer", headers=admin)
+    assert refused.status_code == 409
+    assert refused.json()["errors"] == [
+        {"field": "validation", "message": "the validation is pending"}]
+
+    worker = TemplateValidator(app_client.app.state.settings,  # type: ignore[attr-defined]
+                               database, InMemoryConnector(real_host), charts)
+    assert worker.run_due("worker-1") == 1
+    assert worker.run_due("worker-1") == 0
+    done = version(app_client, admin)
+    assert done["validation_pending"] is False
+    assert done["validation"]["passed"] is True  # type: ignore[index]
+    offered = app_client.post(f"{TEMPLATES}/training/versions/1/offer", headers=admin)
+    assert offered.status_code == 200, offered.text
+
+
+def test_a_validation_whose_worker_died_is_taken_again_once_its_lease_runs_out(
+        app_client: TestClient, db: Session, database: Database, tenancy: Tenancy,
+        charts: StandinCharts) -> None:
+    admin = headers(db, tenancy.platform_admin)
+    app_client.post(TEMPLATES, json=training(tenancy.h100.id), headers=admin)
+    app_client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin)
+    clock = Clock()
+    settings = app_client.app.state.settings  # type: ignore[attr-defined]
+    dead = TemplateValidator(settings, database, InMemoryConnector(None), charts, clock=clock)
+    assert dead._claim() is not None  # claimed, then the worker died before storing
+    other = TemplateValidator(settings, database, InMemoryConnector(None), charts, clock=clock)
+    assert other.run_due("worker-2") == 0
+    assert version(app_client, admin)["validation_pending"] is True
+    clock.now += timedelta(seconds=LEASE_SECONDS + 1)
+    assert other.run_due("worker-2") == 1
+    done = version(app_client, admin)
+    assert done["validation_pending"] is False
+    # No host cluster in this worker: the host checks fail, with that reason.
+    failed = {c["name"] for c in done["validation"]["checks"]  # type: ignore[index]
+              if not c["passed"]}
+    assert failed == {"host-dry-run", "host-support"}
+
+
+def test_a_check_that_crashes_fails_the_validation_with_its_reason(
+        app_client: TestClient, db: Session, database: Database, tenancy: Tenancy) -> None:
+    class Broken:
+        def lookup(self, repo: str, chart: str, version: str) -> None:
+            raise RuntimeError("resolver exploded")
+
+    admin = headers(db, tenancy.platform_admin)
+    app_client.post(TEMPLATES, json=training(tenancy.h100.id), headers=admin)
+    app_client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin)
+    TemplateValidator(app_client.app.state.settings,  # type: ignore[attr-defined]
+                      database, InMemoryConnector(None), Broken()).run_due("w")  # type: ignore[arg-type]
+    done = version(app_client, admin)
+    assert done["validation_pending"] is False
+    assert done["validation"] == {"passed": False, "note": None, "checks": [
+        {"name": "validation", "passed": False,
+         "reasons": ["the validation stopped: RuntimeError: resolver exploded"]}]}
