@@ -88,3 +88,26 @@ def test_0007_puts_every_existing_cluster_on_the_builtin_default_template(
     assert tuple(version)[1:] == ("default", 1, "offered", None, None, None, None, None, False)
     migrate.downgrade(empty_url, "0006")
     assert "cluster_templates" not in _tables(empty_url)
+
+
+def test_0011_leaves_existing_versions_validated_and_not_pending(empty_url: str) -> None:
+    """Versions validated before validation moved to the worker keep their result, and none is
+    left waiting for a worker. (The 0007 test takes a cluster on a version down through 0011.)"""
+    migrate.upgrade(empty_url, "0008")
+    engine = make_engine(empty_url)
+    with engine.begin() as connection:
+        connection.execute(text(
+            "UPDATE cluster_template_versions SET validation = '{\"passed\": true, "
+            "\"checks\": []}'"))
+    migrate.upgrade(empty_url, "0011")
+    with engine.connect() as connection:
+        rows = connection.execute(text(
+            "SELECT validation_requested_at, validation_lease_until, validation "
+            "FROM cluster_template_versions")).all()
+    assert rows and all(r[0] is None and r[1] is None and "passed" in str(r[2]) for r in rows)
+    migrate.downgrade(empty_url, "0008")
+    with engine.connect() as connection:
+        columns = {c["name"] for c in inspect(connection).get_columns(
+            "cluster_template_versions")}
+    engine.dispose()
+    assert "validation_requested_at" not in columns and "validation" in columns

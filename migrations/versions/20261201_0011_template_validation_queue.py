@@ -19,16 +19,21 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+TABLE = "cluster_template_versions"
+INDEX = "ix_cluster_template_versions_validation_requested_at"
+
+
+# Plain ALTER TABLE, no batch: SQLite's batch mode copies the table and drops the old one, which
+# virtual_clusters.template_version_id refers to (foreign keys are on).
 def upgrade() -> None:
-    with op.batch_alter_table("cluster_template_versions", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("validation_requested_at", sa.DateTime(timezone=True), nullable=True))
-        batch_op.add_column(sa.Column("validation_lease_until", sa.DateTime(timezone=True), nullable=True))
-        batch_op.create_index("ix_cluster_template_versions_validation_requested_at",
-                              ["validation_requested_at"])
+    op.add_column(TABLE, sa.Column("validation_requested_at", sa.DateTime(timezone=True),
+                                   nullable=True))
+    op.add_column(TABLE, sa.Column("validation_lease_until", sa.DateTime(timezone=True),
+                                   nullable=True))
+    op.create_index(INDEX, TABLE, ["validation_requested_at"])
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("cluster_template_versions", schema=None) as batch_op:
-        batch_op.drop_index("ix_cluster_template_versions_validation_requested_at")
-        batch_op.drop_column("validation_lease_until")
-        batch_op.drop_column("validation_requested_at")
+    op.drop_index(INDEX, table_name=TABLE)
+    op.drop_column(TABLE, "validation_lease_until")
+    op.drop_column(TABLE, "validation_requested_at")
