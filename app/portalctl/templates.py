@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import typer
@@ -163,12 +164,31 @@ def templates_show(name: str, output: Output = Format.table) -> None:
 
 
 @templates_app.command("validate")
-def templates_validate(name: str, version: Version, output: Output = Format.table) -> None:
-    """Run every check on a version and store the result (platform admins).
+def templates_validate(
+    name: str, version: Version,
+    wait: Annotated[bool, typer.Option(help="wait for the worker's result (--no-wait: only "
+                                            "queue it)")] = True,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits")] = 300.0,
+    poll: Annotated[float, typer.Option(help="seconds between checks", hidden=True)] = 1.0,
+    output: Output = Format.table,
+) -> None:
+    """Queue every check on a version; the portal's worker runs them and stores the result
+    (platform admins). Exits 1 if --wait gives up while it is still pending.
 
     Example: portalctl templates validate training 2
     """
-    _version_action(name, version, "validate", output)
+    with api() as client:
+        queued = client.request("POST", f"{PATH}/{name}/versions/{version}/validate")
+        deadline = time.monotonic() + timeout
+        while wait and queued["validation_pending"] and time.monotonic() < deadline:
+            time.sleep(poll)
+            queued = next(v for v in client.get(f"{PATH}/{name}")["versions"]
+                          if v["version"] == version)
+    _show_version(queued, output)
+    if wait and queued["validation_pending"]:
+        typer.echo(f"error: the validation is still pending after {timeout:.0f}s; is the "
+                   "portal's worker running?", err=True)
+        raise typer.Exit(1)
 
 
 @templates_app.command("offer")
@@ -192,6 +212,10 @@ def templates_retire(name: str, version: Version, output: Output = Format.table)
 def _version_action(name: str, version: int, action: str, output: Format) -> None:
     with api() as client:
         changed = client.request("POST", f"{PATH}/{name}/versions/{version}/{action}")
+    _show_version(changed, output)
+
+
+def _show_version(changed: dict[str, Any], output: Format) -> None:
     if output is not Format.table:
         emit(changed, output, VERSION_COLUMNS)
         return
@@ -204,10 +228,13 @@ def _versions_summary(versions: list[dict[str, Any]]) -> str:
 
 
 def _version_row(version: dict[str, Any]) -> dict[str, Any]:
-    return {**version, "validation": validation_summary(version.get("validation"))}
+    return {**version, "validation": validation_summary(version.get("validation"),
+                                                        bool(version.get("validation_pending")))}
 
 
-def validation_summary(validation: dict[str, Any] | None) -> str:
+def validation_summary(validation: dict[str, Any] | None, pending: bool = False) -> str:
+    if pending:
+        return "pending"
     if validation is None:
         return "not run"
     if validation["passed"]:

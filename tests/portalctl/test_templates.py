@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 
+from app.config import Settings
+from app.templates.validator import TemplateValidator
 from tests import factories
 from tests.portalctl.conftest import Portal, PortalCtl, Result
+from tests.support.kube import InMemoryConnector
 
 FAILED = {"passed": False, "note": None, "checks": [
     {"name": "allowlist", "passed": False, "reasons": ["hostPath volumes are not allowed"]}]}
@@ -56,12 +62,17 @@ def test_a_platform_admin_validates_offers_and_retires_a_version(
 
     refused = portalctl("templates", "offer", "training", "2")
     assert refused.exit_code == 1 and "hostPath volumes are not allowed" in refused.stderr
-    # The served portal has no host cluster, so the host dry-run check fails and is stored.
-    validated = _json(portalctl("templates", "validate", "training", "1", "-o", "json"))
-    stored = _api(portal, "platform-admin", "/api/v1/cluster-templates/training")
-    assert validated == stored["versions"][0]
-    assert validated["validation"]["passed"] is False
-    table = portalctl("templates", "validate", "training", "1").stdout
+    queued = _json(portalctl("templates", "validate", "training", "1", "--no-wait",
+                             "-o", "json"))
+    assert queued["validation_pending"] is True and queued["validation"] is None
+    assert "pending" in portalctl("templates", "show", "training").stdout
+    # The worker runs it; the served portal has no host cluster, so the host dry-run fails.
+    with validating(portal):
+        validated = _json(portalctl("templates", "validate", "training", "1", "-o", "json"))
+        stored = _api(portal, "platform-admin", "/api/v1/cluster-templates/training")
+        assert validated == stored["versions"][0]
+        assert validated["validation"]["passed"] is False
+        table = portalctl("templates", "validate", "training", "1").stdout
     assert "failed: host-dry-run" in table and "host-dry-run: no host cluster" in table
     assert portalctl("templates", "offer", "training", "1").exit_code == 1
 
@@ -110,6 +121,62 @@ def test_a_cluster_is_made_from_a_template_and_upgraded_to_its_newer_version(
     assert portalctl("clusters", "upgrade-template", "nope").exit_code == 3
     alone = portalctl("clusters", "create", "other", "--template-version", "1")
     assert alone.exit_code == 2 and "--template" in alone.stderr
+
+
+def test_an_admin_creates_a_template_with_addon_settings_and_edits_one(
+    portal: Portal, portalctl: PortalCtl
+) -> None:
+    portalctl.login(portal, "platform-admin")
+    kai = ("kai-scheduler oci://ghcr.io/nvidia/kai-scheduler kai-scheduler v0.9.3 "
+           'scheduler.replicas=2 global.gpuSharing=true image.tag="2"')
+    created = portalctl("templates", "create", "training", "--description", "KAI inside",
+                        "--placement", "dedicated-nodes", "--gpu-class", str(portal.h100_id),
+                        "--default-gpus", "8", "--max-gpus", "16", "--user-namespaces",
+                        "--addon", kai)
+    assert created.exit_code == 0, created.stderr
+    first = _api(portal, "platform-admin", "/api/v1/cluster-templates/training")["versions"][0]
+    assert first["addons"] == [{
+        "name": "kai-scheduler", "repo": "oci://ghcr.io/nvidia/kai-scheduler",
+        "chart": "kai-scheduler", "version": "v0.9.3",
+        "settings": {"scheduler.replicas": 2, "global.gpuSharing": True, "image.tag": "2"}}]
+    assert (first["placement"], first["max_gpus"], first["user_namespaces"]) == (
+        "dedicated-nodes", 16, True)
+
+    edited = _json(portalctl("templates", "new-version", "training", "--set",
+                             "kai-scheduler:scheduler.replicas=3", "--set",
+                             "kai-scheduler:image.tag=", "-o", "json"))
+    assert edited["version"] == 2
+    assert edited["addons"][0]["settings"] == {"scheduler.replicas": 3,
+                                               "global.gpuSharing": True}
+    assert edited["max_gpus"] == 16  # the rest copied from v1
+    unknown = portalctl("templates", "new-version", "training", "--set", "gpu-operator:a=1")
+    assert unknown.exit_code == 2 and "no add-on 'gpu-operator'" in unknown.stderr
+    bad = portalctl("templates", "new-version", "training", "--addon", "kai oci://x kai")
+    assert bad.exit_code == 2 and "--addon" in bad.stderr
+    refused = portalctl("templates", "new-version", "training", "--set",
+                        "kai-scheduler:scheduler replicas=3")
+    assert refused.exit_code == 1 and "dotted names" in refused.stderr
+
+
+@contextmanager
+def validating(portal: Portal) -> Iterator[None]:
+    """The portal's worker, as far as templates go: runs queued validations until done."""
+    settings = Settings(env="test", database_url=portal.database.url)
+    validator = TemplateValidator(settings, portal.database, InMemoryConnector(None))
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            validator.run_due("test-worker")
+            stop.wait(0.1)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
 
 
 def _api(portal: Portal, who: str, path: str) -> Any:
