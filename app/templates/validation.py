@@ -176,15 +176,18 @@ def _minor(version: str) -> tuple[int, int] | None:
 
 
 def userns_probe() -> Manifest:
-    """A Deployment whose pods ask for their own user namespace. An API server without
+    """A StatefulSet whose pods ask for their own user namespace. An API server without
     UserNamespacesSupport drops ``hostUsers`` from what it would store, so the dry-run's answer
-    tells whether the gate is on (Deployments need no ServiceAccount to admit)."""
+    tells whether the gate is on. A StatefulSet (no ServiceAccount needed to admit it) because
+    the worker may already write StatefulSets for the vCluster chart: the probe adds no rights
+    (deploy/kubernetes/base/rbac-worker.yaml)."""
     pod = {"hostUsers": False, "containers": [{"name": "probe", "image": "probe"}]}
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
         "metadata": {"name": "userns-probe", "namespace": CHECK_NAMESPACE,
                      "labels": lbl.managed()},
-        "spec": {"selector": {"matchLabels": {"app": "userns-probe"}},
+        "spec": {"serviceName": "userns-probe",
+                 "selector": {"matchLabels": {"app": "userns-probe"}},
                  "template": {"metadata": {"labels": {"app": "userns-probe"}}, "spec": pod}},
     }
 

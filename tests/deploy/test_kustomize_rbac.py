@@ -44,9 +44,11 @@ from app.kube.errors import KubeError
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.admission import POLICY_NAME, WEBHOOK_CONFIGURATION_NAME
 from app.kube.manifests.webhook import TLS_SECRET_NAME
-from app.kube.port import KubePort, Manifest, ObjectRef, kind_info
+from app.kube.port import HostProbe, KubePort, Manifest, ObjectRef, kind_info
 from app.nodes.models import Node, NodeAssignment
 from app.nodes.reconciler import NodeReconciler
+from app.templates.models import ClusterTemplate, ClusterTemplateVersion
+from app.templates.validator import TemplateValidator
 from app.usage.sampler import UsageSampler
 from app.webhook.reconciler import WebhookReconciler
 from app.webhook.server import NamespaceLabels, ServingCertificate
@@ -57,6 +59,7 @@ from tests.clusters.support import Clock, cluster_settings
 from tests.deploy.kustomize import BASE, WORKER, WORKER_HELM, find, render
 from tests.support.kube_server import ApiServer, fast_adapter
 from tests.support.kubectl import Kubectl
+from tests.templates.support import StandinCharts, training
 
 pytestmark = pytest.mark.kube_server
 
@@ -202,6 +205,22 @@ class Recorder:
         return self._call({self._pair(ref.api_version, ref.kind, v) for v in verbs},
                           lambda: self.inner.apply(obj, force=force))
 
+    def dry_run_apply(self, obj: Manifest) -> Manifest:
+        """Authorised as the apply it would be (template validation's host checks)."""
+        ref = ObjectRef.of(obj)
+        verbs = {"patch"}
+        if self.admin.get(ref.api_version, ref.kind, ref.name, ref.namespace) is None:
+            verbs.add("create")
+        assert isinstance(self.inner, HostProbe)
+        probe = self.inner
+        return self._call({self._pair(ref.api_version, ref.kind, v) for v in verbs},
+                          lambda: probe.dry_run_apply(obj))
+
+    def server_version(self) -> str:
+        # /version is a non-resource URL every authenticated client may read.
+        assert isinstance(self.inner, HostProbe)
+        return self.inner.server_version()
+
     def get(self, api_version: str, kind: str, name: str,
             namespace: str | None = None) -> Manifest | None:
         return self._call({self._pair(api_version, kind, "get")},
@@ -257,6 +276,7 @@ class Run:
     nodes: NodeReconciler
     webhook: WebhookReconciler
     usage: UsageSampler
+    validator: TemplateValidator
     slug: str
     tenant_id: int
     principal: Principal
@@ -344,6 +364,7 @@ def start(grant: Grant, base: list[Manifest], missing: Pair | None, kai_host: Ap
                WebhookReconciler(settings, database, connector),
                UsageSampler(settings, database, connector,
                             clock=lambda: clock.now.timestamp()),
+               TemplateValidator(settings, database, connector, StandinCharts()),
                slug, tenant_id, principal, gpu_class_id, node, node_clock)
 
 
@@ -408,6 +429,8 @@ def lifecycle(run: Run, admin: KubernetesAdapter, delete_timeout: float = DELETE
     assert admin.get(ADMISSION, "MutatingWebhookConfiguration",
                      WEBHOOK_CONFIGURATION_NAME) is not None
     assert run.webhook.reconcile(host) == 0
+    # a template validation, which dry-runs on the host as the worker (the web has no rights)
+    validate_template(run)
     # a shared-pool cluster: created, resized, deleted
     payload = ClusterCreate(name="train", placement="shared-pool", gpu_class_id=run.gpu_class_id,
                             gpus=4, cpu_millicores=8000, memory_mib=65536)
@@ -439,6 +462,24 @@ def lifecycle(run: Run, admin: KubernetesAdapter, delete_timeout: float = DELETE
     run.label_nodes(admin, None)
 
 
+def validate_template(run: Run) -> None:
+    """The issue's training template, user namespaces and all (the host runs 1.32: the probe's
+    dry-run asks it about the feature gate), validated by the worker's validator."""
+    with run.database.transaction() as db:
+        template = factories.cluster_template(db, f"tpl-{run.slug}")
+        version_id = factories.template_version(
+            db, template, 1, state="draft", validation_requested_at=utcnow(),
+            **{**training(run.gpu_class_id)["settings"], "kubernetes_version": "1.32.4"}).id
+    assert run.validator.run_due("worker-1") == 1
+    with run.database.session() as db:
+        row = db.get(ClusterTemplateVersion, version_id)
+        assert row is not None and row.validation is not None
+        assert row.validation["passed"], row.validation
+        db.delete(row)
+        db.delete(db.get(ClusterTemplate, row.template_id))
+        db.commit()
+
+
 # ----- the tests
 
 
@@ -464,9 +505,12 @@ def test_the_worker_runs_the_whole_lifecycle_with_only_its_roles(
 ) -> None:
     lifecycle(worker_run, host_admin)
     assert worker_run.recorder.forbidden == set()
-    # every request was the worker's own: nothing asked of the host outside its role
-    granted = pairs(find(base, "ClusterRole", WORKER)) | pairs(find(base, "Role", WORKER))
+    # every request was the worker's own: nothing asked of the host outside its roles (the
+    # user-namespace probe of template validation is a StatefulSet, which the helm role allows)
+    granted = (pairs(find(base, "ClusterRole", WORKER)) | pairs(find(base, "Role", WORKER))
+               | {("apps", "statefulsets", verb) for verb in ("create", "patch")})
     assert worker_run.recorder.used <= granted
+    assert {("apps", "statefulsets", "patch")} <= pairs(find(base, "ClusterRole", WORKER_HELM))
 
 
 @pytest.mark.parametrize("worker_run", [("", "nodes", "patch"),

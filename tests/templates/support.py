@@ -59,7 +59,7 @@ class StandinHost:
         self.dry_runs.append(obj)
         if obj["kind"] == self.refuse_kind:
             raise KubeError(f"{obj['kind']} refused by admission webhook \"policy.example\"")
-        if obj["kind"] == "Deployment" and not self.keeps_host_users:
+        if obj["kind"] == "StatefulSet" and not self.keeps_host_users:
             spec = obj["spec"]["template"]["spec"]
             return {**obj, "spec": {**obj["spec"], "template": {
                 **obj["spec"]["template"],
