@@ -16,6 +16,7 @@ from tests import factories
 from tests.support.kube import InMemoryConnector
 from tests.support.kube_server import ApiServer
 from tests.support.tenancy import Tenancy, build_tenancy
+from tests.templates import registry as oci
 from tests.templates.support import StandinCharts
 
 
@@ -54,3 +55,20 @@ def host_client(app_client: TestClient, real_host: KubernetesAdapter) -> TestCli
     """The app with the real test API server as its host cluster."""
     app_client.app.state.kube = InMemoryConnector(real_host)  # type: ignore[attr-defined]
     return app_client
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[oci.Registry]:
+    """A real OCI registry (token auth) with KAI's chart at 0.9.3 (with a values schema) and a
+    monitoring agent without one."""
+    if not oci.available():
+        pytest.skip("docker-registry (Debian package) is not installed")
+    served = oci.run_registry(tmp_path_factory.mktemp("registry"))
+    started = next(served)
+    started.push_chart(oci.KAI_PATH, oci.chart_archive(
+        "kai-scheduler", "0.9.3", values={"scheduler": {"replicas": 1}},
+        schema=oci.KAI_SCHEMA), "kai-scheduler", "0.9.3")
+    started.push_chart("obs", oci.chart_archive("agent", "1.4.0+build.7"), "agent",
+                       "1.4.0+build.7")
+    yield started
+    next(served, None)

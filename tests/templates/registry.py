@@ -39,6 +39,13 @@ from app.templates.charts import (
 )
 from tests.support.web import free_port
 
+KAI_PATH = "nvidia/kai-scheduler"
+# A values schema in the manner of KAI's chart: what the tests' settings are checked against.
+KAI_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+    "properties": {"scheduler": {"type": "object", "required": ["replicas"], "properties": {
+        "replicas": {"type": "integer", "minimum": 1},
+        "placementStrategy": {"enum": ["binpack", "spread"]}}}}}
 BINARY = "docker-registry"
 SERVICE = "portal-test-registry"
 ISSUER = "portal-test-token-issuer"

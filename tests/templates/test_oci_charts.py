@@ -5,7 +5,6 @@ and checks the add-on's settings against the chart's values.schema.json; helm is
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,30 +18,10 @@ from app.templates.schemas import AddonSpec, VersionSettings
 from app.templates.validation import validate
 from tests.support.web import free_port
 from tests.templates import registry as oci
+from tests.templates.registry import KAI_PATH, KAI_SCHEMA
 from tests.templates.support import StandinHost, training
 
 H100 = "NVIDIA-H100-80GB-HBM3"
-KAI_PATH = "nvidia/kai-scheduler"
-KAI_SCHEMA: dict[str, Any] = {
-    "$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
-    "properties": {"scheduler": {"type": "object", "required": ["replicas"], "properties": {
-        "replicas": {"type": "integer", "minimum": 1},
-        "placementStrategy": {"enum": ["binpack", "spread"]}}}}}
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[oci.Registry]:
-    if not oci.available():
-        pytest.skip("docker-registry (Debian package) is not installed")
-    served = oci.run_registry(tmp_path_factory.mktemp("registry"))
-    started = next(served)
-    started.push_chart(KAI_PATH, oci.chart_archive(
-        "kai-scheduler", "0.9.3", values={"scheduler": {"replicas": 1}}, schema=KAI_SCHEMA),
-        "kai-scheduler", "0.9.3")
-    started.push_chart("obs", oci.chart_archive("agent", "1.4.0+build.7"), "agent",
-                       "1.4.0+build.7")
-    yield started
-    next(served, None)
 
 
 def resolver(registry: oci.Registry) -> ChartSources:
