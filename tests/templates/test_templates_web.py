@@ -3,6 +3,9 @@ a tenant's create form asks only what the template leaves open; the upgrade butt
 
 from __future__ import annotations
 
+import html
+import re
+
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -12,7 +15,7 @@ from tests.conftest import ADMIN_GROUP
 from tests.support import oidc
 from tests.support.tenancy import Tenancy, headers, signed_in_admin_of
 from tests.support.web import HTML, csrf_of
-from tests.templates.support import KAI_REPO, run_validations
+from tests.templates.support import KAI_REPO, StandinCharts, run_validations
 from tests.templates.test_templates_api import new_offered_version, offered_training
 
 
@@ -107,3 +110,45 @@ def test_the_upgrade_button_moves_the_cluster_to_the_newer_version(
     assert (cluster.kubernetes_version, cluster.generation) == ("1.31.8", 2)
     assert "This is the newest offered version." in host_client.get(
         "/t/acme/clusters/big/template", headers=HTML).text
+
+
+def test_addon_settings_are_written_in_the_form_and_checked_against_the_charts_schema(
+        host_client: TestClient, db: Session, tenancy: Tenancy, oidc_issuer: str,
+        charts: StandinCharts) -> None:
+    charts.schemas[(KAI_REPO, "kai-scheduler", "0.9.3")] = {
+        "type": "object", "properties": {"scheduler": {"type": "object", "properties": {
+            "replicas": {"type": "integer", "minimum": 1}}}}}
+    oidc.register_user(oidc_issuer, tenancy.platform_admin.email, groups=[ADMIN_GROUP])
+    oidc.sign_in(host_client, tenancy.platform_admin.email)
+    csrf = {"X-CSRF-Token": csrf_of(host_client.get("/admin/cluster-templates",
+                                                    headers=HTML).text)}
+    line = (f'kai-scheduler {KAI_REPO} kai-scheduler 0.9.3 scheduler.replicas=2 '
+            'global.gpuSharing=true image.tag="2"')
+    created = host_client.post("/admin/cluster-templates", headers=csrf, follow_redirects=False,
+                               data={"name": "training", "placement": "dedicated-nodes",
+                                     "default_gpus": "8", "pod_security": "restricted",
+                                     "addons": line})
+    assert created.status_code == 303, created.text
+    page = host_client.get("/admin/cluster-templates/training", headers=HTML).text
+    assert ('<code class="addon-settings" data-addon="kai-scheduler">scheduler.replicas=2 '
+            'global.gpuSharing=true image.tag="2"</code>') in page
+    # The new-version form starts from the newest version, settings included.
+    textarea = re.search(r'<textarea name="addons"[^>]*>([^<]*)</textarea>', page)
+    assert textarea is not None and html.unescape(textarea.group(1)) == line
+
+    edited = line.replace("scheduler.replicas=2", "scheduler.replicas=0")
+    host_client.post("/admin/cluster-templates/training/versions", headers=csrf,
+                     data={"placement": "dedicated-nodes", "default_gpus": "8",
+                           "pod_security": "restricted", "addons": edited})
+    stored = host_client.get("/api/v1/cluster-templates/training",
+                             headers=headers(db, tenancy.platform_admin)).json()["versions"]
+    assert [v["addons"][0]["settings"]["scheduler.replicas"] for v in stored] == [2, 0]
+    assert stored[1]["addons"][0]["settings"]["image.tag"] == "2"  # text, as quoted
+
+    host_client.post("/admin/cluster-templates/training/versions/2/validate", headers=csrf)
+    run_validations(host_client)
+    result = host_client.get("/admin/cluster-templates/training/versions/2/validation",
+                             headers=HTML).text
+    assert 'class="validation-failed"' in result
+    assert ("add-on kai-scheduler: setting scheduler.replicas: 0 is less than the minimum of 1 "
+            "(values.schema.json of kai-scheduler 0.9.3)") in html.unescape(result)
