@@ -526,7 +526,14 @@ class ClusterRun:
         wanted = self.wanted.team_queues()
         assert self.kubeconfig is not None
         self._check_lease()
-        team_queues.ensure(self.owner.connector.virtual(self.kubeconfig), wanted)
+        port = self.owner.connector.virtual(self.kubeconfig)
+        try:
+            team_queues.ensure(port, wanted)
+        finally:
+            # A client made for this one pass: its connections are not kept for the next.
+            close = getattr(port, "close", None)
+            if callable(close):
+                close()
         self._set(cond.TEAM_QUEUES, True, "Applied", team_queues.summary(wanted))
 
     # ----- deletion

@@ -334,6 +334,8 @@ ROUTES += [
           params=matrix_template, body=lambda _w: {"max_gpus": "4"}),
     Route("POST", ADMIN_TEMPLATES + "/{name}/versions/{version}/validate",
           Access.PLATFORM_ADMIN, params=matrix_v1),
+    Route("GET", ADMIN_TEMPLATES + "/{name}/versions/{version}/validation",
+          Access.PLATFORM_ADMIN, params=matrix_v1),
     Route("POST", ADMIN_TEMPLATES + "/{name}/versions/{version}/offer", Access.PLATFORM_ADMIN,
           params=matrix_v1),
     Route("POST", ADMIN_TEMPLATES + "/{name}/versions/{version}/retire", Access.PLATFORM_ADMIN,

@@ -136,13 +136,14 @@ def test_training_with_kai_inside_from_template_to_team_queues(
     page = host_client.get("/t/acme/clusters/kai-train", headers={**tenant, **HTML})
     assert f'data-condition="{KAI_READY}"' in page.text
 
-    addon_runs = [c["argv"] for c in helm_calls(log) if "kai-scheduler" in c["argv"]]
-    assert addon_runs and addon_runs[0][:5] == [
+    calls: list[dict[str, Any]] = helm_calls(log)
+    addon_runs = [c for c in calls if "kai-scheduler" in c["argv"]]
+    assert addon_runs and addon_runs[0]["argv"][:5] == [
         "upgrade", "--install", "kai-scheduler", f"{registry.repo()}/kai-scheduler",
         "--version"]
-    assert "--repo" not in addon_runs[0]
-    values = next(c["values"] for c in helm_calls(log) if "kai-scheduler" in c["argv"])
-    assert values is not None and "replicas: 2" in values and "acme" not in values
+    assert "--repo" not in addon_runs[0]["argv"]
+    values = str(addon_runs[0]["values"])
+    assert "replicas: 2" in values and "binpack" in values and "acme" not in values
 
     queues = {q["metadata"]["name"]: q["spec"] for q in virtual.list(
         lbl.KAI_API_VERSION, "Queue", label_selector=lbl.managed())}
