@@ -12,6 +12,7 @@ from app.config import Settings
 from app.templates.schemas import VersionSettings
 from app.templates.validation import HelmIndexResolver, outside_allowlist, validate
 from tests.support.tenancy import Tenancy, headers
+from tests.templates.registry import KAI_SCHEMA, chart_archive
 from tests.templates.support import (
     KAI_ADDON,
     KAI_REPO,
@@ -145,3 +146,21 @@ def test_the_helm_index_resolver_reads_a_repositorys_index() -> None:
         f"{KAI_REPO} has no chart 'gpu-operator'")
     missing = _serving("not found", 404).lookup(KAI_REPO, "kai-scheduler", "0.9.3").problem
     assert missing is not None and missing.startswith(f"could not read {KAI_REPO}/index.yaml")
+
+
+def test_the_helm_index_resolver_reads_the_schema_from_the_chart_archive() -> None:
+    archive = chart_archive("kai-scheduler", "0.9.3", values={"scheduler": {"replicas": 1}},
+                            schema=KAI_SCHEMA)
+    index = ("apiVersion: v1\nentries:\n  kai-scheduler:\n  - version: 0.9.3\n"
+             "    urls: [charts/kai-scheduler-0.9.3.tgz]\n")
+    asked: list[str] = []
+
+    def get(url: str) -> httpx.Response:
+        asked.append(url)
+        body = {"content": archive} if url.endswith(".tgz") else {"text": index}
+        return httpx.Response(200, request=httpx.Request("GET", url), **body)
+
+    found = HelmIndexResolver(get=get).lookup(KAI_REPO, "kai-scheduler", "0.9.3")
+    assert found.problem is None and found.values_schema == KAI_SCHEMA
+    assert found.default_values == {"scheduler": {"replicas": 1}}
+    assert asked == [f"{KAI_REPO}/index.yaml", f"{KAI_REPO}/charts/kai-scheduler-0.9.3.tgz"]
