@@ -119,6 +119,11 @@ def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredClu
     tenant = db.get(Tenant, cluster.tenant_id)
     assert tenant is not None
     gpu_class = db.get(GpuClass, cluster.gpu_class_id) if cluster.gpu_class_id else None
+    addons = tuple(ClusterAddon.of_json(a) for a in cluster.addons or [])
+    # Only a dedicated-nodes cluster with KAI inside has team queues: the others skip the query.
+    kai_inside = cluster.placement == "dedicated-nodes" and any(
+        a.chart == KAI_CHART for a in addons)
+    teams = team_queues.teams(repository.group_roles(db, tenant.id)) if kai_inside else []
     return DesiredCluster(
         cluster_id=cluster.id, tenant_id=tenant.id, generation=cluster.generation,
         deleting=cluster.deletion_requested_at is not None,
@@ -127,6 +132,5 @@ def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredClu
         last_of_tenant=not repository.other_clusters_exist(db, tenant.id, cluster.id),
         spec=cluster_spec(cluster, tenant, gpu_class, settings),
         tenant=tenant_spec(db, tenant), policy=manifest_policy(settings),
-        addons=tuple(ClusterAddon.of_json(a) for a in cluster.addons or []),
-        teams=tuple(team_queues.teams(repository.group_roles(db, tenant.id))),
+        addons=addons, teams=tuple(teams),
     )
