@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck pytest setup clean chromium kube-assets bench-tools bench
+.PHONY: run test lint typecheck pytest setup clean chromium oci-registry kube-assets bench-tools bench
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # The real-API-server tests read envtest's KUBEBUILDER_ASSETS; unless it is set, the binaries
@@ -39,6 +39,11 @@ chromium:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
+# The OCI chart tests run a real registry: CNCF distribution, Debian's docker-registry.
+oci-registry:
+	@command -v docker-registry >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq docker-registry >/dev/null; }
+
 # The HTTP benchmark (bench/run.py) drives the portal with Debian's wrk (else asyncio clients).
 bench-tools:
 	@command -v wrk >/dev/null || { $(SUDO) apt-get update -qq && \
@@ -54,7 +59,7 @@ $(KUBE_ASSETS)/.unpacked: $(KUBE_ARCHIVE)
 
 kube-assets: $(KUBE_ASSETS_TARGET)
 
-pytest: setup chromium kube-assets
+pytest: setup chromium oci-registry kube-assets
 	$(BIN)/python -m pytest
 
 test: lint typecheck pytest
