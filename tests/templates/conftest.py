@@ -4,7 +4,6 @@ an app whose host is the real test API server (with KAI's Queue CRD) and stand-i
 from __future__ import annotations
 
 import os
-
 from collections.abc import Iterator
 
 import pytest
