@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
@@ -32,6 +33,7 @@ from app.hosts.schemas import (
     HostUpdate,
 )
 from app.kube.connector import HostTarget, KubeConnector, probe
+from app.pagination import Page, PageParams, paginate
 
 TARGET_TYPE = "host_cluster"
 NO_OPEN_HOST = ("no host cluster takes new clusters: every host is cordoned or draining; "
@@ -62,9 +64,12 @@ def host_out(row: HostCluster) -> HostOut:
     )
 
 
-def list_hosts(db: Session, principal: Principal) -> list[HostOut]:
+def list_hosts(db: Session, principal: Principal,
+               paging: PageParams | None = None) -> Page[HostOut]:
     ensure_platform_admin(principal)
-    return [host_out(row) for row in repository.all_hosts(db)]
+    rows, cursor = paginate(db, select(HostCluster), HostCluster.id,
+                            paging or PageParams(limit=200))
+    return Page(items=[host_out(row) for row in rows], next_cursor=cursor)
 
 
 def get_host(db: Session, principal: Principal, name: str) -> HostOut:

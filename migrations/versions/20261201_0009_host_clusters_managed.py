@@ -2,7 +2,9 @@
 
 The existing default host (the one PORTAL_KUBECONFIG or in-cluster config reaches) becomes the
 first registered host, bound to the environment's credentials (kind ``env``), so an existing
-install reaches the same cluster as before. An install with no host row yet gets that row now.
+install reaches the same cluster as before. An install in use (it has tenants) with no host row
+yet gets that row now; an empty database gets it at first use, as before (the hosts repository's
+``ensure_default_host``), which keeps a fresh database free of rows.
 
 Revision ID: 0009
 Revises: 0008
@@ -71,6 +73,8 @@ def _register_the_environments_host() -> None:
             connection.execute(sa.text("UPDATE host_clusters SET is_default = true "
                                        "WHERE id = :id").bindparams(id=default_id))
     if default_id is None:
+        if not connection.scalar(sa.text("SELECT count(*) FROM tenants")):
+            return
         connection.execute(sa.text(
             "INSERT INTO host_clusters (name, region, description, api_endpoint, "
             "credential_kind, is_default, state, health_checks, created_at, updated_at) "
