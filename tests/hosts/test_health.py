@@ -20,5 +20,5 @@ def test_the_simulated_host_is_reachable_with_kai_and_names_the_missing_webhook(
     found = {r.name: r for r in run_checks(port, settings, NoCharts())}
     assert found["api-reachable"].passed and found["kai-queue-crd"].passed
     assert not found["admission-webhook"].passed
-    assert "registers it on its next pass" in found["admission-webhook"].message
+    assert "the portal's worker registers it" in found["admission-webhook"].message
     assert found["vcluster-chart"].passed
