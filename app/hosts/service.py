@@ -119,7 +119,7 @@ def update_host(db: Session, principal: Principal, name: str, payload: HostUpdat
     renamed = changes.get("name", row.name) != row.name
     if renamed and repository.host_by_name(db, changes["name"]) is not None:
         raise Conflict(f"a host cluster named {changes['name']!r} exists already",
-                           errors=[{"field": "name", "message": "this name is taken"}])
+                       errors=[{"field": "name", "message": "this name is taken"}])
     for key, value in changes.items():
         setattr(row, key, value)
     row.updated_at = utcnow()
