@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
 from app.concurrency import lock_row
+from app.hosts.service import host_for_new_cluster
 from app.nodes.models import GpuClass
-from app.nodes.repository import ensure_default_host_cluster
 from app.quotas.models import TenantQuota
 from app.tenants.models import GroupMapping
 
@@ -103,8 +103,9 @@ def other_clusters_exist(db: Session, tenant_id: int, cluster_id: int) -> bool:
 
 
 def default_host_cluster_id(db: Session) -> int:
-    """The host cluster new virtual clusters go to; made on first use (one host to start)."""
-    return ensure_default_host_cluster(db).id
+    """The host cluster new virtual clusters go to: not a cordoned or draining one (409 when
+    none is open); the default host is made on first use."""
+    return host_for_new_cluster(db).id
 
 
 def delete_cluster_row(db: Session, cluster_id: int) -> None:

@@ -9,7 +9,8 @@ from sqlalchemy import select
 
 from app.auth import service as auth_service
 from app.devmode import DEMO_TENANT, DEMO_TENANT_ADMIN
-from app.nodes.models import GpuClass, HostCluster
+from app.hosts.models import HostCluster
+from app.nodes.models import GpuClass
 from app.tenants.models import Tenant
 from tests import factories
 from tests.browser.accessibility import serious_violations
@@ -24,7 +25,7 @@ TENANT_PAGES = ("/", f"/t/{DEMO_TENANT}", f"/t/{DEMO_TENANT}/quota-requests/new"
                 "/tokens", f"/t/{DEMO_TENANT}/usage", "/t/no-such-tenant")
 ADMIN_PAGES = ("/admin/quota-requests", "/admin/fleet", "/admin/nodes/h100-r1-n1",
                "/admin/fleet/suggest", "/admin/tenants", "/admin/gpu-classes", "/admin/usage",
-               "/audit")
+               "/admin/hosts", "/admin/hosts/local", "/audit")
 
 
 def seed_work(portal: SimulatedPortal) -> None:

@@ -38,6 +38,7 @@ from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterResize
 from app.config import Settings
 from app.db import Database, utcnow
+from app.hosts.health import ADMISSION_WEBHOOK, API_REACHABLE, KAI_QUEUE_CRD, run_checks
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.errors import KubeError
@@ -431,6 +432,9 @@ def lifecycle(run: Run, admin: KubernetesAdapter, delete_timeout: float = DELETE
     assert run.webhook.reconcile(host) == 0
     # a template validation, which dry-runs on the host as the worker (the web has no rights)
     validate_template(run)
+    # the host's health as the worker checks it: reachable, KAI's CRD, the registration
+    checks = {c.name: c for c in run_checks(host, run.settings, None)}
+    assert all(checks[name].passed for name in (API_REACHABLE, KAI_QUEUE_CRD, ADMISSION_WEBHOOK))
     # a shared-pool cluster: created, resized, deleted
     payload = ClusterCreate(name="train", placement="shared-pool", gpu_class_id=run.gpu_class_id,
                             gpus=4, cpu_millicores=8000, memory_mib=65536)
