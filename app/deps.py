@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Hashable
 from datetime import datetime
 from typing import Annotated
 
-from anyio import to_thread
+from app import hop
 from fastapi import Depends, Path, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -44,10 +44,10 @@ async def get_db(request: Request) -> AsyncIterator[Session]:
     try:
         yield session
     except BaseException:
-        await to_thread.run_sync(_rollback_and_close, session)
+        await hop.run_sync(_rollback_and_close, session)
         raise
     if session.in_transaction():
-        await to_thread.run_sync(_commit_and_close, session)
+        await hop.run_sync(_commit_and_close, session)
     else:
         session.close()
 
@@ -147,7 +147,7 @@ async def optional_principal(request: Request) -> Principal | None:
     key = _principal_key(request)
     principal = cache.get(key) if key is not None else None
     if principal is None and key is not None:
-        principal, valid_until = await to_thread.run_sync(_resolve_principal, request)
+        principal, valid_until = await hop.run_sync(_resolve_principal, request)
         if principal is not None:
             cache.put(key, principal, valid_until)
     request.state.principal = principal

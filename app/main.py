@@ -18,6 +18,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
+from app import hop
 from app.audit import api as audit_api
 from app.audit import service as audit
 from app.audit import web as audit_web
@@ -155,6 +156,7 @@ def _worker_threads(count: int) -> Callable[[FastAPI], AbstractAsyncContextManag
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         to_thread.current_default_thread_limiter().total_tokens = count
+        hop.set_threads(count)
         yield
 
     return lifespan

@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from anyio import to_thread
+from app import hop
 from fastapi import Request
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
@@ -38,7 +38,7 @@ def in_one_hop(function: Callable[..., Any]) -> Callable[..., Any]:
         if request_parameter is None:
             del arguments[_REQUEST]
         session: Session | None = getattr(request.state, "db", None)
-        return await to_thread.run_sync(_run_and_commit, function, arguments, session)
+        return await hop.run_sync(_run_and_commit, function, arguments, session)
 
     parameters = list(signature.parameters.values())
     if request_parameter is None:

@@ -16,7 +16,7 @@ from datetime import timedelta
 from http.cookies import SimpleCookie
 from typing import Any
 
-from anyio import to_thread
+from app import hop
 from sqlalchemy import delete
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
@@ -126,7 +126,7 @@ class ServerSideSessionMiddleware:
         secure = self.always_secure or scope.get("scheme") == "https"
         cookie_name = SECURE_COOKIE if secure else PLAIN_COOKIE
         cookie = _read_cookie(scope, cookie_name)
-        loaded = await to_thread.run_sync(store.load, cookie) if cookie else _NO_SESSION
+        loaded = await hop.run_sync(store.load, cookie) if cookie else _NO_SESSION
         scope["session"] = dict(loaded.data)
         original = json.dumps(loaded.data, sort_keys=True)
 
@@ -147,17 +147,17 @@ class ServerSideSessionMiddleware:
         data: dict[str, Any] = scope["session"]
         if scope.get("session_end"):
             if loaded.id_hash:
-                await to_thread.run_sync(store.delete, loaded.id_hash)
+                await hop.run_sync(store.delete, loaded.id_hash)
             return ""
         id_hash = loaded.id_hash
         if scope.get("session_rotate") and id_hash:
-            await to_thread.run_sync(store.delete, id_hash)
+            await hop.run_sync(store.delete, id_hash)
             id_hash = None
         changed = json.dumps(data, sort_keys=True) != original
         if not data and id_hash is None:
             return None
         if changed or id_hash is None or loaded.needs_touch:
-            return await to_thread.run_sync(store.save, id_hash, data)
+            return await hop.run_sync(store.save, id_hash, data)
         return None
 
 
