@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator, Hashable
 from datetime import datetime
 from typing import Annotated
 
-from app import hop
 from fastapi import Depends, Path, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app import hop
 from app.auth.models import ApiToken, User
 from app.auth.principal import Principal
 from app.auth.principal_cache import PrincipalCache, watch
@@ -142,7 +142,17 @@ def _roles(db: Session, user_id: int) -> dict[int, str]:
     return dict(rows.all())
 
 
+# The caller, once resolved for a request: every dependency that asks for it takes it from here.
+_RESOLVED = "portal.principal"
+_UNRESOLVED = object()
+
+
 async def optional_principal(request: Request) -> Principal | None:
+    """A plain function of the request, not a tree of dependencies: FastAPI solves each
+    sub-dependency on every request, and the CSRF guard and the endpoint both ask for this."""
+    found: Principal | object | None = request.scope.get(_RESOLVED, _UNRESOLVED)
+    if found is None or isinstance(found, Principal):
+        return found
     cache: PrincipalCache = request.app.state.principals
     key = _principal_key(request)
     principal = cache.get(key) if key is not None else None
@@ -150,15 +160,15 @@ async def optional_principal(request: Request) -> Principal | None:
         principal, valid_until = await hop.run_sync(_resolve_principal, request)
         if principal is not None:
             cache.put(key, principal, valid_until)
+    request.scope[_RESOLVED] = principal
     request.state.principal = principal
     # Plain values for error handlers, which run after the request's session is gone.
     request.state.actor = (principal.user_id, principal.label) if principal else None
     return principal
 
 
-async def require_principal(
-    principal: Annotated[Principal | None, Depends(optional_principal)],
-) -> Principal:
+async def require_principal(request: Request) -> Principal:
+    principal = await optional_principal(request)
     if principal is None:
         raise Unauthenticated("sign in or send an API token")
     return principal

@@ -13,10 +13,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from app import hop
 from fastapi import Request
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
+
+from app import hop
 
 _REQUEST = "unit_of_work_request_"
 

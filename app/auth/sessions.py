@@ -16,12 +16,12 @@ from datetime import timedelta
 from http.cookies import SimpleCookie
 from typing import Any
 
-from app import hop
 from sqlalchemy import delete
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import hop
 from app.auth.models import WebSession
 from app.db import Database, utcnow
 
