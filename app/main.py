@@ -94,8 +94,8 @@ API_GUARDS = [Depends(verify_api_csrf)]
 # Matched first, in this order: FastAPI tries a request against each route in turn, at about ten
 # Python calls a route, and a route of the last router was the 116th. No path matches routes of
 # two routers (tests/test_route_order.py), so the order decides nothing but this cost.
-HOT_ROUTERS = [me_api.router, clusters_api.router, tenants_api.router, nodes_api.router,
-               audit_api.router, quotas_api.router, token_api.router,
+HOT_ROUTERS = [audit_api.router, me_api.router, nodes_api.router, clusters_api.router,
+               quotas_api.router, tenants_api.router, token_api.router,
                dashboard.router, clusters_web.router, nodes_web.router, tenants_web.router,
                quotas_web.router, audit_web.router]
 
