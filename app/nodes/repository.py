@@ -30,12 +30,15 @@ class NodeFilters:
     include_gone: bool = False
 
 
+_DEFAULT_HOST_CLUSTER = (select(HostCluster).where(HostCluster.is_default.is_(True))
+                         .order_by(HostCluster.id).limit(1))
+
+
 def default_host_cluster(db: Session) -> HostCluster | None:
     """The default host cluster, read once per session (a page asks for it more than once)."""
     found: HostCluster | None = db.info.get("default_host_cluster")
     if found is None:
-        found = db.scalar(select(HostCluster).where(HostCluster.is_default.is_(True))
-                          .order_by(HostCluster.id).limit(1))
+        found = db.scalar(_DEFAULT_HOST_CLUSTER)
         if found is not None:
             db.info["default_host_cluster"] = found
     return found
