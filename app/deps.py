@@ -39,16 +39,20 @@ async def get_db(request: Request) -> AsyncIterator[Session]:
     is left here is closing (no I/O) or, after an error or a late lazy load, a thread hop.
     """
     database: Database = request.app.state.database
-    session = database.read_session() if _reads_only(request) else database.session()
+    reads = _reads_only(request)
+    session = database.read_session() if reads else database.session()
     request.state.db = session
+    request.state.db_writes = not reads
     try:
         yield session
     except BaseException:
         await hop.run_sync(_rollback_and_close, session)
         raise
-    if session.in_transaction():
+    if not reads and session.in_transaction():
         await hop.run_sync(_commit_and_close, session)
     else:
+        # A read session has nothing to commit (autocommit on PostgreSQL; a GET that writes
+        # fails at its flush): closing hands its connection back without a round trip.
         session.close()
 
 

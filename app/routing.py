@@ -39,6 +39,8 @@ def in_one_hop(function: Callable[..., Any]) -> Callable[..., Any]:
         if request_parameter is None:
             del arguments[_REQUEST]
         session: Session | None = getattr(request.state, "db", None)
+        if session is not None and not getattr(request.state, "db_writes", True):
+            session = None  # a read session: nothing to commit, the dependency closes it
         return await hop.run_sync(_run_and_commit, function, arguments, session)
 
     parameters = list(signature.parameters.values())
