@@ -213,7 +213,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ProblemError)
     async def handle_problem(request: Request, error: ProblemError) -> Response:
         if isinstance(error, Forbidden | TenantHidden | Unauthenticated):
-            await to_thread.run_sync(_audit_denial, request, error)
+            await hop.run_sync(_audit_denial, request, error)
         return _problem_response(request, error)
 
     @app.exception_handler(RequestValidationError)
