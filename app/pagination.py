@@ -8,7 +8,7 @@ from typing import Annotated, Any, Generic, TypeVar, TypeVarTuple
 
 from fastapi import Depends, Query
 from pydantic import BaseModel
-from sqlalchemy import Select, select, tuple_
+from sqlalchemy import Integer, Select, bindparam, select, tuple_
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
 from app.errors import ValidationFailed
@@ -79,6 +79,33 @@ def paginate_rows(
     entity whose id pages (or with the id column itself)."""
     rows = db.execute(_keyset(query, id_column, params, newest_first)).all()
     return _cut(rows, params, _row_id)
+
+
+class KeysetPage:
+    """``paginate_rows`` for a statement built once, its values bound at execution.
+
+    Why: building a select, its joins, the keyset condition and the limit took about 0.3 ms of
+    CPU on every request of a hot list, more than running it; a statement built once only
+    costs its cache-key lookup. ``query`` names its own parameters with ``bindparam``.
+    """
+
+    def __init__(self, query: Select[*Ts], id_column: InstrumentedAttribute[int], *,
+                 newest_first: bool = False) -> None:
+        after = bindparam("page_after", type_=Integer)
+        limit = bindparam("page_limit", type_=Integer)
+        order = id_column.desc() if newest_first else id_column.asc()
+        later = id_column < after if newest_first else id_column > after
+        self.first = query.order_by(order).limit(limit)
+        self.next = query.where(later).order_by(order).limit(limit)
+
+    def rows(self, db: Session, params: PageParams,
+             values: dict[str, Any]) -> tuple[Sequence[Any], str | None]:
+        bound = {**values, "page_limit": params.limit + 1}
+        query = self.first
+        if params.cursor:
+            bound["page_after"] = decode_cursor(params.cursor)
+            query = self.next
+        return _cut(db.execute(query, bound).all(), params, _row_id)
 
 
 def paginate_sorted(

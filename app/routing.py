@@ -13,10 +13,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from anyio import to_thread
 from fastapi import Request
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
+
+from app import hop
 
 _REQUEST = "unit_of_work_request_"
 
@@ -38,7 +39,9 @@ def in_one_hop(function: Callable[..., Any]) -> Callable[..., Any]:
         if request_parameter is None:
             del arguments[_REQUEST]
         session: Session | None = getattr(request.state, "db", None)
-        return await to_thread.run_sync(_run_and_commit, function, arguments, session)
+        if session is not None and not getattr(request.state, "db_writes", True):
+            session = None  # a read session: nothing to commit, the dependency closes it
+        return await hop.run_sync(_run_and_commit, function, arguments, session)
 
     parameters = list(signature.parameters.values())
     if request_parameter is None:

@@ -123,9 +123,10 @@ class Bench:
         self.use_wrk = use_wrk
         self.tag = secrets.token_hex(2)
         self.rss_mb = 0.0
+        self.only: str = options.only
 
     def run(self) -> tuple[list[Row], list[Overload]]:
-        planned = steps(self.credentials)
+        planned = [step for step in steps(self.credentials) if self.only in step.name]
         single = {step.name: self.check(step) for step in [HEALTHZ, *planned]}
         rows = [self.measure(HEALTHZ, self.base_s)]
         for step in planned:
@@ -136,6 +137,8 @@ class Bench:
         floor = statistics.mean([rows[0].rps, rows[-1].rps])
         for row in rows:
             row.judge(floor)
+        if self.only:
+            return rows, []
         clusters = next(r for r in rows if r.name == CLUSTERS_STEP)
         return rows, self.overloads(clusters.rps)
 
@@ -263,6 +266,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=None,
                         help="seconds per step (default 6 with --quick, else 20)")
     parser.add_argument("--reseed", action="store_true", help="seed the template again")
+    parser.add_argument("--only", default="",
+                        help="only the steps whose name contains this text (and the floor); "
+                             "no overload step")
     parser.add_argument("--asyncio", action="store_true",
                         help="use the asyncio clients even when wrk is installed")
     return parser.parse_args(argv)
@@ -308,7 +314,8 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> i
     }
     figures["passed"] = (all(r.passed for r in rows if r.kind != "floor")
                          and all(o.passed for o in overloads)
-                         and rss["rss_mb"] < report.RSS_TARGET_MB and rss["errors_logged"] == 0)
+                         and rss["rss_mb"] < report.RSS_TARGET_MB and rss["errors_logged"] == 0
+                         and not options.only)
     out(report.table(rows, overloads, figures))
     out(json.dumps(figures))
     return 0

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, bindparam, func, select
+from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
+from app.pagination import KeysetPage, PageParams
 from app.tenants.models import Tenant
 
 
@@ -19,18 +23,46 @@ def events_query(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> Select[AuditEvent]:
-    query = select(AuditEvent)
-    if tenant_ids is not None:
-        query = query.where(AuditEvent.tenant_id.in_(tenant_ids))
-    if actor:
-        query = query.where(func.lower(AuditEvent.actor_label) == actor.lower())
+    shape = _shape_of(tenant_ids, actor, action, since, until)
+    return _events(shape, tenant_ids, actor.lower() if actor else None, action, since, until)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """Which filters a query has."""
+
+    by_tenant: bool
+    by_actor: bool
+    action: Literal["family", "exact"] | None
+    since: bool
+    until: bool
+
+
+def _shape_of(tenant_ids: list[int] | None, actor: str | None, action: str | None,
+              since: datetime | None, until: datetime | None) -> _Shape:
+    # A trailing dot filters a family: "quota." matches every quota action.
+    family: Literal["family", "exact"] | None = None
     if action:
-        # A trailing dot filters a family: "quota." matches every quota action.
-        query = query.where(AuditEvent.action.startswith(action) if action.endswith(".")
-                            else AuditEvent.action == action)
-    if since is not None:
+        family = "family" if action.endswith(".") else "exact"
+    return _Shape(tenant_ids is not None, bool(actor), family, since is not None,
+                  until is not None)
+
+
+def _events(shape: _Shape, tenant_ids: Any, actor: Any, action: Any, since: Any,
+            until: Any) -> Select[AuditEvent]:
+    """Events filtered as ``shape`` says, by values or by bound parameters."""
+    query = select(AuditEvent)
+    if shape.by_tenant:
+        query = query.where(AuditEvent.tenant_id.in_(tenant_ids))
+    if shape.by_actor:
+        query = query.where(func.lower(AuditEvent.actor_label) == actor)
+    if shape.action == "family":
+        query = query.where(AuditEvent.action.startswith(action))
+    elif shape.action == "exact":
+        query = query.where(AuditEvent.action == action)
+    if shape.since:
         query = query.where(AuditEvent.occurred_at >= since)
-    if until is not None:
+    if shape.until:
         query = query.where(AuditEvent.occurred_at < until)
     return query
 
@@ -43,3 +75,25 @@ def listed(query: Select[AuditEvent]) -> Select[*tuple[Any, ...]]:
         AuditEvent.target_type, AuditEvent.target_id, AuditEvent.before, AuditEvent.after,
         AuditEvent.request_id, Tenant.slug,
     ).outerjoin(Tenant, Tenant.id == AuditEvent.tenant_id)
+
+
+# One per combination of filters (at most 48), built on first use.
+_PAGES: dict[_Shape, KeysetPage] = {}
+
+
+def listed_page(db: Session, params: PageParams, *, tenant_ids: list[int] | None,
+                actor: str | None = None, action: str | None = None,
+                since: datetime | None = None,
+                until: datetime | None = None) -> tuple[Sequence[Any], str | None]:
+    """A page of ``listed(events_query(...))``, newest first, its statement built once per
+    combination of filters (see ``app.pagination.KeysetPage``)."""
+    shape = _shape_of(tenant_ids, actor, action, since, until)
+    page = _PAGES.get(shape)
+    if page is None:
+        query = _events(shape, bindparam("tenant_ids", expanding=True), bindparam("actor"),
+                        bindparam("action"), bindparam("since"), bindparam("until"))
+        page = _PAGES[shape] = KeysetPage(listed(query), AuditEvent.id, newest_first=True)
+    values = {"tenant_ids": tenant_ids, "actor": actor.lower() if actor else None,
+              "action": action or None, "since": since, "until": until}
+    return page.rows(db, params, {name: value for name, value in values.items()
+                                  if value is not None})

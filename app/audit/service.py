@@ -13,7 +13,7 @@ from app.audit.schemas import AuditEventOut, AuditFilters
 from app.auth.principal import Principal
 from app.errors import Forbidden
 from app.logs import request_id_var
-from app.pagination import PageParams, paginate_rows
+from app.pagination import PageParams
 
 # Keys whose values never reach the audit trail, whatever the caller passes.
 _SECRET_KEYS = frozenset(
@@ -74,12 +74,10 @@ def list_event_fields(
         tenant_ids = [authz.tenant_for(db, principal, filters.tenant, "manage").id]
     elif tenant_ids == []:
         raise Forbidden("the audit log is for tenant admins and platform admins")
-    query = repository.events_query(
-        tenant_ids=tenant_ids, actor=filters.actor, action=filters.action,
+    rows, cursor = repository.listed_page(
+        db, params, tenant_ids=tenant_ids, actor=filters.actor, action=filters.action,
         since=filters.since, until=filters.until,
     )
-    rows, cursor = paginate_rows(db, repository.listed(query), AuditEvent.id, params,
-                                 newest_first=True)
     return [event_fields(row, row.slug) for row in rows], cursor
 
 

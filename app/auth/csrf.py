@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Request
 
-from app.deps import MaybePrincipal
+from app.deps import optional_principal
 from app.errors import Forbidden
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -34,12 +34,13 @@ async def verify_csrf(request: Request) -> None:
         raise Forbidden("missing or wrong CSRF token; reload the page and try again")
 
 
-async def verify_api_csrf(request: Request, principal: MaybePrincipal) -> None:
+async def verify_api_csrf(request: Request) -> None:
     """API state changes signed in by the session cookie: same origin, token in the header.
 
     Why the header only: a cross-site page can post a form or ``text/plain`` without a CORS
     preflight, and ``SameSite=Lax`` would then be the cookie's only barrier.
     """
+    principal = await optional_principal(request)  # resolved here for the endpoint too
     if request.method in SAFE_METHODS or principal is None or principal.via != "session":
         return
     _refuse_cross_site(request)

@@ -16,12 +16,12 @@ from datetime import timedelta
 from http.cookies import SimpleCookie
 from typing import Any
 
-from anyio import to_thread
-from sqlalchemy import delete
+from sqlalchemy import bindparam, delete, select
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import hop
 from app.auth.models import WebSession
 from app.db import Database, utcnow
 
@@ -59,25 +59,29 @@ class _Loaded:
 _NO_SESSION = _Loaded(None, {}, needs_touch=False)
 
 
+_LOAD = select(WebSession.data, WebSession.last_seen_at, WebSession.expires_at).where(
+    WebSession.id_hash == bindparam("id_hash"))
+
+
 class SessionStore:
     def __init__(self, database: Database, policy: SessionPolicy) -> None:
         self.database = database
         self.policy = policy
 
     def load(self, session_id: str | None) -> _Loaded:
+        """One SELECT, outside a transaction (every cookie-signed request pays for this)."""
         if not session_id:
             return _Loaded(None, {}, needs_touch=False)
         id_hash = hash_session_id(session_id)
-        with self.database.session() as db:
-            row = db.get(WebSession, id_hash)
-            if row is None:
-                return _Loaded(None, {}, needs_touch=False)
-            now = utcnow()
-            if row.expires_at <= now or row.last_seen_at + self.policy.idle <= now:
-                db.delete(row)
-                db.commit()
-                return _Loaded(None, {}, needs_touch=False)
-            return _Loaded(id_hash, dict(row.data), row.last_seen_at + _TOUCH_EVERY <= now)
+        with self.database.read_session() as db:
+            row = db.execute(_LOAD, {"id_hash": id_hash}).first()
+        if row is None:
+            return _Loaded(None, {}, needs_touch=False)
+        now = utcnow()
+        if row.expires_at <= now or row.last_seen_at + self.policy.idle <= now:
+            self.delete(id_hash)
+            return _Loaded(None, {}, needs_touch=False)
+        return _Loaded(id_hash, dict(row.data), row.last_seen_at + _TOUCH_EVERY <= now)
 
     def save(self, id_hash: str | None, data: dict[str, Any]) -> str | None:
         """Writes the session; returns a new cookie value when a new row was made."""
@@ -126,7 +130,7 @@ class ServerSideSessionMiddleware:
         secure = self.always_secure or scope.get("scheme") == "https"
         cookie_name = SECURE_COOKIE if secure else PLAIN_COOKIE
         cookie = _read_cookie(scope, cookie_name)
-        loaded = await to_thread.run_sync(store.load, cookie) if cookie else _NO_SESSION
+        loaded = await hop.run_sync(store.load, cookie) if cookie else _NO_SESSION
         scope["session"] = dict(loaded.data)
         original = json.dumps(loaded.data, sort_keys=True)
 
@@ -147,17 +151,17 @@ class ServerSideSessionMiddleware:
         data: dict[str, Any] = scope["session"]
         if scope.get("session_end"):
             if loaded.id_hash:
-                await to_thread.run_sync(store.delete, loaded.id_hash)
+                await hop.run_sync(store.delete, loaded.id_hash)
             return ""
         id_hash = loaded.id_hash
         if scope.get("session_rotate") and id_hash:
-            await to_thread.run_sync(store.delete, id_hash)
+            await hop.run_sync(store.delete, id_hash)
             id_hash = None
         changed = json.dumps(data, sort_keys=True) != original
         if not data and id_hash is None:
             return None
         if changed or id_hash is None or loaded.needs_touch:
-            return await to_thread.run_sync(store.save, id_hash, data)
+            return await hop.run_sync(store.save, id_hash, data)
         return None
 
 

@@ -6,11 +6,11 @@ import logging
 import secrets
 from typing import Any
 
-from anyio import to_thread
 from authlib.integrations.base_client.errors import OAuthError
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import RedirectResponse, Response
 
+from app import hop
 from app.audit import service as audit
 from app.auth import service
 from app.auth.csrf import verify_csrf
@@ -56,7 +56,7 @@ async def callback(request: Request) -> Response:
     try:
         token = await client.authorize_access_token(request)
     except OAuthError as error:
-        await to_thread.run_sync(_audit_failed_sign_in, request, error.error or "oauth_error")
+        await hop.run_sync(_audit_failed_sign_in, request, error.error or "oauth_error")
         log.info("sign-in refused: %s", error.error)
         return render(
             request, "error.html",
@@ -67,7 +67,7 @@ async def callback(request: Request) -> Response:
     identity = service.identity_from_claims(
         str(metadata["issuer"]), claims, settings.oidc_groups_claim
     )
-    user_id = await to_thread.run_sync(_sign_in, request, identity, settings.oidc_admin_group)
+    user_id = await hop.run_sync(_sign_in, request, identity, settings.oidc_admin_group)
     next_path = _safe_next(request.session.get("next"))
     request.session.clear()
     rotate_session(request)

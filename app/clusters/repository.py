@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CursorResult, Select, case, delete, func, select, tuple_, update
+from sqlalchemy import (
+    BindParameter,
+    CursorResult,
+    Integer,
+    Select,
+    bindparam,
+    case,
+    delete,
+    func,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
 from app.concurrency import lock_row
 from app.hosts.service import host_for_new_cluster
 from app.nodes.models import GpuClass
+from app.pagination import KeysetPage, PageParams
 from app.quotas.models import TenantQuota
 from app.tenants.models import GroupMapping
 
@@ -32,12 +45,22 @@ LISTED_COLUMNS = (
 )
 
 
-def listed_rows_query(tenant_id: int) -> Select[*tuple[Any, ...]]:
+def listed_rows_query(tenant_id: int | BindParameter[int]) -> Select[*tuple[Any, ...]]:
     """What a cluster list shows, as plain columns (no entities to build): a page in one
     statement, the GPU class's product joined as ``product``."""
     return (select(*LISTED_COLUMNS, GpuClass.product)
             .outerjoin(GpuClass, GpuClass.id == VirtualCluster.gpu_class_id)
             .where(VirtualCluster.tenant_id == tenant_id))
+
+
+_LISTED_PAGE = KeysetPage(listed_rows_query(bindparam("tenant_id", type_=Integer)),
+                          VirtualCluster.id)
+
+
+def listed_page(db: Session, tenant_id: int,
+                params: PageParams) -> tuple[Sequence[Any], str | None]:
+    """A page of ``listed_rows_query``."""
+    return _LISTED_PAGE.rows(db, params, {"tenant_id": tenant_id})
 
 
 def cluster_by_name(db: Session, tenant_id: int, name: str) -> VirtualCluster | None:

@@ -43,7 +43,7 @@ from app.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import dump_yaml
 from app.nodes import gpu_class_repository
 from app.nodes.models import GpuClass
-from app.pagination import Page, PageParams, paginate_rows
+from app.pagination import Page, PageParams
 from app.tenants.models import Tenant
 
 DEDICATED = "dedicated-nodes"
@@ -109,8 +109,7 @@ def list_cluster_fields(db: Session, principal: Principal, slug: str,
                         params: PageParams) -> tuple[list[dict[str, Any]], str | None]:
     """A page of the tenant's clusters as ``ClusterOut`` fields, read as plain columns."""
     tenant = tenant_for(db, principal, slug)
-    rows, cursor = paginate_rows(db, repository.listed_rows_query(tenant.id), VirtualCluster.id,
-                                 params)
+    rows, cursor = repository.listed_page(db, tenant.id, params)
     return [cluster_fields(row, tenant.slug, row.product) for row in rows], cursor
 
 

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CursorResult, Select, func, literal, select, update
+from sqlalchemy import BindParameter, CursorResult, Select, bindparam, func, literal, select, update
 from sqlalchemy.orm import Session
 
 from app.hosts import repository as hosts_repository
 from app.kube.manifests import labels as lbl
 from app.nodes.models import GpuClass, Node, NodeAssignment
+from app.pagination import KeysetPage, PageParams
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
 
@@ -54,22 +55,57 @@ def node_rows_query(host_cluster_id: int, filters: NodeFilters) -> NodeRows:
     Rows of columns rather than ``Node`` entities: a listing only reads them, and the node's
     labels (dozens per node) are read for the one label it shows.
     """
+    return _node_rows(host_cluster_id, filters, filters)
+
+
+def _node_rows(host_cluster_id: Any, shape: NodeFilters, values: Any) -> NodeRows:
+    """``node_rows_query`` filtered as ``shape`` says, by ``values`` (the filters themselves,
+    or bound parameters of the same names)."""
     query = _with_class_and_tenant().where(Node.host_cluster_id == host_cluster_id)
-    if not filters.include_gone:
+    if not shape.include_gone:
         query = query.where(Node.gone_at.is_(None))
-    if filters.gpu_class:
-        query = query.where(GpuClass.product == filters.gpu_class)
-    if filters.zone:
-        query = query.where(Node.zone == filters.zone)
-    if filters.rack:
-        query = query.where(Node.rack == filters.rack)
-    if filters.ready is not None:
-        query = query.where(Node.ready.is_(filters.ready))
-    if filters.tenant:
+    if shape.gpu_class:
+        query = query.where(GpuClass.product == values.gpu_class)
+    if shape.zone:
+        query = query.where(Node.zone == values.zone)
+    if shape.rack:
+        query = query.where(Node.rack == values.rack)
+    if shape.ready is not None:
+        query = query.where(Node.ready.is_(shape.ready))  # IS TRUE / IS FALSE: not a parameter
+    if shape.tenant:
         query = query.where(Node.id.in_(
             select(NodeAssignment.node_id).join(Tenant, Tenant.id == NodeAssignment.tenant_id)
-            .where(Tenant.slug == filters.tenant, NodeAssignment.ended_at.is_(None))))
+            .where(Tenant.slug == values.tenant, NodeAssignment.ended_at.is_(None))))
     return query
+
+
+class _Bound:
+    """Bound parameters in place of the filters' values."""
+
+    gpu_class: BindParameter[str] = bindparam("gpu_class")
+    zone: BindParameter[str] = bindparam("zone")
+    rack: BindParameter[str] = bindparam("rack")
+    tenant: BindParameter[str] = bindparam("tenant")
+
+
+_FILTER_VALUES = ("gpu_class", "zone", "rack", "tenant")
+# One per combination of filters present (at most 96), built on first use.
+_NODE_PAGES: dict[NodeFilters, KeysetPage] = {}
+
+
+def node_page(db: Session, host_cluster_id: int, filters: NodeFilters,
+              params: PageParams) -> tuple[Sequence[Any], str | None]:
+    """A page of ``node_rows_query`` in id order, its statement built once per combination of
+    filters (see ``app.pagination.KeysetPage``)."""
+    present = [name for name in _FILTER_VALUES if getattr(filters, name)]
+    shape = NodeFilters(**dict.fromkeys(present, "?"), ready=filters.ready,
+                        include_gone=filters.include_gone)
+    page = _NODE_PAGES.get(shape)
+    if page is None:
+        page = KeysetPage(_node_rows(bindparam("host_cluster_id"), shape, _Bound), Node.id)
+        _NODE_PAGES[shape] = page
+    values = {name: getattr(filters, name) for name in present}
+    return page.rows(db, params, {"host_cluster_id": host_cluster_id, **values})
 
 
 def node_rows_of(node_ids: Sequence[int]) -> NodeRows:

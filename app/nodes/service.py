@@ -83,11 +83,11 @@ def list_node_fields(db: Session, principal: Principal, filters: NodeFilters,
         if host:
             raise NotFound(f"no host cluster {host!r}")
         return [], None
-    query = repository.node_rows_query(cluster.id, filters)
     if sort in NODE_SORTS:
+        query = repository.node_rows_query(cluster.id, filters)
         rows, cursor = paginate_sorted(db, query, Node.id, NODE_SORTS[sort], params)
     else:
-        rows, cursor = paginate_rows(db, query, Node.id, params)
+        rows, cursor = repository.node_page(db, cluster.id, filters, params)
     return [node_fields(cluster, row) for row in rows], cursor
 
 

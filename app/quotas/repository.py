@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CursorResult, Select, and_, func, select, update
+from sqlalchemy import BindParameter, CursorResult, Select, and_, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
 from app.nodes.models import GpuClass, Node, NodeAssignment
+from app.pagination import KeysetPage, PageParams
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.tenants.models import Tenant
 
 
 def requests_query(
-    *, tenant_id: int | None = None, state: str | None = None
+    *, tenant_id: int | BindParameter[int] | None = None,
+    state: str | BindParameter[str] | None = None,
 ) -> Select[QuotaRequest]:
     query = select(QuotaRequest)
     if tenant_id is not None:
@@ -27,7 +30,8 @@ def requests_query(
 
 
 def request_rows_query(
-    *, tenant_id: int | None = None, state: str | None = None
+    *, tenant_id: int | BindParameter[int] | None = None,
+    state: str | BindParameter[str] | None = None,
 ) -> Select[QuotaRequest, str, str, str | None, str | None]:
     """Requests with what every listing shows of them: tenant slug, class, who asked, who
     decided; one statement for a whole page.
@@ -56,7 +60,9 @@ def _one(column: Any, where: Any) -> Any:
     return select(column).where(where).scalar_subquery()
 
 
-def quota_rows_query(tenant_id: int) -> Select[TenantQuota, GpuClass, int, int]:
+def quota_rows_query(
+    tenant_id: int | BindParameter[int],
+) -> Select[TenantQuota, GpuClass, int, int]:
     """A tenant's quota rows with their class, the GPUs its clusters hold and those on its
     dedicated nodes, all summed in one statement."""
     on_nodes = (select(func.coalesce(func.sum(Node.gpu_count), 0))
@@ -107,7 +113,7 @@ def due_expiries(db: Session, now: datetime) -> list[int]:
     return list(db.scalars(query))
 
 
-def tenant_quotas_query(tenant_id: int) -> Select[TenantQuota]:
+def tenant_quotas_query(tenant_id: int | BindParameter[int]) -> Select[TenantQuota]:
     return select(TenantQuota).where(TenantQuota.tenant_id == tenant_id)
 
 
@@ -125,3 +131,29 @@ def queue_version(db: Session) -> tuple[int, int, int, datetime | None]:
     row = db.execute(select(func.count(), func.coalesce(func.max(QuotaRequest.id), 0), pending,
                             func.max(QuotaRequest.decided_at))).one()
     return row[0], row[1], row[2], row[3]
+
+
+# The tenant's pages, their statements built once (see ``app.pagination.KeysetPage``).
+_QUOTA_PAGE = KeysetPage(quota_rows_query(bindparam("tenant_id")), TenantQuota.id)
+_REQUEST_PAGES = {
+    False: KeysetPage(request_rows_query(tenant_id=bindparam("tenant_id")), QuotaRequest.id,
+                      newest_first=True),
+    True: KeysetPage(request_rows_query(tenant_id=bindparam("tenant_id"),
+                                        state=bindparam("state")), QuotaRequest.id,
+                     newest_first=True),
+}
+
+
+def quota_page(db: Session, tenant_id: int,
+               params: PageParams) -> tuple[Sequence[Any], str | None]:
+    """A page of ``quota_rows_query``."""
+    return _QUOTA_PAGE.rows(db, params, {"tenant_id": tenant_id})
+
+
+def request_page(db: Session, tenant_id: int, state: str | None,
+                 params: PageParams) -> tuple[Sequence[Any], str | None]:
+    """A page of ``request_rows_query`` for a tenant, newest first."""
+    values: dict[str, Any] = {"tenant_id": tenant_id}
+    if state is not None:
+        values["state"] = state
+    return _REQUEST_PAGES[state is not None].rows(db, params, values)

@@ -100,8 +100,7 @@ def tenant_quota(
 ) -> Page[TenantQuotaOut]:
     """A tenant's quota with what its clusters and dedicated nodes hold: one statement."""
     tenant = tenant_for(db, principal, slug)
-    rows, cursor = paginate_rows(db, repository.quota_rows_query(tenant.id), TenantQuota.id,
-                                 params)
+    rows, cursor = repository.quota_page(db, tenant.id, params)
     return Page(items=[TenantQuotaOut(
         gpu_class_id=gpu_class.id, gpu_class=gpu_class.product,
         display_name=gpu_class.display_name, approved_gpus=row.gpus, allocated_gpus=allocated,
@@ -114,8 +113,7 @@ def tenant_requests(
     db: Session, principal: Principal, slug: str, params: PageParams, state: str | None = None
 ) -> Page[QuotaRequestOut]:
     tenant = tenant_for(db, principal, slug)
-    query = repository.request_rows_query(tenant_id=tenant.id, state=state)
-    rows, cursor = paginate_rows(db, query, QuotaRequest.id, params, newest_first=True)
+    rows, cursor = repository.request_page(db, tenant.id, state, params)
     return Page(items=[QuotaRequestOut(**_request_fields(*row)) for row in rows],
                 next_cursor=cursor)
 

@@ -13,8 +13,11 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    BindParameter,
     ColumnElement,
+    Select,
     and_,
+    bindparam,
     case,
     cast,
     func,
@@ -162,27 +165,39 @@ class ClusterNow:
     queue_allocated: float | None
 
 
-def clusters_now(db: Session, tenant_id: int) -> list[ClusterNow]:
+def _clusters_now_statements() -> tuple[Select[str, int, float],
+                                        Select[int, str, int | None, int]]:
+    """Built once, the tenant a bound parameter: building the subquery and join on every
+    dashboard took about 0.3 ms of CPU, more than running them."""
+    tenant_id: BindParameter[int] = bindparam("tenant_id")
     latest = (select(UsageSample.source, UsageSample.subject_id,
                      func.max(UsageSample.taken_s).label("taken_s"))
               .where(UsageSample.tenant_id == tenant_id, UsageSample.source.in_(
                   ("quota", "queue")))
               .group_by(UsageSample.source, UsageSample.subject_id).subquery())
-    rows = db.execute(
-        select(UsageSample.source, UsageSample.subject_id, UsageSample.used_gpus)
-        .join(latest, and_(latest.c.source == UsageSample.source,
-                           latest.c.subject_id == UsageSample.subject_id,
-                           latest.c.taken_s == UsageSample.taken_s))
-        .where(UsageSample.tenant_id == tenant_id))
-    used = {(row.source, row.subject_id): row.used_gpus for row in rows}
-    clusters = db.execute(
-        select(VirtualCluster.id, VirtualCluster.name, VirtualCluster.gpu_class_id,
-               VirtualCluster.gpus)
-        .where(VirtualCluster.tenant_id == tenant_id, VirtualCluster.gpu_class_id.is_not(None),
-               VirtualCluster.deletion_requested_at.is_(None))
-        .order_by(VirtualCluster.name))
+    used = (select(UsageSample.source, UsageSample.subject_id, UsageSample.used_gpus)
+            .join(latest, and_(latest.c.source == UsageSample.source,
+                               latest.c.subject_id == UsageSample.subject_id,
+                               latest.c.taken_s == UsageSample.taken_s))
+            .where(UsageSample.tenant_id == tenant_id))
+    clusters = (select(VirtualCluster.id, VirtualCluster.name, VirtualCluster.gpu_class_id,
+                       VirtualCluster.gpus)
+                .where(VirtualCluster.tenant_id == tenant_id,
+                       VirtualCluster.gpu_class_id.is_not(None),
+                       VirtualCluster.deletion_requested_at.is_(None))
+                .order_by(VirtualCluster.name))
+    return used, clusters
+
+
+_USED_NOW, _CLUSTERS_NOW = _clusters_now_statements()
+
+
+def clusters_now(db: Session, tenant_id: int) -> list[ClusterNow]:
+    tenant = {"tenant_id": tenant_id}
+    used = {(row.source, row.subject_id): row.used_gpus
+            for row in db.execute(_USED_NOW, tenant)}
     return [ClusterNow(c.name, c.gpu_class_id, c.gpus, used.get(("quota", c.id)),
-                       used.get(("queue", c.id))) for c in clusters]
+                       used.get(("queue", c.id))) for c in db.execute(_CLUSTERS_NOW, tenant)]
 
 
 def approved_now(db: Session, tenant_id: int) -> dict[int, int]:

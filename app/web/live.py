@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import anyio
-from anyio import to_thread
 from fastapi import Request
 from sqlalchemy.orm import Session
 from starlette.responses import StreamingResponse
 
+from app import hop
 from app.db import Database
 from app.errors import NotFound, ServiceUnavailable
 
@@ -75,7 +75,7 @@ def _check(database: Database, fingerprint: Fingerprint) -> str | None:
 async def event_stream(request: Request, fingerprint: Fingerprint) -> StreamingResponse:
     """A 404 (or 403) before any byte is sent when the caller may not see the subject."""
     database: Database = request.app.state.database
-    first = await to_thread.run_sync(_authorized_check, database, fingerprint)
+    first = await hop.run_sync(_authorized_check, database, fingerprint)
     gate = gate_of(request)
     gate.check_room()
     return StreamingResponse(
@@ -113,7 +113,7 @@ async def _events(request: Request, database: Database, fingerprint: Fingerprint
             await anyio.sleep(timing.check_seconds)
             if await request.is_disconnected():
                 return
-            current = await to_thread.run_sync(_check, database, fingerprint)
+            current = await hop.run_sync(_check, database, fingerprint)
             if current != last:
                 yield message("changed", current or "gone", current)
                 if current is None:
