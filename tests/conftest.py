@@ -166,6 +166,13 @@ def host_admin(kai_host: ApiServer) -> Iterator[KubernetesAdapter]:
 
 
 @pytest.fixture(scope="session")
+def bare_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
+    """An API server no test installs CRDs or webhooks into for others to see: a cluster as
+    it comes (tests that add something here take it away again)."""
+    yield from _served(kube_assets_dir, "bare", controllers=False)
+
+
+@pytest.fixture(scope="session")
 def virtual_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
     """A second control plane standing in for a virtual cluster's. It runs the controllers too,
     as vCluster does: the built-in ``view`` and ``edit`` roles are aggregated by one of them."""

@@ -268,6 +268,13 @@ def targets(db: Session, settings: Settings) -> list[HostTarget]:
     return found
 
 
+def open_targets(db: Session, settings: Settings) -> list[HostTarget]:
+    """The reachable hosts that take new clusters (active, not cordoned or draining)."""
+    reachable = targets(db, settings)
+    open_ids = {row.id for row in repository.all_hosts(db) if row.state == "active"}
+    return [target for target in reachable if target.host_id in open_ids]
+
+
 # ----- internals
 
 

@@ -7,7 +7,7 @@ validation result and its state move: draft -> offered (after validation passed)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -183,11 +183,12 @@ def request_validation(db: Session, principal: Principal, name: str,
 
 
 def run_validation(settings: VersionSettings, gpu_product: str | None, portal: Settings,
-                   host: HostProbe | None, charts: ChartResolver) -> dict[str, Any]:
+                   hosts: Mapping[str, HostProbe | None], charts: ChartResolver
+                   ) -> dict[str, Any]:
     """Every check, in the worker. A check that crashes fails the validation with its reason
     rather than leaving the version pending for ever."""
     try:
-        return validate(settings, gpu_product, portal, host, charts)
+        return validate(settings, gpu_product, portal, hosts, charts)
     except Exception as error:  # whatever it is, the admin reads it as the reason
         return {"passed": False, "checks": [
             {"name": "validation", "passed": False,

@@ -214,11 +214,27 @@ def _host_support(host: HostProbe, settings: VersionSettings, check: Check) -> N
                    "UserNamespacesSupport feature gate, and it is off")
 
 
+def _checks_on_every_host(hosts: Mapping[str, HostProbe | None], specs: list[ClusterSpec],
+                          settings: VersionSettings, gpu_product: str | None) -> list[Check]:
+    """The dry-run and support checks, passed only where every host passes them; with several
+    hosts each reason names its host."""
+    if not hosts:
+        return _host_checks(None, specs, settings, gpu_product)
+    merged = [Check("host-dry-run"), Check("host-support")]
+    for name, host in sorted(hosts.items()):
+        for total, check in zip(merged, _host_checks(host, specs, settings, gpu_product),
+                                strict=True):
+            total.passed = total.passed and check.passed
+            total.reasons += [f"{name}: {r}" if len(hosts) > 1 else r for r in check.reasons]
+    return merged
+
+
 def _host_checks(host: HostProbe | None, specs: list[ClusterSpec], settings: VersionSettings,
                  gpu_product: str | None) -> list[Check]:
     dry_run, support = Check("host-dry-run"), Check("host-support")
     if host is None:
-        dry_run.fail("no host cluster is configured (PORTAL_KUBECONFIG) to dry-run against")
+        dry_run.fail("no host cluster is configured (PORTAL_KUBECONFIG) or registered and active "
+                     "to dry-run against")
         support.fail("no host cluster is configured to ask")
         return [dry_run, support]
     policy = ManifestPolicy()
@@ -260,8 +276,9 @@ def _addon_check(settings: VersionSettings, charts: ChartResolver) -> Check:
 
 
 def validate(settings: VersionSettings, gpu_product: str | None, portal: Settings,
-             host: HostProbe | None, charts: ChartResolver) -> dict[str, Any]:
-    """The stored result: ``passed`` and every check with its reasons."""
+             hosts: Mapping[str, HostProbe | None], charts: ChartResolver) -> dict[str, Any]:
+    """The stored result: ``passed`` and every check with its reasons. The host checks run on
+    every host cluster in ``hosts`` (by name), the ones new clusters may be placed on."""
     render = Check("render")
     if settings.kubernetes_version and \
             settings.kubernetes_version not in portal.kubernetes_versions:
@@ -276,6 +293,6 @@ def validate(settings: VersionSettings, gpu_product: str | None, portal: Setting
     values_checks = _values_checks(specs, portal)
     values_checks[0].reasons[:0] = render.reasons
     values_checks[0].passed = values_checks[0].passed and render.passed
-    checks = [*values_checks, *_host_checks(host, specs, settings, gpu_product),
+    checks = [*values_checks, *_checks_on_every_host(hosts, specs, settings, gpu_product),
               _addon_check(settings, charts)]
     return {"passed": all(c.passed for c in checks), "checks": [asdict(c) for c in checks]}

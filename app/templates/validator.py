@@ -21,7 +21,8 @@ from sqlalchemy import or_, select
 
 from app.config import Settings
 from app.db import Database, utcnow
-from app.kube.connector import KubeConnector
+from app.hosts import service as hosts_service
+from app.kube.connector import KubeConnector, for_host
 from app.kube.port import HostProbe
 from app.nodes.models import GpuClass
 from app.templates import service
@@ -85,10 +86,8 @@ class TemplateValidator:
                            gpu_class.product if gpu_class else None)
 
     def _validate(self, claimed: Claimed) -> None:
-        host = self.connector.host()
-        probe = host if isinstance(host, HostProbe) else None
         result = service.run_validation(claimed.settings, claimed.gpu_product, self.settings,
-                                        probe, self.charts)
+                                        self._open_hosts(), self.charts)
         with self.database.transaction() as db:
             row = db.get(ClusterTemplateVersion, claimed.version_id, with_for_update=True)
             if row is None:
@@ -96,3 +95,14 @@ class TemplateValidator:
             service.store_validation(db, row, claimed.requested_at, result, ACTOR)
         log.info("template version %d validated: %s", claimed.version_id,
                  "passed" if result["passed"] else "failed")
+
+    def _open_hosts(self) -> dict[str, HostProbe | None]:
+        """Every host new clusters may go to (active, reachable with its credentials), each
+        through its own client; a host whose credentials no key opens is left out (logged)."""
+        with self.database.transaction() as db:
+            targets = hosts_service.open_targets(db, self.settings)
+        found: dict[str, HostProbe | None] = {}
+        for target in targets:
+            port = for_host(self.connector, target)
+            found[target.name] = port if isinstance(port, HostProbe) else None
+        return found

@@ -53,12 +53,14 @@ def results(server_kubeconfig: str, settings: Settings,
 
 
 @pytest.fixture
-def webhook_on_virtual(virtual: KubernetesAdapter) -> Iterator[None]:
-    virtual.apply(kai_queue_webhook("-----BEGIN CERTIFICATE-----\n", url="https://127.0.0.1:1/x",
-                                    service_name="s", service_namespace="n"))
+def webhook_on_bare(bare_api: ApiServer) -> Iterator[None]:
+    bare = bare_api.adapter()
+    bare.apply(kai_queue_webhook("-----BEGIN CERTIFICATE-----\n", url="https://127.0.0.1:1/x",
+                                 service_name="s", service_namespace="n"))
     yield
-    virtual.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
-                   WEBHOOK_CONFIGURATION_NAME)
+    bare.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
+                WEBHOOK_CONFIGURATION_NAME)
+    bare.close()
 
 
 def test_the_kai_host_is_reachable_with_the_queue_crd(kai_host: ApiServer,
@@ -73,14 +75,13 @@ def test_the_kai_host_is_reachable_with_the_queue_crd(kai_host: ApiServer,
 
 
 def test_a_bare_api_server_lacks_the_crd_and_shows_the_webhook_only_once_registered(
-        virtual_api: ApiServer, settings: Settings, virtual: KubernetesAdapter,
-        request: pytest.FixtureRequest) -> None:
-    before = results(virtual_api.admin_kubeconfig, settings)
+        bare_api: ApiServer, settings: Settings, request: pytest.FixtureRequest) -> None:
+    before = results(bare_api.admin_kubeconfig, settings)
     assert before["kai-queue-crd"][0] is False
     assert "queues.scheduling.run.ai is missing" in before["kai-queue-crd"][1]
     assert before["admission-webhook"][0] is False
-    request.getfixturevalue("webhook_on_virtual")
-    after = results(virtual_api.admin_kubeconfig, settings)
+    request.getfixturevalue("webhook_on_bare")
+    after = results(bare_api.admin_kubeconfig, settings)
     assert after["admission-webhook"] == (
         True, f"MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} is present")
 

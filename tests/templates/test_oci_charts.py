@@ -37,7 +37,8 @@ def check(registry: oci.Registry, *addons: dict[str, Any]) -> dict[str, list[str
     """The failed checks' reasons of a training template with these add-ons."""
     settings = VersionSettings.model_validate(
         {**training(1)["settings"], "gpu_class_id": None, "addons": list(addons)})
-    result = validate(settings, H100, Settings(env="test"), StandinHost(), resolver(registry))
+    result = validate(settings, H100, Settings(env="test"), {"default": StandinHost()},
+                      resolver(registry))
     return {c["name"]: c["reasons"] for c in result["checks"] if not c["passed"]}
 
 

@@ -81,22 +81,23 @@ def test_without_a_host_cluster_the_host_checks_fail(
 
 def test_user_namespaces_need_a_host_that_supports_them() -> None:
     portal, charts = Settings(env="test"), StandinCharts()
-    old = validate(settings(), H100, portal, StandinHost(version="v1.29.8"), charts)
+    old = validate(settings(), H100, portal, {"default": StandinHost(version="v1.29.8")}, charts)
     assert reasons(old) == {"host-support": [
         "user namespaces need Kubernetes 1.30 or later; the host runs v1.29.8"]}
-    gate_off = validate(settings(), H100, portal, StandinHost(keeps_host_users=False), charts)
+    gate_off = validate(settings(), H100, portal,
+                        {"default": StandinHost(keeps_host_users=False)}, charts)
     assert reasons(gate_off) == {"host-support": [
         "the host runs v1.32.13, where user namespaces need the UserNamespacesSupport "
         "feature gate, and it is off"]}
     new = StandinHost(version="v1.33.2", keeps_host_users=False)
-    assert validate(settings(), H100, portal, new, charts)["passed"] is True
+    assert validate(settings(), H100, portal, {"default": new}, charts)["passed"] is True
     assert validate(settings(user_namespaces=False), H100, portal,
-                    StandinHost(version="v1.29.8"), charts)["passed"] is True
+                    {"default": StandinHost(version="v1.29.8")}, charts)["passed"] is True
 
 
 def test_a_host_object_the_host_refuses_fails_the_dry_run() -> None:
     host = StandinHost(refuse_kind="ResourceQuota")
-    result = validate(settings(), H100, Settings(env="test"), host, StandinCharts())
+    result = validate(settings(), H100, Settings(env="test"), {"default": host}, StandinCharts())
     assert reasons(result) == {"host-dry-run": [
         "ResourceQuota tenant-quota: ResourceQuota refused by admission webhook "
         '"policy.example"']}
@@ -104,9 +105,19 @@ def test_a_host_object_the_host_refuses_fails_the_dry_run() -> None:
     assert [obj["kind"] for obj in host.applied] == ["Namespace"]
 
 
+def test_every_host_is_checked_and_each_reason_names_its_host() -> None:
+    refusing, fine = StandinHost(refuse_kind="ResourceQuota"), StandinHost()
+    result = validate(settings(), H100, Settings(env="test"),
+                      {"gpu-us-1": refusing, "gpu-eu-1": fine}, StandinCharts())
+    assert reasons(result) == {"host-dry-run": [
+        "gpu-us-1: ResourceQuota tenant-quota: ResourceQuota refused by admission webhook "
+        '"policy.example"']}
+    assert fine.dry_runs and refusing.dry_runs
+
+
 def test_values_for_a_chart_without_a_schema_fail_the_schema_check() -> None:
     portal = Settings(env="test", vcluster_chart_version="0.99.0")
-    result = validate(settings(), H100, portal, StandinHost(), StandinCharts())
+    result = validate(settings(), H100, portal, {"default": StandinHost()}, StandinCharts())
     assert reasons(result) == {"chart-schema": [
         "no vCluster values schema vendored for chart 0.99.0"]}
 
@@ -114,7 +125,7 @@ def test_values_for_a_chart_without_a_schema_fail_the_schema_check() -> None:
 def test_open_settings_are_rendered_for_every_choice_a_tenant_has() -> None:
     host = StandinHost()
     open_everything = settings(placement=None, kubernetes_version=None, user_namespaces=False)
-    assert validate(open_everything, None, Settings(env="test"), host,
+    assert validate(open_everything, None, Settings(env="test"), {"default": host},
                     StandinCharts())["passed"] is True
     placements = {o["metadata"]["labels"]["gpu-tenant-portal/placement"]
                   for o in host.dry_runs if o["kind"] == "Namespace"}

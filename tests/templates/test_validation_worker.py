@@ -10,11 +10,15 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.db import Database, utcnow
+from app.hosts import repository as hosts_repository
 from app.kube.adapter import KubernetesAdapter
+from app.kube.connector import ClientConnector
 from app.kube.port import KubePort
 from app.templates.validator import LEASE_SECONDS, TemplateValidator
 from tests.support.kube import InMemoryConnector
+from tests.support.kube_server import ApiServer, kubeconfig_yaml
 from tests.support.tenancy import Tenancy, headers
+from tests.support.web import free_port
 from tests.templates.support import StandinCharts, training
 
 TEMPLATES = "/api/v1/cluster-templates"
@@ -73,6 +77,42 @@ def test_the_web_queues_and_the_worker_validates_on_its_host(
     assert done["validation"]["passed"] is True  # type: ignore[index]
     offered = app_client.post(f"{TEMPLATES}/training/versions/1/offer", headers=admin)
     assert offered.status_code == 200, offered.text
+
+
+def test_the_worker_validates_on_every_open_host_and_skips_a_cordoned_one(
+        app_client: TestClient, db: Session, database: Database, tenancy: Tenancy,
+        kai_host: ApiServer, charts: StandinCharts) -> None:
+    """Two registered hosts, each reached with its own credentials: the real test API server,
+    and one whose API server is down, where the checks fail under its name. Once that host is
+    cordoned (no new clusters go there) it is no longer checked."""
+    admin = headers(db, tenancy.platform_admin)
+    settings = app_client.app.state.settings  # type: ignore[attr-defined]
+    # This worker has no PORTAL_KUBECONFIG: the environment's host takes no new clusters.
+    hosts_repository.ensure_default_host(db)
+    env_host = app_client.post("/api/v1/host-clusters/default/cordon", headers=admin, json={})
+    assert env_host.status_code == 200, env_host.text
+    down = kubeconfig_yaml(f"https://127.0.0.1:{free_port()}", kai_host.ca.cert_pem, token="t")
+    for name, kubeconfig in (("gpu-eu-1", kai_host.admin_kubeconfig), ("gpu-us-1", down)):
+        registered = app_client.post("/api/v1/host-clusters", headers=admin, json={
+            "name": name, "region": name[4:6],
+            "credentials": {"kind": "kubeconfig", "kubeconfig": kubeconfig}})
+        assert registered.status_code == 201, registered.text
+    worker = TemplateValidator(settings, database, ClientConnector(settings), charts)
+    app_client.post(TEMPLATES, json=training(tenancy.h100.id), headers=admin)
+    app_client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin)
+    assert worker.run_due("worker-1") == 1
+    shown = version(app_client, admin)["validation"]
+    failed = {c["name"]: c["reasons"] for c in shown["checks"]  # type: ignore[index]
+              if not c["passed"]}
+    assert "host-dry-run" in failed and set(failed) <= {"host-dry-run", "host-support"}
+    assert {r.split(":")[0] for reasons in failed.values() for r in reasons} == {"gpu-us-1"}
+    assert "Connection refused" in failed["host-dry-run"][0]
+
+    cordoned = app_client.post("/api/v1/host-clusters/gpu-us-1/cordon", headers=admin, json={})
+    assert cordoned.status_code == 200, cordoned.text
+    app_client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin)
+    assert worker.run_due("worker-1") == 1
+    assert version(app_client, admin)["validation"]["passed"] is True  # type: ignore[index]
 
 
 def test_a_validation_whose_worker_died_is_taken_again_once_its_lease_runs_out(
