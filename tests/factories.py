@@ -44,8 +44,8 @@ def membership(db: Session, tenant_row: Tenant, user_row: User, role: str = "mem
     return row
 
 
-def host_cluster(db: Session, name: str | None = None) -> HostCluster:
-    row = HostCluster(name=name or f"host-{next(_seq)}", region="test", is_default=False)
+def host_cluster(db: Session, name: str | None = None, region: str = "") -> HostCluster:
+    row = HostCluster(name=name or f"host-{next(_seq)}", region=region, is_default=False)
     db.add(row)
     db.flush()
     return row
@@ -76,8 +76,9 @@ def assignment(db: Session, node_row: Node, tenant_row: Tenant) -> NodeAssignmen
     return row
 
 
-def quota(db: Session, tenant_row: Tenant, gpu: GpuClass, gpus: int) -> TenantQuota:
-    row = TenantQuota(tenant_id=tenant_row.id, gpu_class_id=gpu.id, gpus=gpus)
+def quota(db: Session, tenant_row: Tenant, gpu: GpuClass, gpus: int,
+          region: str = "") -> TenantQuota:
+    row = TenantQuota(tenant_id=tenant_row.id, gpu_class_id=gpu.id, gpus=gpus, region=region)
     db.add(row)
     db.flush()
     return row
@@ -94,8 +95,9 @@ def cluster(db: Session, tenant_row: Tenant, host: HostCluster, name: str = "tra
 
 
 def quota_request(db: Session, tenant_row: Tenant, gpu: GpuClass, requester: User | None = None,
-                  gpus: int = 8, state: str = "pending") -> QuotaRequest:
+                  gpus: int = 8, state: str = "pending", region: str = "") -> QuotaRequest:
     row = QuotaRequest(tenant_id=tenant_row.id, gpu_class_id=gpu.id, gpus=gpus, state=state,
+                       region=region,
                        requested_by_id=requester.id if requester else None)
     db.add(row)
     db.flush()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CheckConstraint, ForeignKey, Index, String, UniqueConstraint
+from sqlalchemy import CheckConstraint, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, utcnow
@@ -31,6 +31,8 @@ class VirtualCluster(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     host_cluster_id: Mapped[int] = mapped_column(ForeignKey("host_clusters.id"))
+    # Why placement chose that host (app/clusters/placement.py), as the tenant sees it.
+    placement_reason: Mapped[str] = mapped_column(Text, default="")
     name: Mapped[str] = mapped_column(String(40))
     kubernetes_version: Mapped[str] = mapped_column(String(20))
     placement: Mapped[str] = mapped_column(String(20))

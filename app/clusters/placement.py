@@ -2,7 +2,9 @@
 
 A host fits when all of these hold, each checked and each refusal named per host:
 - it takes new clusters (state ``active``; a cordoned or draining host takes none);
-- it carries the requested GPU class (its live nodes have GPUs of that class), when GPUs are asked;
+- it carries the requested GPU class (its live nodes have GPUs of that class), when GPUs are
+  asked; a class no host's inventory shows yet (declared by an admin ahead of its nodes, as on
+  a single host before the first sync) rules no host out;
 - it is in the requested region, when one is named;
 - the tenant's quota of the class in the host's region has room for the GPUs asked;
 - for ``dedicated-nodes``: the tenant's nodes of the class on that host have room for them.
@@ -83,21 +85,24 @@ class Unplaceable:
             for h in self.hosts)
 
 
-def unfit_reasons(host: HostFacts, request: PlacementRequest) -> tuple[str, ...]:
-    """Why ``host`` cannot take the request; empty when it fits."""
+def unfit_reasons(host: HostFacts, request: PlacementRequest,
+                  class_seen: bool = True) -> tuple[str, ...]:
+    """Why ``host`` cannot take the request; empty when it fits. ``class_seen``: some host's
+    inventory shows the requested class."""
     reasons = []
     if host.state != ACTIVE:
         reasons.append(f"host is {host.state} and takes no new clusters")
     if request.region is not None and host.region != request.region:
         reasons.append(f"in region {host.region or '(none)'}, not {request.region or '(none)'}")
     if request.gpus > 0 and request.gpu_class_id is not None:
-        reasons.extend(_gpu_reasons(host, request, request.gpu_class_id))
+        reasons.extend(_gpu_reasons(host, request, request.gpu_class_id, class_seen))
     return tuple(reasons)
 
 
-def _gpu_reasons(host: HostFacts, request: PlacementRequest, class_id: int) -> list[str]:
+def _gpu_reasons(host: HostFacts, request: PlacementRequest, class_id: int,
+                 class_seen: bool) -> list[str]:
     reasons = []
-    if host.class_gpus.get(class_id, 0) <= 0:
+    if class_seen and host.class_gpus.get(class_id, 0) <= 0:
         reasons.append(f"has no {request.gpu_class_name} nodes")
     room = request.quota_free.get(host.region, 0)
     if room < request.gpus:
@@ -115,9 +120,11 @@ def _gpu_reasons(host: HostFacts, request: PlacementRequest, class_id: int) -> l
 def place(hosts: Iterable[HostFacts], request: PlacementRequest) -> Placed | Unplaceable:
     """The host for the request, or why none fits."""
     candidates = sorted(hosts, key=lambda h: h.name)
-    fitting = [h for h in candidates if not unfit_reasons(h, request)]
+    seen = request.gpu_class_id is None or any(
+        h.class_gpus.get(request.gpu_class_id, 0) > 0 for h in candidates)
+    fitting = [h for h in candidates if not unfit_reasons(h, request, seen)]
     if not fitting:
-        return Unplaceable(tuple(Unfit(h.name, h.region, unfit_reasons(h, request))
+        return Unplaceable(tuple(Unfit(h.name, h.region, unfit_reasons(h, request, seen))
                                  for h in candidates))
     chosen = min(fitting, key=lambda h: _rank(h, request))
     return Placed(chosen.id, chosen.name, chosen.region,

@@ -43,6 +43,12 @@ def test_a_host_without_the_class_is_not_chosen() -> None:
     assert placed(place(hosts, ask())) == "b-host"
 
 
+def test_a_class_no_host_shows_yet_rules_no_host_out() -> None:
+    """Declared by an admin ahead of its nodes: placed by the other rules."""
+    hosts = [host("b", a100=16), host("a", a100=8, state="cordoned"), host("c", a100=8)]
+    assert placed(place(hosts, ask())) == "b"
+
+
 def test_the_requested_region_is_kept_even_when_another_has_more_room() -> None:
     hosts = [host("eu-1", "eu", h100=8), host("us-1", "us", h100=64)]
     assert placed(place(hosts, ask(region="eu"))) == "eu-1"
