@@ -21,9 +21,10 @@ from app.auth import service as auth_service
 from app.clusters import repository as cluster_repository
 from app.config import Settings
 from app.db import utcnow
+from app.hosts.models import HostCluster
 from app.kube.connector import real_host_configured
 from app.kube.simulated import SIMULATED_ENDPOINT_TEMPLATE, SimulatedHost, demo_nodes
-from app.nodes.models import GpuClass, HostCluster
+from app.nodes.models import GpuClass
 from app.tenants.models import Membership, Tenant
 
 DEMO_ADMIN = "admin@example.com"

@@ -4,8 +4,9 @@ from app.audit.models import AuditEvent
 from app.auth.models import ApiToken, IdempotencyKey, User, WebSession
 from app.clusters.models import VirtualCluster
 from app.db import Base
+from app.hosts.models import HostCluster
 from app.kubeconfigs.models import KubeconfigGrant
-from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
+from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.tenants.models import GroupMapping, Membership, Tenant

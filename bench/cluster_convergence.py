@@ -29,10 +29,11 @@ from app.clusters.reconciler import ClusterReconciler
 from app.clusters.shapes import ClusterAddon
 from app.config import Settings
 from app.db import Database, utcnow
+from app.hosts.models import HostCluster
 from app.kube import manifests
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
-from app.nodes.models import GpuClass, HostCluster
+from app.nodes.models import GpuClass
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
 

@@ -101,8 +101,9 @@ def service_seconds(nodes: int, calls: int = 20) -> float:
     from app.auth.models import User
     from app.auth.principal import Principal
     from app.db import Base, Database
+    from app.hosts.models import HostCluster
     from app.nodes import service
-    from app.nodes.models import GpuClass, HostCluster, Node
+    from app.nodes.models import GpuClass, Node
     from app.nodes.schemas import SuggestionIn
     from app.tenants.models import Tenant
 

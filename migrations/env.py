@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from alembic import context
+from sqlalchemy import Connection
 
 import app.models  # noqa: F401 - registers every table on the metadata
 from app.config import get_settings
@@ -25,9 +29,29 @@ def run_migrations_online() -> None:
         _run(connection)
         return
     engine = make_engine(url)
-    with engine.connect() as connection:
+    with engine.connect() as connection, _sqlite_foreign_keys_checked_after(connection):
         _run(connection)
     engine.dispose()
+
+
+@contextmanager
+def _sqlite_foreign_keys_checked_after(connection: Connection) -> Iterator[None]:
+    """SQLite's batch mode rebuilds a table (copy, drop, rename), and with foreign keys on,
+    dropping a table that other rows point at fails. They are off while migrating (a pragma
+    that only works outside a transaction) and checked once at the end."""
+    if connection.dialect.name != "sqlite":
+        yield
+        return
+    connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+    connection.commit()
+    try:
+        yield
+    finally:
+        broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+        connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+        connection.commit()
+    if broken:
+        raise RuntimeError(f"the migration left rows pointing nowhere: {broken[:5]}")
 
 
 def _run(connection: object) -> None:

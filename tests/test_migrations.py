@@ -88,3 +88,61 @@ def test_0007_puts_every_existing_cluster_on_the_builtin_default_template(
     assert tuple(version)[1:] == ("default", 1, "offered", None, None, None, None, None, False)
     migrate.downgrade(empty_url, "0006")
     assert "cluster_templates" not in _tables(empty_url)
+
+
+def _host_rows(url: str) -> list[tuple[object, ...]]:
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        rows = connection.execute(text(
+            "SELECT name, region, credential_kind, credentials_encrypted, is_default, state, "
+            "kube_qps, kube_burst, description FROM host_clusters ORDER BY id")).all()
+    engine.dispose()
+    return [tuple(row) for row in rows]
+
+
+def test_0009_makes_the_existing_default_host_the_environments_registered_host(
+        empty_url: str) -> None:
+    """An install upgraded with its PORTAL_KUBECONFIG host keeps reaching it: same row (nodes
+    and clusters still point at it), now kind ``env``, active, default QPS."""
+    migrate.upgrade(empty_url, "0008")
+    engine = make_engine(empty_url)
+    with engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO host_clusters (name, region, api_endpoint, is_default, created_at) "
+            "VALUES ('default', 'eu-1', '', true, '2026-11-01')"))
+        connection.execute(text(
+            "INSERT INTO nodes (host_cluster_id, name, gpu_count, mig_strategy, mig_resources, "
+            "zone, rack, clique, ready, taints, labels, first_seen_at, last_seen_at) VALUES "
+            "(1, 'gpu-1', 8, 'none', '{}', '', '', '', true, '[]', '{}', '2026-11-01', "
+            "'2026-11-01')"))
+    migrate.upgrade(empty_url)
+    assert _host_rows(empty_url) == [
+        ("default", "eu-1", "env", None, True, "active", None, None, "")]
+    with engine.connect() as connection:
+        assert connection.execute(text(
+            "SELECT h.name FROM nodes n JOIN host_clusters h ON h.id = n.host_cluster_id"
+        )).scalar_one() == "default"
+    engine.dispose()
+    migrate.downgrade(empty_url, "0008")
+    migrate.upgrade(empty_url)
+    assert [row[:3] for row in _host_rows(empty_url)] == [("default", "eu-1", "env")]
+
+
+def test_0009_registers_the_environments_host_on_an_install_in_use_without_one(
+        empty_url: str) -> None:
+    migrate.upgrade(empty_url, "0008")
+    engine = make_engine(empty_url)
+    with engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO tenants (slug, display_name, state, created_at, updated_at) "
+            "VALUES ('acme', 'Acme', 'active', '2026-11-01', '2026-11-01')"))
+    engine.dispose()
+    migrate.upgrade(empty_url)
+    assert _host_rows(empty_url) == [
+        ("default", "", "env", None, True, "active", None, None, "")]
+
+
+def test_0009_leaves_an_empty_database_empty(empty_url: str) -> None:
+    """A fresh install's host row comes at first use, as before (the tests' databases too)."""
+    migrate.upgrade(empty_url)
+    assert _host_rows(empty_url) == []

@@ -13,7 +13,6 @@ from sqlalchemy import (
     case,
     delete,
     func,
-    literal,
     select,
     tuple_,
     update,
@@ -22,12 +21,10 @@ from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
 from app.concurrency import lock_row
-from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
-from app.nodes.repository import ensure_default_host_cluster
+from app.hosts.models import HostCluster
+from app.hosts.repository import ensure_default_host
+from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.quotas.models import TenantQuota
-
-# Until host clusters carry a state (hosts-core), every host takes new clusters.
-HOST_STATE = literal("active")
 
 
 def clusters_query(tenant_id: int) -> Select[VirtualCluster]:
@@ -134,7 +131,7 @@ def quota_room(db: Session, tenant_id: int, gpu_class_id: int,
 def host_rows(db: Session) -> list[tuple[int, str, str, str]]:
     """(id, name, region, state) of every registered host cluster, by name."""
     rows = db.execute(select(HostCluster.id, HostCluster.name, HostCluster.region,
-                             HOST_STATE).order_by(HostCluster.name))
+                             HostCluster.state).order_by(HostCluster.name))
     return [(row[0], row[1], row[2], str(row[3])) for row in rows]
 
 
@@ -193,6 +190,12 @@ def host_cluster(db: Session, host_cluster_id: int) -> HostCluster | None:
     return db.get(HostCluster, host_cluster_id)
 
 
+def ensure_a_host(db: Session) -> None:
+    """A database that has no host yet (built without migrations) gets the environment's."""
+    if db.scalar(select(HostCluster.id).limit(1)) is None:
+        ensure_default_host(db)
+
+
 def class_products(db: Session, class_ids: list[int]) -> dict[int, str]:
     rows = db.execute(select(GpuClass.id, GpuClass.product).where(GpuClass.id.in_(class_ids)))
     return dict(rows.all())
@@ -205,11 +208,6 @@ def other_clusters_exist(db: Session, tenant_id: int, cluster_id: int,
         VirtualCluster.tenant_id == tenant_id, VirtualCluster.id != cluster_id,
         VirtualCluster.host_cluster_id == host_cluster_id).limit(1)
     return db.scalar(query) is not None
-
-
-def default_host_cluster_id(db: Session) -> int:
-    """The host cluster new virtual clusters go to; made on first use (one host to start)."""
-    return ensure_default_host_cluster(db).id
 
 
 def delete_cluster_row(db: Session, cluster_id: int) -> None:

@@ -225,8 +225,7 @@ def _check_room(db: Session, tenant: Tenant, gpu_class: GpuClass, request: Place
 def host_facts(db: Session, tenant_id: int,
                gpu_class: GpuClass | None) -> list[placement.HostFacts]:
     """What placement needs to know of every host: a handful of aggregate queries."""
-    if not repository.host_rows(db):
-        repository.default_host_cluster_id(db)  # a fresh install: PORTAL_KUBECONFIG's host
+    repository.ensure_a_host(db)
     on_nodes = repository.class_gpus_per_host(db)
     shared = repository.shared_gpus_per_host(db)
     tenant_nodes: dict[int, int] = {}

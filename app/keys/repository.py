@@ -9,7 +9,7 @@ from sqlalchemy import literal, select, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from app.clusters.models import VirtualCluster
-from app.nodes.models import HostCluster
+from app.hosts.models import HostCluster
 
 
 @dataclass(frozen=True)

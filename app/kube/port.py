@@ -207,6 +207,8 @@ def _register_builtins() -> None:
          "validatingadmissionpolicybindings", False),
         ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
          "mutatingwebhookconfigurations", False),
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions",
+         False),
     ]:
         register_kind(api_version, kind, plural, namespaced=namespaced)
 

@@ -9,7 +9,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, Integer, Select, and_, case, cast, func, select, true
 from sqlalchemy.orm import Session
 
-from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
+from app.hosts.models import HostCluster
+from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.quotas.models import TenantQuota
 
 

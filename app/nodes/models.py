@@ -1,4 +1,4 @@
-"""Host clusters, GPU classes, the node inventory and dedicated node assignments."""
+"""GPU classes, the node inventory and dedicated node assignments."""
 
 from __future__ import annotations
 
@@ -9,20 +9,6 @@ from sqlalchemy import CheckConstraint, ForeignKey, Index, String, UniqueConstra
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, utcnow
-
-
-class HostCluster(Base):
-    """A GPU Kubernetes cluster the portal manages. One to start with, several later."""
-
-    __tablename__ = "host_clusters"
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(63), unique=True)
-    region: Mapped[str] = mapped_column(String(63), default="")
-    api_endpoint: Mapped[str] = mapped_column(String(500), default="")
-    credentials_encrypted: Mapped[str | None]
-    is_default: Mapped[bool] = mapped_column(default=False)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class GpuClass(Base):

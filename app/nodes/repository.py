@@ -8,15 +8,15 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import CursorResult, Select, func, literal, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.hosts import repository as hosts_repository
 from app.kube.manifests import labels as lbl
-from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
+from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
 
-DEFAULT_HOST_CLUSTER = "default"
+DEFAULT_HOST_CLUSTER = hosts_repository.DEFAULT_HOST_CLUSTER
 
 
 @dataclass(frozen=True)
@@ -29,35 +29,10 @@ class NodeFilters:
     include_gone: bool = False
 
 
-def default_host_cluster(db: Session) -> HostCluster | None:
-    """The default host cluster, read once per session (a page asks for it more than once)."""
-    found: HostCluster | None = db.info.get("default_host_cluster")
-    if found is None:
-        found = db.scalar(select(HostCluster).where(HostCluster.is_default.is_(True))
-                          .order_by(HostCluster.id).limit(1))
-        if found is not None:
-            db.info["default_host_cluster"] = found
-    return found
-
-
-def host_cluster_by_name(db: Session, name: str) -> HostCluster | None:
-    return db.scalar(select(HostCluster).where(HostCluster.name == name))
-
-
-def ensure_default_host_cluster(db: Session) -> HostCluster:
-    """The host cluster of PORTAL_KUBECONFIG; a parallel worker creating it too is fine."""
-    found = default_host_cluster(db)
-    if found is not None:
-        return found
-    try:
-        with db.begin_nested():
-            row = HostCluster(name=DEFAULT_HOST_CLUSTER, is_default=True)
-            db.add(row)
-        return row
-    except IntegrityError:
-        existing = host_cluster_by_name(db, DEFAULT_HOST_CLUSTER)
-        assert existing is not None
-        return existing
+# The host cluster rows live in app/hosts; these names stay for the nodes domain's callers.
+default_host_cluster = hosts_repository.default_host
+host_cluster_by_name = hosts_repository.host_by_name
+ensure_default_host_cluster = hosts_repository.ensure_default_host
 
 
 def nodes_of_host(db: Session, host_cluster_id: int) -> dict[str, Node]:

@@ -22,10 +22,11 @@ from app.authz import ensure_platform_admin, ensure_platform_writer, tenant_for
 from app.concurrency import insert_or_conflict, lock_row
 from app.db import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
+from app.hosts.models import HostCluster
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.nodes import tenant_taint
 from app.nodes import capacity_cache, gpu_class_repository, gpu_classes, placement, repository
-from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
+from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.nodes.placement import FreeNode
 from app.nodes.repository import NodeFilters
 from app.nodes.schemas import (

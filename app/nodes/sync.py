@@ -16,9 +16,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
+from app.hosts.models import HostCluster
 from app.nodes import capacity_cache, gpu_class_repository, repository
 from app.nodes.inventory import NodeFacts, display_name
-from app.nodes.models import GpuClass, HostCluster, Node
+from app.nodes.models import GpuClass, Node
 
 ACTOR = "node-inventory"
 

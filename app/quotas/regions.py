@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.errors import ValidationFailed
-from app.nodes.models import HostCluster
+from app.hosts.models import HostCluster
 
 
 def fleet_regions(db: Session) -> list[str]:

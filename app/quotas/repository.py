@@ -10,7 +10,8 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
-from app.nodes.models import GpuClass, HostCluster, Node, NodeAssignment
+from app.hosts.models import HostCluster
+from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.tenants.models import Tenant
 

@@ -6,7 +6,7 @@ where every cluster ran until now. A tenant holds one quota row per class and re
 keep the reason placement gave for their host; those made before were all on the default host.
 
 Revision ID: 0010
-Revises: 0008 (0009 once hosts-core is merged)
+Revises: 0009
 Create Date: 2026-12-01 01:00:00
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0010"
-down_revision: str | None = "0008"
+down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -12,7 +12,8 @@ from app.auth.models import User, WebSession
 from app.auth.service import issue_api_token
 from app.auth.sessions import hash_session_id
 from app.db import utcnow
-from app.nodes.models import GpuClass, HostCluster
+from app.hosts.models import HostCluster
+from app.nodes.models import GpuClass
 from app.quotas.models import QuotaRequest
 from app.tenants.models import GroupMapping, Tenant
 from tests import factories

@@ -17,7 +17,8 @@ from sqlalchemy import select, update
 from app.clusters.models import VirtualCluster
 from app.config import Settings
 from app.db import Database
-from app.nodes.models import GpuClass, HostCluster
+from app.hosts.models import HostCluster
+from app.nodes.models import GpuClass
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.tenants.models import Tenant
 from app.web import live

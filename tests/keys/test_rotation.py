@@ -17,8 +17,8 @@ from app.clusters.models import VirtualCluster
 from app.config import get_settings
 from app.crypto import SecretBox, UnreadableSecret
 from app.db import Database
+from app.hosts.models import HostCluster
 from app.keys.service import rotate_stored_secrets
-from app.nodes.models import HostCluster
 from tests import factories
 
 KUBECONFIG = "apiVersion: v1\nkind: Config\n"

@@ -7,8 +7,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db import utcnow
+from app.hosts.models import HostCluster
 from app.nodes import service
-from app.nodes.models import HostCluster
 from app.nodes.schemas import AssignmentIn
 from tests import factories
 from tests.support.tenancy import build_tenancy

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from app.auth.models import User
 from app.config import Settings
 from app.db import Database
-from app.nodes.models import HostCluster
+from app.hosts.models import HostCluster
 from app.portalctl.main import app
 from tests import factories
 from tests.support import oidc

@@ -19,8 +19,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db import Database
+from app.hosts.models import HostCluster
 from app.kube.memory import InMemoryKube
-from app.nodes.models import HostCluster, Node
+from app.nodes.models import Node
 from app.usage.models import LedgerEntry
 from app.usage.sampler import UsageSampler
 from tests.clusters.support import cluster_settings

@@ -14,8 +14,9 @@ from app.clusters import repository as cluster_rows
 from app.clusters.models import VirtualCluster
 from app.db import Database
 from app.errors import NotFound
+from app.hosts.models import HostCluster
 from app.nodes import service as nodes
-from app.nodes.models import HostCluster, Node
+from app.nodes.models import Node
 from app.nodes.schemas import AssignmentIn
 from app.quotas.reconciler import QuotaExpiryReconciler
 from app.usage import service as usage

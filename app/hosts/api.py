@@ -1,0 +1,110 @@
+"""REST: host clusters, for platform admins. Credentials go in and never come out."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Request
+from starlette.responses import JSONResponse, Response
+
+from app.authz import ensure_platform_writer
+from app.config import Settings
+from app.deps import CurrentPrincipal, DbSession, get_settings_dep
+from app.hosts import service
+from app.hosts.health import ChartProbe
+from app.hosts.schemas import HostCredentialsIn, HostOut, HostRegister, HostUpdate, StateChange
+from app.idempotency import IdempotencyKeyHeader, run_idempotent
+from app.kube.connector import KubeConnector
+from app.pagination import Page, Paging
+from app.routing import UnitOfWorkRoute
+
+router = APIRouter(prefix="/api/v1/host-clusters", tags=["host clusters"],
+                   route_class=UnitOfWorkRoute)
+HostName = Annotated[str, Path(max_length=63, description="the host cluster's name")]
+
+
+def kube_connector(request: Request) -> KubeConnector:
+    connector: KubeConnector = request.app.state.kube
+    return connector
+
+
+def chart_probe(request: Request) -> ChartProbe | None:
+    """The templates domain's chart resolver, set on the app at start (hosts cannot import
+    templates: it sits below them)."""
+    found: ChartProbe | None = getattr(request.app.state, "chart_resolver", None)
+    return found
+
+
+AppSettings = Annotated[Settings, Depends(get_settings_dep)]
+Connector = Annotated[KubeConnector, Depends(kube_connector)]
+Charts = Annotated[ChartProbe | None, Depends(chart_probe)]
+
+
+@router.get("", response_model=Page[HostOut])
+def list_hosts(db: DbSession, principal: CurrentPrincipal, paging: Paging) -> Page[HostOut]:
+    return service.list_hosts(db, principal, paging)
+
+
+@router.post("", status_code=201, response_model=HostOut)
+def register_host(request: Request, payload: HostRegister, db: DbSession,
+                  principal: CurrentPrincipal, settings: AppSettings,
+                  key: IdempotencyKeyHeader = None) -> JSONResponse:
+    return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
+                          allowed=lambda: ensure_platform_writer(principal),
+                          create=lambda: service.register_host(db, principal, settings,
+                                                               payload))
+
+
+@router.get("/{name}", response_model=HostOut)
+def get_host(name: HostName, db: DbSession, principal: CurrentPrincipal) -> HostOut:
+    return service.get_host(db, principal, name)
+
+
+@router.patch("/{name}", response_model=HostOut)
+def update_host(name: HostName, payload: HostUpdate, db: DbSession,
+                principal: CurrentPrincipal) -> HostOut:
+    return service.update_host(db, principal, name, payload)
+
+
+@router.put("/{name}/credentials", response_model=HostOut)
+def replace_credentials(name: HostName, payload: HostCredentialsIn, db: DbSession,
+                        principal: CurrentPrincipal, settings: AppSettings) -> HostOut:
+    return service.replace_credentials(db, principal, settings, name, payload)
+
+
+@router.post("/{name}/cordon", response_model=HostOut)
+def cordon(name: HostName, db: DbSession, principal: CurrentPrincipal,
+           payload: StateChange | None = None) -> HostOut:
+    """The host takes no new clusters; those on it stay and keep being reconciled."""
+    return service.set_state(db, principal, name, "cordoned", _reason(payload))
+
+
+@router.post("/{name}/uncordon", response_model=HostOut)
+def uncordon(name: HostName, db: DbSession, principal: CurrentPrincipal,
+             payload: StateChange | None = None) -> HostOut:
+    return service.set_state(db, principal, name, "active", _reason(payload))
+
+
+@router.post("/{name}/drain", response_model=HostOut)
+def drain(name: HostName, db: DbSession, principal: CurrentPrincipal,
+          payload: StateChange | None = None) -> HostOut:
+    """Cordoned and marked for evacuation. Moving its clusters elsewhere is not automated."""
+    return service.set_state(db, principal, name, "draining", _reason(payload))
+
+
+@router.post("/{name}/check", response_model=HostOut)
+def check(name: HostName, db: DbSession, principal: CurrentPrincipal, settings: AppSettings,
+          connector: Connector, charts: Charts) -> HostOut:
+    """Runs every health check now and stores the results on the host."""
+    return service.check_host(db, principal, settings, connector, charts, name)
+
+
+@router.delete("/{name}", status_code=204)
+def delete_host(name: HostName, db: DbSession, principal: CurrentPrincipal) -> Response:
+    """Only a host no node or cluster points at (409 otherwise)."""
+    service.delete_host(db, principal, name)
+    return Response(status_code=204)
+
+
+def _reason(payload: StateChange | None) -> str:
+    return payload.reason if payload is not None else ""

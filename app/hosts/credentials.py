@@ -1,0 +1,129 @@
+"""A host's credentials checked on input and turned into the one form stored: a kubeconfig.
+
+Messages name what is wrong, never echo what was sent: the input is a secret.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+from cryptography import x509
+
+from app.errors import ValidationFailed
+
+# Paths on the admin's machine mean nothing to the portal; credential plugins would run
+# programs on it. A stored kubeconfig must carry everything inline.
+_FILE_KEYS = ("certificate-authority", "client-certificate", "client-key", "tokenFile")
+_PROGRAM_KEYS = ("exec", "auth-provider")
+
+
+@dataclass(frozen=True)
+class CheckedCredentials:
+    kind: str  # "kubeconfig" | "token"
+    server: str
+    kubeconfig_yaml: str = field(repr=False)
+
+
+def from_kubeconfig(text: str, field_name: str = "credentials.kubeconfig") -> CheckedCredentials:
+    config = _parse(text, field_name)
+    context = _current_context(config, field_name)
+    cluster = _named(config, "clusters", str(context.get("cluster") or ""), "cluster",
+                     field_name)
+    server = check_server(str(cluster.get("server") or ""), f"{field_name} (cluster server)")
+    if any(key in cluster for key in _FILE_KEYS):
+        raise _invalid(field_name, "the cluster must carry certificate-authority-data "
+                                   "inline, not a file path")
+    user = _named(config, "users", str(context.get("user") or ""), "user", field_name)
+    if any(key in user for key in _FILE_KEYS):
+        raise _invalid(field_name, "the user's credentials must be inline (…-data, token), "
+                                   "not file paths")
+    if any(key in user for key in _PROGRAM_KEYS):
+        raise _invalid(field_name, "exec and auth-provider plugins are not supported: use a "
+                                   "ServiceAccount token or a client certificate")
+    return CheckedCredentials("kubeconfig", server, text)
+
+
+def from_token(server: str, token: str, ca_certificate: str,
+               field_prefix: str = "credentials") -> CheckedCredentials:
+    server = check_server(server, f"{field_prefix}.server")
+    token = token.strip()
+    if not token or any(c.isspace() for c in token):
+        raise _invalid(f"{field_prefix}.token", "a ServiceAccount token: one word, not empty")
+    ca_pem = _check_ca(ca_certificate, f"{field_prefix}.ca_certificate")
+    name = "host"
+    kubeconfig = yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": name, "cluster": {
+            "server": server,
+            "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode()}}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    })
+    return CheckedCredentials("token", server, kubeconfig)
+
+
+def check_server(server: str, field_name: str) -> str:
+    parts = urlsplit(server.strip())
+    if parts.scheme != "https" or not parts.hostname:
+        raise _invalid(field_name, "the API server must be an https:// URL with a host")
+    return server.strip().rstrip("/")
+
+
+def server_of(kubeconfig_yaml: str) -> str:
+    """The server of a stored (already checked) kubeconfig's current context."""
+    return from_kubeconfig(kubeconfig_yaml).server
+
+
+def _parse(text: str, field_name: str) -> dict[str, Any]:
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise _invalid(field_name, f"not a readable kubeconfig: invalid YAML{where}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("clusters"), list):
+        raise _invalid(field_name, "not a kubeconfig: no clusters list")
+    return config
+
+
+def _current_context(config: dict[str, Any], field_name: str) -> dict[str, Any]:
+    contexts = config.get("contexts")
+    if not isinstance(contexts, list) or not contexts:
+        raise _invalid(field_name, "the kubeconfig has no contexts")
+    current = config.get("current-context")
+    if not current:
+        if len(contexts) != 1:
+            raise _invalid(field_name, "the kubeconfig has several contexts and no "
+                                       "current-context")
+        current = (contexts[0] or {}).get("name")
+    return _named(config, "contexts", str(current), "context", field_name)
+
+
+def _named(config: dict[str, Any], section: str, name: str, what: str,
+           field_name: str) -> dict[str, Any]:
+    for entry in config.get(section) or []:
+        if isinstance(entry, dict) and entry.get("name") == name and isinstance(
+                entry.get(what), dict):
+            found: dict[str, Any] = entry[what]
+            return found
+    raise _invalid(field_name, f"the kubeconfig names {what} {name!r} but does not define it")
+
+
+def _check_ca(text: str, field_name: str) -> str:
+    try:
+        certificates = x509.load_pem_x509_certificates(text.strip().encode())
+    except ValueError:
+        raise _invalid(field_name, "a PEM CA certificate (-----BEGIN CERTIFICATE-----)"
+                       ) from None
+    if not certificates:
+        raise _invalid(field_name, "a PEM CA certificate (-----BEGIN CERTIFICATE-----)")
+    return text.strip() + "\n"
+
+
+def _invalid(field_name: str, message: str) -> ValidationFailed:
+    return ValidationFailed.on_field(field_name, message)

@@ -1,0 +1,109 @@
+"""What "healthy" means for a host cluster, one named check each.
+
+Each check turns failures into a result with a message; none raises, so an unreachable host
+is a failed check on its page, not an error in the worker. The chart check goes through a
+port (the templates domain's resolver is injected by the caller): hosts sits below templates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.config import Settings
+from app.kube.errors import KubeError
+from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME
+from app.kube.port import KubePort
+
+API_REACHABLE = "api-reachable"
+KAI_QUEUE_CRD = "kai-queue-crd"
+ADMISSION_WEBHOOK = "admission-webhook"
+VCLUSTER_CHART = "vcluster-chart"
+CHECK_NAMES = (API_REACHABLE, KAI_QUEUE_CRD, ADMISSION_WEBHOOK, VCLUSTER_CHART)
+KAI_QUEUE_CRD_NAME = "queues.scheduling.run.ai"
+_CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+_MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
+
+
+class ChartProbe(Protocol):
+    def problem(self, repo: str, chart: str, version: str) -> str | None:
+        """Why ``chart`` ``version`` cannot be installed from ``repo``; None when it resolves."""
+        ...
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    passed: bool
+    message: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"name": self.name, "passed": self.passed, "message": self.message}
+
+
+def run_checks(port: KubePort | None, settings: Settings,
+               charts: ChartProbe | None) -> list[CheckResult]:
+    reachable = _api_reachable(port)
+    results = [reachable]
+    if port is None or not reachable.passed:
+        skipped = "not checked: the API server is not reachable"
+        results += [CheckResult(KAI_QUEUE_CRD, False, skipped),
+                    CheckResult(ADMISSION_WEBHOOK, False, skipped)]
+    else:
+        results += [_kai_queue_crd(port), _admission_webhook(port)]
+    results.append(_vcluster_chart(settings, charts))
+    return results
+
+
+def _api_reachable(port: KubePort | None) -> CheckResult:
+    if port is None:
+        return CheckResult(API_REACHABLE, False, "no credentials: none stored, or for the "
+                                                 "environment's host PORTAL_KUBECONFIG is "
+                                                 "unset and the portal is not in a cluster")
+    try:
+        version = getattr(port, "server_version", None)
+        if version is not None:
+            return CheckResult(API_REACHABLE, True, f"Kubernetes {version()}")
+        port.get("v1", "Namespace", "default")
+        return CheckResult(API_REACHABLE, True, "the API server answers")
+    except KubeError as error:
+        return CheckResult(API_REACHABLE, False, f"{error.reason}: {error.message}"[:500])
+    except Exception as error:
+        return CheckResult(API_REACHABLE, False, f"{type(error).__name__}: {error}"[:500])
+
+
+def _kai_queue_crd(port: KubePort) -> CheckResult:
+    return _present(port, _CRD, KAI_QUEUE_CRD, KAI_QUEUE_CRD_NAME,
+                    "install the KAI Scheduler: shared-pool clusters need its Queue kind")
+
+
+def _admission_webhook(port: KubePort) -> CheckResult:
+    return _present(port, _MWC, ADMISSION_WEBHOOK, WEBHOOK_CONFIGURATION_NAME,
+                    "the portal's worker registers it on its next pass; until then "
+                    "shared-pool pods are not put in their KAI queue")
+
+
+def _present(port: KubePort, kind: tuple[str, str], check: str, name: str,
+             missing: str) -> CheckResult:
+    try:
+        found = port.get(*kind, name)
+    except KubeError as error:
+        return CheckResult(check, False, f"{kind[1]} {name}: {error.reason}: "
+                                         f"{error.message}"[:500])
+    if found is None:
+        return CheckResult(check, False, f"{kind[1]} {name} is missing: {missing}")
+    return CheckResult(check, True, f"{kind[1]} {name} is present")
+
+
+def _vcluster_chart(settings: Settings, charts: ChartProbe | None) -> CheckResult:
+    where = f"vcluster {settings.vcluster_chart_version} from {settings.vcluster_chart_repo}"
+    if charts is None:
+        return CheckResult(VCLUSTER_CHART, False, "not checked: no chart resolver")
+    try:
+        problem = charts.problem(settings.vcluster_chart_repo, "vcluster",
+                                 settings.vcluster_chart_version)
+    except Exception as error:
+        problem = f"{type(error).__name__}: {error}"
+    if problem:
+        return CheckResult(VCLUSTER_CHART, False, problem[:500])
+    return CheckResult(VCLUSTER_CHART, True, f"{where} resolves")
