@@ -52,6 +52,18 @@ def host_cluster(db: Session, name: str | None = None, region: str = "") -> Host
     return row
 
 
+def env_host(db: Session) -> HostCluster:
+    """The environment's host (PORTAL_KUBECONFIG's, which migration 0009 registers on an
+    install in use): the one a connector without per-host clients reaches."""
+    found = db.scalar(select(HostCluster).where(HostCluster.is_default.is_(True)))
+    if found is not None:
+        return found
+    row = host_cluster(db, "default")
+    row.is_default = True
+    db.flush()
+    return row
+
+
 def gpu_class(db: Session, product: str = "NVIDIA-H100-80GB-HBM3", **fields: object) -> GpuClass:
     row = GpuClass(product=product, display_name=str(fields.pop("display_name", product)),
                    memory_mib=int(str(fields.pop("memory_mib", 81559))), **fields)

@@ -25,6 +25,8 @@ class VirtualCluster(Base):
         CheckConstraint("memory_mib >= 0", name="memory_non_negative"),
         CheckConstraint("generation >= 1", name="generation_positive"),
         Index(None, "next_reconcile_at"),
+        # Each host's due clusters, claimed per host.
+        Index("ix_virtual_clusters_host_due", "host_cluster_id", "next_reconcile_at"),
         Index("ix_virtual_clusters_tenant_id_id", "tenant_id", "id"),  # a tenant's list
     )
 

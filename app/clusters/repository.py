@@ -222,8 +222,17 @@ def make_all_due(db: Session, now: datetime) -> None:
     db.execute(update(VirtualCluster).values(next_reconcile_at=now))
 
 
+def hosts_with_due_clusters(db: Session, now: datetime) -> list[int]:
+    """The hosts that have clusters due and free to claim, by id."""
+    free = (VirtualCluster.lease_expires_at.is_(None)) | (VirtualCluster.lease_expires_at < now)
+    query = (select(VirtualCluster.host_cluster_id).distinct()
+             .where(VirtualCluster.next_reconcile_at <= now, free)
+             .order_by(VirtualCluster.host_cluster_id))
+    return list(db.scalars(query))
+
+
 def claim_due(db: Session, worker_id: str, now: datetime, lease_until: datetime,
-              limit: int) -> list[int]:
+              limit: int, host_cluster_id: int | None = None) -> list[int]:
     """Takes the lease on up to ``limit`` due clusters that no live lease holds.
 
     PostgreSQL: the candidates are locked with SKIP LOCKED, so parallel workers take disjoint
@@ -231,12 +240,15 @@ def claim_due(db: Session, worker_id: str, now: datetime, lease_until: datetime,
     the lease, so a row is never taken twice. ``next_reconcile_at`` moves to the lease's end:
     if this worker dies, the cluster is due again exactly when its lease runs out.
     ``worker_id`` is the lease's token: give each claim its own, so that writes fenced on it
-    (``update_held``, ``renew_leases``) fail once the cluster has been claimed again.
+    (``update_held``, ``renew_leases``) fail once the cluster has been claimed again. With
+    ``host_cluster_id``, only clusters on that host: work is partitioned per host.
     """
     free = (VirtualCluster.lease_expires_at.is_(None)) | (VirtualCluster.lease_expires_at < now)
     candidates = (select(VirtualCluster.id)
                   .where(VirtualCluster.next_reconcile_at <= now, free)
                   .order_by(VirtualCluster.next_reconcile_at, VirtualCluster.id).limit(limit))
+    if host_cluster_id is not None:
+        candidates = candidates.where(VirtualCluster.host_cluster_id == host_cluster_id)
     if db.get_bind().dialect.name == "postgresql":
         candidates = candidates.with_for_update(skip_locked=True)
     statement = (

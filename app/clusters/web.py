@@ -46,7 +46,7 @@ EVERYTHING = PageParams(limit=200)
 CREATE_FIELDS = ("name", "kubernetes_version", "placement", "region", "gpu_class_id", "gpus",
                  "cpu_millicores", "memory_mib", "template", "template_version")
 SIZE_FIELDS = ("gpus", "cpu_millicores", "memory_mib")
-POLLING_PHASES = ("Provisioning", "Deleting")
+POLLING_PHASES = ("Provisioning", "Deleting", "Unreachable")
 
 
 def _create_payload(fields: dict[str, str]) -> dict[str, Any]:

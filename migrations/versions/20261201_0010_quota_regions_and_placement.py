@@ -37,6 +37,8 @@ def upgrade() -> None:
     with op.batch_alter_table("virtual_clusters", schema=None) as batch_op:
         batch_op.add_column(sa.Column("placement_reason", sa.Text(), nullable=False,
                                       server_default=EARLIER))
+        batch_op.create_index("ix_virtual_clusters_host_due",
+                              ["host_cluster_id", "next_reconcile_at"], unique=False)
     # The models have no server defaults: the defaults live in Python, like every column's.
     for table, column in (("tenant_quotas", "region"), ("quota_requests", "region"),
                           ("virtual_clusters", "placement_reason")):
@@ -64,6 +66,7 @@ def downgrade() -> None:
             "UPDATE tenant_quotas SET gpus = :g, cpu_millicores = :cpu, memory_mib = :m "
             "WHERE id = :k"), {"g": gpus, "cpu": cpu, "m": memory, "k": keep})
     with op.batch_alter_table("virtual_clusters", schema=None) as batch_op:
+        batch_op.drop_index("ix_virtual_clusters_host_due")
         batch_op.drop_column("placement_reason")
     with op.batch_alter_table("tenant_quotas", schema=None) as batch_op:
         batch_op.drop_constraint("uq_tenant_quotas_tenant_id_gpu_class_id_region", type_="unique")
