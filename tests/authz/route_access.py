@@ -229,6 +229,8 @@ ROUTES += [
     Route("POST", "/api/v1/node-suggestions", Access.PLATFORM_ADMIN, body=suggestion_body),
     Route("GET", "/api/v1/tenants/{tenant}/nodes", Access.TENANT_VIEWER, params=acme),
     Route("GET", "/admin/fleet", Access.PLATFORM_ADMIN),
+    Route("GET", "/admin/fleet/hosts", Access.PLATFORM_ADMIN),
+    Route("GET", "/api/v1/fleet/capacity", Access.PLATFORM_ADMIN),
     Route("GET", "/admin/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),
     Route("GET", "/live/admin/fleet", Access.PLATFORM_ADMIN),
     Route("GET", "/live/admin/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),
