@@ -18,6 +18,7 @@ from typing import Protocol
 
 from app.clusters.shapes import ClusterAddon
 from app.config import Settings
+from app.kube.connector import HostTarget
 from app.kube.manifests import dump_yaml
 from app.kube.simulated import SimulatedHost
 
@@ -65,6 +66,12 @@ class HelmInstaller:
         self.timeout_seconds = timeout_seconds
         # A registered host's kubeconfig: written to a private file for each run only.
         self.kubeconfig_yaml = kubeconfig_yaml
+
+    def for_host(self, target: HostTarget) -> HelmInstaller:
+        """helm against one host: the environment's kubeconfig, or the host's stored one."""
+        if target.kubeconfig_yaml is None:
+            return self
+        return self.for_kubeconfig_yaml(target.kubeconfig_yaml)
 
     def for_kubeconfig_yaml(self, kubeconfig_yaml: str) -> HelmInstaller:
         """The same helm against another host cluster, reached with this kubeconfig."""

@@ -244,11 +244,13 @@ class ClusterReconciler:
         return for_host(self.connector, target) if target is not None else None
 
     def installer_for(self, target: HostTarget | None) -> Installer:
-        """helm against the cluster's own host: its stored kubeconfig, else the environment's."""
-        if (target is not None and target.kubeconfig_yaml is not None
-                and isinstance(self.installer, HelmInstaller)):
-            return self.installer.for_kubeconfig_yaml(target.kubeconfig_yaml)
-        return self.installer
+        """The installer against the cluster's own host (helm: the host's stored kubeconfig,
+        else the environment's), when it can tell hosts apart."""
+        per_host = getattr(self.installer, "for_host", None)
+        if target is None or per_host is None:
+            return self.installer
+        installer: Installer = per_host(target)
+        return installer
 
     def run_due(self, worker_id: str) -> int:
         """Claims due clusters and reconciles them, host by host: up to ``concurrency`` at
