@@ -242,8 +242,10 @@ def generate(fleet: Fleet, reference: dict[str, NodeFacts], now: datetime,
              ) -> dict[str, tuple[tuple[str, ...], Rows]]:
     """Every table's rows, in foreign-key order (the audit trail is SQL: ``AUDIT_SQL``)."""
     t = _Tables(now, random.Random(11))
-    t.add("host_clusters", "id, name, region, api_endpoint, credentials_encrypted, is_default, "
-          "created_at", (1, "default", "eu-central", "", None, True, t.ago(400)))
+    t.add("host_clusters", "id, name, region, description, api_endpoint, credentials_encrypted, "
+          "credential_kind, is_default, state, health_checks, created_at, updated_at",
+          (1, "default", "eu-central", "", "", None, "env", True, "active", [], t.ago(400),
+           t.ago(400)))
     kinds = [reference[k.template] for k in KINDS]
     for class_id, facts in enumerate(kinds, 1):
         t.add("gpu_classes", "id, product, display_name, memory_mib, gpus_per_node, "

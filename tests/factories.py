@@ -9,6 +9,8 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
+from app.config import Settings
+from app.crypto import SecretBox
 from app.hosts.models import HostCluster
 from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
@@ -60,6 +62,17 @@ def env_host(db: Session) -> HostCluster:
         return found
     row = host_cluster(db, "default")
     row.is_default = True
+    db.flush()
+    return row
+
+
+def registered_host(db: Session, name: str, region: str = "") -> HostCluster:
+    """A host an admin registered with a kubeconfig (a placeholder one, sealed with the test
+    settings' key): placement offers it; connecting to it needs a connector that knows it."""
+    row = host_cluster(db, name, region=region)
+    row.credential_kind = "kubeconfig"
+    box = SecretBox.from_settings(Settings(env="test", database_url="sqlite://"))
+    row.credentials_encrypted = box.seal("apiVersion: v1\nkind: Config\n")
     db.flush()
     return row
 

@@ -2,6 +2,8 @@
 
 A host fits when all of these hold, each checked and each refusal named per host:
 - it takes new clusters (state ``active``; a cordoned or draining host takes none);
+- the portal can reach it: it has credentials (or is the environment's host), and its last
+  health check, if any, found it answering;
 - it carries the requested GPU class (its live nodes have GPUs of that class), when GPUs are
   asked; a class no host's inventory shows yet (declared by an admin ahead of its nodes, as on
   a single host before the first sync) rules no host out;
@@ -37,6 +39,9 @@ class HostFacts:
     free_gpus: Mapping[int, int]
     # GPU class id -> GPUs on this tenant's dedicated nodes here not held by its clusters yet.
     tenant_node_gpus: Mapping[int, int]
+    has_credentials: bool = True
+    # The last health check: None when never run.
+    answers: bool | None = None
 
     def free_of(self, gpu_class_id: int | None) -> int:
         if gpu_class_id is None:
@@ -80,7 +85,10 @@ class Unplaceable:
     def message(self) -> str:
         if not self.hosts:
             return "no host cluster is registered"
-        return "no host cluster fits: " + "; ".join(
+        closed = all(any(r.startswith("host is ") for r in h.reasons) for h in self.hosts)
+        lead = ("no host cluster takes new clusters: every host is cordoned or draining"
+                if closed else "no host cluster fits")
+        return f"{lead}: " + "; ".join(
             f"{h.host_name} ({h.region or 'no region'}): {', '.join(h.reasons)}"
             for h in self.hosts)
 
@@ -92,6 +100,10 @@ def unfit_reasons(host: HostFacts, request: PlacementRequest,
     reasons = []
     if host.state != ACTIVE:
         reasons.append(f"host is {host.state} and takes no new clusters")
+    if not host.has_credentials:
+        reasons.append("the portal has no credentials for it")
+    elif host.answers is False:
+        reasons.append("it did not answer its last health check")
     if request.region is not None and host.region != request.region:
         reasons.append(f"in region {host.region or '(none)'}, not {request.region or '(none)'}")
     if request.gpus > 0 and request.gpu_class_id is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -128,11 +129,24 @@ def quota_room(db: Session, tenant_id: int, gpu_class_id: int,
 # ----- what placement sees of each host
 
 
-def host_rows(db: Session) -> list[tuple[int, str, str, str]]:
-    """(id, name, region, state) of every registered host cluster, by name."""
+@dataclass(frozen=True)
+class HostRow:
+    id: int
+    name: str
+    region: str
+    state: str
+    has_credentials: bool  # stored ones, or the environment's (the default host)
+    answers: bool | None  # its last health check; None: never checked
+
+
+def host_rows(db: Session) -> list[HostRow]:
+    """Every registered host cluster, by name, as placement sees it."""
     rows = db.execute(select(HostCluster.id, HostCluster.name, HostCluster.region,
-                             HostCluster.state).order_by(HostCluster.name))
-    return [(row[0], row[1], row[2], str(row[3])) for row in rows]
+                             HostCluster.state, HostCluster.is_default,
+                             HostCluster.credentials_encrypted.is_not(None),
+                             HostCluster.health_reachable).order_by(HostCluster.name))
+    return [HostRow(row[0], row[1], row[2], str(row[3]), bool(row[4] or row[5]), row[6])
+            for row in rows]
 
 
 def class_gpus_per_host(db: Session) -> dict[tuple[int, int], tuple[int, int]]:

@@ -234,12 +234,13 @@ def host_facts(db: Session, tenant_id: int,
         tenant_nodes = {host: gpus - held.get(host, 0) for host, gpus in
                         repository.tenant_node_gpus(db, tenant_id, gpu_class.id).items()}
     facts = []
-    for host_id, name, region, state in repository.host_rows(db):
-        classes = {c: total for (h, c), (total, _) in on_nodes.items() if h == host_id}
+    for host in repository.host_rows(db):
+        classes = {c: total for (h, c), (total, _) in on_nodes.items() if h == host.id}
         free = {c: total - dedicated - shared.get((h, c), 0)
-                for (h, c), (total, dedicated) in on_nodes.items() if h == host_id}
-        mine = {gpu_class.id: tenant_nodes.get(host_id, 0)} if gpu_class is not None else {}
-        facts.append(placement.HostFacts(host_id, name, region, state, classes, free, mine))
+                for (h, c), (total, dedicated) in on_nodes.items() if h == host.id}
+        mine = {gpu_class.id: tenant_nodes.get(host.id, 0)} if gpu_class is not None else {}
+        facts.append(placement.HostFacts(host.id, host.name, host.region, host.state, classes,
+                                         free, mine, host.has_credentials, host.answers))
     return facts
 
 

@@ -68,9 +68,14 @@ def from_token(server: str, token: str, ca_certificate: str,
 
 
 def check_server(server: str, field_name: str) -> str:
-    parts = urlsplit(server.strip())
-    if parts.scheme != "https" or not parts.hostname:
-        raise _invalid(field_name, "the API server must be an https:// URL with a host")
+    problem = _invalid(field_name, "the API server must be an https:// URL with a host")
+    try:
+        parts = urlsplit(server.strip())
+        host, _port = parts.hostname, parts.port  # both raise on a malformed netloc
+    except ValueError:
+        raise problem from None
+    if parts.scheme != "https" or not host or any(c.isspace() for c in server.strip()):
+        raise problem
     return server.strip().rstrip("/")
 
 
@@ -82,6 +87,8 @@ def server_of(kubeconfig_yaml: str) -> str:
 def _parse(text: str, field_name: str) -> dict[str, Any]:
     try:
         config = yaml.safe_load(text)
+    except RecursionError:
+        raise _invalid(field_name, "not a readable kubeconfig: nested too deeply") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -100,7 +107,8 @@ def _current_context(config: dict[str, Any], field_name: str) -> dict[str, Any]:
         if len(contexts) != 1:
             raise _invalid(field_name, "the kubeconfig has several contexts and no "
                                        "current-context")
-        current = (contexts[0] or {}).get("name")
+        only = contexts[0]
+        current = only.get("name") if isinstance(only, dict) else None
     return _named(config, "contexts", str(current), "context", field_name)
 
 

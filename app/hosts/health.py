@@ -79,8 +79,8 @@ def _kai_queue_crd(port: KubePort) -> CheckResult:
 
 def _admission_webhook(port: KubePort) -> CheckResult:
     return _present(port, _MWC, ADMISSION_WEBHOOK, WEBHOOK_CONFIGURATION_NAME,
-                    "the portal's worker registers it on its next pass; until then "
-                    "shared-pool pods are not put in their KAI queue")
+                    "the portal's worker registers it; until then shared-pool pods are "
+                    "not put in their KAI queue")
 
 
 def _present(port: KubePort, kind: tuple[str, str], check: str, name: str,

@@ -59,8 +59,9 @@ def forget_cached_default(db: Session) -> None:
 
 def first_open_host(db: Session) -> HostCluster | None:
     """The host new clusters go to: the default one while it is active, else the oldest
-    active one."""
-    return db.scalar(select(HostCluster).where(HostCluster.state == "active")
+    active one the portal can reach (it has stored credentials)."""
+    reachable = HostCluster.is_default.is_(True) | HostCluster.credentials_encrypted.is_not(None)
+    return db.scalar(select(HostCluster).where(HostCluster.state == "active", reachable)
                      .order_by(HostCluster.is_default.desc(), HostCluster.id).limit(1))
 
 

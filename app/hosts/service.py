@@ -7,6 +7,7 @@ decrypted form is the ``HostTarget`` handed to the Kubernetes connector.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sqlalchemy import select
@@ -17,7 +18,7 @@ from app.auth.principal import Principal
 from app.authz import ensure_platform_admin, ensure_platform_writer
 from app.concurrency import insert_or_conflict
 from app.config import Settings
-from app.crypto import SecretBox
+from app.crypto import SecretBox, UnreadableSecret
 from app.db import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.hosts import credentials, repository
@@ -35,6 +36,7 @@ from app.hosts.schemas import (
 from app.kube.connector import HostTarget, KubeConnector, probe
 from app.pagination import Page, PageParams, paginate
 
+log = logging.getLogger(__name__)
 TARGET_TYPE = "host_cluster"
 NO_OPEN_HOST = ("no host cluster takes new clusters: every host is cordoned or draining; "
                 "an admin uncordons one or registers another")
@@ -117,7 +119,7 @@ def update_host(db: Session, principal: Principal, name: str, payload: HostUpdat
     renamed = changes.get("name", row.name) != row.name
     if renamed and repository.host_by_name(db, changes["name"]) is not None:
         raise Conflict(f"a host cluster named {changes['name']!r} exists already",
-                           errors=[{"field": "name", "message": "this name is taken"}])
+                       errors=[{"field": "name", "message": "this name is taken"}])
     for key, value in changes.items():
         setattr(row, key, value)
     row.updated_at = utcnow()
@@ -191,9 +193,22 @@ def check_row(row: HostCluster, settings: Settings, connector: KubeConnector,
               charts: ChartProbe | None) -> list[CheckResult]:
     """Runs the checks and stores their results on the row."""
     target = target_for(row, settings)
-    results = run_checks(probe(connector, target) if target else None, settings, charts)
+    results = (checks_of(target, settings, connector, charts) if target is not None
+               else run_checks(None, settings, charts))
     store_health(row, results)
     return results
+
+
+def checks_of(target: HostTarget, settings: Settings, connector: KubeConnector,
+              charts: ChartProbe | None) -> list[CheckResult]:
+    """The checks through a probing client of its own, closed after."""
+    port = probe(connector, target)
+    try:
+        return run_checks(port, settings, charts)
+    finally:
+        close = getattr(port, "close", None)
+        if close is not None and port is not connector.host():
+            close()
 
 
 def store_health(row: HostCluster, results: list[CheckResult]) -> None:
@@ -233,10 +248,19 @@ def target_for(row: HostCluster, settings: Settings) -> HostTarget | None:
 
 
 def targets(db: Session, settings: Settings) -> list[HostTarget]:
-    """Every registered host as the connector reaches it (the default one made if missing)."""
+    """Every reachable registered host as the connector reaches it (the default one made if
+    missing). A host whose credentials no key opens is left out, and logged: the others go on."""
     repository.ensure_default_host(db)
-    found = (target_for(row, settings) for row in repository.all_hosts(db))
-    return [target for target in found if target is not None]
+    found: list[HostTarget] = []
+    for row in repository.all_hosts(db):
+        try:
+            target = target_for(row, settings)
+        except UnreadableSecret as error:
+            log.error("host cluster %s: %s", row.name, error)
+            continue
+        if target is not None:
+            found.append(target)
+    return found
 
 
 # ----- internals

@@ -31,6 +31,12 @@ SIMULATED_DOMAIN = "simulated-host.invalid"
 SIMULATED_ENDPOINT_TEMPLATE = "https://{cluster}.{tenant}." + SIMULATED_DOMAIN
 DEMO_NODES = Path(__file__).resolve().parents[1] / "devdata" / "host-nodes.json"
 ADMIN_TOKEN_SECONDS = 10 * 365 * 24 * 3600
+# What KAI's chart installs, reduced to what is looked at: that it exists.
+KAI_QUEUE_CRD: Manifest = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "queues.scheduling.run.ai"},
+    "spec": {"group": "scheduling.run.ai", "scope": "Cluster",
+             "names": {"kind": "Queue", "plural": "queues"}}}
 
 
 def demo_nodes(path: Path = DEMO_NODES) -> list[Manifest]:
@@ -88,6 +94,7 @@ class SimulatedHost:
         self.kube = InMemoryKube(normalize_quantities=True)
         for node in nodes:
             self.kube.seed(node)
+        self.kube.seed(KAI_QUEUE_CRD)  # a host with KAI installed, as the health check asks
         self.startup_seconds = startup_seconds
         self.clock = clock
         self._planes: dict[str, _ControlPlane] = {}  # by server URL

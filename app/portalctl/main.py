@@ -18,6 +18,7 @@ from app.portalctl.audit import audit
 from app.portalctl.client import ERROR, USAGE, ApiError, Client
 from app.portalctl.common import Limit, Output, TenantOpt, api, fail, state, tenant_of
 from app.portalctl.fleet import fleet, gpu_classes_app, nodes_app
+from app.portalctl.hosts import hosts_app
 from app.portalctl.output import Format, emit
 from app.portalctl.templates import templates_app
 from app.portalctl.usage import usage
@@ -39,6 +40,7 @@ app.add_typer(nodes_app, name="nodes")
 app.add_typer(gpu_classes_app, name="gpu-classes")
 app.command("fleet")(fleet)
 app.add_typer(templates_app, name="templates")
+app.add_typer(hosts_app, name="hosts")
 app.command("audit")(audit)
 app.command("usage")(usage)
 

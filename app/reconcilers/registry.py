@@ -6,11 +6,13 @@ from app.clusters.installer import Installer
 from app.clusters.reconciler import ClusterReconciler
 from app.config import Settings
 from app.db import Database
+from app.hosts.reconciler import HostHealthReconciler
 from app.kube.connector import ClientConnector, KubeConnector
 from app.kubeconfigs.reconciler import KubeconfigReconciler
 from app.nodes.reconciler import NodeReconciler
 from app.quotas.reconciler import QuotaExpiryReconciler
 from app.reconcilers.worker import Reconciler, Worker
+from app.templates.validation import HelmIndexResolver
 from app.usage.sampler import UsageSampler
 from app.webhook.reconciler import WebhookReconciler
 from app.wiring import connect_hooks
@@ -21,14 +23,16 @@ def build_reconcilers(
     installer: Installer | None = None,
 ) -> list[Reconciler]:
     # Each kind's reconciler registers here (nodes, clusters, kubeconfigs, quota expiry, and
-    # the shared-pool admission webhook's certificate and configuration, GPU use samples).
+    # the shared-pool admission webhook's certificate and configuration, GPU use samples, and
+    # the host clusters' health, whose chart check is the templates' resolver, injected here).
     connect_hooks()
     return [QuotaExpiryReconciler(database),
             KubeconfigReconciler.from_settings(settings, database, kube),
             NodeReconciler(settings, database, kube),
             ClusterReconciler(settings, database, kube, installer),
             WebhookReconciler(settings, database, kube),
-            UsageSampler(settings, database, kube)]
+            UsageSampler(settings, database, kube),
+            HostHealthReconciler(settings, database, kube, HelmIndexResolver())]
 
 
 def build_worker(

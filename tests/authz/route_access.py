@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from tests.authz.world import HOST_CA, HOST_KUBECONFIG
+
 if TYPE_CHECKING:
     from tests.authz.world import World
 
@@ -344,4 +346,59 @@ ROUTES += [
           params=acme_cluster),
     Route("POST", "/t/{tenant}/clusters/{cluster}/template-upgrade", Access.TENANT_ADMIN,
           params=acme_cluster),
+]
+
+
+# Host clusters (issue 17): "matrix-host" is registered with credentials, and nothing points
+# at it, so it can be deleted.
+
+
+def matrix_host(world: World) -> dict[str, Any]:
+    return {"name": world.host_name}
+
+
+def host_state(action: str) -> Callable[[World], dict[str, Any]]:
+    return lambda world: {"name": world.host_name, "action": action}
+
+
+def host_credentials(_world: World) -> dict[str, Any]:
+    return {"kind": "token", "server": "https://matrix-host-2.invalid", "token": "t",
+            "ca_certificate": HOST_CA.cert_pem.decode()}
+
+
+def host_registration(_world: World) -> dict[str, Any]:
+    return {"name": "new-host", "credentials": {"kind": "kubeconfig",
+                                                "kubeconfig": HOST_KUBECONFIG}}
+
+
+def host_form(_world: World) -> dict[str, Any]:
+    return {"name": "web-host", "kind": "kubeconfig", "kubeconfig": HOST_KUBECONFIG}
+
+
+HOSTS = "/api/v1/host-clusters"
+ADMIN_HOSTS = "/admin/hosts"
+ROUTES += [
+    Route("GET", HOSTS, Access.PLATFORM_ADMIN),
+    Route("POST", HOSTS, Access.PLATFORM_ADMIN, body=host_registration),
+    Route("GET", HOSTS + "/{name}", Access.PLATFORM_ADMIN, params=matrix_host),
+    Route("PATCH", HOSTS + "/{name}", Access.PLATFORM_ADMIN, params=matrix_host,
+          body=lambda _w: {"description": "hall 2"}),
+    Route("PUT", HOSTS + "/{name}/credentials", Access.PLATFORM_ADMIN, params=matrix_host,
+          body=host_credentials),
+    Route("POST", HOSTS + "/{name}/cordon", Access.PLATFORM_ADMIN, params=matrix_host),
+    Route("POST", HOSTS + "/{name}/uncordon", Access.PLATFORM_ADMIN, params=matrix_host),
+    Route("POST", HOSTS + "/{name}/drain", Access.PLATFORM_ADMIN, params=matrix_host),
+    Route("POST", HOSTS + "/{name}/check", Access.PLATFORM_ADMIN, params=matrix_host),
+    Route("DELETE", HOSTS + "/{name}", Access.PLATFORM_ADMIN, params=matrix_host),
+    Route("GET", ADMIN_HOSTS, Access.PLATFORM_ADMIN),
+    Route("POST", ADMIN_HOSTS, Access.PLATFORM_ADMIN, body=host_form),
+    Route("GET", ADMIN_HOSTS + "/{name}", Access.PLATFORM_ADMIN, params=matrix_host),
+    Route("POST", ADMIN_HOSTS + "/{name}", Access.PLATFORM_ADMIN, params=matrix_host,
+          body=lambda _w: {"name": "matrix-host", "description": "hall 2"}),
+    Route("POST", ADMIN_HOSTS + "/{name}/credentials", Access.PLATFORM_ADMIN,
+          params=matrix_host, body=host_credentials),
+    Route("POST", ADMIN_HOSTS + "/{name}/state/{action}", Access.PLATFORM_ADMIN,
+          params=host_state("cordon")),
+    Route("POST", ADMIN_HOSTS + "/{name}/check", Access.PLATFORM_ADMIN, params=matrix_host),
+    Route("POST", ADMIN_HOSTS + "/{name}/delete", Access.PLATFORM_ADMIN, params=matrix_host),
 ]

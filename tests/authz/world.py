@@ -11,6 +11,8 @@ from sqlalchemy.orm import Session
 from app.auth.models import User, WebSession
 from app.auth.service import issue_api_token
 from app.auth.sessions import hash_session_id
+from app.config import DEV_ENCRYPTION_KEY
+from app.crypto import SecretBox
 from app.db import utcnow
 from app.hosts.models import HostCluster
 from app.nodes.models import GpuClass
@@ -18,7 +20,14 @@ from app.quotas.models import QuotaRequest
 from app.tenants.models import GroupMapping, Tenant
 from tests import factories
 from tests.support import virtual_clusters
+from tests.support.kube_server import kubeconfig_yaml
+from tests.support.pki import CertificateAuthority
 from tests.support.principals import bearer
+
+HOST_CA = CertificateAuthority()
+# A name that never resolves (RFC 2606): the check route fails fast, as a check.
+HOST_SERVER = "https://matrix-host.invalid:6443"
+HOST_KUBECONFIG = kubeconfig_yaml(HOST_SERVER, HOST_CA.cert_pem, token="matrix-token")
 
 PRINCIPALS = (
     "anonymous",
@@ -61,6 +70,8 @@ class World:
     # Templates (issue 16): "matrix" with a draft v1 that passed validation; "train" is on
     # default v1 and default v2 is offered, so it can be upgraded.
     template_name: str = ""
+    # Host clusters (issue 17): a registered host no node or cluster points at.
+    host_name: str = ""
 
 
 def _session_cookie(db: Session, user: User) -> tuple[str, str]:
@@ -103,8 +114,19 @@ def build_world(db: Session) -> World:
     _add_nodes(db, world, gpu, globex)
     _add_cluster(db, world, acme, gpu)
     _add_templates(db, world)
+    _add_registered_host(db, world)
     db.flush()
     return world
+
+
+def _add_registered_host(db: Session, world: World) -> None:
+    """Sealed with the key the matrix's settings use (the development one)."""
+    sealed = SecretBox(DEV_ENCRYPTION_KEY).seal(HOST_KUBECONFIG)
+    host = HostCluster(name="matrix-host", region="eu-west", credential_kind="kubeconfig",
+                       credentials_encrypted=sealed, api_endpoint=HOST_SERVER)
+    db.add(host)
+    db.flush()
+    world.host_name = host.name
 
 
 def _add_templates(db: Session, world: World) -> None:

@@ -25,7 +25,7 @@ TENANT_PAGES = ("/", f"/t/{DEMO_TENANT}", f"/t/{DEMO_TENANT}/quota-requests/new"
                 "/tokens", f"/t/{DEMO_TENANT}/usage", "/t/no-such-tenant")
 ADMIN_PAGES = ("/admin/quota-requests", "/admin/fleet", "/admin/nodes/h100-r1-n1",
                "/admin/fleet/suggest", "/admin/tenants", "/admin/gpu-classes", "/admin/usage",
-               "/audit")
+               "/admin/hosts", "/admin/hosts/local", "/audit")
 
 
 def seed_work(portal: SimulatedPortal) -> None:

@@ -19,7 +19,6 @@ from app.clusters import service
 from app.clusters.models import VirtualCluster
 from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterResize
-from app.crypto import SecretBox
 from app.db import Database
 from app.kube.connector import HostTarget
 from app.kube.memory import InMemoryKube
@@ -102,9 +101,7 @@ def two_hosts(database: Database, *, us_port: KubePort | None = None,
     with database.transaction() as db:
         eu = factories.env_host(db)
         eu.region = "eu"
-        us = factories.host_cluster(db, "gpu-us-1", region="us")
-        us.credential_kind = "kubeconfig"
-        us.credentials_encrypted = SecretBox.from_settings(SETTINGS).seal("apiVersion: v1\n")
+        us = factories.registered_host(db, "gpu-us-1", region="us")
         h100 = factories.gpu_class(db, display_name="H100")
         tenant = factories.tenant(db, "acme")
         admin = factories.user(db)

@@ -137,3 +137,22 @@ def test_the_reason_names_the_host_region_and_why() -> None:
                       ask(placement="dedicated-nodes"))
     assert isinstance(dedicated, Placed)
     assert "8 GPUs free on the tenant's dedicated H100 nodes" in dedicated.reason
+
+
+def test_a_host_the_portal_cannot_reach_takes_no_new_clusters() -> None:
+    silent = HostFacts(id=1, name="a", region="eu", state="active", class_gpus={H100: 64},
+                       free_gpus={H100: 64}, tenant_node_gpus={}, answers=False)
+    no_keys = HostFacts(id=2, name="b", region="eu", state="active", class_gpus={H100: 64},
+                        free_gpus={H100: 64}, tenant_node_gpus={}, has_credentials=False)
+    assert refused(place([silent, no_keys], ask())) == {
+        "a": ("it did not answer its last health check",),
+        "b": ("the portal has no credentials for it",)}
+    assert placed(place([silent, no_keys, host("c", h100=8)], ask())) == "c"
+
+
+def test_when_every_host_is_closed_the_message_says_so() -> None:
+    result = place([host("a", state="cordoned", h100=8), host("b", state="draining", h100=8)],
+                   ask())
+    assert isinstance(result, Unplaceable)
+    assert result.message.startswith(
+        "no host cluster takes new clusters: every host is cordoned or draining: a (eu)")

@@ -26,7 +26,7 @@ def two_regions(db: Session) -> Tenancy:
     tenancy = build_tenancy(db)
     eu = factories.env_host(db)
     eu.name, eu.region = "gpu-eu-1", "eu"
-    us = factories.host_cluster(db, "gpu-us-1", region="us")
+    us = factories.registered_host(db, "gpu-us-1", region="us")
     for _ in range(2):
         factories.node(db, us, tenancy.h100, gpu_count=8)
     factories.quota(db, tenancy.acme, tenancy.h100, 8, region="eu")

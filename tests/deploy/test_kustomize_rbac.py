@@ -38,6 +38,7 @@ from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterResize
 from app.config import Settings
 from app.db import Database, utcnow
+from app.hosts.health import ADMISSION_WEBHOOK, API_REACHABLE, KAI_QUEUE_CRD, run_checks
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.errors import KubeError
@@ -218,6 +219,11 @@ class Recorder:
                namespace: str | None = None) -> bool:
         return self._call({self._pair(api_version, kind, "delete")},
                           lambda: self.inner.delete(api_version, kind, name, namespace))
+
+    def server_version(self) -> str:
+        """``GET /version``: a non-resource URL every authenticated user may read."""
+        inner: Any = self.inner  # the adapter; KubePort itself has no version call
+        return str(inner.server_version())
 
     def request_token(self, namespace: str, service_account: str, *, expiration_seconds: int,
                       bound_secret: str | None) -> str:
@@ -408,6 +414,9 @@ def lifecycle(run: Run, admin: KubernetesAdapter, delete_timeout: float = DELETE
     assert admin.get(ADMISSION, "MutatingWebhookConfiguration",
                      WEBHOOK_CONFIGURATION_NAME) is not None
     assert run.webhook.reconcile(host) == 0
+    # the host's health as the worker checks it: reachable, KAI's CRD, the registration
+    checks = {c.name: c for c in run_checks(host, run.settings, None)}
+    assert all(checks[name].passed for name in (API_REACHABLE, KAI_QUEUE_CRD, ADMISSION_WEBHOOK))
     # a shared-pool cluster: created, resized, deleted
     payload = ClusterCreate(name="train", placement="shared-pool", gpu_class_id=run.gpu_class_id,
                             gpus=4, cpu_millicores=8000, memory_mib=65536)

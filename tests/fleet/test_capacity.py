@@ -23,7 +23,7 @@ def _fleet(db: Session) -> Tenancy:
     eu.name, eu.region = "gpu-eu-1", "eu"
     factories.assignment(db, factories.node(db, eu, tenancy.h100, gpu_count=8), tenancy.acme)
     factories.node(db, eu, tenancy.h100, gpu_count=8, ready=False)
-    us = factories.host_cluster(db, "gpu-us-1", region="us")
+    us = factories.registered_host(db, "gpu-us-1", region="us")
     for _ in range(2):
         factories.node(db, us, tenancy.h100, gpu_count=8)
     factories.quota(db, tenancy.acme, tenancy.h100, 8, region="eu")

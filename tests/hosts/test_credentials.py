@@ -70,3 +70,17 @@ def test_a_bad_token_credential_names_the_field(server: str, token: str, ca: str
                                                 field: str) -> None:
     error = refused(lambda: credentials.from_token(server, token, ca))
     assert error.errors[0]["field"] == field
+
+
+@pytest.mark.parametrize("server", ["https://[::1", "https://gpu.example.com:99999",
+                                    "https://gpu example.com", "ftp://gpu.example.com"])
+def test_a_malformed_server_url_is_a_refusal_not_a_crash(server: str) -> None:
+    error = refused(lambda: credentials.from_token(server, SECRET, CA.cert_pem.decode()))
+    assert error.errors[0]["field"] == "credentials.server"
+
+
+@pytest.mark.parametrize("text", ["clusters: []\ncontexts: [just-a-string]",
+                                  "clusters: [1, 2]\ncontexts: [{name: a}]\ncurrent-context: a",
+                                  "[" * 5000])
+def test_odd_shapes_are_refusals_not_crashes(text: str) -> None:
+    refused(lambda: credentials.from_kubeconfig(text))

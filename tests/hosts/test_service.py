@@ -4,6 +4,7 @@ when nothing points at them, every change audited without the secret."""
 from __future__ import annotations
 
 import pytest
+from cryptography.fernet import Fernet
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -11,11 +12,13 @@ from app.audit.models import AuditEvent
 from app.auth.principal import Principal
 from app.config import Settings
 from app.crypto import SecretBox
+from app.db import Database
 from app.errors import Conflict, Forbidden
 from app.hosts import repository, service
 from app.hosts.health import CheckResult
 from app.hosts.models import HostCluster
 from app.hosts.schemas import HostCredentialsIn, HostRegister, HostUpdate
+from app.keys.service import rotate_stored_secrets
 from tests import factories
 from tests.support.kube_server import kubeconfig_yaml
 from tests.support.pki import CertificateAuthority
@@ -140,3 +143,18 @@ def test_a_host_without_stored_credentials_other_than_the_default_has_no_target(
     bare = factories.host_cluster(db)
     assert service.target_for(bare, settings) is None
     assert [t.host_id for t in service.targets(db, settings)] == [default.id]
+
+
+def test_key_rotation_reseals_registered_credentials_so_the_new_key_alone_opens_them(
+        database: Database, settings: Settings) -> None:
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    before = settings.model_copy(update={"encryption_key": old})
+    with database.transaction() as db:
+        register(db, before)
+    rotate_stored_secrets(database, SecretBox(new, [old]))
+    after = settings.model_copy(update={"encryption_key": new, "encryption_old_keys": []})
+    with database.transaction() as db:
+        row = repository.host_by_name(db, "gpu-eu-2")
+        assert row is not None
+        target = service.target_for(row, after)
+    assert target is not None and SECRET in (target.kubeconfig_yaml or "")

@@ -1,0 +1,123 @@
+"""Host health on real kube-apiservers: reachable with its version, KAI's Queue CRD present
+(the KAI host) or absent (a bare API server), the portal's admission webhook registered or not,
+the vCluster chart through the injected resolver; a closed port is a failed check, not an
+exception. Then the worker's pass stores the results and audits a host turning unreachable."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import select
+
+from app.audit.models import AuditEvent
+from app.auth.principal import Principal
+from app.config import Settings
+from app.db import Database
+from app.hosts import repository, service
+from app.hosts.health import run_checks
+from app.hosts.reconciler import HostHealthReconciler
+from app.hosts.schemas import HostCredentialsIn, HostRegister
+from app.kube.adapter import KubernetesAdapter
+from app.kube.connector import ClientConnector, HostTarget
+from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME, kai_queue_webhook
+from tests import factories
+from tests.support.kube_server import ApiServer, kubeconfig_yaml
+from tests.support.web import free_port
+
+pytestmark = pytest.mark.kube_server
+
+
+class Charts:
+    """The templates domain's chart resolver stands behind this port in the app."""
+
+    def __init__(self, problem: str | None = None) -> None:
+        self.asked: list[tuple[str, str, str]] = []
+        self._problem = problem
+
+    def problem(self, repo: str, chart: str, version: str) -> str | None:
+        self.asked.append((repo, chart, version))
+        return self._problem
+
+
+def results(server_kubeconfig: str, settings: Settings,
+            charts: Charts | None = None) -> dict[str, tuple[bool, str]]:
+    port = ClientConnector(settings).probe(HostTarget(1, "h", server_kubeconfig))
+    try:
+        found = run_checks(port, settings, charts or Charts())
+    finally:
+        if isinstance(port, KubernetesAdapter):
+            port.close()
+    return {r.name: (r.passed, r.message) for r in found}
+
+
+@pytest.fixture
+def webhook_on_virtual(virtual: KubernetesAdapter) -> Iterator[None]:
+    virtual.apply(kai_queue_webhook("-----BEGIN CERTIFICATE-----\n", url="https://127.0.0.1:1/x",
+                                    service_name="s", service_namespace="n"))
+    yield
+    virtual.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
+                   WEBHOOK_CONFIGURATION_NAME)
+
+
+def test_the_kai_host_is_reachable_with_the_queue_crd(kai_host: ApiServer,
+                                                       settings: Settings) -> None:
+    charts = Charts()
+    found = results(kai_host.admin_kubeconfig, settings, charts)
+    assert found["api-reachable"] == (True, "Kubernetes v1.32.13")
+    assert found["kai-queue-crd"][0] is True
+    assert found["vcluster-chart"][0] is True
+    assert charts.asked == [(settings.vcluster_chart_repo, "vcluster",
+                             settings.vcluster_chart_version)]
+
+
+def test_a_bare_api_server_lacks_the_crd_and_shows_the_webhook_only_once_registered(
+        virtual_api: ApiServer, settings: Settings, virtual: KubernetesAdapter,
+        request: pytest.FixtureRequest) -> None:
+    before = results(virtual_api.admin_kubeconfig, settings)
+    assert before["kai-queue-crd"][0] is False
+    assert "queues.scheduling.run.ai is missing" in before["kai-queue-crd"][1]
+    assert before["admission-webhook"][0] is False
+    request.getfixturevalue("webhook_on_virtual")
+    after = results(virtual_api.admin_kubeconfig, settings)
+    assert after["admission-webhook"] == (
+        True, f"MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} is present")
+
+
+def test_a_closed_port_is_a_failed_check_not_an_exception(kai_host: ApiServer,
+                                                          settings: Settings) -> None:
+    closed = kubeconfig_yaml(f"https://127.0.0.1:{free_port()}", kai_host.ca.cert_pem, token="t")
+    found = results(closed, settings, Charts("could not read index.yaml"))
+    assert found["api-reachable"][0] is False
+    assert "Connection refused" in found["api-reachable"][1]
+    assert found["kai-queue-crd"] == (False, "not checked: the API server is not reachable")
+    assert found["vcluster-chart"] == (False, "could not read index.yaml")
+
+
+def test_the_worker_stores_each_hosts_health_and_audits_it_turning_unreachable(
+        kai_host: ApiServer, database: Database) -> None:
+    settings = Settings(env="test", database_url="sqlite://", worker_resync_seconds=0)
+    with database.transaction() as db:
+        admin = Principal(user=factories.user(db, admin=True), via="token")
+        service.register_host(db, admin, settings, HostRegister(
+            name="gpu-eu-2", credentials=HostCredentialsIn(
+                kind="kubeconfig", kubeconfig=kai_host.admin_kubeconfig)))
+    worker = HostHealthReconciler(settings, database, ClientConnector(settings), Charts())
+    worker.run_due("w1")
+    with database.transaction() as db:
+        row = repository.host_by_name(db, "gpu-eu-2")
+        default = repository.default_host(db)
+        assert row is not None and default is not None
+        assert row.health_reachable is True and row.health_checked_at is not None
+        assert default.health_reachable is False  # no PORTAL_KUBECONFIG in this test
+        service.replace_credentials(db, admin, settings, "gpu-eu-2", HostCredentialsIn(
+            kind="token", server=f"https://127.0.0.1:{free_port()}", token="t",
+            ca_certificate=kai_host.ca.cert_pem.decode()))
+        row.health_reachable = True  # as last seen before the move
+    worker.run_due("w1")
+    with database.transaction() as db:
+        row = repository.host_by_name(db, "gpu-eu-2")
+        assert row is not None and row.health_reachable is False
+        events = db.scalars(select(AuditEvent).where(
+            AuditEvent.action == "host_cluster.unreachable")).all()
+        assert [(e.actor_label, e.target_id) for e in events] == [("host-health", str(row.id))]

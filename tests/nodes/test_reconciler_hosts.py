@@ -1,0 +1,66 @@
+"""Inventory sync per registered host, on the real host API server: each host's nodes come
+through that host's own client and land on that host's rows; a host that cannot be reached
+is logged and retried, and the others are synced all the same."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from sqlalchemy import select
+
+from app.auth.principal import Principal
+from app.config import Settings
+from app.db import Database
+from app.hosts import repository as hosts_repository
+from app.hosts import service as hosts_service
+from app.hosts.schemas import HostCredentialsIn, HostRegister
+from app.kube.connector import ClientConnector
+from app.nodes.inventory import read_node
+from app.nodes.models import Node
+from app.nodes.reconciler import NodeReconciler
+from tests import factories
+from tests.nodes.conftest import RACK_LABEL, Fleet
+from tests.support.kube_server import kubeconfig_yaml
+from tests.support.web import free_port
+
+pytestmark = pytest.mark.kube_server
+
+
+def _register(database: Database, settings: Settings, name: str, kubeconfig: str) -> None:
+    with database.transaction() as db:
+        principal = Principal(user=factories.user(db, admin=True), via="token")
+        hosts_service.register_host(db, principal, settings, HostRegister(
+            name=name, region=name, credentials=HostCredentialsIn(kind="kubeconfig",
+                                                                  kubeconfig=kubeconfig)))
+
+
+def _nodes_by_host(database: Database) -> dict[str, set[str]]:
+    with database.transaction() as db:
+        rows = db.execute(select(Node.name, Node.host_cluster_id).where(
+            Node.gone_at.is_(None))).all()
+        names = {h.id: h.name for h in hosts_repository.all_hosts(db)}
+    found: dict[str, set[str]] = {}
+    for node, host_id in rows:
+        found.setdefault(names[host_id], set()).add(node)
+    return found
+
+
+def test_each_registered_host_syncs_with_its_own_client_and_a_dead_one_stops_nothing(
+        fleet: Fleet, database: Database, caplog: pytest.LogCaptureFixture) -> None:
+    # No PORTAL_KUBECONFIG: the environment's host reaches nothing, the registered ones do.
+    settings = Settings(env="test", database_url="sqlite://", rack_label=RACK_LABEL,
+                        worker_resync_seconds=0)
+    dead = kubeconfig_yaml(f"https://127.0.0.1:{free_port()}", fleet.api.ca.cert_pem,
+                           token="t")
+    _register(database, settings, "a-dead-host", dead)
+    _register(database, settings, "gpu-eu-2", fleet.api.admin_kubeconfig)
+    gpu_nodes = {name for name in fleet.names
+                 if read_node(fleet.node(name), RACK_LABEL) is not None}
+    reconciler = NodeReconciler(settings, database, ClientConnector(settings))
+    with caplog.at_level(logging.WARNING):
+        reconciler.run_due("worker-1")
+    assert _nodes_by_host(database) == {"gpu-eu-2": gpu_nodes}
+    assert "listing the nodes of host cluster a-dead-host failed" in caplog.text
+    reconciler.run_due("worker-1")  # the dead host is retried later, nothing breaks
+    assert _nodes_by_host(database) == {"gpu-eu-2": gpu_nodes}
