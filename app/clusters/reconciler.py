@@ -291,6 +291,9 @@ class ClusterReconciler:
 
     def _host_pass(self, worker_id: str, host_id: int) -> int:
         self.ensured[host_id] = {}
+        with self._ensuring_lock:
+            self._ensuring = {key: lock for key, lock in self._ensuring.items()
+                              if key[0] != host_id}
         heartbeat = self.lease.total_seconds() / 3
         with HeldLeases(self.renew_leases, heartbeat, name=f"clusters-{host_id}") as leases:
             self.leases = leases
