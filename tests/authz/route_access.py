@@ -109,7 +109,9 @@ def gpu_class(world: World) -> dict[str, Any]:
 
 
 def quota_request_body(world: World) -> dict[str, Any]:
-    return {"gpu_class_id": world.gpu_class_id, "gpus": 4, "reason": "training"}
+    # The world's hosts span regions: a request names one.
+    return {"gpu_class_id": world.gpu_class_id, "gpus": 4, "reason": "training",
+            "region": "eu-west"}
 
 
 ROUTES += [
