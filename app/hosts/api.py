@@ -35,6 +35,7 @@ def chart_probe(request: Request) -> ChartProbe | None:
     return found
 
 
+NO_REASON = StateChange()  # the body is optional
 AppSettings = Annotated[Settings, Depends(get_settings_dep)]
 Connector = Annotated[KubeConnector, Depends(kube_connector)]
 Charts = Annotated[ChartProbe | None, Depends(chart_probe)]
@@ -74,22 +75,22 @@ def replace_credentials(name: HostName, payload: HostCredentialsIn, db: DbSessio
 
 @router.post("/{name}/cordon", response_model=HostOut)
 def cordon(name: HostName, db: DbSession, principal: CurrentPrincipal,
-           payload: StateChange | None = None) -> HostOut:
+           payload: StateChange = NO_REASON) -> HostOut:
     """The host takes no new clusters; those on it stay and keep being reconciled."""
-    return service.set_state(db, principal, name, "cordoned", _reason(payload))
+    return service.set_state(db, principal, name, "cordoned", payload.reason)
 
 
 @router.post("/{name}/uncordon", response_model=HostOut)
 def uncordon(name: HostName, db: DbSession, principal: CurrentPrincipal,
-             payload: StateChange | None = None) -> HostOut:
-    return service.set_state(db, principal, name, "active", _reason(payload))
+             payload: StateChange = NO_REASON) -> HostOut:
+    return service.set_state(db, principal, name, "active", payload.reason)
 
 
 @router.post("/{name}/drain", response_model=HostOut)
 def drain(name: HostName, db: DbSession, principal: CurrentPrincipal,
-          payload: StateChange | None = None) -> HostOut:
+          payload: StateChange = NO_REASON) -> HostOut:
     """Cordoned and marked for evacuation. Moving its clusters elsewhere is not automated."""
-    return service.set_state(db, principal, name, "draining", _reason(payload))
+    return service.set_state(db, principal, name, "draining", payload.reason)
 
 
 @router.post("/{name}/check", response_model=HostOut)
@@ -105,6 +106,3 @@ def delete_host(name: HostName, db: DbSession, principal: CurrentPrincipal) -> R
     service.delete_host(db, principal, name)
     return Response(status_code=204)
 
-
-def _reason(payload: StateChange | None) -> str:
-    return payload.reason if payload is not None else ""

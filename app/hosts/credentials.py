@@ -14,6 +14,7 @@ import yaml
 from cryptography import x509
 
 from app.errors import ValidationFailed
+from app.kube.connector import kubeconfig_problem
 
 # Paths on the admin's machine mean nothing to the portal; credential plugins would run
 # programs on it. A stored kubeconfig must carry everything inline.
@@ -44,6 +45,9 @@ def from_kubeconfig(text: str, field_name: str = "credentials.kubeconfig") -> Ch
     if any(key in user for key in _PROGRAM_KEYS):
         raise _invalid(field_name, "exec and auth-provider plugins are not supported: use a "
                                    "ServiceAccount token or a client certificate")
+    unusable = kubeconfig_problem(text)
+    if unusable:
+        raise _invalid(field_name, f"{unusable}: check the certificate, key and token data")
     return CheckedCredentials("kubeconfig", server, text)
 
 

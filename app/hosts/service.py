@@ -202,7 +202,12 @@ def check_row(row: HostCluster, settings: Settings, connector: KubeConnector,
 def checks_of(target: HostTarget, settings: Settings, connector: KubeConnector,
               charts: ChartProbe | None) -> list[CheckResult]:
     """The checks through a probing client of its own, closed after."""
-    port = probe(connector, target)
+    try:
+        port = probe(connector, target)
+    except Exception as error:  # stored credentials the client cannot use: a failed check
+        return [CheckResult("api-reachable", False, "the client cannot be built from the "
+                            f"credentials ({type(error).__name__})"),
+                *run_checks(None, settings, charts)[1:]]
     try:
         return run_checks(port, settings, charts)
     finally:

@@ -89,6 +89,16 @@ def probe(connector: KubeConnector, target: HostTarget) -> KubePort | None:
     return for_host(connector, target)
 
 
+def kubeconfig_problem(kubeconfig_yaml: str) -> str | None:
+    """Why the official client cannot be built from a kubeconfig (None when it can). Names only
+    the kind of failure: the text may hold a secret."""
+    try:
+        KubernetesAdapter.from_kubeconfig_yaml(kubeconfig_yaml).close()
+    except Exception as error:  # the loader raises many kinds, all meaning "unusable"
+        return f"the Kubernetes client cannot use it ({type(error).__name__})"
+    return None
+
+
 def real_host_configured(settings: Settings) -> bool:
     """Whether the official client would find a host: a kubeconfig, or in-cluster config."""
     return bool(settings.kubeconfig) or _in_cluster()

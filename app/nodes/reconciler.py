@@ -85,13 +85,21 @@ class NodeReconciler:
         changed = self._assignments_changed()
         handled = 0
         for target in self._targets():
-            port = for_host(self.kube, target)
+            port = self._port(target)
             if port is None:
                 continue
             state = self._hosts.setdefault(target.host_id, _HostPass())
             if changed or self._due(state):
                 handled += self._run_host(target, port, state)
         return handled
+
+    def _port(self, target: HostTarget) -> KubePort | None:
+        try:
+            return for_host(self.kube, target)
+        except Exception as error:  # credentials the client cannot use: skip this host only
+            log.error("host cluster %s: no client from its credentials (%s)", target.name,
+                      type(error).__name__)
+            return None
 
     def _targets(self) -> list[HostTarget]:
         with self.database.transaction() as db:

@@ -84,3 +84,10 @@ def test_a_malformed_server_url_is_a_refusal_not_a_crash(server: str) -> None:
                                   "[" * 5000])
 def test_odd_shapes_are_refusals_not_crashes(text: str) -> None:
     refused(lambda: credentials.from_kubeconfig(text))
+
+
+def test_a_kubeconfig_the_client_cannot_use_is_refused_before_it_is_stored() -> None:
+    config = yaml.safe_load(kubeconfig_yaml("https://gpu.example.com", CA.cert_pem))
+    config["users"][0]["user"] = {"client-certificate-data": "abcde", "client-key-data": SECRET}
+    error = refused(lambda: credentials.from_kubeconfig(yaml.safe_dump(config)))
+    assert "the Kubernetes client cannot use it" in error.errors[0]["message"]

@@ -60,6 +60,7 @@ def test_the_api_round_trip_never_returns_or_logs_the_credentials(
     assert replaced["credentials"]["kind"] == "token"  # type: ignore[index]
     for action in ("cordon", "drain", "uncordon"):
         call("POST", f"{API}/gpu-eu-2/{action}", json={"reason": "maintenance"})
+    assert call("POST", f"{API}/gpu-eu-2/cordon")["state"] == "cordoned"  # no body: no reason
     call("POST", f"{API}/gpu-eu-2/check")
     call("GET", "/api/v1/audit", params={"limit": 100})
     call("GET", "/openapi.json")

@@ -11,9 +11,11 @@ from sqlalchemy import select
 
 from app.auth.principal import Principal
 from app.config import Settings
+from app.crypto import SecretBox
 from app.db import Database
 from app.hosts import repository as hosts_repository
 from app.hosts import service as hosts_service
+from app.hosts.models import HostCluster
 from app.hosts.schemas import HostCredentialsIn, HostRegister
 from app.kube.connector import ClientConnector
 from app.nodes.inventory import read_node
@@ -55,6 +57,10 @@ def test_each_registered_host_syncs_with_its_own_client_and_a_dead_one_stops_not
                            token="t")
     _register(database, settings, "a-dead-host", dead)
     _register(database, settings, "gpu-eu-2", fleet.api.admin_kubeconfig)
+    with database.transaction() as db:  # stored before validation refused such things
+        db.add(HostCluster(name="a-broken-host", credential_kind="kubeconfig",
+                           credentials_encrypted=SecretBox.from_settings(settings).seal(
+                               "users: [{name: a, user: {client-key-data: '!!!'}}]")))
     gpu_nodes = {name for name in fleet.names
                  if read_node(fleet.node(name), RACK_LABEL) is not None}
     reconciler = NodeReconciler(settings, database, ClientConnector(settings))
@@ -62,5 +68,6 @@ def test_each_registered_host_syncs_with_its_own_client_and_a_dead_one_stops_not
         reconciler.run_due("worker-1")
     assert _nodes_by_host(database) == {"gpu-eu-2": gpu_nodes}
     assert "listing the nodes of host cluster a-dead-host failed" in caplog.text
+    assert "host cluster a-broken-host: no client from its credentials" in caplog.text
     reconciler.run_due("worker-1")  # the dead host is retried later, nothing breaks
     assert _nodes_by_host(database) == {"gpu-eu-2": gpu_nodes}
