@@ -41,6 +41,8 @@ from app.errors import (
     Unauthenticated,
     ValidationFailed,
 )
+from app.fleet import api as fleet_api
+from app.fleet import web as fleet_web
 from app.health import router as health_router
 from app.hosts import api as hosts_api
 from app.hosts import web as hosts_web
@@ -78,13 +80,14 @@ API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api
                kubeconfigs_api.router,
                nodes_api.router,
                clusters_api.router, templates_api.router, templates_api.cluster_router,
-               usage_api.router, hosts_api.router]
+               usage_api.router, hosts_api.router, fleet_api.router]
 WEB_ROUTERS = [home.router, auth_web.router, token_web.router, cli_login.router,
                audit_web.router,
                dashboard.router, tenants_web.router, quotas_web.router, gpu_classes_web.router,
                kubeconfigs_web.router,
                nodes_web.router,
-               clusters_web.router, templates_web.router, usage_web.router, hosts_web.router]
+               clusters_web.router, templates_web.router, usage_web.router, hosts_web.router,
+               fleet_web.router]
 
 
 

@@ -9,6 +9,8 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
+from app.config import Settings
+from app.crypto import SecretBox
 from app.hosts.models import HostCluster
 from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
@@ -45,9 +47,32 @@ def membership(db: Session, tenant_row: Tenant, user_row: User, role: str = "mem
     return row
 
 
-def host_cluster(db: Session, name: str | None = None) -> HostCluster:
-    row = HostCluster(name=name or f"host-{next(_seq)}", region="test", is_default=False)
+def host_cluster(db: Session, name: str | None = None, region: str = "") -> HostCluster:
+    row = HostCluster(name=name or f"host-{next(_seq)}", region=region, is_default=False)
     db.add(row)
+    db.flush()
+    return row
+
+
+def env_host(db: Session) -> HostCluster:
+    """The environment's host (PORTAL_KUBECONFIG's, which migration 0009 registers on an
+    install in use): the one a connector without per-host clients reaches."""
+    found = db.scalar(select(HostCluster).where(HostCluster.is_default.is_(True)))
+    if found is not None:
+        return found
+    row = host_cluster(db, "default")
+    row.is_default = True
+    db.flush()
+    return row
+
+
+def registered_host(db: Session, name: str, region: str = "") -> HostCluster:
+    """A host an admin registered with a kubeconfig (a placeholder one, sealed with the test
+    settings' key): placement offers it; connecting to it needs a connector that knows it."""
+    row = host_cluster(db, name, region=region)
+    row.credential_kind = "kubeconfig"
+    box = SecretBox.from_settings(Settings(env="test", database_url="sqlite://"))
+    row.credentials_encrypted = box.seal("apiVersion: v1\nkind: Config\n")
     db.flush()
     return row
 
@@ -77,8 +102,9 @@ def assignment(db: Session, node_row: Node, tenant_row: Tenant) -> NodeAssignmen
     return row
 
 
-def quota(db: Session, tenant_row: Tenant, gpu: GpuClass, gpus: int) -> TenantQuota:
-    row = TenantQuota(tenant_id=tenant_row.id, gpu_class_id=gpu.id, gpus=gpus)
+def quota(db: Session, tenant_row: Tenant, gpu: GpuClass, gpus: int,
+          region: str = "") -> TenantQuota:
+    row = TenantQuota(tenant_id=tenant_row.id, gpu_class_id=gpu.id, gpus=gpus, region=region)
     db.add(row)
     db.flush()
     return row
@@ -95,8 +121,9 @@ def cluster(db: Session, tenant_row: Tenant, host: HostCluster, name: str = "tra
 
 
 def quota_request(db: Session, tenant_row: Tenant, gpu: GpuClass, requester: User | None = None,
-                  gpus: int = 8, state: str = "pending") -> QuotaRequest:
+                  gpus: int = 8, state: str = "pending", region: str = "") -> QuotaRequest:
     row = QuotaRequest(tenant_id=tenant_row.id, gpu_class_id=gpu.id, gpus=gpus, state=state,
+                       region=region,
                        requested_by_id=requester.id if requester else None)
     db.add(row)
     db.flush()

@@ -263,6 +263,7 @@ def test_text_that_only_looks_like_an_escaped_nul_is_kept(
 ) -> None:
     headers = world.callers["platform_admin"].headers
     response = client.post("/api/v1/tenants/acme/quota-requests", headers=headers, json={
-        "gpu_class_id": world.gpu_class_id, "gpus": 1, "reason": "see \\u0000 and \U0001f680"})
+        "gpu_class_id": world.gpu_class_id, "gpus": 1, "region": "eu-west",
+        "reason": "see \\u0000 and \U0001f680"})
     assert response.status_code == 201, response.text
     assert response.json()["reason"] == "see \\u0000 and \U0001f680"

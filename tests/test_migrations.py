@@ -169,3 +169,48 @@ def test_0009_leaves_an_empty_database_empty(empty_url: str) -> None:
     """A fresh install's host row comes at first use, as before (the tests' databases too)."""
     migrate.upgrade(empty_url)
     assert _host_rows(empty_url) == []
+
+
+def test_0010_puts_existing_quota_in_the_default_hosts_region(empty_url: str) -> None:
+    """Quota rows and requests made before regions are for the region of the host every
+    cluster ran on; clusters keep why they are there. Down again, a class's quota rows of
+    several regions become one, summed."""
+    migrate.upgrade(empty_url, "0008")
+    engine = make_engine(empty_url)
+    with engine.begin() as connection:
+        for statement in (
+            "INSERT INTO host_clusters (name, region, api_endpoint, is_default, created_at) "
+            "VALUES ('default', 'eu-1', '', true, '2026-11-01')",
+            "INSERT INTO tenants (slug, display_name, state, created_at, updated_at) "
+            "VALUES ('acme', 'Acme', 'active', '2026-11-01', '2026-11-01')",
+            "INSERT INTO gpu_classes (product, display_name, memory_mib, declared_by_admin, "
+            "created_at) VALUES ('H100', 'H100', 0, false, '2026-11-01')",
+            "INSERT INTO tenant_quotas (tenant_id, gpu_class_id, gpus, cpu_millicores, "
+            "memory_mib, updated_at) VALUES (1, 1, 8, 0, 0, '2026-11-01')",
+            "INSERT INTO quota_requests (tenant_id, gpu_class_id, gpus, cpu_millicores, "
+            "memory_mib, reason, state, created_at, overcommitted, decision_note) VALUES "
+            "(1, 1, 8, 0, 0, 'x', 'approved', '2026-11-01', false, '')",
+            "INSERT INTO virtual_clusters (tenant_id, host_cluster_id, name, "
+            "kubernetes_version, placement, gpus, cpu_millicores, memory_mib, generation, "
+            "observed_generation, conditions, endpoint, over_quota, created_at, updated_at, "
+            "next_reconcile_at, failed_attempts, user_namespaces, addons) VALUES (1, 1, "
+            "'train', '1.32.4', 'shared-pool', 0, 0, 0, 1, 1, '[]', '', false, '2026-11-01', "
+            "'2026-11-01', '2026-11-01', 0, false, '[]')",
+        ):
+            connection.execute(text(statement))
+    migrate.upgrade(empty_url)
+    with engine.begin() as connection:
+        assert connection.execute(text("SELECT region FROM tenant_quotas")).scalar_one() == (
+            "eu-1")
+        assert connection.execute(text("SELECT region FROM quota_requests")).scalar_one() == (
+            "eu-1")
+        reason = connection.execute(text("SELECT placement_reason FROM virtual_clusters"))
+        assert "default host" in reason.scalar_one()
+        connection.execute(text(
+            "INSERT INTO tenant_quotas (tenant_id, gpu_class_id, region, gpus, cpu_millicores, "
+            "memory_mib, updated_at) VALUES (1, 1, 'us-1', 4, 0, 0, '2026-11-01')"))
+    migrate.downgrade(empty_url, "0009")
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT gpus FROM tenant_quotas")).scalars().all() == [12]
+    engine.dispose()
+    migrate.upgrade(empty_url)

@@ -18,10 +18,14 @@ QUEUES_APPLIED = "QueuesApplied"
 RELEASE_INSTALLED = "ReleaseInstalled"
 READY = "Ready"
 FAILED = "Failed"
+# False while the cluster's host cluster cannot be reached: every other condition is then the
+# last one known (app/clusters/reconciler.py).
+HOST_REACHABLE = "HostReachable"
+HOST_UNREACHABLE = "HostUnreachable"
 # In display order: the provisioning steps, then the summary.
 STEP_TYPES = (NAMESPACE_READY, QUOTA_APPLIED, NETWORK_POLICY_APPLIED, QUEUES_APPLIED,
               RELEASE_INSTALLED)
-ORDER = (*STEP_TYPES, READY, FAILED)
+ORDER = (HOST_REACHABLE, *STEP_TYPES, READY, FAILED)
 # One condition per add-on installed into the virtual cluster, shown after Ready.
 ADDON_PREFIX = "AddonReady/"
 # KAI's team queues inside the virtual cluster, shown after the add-ons.
@@ -82,9 +86,12 @@ def _position(condition: Condition) -> tuple[int, str]:
 
 
 def phase(conditions: list[Condition], deleting: bool) -> str:
-    """One word for lists: Deleting, Failed, Ready, or Provisioning."""
+    """One word for lists: Deleting, Unreachable, Failed, Ready, or Provisioning."""
     if deleting:
         return "Deleting"
+    reachable = find(conditions, HOST_REACHABLE)
+    if reachable is not None and reachable.get("status") == "False":
+        return "Unreachable"
     if is_true(conditions, FAILED):
         return "Failed"
     if is_true(conditions, READY):

@@ -103,9 +103,10 @@ def manifest_policy(settings: Settings) -> ManifestPolicy:
     return ManifestPolicy(vcluster_edition=settings.vcluster_edition)
 
 
-def tenant_spec(db: Session, tenant: Tenant) -> TenantSpec:
-    """The tenant's parent queue gets its approved quota of every class."""
-    quotas = repository.tenant_quotas(db, tenant.id)
+def tenant_spec(db: Session, tenant: Tenant, region: str) -> TenantSpec:
+    """The tenant's parent queue on a host gets its approved quota of every class in the
+    host's region."""
+    quotas = repository.tenant_quotas(db, tenant.id, region)
     products = repository.class_products(db, [q.gpu_class_id for q in quotas])
     return TenantSpec(
         slug=tenant.slug, display_name=tenant.display_name,
@@ -124,13 +125,16 @@ def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredClu
     kai_inside = cluster.placement == "dedicated-nodes" and any(
         a.chart == KAI_CHART for a in addons)
     teams = team_queues.teams(repository.group_roles(db, tenant.id)) if kai_inside else []
+    host = repository.host_cluster(db, cluster.host_cluster_id)
+    assert host is not None
     return DesiredCluster(
         cluster_id=cluster.id, tenant_id=tenant.id, generation=cluster.generation,
         deleting=cluster.deletion_requested_at is not None,
         conditions=list(cluster.conditions or []),
         sealed_kubeconfig=cluster.admin_kubeconfig_encrypted,
-        last_of_tenant=not repository.other_clusters_exist(db, tenant.id, cluster.id),
+        last_of_tenant=not repository.other_clusters_exist(db, tenant.id, cluster.id,
+                                                           cluster.host_cluster_id),
         spec=cluster_spec(cluster, tenant, gpu_class, settings),
-        tenant=tenant_spec(db, tenant), policy=manifest_policy(settings),
+        tenant=tenant_spec(db, tenant, host.region), policy=manifest_policy(settings),
         addons=addons, teams=tuple(teams),
     )

@@ -11,11 +11,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
 from app.clusters.shapes import ClusterAddon
 from app.config import Settings
+from app.kube.connector import HostTarget
 from app.kube.manifests import dump_yaml
 from app.kube.simulated import SimulatedHost
 
@@ -55,12 +58,28 @@ class Installer(Protocol):
 
 class HelmInstaller:
     def __init__(self, *, binary: str, chart_repo: str, chart_version: str,
-                 kubeconfig: str | None, timeout_seconds: float = 900.0) -> None:
+                 kubeconfig: str | None, timeout_seconds: float = 900.0,
+                 kubeconfig_yaml: str | None = None) -> None:
         self.binary = binary
         self.chart_repo = chart_repo
         self.chart_version = chart_version
         self.kubeconfig = kubeconfig
         self.timeout_seconds = timeout_seconds
+        # A registered host's kubeconfig: written to a private file for each run only.
+        self.kubeconfig_yaml = kubeconfig_yaml
+
+    def for_host(self, target: HostTarget) -> HelmInstaller:
+        """helm against one host: the environment's kubeconfig, or the host's stored one."""
+        if target.kubeconfig_yaml is None:
+            return self
+        return self.for_kubeconfig_yaml(target.kubeconfig_yaml)
+
+    def for_kubeconfig_yaml(self, kubeconfig_yaml: str) -> HelmInstaller:
+        """The same helm against another host cluster, reached with this kubeconfig."""
+        return HelmInstaller(binary=self.binary, chart_repo=self.chart_repo,
+                             chart_version=self.chart_version, kubeconfig=None,
+                             timeout_seconds=self.timeout_seconds,
+                             kubeconfig_yaml=kubeconfig_yaml)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HelmInstaller:
@@ -94,19 +113,33 @@ class HelmInstaller:
         # Without a kubeconfig the portal runs in the host cluster; helm finds in-cluster config.
         return ["--kubeconfig", self.kubeconfig] if self.kubeconfig else []
 
+    @contextmanager
+    def _host_kubeconfig(self, directory: str) -> Iterator[HelmInstaller]:
+        """This helm with ``--kubeconfig`` naming a file, for a host known by its YAML."""
+        if self.kubeconfig_yaml is None:
+            yield self
+            return
+        path = _private_file(Path(directory) / "host.kubeconfig", self.kubeconfig_yaml)
+        yield HelmInstaller(binary=self.binary, chart_repo=self.chart_repo,
+                            chart_version=self.chart_version, kubeconfig=str(path),
+                            timeout_seconds=self.timeout_seconds)
+
     def install(self, release: str, namespace: str, values_yaml: str) -> None:
-        with tempfile.TemporaryDirectory(prefix="vcluster-values-") as directory:
+        with tempfile.TemporaryDirectory(prefix="vcluster-values-") as directory, \
+                self._host_kubeconfig(directory) as helm:
             values_file = Path(directory) / "vcluster.yaml"
             values_file.write_text(values_yaml)
             values_file.chmod(0o600)
-            self._run(self.install_command(release, namespace, str(values_file)))
+            self._run(helm.install_command(release, namespace, str(values_file)))
 
     def uninstall(self, release: str, namespace: str) -> None:
-        try:
-            self._run(self.uninstall_command(release, namespace))
-        except InstallError as error:
-            if not any(marker in error.message for marker in _NOT_FOUND):
-                raise
+        with tempfile.TemporaryDirectory(prefix="vcluster-host-") as directory, \
+                self._host_kubeconfig(directory) as helm:
+            try:
+                self._run(helm.uninstall_command(release, namespace))
+            except InstallError as error:
+                if not any(marker in error.message for marker in _NOT_FOUND):
+                    raise
 
     def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
         with tempfile.TemporaryDirectory(prefix="vcluster-addon-") as directory:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CheckConstraint, ForeignKey, Index, String, UniqueConstraint
+from sqlalchemy import CheckConstraint, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, utcnow
@@ -25,12 +25,16 @@ class VirtualCluster(Base):
         CheckConstraint("memory_mib >= 0", name="memory_non_negative"),
         CheckConstraint("generation >= 1", name="generation_positive"),
         Index(None, "next_reconcile_at"),
+        # Each host's due clusters, claimed per host.
+        Index("ix_virtual_clusters_host_due", "host_cluster_id", "next_reconcile_at"),
         Index("ix_virtual_clusters_tenant_id_id", "tenant_id", "id"),  # a tenant's list
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     host_cluster_id: Mapped[int] = mapped_column(ForeignKey("host_clusters.id"))
+    # Why placement chose that host (app/clusters/placement.py), as the tenant sees it.
+    placement_reason: Mapped[str] = mapped_column(Text, default="")
     name: Mapped[str] = mapped_column(String(40))
     kubernetes_version: Mapped[str] = mapped_column(String(20))
     placement: Mapped[str] = mapped_column(String(20))

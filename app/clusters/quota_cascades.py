@@ -12,9 +12,11 @@ from app.quotas import events as quota_events
 
 @quota_events.quota_shrunk.connect
 def flag_clusters_over_quota(db: Session, event: quota_events.QuotaShrunk) -> None:
-    if repository.allocated_gpus(db, event.tenant_id, event.gpu_class_id) <= event.quota_gpus:
+    held = repository.allocated_gpus(db, event.tenant_id, event.gpu_class_id, event.region)
+    if held <= event.quota_gpus:
         return
-    for cluster in repository.clusters_with_gpus(db, event.tenant_id, event.gpu_class_id):
+    for cluster in repository.clusters_with_gpus(db, event.tenant_id, event.gpu_class_id,
+                                                 event.region):
         if cluster.over_quota:
             continue
         cluster.over_quota = True
@@ -24,5 +26,5 @@ def flag_clusters_over_quota(db: Session, event: quota_events.QuotaShrunk) -> No
                      target_type="virtual_cluster", target_id=cluster.id,
                      before={"over_quota": False},
                      after={"over_quota": True, "gpus": cluster.gpus,
-                            "quota_gpus": event.quota_gpus})
+                            "quota_gpus": event.quota_gpus, "region": event.region})
     db.flush()

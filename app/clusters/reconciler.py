@@ -66,9 +66,11 @@ from app.clusters.shapes import ClusterAddon
 from app.config import Settings
 from app.crypto import SecretBox
 from app.db import Database, utcnow
+from app.hosts import repository as hosts_repository
+from app.hosts import service as hosts_service
 from app.kube import manifests, quantities
 from app.kube.cache import ListCache
-from app.kube.connector import KubeConnector
+from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import KubeError, TransientKubeError
 from app.kube.port import KubePort, Manifest, ObjectRef
 from app.kube.retry import RetryPolicy
@@ -91,6 +93,9 @@ CACHED_KINDS = (("v1", "Namespace"), ("v1", "ResourceQuota"), ("v1", "LimitRange
                 (_ADMISSION, "ValidatingAdmissionPolicy"),
                 (_ADMISSION, "ValidatingAdmissionPolicyBinding"))
 BACKOFF = RetryPolicy(base_delay=2.0, max_delay=300.0)
+HOST_BACKOFF = RetryPolicy(base_delay=2.0, max_delay=60.0)
+# What a client says when nothing answers at the host's address.
+UNREACHABLE_REASONS = ("ConnectionError",)
 NO_HOST_MESSAGE = (
     "No host cluster is configured (set PORTAL_KUBECONFIG, or run the portal in the host "
     "cluster). The cluster page shows the objects and vcluster.yaml the worker will apply."
@@ -107,6 +112,52 @@ class Outcome:
     converged: bool = False
     failed: bool = False
     deleted: bool = False
+    # The host answered during the run.
+    reached: bool = True
+
+
+@dataclass(frozen=True)
+class _Host:
+    """The host cluster one reconcile works on: its client and its helm."""
+
+    id: int
+    name: str
+    port: KubePort | None
+    installer: Installer
+
+
+class HostReachability:
+    """Which hosts failed to answer, and until when the reconciler leaves them alone.
+
+    Per host, not per cluster: the first cluster that finds its host gone marks it, and the
+    others on it wait for the host's backoff (growing with each failed probe, up to
+    ``HOST_BACKOFF.max_delay``) instead of each retrying on its own. When the backoff ends,
+    the next cluster reconciled there is the probe."""
+
+    def __init__(self, clock: Callable[[], datetime]) -> None:
+        self.clock = clock
+        self._down: dict[int, tuple[datetime, int]] = {}
+        self._lock = threading.Lock()
+
+    def down_until(self, host_id: int) -> datetime | None:
+        with self._lock:
+            found = self._down.get(host_id)
+        return found[0] if found is not None and found[0] > self.clock() else None
+
+    def failed(self, host_id: int) -> datetime:
+        with self._lock:
+            _, failures = self._down.get(host_id, (self.clock(), 0))
+            failures += 1
+            until = self.clock() + timedelta(seconds=HOST_BACKOFF.backoff(min(failures, 20)))
+            self._down[host_id] = (until, failures)
+        log.warning("host cluster %d: unreachable (%d in a row); backing off until %s",
+                    host_id, failures, until.isoformat())
+        return until
+
+    def reached(self, host_id: int) -> None:
+        with self._lock:
+            if self._down.pop(host_id, None) is not None:
+                log.info("host cluster %d: reachable again", host_id)
 
 
 class ClusterReconciler:
@@ -143,15 +194,24 @@ class ClusterReconciler:
         self.concurrency = 1 if single else concurrency or settings.worker_concurrency
         self._gate: AbstractContextManager[Any] = threading.Lock() if shared else nullcontext()
         self.list_cache = list_cache
-        self._cache: ListCache | None = None
         self._cache_lock = threading.Lock()
-        # Objects already ensured during this pass (shared queues, the queue guard), and a
-        # lock per object so that threads sharing one apply it once.
-        self.ensured: dict[ObjectRef, Manifest] = {}
-        self._ensuring: dict[ObjectRef, threading.Lock] = {}
+        self._caches: dict[int, ListCache] = {}
+        # Objects already ensured during a host's pass (shared queues, the queue guard), by
+        # host, and a lock per object so that threads sharing one apply it once.
+        self.ensured: dict[int, dict[ObjectRef, Manifest]] = {}
+        self._ensuring: dict[tuple[int, ObjectRef], threading.Lock] = {}
         self._ensuring_lock = threading.Lock()
-        # The leases this pass holds, renewed by their heartbeat; set while a pass runs.
+        # The leases each host's pass holds, renewed by their heartbeat; the last one begun
+        # as ``leases`` (one host: the pass's).
         self.leases: HeldLeases | None = None
+        self._leases_of: dict[int, HeldLeases] = {}
+        self._leases_lock = threading.Lock()
+        self.hosts = HostReachability(clock)
+        # Threaded: one pass per host at a time, each in its own thread, so that a host that
+        # answers slowly (or not at all) holds up only its own clusters.
+        self._loops: dict[int, threading.Thread] = {}
+        self._finished = 0
+        self._loops_lock = threading.Lock()
 
     @property
     def lease(self) -> timedelta:
@@ -162,31 +222,84 @@ class ClusterReconciler:
         with self._gate, self.database.transaction() as db:
             yield db
 
-    def cache(self) -> ListCache | None:
-        """The list cache over the host, when there is a host and the cache is on."""
-        host = self.connector.host()
-        if not self.list_cache or host is None:
+    def cache(self, host_id: int, port: KubePort) -> ListCache | None:
+        """The list cache over one host, when the cache is on."""
+        if not self.list_cache:
             return None
         with self._cache_lock:
-            if self._cache is None or self._cache.port is not host:
-                self._cache = ListCache(host, CACHED_KINDS, manifests.labels.managed(),
-                                        max_age_seconds=CACHE_SECONDS,
-                                        clock=lambda: self.clock().timestamp())
-            return self._cache
+            found = self._caches.get(host_id)
+            if found is None or found.port is not port:
+                found = ListCache(port, CACHED_KINDS, manifests.labels.managed(),
+                                  max_age_seconds=CACHE_SECONDS,
+                                  clock=lambda: self.clock().timestamp())
+                self._caches[host_id] = found
+            return found
+
+    def target(self, db: Session, host_id: int) -> HostTarget | None:
+        """How the connector reaches the host; None when the portal has no way to."""
+        row = hosts_repository.host_by_id(db, host_id)
+        return hosts_service.target_for(row, self.settings) if row is not None else None
+
+    def port(self, target: HostTarget | None) -> KubePort | None:
+        return for_host(self.connector, target) if target is not None else None
+
+    def installer_for(self, target: HostTarget | None) -> Installer:
+        """The installer against the cluster's own host (helm: the host's stored kubeconfig,
+        else the environment's), when it can tell hosts apart."""
+        per_host = getattr(self.installer, "for_host", None)
+        if target is None or per_host is None:
+            return self.installer
+        installer: Installer = per_host(target)
+        return installer
 
     def run_due(self, worker_id: str) -> int:
-        """Claims due clusters and reconciles them, up to ``concurrency`` at once, until none
-        is due, ``batch`` were handled or ``pass_seconds`` have passed."""
-        self.ensured, self._ensuring = {}, {}
-        heartbeat = self.lease.total_seconds() / 3
-        with HeldLeases(self.renew_leases, heartbeat, name="clusters") as leases:
-            self.leases = leases
-            try:
-                return self._pass(worker_id, leases)
-            finally:
-                self.leases = None
+        """Claims due clusters and reconciles them, host by host: up to ``concurrency`` at
+        once on each host, until none is due there, ``batch`` were handled or ``pass_seconds``
+        have passed. Threaded, each host's pass runs in a thread of its own and this returns
+        after at most ``pass_seconds``, the passes still running on slow hosts going on."""
+        hosts = self._due_hosts()
+        if self.concurrency == 1:
+            return sum(self._host_pass(worker_id, host) for host in hosts)
+        deadline = time.monotonic() + self.pass_seconds
+        with self._loops_lock:
+            for host in hosts:
+                loop = self._loops.get(host)
+                if loop is None or not loop.is_alive():
+                    loop = threading.Thread(target=self._host_loop, args=(worker_id, host),
+                                            name=f"clusters-host-{host}", daemon=True)
+                    self._loops[host] = loop
+                    loop.start()
+            running = list(self._loops.values())
+        for loop in running:
+            loop.join(max(0.0, deadline - time.monotonic()))
+        with self._loops_lock:
+            handled, self._finished = self._finished, 0
+        return handled
 
-    def _pass(self, worker_id: str, leases: HeldLeases) -> int:
+    def _due_hosts(self) -> list[int]:
+        with self.transaction() as db:
+            return repository.hosts_with_due_clusters(db, self.clock())
+
+    def _host_loop(self, worker_id: str, host_id: int) -> None:
+        try:
+            handled = self._host_pass(worker_id, host_id)
+        except Exception:
+            log.exception("host cluster %d: pass failed", host_id)
+            handled = 0
+        with self._loops_lock:
+            self._finished += handled
+
+    def _host_pass(self, worker_id: str, host_id: int) -> int:
+        self.ensured[host_id] = {}
+        with self._ensuring_lock:
+            self._ensuring = {key: lock for key, lock in self._ensuring.items()
+                              if key[0] != host_id}
+        heartbeat = self.lease.total_seconds() / 3
+        with HeldLeases(self.renew_leases, heartbeat, name=f"clusters-{host_id}") as leases:
+            self.leases = leases
+            return self._pass(worker_id, host_id, leases)
+
+    def _pass(self, worker_id: str, host_id: int, leases: HeldLeases) -> int:
         started = time.monotonic()
         handled = 0
         with _Runner(self.concurrency) as runner:
@@ -194,7 +307,8 @@ class ClusterReconciler:
                 if runner.free() == 0:
                     runner.wait_one()
                     continue
-                claimed = self._claim(worker_id, min(runner.free(), self.batch - handled))
+                claimed = self._claim(worker_id, host_id,
+                                      min(runner.free(), self.batch - handled))
                 if not claimed:
                     if not runner.busy():
                         break
@@ -202,17 +316,20 @@ class ClusterReconciler:
                     continue
                 for cluster_id, token in claimed:
                     leases.add(cluster_id, token)
+                    with self._leases_lock:
+                        self._leases_of[cluster_id] = leases
                     runner.submit(self._reconcile_held, cluster_id, token)
                 handled += len(claimed)
         return handled
 
-    def _claim(self, worker_id: str, limit: int) -> list[tuple[int, str]]:
+    def _claim(self, worker_id: str, host_id: int, limit: int) -> list[tuple[int, str]]:
         # Each claim gets its own token: a later claim of the same cluster, even by this
         # worker, fences off whoever still works on the earlier one.
         token = f"{worker_id[:90]}/{secrets.token_hex(4)}"
         now = self.clock()
         with self.transaction() as db:
-            claimed = repository.claim_due(db, token, now, now + self.lease, limit)
+            claimed = repository.claim_due(db, token, now, now + self.lease, limit,
+                                           host_cluster_id=host_id)
         return [(cluster_id, token) for cluster_id in claimed]
 
     def renew_leases(self, held: Mapping[int, str]) -> set[int]:
@@ -229,25 +346,32 @@ class ClusterReconciler:
             # cluster is due again.
             log.exception("cluster %d: reconcile failed", cluster_id)
         finally:
-            if self.leases is not None:
-                self.leases.release(cluster_id)
+            self.stop_renewing(cluster_id)
+            with self._leases_lock:
+                self._leases_of.pop(cluster_id, None)
 
     @contextmanager
-    def ensuring(self, ref: ObjectRef) -> Iterator[None]:
+    def ensuring(self, host_id: int, ref: ObjectRef) -> Iterator[None]:
         """One thread at a time ensures an object."""
         with self._ensuring_lock:
-            lock = self._ensuring.setdefault(ref, threading.Lock())
+            lock = self._ensuring.setdefault((host_id, ref), threading.Lock())
         with lock:
             yield
+
+    def _leases_for(self, cluster_id: int) -> HeldLeases | None:
+        with self._leases_lock:
+            return self._leases_of.get(cluster_id)
 
     def stop_renewing(self, cluster_id: int) -> None:
         """The run is about to end the lease (or delete the row): the heartbeat lets go first,
         so that it never mistakes the ended lease for one another worker took."""
-        if self.leases is not None:
-            self.leases.release(cluster_id)
+        leases = self._leases_for(cluster_id)
+        if leases is not None:
+            leases.release(cluster_id)
 
     def lease_lost(self, cluster_id: int) -> bool:
-        return self.leases is not None and self.leases.lost(cluster_id)
+        leases = self._leases_for(cluster_id)
+        return leases is not None and leases.lost(cluster_id)
 
     def reconcile(self, cluster_id: int, worker_id: str) -> None:
         """One pass over a cluster whose lease ``worker_id`` (the claim's token) holds."""
@@ -256,6 +380,8 @@ class ClusterReconciler:
             if cluster is None or cluster.lease_owner != worker_id:
                 return
             state = (cluster.failed_attempts, cluster.observed_generation)
+            host_id = cluster.host_cluster_id
+            target = self.target(db, host_id)
             try:
                 wanted = desired.load(db, cluster, self.settings)
             except ValueError as error:
@@ -265,7 +391,9 @@ class ClusterReconciler:
             if wanted is None:
                 _InvalidSpec(self, cluster_id, worker_id, *invalid).run()
             else:
-                ClusterRun(self, wanted, worker_id, *state).run()
+                where = _Host(host_id, target.name if target else f"#{host_id}",
+                              self.port(target), self.installer_for(target))
+                ClusterRun(self, wanted, worker_id, *state, where).run()
         except LeaseLost:
             log.warning("cluster %d: lease lost to another worker; stopping", cluster_id)
 
@@ -274,8 +402,9 @@ class ClusterRun:
     """One reconcile of one cluster: the steps, the conditions written as they change."""
 
     def __init__(self, owner: ClusterReconciler, wanted: DesiredCluster, worker_id: str,
-                 failed_attempts: int, observed_generation: int) -> None:
+                 failed_attempts: int, observed_generation: int, where: _Host) -> None:
         self.owner = owner
+        self.where = where
         self.wanted = wanted
         self.worker_id = worker_id
         self.failed_attempts = failed_attempts
@@ -296,20 +425,45 @@ class ClusterRun:
 
     @property
     def host(self) -> KubePort:
-        host = self.owner.connector.host()
-        assert host is not None
-        return host
+        assert self.where.port is not None
+        return self.where.port
 
     def run(self) -> None:
-        if self.wanted.deleting:
+        down_until = self.owner.hosts.down_until(self.where.id)
+        if self.where.port is None:
+            outcome = self._no_host()
+        elif down_until is not None:
+            # The host failed moments ago: no call to it until its backoff ends.
+            outcome = self._unreachable(down_until)
+        elif self.wanted.deleting:
             outcome = self._delete()
-        elif self.owner.connector.host() is None:
-            self._set(cond.READY, False, "HostClusterNotConfigured", NO_HOST_MESSAGE)
-            outcome = Outcome(next_in=self.owner.settings.worker_resync_seconds)
         else:
             outcome = self._provision()
+        if outcome.reached:
+            self.owner.hosts.reached(self.where.id)
+            if cond.find(self.conditions, cond.HOST_REACHABLE) is not None:
+                self._set(cond.HOST_REACHABLE, True, "HostReachable",
+                          f"host cluster {self.where.name} answers")
         if not outcome.deleted:
             self._finish(outcome)
+
+    def _no_host(self) -> Outcome:
+        if self.wanted.deleting:
+            return self._delete()
+        self._set(cond.READY, False, "HostClusterNotConfigured", NO_HOST_MESSAGE)
+        return Outcome(next_in=self.owner.settings.worker_resync_seconds, reached=False)
+
+    def _unreachable(self, until: datetime, error: KubeError | None = None) -> Outcome:
+        """The host does not answer: every condition stays as last known, HostReachable says
+        why, nothing is deleted; the cluster is looked at again when the host's backoff ends."""
+        self.conditions = list(self.wanted.conditions)
+        self.unsaved = None
+        detail = f": {error.message}" if error is not None else ""
+        self._set(cond.HOST_REACHABLE, False, cond.HOST_UNREACHABLE,
+                  f"host cluster {self.where.name} cannot be reached{detail}; the cluster "
+                  "keeps its last known state and is checked again when the host answers")
+        wait = max((until - self.owner.clock()).total_seconds(), self.owner.wait_seconds)
+        return Outcome(next_in=wait, failed=error is not None, reached=False)
 
     # ----- provisioning
 
@@ -366,11 +520,12 @@ class ClusterRun:
     def _ensure(self, objects: list[Manifest]) -> list[Manifest]:
         """Apply what is missing or differs; the live objects it read or wrote."""
         seen = []
-        cache = self.owner.cache()
+        cache = self.owner.cache(self.where.id, self.host)
+        ensured = self.owner.ensured.setdefault(self.where.id, {})
         for obj in objects:
             ref = ObjectRef.of(obj)
-            with self.owner.ensuring(ref):
-                if self.owner.ensured.get(ref) == obj:
+            with self.owner.ensuring(self.where.id, ref):
+                if ensured.get(ref) == obj:
                     continue
                 live = self._read(ref, cache) if self.steady else None
                 if not self.steady or quantities.drifted(live, obj):
@@ -379,7 +534,7 @@ class ClusterRun:
                     live = self.host.apply(obj, force=True)
                     if cache is not None:
                         cache.stored(live)
-                self.owner.ensured[ref] = obj
+                ensured[ref] = obj
             if live is not None:
                 seen.append(live)
         return seen
@@ -412,7 +567,7 @@ class ClusterRun:
         # so far meanwhile.
         self._check_lease()
         self._save_conditions()
-        self.owner.installer.install(self.wanted.release, self.wanted.namespace,
+        self.where.installer.install(self.wanted.release, self.wanted.namespace,
                                      self.wanted.values_yaml())
         self._check_lease()
         self.secret = self._kubeconfig_secret()
@@ -498,7 +653,7 @@ class ClusterRun:
         assert self.kubeconfig is not None
         self._check_lease()
         self._save_conditions()
-        self.owner.installer.install_addon(addon, self.kubeconfig)
+        self.where.installer.install_addon(addon, self.kubeconfig)
         self._check_lease()
         self._set(type_, True, "Installed", message)
 
@@ -506,7 +661,7 @@ class ClusterRun:
         assert self.kubeconfig is not None
         self._check_lease()
         self._save_conditions()
-        self.owner.installer.uninstall_addon(name, self.kubeconfig)
+        self.where.installer.uninstall_addon(name, self.kubeconfig)
         self._check_lease()
         self.conditions = cond.remove_condition(self.conditions, cond.addon_type(name))
         self.unsaved = self.owner.clock()
@@ -541,7 +696,7 @@ class ClusterRun:
     def _delete(self) -> Outcome:
         with self.owner.transaction() as db:
             events.cluster_deleting.fire(db, events.ClusterDeleting(self.wanted.cluster_id, ACTOR))
-        if self.owner.connector.host() is None:
+        if self.where.port is None:
             if any(cond.find(self.wanted.conditions, t) for t in cond.STEP_TYPES):
                 self._set(cond.READY, False, "HostClusterNotConfigured",
                           "cannot remove what was applied while no host cluster is configured")
@@ -559,9 +714,10 @@ class ClusterRun:
     def _take_down(self) -> bool:
         """Uninstall, then delete what the portal made; True once the namespace is gone."""
         spec, namespace = self.wanted.spec, self.wanted.namespace
+        self.host.get("v1", "Namespace", namespace)  # the host answers, before helm is run
         self._check_lease()
         self._save_conditions()
-        self.owner.installer.uninstall(self.wanted.release, namespace)
+        self.where.installer.uninstall(self.wanted.release, namespace)
         self._check_lease()
         queue_version = manifests.labels.KAI_API_VERSION
         doomed = [ObjectRef("v1", "Namespace", namespace),
@@ -570,7 +726,7 @@ class ClusterRun:
         if self.wanted.last_of_tenant:
             doomed.append(ObjectRef(queue_version, "Queue",
                                     manifests.tenant_queue_name(spec.tenant)))
-        cache = self.owner.cache()
+        cache = self.owner.cache(self.where.id, self.host)
         for ref in doomed:
             self.host.delete(ref.api_version, ref.kind, ref.name, ref.namespace)
             if cache is not None:
@@ -593,6 +749,8 @@ class ClusterRun:
     # ----- conditions, failures and the lease
 
     def _failed(self, type_: str, error: Exception) -> Outcome:
+        if isinstance(error, TransientKubeError) and error.reason in UNREACHABLE_REASONS:
+            return self._unreachable(self.owner.hosts.failed(self.where.id), error)
         reason, message, permanent, delay = _classify(error)
         self._set(type_, False, reason, message)
         if type_ != cond.READY:

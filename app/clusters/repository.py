@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     BindParameter,
+    ColumnElement,
     CursorResult,
     Integer,
     Select,
@@ -23,8 +25,9 @@ from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
 from app.concurrency import lock_row
-from app.hosts.service import host_for_new_cluster
-from app.nodes.models import GpuClass
+from app.hosts.models import HostCluster
+from app.hosts.repository import ensure_default_host
+from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.pagination import KeysetPage, PageParams
 from app.quotas.models import TenantQuota
 from app.tenants.models import GroupMapping
@@ -41,15 +44,18 @@ LISTED_COLUMNS = (
     VirtualCluster.pod_security, VirtualCluster.user_namespaces, VirtualCluster.generation,
     VirtualCluster.observed_generation, VirtualCluster.over_quota,
     VirtualCluster.deletion_requested_at, VirtualCluster.endpoint, VirtualCluster.conditions,
-    VirtualCluster.created_at, VirtualCluster.updated_at,
+    VirtualCluster.created_at, VirtualCluster.updated_at, VirtualCluster.placement_reason,
 )
 
 
 def listed_rows_query(tenant_id: int | BindParameter[int]) -> Select[*tuple[Any, ...]]:
     """What a cluster list shows, as plain columns (no entities to build): a page in one
-    statement, the GPU class's product joined as ``product``."""
-    return (select(*LISTED_COLUMNS, GpuClass.product)
+    statement, the GPU class's product joined as ``product``, the host's name and region as
+    ``host_name`` and ``host_region``."""
+    return (select(*LISTED_COLUMNS, GpuClass.product, HostCluster.name.label("host_name"),
+                   HostCluster.region.label("host_region"))
             .outerjoin(GpuClass, GpuClass.id == VirtualCluster.gpu_class_id)
+            .join(HostCluster, HostCluster.id == VirtualCluster.host_cluster_id)
             .where(VirtualCluster.tenant_id == tenant_id))
 
 
@@ -71,39 +77,152 @@ def lock_cluster(db: Session, cluster_id: int) -> VirtualCluster | None:
     return lock_row(db, VirtualCluster, cluster_id)
 
 
-def lock_quota(db: Session, tenant_id: int, gpu_class_id: int) -> TenantQuota | None:
-    """The tenant's quota row of a class, locked: creates and resizes of a class queue here."""
+def lock_quota(db: Session, tenant_id: int, gpu_class_id: int,
+               region: str) -> TenantQuota | None:
+    """The tenant's quota row of a class in a region, locked: creates and resizes of a class
+    in a region queue here."""
     quota_id = db.scalar(select(TenantQuota.id).where(
-        TenantQuota.tenant_id == tenant_id, TenantQuota.gpu_class_id == gpu_class_id))
+        TenantQuota.tenant_id == tenant_id, TenantQuota.gpu_class_id == gpu_class_id,
+        TenantQuota.region == region))
     return lock_row(db, TenantQuota, quota_id) if quota_id is not None else None
 
 
-def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int, *,
-                   placement: str | None = None, excluding: int | None = None) -> int:
-    """GPUs of a class held by the tenant's clusters, those being deleted included."""
+def in_region(region: str) -> ColumnElement[bool]:
+    """The cluster is on a host of ``region``."""
+    return VirtualCluster.host_cluster_id.in_(
+        select(HostCluster.id).where(HostCluster.region == region))
+
+
+def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int, region: str, *,
+                   placement: str | None = None, excluding: int | None = None,
+                   host_cluster_id: int | None = None) -> int:
+    """GPUs of a class held by the tenant's clusters in a region (on one host of it, if
+    given), those being deleted included."""
     query = select(func.coalesce(func.sum(VirtualCluster.gpus), 0)).where(
-        VirtualCluster.tenant_id == tenant_id, VirtualCluster.gpu_class_id == gpu_class_id)
+        VirtualCluster.tenant_id == tenant_id, VirtualCluster.gpu_class_id == gpu_class_id,
+        in_region(region))
     if placement is not None:
         query = query.where(VirtualCluster.placement == placement)
     if excluding is not None:
         query = query.where(VirtualCluster.id != excluding)
+    if host_cluster_id is not None:
+        query = query.where(VirtualCluster.host_cluster_id == host_cluster_id)
     return int(db.scalar(query) or 0)
 
 
-def clusters_with_gpus(db: Session, tenant_id: int, gpu_class_id: int) -> list[VirtualCluster]:
+def clusters_with_gpus(db: Session, tenant_id: int, gpu_class_id: int,
+                       region: str) -> list[VirtualCluster]:
     query = clusters_query(tenant_id).where(VirtualCluster.gpu_class_id == gpu_class_id,
-                                            VirtualCluster.gpus > 0)
+                                            VirtualCluster.gpus > 0, in_region(region))
     return list(db.scalars(query.order_by(VirtualCluster.id)))
 
 
-def over_quota_clusters(db: Session, tenant_id: int, gpu_class_id: int) -> list[VirtualCluster]:
+def over_quota_clusters(db: Session, tenant_id: int, gpu_class_id: int,
+                        region: str) -> list[VirtualCluster]:
     query = clusters_query(tenant_id).where(VirtualCluster.gpu_class_id == gpu_class_id,
-                                            VirtualCluster.over_quota.is_(True))
+                                            VirtualCluster.over_quota.is_(True),
+                                            in_region(region))
     return list(db.scalars(query.order_by(VirtualCluster.id)))
 
 
-def tenant_quotas(db: Session, tenant_id: int) -> list[TenantQuota]:
-    return list(db.scalars(select(TenantQuota).where(TenantQuota.tenant_id == tenant_id)))
+def tenant_quotas(db: Session, tenant_id: int, region: str | None = None) -> list[TenantQuota]:
+    query = select(TenantQuota).where(TenantQuota.tenant_id == tenant_id)
+    if region is not None:
+        query = query.where(TenantQuota.region == region)
+    return list(db.scalars(query.order_by(TenantQuota.id)))
+
+
+def quota_room(db: Session, tenant_id: int, gpu_class_id: int,
+               excluding: int | None = None) -> dict[str, int]:
+    """region -> GPUs of the class the tenant's quota there still has room for."""
+    return {quota.region: quota.gpus - allocated_gpus(db, tenant_id, gpu_class_id, quota.region,
+                                                      excluding=excluding)
+            for quota in tenant_quotas(db, tenant_id)
+            if quota.gpu_class_id == gpu_class_id}
+
+
+# ----- what placement sees of each host
+
+
+@dataclass(frozen=True)
+class HostRow:
+    id: int
+    name: str
+    region: str
+    state: str
+    has_credentials: bool  # stored ones, or the environment's (the default host)
+    answers: bool | None  # its last health check; None: never checked
+
+
+def host_rows(db: Session) -> list[HostRow]:
+    """Every registered host cluster, by name, as placement sees it."""
+    rows = db.execute(select(HostCluster.id, HostCluster.name, HostCluster.region,
+                             HostCluster.state, HostCluster.is_default,
+                             HostCluster.credentials_encrypted.is_not(None),
+                             HostCluster.health_reachable).order_by(HostCluster.name))
+    return [HostRow(row[0], row[1], row[2], str(row[3]), bool(row[4] or row[5]), row[6])
+            for row in rows]
+
+
+def class_gpus_per_host(db: Session) -> dict[tuple[int, int], tuple[int, int]]:
+    """(host, class) -> (GPUs on live nodes, of those on nodes dedicated to a tenant)."""
+    dedicated = case((NodeAssignment.id.is_not(None), Node.gpu_count), else_=0)
+    rows = db.execute(
+        select(Node.host_cluster_id, Node.gpu_class_id, func.sum(Node.gpu_count),
+               func.sum(dedicated))
+        .outerjoin(NodeAssignment, (NodeAssignment.node_id == Node.id)
+                   & NodeAssignment.ended_at.is_(None))
+        .where(Node.gone_at.is_(None), Node.gpu_class_id.is_not(None))
+        .group_by(Node.host_cluster_id, Node.gpu_class_id))
+    return {(row[0], row[1] or 0): (int(row[2] or 0), int(row[3] or 0)) for row in rows}
+
+
+def shared_gpus_per_host(db: Session) -> dict[tuple[int, int], int]:
+    """(host, class) -> GPUs held by shared-pool clusters there."""
+    rows = db.execute(
+        select(VirtualCluster.host_cluster_id, VirtualCluster.gpu_class_id,
+               func.sum(VirtualCluster.gpus))
+        .where(VirtualCluster.gpu_class_id.is_not(None),
+               VirtualCluster.placement == "shared-pool")
+        .group_by(VirtualCluster.host_cluster_id, VirtualCluster.gpu_class_id))
+    return {(row[0], row[1] or 0): int(row[2] or 0) for row in rows}
+
+
+def tenant_node_gpus(db: Session, tenant_id: int, gpu_class_id: int, *,
+                     host_cluster_id: int | None = None) -> dict[int, int]:
+    """host -> GPUs of the class on live nodes dedicated to the tenant there."""
+    query = (select(Node.host_cluster_id, func.sum(Node.gpu_count))
+             .join(NodeAssignment, (NodeAssignment.node_id == Node.id)
+                   & NodeAssignment.ended_at.is_(None))
+             .where(NodeAssignment.tenant_id == tenant_id, Node.gpu_class_id == gpu_class_id,
+                    Node.gone_at.is_(None))
+             .group_by(Node.host_cluster_id))
+    if host_cluster_id is not None:
+        query = query.where(Node.host_cluster_id == host_cluster_id)
+    return {row[0]: int(row[1] or 0) for row in db.execute(query)}
+
+
+def tenant_dedicated_held(db: Session, tenant_id: int, gpu_class_id: int,
+                          excluding: int | None = None) -> dict[int, int]:
+    """host -> GPUs of the class held by the tenant's dedicated-nodes clusters there."""
+    query = (select(VirtualCluster.host_cluster_id, func.sum(VirtualCluster.gpus))
+             .where(VirtualCluster.tenant_id == tenant_id,
+                    VirtualCluster.gpu_class_id == gpu_class_id,
+                    VirtualCluster.placement == "dedicated-nodes")
+             .group_by(VirtualCluster.host_cluster_id))
+    if excluding is not None:
+        query = query.where(VirtualCluster.id != excluding)
+    return {row[0]: int(row[1] or 0) for row in db.execute(query)}
+
+
+def host_cluster(db: Session, host_cluster_id: int) -> HostCluster | None:
+    return db.get(HostCluster, host_cluster_id)
+
+
+def ensure_a_host(db: Session) -> None:
+    """A database that has no host yet (built without migrations) gets the environment's."""
+    if db.scalar(select(HostCluster.id).limit(1)) is None:
+        ensure_default_host(db)
 
 
 def group_roles(db: Session, tenant_id: int) -> list[tuple[str, str]]:
@@ -119,16 +238,13 @@ def class_products(db: Session, class_ids: list[int]) -> dict[int, str]:
     return dict(rows.all())
 
 
-def other_clusters_exist(db: Session, tenant_id: int, cluster_id: int) -> bool:
+def other_clusters_exist(db: Session, tenant_id: int, cluster_id: int,
+                         host_cluster_id: int) -> bool:
+    """Whether the tenant has other clusters on the host (its queue there stays for them)."""
     query = select(VirtualCluster.id).where(
-        VirtualCluster.tenant_id == tenant_id, VirtualCluster.id != cluster_id).limit(1)
+        VirtualCluster.tenant_id == tenant_id, VirtualCluster.id != cluster_id,
+        VirtualCluster.host_cluster_id == host_cluster_id).limit(1)
     return db.scalar(query) is not None
-
-
-def default_host_cluster_id(db: Session) -> int:
-    """The host cluster new virtual clusters go to: not a cordoned or draining one (409 when
-    none is open); the default host is made on first use."""
-    return host_for_new_cluster(db).id
 
 
 def delete_cluster_row(db: Session, cluster_id: int) -> None:
@@ -143,8 +259,17 @@ def make_all_due(db: Session, now: datetime) -> None:
     db.execute(update(VirtualCluster).values(next_reconcile_at=now))
 
 
+def hosts_with_due_clusters(db: Session, now: datetime) -> list[int]:
+    """The hosts that have clusters due and free to claim, by id."""
+    free = (VirtualCluster.lease_expires_at.is_(None)) | (VirtualCluster.lease_expires_at < now)
+    query = (select(VirtualCluster.host_cluster_id).distinct()
+             .where(VirtualCluster.next_reconcile_at <= now, free)
+             .order_by(VirtualCluster.host_cluster_id))
+    return list(db.scalars(query))
+
+
 def claim_due(db: Session, worker_id: str, now: datetime, lease_until: datetime,
-              limit: int) -> list[int]:
+              limit: int, host_cluster_id: int | None = None) -> list[int]:
     """Takes the lease on up to ``limit`` due clusters that no live lease holds.
 
     PostgreSQL: the candidates are locked with SKIP LOCKED, so parallel workers take disjoint
@@ -152,12 +277,15 @@ def claim_due(db: Session, worker_id: str, now: datetime, lease_until: datetime,
     the lease, so a row is never taken twice. ``next_reconcile_at`` moves to the lease's end:
     if this worker dies, the cluster is due again exactly when its lease runs out.
     ``worker_id`` is the lease's token: give each claim its own, so that writes fenced on it
-    (``update_held``, ``renew_leases``) fail once the cluster has been claimed again.
+    (``update_held``, ``renew_leases``) fail once the cluster has been claimed again. With
+    ``host_cluster_id``, only clusters on that host: work is partitioned per host.
     """
     free = (VirtualCluster.lease_expires_at.is_(None)) | (VirtualCluster.lease_expires_at < now)
     candidates = (select(VirtualCluster.id)
                   .where(VirtualCluster.next_reconcile_at <= now, free)
                   .order_by(VirtualCluster.next_reconcile_at, VirtualCluster.id).limit(limit))
+    if host_cluster_id is not None:
+        candidates = candidates.where(VirtualCluster.host_cluster_id == host_cluster_id)
     if db.get_bind().dialect.name == "postgresql":
         candidates = candidates.with_for_update(skip_locked=True)
     statement = (

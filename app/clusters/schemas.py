@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from app.quotas.schemas import MAX_CPU_MILLICORES, MAX_GPUS, MAX_MEMORY_MIB
-from app.validation import MAX_ROW_ID, dns_label_problem
+from app.validation import MAX_ROW_ID, SingleLine, dns_label_problem
 
 # The column holds 40 characters; longer names would also crowd the derived host names.
 NAME_MAX = 40
@@ -24,6 +24,10 @@ class ClusterCreate(BaseModel):
         default=None, max_length=20, description="one of the operator's versions; default first"
     )
     placement: Placement = "shared-pool"
+    region: SingleLine | None = Field(
+        default=None, max_length=63,
+        description="the region of host clusters to run in; none or empty: the portal chooses "
+                    "a region where the tenant's quota of the class has room")
     gpu_class_id: StrictInt | None = Field(default=None, ge=1, le=MAX_ROW_ID)
     gpus: StrictInt = Field(default=0, ge=0, le=MAX_GPUS)
     cpu_millicores: StrictInt = Field(default=4000, ge=0, le=MAX_CPU_MILLICORES)
@@ -85,6 +89,9 @@ class ClusterOut(BaseModel):
     over_quota: bool
     deleting: bool
     endpoint: str
+    region: str = Field(description="the region of the host cluster the cluster runs on")
+    host_cluster: str = Field(description="the host cluster it runs on")
+    placement_reason: str = Field(description="why the portal placed it on that host")
     conditions: list[ConditionOut]
     created_at: datetime
     updated_at: datetime

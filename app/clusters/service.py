@@ -25,9 +25,10 @@ from app.auth.principal import Principal
 from app.authz import tenant_for
 from app.authz.scoping import Action
 from app.clusters import conditions as cond
-from app.clusters import desired, repository
+from app.clusters import desired, placement, repository
 from app.clusters.installer import HelmInstaller
 from app.clusters.models import VirtualCluster
+from app.clusters.placement import Placed, PlacementRequest, Unplaceable
 from app.clusters.schemas import (
     ClusterCreate,
     ClusterOut,
@@ -41,9 +42,9 @@ from app.config import Settings
 from app.db import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import dump_yaml
-from app.nodes import gpu_class_repository
 from app.nodes.models import GpuClass
 from app.pagination import Page, PageParams
+from app.quotas import regions
 from app.tenants.models import Tenant
 
 DEDICATED = "dedicated-nodes"
@@ -72,15 +73,19 @@ def cluster_outs(db: Session, clusters: Sequence[VirtualCluster]) -> list[Cluste
 
 def _cluster_out(db: Session, cluster: VirtualCluster, gpu_class: str | None) -> ClusterOut:
     tenant = db.get(Tenant, cluster.tenant_id)
-    assert tenant is not None
-    return ClusterOut.model_validate(cluster_fields(cluster, tenant.slug, gpu_class))
+    host = repository.host_cluster(db, cluster.host_cluster_id)
+    assert tenant is not None and host is not None
+    return ClusterOut.model_validate(cluster_fields(cluster, tenant.slug, gpu_class,
+                                                    host.name, host.region))
 
 
 _CONDITION_FIELDS = tuple(ConditionOut.model_fields)
 
 
-def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None) -> dict[str, Any]:
-    """``ClusterOut``'s fields, from a cluster or a row of its columns, as plain values."""
+def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None, host: str,
+                   region: str) -> dict[str, Any]:
+    """``ClusterOut``'s fields, from a cluster or a row of its columns, as plain values. The
+    host's name and region, never how the portal reaches it."""
     conditions = list(cluster.conditions or [])
     deleting = cluster.deletion_requested_at is not None
     return {
@@ -94,6 +99,7 @@ def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None) -> dict[str
         "observed_generation": cluster.observed_generation,
         "phase": cond.phase(conditions, deleting), "ready": cond.is_true(conditions, cond.READY),
         "over_quota": cluster.over_quota, "deleting": deleting, "endpoint": cluster.endpoint,
+        "region": region, "host_cluster": host, "placement_reason": cluster.placement_reason,
         "conditions": [{field: c[field] for field in _CONDITION_FIELDS} for c in conditions],
         "created_at": cluster.created_at, "updated_at": cluster.updated_at,
     }
@@ -110,7 +116,8 @@ def list_cluster_fields(db: Session, principal: Principal, slug: str,
     """A page of the tenant's clusters as ``ClusterOut`` fields, read as plain columns."""
     tenant = tenant_for(db, principal, slug)
     rows, cursor = repository.listed_page(db, tenant.id, params)
-    return [cluster_fields(row, tenant.slug, row.product) for row in rows], cursor
+    return [cluster_fields(row, tenant.slug, row.product, row.host_name, row.host_region)
+            for row in rows], cursor
 
 
 def get_cluster(db: Session, principal: Principal, slug: str, name: str) -> ClusterOut:
@@ -134,10 +141,12 @@ def tenant_to_create_in(db: Session, principal: Principal, slug: str) -> Tenant:
     return tenant_for(db, principal, slug, "manage")
 
 
-def check_create(db: Session, principal: Principal, settings: Settings, slug: str,
-                 payload: ClusterCreate, *, lock: bool = False,
-                 resolver: TemplateResolver | None = None) -> tuple[Tenant, ResolvedCreate | None]:
-    """Everything ``create_cluster`` checks; without ``lock`` it writes and locks nothing.
+def check_create(
+    db: Session, principal: Principal, settings: Settings, slug: str, payload: ClusterCreate,
+    *, lock: bool = False, resolver: TemplateResolver | None = None,
+) -> tuple[Tenant, ResolvedCreate | None, Placed]:
+    """Everything ``create_cluster`` checks, and the host placement picks; without ``lock`` it
+    writes and locks nothing.
 
     With a resolver, the payload is first made concrete by its template (which refuses a value
     the template fixes); the checks below then run on the concrete request.
@@ -151,20 +160,110 @@ def check_create(db: Session, principal: Principal, settings: Settings, slug: st
         raise _name_taken(payload.name)
     gpu_class = _gpu_class(db, payload.gpu_class_id, payload.gpus)
     _check_spec(db, settings, tenant, payload, gpu_class)
+    placed = _place(db, tenant, payload, gpu_class)
     if gpu_class is not None:
-        _check_quota(db, tenant, gpu_class, payload.placement, payload.gpus, lock=lock)
-    return tenant, resolved
+        _check_quota(db, tenant, gpu_class, placed.region, payload.placement, payload.gpus,
+                     lock=lock, host_cluster_id=placed.host_id)
+    return tenant, resolved, placed
+
+
+def region_choices(db: Session) -> list[str]:
+    """The regions a create form offers (none to pick while there is only one)."""
+    return [region for region in regions.fleet_regions(db) if region]
+
+
+def _place(db: Session, tenant: Tenant, payload: ClusterCreate,
+           gpu_class: GpuClass | None) -> Placed:
+    """The host placement picks for the request. Too little quota or too few dedicated GPUs
+    anywhere the request may go is the tenant's to fix (422 on gpus); any other refusal is a
+    409 naming each host's reasons."""
+    if payload.region:
+        regions.resolve(db, payload.region)  # 422 on a region no host is in
+    request = PlacementRequest(
+        placement=payload.placement, gpu_class_id=gpu_class.id if gpu_class else None,
+        gpu_class_name=gpu_class.display_name if gpu_class else "",
+        gpus=payload.gpus if gpu_class else 0, region=payload.region or None,
+        quota_free=repository.quota_room(db, tenant.id, gpu_class.id) if gpu_class else {})
+    hosts = host_facts(db, tenant.id, gpu_class)
+    if gpu_class is not None and request.gpus > 0:
+        _check_room(db, tenant, gpu_class, request, hosts)
+    result = placement.place(hosts, request)
+    if isinstance(result, Unplaceable):
+        raise NoHostFits(result)
+    return result
+
+
+def _check_room(db: Session, tenant: Tenant, gpu_class: GpuClass, request: PlacementRequest,
+                hosts: list[placement.HostFacts]) -> None:
+    """Quota, and for dedicated nodes the tenant's nodes, with room in some region the request
+    may go to (its own, or any)."""
+    allowed = ({request.region} if request.region is not None
+               else {h.region for h in hosts} | set(request.quota_free))
+    rooms = {region: request.quota_free.get(region, 0) for region in sorted(allowed)}
+    if max(rooms.values(), default=0) < request.gpus:
+        if len(rooms) == 1:
+            region = next(iter(rooms))
+            _check_quota(db, tenant, gpu_class, region, "shared-pool", request.gpus, lock=False,
+                         host_cluster_id=0)
+        listed = ", ".join(f"{r or '(none)'}: {max(g, 0)}" for r, g in rooms.items())
+        raise ValidationFailed.on_field(
+            "gpus", f"the tenant's {gpu_class.display_name} quota has room for fewer than "
+                    f"{request.gpus} GPUs in every region ({listed}); request more quota first")
+    if request.placement != DEDICATED:
+        return
+    candidates = [h for h in hosts if h.region in allowed]
+    free = max((h.tenant_node_gpus.get(gpu_class.id, 0) for h in candidates), default=0)
+    if free < request.gpus:
+        on_nodes = sum(repository.tenant_node_gpus(db, tenant.id, gpu_class.id).values())
+        raise ValidationFailed.on_field(
+            "gpus", f"{max(free, 0)} {gpu_class.display_name} GPUs are free on the nodes "
+                    f"dedicated to the tenant ({on_nodes} in all); ask a platform admin to "
+                    "assign nodes, or use the shared pool")
+
+
+def host_facts(db: Session, tenant_id: int,
+               gpu_class: GpuClass | None) -> list[placement.HostFacts]:
+    """What placement needs to know of every host: a handful of aggregate queries."""
+    repository.ensure_a_host(db)
+    on_nodes = repository.class_gpus_per_host(db)
+    shared = repository.shared_gpus_per_host(db)
+    tenant_nodes: dict[int, int] = {}
+    if gpu_class is not None:
+        held = repository.tenant_dedicated_held(db, tenant_id, gpu_class.id)
+        tenant_nodes = {host: gpus - held.get(host, 0) for host, gpus in
+                        repository.tenant_node_gpus(db, tenant_id, gpu_class.id).items()}
+    facts = []
+    for host in repository.host_rows(db):
+        classes = {c: total for (h, c), (total, _) in on_nodes.items() if h == host.id}
+        free = {c: total - dedicated - shared.get((h, c), 0)
+                for (h, c), (total, dedicated) in on_nodes.items() if h == host.id}
+        mine = {gpu_class.id: tenant_nodes.get(host.id, 0)} if gpu_class is not None else {}
+        facts.append(placement.HostFacts(host.id, host.name, host.region, host.state, classes,
+                                         free, mine, host.has_credentials, host.answers))
+    return facts
+
+
+class NoHostFits(Conflict):
+    """409: no host fits; the problem lists each host with its reasons."""
+
+    def __init__(self, result: Unplaceable) -> None:
+        super().__init__(result.message, errors=[{"field": "region", "message": result.message}])
+        self.hosts = [{"host": h.host_name, "region": h.region, "reasons": list(h.reasons)}
+                      for h in result.hosts]
+
+    def to_problem(self, instance: str, request_id: str) -> dict[str, Any]:
+        return {**super().to_problem(instance, request_id), "hosts": self.hosts}
 
 
 def create_cluster(db: Session, principal: Principal, settings: Settings, slug: str,
                    payload: ClusterCreate,
                    resolver: TemplateResolver | None = None) -> ClusterOut:
-    tenant, resolved = check_create(db, principal, settings, slug, payload, lock=True,
-                                    resolver=resolver)
+    tenant, resolved, placed = check_create(db, principal, settings, slug, payload, lock=True,
+                                            resolver=resolver)
     if resolved is not None:
         payload = resolved.payload
     cluster = VirtualCluster(
-        tenant_id=tenant.id, host_cluster_id=repository.default_host_cluster_id(db),
+        tenant_id=tenant.id, host_cluster_id=placed.host_id, placement_reason=placed.reason,
         name=payload.name,
         kubernetes_version=payload.kubernetes_version or settings.kubernetes_versions[0],
         placement=payload.placement, gpu_class_id=payload.gpu_class_id, gpus=payload.gpus,
@@ -178,7 +277,9 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
         addons=[a.as_json() for a in resolved.addons] if resolved else [],
     )
     insert_or_conflict(db, cluster, _name_taken(payload.name))
-    _record(db, principal, "virtual_cluster.create", cluster, None, _spec(cluster))
+    _record(db, principal, "virtual_cluster.create", cluster, None,
+            {**_spec(cluster), "host_cluster": placed.host_name, "region": placed.region,
+             "placement_reason": placed.reason})
     return cluster_out(db, cluster)
 
 
@@ -217,30 +318,35 @@ def _check_spec(db: Session, settings: Settings, tenant: Tenant, payload: Cluste
         raise ValidationFailed.on_field("name", str(error)) from error
 
 
-def _check_quota(db: Session, tenant: Tenant, gpu_class: GpuClass, placement: str, gpus: int,
-                 *, lock: bool, excluding: int | None = None) -> None:
+def _check_quota(db: Session, tenant: Tenant, gpu_class: GpuClass, region: str, placement: str,
+                 gpus: int, *, lock: bool, host_cluster_id: int,
+                 excluding: int | None = None) -> None:
+    """Under the lock of the quota row of the class in the region, what placement saw without
+    it: the quota's room there, and for dedicated nodes the tenant's nodes on the host."""
     if lock:
-        quota = repository.lock_quota(db, tenant.id, gpu_class.id)
+        quota = repository.lock_quota(db, tenant.id, gpu_class.id, region)
     else:
-        quota = next((q for q in repository.tenant_quotas(db, tenant.id)
+        quota = next((q for q in repository.tenant_quotas(db, tenant.id, region)
                       if q.gpu_class_id == gpu_class.id), None)
     if gpus == 0:
         return
     approved = quota.gpus if quota else 0
-    held = repository.allocated_gpus(db, tenant.id, gpu_class.id, excluding=excluding)
+    held = repository.allocated_gpus(db, tenant.id, gpu_class.id, region, excluding=excluding)
     if gpus > approved - held:
+        where = f" in region {region}" if region else ""
         raise ValidationFailed.on_field(
             "gpus", f"{max(approved - held, 0)} of the tenant's {approved} "
-                    f"{gpu_class.display_name} GPUs are free; request more quota first")
+                    f"{gpu_class.display_name} GPUs{where} are free; request more quota first")
     if placement == DEDICATED:
-        _check_dedicated(db, tenant, gpu_class, gpus, excluding)
+        _check_dedicated(db, tenant, gpu_class, gpus, host_cluster_id, excluding)
 
 
 def _check_dedicated(db: Session, tenant: Tenant, gpu_class: GpuClass, gpus: int,
-                     excluding: int | None) -> None:
-    on_nodes = gpu_class_repository.assigned_gpus(db, gpu_class.id, tenant.id)
-    held = repository.allocated_gpus(db, tenant.id, gpu_class.id, placement=DEDICATED,
-                                     excluding=excluding)
+                     host_cluster_id: int, excluding: int | None) -> None:
+    on_nodes = repository.tenant_node_gpus(db, tenant.id, gpu_class.id,
+                                           host_cluster_id=host_cluster_id).get(host_cluster_id, 0)
+    held = repository.tenant_dedicated_held(db, tenant.id, gpu_class.id,
+                                            excluding=excluding).get(host_cluster_id, 0)
     if gpus > on_nodes - held:
         raise ValidationFailed.on_field(
             "gpus", f"{max(on_nodes - held, 0)} {gpu_class.display_name} GPUs are free on the "
@@ -256,8 +362,9 @@ def resize_cluster(db: Session, principal: Principal, slug: str, name: str,
     tenant = tenant_for(db, principal, slug, "manage")
     found = cluster_for(db, principal, slug, name, "manage")
     gpu_class = db.get(GpuClass, found.gpu_class_id) if found.gpu_class_id else None
+    region = _region_of(db, found)
     if gpu_class is not None:
-        repository.lock_quota(db, tenant.id, gpu_class.id)
+        repository.lock_quota(db, tenant.id, gpu_class.id, region)
     cluster = repository.lock_cluster(db, found.id)
     if cluster is None:
         raise NotFound(f"no cluster {name!r} in tenant {slug!r}")
@@ -272,8 +379,8 @@ def resize_cluster(db: Session, principal: Principal, slug: str, name: str,
         raise ValidationFailed.on_field(
             "gpus", "this cluster was created without a GPU class; create one with GPUs")
     if gpu_class is not None and new_gpus > cluster.gpus:
-        _check_quota(db, tenant, gpu_class, cluster.placement, new_gpus, lock=False,
-                     excluding=cluster.id)
+        _check_quota(db, tenant, gpu_class, region, cluster.placement, new_gpus, lock=False,
+                     host_cluster_id=cluster.host_cluster_id, excluding=cluster.id)
     before = _spec(cluster)
     for key, value in wanted.items():
         setattr(cluster, key, value)
@@ -282,18 +389,24 @@ def resize_cluster(db: Session, principal: Principal, slug: str, name: str,
     db.flush()
     _record(db, principal, "virtual_cluster.resize", cluster, before, _spec(cluster))
     if gpu_class is not None:
-        _clear_over_quota(db, principal, tenant, gpu_class)
+        _clear_over_quota(db, principal, tenant, gpu_class, region)
     return cluster_out(db, cluster)
 
 
+def _region_of(db: Session, cluster: VirtualCluster) -> str:
+    host = repository.host_cluster(db, cluster.host_cluster_id)
+    return host.region if host is not None else ""
+
+
 def _clear_over_quota(db: Session, principal: Principal, tenant: Tenant,
-                      gpu_class: GpuClass) -> None:
+                      gpu_class: GpuClass, region: str) -> None:
     """Clusters flagged by quota expiry are back within quota once the tenant has shrunk."""
-    quota = next((q for q in repository.tenant_quotas(db, tenant.id)
+    quota = next((q for q in repository.tenant_quotas(db, tenant.id, region)
                   if q.gpu_class_id == gpu_class.id), None)
-    if repository.allocated_gpus(db, tenant.id, gpu_class.id) > (quota.gpus if quota else 0):
+    if repository.allocated_gpus(db, tenant.id, gpu_class.id, region) > (
+            quota.gpus if quota else 0):
         return
-    for flagged in repository.over_quota_clusters(db, tenant.id, gpu_class.id):
+    for flagged in repository.over_quota_clusters(db, tenant.id, gpu_class.id, region):
         flagged.over_quota = False
         _record(db, principal, "virtual_cluster.within_quota", flagged, {"over_quota": True},
                 {"over_quota": False})

@@ -43,17 +43,17 @@ router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
 AppSettings = Annotated[Settings, Depends(get_settings_dep)]
 Resolver = Annotated[TemplateResolver | None, Depends(template_resolver)]
 EVERYTHING = PageParams(limit=200)
-CREATE_FIELDS = ("name", "kubernetes_version", "placement", "gpu_class_id", "gpus",
+CREATE_FIELDS = ("name", "kubernetes_version", "placement", "region", "gpu_class_id", "gpus",
                  "cpu_millicores", "memory_mib", "template", "template_version")
 SIZE_FIELDS = ("gpus", "cpu_millicores", "memory_mib")
-POLLING_PHASES = ("Provisioning", "Deleting")
+POLLING_PHASES = ("Provisioning", "Deleting", "Unreachable")
 
 
 def _create_payload(fields: dict[str, str]) -> dict[str, Any]:
     payload = parse_form(fields, keys=CREATE_FIELDS,
                          integers=("gpu_class_id", "gpus", "cpu_millicores", "memory_mib",
                                    "template_version"))
-    for optional in ("kubernetes_version", "gpu_class_id", "placement", "template",
+    for optional in ("kubernetes_version", "gpu_class_id", "placement", "region", "template",
                      "template_version"):
         if payload.get(optional) in ("", None):
             payload.pop(optional, None)
@@ -65,6 +65,7 @@ def _form_context(request: Request, db: DbSession, settings: Settings, tenant: s
                   resolver: TemplateResolver | None) -> dict[str, Any]:
     choices = resolver.choices(db) if resolver is not None else []
     return {"tenant_slug": tenant, "classes": gpu_classes.all_classes(db),
+            "regions": service.region_choices(db),
             "versions": settings.kubernetes_versions, "form": fields, "errors": errors,
             "template_choices": choices, "chosen": _chosen(choices, fields.get("template"))}
 

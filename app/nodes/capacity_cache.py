@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
 from sqlalchemy.orm import Session
@@ -27,13 +28,16 @@ from app.nodes.gpu_class_schemas import Capacity
 
 MAX_AGE_SECONDS = 2.0
 
-_figures: WeakKeyDictionary[object, dict[int, tuple[float, Capacity]]] = WeakKeyDictionary()
+# Keyed by class id, or by (class id, region) for a class's figures in one region.
+K = TypeVar("K", bound=Hashable)
+Key = tuple[int, str | None]
+_figures: WeakKeyDictionary[object, dict[Any, tuple[float, Capacity]]] = WeakKeyDictionary()
 _summing = threading.Lock()
 
 
-def recent(db: Session, gpu_class_ids: Sequence[int],
-           compute: Callable[[Session, Sequence[int]], dict[int, Capacity]],
-           clock: Callable[[], float] = time.monotonic) -> dict[int, Capacity]:
+def recent(db: Session, gpu_class_ids: Sequence[K],
+           compute: Callable[[Session, Sequence[K]], dict[K, Capacity]],
+           clock: Callable[[], float] = time.monotonic) -> dict[K, Capacity]:
     """Each class's capacity as summed at most ``MAX_AGE_SECONDS`` ago, the rest summed now."""
     kept = _figures.setdefault(db.get_bind(), {})
     now = clock()

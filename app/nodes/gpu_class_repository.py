@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Integer, Select, and_, case, cast, func, select, true
 from sqlalchemy.orm import Session
 
+from app.hosts.models import HostCluster
 from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.quotas.models import TenantQuota
 
@@ -29,13 +30,15 @@ def total_gpus(db: Session, gpu_class_id: int) -> int:
     return int(db.scalar(query) or 0)
 
 
-def assigned_gpus(db: Session, gpu_class_id: int, tenant_id: int | None = None) -> int:
-    """GPUs on nodes of the class dedicated to a tenant (any tenant unless one is given)."""
+def assigned_gpus(db: Session, gpu_class_id: int, tenant_id: int | None = None,
+                  region: str | None = None) -> int:
+    """GPUs on nodes of the class dedicated to a tenant (any tenant unless one is given), on
+    the hosts of a region (any unless one is given)."""
     query = (
         select(func.coalesce(func.sum(Node.gpu_count), 0))
         .join(NodeAssignment, NodeAssignment.node_id == Node.id)
         .where(Node.gpu_class_id == gpu_class_id, Node.gone_at.is_(None),
-               NodeAssignment.ended_at.is_(None))
+               NodeAssignment.ended_at.is_(None), _in_region(region))
     )
     if tenant_id is not None:
         query = query.where(NodeAssignment.tenant_id == tenant_id)
@@ -62,55 +65,71 @@ class CapacityFigures:
     mig_resources: dict[str, int] = field(default_factory=dict)
 
 
-def capacity_figures(db: Session, class_ids: Sequence[int]) -> dict[int, CapacityFigures]:
-    """Capacity inputs of many classes in three aggregate queries, whatever the fleet's size."""
+def capacity_figures(db: Session, class_ids: Sequence[int],
+                     region: str | None = None) -> dict[int, CapacityFigures]:
+    """Capacity inputs of many classes in three aggregate queries, whatever the fleet's size:
+    over the whole fleet, or in one region (the nodes of its hosts, the quotas for it)."""
     figures = {class_id: CapacityFigures() for class_id in class_ids}
     if not figures:
         return figures
     ids = list(figures)
-    for class_id, total, not_ready, assigned in db.execute(_node_totals(ids)):
+    for class_id, total, not_ready, assigned in db.execute(_node_totals(ids, region)):
         row = figures[class_id]
         row.total, row.not_ready, row.assigned = int(total), int(not_ready), int(assigned)
-    for class_id, guaranteed, shared in db.execute(_quota_totals(ids)):
+    for class_id, guaranteed, shared in db.execute(_quota_totals(ids, region)):
         figures[class_id].guaranteed, figures[class_id].shared_guaranteed = (
             int(guaranteed), int(shared))
-    for class_id, name, count in db.execute(_mig_totals(db, ids)):
+    for class_id, name, count in db.execute(_mig_totals(db, ids, region)):
         figures[class_id].mig_resources[str(name)] = int(count)
     return figures
+
+
+def _in_region(region: str | None) -> ColumnElement[bool]:
+    if region is None:
+        return true()
+    return Node.host_cluster_id.in_(select(HostCluster.id).where(HostCluster.region == region))
 
 
 def _active_assignment() -> ColumnElement[bool]:
     return and_(NodeAssignment.node_id == Node.id, NodeAssignment.ended_at.is_(None))
 
 
-def _node_totals(class_ids: list[int]) -> Select[int | None, int, Any, Any]:
+def _node_totals(class_ids: list[int],
+                 region: str | None) -> Select[int | None, int, Any, Any]:
     """Whole GPUs on live nodes per class: all, on nodes not ready, on dedicated nodes."""
     not_ready = case((Node.ready.is_(False), Node.gpu_count), else_=0)
     dedicated = case((NodeAssignment.id.is_not(None), Node.gpu_count), else_=0)
     return (select(Node.gpu_class_id, func.sum(Node.gpu_count), func.sum(not_ready),
                    func.sum(dedicated))
             .outerjoin(NodeAssignment, _active_assignment())
-            .where(Node.gpu_class_id.in_(class_ids), Node.gone_at.is_(None))
+            .where(Node.gpu_class_id.in_(class_ids), Node.gone_at.is_(None), _in_region(region))
             .group_by(Node.gpu_class_id))
 
 
-def _quota_totals(class_ids: list[int]) -> Select[int, int, Any]:
-    """Per class: the tenants' quota, and the part of it their dedicated nodes do not cover."""
+def _quota_totals(class_ids: list[int], region: str | None) -> Select[int, int, Any]:
+    """Per class: the tenants' quota, and the part of it their dedicated nodes do not cover
+    (nodes cover the quota of their own host's region)."""
     dedicated = (select(NodeAssignment.tenant_id, Node.gpu_class_id,
+                        HostCluster.region.label("region"),
                         func.sum(Node.gpu_count).label("gpus"))
                  .join(Node, _active_assignment())
-                 .where(Node.gpu_class_id.in_(class_ids), Node.gone_at.is_(None))
-                 .group_by(NodeAssignment.tenant_id, Node.gpu_class_id).subquery())
+                 .join(HostCluster, HostCluster.id == Node.host_cluster_id)
+                 .where(Node.gpu_class_id.in_(class_ids), Node.gone_at.is_(None),
+                        _in_region(region))
+                 .group_by(NodeAssignment.tenant_id, Node.gpu_class_id, HostCluster.region)
+                 .subquery())
+    in_region = true() if region is None else TenantQuota.region == region
     on_nodes = func.coalesce(dedicated.c.gpus, 0)
     uncovered = case((TenantQuota.gpus > on_nodes, TenantQuota.gpus - on_nodes), else_=0)
     return (select(TenantQuota.gpu_class_id, func.sum(TenantQuota.gpus), func.sum(uncovered))
             .outerjoin(dedicated, and_(dedicated.c.tenant_id == TenantQuota.tenant_id,
-                                       dedicated.c.gpu_class_id == TenantQuota.gpu_class_id))
-            .where(TenantQuota.gpu_class_id.in_(class_ids))
+                                       dedicated.c.gpu_class_id == TenantQuota.gpu_class_id,
+                                       dedicated.c.region == TenantQuota.region))
+            .where(TenantQuota.gpu_class_id.in_(class_ids), in_region)
             .group_by(TenantQuota.gpu_class_id))
 
 
-def _mig_totals(db: Session, class_ids: list[int]) -> Select[Any]:
+def _mig_totals(db: Session, class_ids: list[int], region: str | None) -> Select[Any]:
     """MIG slices per class and profile, summed from the nodes' JSON in the database.
 
     Only nodes in a MIG mode carry slices, so the partial index on them keeps this small.
@@ -120,6 +139,6 @@ def _mig_totals(db: Session, class_ids: list[int]) -> Select[Any]:
     return (select(Node.gpu_class_id, slices.c.key, func.sum(cast(slices.c.value, Integer)))
             .select_from(Node).join(slices, true())
             .where(Node.gpu_class_id.in_(class_ids), Node.gone_at.is_(None),
-                   Node.mig_strategy != "none")
+                   Node.mig_strategy != "none", _in_region(region))
             .group_by(Node.gpu_class_id, slices.c.key)
             .order_by(Node.gpu_class_id, slices.c.key))

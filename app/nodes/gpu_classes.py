@@ -28,36 +28,47 @@ from app.nodes.gpu_class_schemas import Capacity, GpuClassCreate, GpuClassOut, G
 from app.nodes.models import GpuClass
 from app.pagination import Page, PageParams, paginate
 
-FiguresOf = Callable[[Session, Sequence[int]], dict[int, Capacity]]
+# (session, class ids, region or None for the whole fleet) -> capacity per class
+FiguresOf = Callable[[Session, Sequence[int], str | None], dict[int, Capacity]]
 
 
-def capacity(db: Session, gpu_class_id: int) -> Capacity:
-    return capacities(db, [gpu_class_id])[gpu_class_id]
+def capacity(db: Session, gpu_class_id: int, region: str | None = None) -> Capacity:
+    return capacities(db, [gpu_class_id], region)[gpu_class_id]
 
 
-def capacities(db: Session, gpu_class_ids: Sequence[int]) -> dict[int, Capacity]:
-    """The capacity of each class, summed in SQL: a constant number of queries for any fleet."""
+def capacities(db: Session, gpu_class_ids: Sequence[int],
+               region: str | None = None) -> dict[int, Capacity]:
+    """The capacity of each class, over the fleet or in one region (its hosts' nodes, its
+    quotas), summed in SQL: a constant number of queries for any fleet."""
     return {class_id: Capacity(
         total=f.total, assigned=f.assigned, guaranteed=f.guaranteed,
         shared_guaranteed=f.shared_guaranteed, free=f.total - f.assigned - f.shared_guaranteed,
         not_ready=f.not_ready, mig_resources=dict(sorted(f.mig_resources.items())))
-        for class_id, f in repository.capacity_figures(db, gpu_class_ids).items()}
+        for class_id, f in repository.capacity_figures(db, gpu_class_ids, region).items()}
 
 
 def to_out(db: Session, principal: Principal, row: GpuClass) -> GpuClassOut:
     return to_outs(db, principal, [row])[0]
 
 
-def recent_capacities(db: Session, gpu_class_ids: Sequence[int]) -> dict[int, Capacity]:
+def recent_capacities(db: Session, gpu_class_ids: Sequence[int],
+                      region: str | None = None) -> dict[int, Capacity]:
     """For pages that show capacity: figures summed at most a moment ago (see capacity_cache);
     never for a decision."""
-    return capacity_cache.recent(db, gpu_class_ids, capacities)
+    def compute(session: Session, keys: Sequence[capacity_cache.Key],
+                ) -> dict[capacity_cache.Key, Capacity]:
+        summed = capacities(session, [class_id for class_id, _ in keys], region)
+        return {(class_id, region): figures for class_id, figures in summed.items()}
+
+    found = capacity_cache.recent(db, [(class_id, region) for class_id in gpu_class_ids],
+                                  compute)
+    return {class_id: figures for (class_id, _), figures in found.items()}
 
 
 def to_outs(db: Session, principal: Principal, rows: Sequence[GpuClass],
             figures_of: FiguresOf = capacities) -> list[GpuClassOut]:
     ids = [row.id for row in rows]
-    figures = figures_of(db, ids) if principal.is_platform_admin else {}
+    figures = figures_of(db, ids, None) if principal.is_platform_admin else {}
     return [GpuClassOut(
         id=row.id, product=row.product, display_name=row.display_name,
         memory_mib=row.memory_mib, gpus_per_node=row.gpus_per_node,

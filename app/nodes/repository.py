@@ -152,9 +152,11 @@ def end_assignment(db: Session, assignment_id: int, ended_by_id: int, now: datet
     return isinstance(result, CursorResult) and result.rowcount == 1
 
 
-def tenant_quota(db: Session, tenant_id: int, gpu_class_id: int) -> TenantQuota | None:
+def tenant_quota(db: Session, tenant_id: int, gpu_class_id: int,
+                 region: str) -> TenantQuota | None:
     return db.scalar(select(TenantQuota).where(TenantQuota.tenant_id == tenant_id,
-                                               TenantQuota.gpu_class_id == gpu_class_id))
+                                               TenantQuota.gpu_class_id == gpu_class_id,
+                                               TenantQuota.region == region))
 
 
 def _free(host_cluster_id: int, gpu_class_id: int) -> Any:

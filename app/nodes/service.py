@@ -232,7 +232,7 @@ def _tenant(db: Session, principal: Principal, slug: str) -> Tenant:
 def _assign(db: Session, principal: Principal, cluster: HostCluster, row: Node,
             tenant: Tenant) -> None:
     gpu_class = _assignable_class(db, row)
-    quota = _locked_quota(db, tenant, gpu_class)
+    quota = _locked_quota(db, tenant, gpu_class, cluster.region)
     current = repository.active_assignment(db, row.id)
     if current is not None:
         if current.tenant_id == tenant.id:
@@ -240,7 +240,7 @@ def _assign(db: Session, principal: Principal, cluster: HostCluster, row: Node,
         owner = db.get(Tenant, current.tenant_id)
         raise Conflict(f"node {row.name} is dedicated to {owner.slug if owner else 'a tenant'} "
                        "already; end that assignment first")
-    _check_quota(db, row, tenant, gpu_class, quota)
+    _check_quota(db, row, tenant, gpu_class, quota, cluster.region)
     assignment = NodeAssignment(node_id=row.id, tenant_id=tenant.id,
                                 assigned_by_id=principal.user_id)
     insert_or_conflict(db, assignment, Conflict(
@@ -265,15 +265,17 @@ def _assignable_class(db: Session, row: Node) -> GpuClass:
     return gpu_class
 
 
-def _locked_quota(db: Session, tenant: Tenant, gpu_class: GpuClass) -> TenantQuota | None:
-    quota = repository.tenant_quota(db, tenant.id, gpu_class.id)
+def _locked_quota(db: Session, tenant: Tenant, gpu_class: GpuClass,
+                  region: str) -> TenantQuota | None:
+    """The tenant's quota of the class in the node's region: dedicated nodes count there."""
+    quota = repository.tenant_quota(db, tenant.id, gpu_class.id, region)
     return lock_row(db, TenantQuota, quota.id) if quota is not None else None
 
 
 def _check_quota(db: Session, row: Node, tenant: Tenant, gpu_class: GpuClass,
-                 quota: TenantQuota | None) -> None:
+                 quota: TenantQuota | None, region: str) -> None:
     approved = quota.gpus if quota else 0
-    dedicated = gpu_class_repository.assigned_gpus(db, gpu_class.id, tenant.id)
+    dedicated = gpu_class_repository.assigned_gpus(db, gpu_class.id, tenant.id, region)
     if dedicated + row.gpu_count > approved:
         raise Conflict(
             f"dedicating {row.name} ({row.gpu_count} GPUs) would give {tenant.slug} "
@@ -319,14 +321,14 @@ def suggest_nodes(db: Session, principal: Principal, payload: SuggestionIn,
             f"only {sum(n.gpus for n in free)} {gpu_class.display_name} GPUs are on ready, "
             f"unassigned nodes; {payload.gpus} asked",
             errors=[{"field": "gpus", "message": "more than the free dedicated capacity"}])
-    return _suggestion_out(db, tenant, gpu_class, payload.gpus, suggestion)
+    return _suggestion_out(db, tenant, gpu_class, payload.gpus, suggestion, cluster.region)
 
 
 def _suggestion_out(db: Session, tenant: Tenant, gpu_class: GpuClass, asked: int,
-                    suggestion: placement.Suggestion) -> SuggestionOut:
-    quota = repository.tenant_quota(db, tenant.id, gpu_class.id)
+                    suggestion: placement.Suggestion, region: str) -> SuggestionOut:
+    quota = repository.tenant_quota(db, tenant.id, gpu_class.id, region)
     approved = quota.gpus if quota else 0
-    dedicated = gpu_class_repository.assigned_gpus(db, gpu_class.id, tenant.id)
+    dedicated = gpu_class_repository.assigned_gpus(db, gpu_class.id, tenant.id, region)
     fits = dedicated + suggestion.gpus <= approved
     notes = []
     if suggestion.gpus > asked:

@@ -22,6 +22,39 @@ SUGGESTED_COLUMNS = ("name", "gpus", "zone", "rack", "clique")
 GPU_CLASS_COLUMNS = ("id", "product", "display_name", "memory_mib", "gpus_per_node")
 
 
+HOST_CAPACITY_COLUMNS = ("host_cluster", "region", "state", "gpu_class", "total", "dedicated",
+                         "guaranteed", "free", "not_ready")
+REGION_CAPACITY_COLUMNS = ("region", "gpu_class", "hosts", "total", "dedicated", "guaranteed",
+                           "free", "not_ready")
+
+
+class FleetBy(StrEnum):
+    host = "host"
+    region = "region"
+
+
+def fleet(
+    by: Annotated[FleetBy, typer.Option(help="one row per host and class, or per region")
+                  ] = FleetBy.host,
+    region: Annotated[str | None, typer.Option(help="only this region")] = None,
+    host_cluster: Annotated[str | None, typer.Option(help="only this host cluster")] = None,
+    gpu_class: Annotated[str | None, typer.Option(help="GPU product")] = None,
+    output: Output = Format.table,
+) -> None:
+    """GPU capacity per host (or region) and class: dedicated, guaranteed, free, not ready.
+
+    Example: portalctl fleet --by region --gpu-class NVIDIA-H100-80GB-HBM3
+    """
+    with api() as client:
+        found = client.get("/api/v1/fleet/capacity", region=region, host_cluster=host_cluster,
+                           gpu_class=gpu_class)
+    if by is FleetBy.host:
+        emit(found["hosts"], output, HOST_CAPACITY_COLUMNS)
+    else:
+        rows = [{**row, "hosts": ",".join(row["hosts"])} for row in found["regions"]]
+        emit(rows, output, REGION_CAPACITY_COLUMNS)
+
+
 class NodeSort(StrEnum):
     id = "id"
     name = "name"

@@ -17,7 +17,7 @@ from app.portalctl.access import grants_app, members_app, tokens_app
 from app.portalctl.audit import audit
 from app.portalctl.client import ERROR, USAGE, ApiError, Client
 from app.portalctl.common import Limit, Output, TenantOpt, api, fail, state, tenant_of
-from app.portalctl.fleet import gpu_classes_app, nodes_app
+from app.portalctl.fleet import fleet, gpu_classes_app, nodes_app
 from app.portalctl.hosts import hosts_app
 from app.portalctl.output import Format, emit
 from app.portalctl.templates import templates_app
@@ -38,6 +38,7 @@ app.add_typer(grants_app, name="grants")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(nodes_app, name="nodes")
 app.add_typer(gpu_classes_app, name="gpu-classes")
+app.command("fleet")(fleet)
 app.add_typer(templates_app, name="templates")
 app.add_typer(hosts_app, name="hosts")
 app.command("audit")(audit)
@@ -170,9 +171,10 @@ def tenants_show(tenant: str, output: Output = Format.table) -> None:
 
 # ----- quota
 
-QUOTA_COLUMNS = ("gpu_class_id", "gpu_class", "approved_gpus", "allocated_gpus",
+QUOTA_COLUMNS = ("gpu_class_id", "gpu_class", "region", "approved_gpus", "allocated_gpus",
                  "dedicated_gpus", "cpu_millicores", "memory_mib")
-REQUEST_COLUMNS = ("id", "tenant", "gpu_class", "gpus", "state", "requested_by", "created_at")
+REQUEST_COLUMNS = ("id", "tenant", "gpu_class", "region", "gpus", "state", "requested_by",
+                   "created_at")
 
 
 @quota_app.command("show")
@@ -208,14 +210,17 @@ def quota_request(
     memory_mib: Annotated[int, typer.Option(help="memory, in MiB")] = 0,
     ends_at: Annotated[str | None, typer.Option(help="ISO 8601 end, e.g. 2027-01-01T00:00Z")
                        ] = None,
+    region: Annotated[str, typer.Option(
+        help="the region of host clusters the quota is for (default: the only region)")] = "",
     tenant: TenantOpt = None, output: Output = Format.table,
 ) -> None:
-    """Ask the platform admins for GPU quota.
+    """Ask the platform admins for GPU quota, in one region.
 
-    Example: portalctl quota request --gpu-class 1 --gpus 8 --reason "fine-tuning in May"
+    Example: portalctl quota request --gpu-class 1 --gpus 8 --region eu --reason "May runs"
     """
     body: dict[str, Any] = {"gpu_class_id": gpu_class_id, "gpus": gpus, "reason": reason,
-                            "cpu_millicores": cpu_millicores, "memory_mib": memory_mib}
+                            "cpu_millicores": cpu_millicores, "memory_mib": memory_mib,
+                            "region": region}
     if ends_at:
         body["ends_at"] = ends_at
     with api() as client:
@@ -277,8 +282,8 @@ def quota_reject(request_id: int,
 
 # ----- clusters
 
-CLUSTER_COLUMNS = ("name", "phase", "placement", "gpu_class", "gpus", "cpu_millicores",
-                   "memory_mib", "kubernetes_version")
+CLUSTER_COLUMNS = ("name", "phase", "region", "host_cluster", "placement", "gpu_class", "gpus",
+                   "cpu_millicores", "memory_mib", "kubernetes_version")
 
 
 def clusters_path(client: Client, tenant: str | None) -> str:
@@ -304,7 +309,8 @@ def clusters_show(name: str, tenant: TenantOpt = None, output: Output = Format.t
     """
     with api() as client:
         cluster = client.get(f"{clusters_path(client, tenant)}/{name}")
-    emit(cluster, output, (*CLUSTER_COLUMNS, "endpoint", "generation", "observed_generation"))
+    emit(cluster, output, (*CLUSTER_COLUMNS, "endpoint", "generation", "observed_generation",
+                           "placement_reason"))
     if output is Format.table:
         typer.echo("")
         emit(cluster["conditions"], output, ("type", "status", "reason", "message"))
@@ -320,6 +326,8 @@ def clusters_create(
     memory_mib: Annotated[int, typer.Option(help="memory, in MiB")] = 16384,
     placement: Annotated[str | None, typer.Option(
         help="shared-pool or dedicated-nodes (default: shared-pool)")] = None,
+    region: Annotated[str | None, typer.Option(
+        help="region to run in (default: the portal chooses where the quota has room)")] = None,
     kubernetes_version: Annotated[str | None, typer.Option(help="default: the portal's first")
                                   ] = None,
     template: Annotated[str | None, typer.Option(
@@ -348,7 +356,7 @@ def clusters_create(
         fail("--template-version goes with --template", USAGE)
     body: dict[str, Any] = {"name": name, "gpus": gpus, "cpu_millicores": cpu_millicores,
                             "memory_mib": memory_mib}
-    optional = {"placement": placement, "gpu_class_id": gpu_class_id,
+    optional = {"placement": placement, "region": region, "gpu_class_id": gpu_class_id,
                 "kubernetes_version": kubernetes_version, "template": template,
                 "template_version": template_version}
     body.update({k: v for k, v in optional.items() if v is not None})

@@ -11,10 +11,12 @@ from app.hooks import Hook
 
 @dataclass(frozen=True)
 class QuotaShrunk:
-    """A tenant's quota of a GPU class went down to ``quota_gpus`` without anyone asking."""
+    """A tenant's quota of a GPU class in a region went down to ``quota_gpus`` without anyone
+    asking."""
 
     tenant_id: int
     gpu_class_id: int
+    region: str
     quota_gpus: int
     actor_id: int | None
     actor_label: str

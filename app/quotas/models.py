@@ -30,6 +30,8 @@ class QuotaRequest(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     gpu_class_id: Mapped[int] = mapped_column(ForeignKey("gpu_classes.id"))
+    # The region of the host clusters the quota is for (see app/quotas/regions.py).
+    region: Mapped[str] = mapped_column(String(63), default="")
     gpus: Mapped[int]
     cpu_millicores: Mapped[int] = mapped_column(default=0)
     memory_mib: Mapped[int] = mapped_column(default=0)
@@ -46,11 +48,12 @@ class QuotaRequest(Base):
 
 
 class TenantQuota(Base):
-    """The approved GPUs of one class (plus CPU/memory) a tenant may spread over its clusters."""
+    """The approved GPUs of one class (plus CPU/memory) a tenant may spread over its clusters
+    in one region."""
 
     __tablename__ = "tenant_quotas"
     __table_args__ = (
-        UniqueConstraint("tenant_id", "gpu_class_id"),
+        UniqueConstraint("tenant_id", "gpu_class_id", "region"),
         CheckConstraint("gpus >= 0", name="gpus_non_negative"),
         CheckConstraint("cpu_millicores >= 0", name="cpu_non_negative"),
         CheckConstraint("memory_mib >= 0", name="memory_non_negative"),
@@ -59,6 +62,7 @@ class TenantQuota(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     gpu_class_id: Mapped[int] = mapped_column(ForeignKey("gpu_classes.id"))
+    region: Mapped[str] = mapped_column(String(63), default="")
     gpus: Mapped[int] = mapped_column(default=0)
     cpu_millicores: Mapped[int] = mapped_column(default=0)
     memory_mib: Mapped[int] = mapped_column(default=0)

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
+from app.hosts.models import HostCluster
 from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.pagination import KeysetPage, PageParams
 from app.quotas.models import QuotaRequest, TenantQuota
@@ -49,11 +50,13 @@ def request_rows_query(
 def queue_rows_query(
     *, state: str | None = None
 ) -> Select[QuotaRequest, str, str, str | None, str | None, int | None, int]:
-    """Requests as ``request_rows_query``, with the tenant's quota and allocation of the class."""
+    """Requests as ``request_rows_query``, with the tenant's quota and allocation of the class
+    in the request's region."""
     return request_rows_query(state=state).add_columns(
         _one(TenantQuota.gpus, (TenantQuota.tenant_id == QuotaRequest.tenant_id)
-             & (TenantQuota.gpu_class_id == QuotaRequest.gpu_class_id)),
-        _allocated(QuotaRequest.tenant_id, QuotaRequest.gpu_class_id))
+             & (TenantQuota.gpu_class_id == QuotaRequest.gpu_class_id)
+             & (TenantQuota.region == QuotaRequest.region)),
+        _allocated(QuotaRequest.tenant_id, QuotaRequest.gpu_class_id, QuotaRequest.region))
 
 
 def _one(column: Any, where: Any) -> Any:
@@ -64,23 +67,31 @@ def quota_rows_query(
     tenant_id: int | BindParameter[int],
 ) -> Select[TenantQuota, GpuClass, int, int]:
     """A tenant's quota rows with their class, the GPUs its clusters hold and those on its
-    dedicated nodes, all summed in one statement."""
+    dedicated nodes in the quota's region, all summed in one statement."""
     on_nodes = (select(func.coalesce(func.sum(Node.gpu_count), 0))
                 .join(NodeAssignment, and_(NodeAssignment.node_id == Node.id,
                                            NodeAssignment.ended_at.is_(None)))
                 .where(NodeAssignment.tenant_id == TenantQuota.tenant_id,
-                       Node.gpu_class_id == TenantQuota.gpu_class_id, Node.gone_at.is_(None))
+                       Node.gpu_class_id == TenantQuota.gpu_class_id, Node.gone_at.is_(None),
+                       Node.host_cluster_id.in_(hosts_in(TenantQuota.region)))
                 .scalar_subquery())
     return (tenant_quotas_query(tenant_id)
-            .add_columns(GpuClass, _allocated(TenantQuota.tenant_id, TenantQuota.gpu_class_id),
+            .add_columns(GpuClass, _allocated(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
+                                              TenantQuota.region),
                          on_nodes)
             .join(GpuClass, GpuClass.id == TenantQuota.gpu_class_id))
 
 
-def _allocated(tenant_id: Any, gpu_class_id: Any) -> Any:
+def hosts_in(region: Any) -> Select[int]:
+    """The ids of the host clusters in a region (a value or a correlated column)."""
+    return select(HostCluster.id).where(HostCluster.region == region)
+
+
+def _allocated(tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
     return (select(func.coalesce(func.sum(VirtualCluster.gpus), 0))
             .where(VirtualCluster.tenant_id == tenant_id,
-                   VirtualCluster.gpu_class_id == gpu_class_id)
+                   VirtualCluster.gpu_class_id == gpu_class_id,
+                   VirtualCluster.host_cluster_id.in_(hosts_in(region)))
             .scalar_subquery())
 
 
@@ -117,10 +128,11 @@ def tenant_quotas_query(tenant_id: int | BindParameter[int]) -> Select[TenantQuo
     return select(TenantQuota).where(TenantQuota.tenant_id == tenant_id)
 
 
-def tenant_quota_for_update(db: Session, tenant_id: int, gpu_class_id: int) -> TenantQuota | None:
+def tenant_quota_for_update(db: Session, tenant_id: int, gpu_class_id: int,
+                            region: str) -> TenantQuota | None:
     query = select(TenantQuota).where(
-        TenantQuota.tenant_id == tenant_id, TenantQuota.gpu_class_id == gpu_class_id
-    ).with_for_update()
+        TenantQuota.tenant_id == tenant_id, TenantQuota.gpu_class_id == gpu_class_id,
+        TenantQuota.region == region).with_for_update()
     return db.scalar(query.execution_options(populate_existing=True))
 
 

@@ -17,7 +17,7 @@ from pydantic import (
 
 from app.db import utcnow
 from app.nodes.gpu_class_schemas import Capacity
-from app.validation import MAX_ROW_ID, MultiLine
+from app.validation import MAX_ROW_ID, MultiLine, SingleLine
 
 MAX_GPUS = 10_000
 MAX_CPU_MILLICORES = 100_000_000
@@ -34,6 +34,10 @@ class QuotaRequestCreate(BaseModel):
 
     gpu_class_id: StrictInt = Field(ge=1, le=MAX_ROW_ID)
     gpus: StrictInt = Field(ge=1, le=MAX_GPUS, description="whole GPUs, 1 to 10,000")
+    region: SingleLine = Field(
+        default="", max_length=63,
+        description="the region of host clusters the quota is for; empty: the only region "
+                    "(refused once host clusters span several)")
     cpu_millicores: StrictInt = Field(default=0, ge=0, le=MAX_CPU_MILLICORES)
     memory_mib: StrictInt = Field(default=0, ge=0, le=MAX_MEMORY_MIB)
     reason: MultiLine = Field(min_length=1, max_length=MAX_TEXT)
@@ -77,6 +81,7 @@ class QuotaRequestOut(BaseModel):
     tenant: str
     gpu_class_id: int
     gpu_class: str
+    region: str
     gpus: int
     cpu_millicores: int
     memory_mib: int
@@ -95,15 +100,17 @@ class QuotaRequestOut(BaseModel):
 class QueueItem(QuotaRequestOut):
     """A request with what the approver needs to decide it."""
 
-    tenant_quota_gpus: int = Field(description="the tenant's approved GPUs of the class")
+    tenant_quota_gpus: int = Field(
+        description="the tenant's approved GPUs of the class in the request's region")
     tenant_allocated_gpus: int = Field(description="of those, given to its clusters")
-    capacity: Capacity
+    capacity: Capacity = Field(description="of the class in the request's region")
 
 
 class TenantQuotaOut(BaseModel):
     gpu_class_id: int
     gpu_class: str
     display_name: str
+    region: str
     approved_gpus: int
     allocated_gpus: int = Field(description="GPUs of the class given to the tenant's clusters")
     in_use_gpus: int = Field(
@@ -118,5 +125,6 @@ class ExpiredQuota(BaseModel):
     request_id: int
     tenant_id: int
     gpu_class_id: int
+    region: str
     gpus: int
     over_quota_cluster_ids: list[int]

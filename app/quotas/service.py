@@ -25,7 +25,7 @@ from app.errors import Conflict, NotFound, ValidationFailed
 from app.nodes import capacity_cache, gpu_classes
 from app.nodes.models import GpuClass
 from app.pagination import Page, PageParams, paginate_rows
-from app.quotas import events, repository
+from app.quotas import events, regions, repository
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.quotas.schemas import (
     ApproveIn,
@@ -77,7 +77,7 @@ def _request_fields(request: QuotaRequest, tenant: str, gpu_class: str,
                     requested_by: str | None, decided_by: str | None) -> dict[str, Any]:
     return {
         "id": request.id, "tenant": tenant, "gpu_class_id": request.gpu_class_id,
-        "gpu_class": gpu_class, "gpus": request.gpus,
+        "gpu_class": gpu_class, "region": request.region, "gpus": request.gpus,
         "cpu_millicores": request.cpu_millicores, "memory_mib": request.memory_mib,
         "reason": request.reason, "ends_at": request.ends_at, "state": request.state,
         "requested_by": requested_by, "created_at": request.created_at,
@@ -103,7 +103,8 @@ def tenant_quota(
     rows, cursor = repository.quota_page(db, tenant.id, params)
     return Page(items=[TenantQuotaOut(
         gpu_class_id=gpu_class.id, gpu_class=gpu_class.product,
-        display_name=gpu_class.display_name, approved_gpus=row.gpus, allocated_gpus=allocated,
+        display_name=gpu_class.display_name, region=row.region, approved_gpus=row.gpus,
+        allocated_gpus=allocated,
         in_use_gpus=allocated, dedicated_gpus=dedicated, cpu_millicores=row.cpu_millicores,
         memory_mib=row.memory_mib) for row, gpu_class, allocated, dedicated in rows],
         next_cursor=cursor)
@@ -124,23 +125,29 @@ def classes_to_request(db: Session, principal: Principal, slug: str) -> list[Gpu
     return gpu_classes.all_classes(db)
 
 
+def regions_to_request(db: Session) -> list[str]:
+    """The regions a request form offers (none to pick while there is only one)."""
+    return [region for region in regions.fleet_regions(db) if region]
+
+
 def check_request(
     db: Session, principal: Principal, slug: str, payload: QuotaRequestCreate
-) -> Tenant:
-    """Everything ``create_request`` checks, without writing: for inline form validation."""
+) -> tuple[Tenant, str]:
+    """Everything ``create_request`` checks, without writing: for inline form validation.
+    The tenant, and the concrete region the request is for."""
     tenant = tenant_for(db, principal, slug, "manage")
     if db.get(GpuClass, payload.gpu_class_id) is None:
         raise ValidationFailed.on_field("gpu_class_id",
                                         f"there is no GPU class {payload.gpu_class_id}")
-    return tenant
+    return tenant, regions.resolve(db, payload.region)
 
 
 def create_request(
     db: Session, principal: Principal, slug: str, payload: QuotaRequestCreate
 ) -> QuotaRequestOut:
-    tenant = check_request(db, principal, slug, payload)
+    tenant, region = check_request(db, principal, slug, payload)
     request = QuotaRequest(
-        tenant_id=tenant.id, gpu_class_id=payload.gpu_class_id, gpus=payload.gpus,
+        tenant_id=tenant.id, gpu_class_id=payload.gpu_class_id, region=region, gpus=payload.gpus,
         cpu_millicores=payload.cpu_millicores, memory_mib=payload.memory_mib,
         reason=payload.reason, ends_at=payload.ends_at, state="pending",
         requested_by_id=principal.user_id,
@@ -148,7 +155,7 @@ def create_request(
     db.add(request)
     db.flush()
     _record(db, Actor.of(principal), "quota_request.create", tenant.id, "quota_request",
-            request.id, None, payload.model_dump(mode="json"))
+            request.id, None, {**payload.model_dump(mode="json"), "region": region})
     return request_out(db, request)
 
 
@@ -194,10 +201,14 @@ def _queue_items(db: Session, rows: Sequence[Any],
                  figures_of: gpu_classes.FiguresOf = gpu_classes.capacities) -> list[QueueItem]:
     """A page of requests, their tenants' figures and their classes' capacity: the capacity
     of all classes on the page in one go."""
-    capacity = figures_of(db, sorted({row[0].gpu_class_id for row in rows}))
+    capacity: dict[tuple[int, str], Any] = {}
+    for region in sorted({row[0].region for row in rows}):
+        ids = sorted({row[0].gpu_class_id for row in rows if row[0].region == region})
+        for class_id, figures in figures_of(db, ids, region).items():
+            capacity[class_id, region] = figures
     return [QueueItem(**_request_fields(request, slug, product, requested_by, decided_by),
                       tenant_quota_gpus=quota or 0, tenant_allocated_gpus=allocated,
-                      capacity=capacity[request.gpu_class_id])
+                      capacity=capacity[request.gpu_class_id, request.region])
             for request, slug, product, requested_by, decided_by, quota, allocated in rows]
 
 
@@ -217,12 +228,13 @@ def approve(db: Session, principal: Principal, request_id: int, payload: Approve
         raise ValidationFailed.on_field(
             "gpus", f"approve 1 to {request.gpus} GPUs: at most what was requested")
     gpu_class = gpu_classes.lock_class(db, request.gpu_class_id)
-    capacity = gpu_classes.capacity(db, gpu_class.id)
+    capacity = gpu_classes.capacity(db, gpu_class.id, request.region)
     overcommitted = granted > capacity.free
     if overcommitted and not payload.overcommit:
+        where = f" in region {request.region}" if request.region else ""
         raise Conflict(
             f"approving {granted} {gpu_class.display_name} GPUs would guarantee "
-            f"{capacity.guaranteed + granted} of {capacity.total} "
+            f"{capacity.guaranteed + granted} of {capacity.total}{where} "
             f"({max(capacity.free, 0)} free); confirm the overcommit to approve anyway",
             errors=[{"field": "overcommit", "message": "needs an explicit overcommit"}],
         )
@@ -266,11 +278,12 @@ def _change_quota(
     db: Session, actor: Actor, request: QuotaRequest, gpus: int, cpu: int, memory: int
 ) -> TenantQuota:
     """Adds (or with negative figures, takes away) quota; the caller holds the class lock."""
-    row = repository.tenant_quota_for_update(db, request.tenant_id, request.gpu_class_id)
+    row = repository.tenant_quota_for_update(db, request.tenant_id, request.gpu_class_id,
+                                             request.region)
     before = None
     if row is None:
         row = TenantQuota(tenant_id=request.tenant_id, gpu_class_id=request.gpu_class_id,
-                          gpus=0, cpu_millicores=0, memory_mib=0)
+                          region=request.region, gpus=0, cpu_millicores=0, memory_mib=0)
         db.add(row)
     else:
         before = _quota_figures(row)
@@ -285,7 +298,7 @@ def _change_quota(
 
 
 def _quota_figures(row: TenantQuota) -> dict[str, Any]:
-    return {"gpu_class_id": row.gpu_class_id, "gpus": row.gpus,
+    return {"gpu_class_id": row.gpu_class_id, "region": row.region, "gpus": row.gpus,
             "cpu_millicores": row.cpu_millicores, "memory_mib": row.memory_mib}
 
 
@@ -322,9 +335,9 @@ def _expire_one(db: Session, actor: Actor, request_id: int, now: datetime) -> Ex
     gpus = request.approved_gpus or 0
     quota = _change_quota(db, actor, request, -gpus, -request.cpu_millicores,
                           -request.memory_mib)
-    shrunk = events.QuotaShrunk(request.tenant_id, request.gpu_class_id, quota.gpus, actor.id,
-                                actor.label)
+    shrunk = events.QuotaShrunk(request.tenant_id, request.gpu_class_id, request.region,
+                                quota.gpus, actor.id, actor.label)
     events.quota_shrunk.fire(db, shrunk)
     return ExpiredQuota(request_id=request.id, tenant_id=request.tenant_id,
-                        gpu_class_id=request.gpu_class_id, gpus=gpus,
+                        gpu_class_id=request.gpu_class_id, region=request.region, gpus=gpus,
                         over_quota_cluster_ids=shrunk.over_quota_cluster_ids)

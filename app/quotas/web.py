@@ -31,7 +31,8 @@ from app.web.forms import (
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
-REQUEST_FIELDS = ("gpu_class_id", "gpus", "cpu_millicores", "memory_mib", "reason", "ends_at")
+REQUEST_FIELDS = ("gpu_class_id", "gpus", "region", "cpu_millicores", "memory_mib", "reason",
+                  "ends_at")
 
 
 def _request_payload(fields: dict[str, str]) -> dict[str, Any]:
@@ -45,6 +46,7 @@ def _request_form(request: Request, db: DbSession, principal: Principal, tenant:
     template = "quotas/request_page.html" if whole_page else "quotas/_request_form.html"
     return render(request, template, {
         "tenant_slug": tenant, "classes": service.classes_to_request(db, principal, tenant),
+        "regions": service.regions_to_request(db),
         "form": fields, "errors": errors, "checked": not errors and bool(fields),
     }, status_code=status_code)
 

@@ -201,9 +201,11 @@ def clusters_now(db: Session, tenant_id: int) -> list[ClusterNow]:
 
 
 def approved_now(db: Session, tenant_id: int) -> dict[int, int]:
-    rows = db.execute(select(TenantQuota.gpu_class_id, TenantQuota.gpus)
-                      .where(TenantQuota.tenant_id == tenant_id))
-    return {row.gpu_class_id: row.gpus for row in rows}
+    """GPUs of each class approved to the tenant, over all regions."""
+    rows = db.execute(select(TenantQuota.gpu_class_id, func.sum(TenantQuota.gpus))
+                      .where(TenantQuota.tenant_id == tenant_id)
+                      .group_by(TenantQuota.gpu_class_id))
+    return {row[0]: int(row[1] or 0) for row in rows}
 
 
 def live_capacity(db: Session) -> dict[int, int]:

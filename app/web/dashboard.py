@@ -53,14 +53,19 @@ def _quota_chart(tenant: str, quotas: Sequence[TenantQuotaOut],
                  in_use: dict[int, float]) -> Markup | None:
     if not quotas:
         return None
-    groups = [Group(q.display_name, {"approved": q.approved_gpus, "allocated": q.allocated_gpus,
-                                     "in-use": round(in_use.get(q.gpu_class_id, 0))})
+    groups = [Group(_label(q), {"approved": q.approved_gpus, "allocated": q.allocated_gpus,
+                                "in-use": round(in_use.get(q.gpu_class_id, 0))})
               for q in quotas]
-    description = "; ".join(f"{q.display_name}: {q.approved_gpus} approved, "
+    description = "; ".join(f"{_label(q)}: {q.approved_gpus} approved, "
                             f"{q.allocated_gpus} allocated to clusters, "
                             f"{_in_use_text(in_use, q.gpu_class_id)}" for q in quotas)
     return grouped_bars("quota-chart", f"GPU quota of {tenant} per class", description,
                         groups, QUOTA_SERIES)
+
+
+def _label(quota: TenantQuotaOut) -> str:
+    """The class, and its region once quota is held in regions."""
+    return f"{quota.display_name} · {quota.region}" if quota.region else quota.display_name
 
 
 def _in_use_text(in_use: dict[int, float], gpu_class_id: int) -> str:

@@ -109,7 +109,9 @@ def gpu_class(world: World) -> dict[str, Any]:
 
 
 def quota_request_body(world: World) -> dict[str, Any]:
-    return {"gpu_class_id": world.gpu_class_id, "gpus": 4, "reason": "training"}
+    # The world's hosts span regions: a request names one.
+    return {"gpu_class_id": world.gpu_class_id, "gpus": 4, "reason": "training",
+            "region": "eu-west"}
 
 
 ROUTES += [
@@ -231,6 +233,8 @@ ROUTES += [
     Route("POST", "/api/v1/node-suggestions", Access.PLATFORM_ADMIN, body=suggestion_body),
     Route("GET", "/api/v1/tenants/{tenant}/nodes", Access.TENANT_VIEWER, params=acme),
     Route("GET", "/admin/fleet", Access.PLATFORM_ADMIN),
+    Route("GET", "/admin/fleet/hosts", Access.PLATFORM_ADMIN),
+    Route("GET", "/api/v1/fleet/capacity", Access.PLATFORM_ADMIN),
     Route("GET", "/admin/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),
     Route("GET", "/live/admin/fleet", Access.PLATFORM_ADMIN),
     Route("GET", "/live/admin/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),

@@ -58,7 +58,8 @@ def portal_on_real_host(
     with database.transaction() as db:
         demo = db.scalars(select(Tenant).where(Tenant.slug == "demo")).one()
         h100 = db.scalars(select(GpuClass)).one()
-        db.add(TenantQuota(tenant_id=demo.id, gpu_class_id=h100.id, gpus=8))
+        # quota is per region: the demo host's
+        db.add(TenantQuota(tenant_id=demo.id, gpu_class_id=h100.id, gpus=8, region="dev"))
     kubeconfig = host_api.write_admin_kubeconfig(tmp_path / "host.kubeconfig")
     on_host = settings.model_copy(update={
         "database_url": database.url, "worker_poll_seconds": 0.2, "kubeconfig": str(kubeconfig),

@@ -132,7 +132,7 @@ def test_dedicated_nodes_clusters_must_fit_the_tenants_nodes(
     refused = client.post(URL, json=dedicated, headers=admin)
     assert refused.status_code == 422
     assert "dedicated to the tenant (0 in all)" in refused.json()["errors"][0]["message"]
-    node = factories.node(db, factories.host_cluster(db), tenancy.h100, gpu_count=8)
+    node = factories.node(db, factories.env_host(db), tenancy.h100, gpu_count=8)
     factories.assignment(db, node, tenancy.acme)
     assert client.post(URL, json=dedicated, headers=admin).status_code == 201
     second = client.post(URL, json={**dedicated, "name": "second", "gpus": 1}, headers=admin)

@@ -102,7 +102,7 @@ def tenant(host: Host, database: Database) -> Iterator[Tenant]:
         factories.membership(db, row, admin, "admin")
         h100 = factories.gpu_class(db, H100, display_name="H100 80GB")
         factories.quota(db, row, h100, 16)
-        inventory = factories.host_cluster(db)
+        inventory = factories.env_host(db)
         for _ in range(2):
             factories.assignment(db, factories.node(db, inventory, h100, gpu_count=8), row)
         found = Tenant(slug, Principal(user=admin, via="token", roles={row.id: "admin"}),

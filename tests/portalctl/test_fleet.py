@@ -100,3 +100,19 @@ def _node_names(portal: Portal) -> list[str]:
 def _json(result: Result, *, parse: bool = True) -> Any:
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout) if parse else result.stdout
+
+
+def test_portalctl_fleet_shows_capacity_per_host_and_per_region(
+    portal: Portal, portalctl: PortalCtl
+) -> None:
+    portalctl.login(portal, "platform-admin")
+    api = httpx.get(f"{portal.url}/api/v1/fleet/capacity",
+                    headers={"Authorization": f"Bearer {portal.tokens['platform-admin']}"})
+    by_host = _json(portalctl("fleet", "-o", "json"))
+    assert by_host == api.json()["hosts"]
+    assert [(h["host_cluster"], h["total"], h["free"]) for h in by_host] == [
+        (portal.host_cluster, 64, 64)]
+    table = portalctl("fleet", "--by", "region").stdout.splitlines()
+    assert table[0].split()[:3] == ["REGION", "GPU_CLASS", "HOSTS"]
+    assert portal.host_cluster in table[1] and portal.h100_product in table[1]
+    assert portalctl("fleet", "--region", "nowhere", "-o", "json").stdout.strip() == "[]"

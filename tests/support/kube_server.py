@@ -77,6 +77,7 @@ class _Process:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    args: list[str] = field(default_factory=list)
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
@@ -145,6 +146,20 @@ class ApiServer:
 
     def is_running(self) -> bool:
         return bool(self._processes) and all(p.popen.poll() is None for p in self._processes)
+
+    def stop_apiserver(self) -> None:
+        """Only kube-apiserver goes (etcd keeps the data): the host stops answering."""
+        self._process("kube-apiserver").stop()
+
+    def restart_apiserver(self) -> None:
+        """kube-apiserver again, on the same port and etcd; blocks until ``/readyz``."""
+        stopped = self._process("kube-apiserver")
+        self._processes.remove(stopped)
+        self._spawn("kube-apiserver", stopped.args)
+        self._wait(self._answers("/readyz"), "kube-apiserver /readyz after a restart")
+
+    def _process(self, binary: str) -> _Process:
+        return next(p for p in self._processes if p.name == binary)
 
     # ----- the pieces
 
@@ -229,11 +244,11 @@ class ApiServer:
 
     def _spawn(self, binary: str, args: list[str]) -> None:
         log = self.workdir / f"{binary}.log"
-        with log.open("wb") as out:
+        with log.open("ab") as out:
             popen = subprocess.Popen(
                 [str(self.assets / binary), *args], stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True)
-        self._processes.append(_Process(binary, popen, log))
+        self._processes.append(_Process(binary, popen, log, args))
 
     def _answers(self, path: str) -> Callable[[], bool]:
         context = self._client_context()

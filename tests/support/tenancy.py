@@ -47,7 +47,7 @@ def build_tenancy(db: Session, nodes: int = 8, gpus_per_node: int = 8) -> Tenanc
         factories.membership(db, globex, users["globex-admin"], "admin"),
     ]
     h100 = factories.gpu_class(db, display_name="H100 80GB")
-    host = factories.host_cluster(db)
+    host = factories.env_host(db)
     for _ in range(nodes):
         factories.node(db, host, h100, gpu_count=gpus_per_node)
     db.flush()

@@ -1,0 +1,167 @@
+"""Which host cluster a new virtual cluster goes to: a pure function over plain facts.
+
+A host fits when all of these hold, each checked and each refusal named per host:
+- it takes new clusters (state ``active``; a cordoned or draining host takes none);
+- the portal can reach it: it has credentials (or is the environment's host), and its last
+  health check, if any, found it answering;
+- it carries the requested GPU class (its live nodes have GPUs of that class), when GPUs are
+  asked; a class no host's inventory shows yet (declared by an admin ahead of its nodes, as on
+  a single host before the first sync) rules no host out;
+- it is in the requested region, when one is named;
+- the tenant's quota of the class in the host's region has room for the GPUs asked;
+- for ``dedicated-nodes``: the tenant's nodes of the class on that host have room for them.
+
+Among the hosts that fit, the choice is deterministic: hosts whose free capacity of the class
+covers the request first, then the most free capacity of the class (the most free GPUs of any
+class when no GPUs are asked), then the name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+ACTIVE = "active"
+DEDICATED = "dedicated-nodes"
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """One host as placement sees it; GPU figures are of the requested class."""
+
+    id: int
+    name: str
+    region: str
+    state: str
+    # GPU class id -> whole GPUs on live nodes of the class on this host.
+    class_gpus: Mapping[int, int]
+    # GPU class id -> GPUs of the class neither dedicated nor held by shared-pool clusters here.
+    free_gpus: Mapping[int, int]
+    # GPU class id -> GPUs on this tenant's dedicated nodes here not held by its clusters yet.
+    tenant_node_gpus: Mapping[int, int]
+    has_credentials: bool = True
+    # The last health check: None when never run.
+    answers: bool | None = None
+
+    def free_of(self, gpu_class_id: int | None) -> int:
+        if gpu_class_id is None:
+            return sum(self.free_gpus.values())
+        return self.free_gpus.get(gpu_class_id, 0)
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    placement: str
+    gpu_class_id: int | None
+    gpu_class_name: str
+    gpus: int
+    region: str | None  # None: the portal chooses
+    # region -> GPUs of the class the tenant's quota there still has room for.
+    quota_free: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Placed:
+    host_id: int
+    host_name: str
+    region: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Unfit:
+    host_name: str
+    region: str
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Unplaceable:
+    """No host fits: why, for each host."""
+
+    hosts: tuple[Unfit, ...]
+
+    @property
+    def message(self) -> str:
+        if not self.hosts:
+            return "no host cluster is registered"
+        closed = all(any(r.startswith("host is ") for r in h.reasons) for h in self.hosts)
+        lead = ("no host cluster takes new clusters: every host is cordoned or draining"
+                if closed else "no host cluster fits")
+        return f"{lead}: " + "; ".join(
+            f"{h.host_name} ({h.region or 'no region'}): {', '.join(h.reasons)}"
+            for h in self.hosts)
+
+
+def unfit_reasons(host: HostFacts, request: PlacementRequest,
+                  class_seen: bool = True) -> tuple[str, ...]:
+    """Why ``host`` cannot take the request; empty when it fits. ``class_seen``: some host's
+    inventory shows the requested class."""
+    reasons = []
+    if host.state != ACTIVE:
+        reasons.append(f"host is {host.state} and takes no new clusters")
+    if not host.has_credentials:
+        reasons.append("the portal has no credentials for it")
+    elif host.answers is False:
+        reasons.append("it did not answer its last health check")
+    if request.region is not None and host.region != request.region:
+        reasons.append(f"in region {host.region or '(none)'}, not {request.region or '(none)'}")
+    if request.gpus > 0 and request.gpu_class_id is not None:
+        reasons.extend(_gpu_reasons(host, request, request.gpu_class_id, class_seen))
+    return tuple(reasons)
+
+
+def _gpu_reasons(host: HostFacts, request: PlacementRequest, class_id: int,
+                 class_seen: bool) -> list[str]:
+    reasons = []
+    if class_seen and host.class_gpus.get(class_id, 0) <= 0:
+        reasons.append(f"has no {request.gpu_class_name} nodes")
+    room = request.quota_free.get(host.region, 0)
+    if room < request.gpus:
+        reasons.append(f"the tenant's {request.gpu_class_name} quota in region "
+                       f"{host.region or '(none)'} has room for {max(room, 0)} GPUs, "
+                       f"{request.gpus} asked")
+    if request.placement == DEDICATED:
+        on_nodes = host.tenant_node_gpus.get(class_id, 0)
+        if on_nodes < request.gpus:
+            reasons.append(f"the tenant's dedicated {request.gpu_class_name} nodes here have "
+                           f"room for {max(on_nodes, 0)} GPUs, {request.gpus} asked")
+    return reasons
+
+
+def place(hosts: Iterable[HostFacts], request: PlacementRequest) -> Placed | Unplaceable:
+    """The host for the request, or why none fits."""
+    candidates = sorted(hosts, key=lambda h: h.name)
+    seen = request.gpu_class_id is None or any(
+        h.class_gpus.get(request.gpu_class_id, 0) > 0 for h in candidates)
+    fitting = [h for h in candidates if not unfit_reasons(h, request, seen)]
+    if not fitting:
+        return Unplaceable(tuple(Unfit(h.name, h.region, unfit_reasons(h, request, seen))
+                                 for h in candidates))
+    chosen = min(fitting, key=lambda h: _rank(h, request))
+    return Placed(chosen.id, chosen.name, chosen.region,
+                  _reason(chosen, request, fitting, len(candidates)))
+
+
+def _rank(host: HostFacts, request: PlacementRequest) -> tuple[bool, int, str]:
+    free = host.free_of(request.gpu_class_id if request.gpus > 0 else None)
+    return (free < request.gpus, -free, host.name)
+
+
+def _reason(chosen: HostFacts, request: PlacementRequest, fitting: list[HostFacts],
+            registered: int) -> str:
+    region = chosen.region or "(none)"
+    where = (f"region {region} as requested" if request.region is not None
+             else f"region {region} chosen by the portal")
+    class_id = request.gpu_class_id if request.gpus > 0 else None
+    if class_id is None:
+        what = f"{chosen.free_of(None)} free GPUs"
+    elif request.placement == DEDICATED:
+        what = (f"{chosen.tenant_node_gpus.get(class_id, 0)} GPUs free on the tenant's "
+                f"dedicated {request.gpu_class_name} nodes")
+    else:
+        what = f"{chosen.free_of(class_id)} free {request.gpu_class_name} GPUs"
+    others = len(fitting) - 1
+    among = (f"the only one of {registered} hosts that fits" if others == 0
+             else f"most free capacity of {len(fitting)} fitting hosts, then name")
+    return f"{chosen.name}: {where}; {what}; {among}"

@@ -1,0 +1,1 @@
+"""The fleet across host clusters: capacity per host, region and GPU class (platform admins)."""

@@ -1,0 +1,33 @@
+"""REST: the fleet's capacity per host, region and GPU class."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from app.deps import CurrentPrincipal, DbSession
+from app.fleet import service
+from app.fleet.schemas import FleetCapacityOut
+from app.routing import UnitOfWorkRoute
+
+router = APIRouter(prefix="/api/v1", tags=["fleet"], route_class=UnitOfWorkRoute)
+
+
+async def fleet_filters(
+    region: Annotated[str | None, Query(max_length=63, description="only this region")] = None,
+    host_cluster: Annotated[str | None, Query(max_length=63,
+                                              description="only this host cluster")] = None,
+    gpu_class: Annotated[str | None, Query(max_length=200, description="GPU product")] = None,
+) -> service.FleetFilters:
+    return service.FleetFilters(region=region, host_cluster=host_cluster, gpu_class=gpu_class)
+
+
+Filters = Annotated[service.FleetFilters, Depends(fleet_filters)]
+
+
+@router.get("/fleet/capacity", response_model=FleetCapacityOut)
+def fleet_capacity(db: DbSession, principal: CurrentPrincipal,
+                   filters: Filters) -> FleetCapacityOut:
+    """Capacity per host and class, and per region and class (platform admins)."""
+    return service.capacity(db, principal, filters)

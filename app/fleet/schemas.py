@@ -1,0 +1,36 @@
+"""Shapes of the fleet's capacity on the API. Hosts by name and region: never credentials."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class HostCapacityOut(BaseModel):
+    host_cluster: str
+    region: str
+    state: str = Field(description="active, cordoned or draining")
+    reachable: bool | None = Field(description="the host's last health check; null: never run")
+    gpu_class: str
+    display_name: str
+    total: int = Field(description="whole GPUs on live nodes of the class on the host")
+    dedicated: int = Field(description="of those, on nodes dedicated to tenants")
+    guaranteed: int = Field(description="held by the shared-pool clusters placed on the host")
+    free: int = Field(description="total - dedicated - guaranteed")
+    not_ready: int = Field(description="on nodes that are not ready (part of the total)")
+
+
+class RegionCapacityOut(BaseModel):
+    region: str
+    gpu_class: str
+    display_name: str
+    hosts: list[str]
+    total: int
+    dedicated: int
+    guaranteed: int = Field(description="the tenants' approved quota of the class in the region")
+    free: int = Field(description="total - dedicated - the quota dedicated nodes do not cover")
+    not_ready: int
+
+
+class FleetCapacityOut(BaseModel):
+    hosts: list[HostCapacityOut] = Field(description="per host and class")
+    regions: list[RegionCapacityOut] = Field(description="per region and class")

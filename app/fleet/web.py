@@ -1,0 +1,55 @@
+"""HTML: capacity per host, region and GPU class, with region, host and class filters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fastapi import APIRouter, Request
+from markupsafe import Markup
+from starlette.responses import Response
+
+from app.deps import CurrentPrincipal, DbSession
+from app.fleet import service
+from app.fleet.api import Filters
+from app.fleet.schemas import HostCapacityOut, RegionCapacityOut
+from app.routing import UnitOfWorkRoute
+from app.web.charts.bars import Group, stacked_bars
+from app.web.charts.svg import Series
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
+SERIES = (Series("dedicated", "Dedicated", "#1f4e8c", "solid"),
+          Series("guaranteed", "Guaranteed", "#2f6f4f", "hatch"),
+          Series("free", "Free", "#5b6675", "outline"))
+NOT_READY = Series("not-ready", "Not ready", "#a32020", "cross")
+
+
+@router.get("/admin/fleet/hosts")
+def fleet_hosts(request: Request, db: DbSession, principal: CurrentPrincipal,
+                filters: Filters) -> Response:
+    everything = service.capacity(db, principal, service.FleetFilters())
+    shown = service.capacity(db, principal, filters)
+    return render(request, "fleet/hosts.html", {
+        "filters": filters, "hosts": shown.hosts, "regions": shown.regions,
+        "region_names": sorted({h.region for h in everything.hosts}),
+        "host_names": sorted({h.host_cluster for h in everything.hosts}),
+        "class_names": sorted({(h.gpu_class, h.display_name) for h in everything.hosts}),
+        "host_chart": _chart("host-capacity-chart", "Capacity per host and GPU class",
+                             [(f"{h.host_cluster} · {h.display_name}", h) for h in shown.hosts]),
+        "region_chart": _chart("region-capacity-chart", "Capacity per region and GPU class",
+                               [(f"{r.region or '(no region)'} · {r.display_name}", r)
+                                for r in shown.regions]),
+    })
+
+
+def _chart(chart_id: str, title: str,
+           rows: Sequence[tuple[str, HostCapacityOut | RegionCapacityOut]]) -> Markup | None:
+    if not rows:
+        return None
+    groups = [Group(name, {"dedicated": r.dedicated, "guaranteed": r.guaranteed,
+                           "free": max(r.free, 0), "not-ready": r.not_ready})
+              for name, r in rows]
+    description = "; ".join(f"{name}: {r.total} GPUs, {r.dedicated} dedicated, {r.guaranteed} "
+                            f"guaranteed, {r.free} free, {r.not_ready} not ready"
+                            for name, r in rows)
+    return stacked_bars(chart_id, title, description, groups, SERIES, NOT_READY)

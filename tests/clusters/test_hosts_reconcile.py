@@ -1,0 +1,217 @@
+"""The cluster reconciler across hosts, on in-memory hosts: each cluster through its own host's
+client and installer; a host that does not answer marks its clusters (last known state kept,
+nothing deleted) and is backed off as a whole; a slow host holds up only its own clusters."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from app.auth.principal import Principal
+from app.clusters import conditions as cond
+from app.clusters import service
+from app.clusters.models import VirtualCluster
+from app.clusters.reconciler import ClusterReconciler
+from app.clusters.schemas import ClusterCreate, ClusterResize
+from app.db import Database
+from app.kube.connector import HostTarget
+from app.kube.memory import InMemoryKube
+from app.kube.port import KubePort, Manifest
+from tests import factories
+from tests.clusters.support import Clock, FakeConnector, FakeInstaller, cluster_settings
+
+SETTINGS = cluster_settings()
+
+
+class Hosts(FakeConnector):
+    """One in-memory API server per host id."""
+
+    def __init__(self, kubes: dict[int, KubePort]) -> None:
+        super().__init__(None)
+        self.kubes = kubes
+
+    def for_host(self, target: HostTarget) -> KubePort | None:
+        return self.kubes.get(target.host_id)
+
+
+@dataclass
+class PerHostInstaller:
+    """The stand-in helm, run against the cluster's own host."""
+
+    kubes: dict[int, InMemoryKube]
+    installers: dict[int, FakeInstaller] = field(default_factory=dict)
+
+    def for_host(self, target: HostTarget) -> FakeInstaller:
+        return self.installers.setdefault(target.host_id,
+                                          FakeInstaller(self.kubes[target.host_id]))
+
+    # Only reached without a target, which these tests never have.
+    def install(self, release: str, namespace: str, values_yaml: str) -> None:
+        raise AssertionError("installed without knowing the host")
+
+    def uninstall(self, release: str, namespace: str) -> None:
+        raise AssertionError("uninstalled without knowing the host")
+
+    def install_addon(self, addon: Any, kubeconfig: str) -> None:
+        raise AssertionError("unused")
+
+    def uninstall_addon(self, name: str, kubeconfig: str) -> None:
+        raise AssertionError("unused")
+
+
+@dataclass
+class TwoHosts:
+    database: Database
+    eu: InMemoryKube
+    us: InMemoryKube
+    eu_id: int
+    us_id: int
+    tenant: Principal
+    h100: int
+    clock: Clock
+    reconciler: ClusterReconciler
+
+    def create(self, name: str, region: str) -> int:
+        payload = ClusterCreate(name=name, region=region, gpu_class_id=self.h100, gpus=1)
+        with self.database.transaction() as db:
+            return service.create_cluster(db, self.tenant, SETTINGS, "acme", payload).id
+
+    def run(self) -> int:
+        self.clock.advance(301)
+        return self.reconciler.run_due("worker-1")
+
+    def cluster(self, cluster_id: int) -> VirtualCluster | None:
+        with self.database.session() as db:
+            return db.scalar(select(VirtualCluster).where(VirtualCluster.id == cluster_id))
+
+    def ready(self, cluster_id: int) -> bool:
+        cluster = self.cluster(cluster_id)
+        return cluster is not None and cond.is_true(cluster.conditions, cond.READY) and (
+            cluster.observed_generation == cluster.generation)
+
+
+def two_hosts(database: Database, *, us_port: KubePort | None = None,
+              **reconciler: Any) -> TwoHosts:
+    with database.transaction() as db:
+        eu = factories.env_host(db)
+        eu.region = "eu"
+        us = factories.registered_host(db, "gpu-us-1", region="us")
+        h100 = factories.gpu_class(db, display_name="H100")
+        tenant = factories.tenant(db, "acme")
+        admin = factories.user(db)
+        factories.membership(db, tenant, admin, "admin")
+        for host, region in ((eu, "eu"), (us, "us")):
+            factories.node(db, host, h100, gpu_count=8)
+            factories.quota(db, tenant, h100, 4, region=region)
+        ids = eu.id, us.id
+        principal = Principal(user=admin, via="token", roles={tenant.id: "admin"})
+        gpu = h100.id
+    kubes = {ids[0]: InMemoryKube(), ids[1]: InMemoryKube()}
+    ports: dict[int, KubePort] = {ids[0]: kubes[ids[0]], ids[1]: us_port or kubes[ids[1]]}
+    clock = Clock()
+    worker = ClusterReconciler(SETTINGS, database, Hosts(ports), PerHostInstaller(kubes),
+                               clock=clock, **reconciler)
+    return TwoHosts(database, kubes[ids[0]], kubes[ids[1]], *ids, principal, gpu, clock, worker)
+
+
+def namespaces(kube: InMemoryKube) -> set[str]:
+    return {o["metadata"]["name"] for o in kube.objects()
+            if o["kind"] == "Namespace" and o["metadata"]["name"].startswith("t-")}
+
+
+def test_each_cluster_goes_to_its_own_host_only(database: Database) -> None:
+    fleet = two_hosts(database)
+    train, serve = fleet.create("train", "eu"), fleet.create("serve", "us")
+    fleet.run()
+    assert fleet.ready(train) and fleet.ready(serve)
+    assert namespaces(fleet.eu) == {"t-acme--train"}
+    assert namespaces(fleet.us) == {"t-acme--serve"}
+    # a second pass changes nothing on either host
+    before = len(fleet.eu.mutations()), len(fleet.us.mutations())
+    fleet.run()
+    assert (len(fleet.eu.mutations()), len(fleet.us.mutations())) == before
+
+
+def test_an_unreachable_host_marks_its_clusters_backs_off_and_deletes_nothing(
+    database: Database,
+) -> None:
+    fleet = two_hosts(database)
+    one, two, eu = fleet.create("one", "us"), fleet.create("two", "us"), fleet.create("e", "eu")
+    fleet.run()
+    assert fleet.ready(one) and fleet.ready(two)
+    with database.transaction() as db:
+        service.delete_cluster(db, fleet.tenant, "acme", "two")
+        service.resize_cluster(db, fleet.tenant, "acme", "e", ClusterResize(gpus=0))
+    down = threading.Event()
+    down.set()
+    fleet.us.inject("*", ConnectionRefusedError(111, "Connection refused"), times=1000,
+                    match=lambda _call: down.is_set())
+    calls = len(fleet.us.calls)
+    fleet.run()
+    # one call found the host gone; the other cluster of the host made none
+    assert len(fleet.us.calls) == calls + 1
+    assert fleet.ready(eu)  # the other host's cluster went on
+    for cluster_id in (one, two):
+        cluster = fleet.cluster(cluster_id)
+        assert cluster is not None  # never deleted while the host is away
+        reachable = cond.find(cluster.conditions, cond.HOST_REACHABLE)
+        assert reachable is not None and reachable["reason"] == cond.HOST_UNREACHABLE
+        assert cond.is_true(cluster.conditions, cond.READY)  # as last known
+    assert namespaces(fleet.us) == {"t-acme--one", "t-acme--two"}
+
+    fleet.us._faults.clear()
+    for _ in range(3):
+        fleet.run()
+    assert fleet.ready(one) and fleet.cluster(two) is None
+    back = fleet.cluster(one)
+    assert back is not None and cond.is_true(back.conditions, cond.HOST_REACHABLE)
+    assert namespaces(fleet.us) == {"t-acme--one"}
+
+
+class SlowPort:
+    """A host whose writes wait until released: a host that answers very slowly."""
+
+    def __init__(self, kube: InMemoryKube) -> None:
+        self.kube = kube
+        self.release = threading.Event()
+
+    def apply(self, obj: Manifest, *, force: bool = False) -> Manifest:
+        self.release.wait(30)
+        return self.kube.apply(obj, force=force)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kube, name)
+
+
+@pytest.fixture
+def slow_us(own_pg_database: Database) -> Iterator[tuple[TwoHosts, SlowPort]]:
+    port = SlowPort(InMemoryKube())
+    fleet = two_hosts(own_pg_database, us_port=port, pass_seconds=1.0)
+    port.kube = fleet.us
+    yield fleet, port
+    port.release.set()
+
+
+def test_a_slow_host_holds_up_only_its_own_clusters(
+    slow_us: tuple[TwoHosts, SlowPort],
+) -> None:
+    fleet, us = slow_us
+    assert fleet.reconciler.concurrency > 1  # threaded: one pass per host
+    eu, slow = fleet.create("train", "eu"), fleet.create("serve", "us")
+    started = time.monotonic()
+    fleet.run()
+    assert time.monotonic() - started < 10  # did not wait for the slow host
+    assert fleet.ready(eu)
+    assert not fleet.ready(slow)
+    us.release.set()
+    deadline = time.monotonic() + 20
+    while not fleet.ready(slow) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        fleet.reconciler.run_due("worker-1")
+    assert fleet.ready(slow)

@@ -1,0 +1,52 @@
+"""Quota per region: a request names the region once host clusters span several; approvals
+are checked against the capacity of the class in the request's region."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from tests import factories
+from tests.support.tenancy import build_tenancy, headers
+
+URL = "/api/v1/tenants/acme/quota-requests"
+
+
+def test_one_region_needs_no_naming_several_do(client: TestClient, db: Session) -> None:
+    tenancy = build_tenancy(db)
+    db.commit()
+    admin = headers(db, tenancy.acme_admin)
+    ask = {"gpu_class_id": tenancy.h100.id, "gpus": 4, "reason": "training"}
+    alone = client.post(URL, json=ask, headers=admin)
+    assert alone.status_code == 201 and alone.json()["region"] == ""
+    factories.host_cluster(db, "gpu-us-1", region="us")
+    db.commit()
+    ambiguous = client.post(URL, json=ask, headers=admin)
+    assert ambiguous.status_code == 422
+    assert ambiguous.json()["errors"][0]["field"] == "region"
+    named = client.post(URL, json={**ask, "region": "us"}, headers=admin)
+    assert named.status_code == 201 and named.json()["region"] == "us"
+    unknown = client.post(URL, json={**ask, "region": "mars"}, headers=admin)
+    assert unknown.status_code == 422 and "no host cluster is in region 'mars'" in (
+        unknown.json()["errors"][0]["message"])
+
+
+def test_an_approval_is_checked_against_the_regions_capacity(client: TestClient,
+                                                              db: Session) -> None:
+    tenancy = build_tenancy(db)  # 64 H100s on the env host, region ''
+    us = factories.host_cluster(db, "gpu-us-1", region="us")
+    factories.node(db, us, tenancy.h100, gpu_count=8)
+    request = factories.quota_request(db, tenancy.acme, tenancy.h100, gpus=16, region="us")
+    db.commit()
+    platform = headers(db, tenancy.platform_admin)
+    refused = client.post(f"/api/v1/quota-requests/{request.id}/approve", json={},
+                          headers=platform)
+    assert refused.status_code == 409
+    assert "would guarantee 16 of 8 in region us (8 free)" in refused.json()["detail"]
+    queue = client.get("/api/v1/quota-requests", headers=platform).json()["items"]
+    assert [(q["region"], q["capacity"]["total"]) for q in queue] == [("us", 8)]
+    approved = client.post(f"/api/v1/quota-requests/{request.id}/approve",
+                           json={"gpus": 8}, headers=platform)
+    assert approved.status_code == 200
+    quota = client.get("/api/v1/tenants/acme/quota", headers=platform).json()["items"]
+    assert [(q["region"], q["approved_gpus"]) for q in quota] == [("us", 8)]
