@@ -78,7 +78,7 @@ def kai_virtual(virtual: KubernetesAdapter) -> Iterator[KubernetesAdapter]:
 @pytest.fixture
 def dedicated(db: Session, tenancy: Tenancy) -> Tenancy:
     """acme gets an 8-GPU node and three mapped groups (one of them viewers)."""
-    node = factories.node(db, factories.host_cluster(db), tenancy.h100, gpu_count=8)
+    node = factories.node(db, factories.env_host(db), tenancy.h100, gpu_count=8)
     factories.assignment(db, node, tenancy.acme)
     for group, role in (("ml-research", "member"), ("Vision_Team", "admin"),
                         ("auditors", "viewer")):
