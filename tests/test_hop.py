@@ -4,9 +4,33 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from app import hop
 from app.logs import request_id_var
+
+T = TypeVar("T")
+
+
+def run_alone(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on a thread of its own: a browser test's Playwright session keeps an
+    event loop running on the main thread, where asyncio.run refuses to start another."""
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(asyncio.run(main))
+        except BaseException as error:  # handed to the caller below
+            failure.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 def test_the_thread_sees_the_request_id_of_its_caller() -> None:
@@ -14,7 +38,7 @@ def test_the_thread_sees_the_request_id_of_its_caller() -> None:
         request_id_var.set("req-42")
         return await hop.run_sync(request_id_var.get)
 
-    assert asyncio.run(caller()) == "req-42"
+    assert run_alone(caller()) == "req-42"
 
 
 def test_a_cancelled_caller_waits_for_the_thread_before_it_goes() -> None:
@@ -41,7 +65,7 @@ def test_a_cancelled_caller_waits_for_the_thread_before_it_goes() -> None:
             seen.append("cancelled")
         return seen + finished
 
-    assert asyncio.run(scenario()) == ["done=False", "cancelled", "work"]
+    assert run_alone(scenario()) == ["done=False", "cancelled", "work"]
 
 
 def test_errors_reach_the_caller() -> None:
@@ -55,4 +79,4 @@ def test_errors_reach_the_caller() -> None:
             return str(error)
         return "no error"
 
-    assert asyncio.run(caller()) == "boom"
+    assert run_alone(caller()) == "boom"
