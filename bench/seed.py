@@ -46,6 +46,7 @@ BENCH_TENANTS = 64
 # Quota on top of what the seeded clusters hold, so that the write steps are accepted.
 BENCH_HEADROOM_GPUS = 4096
 BENCH_CLASS = "NVIDIA-H100-80GB-HBM3"
+REGION = "eu-central"  # the one host's; quotas and requests are per region
 ZONES = ("eu-central-a", "eu-central-b", "eu-central-c")
 ROLES = ("admin", "member", "viewer")
 
@@ -244,7 +245,7 @@ def generate(fleet: Fleet, reference: dict[str, NodeFacts], now: datetime,
     t = _Tables(now, random.Random(11))
     t.add("host_clusters", "id, name, region, description, api_endpoint, credentials_encrypted, "
           "credential_kind, is_default, state, health_checks, created_at, updated_at",
-          (1, "default", "eu-central", "", "", None, "env", True, "active", [], t.ago(400),
+          (1, "default", REGION, "", "", None, "env", True, "active", [], t.ago(400),
            t.ago(400)))
     kinds = [reference[k.template] for k in KINDS]
     for class_id, facts in enumerate(kinds, 1):
@@ -377,8 +378,9 @@ def _dedicate(t: _Tables, tenant: int, class_id: int, quota: _Quota, per_node: i
 
 
 def _approved(t: _Tables, tenant: int, class_id: int, gpus: int) -> None:
-    t.add("tenant_quotas", "tenant_id, gpu_class_id, gpus, cpu_millicores, memory_mib, "
-          "updated_at", (tenant, class_id, gpus, gpus * 16_000, gpus * 131_072, t.ago(100)))
+    t.add("tenant_quotas", "tenant_id, gpu_class_id, region, gpus, cpu_millicores, memory_mib, "
+          "updated_at", (tenant, class_id, REGION, gpus, gpus * 16_000, gpus * 131_072,
+                         t.ago(100)))
     _request(t, tenant, class_id, gpus, "approved", t.ago(101), approved=gpus)
 
 
@@ -397,10 +399,10 @@ def _other_requests(t: _Tables, tenant: int, class_id: int) -> None:
 def _request(t: _Tables, tenant: int, class_id: int, gpus: int, state: str, at: datetime,
              approved: int | None = None, ends_at: datetime | None = None) -> None:
     decided = state not in ("pending", "cancelled")
-    t.add("quota_requests", "tenant_id, gpu_class_id, gpus, cpu_millicores, memory_mib, reason, "
-          "ends_at, state, requested_by_id, created_at, approved_gpus, overcommitted, "
+    t.add("quota_requests", "tenant_id, gpu_class_id, region, gpus, cpu_millicores, memory_mib, "
+          "reason, ends_at, state, requested_by_id, created_at, approved_gpus, overcommitted, "
           "decided_by_id, decided_at, decision_note",
-          (tenant, class_id, gpus, gpus * 16_000, gpus * 131_072,
+          (tenant, class_id, REGION, gpus, gpus * 16_000, gpus * 131_072,
            "Training runs for the next quarter", ends_at, state, user_id(tenant, "admin"), at,
            approved, False, 1 if decided else None, at + timedelta(hours=3) if decided else None,
            "seeded"))
@@ -442,7 +444,8 @@ def _cluster(t: _Tables, tenant: int, j: int, class_id: int | None, gpus: int,
           "gpu_class_id, gpus, cpu_millicores, memory_mib, generation, observed_generation, "
           "conditions, endpoint, admin_kubeconfig_encrypted, over_quota, deletion_requested_at, "
           "created_by_id, created_at, updated_at, lease_owner, lease_expires_at, "
-          "next_reconcile_at, failed_attempts, template_version_id, user_namespaces, addons",
+          "next_reconcile_at, failed_attempts, template_version_id, user_namespaces, addons, "
+          "placement_reason",
           (tenant, 1, name, VERSIONS[(tenant + j) % len(VERSIONS)], placement, class_id, gpus,
            (2000, 4000, 8000, 16000)[j % 4], (8192, 16384, 32768, 65536)[j % 4], generation,
            generation - 1 if state == "provisioning" else generation,
@@ -451,9 +454,10 @@ def _cluster(t: _Tables, tenant: int, j: int, class_id: int | None, gpus: int,
            None, False, t.ago(0.1) if state == "deleting" else None, user_id(tenant, "admin"),
            created, created + timedelta(hours=1), None, None,
            t.now + timedelta(seconds=(tenant + j) % 300), 3 if state == "failed" else 0,
-           DEFAULT_TEMPLATE_VERSION, False, []))
+           DEFAULT_TEMPLATE_VERSION, False, [], PLACEMENT_REASON))
 
 
+PLACEMENT_REASON = f"the only host cluster, in {REGION}"
 # Made by migration 0007 in the fresh database: the built-in "default" template's version 1.
 DEFAULT_TEMPLATE_VERSION = 1
 

@@ -106,7 +106,7 @@ def test_a_cookie_write_with_the_token_and_no_origin_is_accepted(
     client: TestClient, world: World
 ) -> None:
     created = client.post("/api/v1/tenants/acme/quota-requests", headers=_token(world), json={
-        "gpu_class_id": world.gpu_class_id, "gpus": 1, "reason": "eval"})
+        "gpu_class_id": world.gpu_class_id, "region": "eu-west", "gpus": 1, "reason": "eval"})
     assert created.status_code == 201, created.text
 
 
