@@ -252,12 +252,15 @@ def target_for(row: HostCluster, settings: Settings) -> HostTarget | None:
                       qps=row.kube_qps, burst=row.kube_burst)
 
 
-def targets(db: Session, settings: Settings) -> list[HostTarget]:
+def targets(db: Session, settings: Settings, *, only_open: bool = False) -> list[HostTarget]:
     """Every reachable registered host as the connector reaches it (the default one made if
-    missing). A host whose credentials no key opens is left out, and logged: the others go on."""
+    missing); with ``only_open``, only those that take new clusters (active). A host whose
+    credentials no key opens is left out, and logged: the others go on."""
     repository.ensure_default_host(db)
     found: list[HostTarget] = []
     for row in repository.all_hosts(db):
+        if only_open and row.state != "active":
+            continue
         try:
             target = target_for(row, settings)
         except UnreadableSecret as error:
@@ -266,13 +269,6 @@ def targets(db: Session, settings: Settings) -> list[HostTarget]:
         if target is not None:
             found.append(target)
     return found
-
-
-def open_targets(db: Session, settings: Settings) -> list[HostTarget]:
-    """The reachable hosts that take new clusters (active, not cordoned or draining)."""
-    reachable = targets(db, settings)
-    open_ids = {row.id for row in repository.all_hosts(db) if row.state == "active"}
-    return [target for target in reachable if target.host_id in open_ids]
 
 
 # ----- internals

@@ -30,12 +30,6 @@ class NodeFilters:
     include_gone: bool = False
 
 
-# The host cluster rows live in app/hosts; these names stay for the nodes domain's callers.
-default_host_cluster = hosts_repository.default_host
-host_cluster_by_name = hosts_repository.host_by_name
-ensure_default_host_cluster = hosts_repository.ensure_default_host
-
-
 def nodes_of_host(db: Session, host_cluster_id: int) -> dict[str, Node]:
     rows = db.scalars(select(Node).where(Node.host_cluster_id == host_cluster_id))
     return {row.name: row for row in rows}

@@ -22,6 +22,7 @@ from app.authz import ensure_platform_admin, ensure_platform_writer, tenant_for
 from app.concurrency import insert_or_conflict, lock_row
 from app.db import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
+from app.hosts import repository as hosts_repository
 from app.hosts.models import HostCluster
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.nodes import tenant_taint
@@ -52,8 +53,8 @@ LABELS_CONDITION = "TenantLabelsApplied"
 
 def host_cluster(db: Session, name: str | None = None) -> HostCluster:
     """The named host cluster, or the default one (PORTAL_KUBECONFIG's)."""
-    row = (repository.host_cluster_by_name(db, name) if name
-           else repository.default_host_cluster(db))
+    row = (hosts_repository.host_by_name(db, name) if name
+           else hosts_repository.default_host(db))
     if row is None:
         raise NotFound(f"no host cluster {name!r}" if name
                        else "no host cluster yet: the inventory has not synced one")
@@ -77,8 +78,8 @@ def list_node_fields(db: Session, principal: Principal, filters: NodeFilters,
     """A page of the inventory as ``NodeOut`` fields, filtered and sorted by the database: one
     statement."""
     ensure_platform_admin(principal)
-    cluster = repository.host_cluster_by_name(db, host) if host else (
-        repository.default_host_cluster(db))
+    cluster = hosts_repository.host_by_name(db, host) if host else (
+        hosts_repository.default_host(db))
     if cluster is None:
         if host:
             raise NotFound(f"no host cluster {host!r}")
@@ -110,7 +111,7 @@ def assignment_version(db: Session, principal: Principal, node: str | None = Non
     """The fingerprint of the fleet's (or one node's) assignment state, for live streams."""
     ensure_platform_admin(principal)
     if node is None:
-        cluster = repository.default_host_cluster(db)
+        cluster = hosts_repository.default_host(db)
         return "none" if cluster is None else repository.assignment_version(db, cluster.id)
     cluster = host_cluster(db)
     return repository.assignment_version(db, cluster.id, _node(db, cluster, node).id)
@@ -367,5 +368,5 @@ def fleet_zones(db: Session, principal: Principal) -> list[str]:
     """The zones the fleet's picker offers; tenants and racks are typed in (there are
     thousands), and classes are those of the capacity table."""
     ensure_platform_admin(principal)
-    cluster = repository.default_host_cluster(db)
+    cluster = hosts_repository.default_host(db)
     return repository.live_zones(db, cluster.id) if cluster else []

@@ -100,7 +100,7 @@ class TemplateValidator:
         """Every host new clusters may go to (active, reachable with its credentials), each
         through its own client; a host whose credentials no key opens is left out (logged)."""
         with self.database.transaction() as db:
-            targets = hosts_service.open_targets(db, self.settings)
+            targets = hosts_service.targets(db, self.settings, only_open=True)
         found: dict[str, HostProbe | None] = {}
         for target in targets:
             port = for_host(self.connector, target)
