@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from time import monotonic as monotonic  # re-exported: tests move the clock
 from typing import Any
 
+from pydantic_core import from_json
 from sqlalchemy import JSON, Connection, DateTime, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DisconnectionError
@@ -55,6 +56,9 @@ class Base(DeclarativeBase):
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
+    # pydantic-core's parser (Rust) reads the JSON columns (conditions, audit) about twice as
+    # fast as ``json.loads``, with the same values.
+    kwargs.setdefault("json_deserializer", from_json)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
         event.listen(engine, "connect", _configure_sqlite)

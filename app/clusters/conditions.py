@@ -85,15 +85,25 @@ def _position(condition: Condition) -> tuple[int, str]:
     return (ORDER.index(type_) if type_ in ORDER else len(ORDER)), ""
 
 
+def statuses(conditions: list[Condition]) -> dict[str, str]:
+    """Each condition's status by type (the first of a type, as ``find``): one pass, for a
+    list that asks several questions of each cluster."""
+    return {str(c.get("type")): str(c.get("status")) for c in reversed(conditions)}
+
+
 def phase(conditions: list[Condition], deleting: bool) -> str:
     """One word for lists: Deleting, Unreachable, Failed, Ready, or Provisioning."""
+    return phase_of(statuses(conditions), deleting)
+
+
+def phase_of(status: dict[str, str], deleting: bool) -> str:
+    """``phase`` from ``statuses``."""
     if deleting:
         return "Deleting"
-    reachable = find(conditions, HOST_REACHABLE)
-    if reachable is not None and reachable.get("status") == "False":
+    if status.get(HOST_REACHABLE) == "False":
         return "Unreachable"
-    if is_true(conditions, FAILED):
+    if status.get(FAILED) == "True":
         return "Failed"
-    if is_true(conditions, READY):
+    if status.get(READY) == "True":
         return "Ready"
     return "Provisioning"

@@ -88,6 +88,7 @@ def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None, host: str,
     host's name and region, never how the portal reaches it."""
     conditions = list(cluster.conditions or [])
     deleting = cluster.deletion_requested_at is not None
+    status = cond.statuses(conditions)
     return {
         "id": cluster.id, "tenant": tenant, "name": cluster.name,
         "kubernetes_version": cluster.kubernetes_version, "placement": cluster.placement,
@@ -97,7 +98,7 @@ def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None, host: str,
         "pod_security": cluster.pod_security, "user_namespaces": cluster.user_namespaces,
         "generation": cluster.generation,
         "observed_generation": cluster.observed_generation,
-        "phase": cond.phase(conditions, deleting), "ready": cond.is_true(conditions, cond.READY),
+        "phase": cond.phase_of(status, deleting), "ready": status.get(cond.READY) == "True",
         "over_quota": cluster.over_quota, "deleting": deleting, "endpoint": cluster.endpoint,
         "region": region, "host_cluster": host, "placement_reason": cluster.placement_reason,
         "conditions": [{field: c[field] for field in _CONDITION_FIELDS} for c in conditions],
