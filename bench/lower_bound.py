@@ -12,7 +12,10 @@ and measures their CPU per request as ``bench.cpu`` does, each as a multiple of 
   clusters with their GPU class and host) on a pooled psycopg connection, its rows encoded
   by pydantic-core (Rust), as the real lists are: no authentication, no authorization, no
   ORM, no response model, no phase or readiness worked out from the conditions;
-- the real ``GET /api/v1/me`` and ``GET /api/v1/tenants/{t}/clusters`` with API tokens.
+- the real ``GET /api/v1/me`` and ``GET /api/v1/tenants/{t}/clusters`` with API tokens;
+- ``POST /_bench/insert``: one hop, a pooled connection, one ``INSERT`` of the body into a
+  table of its own and its ``COMMIT`` (PostgreSQL's defaults: the commit waits for the WAL
+  flush), next to the real ``POST /api/v1/tenants/{t}/quota-requests``.
 
 If the raw probe alone costs about 2.5 times the floor, no layering of the real endpoint on this
 stack reaches the target; the figures say how far each layer is from it.
@@ -36,9 +39,10 @@ from bench import seed
 from bench.cpu import DEFAULT_URL, me, measure
 from bench.load import Request
 from bench.portal import Credentials, Portal, bearer, mint
-from bench.run import CLUSTERS_STEP, LOGS, Step, say
+from bench.run import CLUSTERS_STEP, JSON, LOGS, Step, say
 
 PROBES = "/_bench"
+QUOTA_REQUEST = json.dumps({"gpu_class_id": 1, "gpus": 8, "reason": "bench"})
 
 
 def probe_steps(credentials: Credentials) -> list[Step]:
@@ -52,7 +56,18 @@ def probe_steps(credentials: Credentials) -> list[Step]:
         Step("probe: the clusters list's SQL, raw, pydantic-core JSON", "read", raw),
         me(credentials),
         Step(CLUSTERS_STEP, "read", real),
+        Step("probe: thread hop + INSERT + COMMIT", "write",
+             [Request("POST", f"{PROBES}/insert", JSON, QUOTA_REQUEST)]),
+        Step("POST /api/v1/tenants/{t}/quota-requests", "write",
+             [Request("POST", f"/api/v1/tenants/{t.slug}/quota-requests",
+                      {**bearer(t.token), **JSON}, quota_request(credentials))
+              for t in tenants]),
     ]
+
+
+def quota_request(credentials: Credentials) -> str:
+    return json.dumps({"gpu_class_id": credentials.gpu_class_id, "gpus": 8,
+                       "reason": "bench: capacity for the next training run"})
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

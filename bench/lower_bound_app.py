@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from pydantic_core import to_json
 from sqlalchemy import Integer, bindparam, select
 from sqlalchemy.dialects import postgresql
@@ -21,6 +21,10 @@ from app.tenants.models import Tenant
 from bench.lower_bound import PROBES
 
 PAGE = 50
+# The write probe's own table, in the benchmark's database only.
+CREATE_WRITES = ("CREATE TABLE IF NOT EXISTS bench_probe_writes (id bigserial PRIMARY KEY, "
+                 "body jsonb NOT NULL, at timestamptz NOT NULL DEFAULT now())")
+INSERT_WRITE = "INSERT INTO bench_probe_writes (body) VALUES (%(body)s) RETURNING id"
 
 
 def clusters_sql() -> str:
@@ -35,15 +39,21 @@ def add_probes(app: FastAPI, database: Database) -> None:
         tenant_ids = dict(db.execute(select(Tenant.slug, Tenant.id)).tuples().all())
     sql = clusters_sql()
 
-    def fetch(statement: str, values: dict[str, Any]) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def fetch(statement: str, values: dict[str, Any],
+              commit: bool = False) -> tuple[list[str], list[tuple[Any, ...]]]:
         connection = database.engine.raw_connection()
         try:
             cursor = connection.driver_connection.cursor()  # type: ignore[union-attr]
             cursor.execute(statement, values)
             names = [column.name for column in cursor.description or []]
-            return names, cursor.fetchall()
+            rows = cursor.fetchall() if cursor.description else []
+            if commit:
+                connection.commit()
+            return names, rows
         finally:
             connection.close()
+
+    fetch(CREATE_WRITES, {}, commit=True)
 
     async def constant() -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
@@ -61,11 +71,21 @@ def add_probes(app: FastAPI, database: Database) -> None:
     async def clusters(tenant: str) -> Response:
         return Response(await hop.run_sync(page, tenant), media_type="application/json")
 
-    for path, endpoint in ((f"{PROBES}/async", constant), (f"{PROBES}/select1", select_one),
-                           (f"{PROBES}/tenants/{{tenant}}/clusters", clusters)):
-        app.add_api_route(path, endpoint, methods=["GET"], include_in_schema=False)
+    async def insert(request: Request) -> Response:
+        body = await request.body()
+        _, rows = await hop.run_sync(
+            fetch, INSERT_WRITE,
+            {"body": body.decode()}, True)
+        return Response(to_json({"id": rows[0][0]}), status_code=201,
+                        media_type="application/json")
+
+    for path, endpoint, method in (
+            (f"{PROBES}/async", constant, "GET"), (f"{PROBES}/select1", select_one, "GET"),
+            (f"{PROBES}/tenants/{{tenant}}/clusters", clusters, "GET"),
+            (f"{PROBES}/insert", insert, "POST")):
+        app.add_api_route(path, endpoint, methods=[method], include_in_schema=False)
     routes = app.router.routes
-    routes[:] = routes[-3:] + routes[:-3]  # matched first, as the hot routers are
+    routes[:] = routes[-4:] + routes[:-4]  # matched first, as the hot routers are
 
 
 def serve(port: int) -> None:
