@@ -13,7 +13,6 @@ API server is back, it converges too. Each cluster's objects are on its own host
 from __future__ import annotations
 
 import secrets
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,28 +40,10 @@ from tests import factories
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import helm_calls, use_standin_helm
 from tests.clusters.support import H100, Clock, cluster_settings
-from tests.support.kube_server import ApiServer, install_crds
-from tests.support.paths import KAI_QUEUE_CRD
+from tests.support.kube_server import ApiServer
 
 QUEUE = lbl.KAI_API_VERSION
 A100 = "NVIDIA-A100-SXM4-80GB"
-
-
-@pytest.fixture(scope="module")
-def us_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
-    """The second host: etcd and kube-apiserver of its own (no controller-manager: nothing
-    here waits for one), with KAI's Queue CRD."""
-    base = "/dev/shm" if Path("/dev/shm").is_dir() else None  # noqa: S108 - private mkdtemp
-    server = ApiServer(kube_assets_dir, Path(tempfile.mkdtemp(prefix="kube-us-", dir=base)),
-                       name="us")
-    server.start()
-    adapter = server.adapter()
-    try:
-        install_crds(adapter, KAI_QUEUE_CRD)
-    finally:
-        adapter.close()
-    yield server
-    server.stop()
 
 
 @dataclass
