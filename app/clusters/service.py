@@ -482,9 +482,8 @@ def preview(db: Session, principal: Principal, settings: Settings, slug: str,
     cluster = cluster_for(db, principal, slug, name)
     wanted = desired.load(db, cluster, settings)
     objects = wanted.host_objects()
-    # Tenants see the command's shape, not where the operator keeps the host's credentials.
-    hidden = "$PORTAL_KUBECONFIG" if settings.kubeconfig else None
-    shown = settings.model_copy(update={"kubeconfig": hidden})
+    shown = settings.model_copy(update={"kubeconfig": _kubeconfig_placeholder(db, cluster,
+                                                                              settings)})
     command = HelmInstaller.from_settings(shown).install_command(
         wanted.release, wanted.namespace, "vcluster.yaml")
     return ClusterPreview(
@@ -492,6 +491,19 @@ def preview(db: Session, principal: Principal, settings: Settings, slug: str,
         objects_yaml="---\n".join(dump_yaml(obj) for obj in objects),
         values_yaml=wanted.values_yaml(), helm_command=command,
     )
+
+
+def _kubeconfig_placeholder(db: Session, cluster: VirtualCluster,
+                            settings: Settings) -> str | None:
+    """What the review's helm command names for ``--kubeconfig``: the host the cluster is on,
+    never where the operator keeps its credentials; None where helm runs in the host itself
+    (the environment's host reached with in-cluster config)."""
+    host = repository.host_cluster(db, cluster.host_cluster_id)
+    if host is None:
+        return None
+    if host.credential_kind == "env" and not settings.kubeconfig:
+        return None
+    return f"<kubeconfig of host {host.name}>"
 
 
 def _spec(cluster: VirtualCluster) -> dict[str, Any]:
