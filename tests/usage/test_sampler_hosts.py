@@ -10,14 +10,13 @@ import pytest
 from sqlalchemy import select
 
 from app.db import Database
-from app.kube.connector import HostTarget
 from app.kube.errors import KubeError
 from app.kube.memory import InMemoryKube
-from app.kube.port import KubePort
 from app.usage.models import UsageSample
 from app.usage.sampler import UsageSampler
 from tests import factories
 from tests.clusters.support import cluster_settings
+from tests.support.kube import PerHostConnector
 from tests.usage.support import LedgerClock, fix_clock
 from tests.usage.test_sampler import pod, queue, quota
 
@@ -27,35 +26,12 @@ class Unreachable(InMemoryKube):
         raise KubeError("connection refused", reason="Unreachable")
 
 
-class PerHost:
-    """A connector with a client per registered host, as the official one has."""
-
-    def __init__(self, ports: dict[str, KubePort]) -> None:
-        self.ports = ports
-        self.asked: list[str] = []
-
-    def host(self) -> KubePort | None:
-        return self.ports.get("default")
-
-    def for_host(self, target: HostTarget) -> KubePort | None:
-        self.asked.append(target.name)
-        if target.name == "broken":
-            raise ValueError("the client cannot be built")
-        return self.ports.get(target.name)
-
-    def virtual(self, kubeconfig_yaml: str) -> KubePort:
-        raise AssertionError("not used")
-
-    def ready(self, kubeconfig_yaml: str) -> bool:
-        return True
-
-
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> LedgerClock:
     return fix_clock(monkeypatch)
 
 
-def _sampler(database: Database, connector: PerHost) -> UsageSampler:
+def _sampler(database: Database, connector: PerHostConnector) -> UsageSampler:
     return UsageSampler(cluster_settings(worker_resync_seconds=0), database, connector,
                         clock=lambda: 0.0)
 
@@ -94,7 +70,7 @@ def test_each_host_counts_for_its_own_clusters_and_nodes(
                 queue("acme", "train", "7", "7"),  # train is not on this host: not counted
                 pod("b", "gpu-1", 1)):
         us.seed(obj)
-    connector = PerHost({"default": eu, "gpu-us-1": us})
+    connector = PerHostConnector({"default": eu, "gpu-us-1": us}, broken=("broken",))
     assert _sampler(database, connector).run_due("worker-1") == 6
     assert _taken(database) == {
         ("queue", ids["train"], 3.0), ("quota", ids["train"], 3.0),
@@ -111,7 +87,7 @@ def test_a_host_that_cannot_be_read_is_skipped_and_keeps_its_samples(
     eu, us = InMemoryKube(), InMemoryKube()
     eu.seed(quota("acme", "train", "2", "4"))
     us.seed(quota("acme", "eval", "1", "2"))
-    connector = PerHost({"default": eu, "gpu-us-1": us})
+    connector = PerHostConnector({"default": eu, "gpu-us-1": us}, broken=("broken",))
     _sampler(database, connector).run_due("worker-1")
     connector.ports["gpu-us-1"] = Unreachable()
     clock.at(minutes=5)
