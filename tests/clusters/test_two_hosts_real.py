@@ -113,6 +113,7 @@ def fleet(own_pg_database: Database, kai_host: ApiServer, host_admin: Kubernetes
     with own_pg_database.transaction() as db:  # an admin registers the second host
         hosts.register_host(db, admin_principal, settings, HostRegister(
             name="gpu-us-1", region="us", description="second site",
+            webhook_url="https://webhook.gpu-us-1.example:9443",
             credentials=HostCredentialsIn(kind="kubeconfig", kubeconfig=us_api.admin_kubeconfig)))
         us_row = db.scalar(select(HostCluster).where(HostCluster.name == "gpu-us-1"))
         assert us_row is not None and us_row.credentials_encrypted
