@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -87,7 +87,7 @@ def _wait(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
 def _namespaces(tenant: str) -> tuple[Manifest, Manifest]:
     """The same cluster's namespace as a shared-pool one (on us) and as a dedicated-nodes one
     (on the environment's host): same name, labels that differ."""
-    def spec(placement: str) -> ClusterSpec:
+    def spec(placement: Literal["shared-pool", "dedicated-nodes"]) -> ClusterSpec:
         return ClusterSpec(tenant=tenant, name="train", kubernetes_version="1.32.4",
                            placement=placement, gpu_class=None, gpus=0, cpu_millicores=1000,
                            memory_mib=1024, endpoint="https://train.acme.vc.example.com")
@@ -163,12 +163,13 @@ def _patched_queue(answer: dict[str, Any]) -> str | None:
 
 def _dry_run_pod(api: ApiServer, namespace_name: str) -> Manifest:
     api_client = k8s_config.new_client_from_config_dict(yaml.safe_load(api.admin_kubeconfig))
-    pod = {"apiVersion": "v1", "kind": "Pod",
+    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": f"p-{secrets.token_hex(3)}", "namespace": namespace_name,
                         "labels": dict(SYNCED)},
            "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
                                     "securityContext": RESTRICTED}]}}
-    response = k8s_client.CoreV1Api(api_client).create_namespaced_pod(
+    core: Any = k8s_client.CoreV1Api(api_client)
+    response = core.create_namespaced_pod(
         namespace_name, pod, dry_run="All", _preload_content=False)
     created: Manifest = json.loads(response.data)
     return created
