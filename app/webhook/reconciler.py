@@ -14,6 +14,13 @@ One gap is left: two workers creating the very first Secret at once (there is no
 compare yet). They converge on the last write, and the webhook may serve the other certificate
 until its next reload (a minute); before that first pass there was no webhook at all.
 
+The Secret lives on the environment's host. The configuration goes to every registered host the
+portal can reach, each through its own client, with that host's way to the webhook
+(app/hosts/webhook_route.py) and the same caBundle; the environment's host's configuration is
+written last, since the webhook's switch to a new certificate waits for that one. A host without
+a webhook URL gets none (one left from before is removed); a host that fails is logged and tried
+again at the next pass.
+
 A pass runs every ``worker_resync_seconds``, sooner after a failure.
 """
 

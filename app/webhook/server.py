@@ -97,8 +97,9 @@ class HostNamespaces:
     """Namespace labels of the host a review's path names (``/mutate-pods/hosts/<id>``).
 
     The host's credentials come from the database through ``lookup`` (the host's client, or
-    None for a host that is gone or cannot be reached); each host's answer is kept
-    ``ttl_seconds``, so rotated credentials or a deleted host are taken up within that. When
+    None for a host that is gone or cannot be reached); each host's client is kept
+    ``ttl_seconds``, so rotated credentials or a deleted host are taken up within that (an id
+    that names no host is not kept, so no caller can fill the cache). When
     the database cannot be read, the last answer is kept a while longer rather than failing
     every pod.
     """
@@ -108,7 +109,7 @@ class HostNamespaces:
         self.lookup = lookup
         self.ttl_seconds = ttl_seconds
         self.clock = clock
-        self._cache: dict[int, tuple[float, NamespaceLabels | None]] = {}
+        self._cache: dict[int, tuple[float, NamespaceLabels]] = {}
         self._lock = threading.Lock()
 
     def get(self, host_id: int) -> NamespaceLabels | None:
@@ -124,7 +125,9 @@ class HostNamespaces:
             log.warning("looking up host cluster %d failed (%s); using what was known",
                         host_id, type(error).__name__)
             return cached[1]
-        labels = NamespaceLabels(port) if port is not None else None
+        if port is None:
+            return None  # not kept: the cache holds registered hosts only, however many ids
+        labels = NamespaceLabels(port)
         with self._lock:
             self._cache[host_id] = (self.clock() + self.ttl_seconds, labels)
         return labels
