@@ -114,16 +114,19 @@ def webhook(
     """Serve the admission webhook that puts shared-pool pods in their KAI queue."""
     from app.kube.connector import ClientConnector
     from app.kube.manifests.admission import WEBHOOK_PATH
-    from app.webhook.server import WebhookServer
+    from app.webhook.server import WebhookServer, host_lookup
 
     settings = _settings()
-    kube = ClientConnector(settings).host()
+    connector = ClientConnector(settings)
+    kube = connector.host()
     if kube is None:
         typer.echo("error: the webhook needs the host cluster (PORTAL_KUBECONFIG or in-cluster "
                    "config)", err=True)
         raise typer.Exit(2)
+    # Reviews from other registered hosts name their host: its credentials are in the database.
+    lookup = host_lookup(settings, Database(settings.database_url), connector)
     server = WebhookServer(kube, settings.webhook_namespace, address=host, port=port,
-                           cert_dir=cert_dir)
+                           cert_dir=cert_dir, hosts=lookup)
     stopping = threading.Event()
     _stop_on_signals(stopping.set)
     log.info("admission webhook on https://%s:%d%s", host, port, WEBHOOK_PATH)

@@ -142,12 +142,14 @@ class Settings(BaseSettings):
         description="the Service (port 443) through which the API server calls `portal webhook`")
     webhook_url: str | None = Field(
         default=None, pattern=r"^https://",
-        description="an `https://` URL for a webhook outside the cluster; used instead of the "
-                    "Service")
+        description="an `https://` URL for a webhook outside the cluster; the environment's "
+                    "host calls it instead of the Service (other hosts: each host's webhook "
+                    "URL)")
     webhook_hosts: list[str] = Field(
         default=[],
         description="JSON list of the names and IPs in the serving certificate; empty: the "
-                    "URL's host, else `<service>.<namespace>.svc` and `….svc.cluster.local`")
+                    "URL's host, else `<service>.<namespace>.svc` and `….svc.cluster.local`; "
+                    "the host of each host cluster's webhook URL is added either way")
     webhook_certificate_days: int = Field(
         default=90, ge=3,
         description="lifetime of the serving certificate; the worker rotates it with a third "

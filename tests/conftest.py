@@ -166,6 +166,20 @@ def host_admin(kai_host: ApiServer) -> Iterator[KubernetesAdapter]:
 
 
 @pytest.fixture(scope="session")
+def us_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
+    """A second host cluster's API (host ``us`` of the multi-host tests): etcd and
+    kube-apiserver of its own, no controller-manager, KAI's Queue CRD. A test that stops its
+    API server starts it again."""
+    for server in _served(kube_assets_dir, "us", controllers=False):
+        adapter = server.adapter()
+        try:
+            install_crds(adapter, KAI_QUEUE_CRD)
+        finally:
+            adapter.close()
+        yield server
+
+
+@pytest.fixture(scope="session")
 def bare_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
     """An API server no test installs CRDs or webhooks into for others to see: a cluster as
     it comes (tests that add something here take it away again)."""

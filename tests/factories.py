@@ -66,11 +66,15 @@ def env_host(db: Session) -> HostCluster:
     return row
 
 
-def registered_host(db: Session, name: str, region: str = "") -> HostCluster:
+def registered_host(db: Session, name: str, region: str = "", *,
+                    webhook: bool = True) -> HostCluster:
     """A host an admin registered with a kubeconfig (a placeholder one, sealed with the test
-    settings' key): placement offers it; connecting to it needs a connector that knows it."""
+    settings' key) and, unless ``webhook`` is False, a webhook URL: placement offers it;
+    connecting to it needs a connector that knows it."""
     row = host_cluster(db, name, region=region)
     row.credential_kind = "kubeconfig"
+    if webhook:
+        row.webhook_url = f"https://webhook.{name}.example:9443"
     box = SecretBox.from_settings(Settings(env="test", database_url="sqlite://"))
     row.credentials_encrypted = box.seal("apiVersion: v1\nkind: Config\n")
     db.flush()

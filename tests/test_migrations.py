@@ -214,3 +214,27 @@ def test_0010_puts_existing_quota_in_the_default_hosts_region(empty_url: str) ->
         assert connection.execute(text("SELECT gpus FROM tenant_quotas")).scalars().all() == [12]
     engine.dispose()
     migrate.upgrade(empty_url)
+
+
+def test_0012_gives_hosts_no_webhook_url_and_goes_down_again(empty_url: str) -> None:
+    """Hosts registered before 0012 have no webhook address: the environment's host keeps
+    PORTAL_WEBHOOK_URL or the Service; a downgrade drops the column and keeps the hosts."""
+    migrate.upgrade(empty_url, "0011")
+    engine = make_engine(empty_url)
+    with engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO host_clusters (name, region, description, api_endpoint, "
+            "credential_kind, is_default, state, health_checks, created_at, updated_at) "
+            "VALUES ('gpu-us-1', 'us', '', 'https://us.example:6443', 'kubeconfig', false, "
+            "'active', '[]', '2026-11-01', '2026-11-01')"))
+    migrate.upgrade(empty_url, "0012")
+    with engine.connect() as connection:
+        assert connection.execute(text(
+            "SELECT name, webhook_url FROM host_clusters")).all() == [("gpu-us-1", None)]
+    migrate.downgrade(empty_url, "0011")
+    with engine.connect() as connection:
+        columns = {c["name"] for c in inspect(connection).get_columns("host_clusters")}
+        assert connection.execute(text("SELECT name FROM host_clusters")).all() == [
+            ("gpu-us-1",)]
+    engine.dispose()
+    assert "webhook_url" not in columns

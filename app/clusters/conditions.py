@@ -22,10 +22,15 @@ FAILED = "Failed"
 # last one known (app/clusters/reconciler.py).
 HOST_REACHABLE = "HostReachable"
 HOST_UNREACHABLE = "HostUnreachable"
+# Shared-pool clusters on the open-source vCluster: False (reason NoWebhookURL) while the
+# host's API server has no way to the portal's admission webhook, so the queue guard refuses
+# the cluster's pods; absent until that happens once.
+POD_ADMISSION = "PodAdmission"
+NO_WEBHOOK_URL = "NoWebhookURL"
 # In display order: the provisioning steps, then the summary.
 STEP_TYPES = (NAMESPACE_READY, QUOTA_APPLIED, NETWORK_POLICY_APPLIED, QUEUES_APPLIED,
               RELEASE_INSTALLED)
-ORDER = (HOST_REACHABLE, *STEP_TYPES, READY, FAILED)
+ORDER = (HOST_REACHABLE, POD_ADMISSION, *STEP_TYPES, READY, FAILED)
 # One condition per add-on installed into the virtual cluster, shown after Ready.
 ADDON_PREFIX = "AddonReady/"
 # KAI's team queues inside the virtual cluster, shown after the add-ons.

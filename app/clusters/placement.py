@@ -9,7 +9,9 @@ A host fits when all of these hold, each checked and each refusal named per host
   a single host before the first sync) rules no host out;
 - it is in the requested region, when one is named;
 - the tenant's quota of the class in the host's region has room for the GPUs asked;
-- for ``dedicated-nodes``: the tenant's nodes of the class on that host have room for them.
+- for ``dedicated-nodes``: the tenant's nodes of the class on that host have room for them;
+- for ``shared-pool`` on the open-source vCluster: its API server can reach the portal's
+  admission webhook (the environment's host, or a host with a webhook URL).
 
 Among the hosts that fit, the choice is deterministic: hosts whose free capacity of the class
 covers the request first, then the most free capacity of the class (the most free GPUs of any
@@ -42,6 +44,9 @@ class HostFacts:
     has_credentials: bool = True
     # The last health check: None when never run.
     answers: bool | None = None
+    # Its API server has a way to the portal's admission webhook (the environment's host, or
+    # a webhook URL set on the host).
+    has_webhook: bool = True
 
     def free_of(self, gpu_class_id: int | None) -> int:
         if gpu_class_id is None:
@@ -58,6 +63,8 @@ class PlacementRequest:
     region: str | None  # None: the portal chooses
     # region -> GPUs of the class the tenant's quota there still has room for.
     quota_free: Mapping[str, int]
+    # Shared-pool pods on the open-source vCluster join their KAI queue through the webhook.
+    needs_webhook: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,9 @@ def unfit_reasons(host: HostFacts, request: PlacementRequest,
         reasons.append("the portal has no credentials for it")
     elif host.answers is False:
         reasons.append("it did not answer its last health check")
+    if request.needs_webhook and not host.has_webhook:
+        reasons.append("no admission webhook URL is set for it, and shared-pool pods need "
+                       "the webhook to join their KAI queue")
     if request.region is not None and host.region != request.region:
         reasons.append(f"in region {host.region or '(none)'}, not {request.region or '(none)'}")
     if request.gpus > 0 and request.gpu_class_id is not None:

@@ -68,6 +68,7 @@ from app.crypto import SecretBox
 from app.db import Database, utcnow
 from app.hosts import repository as hosts_repository
 from app.hosts import service as hosts_service
+from app.hosts.webhook_route import routed
 from app.kube import manifests, quantities
 from app.kube.cache import ListCache
 from app.kube.connector import HostTarget, KubeConnector, for_host
@@ -124,6 +125,8 @@ class _Host:
     name: str
     port: KubePort | None
     installer: Installer
+    # Its API server can reach the admission webhook (app/hosts/webhook_route.py).
+    webhook: bool = True
 
 
 class HostReachability:
@@ -392,7 +395,8 @@ class ClusterReconciler:
                 _InvalidSpec(self, cluster_id, worker_id, *invalid).run()
             else:
                 where = _Host(host_id, target.name if target else f"#{host_id}",
-                              self.port(target), self.installer_for(target))
+                              self.port(target), self.installer_for(target),
+                              target is None or routed(target))
                 ClusterRun(self, wanted, worker_id, *state, where).run()
         except LeaseLost:
             log.warning("cluster %d: lease lost to another worker; stopping", cluster_id)
@@ -467,7 +471,24 @@ class ClusterRun:
 
     # ----- provisioning
 
+    def _admission(self) -> None:
+        """Shared-pool pods on the open-source vCluster get their KAI queue from the portal's
+        webhook; where the host's API server has no way to it, the queue guard refuses them
+        (they never run outside the queue): the cluster says so until the host gets a URL."""
+        needs = (self.wanted.spec.placement == "shared-pool"
+                 and self.owner.settings.vcluster_edition == "oss")
+        if needs and not self.where.webhook:
+            self._set(cond.POD_ADMISSION, False, cond.NO_WEBHOOK_URL,
+                      f"host cluster {self.where.name} has no admission webhook URL, so its "
+                      "API server cannot reach the portal's webhook and refuses this "
+                      "cluster's pods rather than run them outside the KAI queue; a platform "
+                      "admin sets the host's webhook URL")
+        elif cond.find(self.conditions, cond.POD_ADMISSION) is not None:
+            self._set(cond.POD_ADMISSION, True, "WebhookURLSet",
+                      f"host cluster {self.where.name} calls the portal's admission webhook")
+
     def _provision(self) -> Outcome:
+        self._admission()
         steps: list[tuple[str, Callable[[], tuple[str, str]]]] = [
             (cond.NAMESPACE_READY, self._namespace),
             (cond.QUOTA_APPLIED, self._quota),

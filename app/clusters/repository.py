@@ -152,6 +152,7 @@ class HostRow:
     state: str
     has_credentials: bool  # stored ones, or the environment's (the default host)
     answers: bool | None  # its last health check; None: never checked
+    has_webhook: bool = True  # a way for its API server to the admission webhook
 
 
 def host_rows(db: Session) -> list[HostRow]:
@@ -159,9 +160,10 @@ def host_rows(db: Session) -> list[HostRow]:
     rows = db.execute(select(HostCluster.id, HostCluster.name, HostCluster.region,
                              HostCluster.state, HostCluster.is_default,
                              HostCluster.credentials_encrypted.is_not(None),
-                             HostCluster.health_reachable).order_by(HostCluster.name))
-    return [HostRow(row[0], row[1], row[2], str(row[3]), bool(row[4] or row[5]), row[6])
-            for row in rows]
+                             HostCluster.health_reachable,
+                             HostCluster.webhook_url.is_not(None)).order_by(HostCluster.name))
+    return [HostRow(row[0], row[1], row[2], str(row[3]), bool(row[4] or row[5]), row[6],
+                    bool(row[4] or row[7])) for row in rows]
 
 
 def class_gpus_per_host(db: Session) -> dict[tuple[int, int], tuple[int, int]]:

@@ -161,7 +161,7 @@ def check_create(
         raise _name_taken(payload.name)
     gpu_class = _gpu_class(db, payload.gpu_class_id, payload.gpus)
     _check_spec(db, settings, tenant, payload, gpu_class)
-    placed = _place(db, tenant, payload, gpu_class)
+    placed = _place(db, settings, tenant, payload, gpu_class)
     if gpu_class is not None:
         _check_quota(db, tenant, gpu_class, placed.region, payload.placement, payload.gpus,
                      lock=lock, host_cluster_id=placed.host_id)
@@ -173,7 +173,7 @@ def region_choices(db: Session) -> list[str]:
     return [region for region in regions.fleet_regions(db) if region]
 
 
-def _place(db: Session, tenant: Tenant, payload: ClusterCreate,
+def _place(db: Session, settings: Settings, tenant: Tenant, payload: ClusterCreate,
            gpu_class: GpuClass | None) -> Placed:
     """The host placement picks for the request. Too little quota or too few dedicated GPUs
     anywhere the request may go is the tenant's to fix (422 on gpus); any other refusal is a
@@ -184,7 +184,9 @@ def _place(db: Session, tenant: Tenant, payload: ClusterCreate,
         placement=payload.placement, gpu_class_id=gpu_class.id if gpu_class else None,
         gpu_class_name=gpu_class.display_name if gpu_class else "",
         gpus=payload.gpus if gpu_class else 0, region=payload.region or None,
-        quota_free=repository.quota_room(db, tenant.id, gpu_class.id) if gpu_class else {})
+        quota_free=repository.quota_room(db, tenant.id, gpu_class.id) if gpu_class else {},
+        needs_webhook=(payload.placement == "shared-pool"
+                       and settings.vcluster_edition == "oss"))
     hosts = host_facts(db, tenant.id, gpu_class)
     if gpu_class is not None and request.gpus > 0:
         _check_room(db, tenant, gpu_class, request, hosts)
@@ -240,7 +242,8 @@ def host_facts(db: Session, tenant_id: int,
                 for (h, c), (total, dedicated) in on_nodes.items() if h == host.id}
         mine = {gpu_class.id: tenant_nodes.get(host.id, 0)} if gpu_class is not None else {}
         facts.append(placement.HostFacts(host.id, host.name, host.region, host.state, classes,
-                                         free, mine, host.has_credentials, host.answers))
+                                         free, mine, host.has_credentials, host.answers,
+                                         host.has_webhook))
     return facts
 
 
@@ -483,9 +486,8 @@ def preview(db: Session, principal: Principal, settings: Settings, slug: str,
     cluster = cluster_for(db, principal, slug, name)
     wanted = desired.load(db, cluster, settings)
     objects = wanted.host_objects()
-    # Tenants see the command's shape, not where the operator keeps the host's credentials.
-    hidden = "$PORTAL_KUBECONFIG" if settings.kubeconfig else None
-    shown = settings.model_copy(update={"kubeconfig": hidden})
+    shown = settings.model_copy(update={"kubeconfig": _kubeconfig_placeholder(db, cluster,
+                                                                              settings)})
     command = HelmInstaller.from_settings(shown).install_command(
         wanted.release, wanted.namespace, "vcluster.yaml")
     return ClusterPreview(
@@ -493,6 +495,19 @@ def preview(db: Session, principal: Principal, settings: Settings, slug: str,
         objects_yaml="---\n".join(dump_yaml(obj) for obj in objects),
         values_yaml=wanted.values_yaml(), helm_command=command,
     )
+
+
+def _kubeconfig_placeholder(db: Session, cluster: VirtualCluster,
+                            settings: Settings) -> str | None:
+    """What the review's helm command names for ``--kubeconfig``: the host the cluster is on,
+    never where the operator keeps its credentials; None where helm runs in the host itself
+    (the environment's host reached with in-cluster config)."""
+    host = repository.host_cluster(db, cluster.host_cluster_id)
+    if host is None:
+        return None
+    if host.credential_kind == "env" and not settings.kubeconfig:
+        return None
+    return f"<kubeconfig of host {host.name}>"
 
 
 def _spec(cluster: VirtualCluster) -> dict[str, Any]:

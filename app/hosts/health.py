@@ -48,16 +48,29 @@ class CheckResult:
         return {"name": self.name, "passed": self.passed, "message": self.message}
 
 
-def run_checks(port: KubePort | None, settings: Settings,
-               charts: ChartProbe | None) -> list[CheckResult]:
+NO_WEBHOOK_URL = (
+    "no webhook URL is set for this host, so the portal does not register its admission "
+    "webhook here: set the https:// address at which this host's API server reaches `portal "
+    "webhook` (Admin → Host clusters, or `portalctl hosts update NAME --webhook-url URL`). "
+    "Until then no shared-pool cluster is placed on this host, and the queue guard refuses "
+    "shared-pool pods here rather than let them run outside KAI's queues")
+
+
+def run_checks(port: KubePort | None, settings: Settings, charts: ChartProbe | None, *,
+               webhook_routed: bool = True) -> list[CheckResult]:
+    """``webhook_routed``: the host's API server has a way to the webhook (the environment's
+    host, or a host with a webhook URL)."""
     reachable = _api_reachable(port)
     results = [reachable]
     if port is None or not reachable.passed:
         skipped = "not checked: the API server is not reachable"
         results += [CheckResult(KAI_QUEUE_CRD, False, skipped),
-                    CheckResult(ADMISSION_WEBHOOK, False, skipped)]
+                    CheckResult(ADMISSION_WEBHOOK, False,
+                                skipped if webhook_routed else NO_WEBHOOK_URL)]
     else:
-        results += [_kai_queue_crd(port), _admission_webhook(port)]
+        webhook = (_admission_webhook(port) if webhook_routed
+                   else CheckResult(ADMISSION_WEBHOOK, False, NO_WEBHOOK_URL))
+        results += [_kai_queue_crd(port), webhook]
     results.append(_vcluster_chart(settings, charts))
     return results
 

@@ -42,6 +42,10 @@ class HostCluster(Base):
     # None: the portal's PORTAL_KUBE_QPS / PORTAL_KUBE_BURST.
     kube_qps: Mapped[float | None]
     kube_burst: Mapped[int | None]
+    # Where this host's API server reaches `portal webhook` (https://, no path needed); the
+    # worker registers the admission webhook there. None: the environment's host uses
+    # PORTAL_WEBHOOK_URL or the in-cluster Service, any other host gets no webhook.
+    webhook_url: Mapped[str | None] = mapped_column(String(500))
     health_reachable: Mapped[bool | None]
     health_checks: Mapped[list[Any]] = mapped_column(default=list)
     health_checked_at: Mapped[datetime | None]

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.hosts.webhook_route import MAX_WEBHOOK_URL, webhook_url_problem
 from app.validation import MultiLine, SingleLine, dns_label_problem
 
 CredentialKind = Literal["kubeconfig", "token", "env"]
@@ -22,6 +23,22 @@ def _label(value: str, what: str, *, allow_empty: bool) -> str:
     if problem:
         raise ValueError(f"the {what} is {problem}" if problem == "required" else problem)
     return value
+
+
+def _webhook_url(value: str | None) -> str | None:
+    if value is None or value.strip() == "":
+        return None  # none: no webhook on this host (the environment's keeps its default)
+    problem = webhook_url_problem(value.strip())
+    if problem:
+        raise ValueError(f"the webhook URL {problem}")
+    return value.strip()
+
+
+WEBHOOK_URL_HELP = ("the https:// address at which this host's API server reaches `portal "
+                    "webhook` (e.g. https://webhook.gpu-eu-2.example.com:9443); the portal "
+                    "registers the webhook there with the path /mutate-pods/hosts/<id>. "
+                    "Unset: the environment's host uses PORTAL_WEBHOOK_URL or the in-cluster "
+                    "Service, any other host gets no webhook (and no shared-pool clusters)")
 
 
 class HostCredentialsIn(BaseModel):
@@ -53,12 +70,19 @@ class HostRegister(BaseModel):
     kube_burst: int | None = Field(default=None, ge=1, le=100000,
                                    description="burst above kube_qps; unset: "
                                                "PORTAL_KUBE_BURST")
+    webhook_url: str | None = Field(default=None, max_length=MAX_WEBHOOK_URL,
+                                    description=WEBHOOK_URL_HELP)
     credentials: HostCredentialsIn
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         return _label(value, "name", allow_empty=False)
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook(cls, value: str | None) -> str | None:
+        return _webhook_url(value)
 
     @field_validator("region")
     @classmethod
@@ -76,11 +100,18 @@ class HostUpdate(BaseModel):
     description: MultiLine | None = Field(default=None, max_length=500)
     kube_qps: float | None = Field(default=None, gt=0, le=10000)
     kube_burst: int | None = Field(default=None, ge=1, le=100000)
+    webhook_url: str | None = Field(default=None, max_length=MAX_WEBHOOK_URL,
+                                    description=WEBHOOK_URL_HELP + "; null or '' removes it")
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
         return None if value is None else _label(value, "name", allow_empty=False)
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook(cls, value: str | None) -> str | None:
+        return _webhook_url(value)
 
     @field_validator("region")
     @classmethod
@@ -125,6 +156,11 @@ class HostOut(BaseModel):
     credentials: CredentialsOut
     kube_qps: float | None
     kube_burst: int | None
+    webhook_url: str | None = Field(description="as set by an admin; null: none")
+    webhook_endpoint: str = Field(
+        description="where this host's API server calls the admission webhook: a URL, "
+                    "`environment` (PORTAL_WEBHOOK_URL or the in-cluster Service), or '' "
+                    "(nowhere: no webhook, no shared-pool clusters on this host)")
     health: HealthOut
     created_at: datetime
     updated_at: datetime

@@ -33,6 +33,7 @@ from app.hosts.schemas import (
     HostRegister,
     HostUpdate,
 )
+from app.hosts.webhook_route import host_path, routed
 from app.kube.connector import HostTarget, KubeConnector, probe
 from app.pagination import Page, PageParams, paginate
 
@@ -60,10 +61,17 @@ def host_out(row: HostCluster) -> HostOut:
         credentials=CredentialsOut(kind=row.credential_kind,
                                    server=row.api_endpoint, set_at=row.credentials_set_at),
         kube_qps=row.kube_qps, kube_burst=row.kube_burst,
+        webhook_url=row.webhook_url, webhook_endpoint=webhook_endpoint(row),
         health=HealthOut(reachable=row.health_reachable, checked_at=row.health_checked_at,
                          checks=checks),
         created_at=row.created_at, updated_at=row.updated_at,
     )
+
+
+def webhook_endpoint(row: HostCluster) -> str:
+    if row.webhook_url:
+        return row.webhook_url.rstrip("/") + host_path(row.id)
+    return "environment" if row.is_default and row.credential_kind == "env" else ""
 
 
 def list_hosts(db: Session, principal: Principal,
@@ -100,6 +108,7 @@ def register_host(db: Session, principal: Principal, settings: Settings,
     row = HostCluster(
         name=payload.name, region=payload.region, description=payload.description,
         kube_qps=payload.kube_qps, kube_burst=payload.kube_burst, state="active",
+        webhook_url=payload.webhook_url,
         is_default=False, health_checks=[],
     )
     _store_credentials(row, settings, checked)
@@ -207,9 +216,10 @@ def checks_of(target: HostTarget, settings: Settings, connector: KubeConnector,
     except Exception as error:  # stored credentials the client cannot use: a failed check
         return [CheckResult("api-reachable", False, "the client cannot be built from the "
                             f"credentials ({type(error).__name__})"),
-                *run_checks(None, settings, charts)[1:]]
+                *run_checks(None, settings, charts,
+                           webhook_routed=routed(target))[1:]]
     try:
-        return run_checks(port, settings, charts)
+        return run_checks(port, settings, charts, webhook_routed=routed(target))
     finally:
         close = getattr(port, "close", None)
         if close is not None and port is not connector.host():
@@ -249,7 +259,7 @@ def target_for(row: HostCluster, settings: Settings) -> HostTarget | None:
     elif not row.is_default:
         return None
     return HostTarget(host_id=row.id, name=row.name, kubeconfig_yaml=kubeconfig,
-                      qps=row.kube_qps, burst=row.kube_burst)
+                      qps=row.kube_qps, burst=row.kube_burst, webhook_url=row.webhook_url)
 
 
 def targets(db: Session, settings: Settings, *, only_open: bool = False) -> list[HostTarget]:
@@ -302,6 +312,7 @@ def _details(row: HostCluster) -> dict[str, Any]:
     """What the audit trail keeps of a host: never its credentials."""
     return {"name": row.name, "region": row.region, "description": row.description,
             "state": row.state, "kube_qps": row.kube_qps, "kube_burst": row.kube_burst,
+            "webhook_url": row.webhook_url,
             "credential_kind": row.credential_kind, "server": row.api_endpoint,
             "credentials_set_at": (row.credentials_set_at.isoformat()
                                    if row.credentials_set_at else None)}

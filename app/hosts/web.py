@@ -61,7 +61,7 @@ def hosts_page(request: Request, db: DbSession, principal: CurrentPrincipal) -> 
 def register_host(request: Request, db: DbSession, principal: CurrentPrincipal,
                   settings: AppSettings, fields: FormFields) -> Response:
     payload = form_payload(fields, keys=("name", "region", "description", "kube_qps",
-                                         "kube_burst"), integers=("kube_burst",))
+                                         "kube_burst", "webhook_url"), integers=("kube_burst",))
     _optional_number(payload, "kube_qps")
     payload["credentials"] = _credentials(fields)
     try:
@@ -85,10 +85,12 @@ def host_page(request: Request, name: HostName, db: DbSession,
 def update_host(request: Request, name: HostName, db: DbSession, principal: CurrentPrincipal,
                 fields: FormFields) -> Response:
     payload = form_payload(fields, keys=("name", "region", "description", "kube_qps",
-                                         "kube_burst"), integers=("kube_burst",))
+                                         "kube_burst", "webhook_url"), integers=("kube_burst",))
     for key in ("kube_qps", "kube_burst"):
         if fields.get(key, "").strip() == "":
             payload[key] = None  # an emptied field: back to the portal's default
+    if "webhook_url" in fields and fields["webhook_url"].strip() == "":
+        payload["webhook_url"] = None  # emptied: no webhook URL any more
     _optional_number(payload, "kube_qps")
     try:
         row = service.update_host(db, principal, name, HostUpdate.model_validate(payload))

@@ -45,6 +45,9 @@ class HostTarget:
     kubeconfig_yaml: str | None = field(default=None, repr=False)
     qps: float | None = None
     burst: int | None = None
+    # Where this host's API server reaches the admission webhook (not a secret; not used to
+    # build the client, so not part of the fingerprint).
+    webhook_url: str | None = None
 
     @property
     def from_environment(self) -> bool:

@@ -22,10 +22,13 @@ hosts_app = typer.Typer(help="Host clusters: the GPU clusters tenants' clusters 
 PATH = "/api/v1/host-clusters"
 COLUMNS = ("name", "region", "state", "health", "credentials", "checked_at")
 DETAIL = ("name", "region", "description", "state", "takes_new_clusters", "is_default",
-          "credentials", "kube_qps", "kube_burst", "health", "checked_at")
+          "credentials", "kube_qps", "kube_burst", "webhook_endpoint", "health", "checked_at")
 Source = Annotated[str | None, typer.Option(
     help="a file to read it from, or - for stdin", metavar="FILE|-")]
 Reason = Annotated[str, typer.Option(help="why, kept in the audit trail")]
+WebhookUrl = Annotated[str | None, typer.Option(
+    help="the https:// address at which this host's API server reaches `portal webhook` "
+         "(the portal adds /mutate-pods/hosts/<id>); '' removes it", metavar="URL")]
 
 
 @hosts_app.command("list")
@@ -63,6 +66,7 @@ def hosts_register(
         "--ca", help="with --token: the API server's CA certificate (PEM file)")] = None,
     qps: Annotated[float | None, typer.Option(help="requests per second to this host")] = None,
     burst: Annotated[int | None, typer.Option(help="burst above --qps")] = None,
+    webhook_url: WebhookUrl = None,
     output: Output = Format.table,
 ) -> None:
     """Register a host cluster with a kubeconfig, or a ServiceAccount token, CA and server.
@@ -72,10 +76,35 @@ def hosts_register(
     --server https://gpu-eu-2.example.com:6443 --ca ca.crt --token -
     """
     body: dict[str, Any] = {"name": name, "region": region, "description": description,
-                            "kube_qps": qps, "kube_burst": burst,
+                            "kube_qps": qps, "kube_burst": burst, "webhook_url": webhook_url,
                             "credentials": _credentials(kubeconfig, server, token, ca)}
     with api() as client:
         host = client.request("POST", PATH, json=body, create=True)
+    _emit_detail(host, output)
+
+
+@hosts_app.command("update")
+def hosts_update(
+    name: str,
+    rename: Annotated[str | None, typer.Option(help="a new name")] = None,
+    region: Annotated[str | None, typer.Option(help="e.g. eu-west")] = None,
+    description: Annotated[str | None, typer.Option()] = None,
+    webhook_url: WebhookUrl = None,
+    output: Output = Format.table,
+) -> None:
+    """Change a host's name, region, description or admission webhook URL; options left
+    out stay as they are.
+
+    Example: portalctl hosts update gpu-eu-2 --webhook-url https://webhook.gpu-eu-2.example.com:9443
+    """
+    body = {key: value for key, value in (("name", rename), ("region", region),
+                                          ("description", description),
+                                          ("webhook_url", webhook_url)) if value is not None}
+    if not body:
+        fail("nothing to change: give --rename, --region, --description or --webhook-url",
+             USAGE)
+    with api() as client:
+        host = client.request("PATCH", f"{PATH}/{name}", json=body)
     _emit_detail(host, output)
 
 

@@ -1,8 +1,9 @@
-"""The worker side of usage: on each resync, what the host reports becomes samples.
+"""The worker side of usage: on each resync, what each host reports becomes samples.
 
-Three LISTs per pass (queues, quotas, and running pods while any node is dedicated), one
-transaction for the samples, and the raw samples past their retention folded into hourly ones
-in the same pass.
+Per host, three LISTs (queues, quotas, and running pods while a node there is dedicated) and
+one transaction for its samples; then the raw samples past their retention are folded into
+hourly ones in the same pass. A host's objects count only for the clusters and nodes placed
+on that host.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db import Database
-from app.kube.connector import KubeConnector
+from app.hosts import service as hosts_service
+from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import KubeError
 from app.kube.usage import HostUsage, read_host_usage
 from app.usage import ledger, samples
@@ -24,10 +26,15 @@ log = logging.getLogger(__name__)
 
 
 class UsageSampler:
+    """Each pass reads every registered host the portal can reach, each with its own client,
+    and stores that host's samples in a transaction of its own. A host that cannot be read is
+    logged and skipped: its earlier samples stay, the other hosts are sampled as usual."""
+
     name = "usage"
 
     def __init__(self, settings: Settings, database: Database, kube: KubeConnector, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
         self.database = database
         self.kube = kube
         self.resync_seconds = settings.worker_resync_seconds
@@ -35,29 +42,45 @@ class UsageSampler:
         self._next_pass = 0.0
 
     def run_due(self, worker_id: str) -> int:
-        host = self.kube.host()
-        if host is None or self.clock() < self._next_pass:
+        if self.clock() < self._next_pass:
             return 0
         self._next_pass = self.clock() + self.resync_seconds
-        with self.database.session() as db:
-            dedicated = samples.dedicated_nodes_by_name(db)
-        try:
-            usage = read_host_usage(host, pods_on_nodes=bool(dedicated))
-        except KubeError as error:
-            log.warning("reading GPU use from the host failed (%s); next resync", error.message)
-            return 0
-        now_s = int(ledger.now_in_seconds().timestamp())
         with self.database.transaction() as db:
-            taken = record_usage(db, usage, now_s, dedicated)
+            targets = hosts_service.targets(db, self.settings)
+            dedicated = samples.dedicated_nodes_by_host(db)
+        now_s = int(ledger.now_in_seconds().timestamp())
+        taken = 0
+        for target in targets:
+            on_host = dedicated.get(target.host_id, {})
+            usage = self._read(target, pods_on_nodes=bool(on_host))
+            if usage is not None:
+                with self.database.transaction() as db:
+                    taken += record_usage(db, target.host_id, usage, now_s, on_host)
+        with self.database.transaction() as db:
             samples.fold_old_samples(db, now_s)
             samples.expire_hourly(db, now_s)
         return taken
 
+    def _read(self, target: HostTarget, *, pods_on_nodes: bool) -> HostUsage | None:
+        try:
+            port = for_host(self.kube, target)
+            if port is None:
+                return None
+            return read_host_usage(port, pods_on_nodes=pods_on_nodes)
+        except KubeError as error:
+            log.warning("reading GPU use from host cluster %s failed (%s); its last samples "
+                        "stay, next resync", target.name, error.message)
+        except Exception as error:  # credentials the client cannot use: this host only
+            log.error("reading GPU use from host cluster %s failed (%s); next resync",
+                      target.name, type(error).__name__)
+        return None
 
-def record_usage(db: Session, usage: HostUsage, now_s: int,
+
+def record_usage(db: Session, host_id: int, usage: HostUsage, now_s: int,
                  dedicated: dict[str, samples.Owner]) -> int:
-    """Stores one sample per queue, namespace quota and dedicated node the portal knows."""
-    clusters = samples.clusters_by_name(db)
+    """Stores one sample per queue, namespace quota and dedicated node the portal knows on the
+    host ``usage`` was read from (``dedicated``: that host's assigned nodes by name)."""
+    clusters = samples.clusters_by_name(db, host_id)
     rows: list[dict[str, object]] = []
     for queue in usage.queues:
         owner = clusters.get((queue.tenant, queue.cluster))

@@ -27,20 +27,27 @@ class Owner:
     gpus: int = 0  # a dedicated node's GPUs
 
 
-def clusters_by_name(db: Session) -> dict[tuple[str, str], Owner]:
-    """Every virtual cluster by (tenant slug, cluster name), as the host's labels name them."""
+def clusters_by_name(db: Session, host_id: int) -> dict[tuple[str, str], Owner]:
+    """The virtual clusters placed on one host by (tenant slug, cluster name), as that host's
+    labels name them: a queue on host A never counts for a cluster placed on host B."""
     rows = db.execute(select(Tenant.slug, VirtualCluster.name, VirtualCluster.id,
                              VirtualCluster.tenant_id, VirtualCluster.gpu_class_id)
-                      .join(Tenant, Tenant.id == VirtualCluster.tenant_id))
+                      .join(Tenant, Tenant.id == VirtualCluster.tenant_id)
+                      .where(VirtualCluster.host_cluster_id == host_id))
     return {(r.slug, r.name): Owner(r.id, r.tenant_id, r.gpu_class_id) for r in rows}
 
 
-def dedicated_nodes_by_name(db: Session) -> dict[str, Owner]:
-    rows = db.execute(select(Node.name, Node.id, NodeAssignment.tenant_id, Node.gpu_class_id,
-                             Node.gpu_count)
+def dedicated_nodes_by_host(db: Session) -> dict[int, dict[str, Owner]]:
+    """Assigned live nodes, per host then by node name (names are unique per host only)."""
+    rows = db.execute(select(Node.host_cluster_id, Node.name, Node.id, NodeAssignment.tenant_id,
+                             Node.gpu_class_id, Node.gpu_count)
                       .join(NodeAssignment, NodeAssignment.node_id == Node.id)
                       .where(NodeAssignment.ended_at.is_(None), Node.gone_at.is_(None)))
-    return {r.name: Owner(r.id, r.tenant_id, r.gpu_class_id, r.gpu_count) for r in rows}
+    found: dict[int, dict[str, Owner]] = {}
+    for r in rows:
+        found.setdefault(r.host_cluster_id, {})[r.name] = Owner(r.id, r.tenant_id,
+                                                                r.gpu_class_id, r.gpu_count)
+    return found
 
 
 def add_samples(db: Session, rows: list[dict[str, object]]) -> None:

@@ -14,6 +14,13 @@ One gap is left: two workers creating the very first Secret at once (there is no
 compare yet). They converge on the last write, and the webhook may serve the other certificate
 until its next reload (a minute); before that first pass there was no webhook at all.
 
+The Secret lives on the environment's host. The configuration goes to every registered host the
+portal can reach, each through its own client, with that host's way to the webhook
+(app/hosts/webhook_route.py) and the same caBundle; the environment's host's configuration is
+written last, since the webhook's switch to a new certificate waits for that one. A host without
+a webhook URL gets none (one left from before is removed); a host that fails is logged and tried
+again at the next pass.
+
 A pass runs every ``worker_resync_seconds``, sooner after a failure.
 """
 
@@ -21,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,8 +36,11 @@ from urllib.parse import urlsplit
 from app.audit import service as audit
 from app.config import Settings
 from app.db import Database
-from app.kube.connector import KubeConnector
+from app.hosts import service as hosts_service
+from app.hosts.webhook_route import WebhookRoute, route_of
+from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import ApplyConflictError, KubeError, TransientKubeError
+from app.kube.manifests import labels as lbl
 from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME, kai_queue_webhook
 from app.kube.manifests.webhook import TLS_SECRET_NAME, portal_namespace, webhook_tls_secret
 from app.kube.port import KubePort
@@ -45,16 +55,24 @@ MAX_RETRY_SECONDS = 300.0
 _MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
 
 
-def serving_hosts(settings: Settings) -> list[str]:
-    """The names the serving certificate must carry: how the API server reaches the webhook."""
+def serving_hosts(settings: Settings, routes: Iterable[WebhookRoute] = ()) -> list[str]:
+    """The names the serving certificate must carry: how each API server reaches the webhook
+    (the environment's host's, then each other host's URL host)."""
     if settings.webhook_hosts:
-        return list(settings.webhook_hosts)
-    if settings.webhook_url:
+        names = list(settings.webhook_hosts)
+    elif settings.webhook_url:
         host = urlsplit(settings.webhook_url).hostname
-        if host:
-            return [host]
-    service = f"{settings.webhook_service_name}.{settings.webhook_namespace}.svc"
-    return [service, f"{service}.cluster.local"]
+        names = [host] if host else []
+    else:
+        service = f"{settings.webhook_service_name}.{settings.webhook_namespace}.svc"
+        names = [service, f"{service}.cluster.local"]
+    for route in routes:
+        if route.hostname and route.hostname not in names:
+            names.append(route.hostname)
+    return names
+
+
+Plan = list[tuple[HostTarget, WebhookRoute | None]]
 
 
 class WebhookReconciler:
@@ -79,7 +97,7 @@ class WebhookReconciler:
         if host is None or self.clock() < self._next_pass:
             return 0
         try:
-            written = self.reconcile(host)
+            written = self.reconcile(host, self._plan())
         except KubeError as error:
             self._failures += 1
             self._next_pass = self.clock() + self._delay(error)
@@ -90,13 +108,31 @@ class WebhookReconciler:
         self._next_pass = self.clock() + self.resync_seconds
         return written
 
-    def reconcile(self, host: KubePort) -> int:
-        """One pass; returns how many objects it wrote."""
+    def _plan(self) -> Plan:
+        """Every registered host the portal can reach, with its way to the webhook (None: it
+        has none). Cordoned and draining hosts too: their clusters' pods still need it."""
+        with self.database.transaction() as db:
+            targets = hosts_service.targets(db, self.settings)
+        return [(target, route_of(target, self.settings)) for target in targets]
+
+    def reconcile(self, host: KubePort, plan: Plan | None = None) -> int:
+        """One pass; returns how many objects it wrote. ``host`` is the environment's host,
+        where the Secret lives; ``plan`` the hosts to register the webhook on (None: the
+        environment's host only)."""
+        plan = plan or []
+        routes = [route for _, route in plan if route is not None]
+        here = next((route for target, route in plan if target.from_environment), None)
+        self.hosts = serving_hosts(self.settings, routes)
         written = 0
         for _ in range(ATTEMPTS):
             try:
                 stored, wrote = self._ensure_secret(host)
-                written += wrote + self._ensure_configuration(host, "".join(stored.bundle))
+                bundle = "".join(stored.bundle)
+                # The environment's host last: the webhook serves a new certificate once that
+                # configuration trusts it, by then every other reachable host's does too.
+                written += wrote + self._ensure_other_hosts(plan, bundle)
+                written += self._ensure_configuration(
+                    host, bundle, here or WebhookRoute(self.settings.webhook_url))
             except ApplyConflictError:
                 continue  # another worker wrote the Secret since we read it: start over
             if self._secret_version(host) == stored.resource_version:
@@ -151,9 +187,9 @@ class WebhookReconciler:
 
     # ----- the configuration
 
-    def _ensure_configuration(self, host: KubePort, bundle: str) -> int:
+    def _ensure_configuration(self, host: KubePort, bundle: str, route: WebhookRoute) -> int:
         wanted = kai_queue_webhook(
-            bundle, url=self.settings.webhook_url,
+            bundle, url=route.url,
             service_name=self.settings.webhook_service_name,
             service_namespace=self.settings.webhook_namespace)
         live = host.get(*_MWC, WEBHOOK_CONFIGURATION_NAME)
@@ -161,6 +197,57 @@ class WebhookReconciler:
             return 0
         host.apply(wanted, force=True)
         return 1
+
+    def _ensure_other_hosts(self, plan: Plan, bundle: str) -> int:
+        """The configuration on every other host, each with its own client; one that fails
+        is logged and left for the next pass, the others go on."""
+        written = 0
+        for target, route in plan:
+            if target.from_environment:
+                continue
+            try:
+                port = for_host(self.kube, target)
+                if port is None:
+                    continue
+                written += (self._on_host(target, port, bundle, route) if route is not None
+                            else self._remove(target, port))
+            except KubeError as error:
+                log.warning("the admission webhook could not be registered on host cluster "
+                            "%s (%s: %s); retrying at the next pass", target.name,
+                            error.reason, error.message)
+            except Exception as error:  # credentials the client cannot use: this host only
+                log.error("the admission webhook could not be registered on host cluster %s "
+                          "(%s)", target.name, type(error).__name__)
+        return written
+
+    def _on_host(self, target: HostTarget, port: KubePort, bundle: str,
+                 route: WebhookRoute) -> int:
+        first = port.get(*_MWC, WEBHOOK_CONFIGURATION_NAME) is None
+        written = self._ensure_configuration(port, bundle, route)
+        if first and written:
+            self._audit_host(target, "webhook.configuration_registered", {"url": route.url})
+        return written
+
+    def _remove(self, target: HostTarget, port: KubePort) -> int:
+        """A host without a webhook URL (any more) keeps no configuration pointing at an
+        address it may not reach, with a caBundle nobody updates: its shared-pool pods are
+        refused by the queue guard instead, and its health check says why."""
+        live = port.get(*_MWC, WEBHOOK_CONFIGURATION_NAME)
+        managed = ((live or {}).get("metadata") or {}).get("labels") or {}
+        if live is None or managed.get(lbl.MANAGED_BY) != lbl.MANAGED_BY_VALUE:
+            return 0
+        port.delete(*_MWC, WEBHOOK_CONFIGURATION_NAME)
+        log.warning("host cluster %s has no webhook URL: its admission webhook configuration "
+                    "is removed", target.name)
+        self._audit_host(target, "webhook.configuration_removed",
+                         {"reason": "no webhook URL is set for the host"})
+        return 1
+
+    def _audit_host(self, target: HostTarget, action: str, after: dict[str, Any]) -> None:
+        with self.database.transaction() as db:
+            audit.record(db, action=action, actor_id=None, actor_label=ACTOR, tenant_id=None,
+                         target_type="host_cluster", target_id=target.host_id, before=None,
+                         after={"host_cluster": target.name, **after})
 
     def _delay(self, error: KubeError) -> float:
         if isinstance(error, TransientKubeError) and error.delay_seconds is not None:

@@ -28,6 +28,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from app.config import Settings
+from app.db import Database
+from app.hosts import repository as hosts_repository
+from app.hosts import service as hosts_service
+from app.hosts.webhook_route import host_id_of
+from app.kube.connector import KubeConnector, for_host
 from app.kube.errors import KubeError
 from app.kube.manifests.admission import (
     WEBHOOK_CONFIGURATION_NAME,
@@ -46,6 +52,8 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 CONNECTION_TIMEOUT_SECONDS = 30.0
 RELOAD_SECONDS = 60.0
 NAMESPACE_TTL_SECONDS = 30.0
+# How long a host's client, read from the database by id, is used before it is read again.
+HOST_TTL_SECONDS = 60.0
 FIRST_CERTIFICATE_POLL_SECONDS = 5.0
 HEALTH_PATH = "/healthz"
 
@@ -80,6 +88,60 @@ class NamespaceLabels:
             with self._lock:
                 self._cache[name] = (self.clock() + self.ttl_seconds, labels)
         return labels
+
+
+HostLookup = Callable[[int], KubePort | None]
+
+
+class HostNamespaces:
+    """Namespace labels of the host a review's path names (``/mutate-pods/hosts/<id>``).
+
+    The host's credentials come from the database through ``lookup`` (the host's client, or
+    None for a host that is gone or cannot be reached); each host's client is kept
+    ``ttl_seconds``, so rotated credentials or a deleted host are taken up within that (an id
+    that names no host is not kept, so no caller can fill the cache). When
+    the database cannot be read, the last answer is kept a while longer rather than failing
+    every pod.
+    """
+
+    def __init__(self, lookup: HostLookup, ttl_seconds: float = HOST_TTL_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.lookup = lookup
+        self.ttl_seconds = ttl_seconds
+        self.clock = clock
+        self._cache: dict[int, tuple[float, NamespaceLabels]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, host_id: int) -> NamespaceLabels | None:
+        with self._lock:
+            cached = self._cache.get(host_id)
+        if cached is not None and cached[0] > self.clock():
+            return cached[1]
+        try:
+            port = self.lookup(host_id)
+        except Exception as error:
+            if cached is None:
+                raise
+            log.warning("looking up host cluster %d failed (%s); using what was known",
+                        host_id, type(error).__name__)
+            return cached[1]
+        if port is None:
+            return None  # not kept: the cache holds registered hosts only, however many ids
+        labels = NamespaceLabels(port)
+        with self._lock:
+            self._cache[host_id] = (self.clock() + self.ttl_seconds, labels)
+        return labels
+
+
+def host_lookup(settings: Settings, database: Database, connector: KubeConnector) -> HostLookup:
+    """A registered host's client by id: its sealed credentials read from the database and
+    opened with the portal's key, the client from the connector (cached per host there)."""
+    def lookup(host_id: int) -> KubePort | None:
+        with database.session() as db:
+            row = hosts_repository.host_by_id(db, host_id)
+            target = hosts_service.target_for(row, settings) if row is not None else None
+        return for_host(connector, target) if target is not None else None
+    return lookup
 
 
 class ServingCertificate:
@@ -155,22 +217,43 @@ def _private_file(text: str, directory: Path | None) -> Iterator[Path]:
 
 
 class Webhook:
-    """The handler's logic: one AdmissionReview body in, one answer out."""
+    """The handler's logic: one AdmissionReview body in, one answer out. A review without a
+    host in its path comes from the environment's host; one for ``/mutate-pods/hosts/<id>``
+    is answered with that host's namespace labels."""
 
-    def __init__(self, namespaces: NamespaceLabels) -> None:
+    def __init__(self, namespaces: NamespaceLabels,
+                 hosts: HostNamespaces | None = None) -> None:
         self.namespaces = namespaces
+        self.hosts = hosts
 
-    def answer(self, review: Any) -> mutation.Review:
+    def answer(self, review: Any, host_id: int | None = None) -> mutation.Review:
         request = mutation.request_of(review)
         namespace = str(request.get("namespace") or "")
         try:
-            labels = self.namespaces.get(namespace)
+            source = self._source(host_id)
+            if source is None:
+                return mutation.denied(
+                    request["uid"], f"the portal's webhook knows no reachable host cluster "
+                    f"{host_id}: is the host registered, with credentials?", 503,
+                    "ServiceUnavailable")
+            labels = source.get(namespace)
         except KubeError as error:
             log.warning("reading namespace %s failed: %s", namespace, error.message)
-            return mutation.denied(request["uid"], f"the portal's webhook could not read "
-                                   f"namespace {namespace}; try again", 503,
-                                   "ServiceUnavailable")
+            return _unavailable(request["uid"], f"could not read namespace {namespace}")
+        except Exception as error:  # the database or the host's credentials
+            log.warning("finding host cluster %s failed (%s)", host_id, type(error).__name__)
+            return _unavailable(request["uid"], f"could not find host cluster {host_id}")
         return mutation.review_pod(review, labels)
+
+    def _source(self, host_id: int | None) -> NamespaceLabels | None:
+        if host_id is None:
+            return self.namespaces
+        return self.hosts.get(host_id) if self.hosts is not None else None
+
+
+def _unavailable(uid: str, what: str) -> mutation.Review:
+    return mutation.denied(uid, f"the portal's webhook {what}; try again", 503,
+                           "ServiceUnavailable")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -188,14 +271,16 @@ class _Handler(BaseHTTPRequestHandler):
                                        "certificate": self.server.certificate.fingerprint})
 
     def do_POST(self) -> None:
-        if self.path.split("?")[0] != WEBHOOK_PATH:
+        path = self.path.split("?")[0]
+        host_id = host_id_of(path)
+        if path != WEBHOOK_PATH and host_id is None:
             self._json(HTTPStatus.NOT_FOUND, {"error": "not found"})
             return
         body = self._body()
         if body is None:
             return
         try:
-            answer = self.server.webhook.answer(json.loads(body))
+            answer = self.server.webhook.answer(json.loads(body), host_id)
         except ValueError as error:  # not JSON, or not an AdmissionReview
             self._json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
             return
@@ -290,10 +375,14 @@ class WebhookServer:
 
     def __init__(self, host: KubePort, namespace: str, *, address: str = "127.0.0.1",
                  port: int = 9443, cert_dir: Path | None = None,
-                 reload_seconds: float = RELOAD_SECONDS) -> None:
+                 reload_seconds: float = RELOAD_SECONDS,
+                 hosts: HostLookup | None = None) -> None:
+        """``host``: the environment's host (the Secret, and reviews without a host in their
+        path); ``hosts``: every registered host's client by id, for the others."""
         self.certificate = ServingCertificate(host, namespace, cert_dir)
-        self.http = AdmissionHTTPServer((address, port), Webhook(NamespaceLabels(host)),
-                                        self.certificate)
+        webhook = Webhook(NamespaceLabels(host),
+                          HostNamespaces(hosts) if hosts is not None else None)
+        self.http = AdmissionHTTPServer((address, port), webhook, self.certificate)
         self.reload_seconds = reload_seconds
         self._stopping = threading.Event()
         self._lock = threading.Lock()

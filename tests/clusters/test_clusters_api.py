@@ -178,7 +178,32 @@ def test_the_review_hides_where_the_host_credentials_live(
         shown = client.get(f"{URL}/train/manifests", headers=headers(db, tenancy.acme_viewer))
     command = shown.json()["helm_command"]
     assert "/etc/portal/secret-host.kubeconfig" not in command
-    assert command[-2:] == ["--kubeconfig", "$PORTAL_KUBECONFIG"]
+    host = factories.env_host(db).name
+    assert command[-2:] == ["--kubeconfig", f"<kubeconfig of host {host}>"]
+
+
+def test_the_review_names_the_host_the_cluster_is_on(
+    settings: Settings, db: Session, tenancy: Tenancy
+) -> None:
+    """Each host's kubeconfig is its own: the command names the cluster's host, never the
+    stored credentials (nor the environment's file)."""
+    operator = settings.model_copy(update={"kubeconfig": "/etc/portal/secret-host.kubeconfig"})
+    us = factories.registered_host(db, "gpu-us-1", region="us")
+    factories.cluster(db, tenancy.acme, us, "far", gpu_class_id=tenancy.h100.id, gpus=1,
+                      cpu_millicores=1000, memory_mib=1024)
+    viewer = tenancy.principal(tenancy.acme_viewer)
+    command = service.preview(db, viewer, operator, "acme", "far").helm_command
+    assert command[-2:] == ["--kubeconfig", "<kubeconfig of host gpu-us-1>"]
+    assert not any("apiVersion" in part or "secret-host" in part for part in command)
+    in_cluster = settings.model_copy(update={"kubeconfig": None})
+    factories.cluster(db, tenancy.acme, factories.env_host(db), "near",
+                      gpu_class_id=tenancy.h100.id, gpus=1, cpu_millicores=1000,
+                      memory_mib=1024)
+    # The environment's host reached with in-cluster config: helm finds it by itself.
+    assert "--kubeconfig" not in service.preview(db, viewer, in_cluster, "acme",
+                                                 "near").helm_command
+    assert service.preview(db, viewer, in_cluster, "acme", "far").helm_command[-2:] == [
+        "--kubeconfig", "<kubeconfig of host gpu-us-1>"]
 
 
 def test_idempotency_key_replays_the_create(client: TestClient, db: Session,

@@ -20,6 +20,7 @@ from app.clusters.models import VirtualCluster
 from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterResize
 from app.db import Database
+from app.hosts.models import HostCluster
 from app.kube.connector import HostTarget
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort, Manifest
@@ -215,3 +216,35 @@ def test_a_slow_host_holds_up_only_its_own_clusters(
         time.sleep(0.2)
         fleet.reconciler.run_due("worker-1")
     assert fleet.ready(slow)
+
+
+def test_a_shared_pool_cluster_says_so_when_its_host_loses_its_webhook_url(
+    database: Database,
+) -> None:
+    """Placed while the host had a webhook URL; once it has none, the host refuses the
+    cluster's pods (the queue guard) and the cluster carries why, until the URL is back."""
+    fleet = two_hosts(database)
+    serve = fleet.create("serve", "us")
+    fleet.run()
+    assert fleet.ready(serve)
+    found = fleet.cluster(serve)
+    assert found is not None and cond.find(found.conditions, cond.POD_ADMISSION) is None
+
+    def set_url(url: str | None) -> None:
+        with database.transaction() as db:
+            host = db.get(HostCluster, fleet.us_id)
+            assert host is not None
+            host.webhook_url = url
+
+    set_url(None)
+    fleet.run()
+    found = fleet.cluster(serve)
+    assert found is not None
+    admission = cond.find(found.conditions, cond.POD_ADMISSION)
+    assert admission is not None and admission["status"] == "False"
+    assert admission["reason"] == cond.NO_WEBHOOK_URL
+    assert "host cluster gpu-us-1 has no admission webhook URL" in admission["message"]
+    set_url("https://webhook.gpu-us-1.example:9443")
+    fleet.run()
+    found = fleet.cluster(serve)
+    assert found is not None and cond.is_true(found.conditions, cond.POD_ADMISSION)

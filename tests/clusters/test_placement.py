@@ -156,3 +156,18 @@ def test_when_every_host_is_closed_the_message_says_so() -> None:
     assert isinstance(result, Unplaceable)
     assert result.message.startswith(
         "no host cluster takes new clusters: every host is cordoned or draining: a (eu)")
+
+
+def test_shared_pool_needs_a_host_whose_api_server_reaches_the_webhook() -> None:
+    """On the open-source vCluster, shared-pool pods join their KAI queue through the
+    portal's webhook: a host without a way to it gets none; dedicated nodes do not need it."""
+    hookless = HostFacts(id=1, name="a", region="eu", state="active", class_gpus={H100: 64},
+                         free_gpus={H100: 64}, tenant_node_gpus={H100: 8}, has_webhook=False)
+    needing = PlacementRequest(placement="shared-pool", gpu_class_id=H100, gpu_class_name="H100",
+                               gpus=4, region=None, quota_free={"eu": 16},
+                               needs_webhook=True)
+    assert refused(place([hookless], needing)) == {"a": (
+        "no admission webhook URL is set for it, and shared-pool pods need the webhook to "
+        "join their KAI queue",)}
+    assert placed(place([hookless, host("b", h100=8)], needing)) == "b"
+    assert placed(place([hookless], ask(placement="dedicated-nodes"))) == "a"

@@ -11,9 +11,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
+from app.config import Settings
+from app.db import Database
 from app.hosts.models import HostCluster
+from app.main import create_app
 from app.nodes.models import GpuClass
 from tests import factories
+from tests.support.kube import InMemoryConnector
 from tests.support.tenancy import Tenancy, build_tenancy, headers
 
 URL = "/api/v1/tenants/acme/clusters"
@@ -108,6 +112,31 @@ def test_when_no_host_fits_the_conflict_lists_each_host_and_why(
                           headers=admin)
     assert unknown.status_code == 422 and unknown.json()["errors"][0]["field"] == "region"
     assert "choose one of eu, us" in unknown.json()["errors"][0]["message"]
+
+
+def test_a_host_without_a_webhook_url_takes_no_shared_pool_cluster(
+    client: TestClient, db: Session, two_regions: Tenancy, settings: Settings,
+    database: Database
+) -> None:
+    """Its API server could not reach the webhook that puts shared-pool pods in their KAI
+    queue: placement says so; with vCluster Pro (translate patches) the host is fine."""
+    us = db.scalar(select(HostCluster).where(HostCluster.name == "gpu-us-1"))
+    assert us is not None
+    us.webhook_url = None
+    db.commit()
+    admin = headers(db, two_regions.acme_admin)
+    refused = client.post(URL, json=body(two_regions.h100, "serve", 2, region="us"),
+                          headers=admin)
+    assert refused.status_code == 409
+    [on_us] = [h for h in refused.json()["hosts"] if h["host"] == "gpu-us-1"]
+    assert on_us["reasons"] == ["no admission webhook URL is set for it, and shared-pool "
+                                "pods need the webhook to join their KAI queue"]
+    pro = settings.model_copy(update={"vcluster_edition": "pro"})
+    with TestClient(create_app(pro, database, kube=InMemoryConnector())) as pro_client:
+        placed = pro_client.post(URL, json=body(two_regions.h100, "serve", 2, region="us"),
+                                 headers=admin)
+    assert placed.status_code == 201, placed.text
+    assert placed.json()["host_cluster"] == "gpu-us-1"
 
 
 def test_dedicated_nodes_place_the_cluster_on_the_host_holding_the_tenants_nodes(

@@ -13,7 +13,6 @@ API server is back, it converges too. Each cluster's objects are on its own host
 from __future__ import annotations
 
 import secrets
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,28 +40,10 @@ from tests import factories
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import helm_calls, use_standin_helm
 from tests.clusters.support import H100, Clock, cluster_settings
-from tests.support.kube_server import ApiServer, install_crds
-from tests.support.paths import KAI_QUEUE_CRD
+from tests.support.kube_server import ApiServer
 
 QUEUE = lbl.KAI_API_VERSION
 A100 = "NVIDIA-A100-SXM4-80GB"
-
-
-@pytest.fixture(scope="module")
-def us_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
-    """The second host: etcd and kube-apiserver of its own (no controller-manager: nothing
-    here waits for one), with KAI's Queue CRD."""
-    base = "/dev/shm" if Path("/dev/shm").is_dir() else None  # noqa: S108 - private mkdtemp
-    server = ApiServer(kube_assets_dir, Path(tempfile.mkdtemp(prefix="kube-us-", dir=base)),
-                       name="us")
-    server.start()
-    adapter = server.adapter()
-    try:
-        install_crds(adapter, KAI_QUEUE_CRD)
-    finally:
-        adapter.close()
-    yield server
-    server.stop()
 
 
 @dataclass
@@ -132,6 +113,7 @@ def fleet(own_pg_database: Database, kai_host: ApiServer, host_admin: Kubernetes
     with own_pg_database.transaction() as db:  # an admin registers the second host
         hosts.register_host(db, admin_principal, settings, HostRegister(
             name="gpu-us-1", region="us", description="second site",
+            webhook_url="https://webhook.gpu-us-1.example:9443",
             credentials=HostCredentialsIn(kind="kubeconfig", kubeconfig=us_api.admin_kubeconfig)))
         us_row = db.scalar(select(HostCluster).where(HostCluster.name == "gpu-us-1"))
         assert us_row is not None and us_row.credentials_encrypted

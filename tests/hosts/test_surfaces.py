@@ -143,3 +143,51 @@ def test_the_pages_register_replace_and_cordon_without_showing_the_secret(
         assert SECRET not in page and SECOND_SECRET not in page
     no_csrf = client.post("/admin/hosts/gpu-eu-2/state/uncordon", data={})
     assert no_csrf.status_code in (400, 403)
+
+
+def test_an_admin_sets_and_removes_a_hosts_webhook_url(client: TestClient, db: Session) -> None:
+    """The API takes an https:// address the host's API server can call, shows where it
+    calls (the path names the host), audits the change, and refuses what it could not call."""
+    auth = bearer(db, factories.user(db, admin=True))
+    db.commit()
+    refused = client.post(API, json={**register_body(),
+                                     "webhook_url": "http://hook.example:9443"}, headers=auth)
+    assert refused.status_code == 422
+    assert refused.json()["errors"][0]["field"] == "webhook_url"
+    assert "https://" in refused.json()["errors"][0]["message"]
+    created = client.post(API, json=register_body(), headers=auth).json()
+    assert (created["webhook_url"], created["webhook_endpoint"]) == (None, "")
+    updated = client.patch(f"{API}/gpu-eu-2", json={
+        "webhook_url": "https://webhook.gpu-eu-2.example.com:9443"}, headers=auth).json()
+    assert updated["webhook_endpoint"] == (
+        f"https://webhook.gpu-eu-2.example.com:9443/mutate-pods/hosts/{created['id']}")
+    kept = client.patch(f"{API}/gpu-eu-2", json={"description": "hall 3"}, headers=auth)
+    assert kept.json()["webhook_url"] == "https://webhook.gpu-eu-2.example.com:9443"
+    removed = client.patch(f"{API}/gpu-eu-2", json={"webhook_url": ""}, headers=auth).json()
+    assert (removed["webhook_url"], removed["webhook_endpoint"]) == (None, "")
+    trail = client.get("/api/v1/audit", params={"action": "host_cluster.update"},
+                       headers=auth).json()["items"]
+    urls = [(e["before"]["webhook_url"], e["after"]["webhook_url"]) for e in trail]
+    assert (None, "https://webhook.gpu-eu-2.example.com:9443") in urls
+    assert ("https://webhook.gpu-eu-2.example.com:9443", None) in urls
+    default = client.get(f"{API}/{factories.env_host(db).name}", headers=auth).json()
+    assert default["webhook_endpoint"] == "environment"
+
+
+def test_the_host_page_sets_the_webhook_url(client: TestClient, db: Session,
+                                            oidc_issuer: str) -> None:
+    oidc.sign_in(client, DEMO_ADMIN)
+    csrf = csrf_of(client.get("/admin/hosts").text)
+    client.post("/admin/hosts", data={"csrf_token": csrf, "name": "gpu-eu-2",
+                                      "kind": "kubeconfig", "kubeconfig": kubeconfig()})
+    page = client.get("/admin/hosts/gpu-eu-2").text
+    assert "<strong>none</strong>: set a webhook URL below" in page
+    refused = client.post("/admin/hosts/gpu-eu-2", data={
+        "csrf_token": csrf, "name": "gpu-eu-2", "webhook_url": "https://u:p@hook.example"})
+    assert refused.status_code == 422 and "user name or password" in refused.text
+    saved = client.post("/admin/hosts/gpu-eu-2", data={
+        "csrf_token": csrf, "name": "gpu-eu-2", "webhook_url": "https://hook.example:9443"})
+    assert saved.status_code == 200 and "https://hook.example:9443/mutate-pods/hosts/" in saved.text
+    cleared = client.post("/admin/hosts/gpu-eu-2", data={
+        "csrf_token": csrf, "name": "gpu-eu-2", "webhook_url": ""})
+    assert "<strong>none</strong>" in cleared.text

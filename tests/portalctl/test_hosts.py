@@ -78,3 +78,26 @@ def test_credentials_are_refused_from_argv_and_bad_ones_name_the_field(
                              "--token-stdin", stdin=portal.tokens["acme-admin"])
     assert tenant_admin.exit_code == 0
     assert portalctl("--profile", "acme", "hosts", "list").exit_code == 4
+
+
+def test_an_admin_sets_and_removes_a_hosts_webhook_url(
+        portal: Portal, portalctl: PortalCtl, tmp_path: Path) -> None:
+    portalctl.login(portal, "platform-admin")
+    config = tmp_path / "gpu-eu-3.yaml"
+    config.write_text(kubeconfig_yaml("https://gpu-eu-3.example.com:6443", CA.cert_pem,
+                                      token=SECRET))
+    registered = _json(portalctl("hosts", "register", "gpu-eu-3", "--kubeconfig", str(config),
+                                 "--webhook-url", "https://hook.eu-3.example:9443", "-o",
+                                 "json"))
+    assert registered["webhook_endpoint"] == (
+        f"https://hook.eu-3.example:9443/mutate-pods/hosts/{registered['id']}")
+    shown = portalctl("hosts", "show", "gpu-eu-3").stdout
+    assert "/mutate-pods/hosts/" in shown
+    refused = portalctl("hosts", "update", "gpu-eu-3", "--webhook-url", "http://hook.example")
+    assert refused.exit_code != 0 and "https://" in refused.stderr
+    removed = _json(portalctl("hosts", "update", "gpu-eu-3", "--webhook-url", "", "-o",
+                              "json"))
+    assert (removed["webhook_url"], removed["webhook_endpoint"]) == (None, "")
+    nothing = portalctl("hosts", "update", "gpu-eu-3")
+    assert nothing.exit_code == 2 and "--webhook-url" in nothing.stderr
+    assert portalctl("hosts", "delete", "gpu-eu-3").exit_code == 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from app.kube.connector import KubeConnector
+from app.kube.connector import HostTarget, KubeConnector
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort, Manifest
 
@@ -25,6 +25,35 @@ class InMemoryConnector:
 
     def ready(self, kubeconfig_yaml: str) -> bool:
         return self.is_ready
+
+
+class PerHostConnector:
+    """In-memory (or any) clients per registered host, by host name, as the official
+    connector has one per host; ``broken`` names hosts whose client cannot be built."""
+
+    def __init__(self, ports: dict[str, KubePort], *, environment: str = "default",
+                 broken: tuple[str, ...] = ()) -> None:
+        self.ports = ports
+        self.environment = environment
+        self.broken = broken
+        self.asked: list[str] = []
+
+    def host(self) -> KubePort | None:
+        return self.ports.get(self.environment)
+
+    def for_host(self, target: HostTarget) -> KubePort | None:
+        self.asked.append(target.name)
+        if target.name in self.broken:
+            raise ValueError("the client cannot be built")
+        if target.from_environment:
+            return self.host()
+        return self.ports.get(target.name)
+
+    def virtual(self, kubeconfig_yaml: str) -> KubePort:
+        raise AssertionError("no virtual cluster here")
+
+    def ready(self, kubeconfig_yaml: str) -> bool:
+        return True
 
 
 class Call(NamedTuple):

@@ -88,9 +88,9 @@ def test_samples_come_from_queue_status_quota_status_and_running_pods(
     slug = f"us-{secrets.token_hex(3)}"
     tenant = factories.tenant(db, slug)
     h100 = factories.gpu_class(db, f"NVIDIA-H100-{slug}")
-    cluster = factories.cluster(db, tenant, factories.host_cluster(db), "train",
+    cluster = factories.cluster(db, tenant, factories.env_host(db), "train",
                                 gpu_class_id=h100.id, gpus=4)
-    node = factories.node(db, factories.host_cluster(db), h100, name=f"{slug}-gpu-1")
+    node = factories.node(db, factories.env_host(db), h100, name=f"{slug}-gpu-1")
     factories.assignment(db, node, tenant)
     db.commit()
 
