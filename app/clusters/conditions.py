@@ -22,11 +22,16 @@ FAILED = "Failed"
 # last one known (app/clusters/reconciler.py).
 HOST_REACHABLE = "HostReachable"
 HOST_UNREACHABLE = "HostUnreachable"
-# Shared-pool clusters on the open-source vCluster: False (reason NoWebhookURL) while the
-# host's API server has no way to the portal's admission webhook, so the queue guard refuses
-# the cluster's pods; absent until that happens once.
+# Shared-pool clusters on the open-source vCluster and hardened clusters: False (reason
+# NoWebhookURL) while the host's API server has no way to the portal's admission webhook, so the
+# queue guard and the hardening guard refuse the cluster's pods; absent until that happens once.
 POD_ADMISSION = "PodAdmission"
 NO_WEBHOOK_URL = "NoWebhookURL"
+# What a hardened namespace's pods must carry, by hardening level (app/kube/manifests/labels.py).
+HARDENING_NEEDS = {
+    "seccomp": "a seccomp profile (RuntimeDefault or Localhost)",
+    "user-namespaces": "hostUsers: false and a seccomp profile (RuntimeDefault or Localhost)",
+}
 # In display order: the provisioning steps, then the summary.
 STEP_TYPES = (NAMESPACE_READY, QUOTA_APPLIED, NETWORK_POLICY_APPLIED, QUEUES_APPLIED,
               RELEASE_INSTALLED)
@@ -45,6 +50,20 @@ def addon_names(conditions: list[Condition]) -> list[str]:
     """The add-ons the conditions record: those installed, or being tried."""
     return [c["type"].removeprefix(ADDON_PREFIX) for c in conditions
             if str(c.get("type", "")).startswith(ADDON_PREFIX)]
+
+
+def no_webhook_message(host: str, shared_pool: bool, hardening: str | None) -> str:
+    """PodAdmission=False: why the host refuses the cluster's pods, and who fixes it."""
+    refusals = []
+    if shared_pool:
+        refusals.append("refuses this cluster's pods rather than run them outside the KAI queue")
+    if hardening is not None:
+        needs = HARDENING_NEEDS.get(hardening, f"hardening {hardening!r}")
+        refusals.append(f"refuses this cluster's pods that do not set {needs} themselves "
+                        "rather than run them unhardened")
+    return (f"host cluster {host} has no admission webhook URL, so its API server cannot reach "
+            f"the portal's webhook and {', and '.join(refusals)}; a platform admin sets the "
+            "host's webhook URL")
 
 
 def timestamp(now: datetime) -> str:

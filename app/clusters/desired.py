@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
@@ -93,10 +93,21 @@ def cluster_spec(cluster: VirtualCluster, tenant: Tenant, gpu_class: GpuClass | 
         gpu_class=gpu_class.product if gpu_class else None, gpus=cluster.gpus,
         cpu_millicores=cluster.cpu_millicores, memory_mib=cluster.memory_mib,
         endpoint=cluster.endpoint or endpoint_for(settings, tenant.slug, cluster.name),
-        pod_security="baseline" if (cluster.pod_security or settings.pod_security) == "baseline"
-        else "restricted",
+        pod_security=effective_pod_security(settings, cluster.pod_security),
         user_namespaces=bool(cluster.user_namespaces),
     )
+
+
+def effective_pod_security(settings: Settings,
+                           pod_security: str | None) -> Literal["restricted", "baseline"]:
+    """The cluster's own level (its template's), else the operator's PORTAL_POD_SECURITY."""
+    return "baseline" if (pod_security or settings.pod_security) == "baseline" else "restricted"
+
+
+def hardening(settings: Settings, pod_security: str | None, user_namespaces: bool) -> str | None:
+    """What the admission webhook does to the cluster's pods (None: nothing)."""
+    return manifests.hardening_level(effective_pod_security(settings, pod_security),
+                                     user_namespaces)
 
 
 def manifest_policy(settings: Settings) -> ManifestPolicy:

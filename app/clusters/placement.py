@@ -10,8 +10,9 @@ A host fits when all of these hold, each checked and each refusal named per host
 - it is in the requested region, when one is named;
 - the tenant's quota of the class in the host's region has room for the GPUs asked;
 - for ``dedicated-nodes``: the tenant's nodes of the class on that host have room for them;
-- for ``shared-pool`` on the open-source vCluster: its API server can reach the portal's
-  admission webhook (the environment's host, or a host with a webhook URL).
+- for ``shared-pool`` on the open-source vCluster, and for a hardened cluster (a template with
+  pod security baseline or user namespaces, whose pods the webhook hardens): its API server can
+  reach the portal's admission webhook (the environment's host, or a host with a webhook URL).
 
 Among the hosts that fit, the choice is deterministic: hosts whose free capacity of the class
 covers the request first, then the most free capacity of the class (the most free GPUs of any
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from app.kube.manifests import labels as lbl
 
 ACTIVE = "active"
 DEDICATED = "dedicated-nodes"
@@ -65,6 +68,9 @@ class PlacementRequest:
     quota_free: Mapping[str, int]
     # Shared-pool pods on the open-source vCluster join their KAI queue through the webhook.
     needs_webhook: bool = False
+    # The hardening level the webhook gives the cluster's pods (app/kube/manifests/host.py's
+    # hardening_level); None: none.
+    hardening: str | None = None
 
 
 @dataclass(frozen=True)
@@ -111,14 +117,31 @@ def unfit_reasons(host: HostFacts, request: PlacementRequest,
         reasons.append("the portal has no credentials for it")
     elif host.answers is False:
         reasons.append("it did not answer its last health check")
-    if request.needs_webhook and not host.has_webhook:
-        reasons.append("no admission webhook URL is set for it, and shared-pool pods need "
-                       "the webhook to join their KAI queue")
+    if not host.has_webhook and (needs := _webhook_needs(request)):
+        reasons.append("no admission webhook URL is set for it, and " + ", and ".join(needs))
     if request.region is not None and host.region != request.region:
         reasons.append(f"in region {host.region or '(none)'}, not {request.region or '(none)'}")
     if request.gpus > 0 and request.gpu_class_id is not None:
         reasons.extend(_gpu_reasons(host, request, request.gpu_class_id, class_seen))
     return tuple(reasons)
+
+
+_HARDENING = {
+    lbl.HARDENING_SECCOMP: "the seccomp RuntimeDefault profile",
+    lbl.HARDENING_USER_NAMESPACES: "user namespaces, hostUsers: false, and the seccomp "
+                                   "RuntimeDefault profile",
+}
+
+
+def _webhook_needs(request: PlacementRequest) -> list[str]:
+    """What the request's pods need the admission webhook for."""
+    needs = []
+    if request.needs_webhook:
+        needs.append("shared-pool pods need the webhook to join their KAI queue")
+    if request.hardening is not None:
+        what = _HARDENING.get(request.hardening, f"hardening {request.hardening!r}")
+        needs.append(f"the cluster's pods get their hardening ({what}) from the webhook")
+    return needs
 
 
 def _gpu_reasons(host: HostFacts, request: PlacementRequest, class_id: int,

@@ -473,16 +473,15 @@ class ClusterRun:
 
     def _admission(self) -> None:
         """Shared-pool pods on the open-source vCluster get their KAI queue from the portal's
-        webhook; where the host's API server has no way to it, the queue guard refuses them
-        (they never run outside the queue): the cluster says so until the host gets a URL."""
-        needs = (self.wanted.spec.placement == "shared-pool"
-                 and self.owner.settings.vcluster_edition == "oss")
-        if needs and not self.where.webhook:
+        webhook, and a hardened cluster's pods their hardening; where the host's API server
+        has no way to it, the queue guard and the hardening guard refuse such pods (they never
+        run outside the queue, nor unhardened): the cluster says so until the host gets a URL."""
+        spec = self.wanted.spec
+        shared = spec.placement == "shared-pool" and self.owner.settings.vcluster_edition == "oss"
+        hardened = manifests.hardening_level(spec.pod_security, spec.user_namespaces)
+        if (shared or hardened) and not self.where.webhook:
             self._set(cond.POD_ADMISSION, False, cond.NO_WEBHOOK_URL,
-                      f"host cluster {self.where.name} has no admission webhook URL, so its "
-                      "API server cannot reach the portal's webhook and refuses this "
-                      "cluster's pods rather than run them outside the KAI queue; a platform "
-                      "admin sets the host's webhook URL")
+                      cond.no_webhook_message(self.where.name, shared, hardened))
         elif cond.find(self.conditions, cond.POD_ADMISSION) is not None:
             self._set(cond.POD_ADMISSION, True, "WebhookURLSet",
                       f"host cluster {self.where.name} calls the portal's admission webhook")

@@ -161,7 +161,9 @@ def check_create(
         raise _name_taken(payload.name)
     gpu_class = _gpu_class(db, payload.gpu_class_id, payload.gpus)
     _check_spec(db, settings, tenant, payload, gpu_class)
-    placed = _place(db, settings, tenant, payload, gpu_class)
+    hardened = desired.hardening(settings, resolved.pod_security if resolved else None,
+                                 resolved.user_namespaces if resolved else False)
+    placed = _place(db, settings, tenant, payload, gpu_class, hardened)
     if gpu_class is not None:
         _check_quota(db, tenant, gpu_class, placed.region, payload.placement, payload.gpus,
                      lock=lock, host_cluster_id=placed.host_id)
@@ -174,7 +176,7 @@ def region_choices(db: Session) -> list[str]:
 
 
 def _place(db: Session, settings: Settings, tenant: Tenant, payload: ClusterCreate,
-           gpu_class: GpuClass | None) -> Placed:
+           gpu_class: GpuClass | None, hardened: str | None) -> Placed:
     """The host placement picks for the request. Too little quota or too few dedicated GPUs
     anywhere the request may go is the tenant's to fix (422 on gpus); any other refusal is a
     409 naming each host's reasons."""
@@ -186,7 +188,8 @@ def _place(db: Session, settings: Settings, tenant: Tenant, payload: ClusterCrea
         gpus=payload.gpus if gpu_class else 0, region=payload.region or None,
         quota_free=repository.quota_room(db, tenant.id, gpu_class.id) if gpu_class else {},
         needs_webhook=(payload.placement == "shared-pool"
-                       and settings.vcluster_edition == "oss"))
+                       and settings.vcluster_edition == "oss"),
+        hardening=hardened)
     hosts = host_facts(db, tenant.id, gpu_class)
     if gpu_class is not None and request.gpus > 0:
         _check_room(db, tenant, gpu_class, request, hosts)

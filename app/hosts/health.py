@@ -8,11 +8,17 @@ port (the templates domain's resolver is injected by the caller): hosts sits bel
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from app.config import Settings
+from app.hosts.webhook_route import WebhookRoute
 from app.kube.errors import KubeError
-from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME
+from app.kube.manifests.admission import (
+    HARDENING_WEBHOOK_NAME,
+    WEBHOOK_CONFIGURATION_NAME,
+    WEBHOOK_NAME,
+    WEBHOOK_PATH,
+)
 from app.kube.port import KubePort
 
 API_REACHABLE = "api-reachable"
@@ -52,14 +58,19 @@ NO_WEBHOOK_URL = (
     "no webhook URL is set for this host, so the portal does not register its admission "
     "webhook here: set the https:// address at which this host's API server reaches `portal "
     "webhook` (Admin → Host clusters, or `portalctl hosts update NAME --webhook-url URL`). "
-    "Until then no shared-pool cluster is placed on this host, and the queue guard refuses "
-    "shared-pool pods here rather than let them run outside KAI's queues")
+    "Until then no shared-pool or hardened cluster is placed on this host; the queue guard "
+    "refuses shared-pool pods here rather than let them run outside KAI's queues, and the "
+    "hardening guard refuses hardened clusters' pods that do not set their seccomp profile "
+    "(and hostUsers: false) themselves rather than let them run unhardened")
 
 
 def run_checks(port: KubePort | None, settings: Settings, charts: ChartProbe | None, *,
-               webhook_routed: bool = True) -> list[CheckResult]:
+               webhook_routed: bool = True,
+               route: WebhookRoute | None = None) -> list[CheckResult]:
     """``webhook_routed``: the host's API server has a way to the webhook (the environment's
-    host, or a host with a webhook URL)."""
+    host, or a host with a webhook URL). ``route``: the way the portal registers for it
+    (app/hosts/webhook_route.py's route_of); when given, the registered configuration must
+    call exactly that, else only its presence is checked."""
     reachable = _api_reachable(port)
     results = [reachable]
     if port is None or not reachable.passed:
@@ -68,7 +79,7 @@ def run_checks(port: KubePort | None, settings: Settings, charts: ChartProbe | N
                     CheckResult(ADMISSION_WEBHOOK, False,
                                 skipped if webhook_routed else NO_WEBHOOK_URL)]
     else:
-        webhook = (_admission_webhook(port) if webhook_routed
+        webhook = (_admission_webhook(port, settings, route) if webhook_routed
                    else CheckResult(ADMISSION_WEBHOOK, False, NO_WEBHOOK_URL))
         results += [_kai_queue_crd(port), webhook]
     results.append(_vcluster_chart(settings, charts))
@@ -97,10 +108,56 @@ def _kai_queue_crd(port: KubePort) -> CheckResult:
                     "install the KAI Scheduler: shared-pool clusters need its Queue kind")
 
 
-def _admission_webhook(port: KubePort) -> CheckResult:
-    return _present(port, _MWC, ADMISSION_WEBHOOK, WEBHOOK_CONFIGURATION_NAME,
-                    "the portal's worker registers it; until then shared-pool pods are "
-                    "not put in their KAI queue")
+def _admission_webhook(port: KubePort, settings: Settings,
+                       route: WebhookRoute | None) -> CheckResult:
+    present = _present(port, _MWC, ADMISSION_WEBHOOK, WEBHOOK_CONFIGURATION_NAME,
+                       "the portal's worker registers it; until then shared-pool pods are "
+                       "not put in their KAI queue")
+    if not present.passed or route is None:
+        return present
+    try:
+        live = port.get(*_MWC, WEBHOOK_CONFIGURATION_NAME) or {}
+    except KubeError as error:
+        return CheckResult(ADMISSION_WEBHOOK, False, f"{error.reason}: {error.message}"[:500])
+    problem = _route_problem(live, expected_call(route, settings), settings)
+    if problem is None:
+        return CheckResult(ADMISSION_WEBHOOK, True,
+                           f"{_MWC[1]} {WEBHOOK_CONFIGURATION_NAME} is present and calls "
+                           f"{expected_call(route, settings)}")
+    return CheckResult(ADMISSION_WEBHOOK, False, problem[:1000])
+
+
+def expected_call(route: WebhookRoute, settings: Settings) -> str:
+    """What the host's API server should call: the URL, or the in-cluster Service."""
+    if route.url:
+        return route.url
+    return (f"service {settings.webhook_namespace}/{settings.webhook_service_name}"
+            f"{WEBHOOK_PATH}")
+
+
+def _registered_call(client: dict[str, Any]) -> str:
+    if client.get("url"):
+        return str(client["url"])
+    service = client.get("service") or {}
+    return (f"service {service.get('namespace', '?')}/{service.get('name', '?')}"
+            f"{service.get('path') or ''}")
+
+
+def _route_problem(live: dict[str, Any], expected: str, settings: Settings) -> str | None:
+    """Why the registered configuration is not the one the portal keeps for this host."""
+    webhooks = {str(w.get("name")): w for w in live.get("webhooks") or []}
+    missing = [name for name in (WEBHOOK_NAME, HARDENING_WEBHOOK_NAME) if name not in webhooks]
+    calls = sorted({_registered_call(w.get("clientConfig") or {}) for w in webhooks.values()})
+    stale = [call for call in calls if call != expected]
+    if not missing and not stale:
+        return None
+    found = (f"lacks webhook(s) {', '.join(missing)}" if missing
+             else f"calls {', '.join(stale)}")
+    return (f"{_MWC[1]} {WEBHOOK_CONFIGURATION_NAME} {found}, but the portal expects this "
+            f"host's API server to call {expected}: the worker rewrites it at its next pass "
+            f"(every {settings.worker_resync_seconds:g}s); if it stays this way, look for this "
+            "host in the worker's log (it may lack the rights to write it), and check the "
+            "host's webhook URL (Admin → Host clusters)")
 
 
 def _present(port: KubePort, kind: tuple[str, str], check: str, name: str,

@@ -33,7 +33,7 @@ from app.hosts.schemas import (
     HostRegister,
     HostUpdate,
 )
-from app.hosts.webhook_route import host_path, routed
+from app.hosts.webhook_route import host_path, route_of, routed
 from app.kube.connector import HostTarget, KubeConnector, probe
 from app.pagination import Page, PageParams, paginate
 
@@ -219,7 +219,8 @@ def checks_of(target: HostTarget, settings: Settings, connector: KubeConnector,
                 *run_checks(None, settings, charts,
                            webhook_routed=routed(target))[1:]]
     try:
-        return run_checks(port, settings, charts, webhook_routed=routed(target))
+        return run_checks(port, settings, charts, webhook_routed=routed(target),
+                          route=route_of(target, settings))
     finally:
         close = getattr(port, "close", None)
         if close is not None and port is not connector.host():

@@ -19,6 +19,7 @@ from app.clusters import service
 from app.clusters.models import VirtualCluster
 from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterResize
+from app.config import Settings
 from app.db import Database
 from app.hosts.models import HostCluster
 from app.kube.connector import HostTarget
@@ -98,7 +99,7 @@ class TwoHosts:
 
 
 def two_hosts(database: Database, *, us_port: KubePort | None = None,
-              **reconciler: Any) -> TwoHosts:
+              settings: Settings = SETTINGS, **reconciler: Any) -> TwoHosts:
     with database.transaction() as db:
         eu = factories.env_host(db)
         eu.region = "eu"
@@ -116,7 +117,7 @@ def two_hosts(database: Database, *, us_port: KubePort | None = None,
     kubes = {ids[0]: InMemoryKube(), ids[1]: InMemoryKube()}
     ports: dict[int, KubePort] = {ids[0]: kubes[ids[0]], ids[1]: us_port or kubes[ids[1]]}
     clock = Clock()
-    worker = ClusterReconciler(SETTINGS, database, Hosts(ports), PerHostInstaller(kubes),
+    worker = ClusterReconciler(settings, database, Hosts(ports), PerHostInstaller(kubes),
                                clock=clock, **reconciler)
     return TwoHosts(database, kubes[ids[0]], kubes[ids[1]], *ids, principal, gpu, clock, worker)
 
@@ -248,3 +249,58 @@ def test_a_shared_pool_cluster_says_so_when_its_host_loses_its_webhook_url(
     fleet.run()
     found = fleet.cluster(serve)
     assert found is not None and cond.is_true(found.conditions, cond.POD_ADMISSION)
+
+
+def _set_webhook_url(fleet: TwoHosts, url: str | None) -> None:
+    with fleet.database.transaction() as db:
+        host = db.get(HostCluster, fleet.us_id)
+        assert host is not None
+        host.webhook_url = url
+
+
+def _admission(fleet: TwoHosts, cluster_id: int) -> dict[str, Any] | None:
+    found = fleet.cluster(cluster_id)
+    assert found is not None
+    return cond.find(found.conditions, cond.POD_ADMISSION)
+
+
+def test_a_hardened_cluster_says_so_when_its_host_loses_its_webhook_url(
+    database: Database,
+) -> None:
+    """On vCluster Pro a shared-pool cluster needs no webhook, but a hardened one (here moved
+    to user namespaces, as an upgrade to such a template would) does: without a URL the
+    hardening guard refuses its pods that do not set their hardening themselves, and the
+    cluster carries why, until the URL is back; an unhardened neighbour carries nothing."""
+    fleet = two_hosts(database, settings=cluster_settings(vcluster_edition="pro"))
+    serve, plain = fleet.create("serve", "us"), fleet.create("plain", "us")
+    with database.transaction() as db:
+        cluster = db.get(VirtualCluster, serve)
+        assert cluster is not None
+        cluster.user_namespaces = True
+    _set_webhook_url(fleet, None)
+    fleet.run()
+    admission = _admission(fleet, serve)
+    assert admission is not None and admission["status"] == "False"
+    assert admission["reason"] == cond.NO_WEBHOOK_URL
+    assert admission["message"] == (
+        "host cluster gpu-us-1 has no admission webhook URL, so its API server cannot reach "
+        "the portal's webhook and refuses this cluster's pods that do not set hostUsers: "
+        "false and a seccomp profile (RuntimeDefault or Localhost) themselves rather than run "
+        "them unhardened; a platform admin sets the host's webhook URL")
+    assert _admission(fleet, plain) is None
+    _set_webhook_url(fleet, "https://webhook.gpu-us-1.example:9443")
+    fleet.run()
+    found = fleet.cluster(serve)
+    assert found is not None and cond.is_true(found.conditions, cond.POD_ADMISSION)
+    assert _admission(fleet, plain) is None
+
+
+def test_the_condition_names_every_reason_the_pods_need_the_webhook() -> None:
+    message = cond.no_webhook_message("gpu-us-1", True, "seccomp")
+    assert "rather than run them outside the KAI queue, and refuses this cluster's pods " \
+           "that do not set a seccomp profile (RuntimeDefault or Localhost) themselves " \
+           "rather than run them unhardened" in message
+    assert cond.no_webhook_message("gpu-us-1", True, None) == (
+        "host cluster gpu-us-1 has no admission webhook URL, so its API server cannot reach "
+        "the portal's webhook and refuses this cluster's pods rather than run them outside "
+        "the KAI queue; a platform admin sets the host's webhook URL")

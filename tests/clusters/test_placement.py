@@ -171,3 +171,29 @@ def test_shared_pool_needs_a_host_whose_api_server_reaches_the_webhook() -> None
         "join their KAI queue",)}
     assert placed(place([hookless, host("b", h100=8)], needing)) == "b"
     assert placed(place([hookless], ask(placement="dedicated-nodes"))) == "a"
+
+
+def test_a_hardened_cluster_needs_a_host_whose_api_server_reaches_the_webhook() -> None:
+    """The webhook hardens a hardened template's pods (seccomp, user namespaces): a host
+    without a way to it gets no such cluster, whatever the placement; the refusal names what
+    the pods need the webhook for."""
+    hookless = HostFacts(id=1, name="a", region="eu", state="active", class_gpus={H100: 64},
+                         free_gpus={H100: 64}, tenant_node_gpus={H100: 8}, has_webhook=False)
+    seccomp = PlacementRequest(placement="dedicated-nodes", gpu_class_id=H100,
+                               gpu_class_name="H100", gpus=4, region=None,
+                               quota_free={"eu": 16}, hardening="seccomp")
+    assert refused(place([hookless], seccomp)) == {"a": (
+        "no admission webhook URL is set for it, and the cluster's pods get their hardening "
+        "(the seccomp RuntimeDefault profile) from the webhook",)}
+    both = PlacementRequest(placement="shared-pool", gpu_class_id=H100, gpu_class_name="H100",
+                            gpus=4, region=None, quota_free={"eu": 16}, needs_webhook=True,
+                            hardening="user-namespaces")
+    assert refused(place([hookless], both)) == {"a": (
+        "no admission webhook URL is set for it, and shared-pool pods need the webhook to join "
+        "their KAI queue, and the cluster's pods get their hardening (user namespaces, "
+        "hostUsers: false, and the seccomp RuntimeDefault profile) from the webhook",)}
+    assert placed(place([hookless, host("b", h100=8, tenant_nodes=8)], seccomp)) == "b"
+    unhardened = PlacementRequest(placement="dedicated-nodes", gpu_class_id=H100,
+                                  gpu_class_name="H100", gpus=4, region=None,
+                                  quota_free={"eu": 16})
+    assert placed(place([hookless], unhardened)) == "a"

@@ -139,6 +139,34 @@ def test_a_host_without_a_webhook_url_takes_no_shared_pool_cluster(
     assert placed.json()["host_cluster"] == "gpu-us-1"
 
 
+def test_a_host_without_a_webhook_url_takes_no_hardened_cluster(
+    db: Session, two_regions: Tenancy, settings: Settings, database: Database
+) -> None:
+    """At Pod Security baseline the webhook gives every pod the RuntimeDefault seccomp profile:
+    a host whose API server cannot reach it gets no such cluster (even on vCluster Pro, where
+    shared-pool pods need no webhook), and the refusal says why."""
+    us = db.scalar(select(HostCluster).where(HostCluster.name == "gpu-us-1"))
+    assert us is not None
+    us.webhook_url = None
+    db.commit()
+    admin = headers(db, two_regions.acme_admin)
+    baseline = settings.model_copy(update={"vcluster_edition": "pro", "pod_security": "baseline"})
+    with TestClient(create_app(baseline, database, kube=InMemoryConnector())) as pro_client:
+        refused = pro_client.post(URL, json=body(two_regions.h100, "serve", 2, region="us"),
+                                  headers=admin)
+        assert refused.status_code == 409
+        [on_us] = [h for h in refused.json()["hosts"] if h["host"] == "gpu-us-1"]
+        assert on_us["reasons"] == [
+            "no admission webhook URL is set for it, and the cluster's pods get their "
+            "hardening (the seccomp RuntimeDefault profile) from the webhook"]
+        us.webhook_url = "https://portal-webhook.example.com"
+        db.commit()
+        placed = pro_client.post(URL, json=body(two_regions.h100, "serve", 2, region="us"),
+                                 headers=admin)
+    assert placed.status_code == 201, placed.text
+    assert placed.json()["host_cluster"] == "gpu-us-1"
+
+
 def test_dedicated_nodes_place_the_cluster_on_the_host_holding_the_tenants_nodes(
     client: TestClient, db: Session, two_regions: Tenancy
 ) -> None:

@@ -15,12 +15,18 @@ from app.auth.principal import Principal
 from app.config import Settings
 from app.db import Database
 from app.hosts import repository, service
-from app.hosts.health import run_checks
+from app.hosts.health import ADMISSION_WEBHOOK, run_checks
 from app.hosts.reconciler import HostHealthReconciler
 from app.hosts.schemas import HostCredentialsIn, HostRegister
+from app.hosts.webhook_route import WebhookRoute
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector, HostTarget
-from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME, kai_queue_webhook
+from app.kube.manifests.admission import (
+    HARDENING_WEBHOOK_NAME,
+    WEBHOOK_CONFIGURATION_NAME,
+    kai_queue_webhook,
+)
+from app.kube.port import Manifest
 from app.templates.charts import ChartLookup
 from tests import factories
 from tests.support.kube_server import ApiServer, kubeconfig_yaml
@@ -84,6 +90,93 @@ def test_a_bare_api_server_lacks_the_crd_and_shows_the_webhook_only_once_registe
     after = results(bare_api.admin_kubeconfig, settings)
     assert after["admission-webhook"] == (
         True, f"MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} is present")
+
+
+def _registered(bare_api: ApiServer, manifest: Manifest) -> KubernetesAdapter:
+    bare = bare_api.adapter()
+    bare.apply(manifest, force=True)
+    return bare
+
+
+def _configuration(url: str | None, settings: Settings) -> Manifest:
+    return kai_queue_webhook("-----BEGIN CERTIFICATE-----\n", url=url,
+                             service_name=settings.webhook_service_name,
+                             service_namespace=settings.webhook_namespace)
+
+
+def _webhook_check(target: HostTarget, settings: Settings) -> tuple[bool, str]:
+    found = {r.name: r for r in service.checks_of(target, settings, ClientConnector(settings),
+                                                  Charts())}
+    return found[ADMISSION_WEBHOOK].passed, found[ADMISSION_WEBHOOK].message
+
+
+def test_a_registration_calling_another_url_than_the_hosts_fails_the_check_saying_why(
+        bare_api: ApiServer, settings: Settings) -> None:
+    """An admin changed the host's webhook URL and the worker has not rewritten the
+    configuration yet (or cannot): the check names what is registered and what is expected."""
+    target = HostTarget(5, "gpu-us-2", bare_api.admin_kubeconfig,
+                        webhook_url="https://webhook.new.example:9443")
+    bare = _registered(bare_api, _configuration(
+        "https://webhook.old.example:9443/mutate-pods/hosts/5", settings))
+    try:
+        passed, message = _webhook_check(target, settings)
+        assert passed is False
+        assert message.startswith(
+            f"MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} calls "
+            "https://webhook.old.example:9443/mutate-pods/hosts/5, but the portal expects this "
+            "host's API server to call https://webhook.new.example:9443/mutate-pods/hosts/5: "
+            "the worker rewrites it at its next pass")
+        assert "worker's log" in message
+        bare.apply(_configuration("https://webhook.new.example:9443/mutate-pods/hosts/5",
+                                  settings), force=True)
+        assert _webhook_check(target, settings) == (
+            True, f"MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} is present and "
+                  "calls https://webhook.new.example:9443/mutate-pods/hosts/5")
+    finally:
+        bare.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
+                    WEBHOOK_CONFIGURATION_NAME)
+        bare.close()
+
+
+def test_the_environments_host_is_expected_to_call_the_service_with_both_webhooks(
+        bare_api: ApiServer, settings: Settings) -> None:
+    """Without PORTAL_WEBHOOK_URL the environment's host calls the in-cluster Service; a
+    registration from before the hardening webhook existed lacks it and fails the check."""
+    service_call = (f"service {settings.webhook_namespace}/{settings.webhook_service_name}"
+                    "/mutate-pods")
+    assert settings.webhook_url is None
+    old = _configuration(None, settings)
+    old["webhooks"] = [w for w in old["webhooks"] if w["name"] != HARDENING_WEBHOOK_NAME]
+    bare = _registered(bare_api, _configuration("https://elsewhere.example/mutate-pods",
+                                                settings))
+    port = ClientConnector(settings).probe(HostTarget(1, "h", bare_api.admin_kubeconfig))
+    try:
+        def check() -> tuple[bool, str]:
+            found = {r.name: r for r in run_checks(port, settings, Charts(),
+                                                   route=WebhookRoute(None))}
+            return found[ADMISSION_WEBHOOK].passed, found[ADMISSION_WEBHOOK].message
+
+        passed, message = check()
+        assert passed is False and message.startswith(
+            f"MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} calls "
+            f"https://elsewhere.example/mutate-pods, but the portal expects this host's API "
+            f"server to call {service_call}")
+        bare.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
+                    WEBHOOK_CONFIGURATION_NAME)
+        bare.apply(old, force=True)
+        passed, message = check()
+        assert passed is False and message.startswith(
+            f"MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} lacks webhook(s) "
+            f"{HARDENING_WEBHOOK_NAME}")
+        bare.apply(_configuration(None, settings), force=True)
+        assert check() == (True, f"MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} "
+                                 f"is present and calls {service_call}")
+    finally:
+        bare.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
+                    WEBHOOK_CONFIGURATION_NAME)
+        if isinstance(port, KubernetesAdapter):
+            port.close()
+        bare.close()
 
 
 def test_a_closed_port_is_a_failed_check_not_an_exception(kai_host: ApiServer,

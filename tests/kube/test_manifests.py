@@ -418,7 +418,7 @@ def test_tenant_named_like_the_root_queue_is_refused() -> None:
 
 
 def test_queue_guard_reads_the_namespace_queue_label() -> None:
-    _, vap, binding = platform_objects(POLICY)
+    _, vap, binding, *_ = platform_objects(POLICY)
     expression = vap["spec"]["validations"][0]["expression"]
     assert "namespaceObject.metadata.labels['gpu-tenant-portal/queue']" in expression
     assert "'kai-scheduler'" in expression

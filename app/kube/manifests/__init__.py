@@ -5,9 +5,15 @@ No I/O and no Kubernetes client here; the same input always gives the same outpu
 
 from typing import Any
 
-from app.kube.manifests.admission import queue_guard_binding, queue_guard_policy
+from app.kube.manifests.admission import (
+    hardening_guard_binding,
+    hardening_guard_policy,
+    queue_guard_binding,
+    queue_guard_policy,
+)
 from app.kube.manifests.host import (
     api_server_network_policy,
+    hardening_level,
     limit_range,
     namespace,
     network_policy,
@@ -28,8 +34,10 @@ from app.kube.manifests.vcluster import dump_yaml, vcluster_values, vcluster_val
 
 
 def platform_objects(policy: ManifestPolicy) -> list[dict[str, Any]]:
-    """Cluster-wide objects shared by all tenants: the KAI root queue and the queue guard."""
-    return [root_queue(policy), queue_guard_policy(), queue_guard_binding()]
+    """Cluster-wide objects shared by all tenants: the KAI root queue, the queue guard and the
+    hardening guard."""
+    return [root_queue(policy), queue_guard_policy(), queue_guard_binding(),
+            hardening_guard_policy(), hardening_guard_binding()]
 
 
 def cluster_host_objects(
@@ -64,6 +72,9 @@ __all__ = [
     "cluster_queue",
     "cluster_queue_name",
     "dump_yaml",
+    "hardening_guard_binding",
+    "hardening_guard_policy",
+    "hardening_level",
     "host_namespace_name",
     "kubeconfig_secret_name",
     "limit_range",

@@ -5,7 +5,7 @@ scheduler and the queue label on pods that vCluster syncs, because the open-sour
 rewrite them. A MutatingAdmissionPolicy could do the same without a server once it is GA (it is
 alpha in Kubernetes 1.32); that is a possible later addition.
 
-The ValidatingAdmissionPolicy below stays as the backstop.
+The ValidatingAdmissionPolicies below stay as the backstop.
 
 KAI does not check that a pod may use the queue it names. The scheduler and the queue label are
 set by the portal's mutating admission webhook on the open-source vCluster build, or by translate
@@ -14,6 +14,14 @@ way: the host refuses any synced pod in a shared-pool namespace that does not na
 and exactly the namespace's leaf queue, whatever the virtual cluster sends. One policy and one
 binding serve every tenant: the expected queue is read from the namespace's own label, which only
 the portal writes.
+
+The hardening guard is the same kind of backstop for hardened namespaces (label
+``gpu-tenant-portal/hardening``): a synced pod created there must run every container with a
+seccomp profile (RuntimeDefault or Localhost, its own or the pod's), and at level
+``user-namespaces`` with ``hostUsers: false``. The webhook gives pods both; on a host whose API
+server cannot reach the webhook, a pod that does not set them itself is refused, never run
+unhardened. CREATE only: both fields are immutable, and a pod made before the namespace was
+hardened must still take the syncer's updates.
 """
 
 import base64
@@ -23,6 +31,7 @@ from app.kube.manifests import labels as lbl
 
 Manifest = dict[str, Any]
 POLICY_NAME = "gpu-tenant-portal-kai-queue-guard"
+HARDENING_POLICY_NAME = "gpu-tenant-portal-hardening-guard"
 WEBHOOK_CONFIGURATION_NAME = "gpu-tenant-portal-kai-queue"
 WEBHOOK_NAME = "kai-queue.gpu-tenant-portal.io"
 HARDENING_WEBHOOK_NAME = "user-namespaces.gpu-tenant-portal.io"
@@ -91,6 +100,61 @@ def queue_guard_binding() -> Manifest:
             "policyName": POLICY_NAME,
             "validationActions": ["Deny"],
             "matchResources": {"namespaceSelector": namespaces, "objectSelector": synced_pods},
+        },
+    }
+
+
+_HARDENING_VARIABLES = [
+    {"name": "podProfile", "expression":
+     "has(object.spec.securityContext) && has(object.spec.securityContext.seccompProfile)"
+     " ? object.spec.securityContext.seccompProfile.type : ''"},
+    {"name": "confined", "expression": "['RuntimeDefault', 'Localhost']"},
+    {"name": "containers", "expression":
+     "object.spec.containers + (has(object.spec.initContainers)"
+     " ? object.spec.initContainers : [])"},
+]
+_SECCOMP_EXPRESSION = (
+    "variables.containers.all(c, (has(c.securityContext) && has(c.securityContext.seccompProfile)"
+    " ? c.securityContext.seccompProfile.type : variables.podProfile) in variables.confined)")
+_USER_NAMESPACES_EXPRESSION = (
+    f"namespaceObject.metadata.labels['{lbl.HARDENING}'] != '{lbl.HARDENING_USER_NAMESPACES}'"
+    " || (has(object.spec.hostUsers) && object.spec.hostUsers == false)")
+
+
+def hardening_guard_policy() -> Manifest:
+    validations = [
+        {"expression": _SECCOMP_EXPRESSION, "reason": "Forbidden",
+         "message": "pods in a hardened namespace run every container with a seccomp profile "
+                    "(RuntimeDefault or Localhost); the portal's admission webhook sets it, "
+                    "and this host's API server did not call it"},
+        {"expression": _USER_NAMESPACES_EXPRESSION, "reason": "Forbidden",
+         "message": "pods in this namespace run in their own user namespace (hostUsers: "
+                    "false); the portal's admission webhook sets it, and this host's API "
+                    "server did not call it"},
+    ]
+    return {
+        "apiVersion": _API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": HARDENING_POLICY_NAME, "labels": lbl.managed()},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{**_pod_rule(), "operations": ["CREATE"]}]},
+            "variables": _HARDENING_VARIABLES,
+            "validations": validations,
+        },
+    }
+
+
+def hardening_guard_binding() -> Manifest:
+    return {
+        "apiVersion": _API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": HARDENING_POLICY_NAME, "labels": lbl.managed()},
+        "spec": {
+            "policyName": HARDENING_POLICY_NAME,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": _hardened_namespaces(),
+                               "objectSelector": _synced_pods()},
         },
     }
 

@@ -32,17 +32,25 @@ def namespace(spec: ClusterSpec, policy: ManifestPolicy) -> Manifest:
         f"{lbl.PSA_PREFIX}audit": "restricted",
         f"{lbl.PSA_PREFIX}audit-version": "latest",
     }
-    if spec.user_namespaces:
-        labels[lbl.HARDENING] = lbl.HARDENING_USER_NAMESPACES
-    elif spec.pod_security == "baseline":
-        # Restricted refuses pods without a seccomp profile; baseline would let them run
-        # Unconfined, so the webhook gives them RuntimeDefault instead.
-        labels[lbl.HARDENING] = lbl.HARDENING_SECCOMP
+    level = hardening_level(spec.pod_security, spec.user_namespaces)
+    if level is not None:
+        labels[lbl.HARDENING] = level
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
         "metadata": {"name": host_namespace_name(spec.tenant, spec.name), "labels": labels},
     }
+
+
+def hardening_level(pod_security: str, user_namespaces: bool) -> str | None:
+    """What the admission webhook must do to the namespace's synced pods (None: nothing)."""
+    if user_namespaces:
+        return lbl.HARDENING_USER_NAMESPACES
+    if pod_security == "baseline":
+        # Restricted refuses pods without a seccomp profile; baseline would let them run
+        # Unconfined, so the webhook gives them RuntimeDefault instead.
+        return lbl.HARDENING_SECCOMP
+    return None
 
 
 def quota_lines(spec: ClusterSpec) -> dict[str, str]:
