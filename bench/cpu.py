@@ -162,13 +162,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for server in servers.values():
             server.stop()
+    print_rows(rows, options.connections)
+    return 0
+
+
+def print_rows(rows: list[dict[str, Any]], connections: int) -> None:
+    """A line per row, then the last line: one JSON object with every figure."""
     for row in rows:
         print(f"{row['server']:>8} {row['cpu_ms_per_request']:>6.2f} ms/req "
               f"{row['times_floor']:>6.2f}x floor ({row['floor_cpu_ms']:.2f}) "
               f"+ db {row['database_cpu_ms_per_request']:>5.2f} ms {row['rps']:>7.1f} req/s "
               f"{row['failed']:>4} failed  {row['step']}")
-    print(json.dumps({"connections": options.connections, "steps": rows}))
-    return 0
+    print(json.dumps({"connections": connections, "steps": rows}))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ if __package__ in (None, ""):  # run as a file: bench/ is on sys.path, the check
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import seed
-from bench.cpu import DEFAULT_URL, me, measure
+from bench.cpu import DEFAULT_URL, me, measure, print_rows
 from bench.load import Request
 from bench.portal import Credentials, Portal, bearer, mint
 from bench.run import CLUSTERS_STEP, JSON, LOGS, Step, say
@@ -108,11 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                             options.connections, options.repeat)
     finally:
         server.stop()
-    for row in rows:
-        print(f"{row['cpu_ms_per_request']:>6.2f} ms/req {row['times_floor']:>6.2f}x floor "
-              f"({row['floor_cpu_ms']:.2f}) + db {row['database_cpu_ms_per_request']:>5.2f} ms "
-              f"{row['failed']:>4} failed  {row['step']}")
-    print(json.dumps({"connections": options.connections, "steps": rows}))
+    print_rows(rows, options.connections)
     return 0
 
 

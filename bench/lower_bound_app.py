@@ -31,7 +31,7 @@ def clusters_sql() -> str:
     """The clusters list's first page, as the PostgreSQL driver receives it."""
     query = (listed_rows_query(bindparam("tenant_id", type_=Integer))
              .order_by(VirtualCluster.id).limit(bindparam("page_limit", type_=Integer)))
-    return str(query.compile(dialect=postgresql.psycopg.dialect()))  # type: ignore[attr-defined]
+    return str(query.compile(dialect=postgresql.psycopg.dialect()))  # type: ignore[no-untyped-call]
 
 
 def add_probes(app: FastAPI, database: Database) -> None:

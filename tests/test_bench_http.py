@@ -19,7 +19,7 @@ from app.main import create_app
 from app.nodes.models import Node
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
-from bench import cpu, load, portal, run, seed
+from bench import cpu, load, lower_bound, portal, run, seed
 from bench.load import Request, Result
 from bench.report import Overload, Row
 from tests.support import postgres
@@ -137,3 +137,19 @@ def test_the_cpu_bench_gives_each_step_its_cpu_per_request(
     [row] = figures["steps"]
     assert row["step"] == "GET /api/v1/me" and row["failed"] == 0 and row["requests"] > 0
     assert row["cpu_ms_per_request"] > 0 and row["times_floor"] > 0
+
+
+def test_the_lower_bound_bench_measures_its_probes_next_to_the_real_endpoints(
+    bench_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench.lower_bound``'s probes answer on the portal's own app, and each step, probe or
+    real endpoint, gets its CPU per request as a multiple of the floor (last: it re-creates
+    the database)."""
+    assert lower_bound.main(["--database-url", bench_url, "--scale", str(TINY_SCALE),
+                             "--seconds", "0.5", "--repeat", "1"]) == 0
+    figures = json.loads(capsys.readouterr().out.splitlines()[-1])
+    steps = {row["step"]: row for row in figures["steps"]}
+    assert {"probe: thread hop + SELECT 1", "GET /api/v1/tenants/{t}/clusters",
+            "probe: thread hop + INSERT + COMMIT"} <= set(steps)
+    assert all(row["failed"] == 0 and row["requests"] > 0 and row["times_floor"] > 0
+               for row in steps.values())

@@ -13,9 +13,8 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,6 +45,7 @@ from app.webhook.reconciler import WebhookReconciler
 from app.webhook.secret import read_secret, unbase64
 from app.webhook.server import WebhookServer
 from tests.support.kube_server import ApiServer
+from tests.support.waiting import wait_for
 from tests.support.web import free_port
 
 pytestmark = pytest.mark.kube_server
@@ -56,7 +56,6 @@ SYNCED = {lbl.VCLUSTER_SYNCED_MARKER: RELEASE}
 RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
               "runAsNonRoot": True, "runAsUser": 65532,
               "seccompProfile": {"type": "RuntimeDefault"}}
-WAIT_SECONDS = 30.0
 k8s_config: Any = _k8s_config  # untyped loaders
 
 
@@ -93,15 +92,6 @@ class Webhook:
 
 def _unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"
-
-
-def _wait(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +157,7 @@ def hardened(webhook: Webhook) -> Iterator[str]:
                        user_namespaces=True)
     name = _created_namespace(webhook.kube, namespace(spec, ManifestPolicy()))
     try:
-        _wait(lambda: _dry_run_create(webhook, pod(name, SYNCED))["spec"].get("hostUsers")
+        wait_for(lambda: _dry_run_create(webhook, pod(name, SYNCED))["spec"].get("hostUsers")
               is False, f"the webhook to harden pods in {name}")
         yield name
     finally:
@@ -183,7 +173,7 @@ def baseline(webhook: Webhook) -> Iterator[str]:
                        pod_security="baseline")
     name = _created_namespace(webhook.kube, namespace(spec, ManifestPolicy()))
     try:
-        _wait(lambda: "securityContext" in _dry_run_create(
+        wait_for(lambda: "securityContext" in _dry_run_create(
             webhook, _without_pod_seccomp(pod(name, SYNCED)))["spec"],
             f"the webhook to harden pods in {name}")
         yield name
@@ -206,7 +196,7 @@ def _created_namespace(kube: KubePort, manifest: Manifest) -> str:
     kube.apply(manifest, force=True)
     # The ServiceAccount admission plugin refuses pods until the controller made "default"
     # (automountServiceAccountToken: false does not spare the lookup).
-    _wait(lambda: kube.get("v1", "ServiceAccount", "default", name) is not None,
+    wait_for(lambda: kube.get("v1", "ServiceAccount", "default", name) is not None,
           f"the default ServiceAccount in {name}")
     return name
 
@@ -255,7 +245,7 @@ def _wait_until_mutating(webhook: Webhook, namespace_name: str) -> None:
             return False
         return bool(created["spec"].get("schedulerName") == lbl.KAI_SCHEDULER_NAME)
 
-    _wait(mutated, f"the webhook to mutate pods in {namespace_name}")
+    wait_for(mutated, f"the webhook to mutate pods in {namespace_name}")
 
 
 def _update_labels(webhook: Webhook, live: Manifest, labels: dict[str, str]) -> Manifest:
@@ -372,7 +362,7 @@ def test_portal_webhook_serves_the_secrets_certificate_and_stops_on_sigterm(
                                               webhook.settings.webhook_namespace)).pair
         assert pair is not None
         trust = ssl.create_default_context(cadata=pair.cert_pem)
-        _wait(lambda: _healthy(f"https://127.0.0.1:{port}/healthz", trust), "portal webhook")
+        wait_for(lambda: _healthy(f"https://127.0.0.1:{port}/healthz", trust), "portal webhook")
         assert list(tmp_path.iterdir()) == []  # the key files were only there to be loaded
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0

@@ -6,9 +6,8 @@ pods the syncer did not write (the vCluster control plane)."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,23 +21,14 @@ from app.kube.manifests import labels as lbl
 from app.kube.manifests.admission import hardening_guard_binding, hardening_guard_policy
 from app.kube.port import Manifest
 from tests.support.kube_server import ApiServer
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kube_server
 k8s_config: Any = _k8s_config  # untyped loaders
 SYNCED = {lbl.VCLUSTER_SYNCED_MARKER: "train"}
-WAIT_SECONDS = 30.0
 # Pod Security baseline allows this; only the seccomp profile is left out.
 PLAIN = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
          "runAsNonRoot": True, "runAsUser": 65532}
-
-
-def _wait(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +96,7 @@ def test_a_synced_pod_without_a_seccomp_profile_is_refused_in_a_baseline_namespa
     name = _namespace(kube, pod_security="baseline")
     try:
         # The API server loads policies asynchronously: wait until this one refuses.
-        _wait(lambda: _refusal(core, _pod(name)) is not None, "the guard to take effect")
+        wait_for(lambda: _refusal(core, _pod(name)) is not None, "the guard to take effect")
         refused = _refusal(core, _pod(name))
         assert refused is not None
         assert "seccomp profile" in refused and "webhook" in refused
@@ -127,7 +117,7 @@ def test_a_synced_pod_on_host_users_is_refused_in_a_user_namespaces_namespace(
     plain = _namespace(kube, pod_security="baseline")
     restricted = _namespace(kube)
     try:
-        _wait(lambda: _refusal(core, _pod(name, pod_seccomp="RuntimeDefault")) is not None,
+        wait_for(lambda: _refusal(core, _pod(name, pod_seccomp="RuntimeDefault")) is not None,
               "the guard to take effect")
         refused = _refusal(core, _pod(name, pod_seccomp="RuntimeDefault"))
         assert refused is not None and "hostUsers: false" in refused

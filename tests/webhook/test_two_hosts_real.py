@@ -14,8 +14,7 @@ import base64
 import json
 import secrets
 import ssl
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -45,6 +44,7 @@ from app.webhook.secret import read_secret, unbase64
 from app.webhook.server import WebhookServer, host_lookup
 from tests import factories
 from tests.support.kube_server import ApiServer
+from tests.support.waiting import wait_for
 from tests.support.web import free_port
 
 pytestmark = pytest.mark.kube_server
@@ -73,15 +73,6 @@ class TwoHosts:
                                         self.settings.webhook_namespace)).pair
         assert pair is not None
         return ssl.create_default_context(cadata=pair.cert_pem)
-
-
-def _wait(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _namespaces(tenant: str) -> tuple[Manifest, Manifest]:
@@ -218,7 +209,7 @@ def test_the_webhook_is_registered_on_both_hosts_and_answers_each_with_its_own_l
             return False
         return bool(created["spec"].get("schedulerName") == lbl.KAI_SCHEDULER_NAME)
 
-    _wait(mutated, "us's API server to call the webhook")
+    wait_for(mutated, "us's API server to call the webhook")
     created = _dry_run_pod(two_hosts.us_api, two_hosts.namespace)
     assert created["metadata"]["labels"][lbl.KAI_QUEUE_LABEL] == queue
 
