@@ -166,6 +166,15 @@ def host_rows(db: Session) -> list[HostRow]:
                     bool(row[4] or row[7])) for row in rows]
 
 
+def host_webhook_reach(db: Session, host_cluster_id: int) -> tuple[str, bool]:
+    """The host's name, and whether its API server has a way to the admission webhook (the
+    environment's host, or one with a webhook URL), as ``host_rows`` tells placement."""
+    row = db.execute(select(HostCluster.name, HostCluster.is_default,
+                            HostCluster.webhook_url.is_not(None))
+                     .where(HostCluster.id == host_cluster_id)).one()
+    return row[0], bool(row[1] or row[2])
+
+
 def class_gpus_per_host(db: Session) -> dict[tuple[int, int], tuple[int, int]]:
     """(host, class) -> (GPUs on live nodes, of those on nodes dedicated to a tenant)."""
     dedicated = case((NodeAssignment.id.is_not(None), Node.gpu_count), else_=0)

@@ -439,8 +439,8 @@ def delete_cluster(db: Session, principal: Principal, slug: str, name: str) -> C
 # ----- template upgrade
 
 
-def upgrade_template(db: Session, principal: Principal, slug: str, name: str,
-                     upgrade: TemplateUpgrade) -> ClusterOut:
+def upgrade_template(db: Session, principal: Principal, settings: Settings, slug: str,
+                     name: str, upgrade: TemplateUpgrade) -> ClusterOut:
     """Move the cluster to another template version; the reconciler applies the new generation.
 
     Placement and GPU class hold quota and nodes: a version that changes them needs a new
@@ -453,6 +453,7 @@ def upgrade_template(db: Session, principal: Principal, slug: str, name: str,
     if cluster.deletion_requested_at is not None:
         raise Conflict(f"cluster {name!r} is being deleted")
     _check_upgrade(cluster, upgrade)
+    _check_hardening_reach(db, settings, cluster, upgrade)
     before = _spec(cluster)
     if upgrade.kubernetes_version is not None:
         cluster.kubernetes_version = upgrade.kubernetes_version
@@ -479,6 +480,22 @@ def _check_upgrade(cluster: VirtualCluster, upgrade: TemplateUpgrade) -> None:
     if upgrade.max_gpus is not None and cluster.gpus > upgrade.max_gpus:
         raise Conflict(f"{upgrade.label} allows at most {upgrade.max_gpus} GPUs; resize the "
                        f"cluster from {cluster.gpus} first")
+
+
+def _check_hardening_reach(db: Session, settings: Settings, cluster: VirtualCluster,
+                           upgrade: TemplateUpgrade) -> None:
+    """A version whose pods the webhook hardens needs a host whose API server reaches the
+    webhook, as placement does for a new cluster: elsewhere the hardening guard would refuse
+    every new pod of the upgraded cluster."""
+    if desired.hardening(settings, upgrade.pod_security, upgrade.user_namespaces) is None:
+        return
+    host, reaches = repository.host_webhook_reach(db, cluster.host_cluster_id)
+    if not reaches:
+        raise Conflict(
+            f"{upgrade.label} hardens the cluster's pods through the portal's admission "
+            f"webhook, and host cluster {host!r} has no webhook URL: its hardening guard would "
+            f"refuse the pods. A platform admin sets the host's webhook URL first "
+            f"(portalctl hosts update {host} --webhook-url https://...)")
 
 
 # ----- review without a host cluster

@@ -83,6 +83,6 @@ def retire_version(name: TemplateName, version: VersionNumber, db: DbSession,
 
 @cluster_router.post("/template-upgrade", response_model=ClusterOut)
 def upgrade_cluster(tenant: str, cluster: str, payload: ClusterUpgradeIn, db: DbSession,
-                    principal: CurrentPrincipal) -> ClusterOut:
+                    principal: CurrentPrincipal, settings: AppSettings) -> ClusterOut:
     """Move the cluster to a newer offered version of its template; the worker applies it."""
-    return service.upgrade_cluster(db, principal, tenant, cluster, payload.version)
+    return service.upgrade_cluster(db, principal, settings, tenant, cluster, payload.version)

@@ -281,11 +281,11 @@ def upgrade_target(db: Session, cluster_version_id: int | None,
     return template, current, target
 
 
-def upgrade_cluster(db: Session, principal: Principal, slug: str, name: str,
-                    number: int | None) -> ClusterOut:
+def upgrade_cluster(db: Session, principal: Principal, settings: Settings, slug: str,
+                    name: str, number: int | None) -> ClusterOut:
     cluster = clusters.cluster_for(db, principal, slug, name, "manage")
     template, _current, target = upgrade_target(db, cluster.template_version_id, number)
-    return clusters.upgrade_template(db, principal, slug, name, TemplateUpgrade(
+    return clusters.upgrade_template(db, principal, settings, slug, name, TemplateUpgrade(
         template_version_id=target.id, label=f"{template.name} v{target.version}",
         kubernetes_version=target.kubernetes_version, placement=target.placement,
         gpu_class_id=target.gpu_class_id, max_gpus=target.max_gpus,

@@ -210,11 +210,12 @@ def cluster_template_page(request: Request, tenant: str, cluster: str, db: DbSes
 
 @router.post("/t/{tenant}/clusters/{cluster}/template-upgrade", dependencies=STATE_CHANGING)
 def upgrade_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
-                    principal: CurrentPrincipal, fields: FormFields) -> Response:
+                    principal: CurrentPrincipal, settings: AppSettings,
+                    fields: FormFields) -> Response:
     payload = form_payload(fields, keys=("version",), integers=("version",))
     version = payload.get("version")
     try:
-        service.upgrade_cluster(db, principal, tenant, cluster,
+        service.upgrade_cluster(db, principal, settings, tenant, cluster,
                                 version if isinstance(version, int) else None)
     except Conflict as error:
         return _cluster_page(request, db, principal, tenant, cluster, error.detail,

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.clusters.models import VirtualCluster
+from tests import factories
 from tests.support.tenancy import Tenancy, headers
 from tests.templates.support import KAI_REPO, StandinCharts, training, validate_in_worker
 
@@ -151,6 +152,38 @@ def test_a_cluster_made_from_v1_keeps_it_after_v2_is_offered_until_upgraded(
         "1.32.4", "training v2")
     again = host_client.post(f"{CLUSTERS}/big/template-upgrade", json={}, headers=tenant)
     assert again.status_code == 409 and "not newer" in again.json()["detail"]
+
+
+def test_an_upgrade_that_hardens_pods_is_refused_on_a_host_without_a_webhook_url(
+        host_client: TestClient, db: Session, tenancy: Tenancy) -> None:
+    """Placement keeps hardened clusters off such hosts; an upgrade cannot bring one there:
+    the host's hardening guard would refuse every new pod of the cluster."""
+    offered_training(host_client, db, tenancy)
+    tenant = headers(db, tenancy.acme_admin)
+    created = host_client.post(CLUSTERS, json={"name": "big", "template": "training"},
+                               headers=tenant).json()
+    new_offered_version(host_client, db, tenancy, pod_security="baseline")
+    # The cluster sits on a host registered without a webhook URL (one cleared since, say).
+    remote = factories.registered_host(db, "gpu-us-1", webhook=False)
+    cluster = db.get(VirtualCluster, created["id"])
+    assert cluster is not None
+    cluster.host_cluster_id = remote.id
+    db.flush()
+
+    refused = host_client.post(f"{CLUSTERS}/big/template-upgrade", json={}, headers=tenant)
+    assert refused.status_code == 409, refused.text
+    detail = refused.json()["detail"]
+    assert "gpu-us-1" in detail and "webhook URL" in detail
+    kept = host_client.get(f"{CLUSTERS}/big", headers=tenant).json()
+    assert (kept["template_version_id"], kept["pod_security"], kept["generation"]) == (
+        created["template_version_id"], created["pod_security"], 1)
+    assert actions(db, "virtual_cluster.template_upgrade") == []
+
+    remote.webhook_url = "https://webhook.gpu-us-1.example:9443"
+    db.flush()
+    upgraded = host_client.post(f"{CLUSTERS}/big/template-upgrade", json={}, headers=tenant)
+    assert upgraded.status_code == 200, upgraded.text
+    assert (upgraded.json()["pod_security"], upgraded.json()["generation"]) == ("baseline", 2)
 
 
 def test_an_edit_is_a_new_draft_and_offered_versions_never_change(
