@@ -23,12 +23,17 @@ from app.kube.usage import HostUsage, read_host_usage
 from app.usage import ledger, samples
 
 log = logging.getLogger(__name__)
+# A host that could not be read is skipped for a while, doubling from two resyncs (of at least
+# a second each) to this: an unreachable host costs the others a client timeout per try, not
+# per pass.
+MAX_HOST_BACKOFF_SECONDS = 600.0
 
 
 class UsageSampler:
     """Each pass reads every registered host the portal can reach, each with its own client,
     and stores that host's samples in a transaction of its own. A host that cannot be read is
-    logged and skipped: its earlier samples stay, the other hosts are sampled as usual."""
+    logged and skipped: its earlier samples stay, the other hosts are sampled as usual, and it
+    is tried again after a backoff that doubles while it keeps failing."""
 
     name = "usage"
 
@@ -40,6 +45,8 @@ class UsageSampler:
         self.resync_seconds = settings.worker_resync_seconds
         self.clock = clock
         self._next_pass = 0.0
+        self._failures: dict[int, int] = {}
+        self._retry_at: dict[int, float] = {}
 
     def run_due(self, worker_id: str) -> int:
         if self.clock() < self._next_pass:
@@ -51,8 +58,11 @@ class UsageSampler:
         now_s = int(ledger.now_in_seconds().timestamp())
         taken = 0
         for target in targets:
+            if self._retry_at.get(target.host_id, 0.0) > self.clock():
+                continue
             on_host = dedicated.get(target.host_id, {})
             usage = self._read(target, pods_on_nodes=bool(on_host))
+            self._note(target.host_id, failed=usage is None)
             if usage is not None:
                 with self.database.transaction() as db:
                     taken += record_usage(db, target.host_id, usage, now_s, on_host)
@@ -60,6 +70,15 @@ class UsageSampler:
             samples.fold_old_samples(db, now_s)
             samples.expire_hourly(db, now_s)
         return taken
+
+    def _note(self, host_id: int, *, failed: bool) -> None:
+        if not failed:
+            self._failures.pop(host_id, None)
+            self._retry_at.pop(host_id, None)
+            return
+        failures = self._failures[host_id] = self._failures.get(host_id, 0) + 1
+        delay = max(self.resync_seconds, 1.0) * 2 ** failures
+        self._retry_at[host_id] = self.clock() + min(delay, MAX_HOST_BACKOFF_SECONDS)
 
     def _read(self, target: HostTarget, *, pods_on_nodes: bool) -> HostUsage | None:
         try:
@@ -69,9 +88,10 @@ class UsageSampler:
             return read_host_usage(port, pods_on_nodes=pods_on_nodes)
         except KubeError as error:
             log.warning("reading GPU use from host cluster %s failed (%s); its last samples "
-                        "stay, next resync", target.name, error.message)
+                        "stay; tried again after a backoff", target.name, error.message)
         except Exception as error:  # credentials the client cannot use: this host only
-            log.error("reading GPU use from host cluster %s failed (%s); next resync",
+            log.error("reading GPU use from host cluster %s failed (%s); tried again after a "
+                      "backoff",
                       target.name, type(error).__name__)
         return None
 

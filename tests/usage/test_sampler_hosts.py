@@ -102,3 +102,34 @@ def test_a_host_that_cannot_be_read_is_skipped_and_keeps_its_samples(
     assert len(train_samples) == 2 and len(eval_samples) == 1  # gpu-us-1's first one stays
     assert "reading GPU use from host cluster gpu-us-1 failed" in caplog.text
     assert "reading GPU use from host cluster broken failed (ValueError)" in caplog.text
+
+
+def test_a_failing_host_is_tried_again_after_a_backoff_that_doubles(
+    database: Database, clock: LedgerClock
+) -> None:
+    """An unreachable host costs the others a client timeout per try, not on every pass."""
+    _two_hosts(database)
+    connector = PerHostConnector({"default": InMemoryKube(), "gpu-us-1": InMemoryKube()},
+                                 broken=("broken",))
+    now = [0.0]
+    sampler = UsageSampler(cluster_settings(worker_resync_seconds=10), database, connector,
+                           clock=lambda: now[0])
+
+    def asked_at(seconds: float) -> list[str]:
+        now[0] = seconds
+        connector.asked.clear()
+        sampler.run_due("worker-1")
+        return sorted(connector.asked)
+
+    assert asked_at(0) == ["broken", "default", "gpu-us-1"]
+    assert asked_at(10) == ["default", "gpu-us-1"]  # broken waits 20 s, then 40 s, 80 s ...
+    assert asked_at(20) == ["broken", "default", "gpu-us-1"]
+    assert asked_at(30) == ["default", "gpu-us-1"]
+    assert asked_at(50) == ["default", "gpu-us-1"]
+    assert asked_at(60) == ["broken", "default", "gpu-us-1"]
+    # Its credentials were fixed: read at its next try, then on every pass again.
+    connector.broken = ()
+    connector.ports["broken"] = InMemoryKube()
+    assert asked_at(130) == ["default", "gpu-us-1"]
+    assert asked_at(140) == ["broken", "default", "gpu-us-1"]
+    assert asked_at(150) == ["broken", "default", "gpu-us-1"]
