@@ -115,13 +115,9 @@ def statuses(conditions: list[Condition]) -> dict[str, str]:
     return {str(c.get("type")): str(c.get("status")) for c in reversed(conditions)}
 
 
-def phase(conditions: list[Condition], deleting: bool) -> str:
-    """One word for lists: Deleting, Unreachable, Failed, Ready, or Provisioning."""
-    return phase_of(statuses(conditions), deleting)
-
-
 def phase_of(status: dict[str, str], deleting: bool) -> str:
-    """``phase`` from ``statuses``."""
+    """One word for lists, from ``statuses``: Deleting, Unreachable, Failed, Ready, or
+    Provisioning."""
     if deleting:
         return "Deleting"
     if status.get(HOST_REACHABLE) == "False":

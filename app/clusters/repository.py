@@ -17,6 +17,7 @@ from sqlalchemy import (
     case,
     delete,
     func,
+    or_,
     select,
     tuple_,
     update,
@@ -155,24 +156,28 @@ class HostRow:
     has_webhook: bool = True  # a way for its API server to the admission webhook
 
 
+# Its API server has a way to the admission webhook: the environment's host (the Service or
+# PORTAL_WEBHOOK_URL), or a webhook URL set on the host (app/hosts/webhook_route.py).
+_REACHES_WEBHOOK = or_(HostCluster.is_default, HostCluster.webhook_url.is_not(None))
+
+
 def host_rows(db: Session) -> list[HostRow]:
     """Every registered host cluster, by name, as placement sees it."""
     rows = db.execute(select(HostCluster.id, HostCluster.name, HostCluster.region,
                              HostCluster.state, HostCluster.is_default,
                              HostCluster.credentials_encrypted.is_not(None),
-                             HostCluster.health_reachable,
-                             HostCluster.webhook_url.is_not(None)).order_by(HostCluster.name))
+                             HostCluster.health_reachable, _REACHES_WEBHOOK)
+                     .order_by(HostCluster.name))
     return [HostRow(row[0], row[1], row[2], str(row[3]), bool(row[4] or row[5]), row[6],
-                    bool(row[4] or row[7])) for row in rows]
+                    bool(row[7])) for row in rows]
 
 
 def host_webhook_reach(db: Session, host_cluster_id: int) -> tuple[str, bool]:
     """The host's name, and whether its API server has a way to the admission webhook (the
     environment's host, or one with a webhook URL), as ``host_rows`` tells placement."""
-    row = db.execute(select(HostCluster.name, HostCluster.is_default,
-                            HostCluster.webhook_url.is_not(None))
+    row = db.execute(select(HostCluster.name, _REACHES_WEBHOOK)
                      .where(HostCluster.id == host_cluster_id)).one()
-    return row[0], bool(row[1] or row[2])
+    return row[0], bool(row[1])
 
 
 def class_gpus_per_host(db: Session) -> dict[tuple[int, int], tuple[int, int]]:

@@ -7,6 +7,7 @@ port (the templates domain's resolver is injected by the caller): hosts sits bel
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,6 +16,7 @@ from app.hosts.webhook_route import WebhookRoute
 from app.kube.errors import KubeError
 from app.kube.manifests.admission import (
     HARDENING_WEBHOOK_NAME,
+    WEBHOOK_CONFIGURATION_KIND,
     WEBHOOK_CONFIGURATION_NAME,
     WEBHOOK_NAME,
     WEBHOOK_PATH,
@@ -28,7 +30,6 @@ VCLUSTER_CHART = "vcluster-chart"
 CHECK_NAMES = (API_REACHABLE, KAI_QUEUE_CRD, ADMISSION_WEBHOOK, VCLUSTER_CHART)
 KAI_QUEUE_CRD_NAME = "queues.scheduling.run.ai"
 _CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
-_MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
 
 
 class ChartAnswer(Protocol):
@@ -110,21 +111,20 @@ def _kai_queue_crd(port: KubePort) -> CheckResult:
 
 def _admission_webhook(port: KubePort, settings: Settings,
                        route: WebhookRoute | None) -> CheckResult:
-    present = _present(port, _MWC, ADMISSION_WEBHOOK, WEBHOOK_CONFIGURATION_NAME,
-                       "the portal's worker registers it; until then shared-pool pods are "
-                       "not put in their KAI queue")
-    if not present.passed or route is None:
-        return present
-    try:
-        live = port.get(*_MWC, WEBHOOK_CONFIGURATION_NAME) or {}
-    except KubeError as error:
-        return CheckResult(ADMISSION_WEBHOOK, False, f"{error.reason}: {error.message}"[:500])
-    problem = _route_problem(live, expected_call(route, settings), settings)
-    if problem is None:
-        return CheckResult(ADMISSION_WEBHOOK, True,
-                           f"{_MWC[1]} {WEBHOOK_CONFIGURATION_NAME} is present and calls "
-                           f"{expected_call(route, settings)}")
-    return CheckResult(ADMISSION_WEBHOOK, False, problem[:1000])
+    def calls_as_expected(live: dict[str, Any]) -> CheckResult:
+        assert route is not None
+        expected = expected_call(route, settings)
+        problem = _route_problem(live, expected, settings)
+        if problem is None:
+            return CheckResult(ADMISSION_WEBHOOK, True,
+                               f"{WEBHOOK_CONFIGURATION_KIND[1]} {WEBHOOK_CONFIGURATION_NAME} "
+                               f"is present and calls {expected}")
+        return CheckResult(ADMISSION_WEBHOOK, False, problem[:1000])
+
+    return _present(port, WEBHOOK_CONFIGURATION_KIND, ADMISSION_WEBHOOK,
+                    WEBHOOK_CONFIGURATION_NAME,
+                    "the portal's worker registers it; until then shared-pool pods are not put "
+                    "in their KAI queue", then=None if route is None else calls_as_expected)
 
 
 def expected_call(route: WebhookRoute, settings: Settings) -> str:
@@ -153,15 +153,17 @@ def _route_problem(live: dict[str, Any], expected: str, settings: Settings) -> s
         return None
     found = (f"lacks webhook(s) {', '.join(missing)}" if missing
              else f"calls {', '.join(stale)}")
-    return (f"{_MWC[1]} {WEBHOOK_CONFIGURATION_NAME} {found}, but the portal expects this "
-            f"host's API server to call {expected}: the worker rewrites it at its next pass "
-            f"(every {settings.worker_resync_seconds:g}s); if it stays this way, look for this "
+    return (f"{WEBHOOK_CONFIGURATION_KIND[1]} {WEBHOOK_CONFIGURATION_NAME} {found}, but the "
+            f"portal expects this host's API server to call {expected}: the worker rewrites "
+            f"it at its next pass (every {settings.worker_resync_seconds:g}s); if it stays "
+            "this way, look for this "
             "host in the worker's log (it may lack the rights to write it), and check the "
             "host's webhook URL (Admin → Host clusters)")
 
 
-def _present(port: KubePort, kind: tuple[str, str], check: str, name: str,
-             missing: str) -> CheckResult:
+def _present(port: KubePort, kind: tuple[str, str], check: str, name: str, missing: str, *,
+             then: Callable[[dict[str, Any]], CheckResult] | None = None) -> CheckResult:
+    """Whether the object is there; ``then`` judges the object found (one read for both)."""
     try:
         found = port.get(*kind, name)
     except KubeError as error:
@@ -169,7 +171,8 @@ def _present(port: KubePort, kind: tuple[str, str], check: str, name: str,
                                          f"{error.message}"[:500])
     if found is None:
         return CheckResult(check, False, f"{kind[1]} {name} is missing: {missing}")
-    return CheckResult(check, True, f"{kind[1]} {name} is present")
+    return then(found) if then is not None else CheckResult(check, True,
+                                                             f"{kind[1]} {name} is present")
 
 
 def _vcluster_chart(settings: Settings, charts: ChartProbe | None) -> CheckResult:

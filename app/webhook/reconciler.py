@@ -41,7 +41,11 @@ from app.hosts.webhook_route import WebhookRoute, route_of
 from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import ApplyConflictError, KubeError, TransientKubeError
 from app.kube.manifests import labels as lbl
-from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME, kai_queue_webhook
+from app.kube.manifests.admission import (
+    WEBHOOK_CONFIGURATION_KIND,
+    WEBHOOK_CONFIGURATION_NAME,
+    kai_queue_webhook,
+)
 from app.kube.manifests.webhook import TLS_SECRET_NAME, portal_namespace, webhook_tls_secret
 from app.kube.port import KubePort
 from app.kube.quantities import drifted
@@ -52,7 +56,6 @@ log = logging.getLogger(__name__)
 ACTOR = "webhook-reconciler"
 ATTEMPTS = 3
 MAX_RETRY_SECONDS = 300.0
-_MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
 
 
 def serving_hosts(settings: Settings, routes: Iterable[WebhookRoute] = ()) -> list[str]:
@@ -192,7 +195,7 @@ class WebhookReconciler:
             bundle, url=route.url,
             service_name=self.settings.webhook_service_name,
             service_namespace=self.settings.webhook_namespace)
-        live = host.get(*_MWC, WEBHOOK_CONFIGURATION_NAME)
+        live = host.get(*WEBHOOK_CONFIGURATION_KIND, WEBHOOK_CONFIGURATION_NAME)
         if not drifted(live, wanted):
             return 0
         host.apply(wanted, force=True)
@@ -222,7 +225,7 @@ class WebhookReconciler:
 
     def _on_host(self, target: HostTarget, port: KubePort, bundle: str,
                  route: WebhookRoute) -> int:
-        first = port.get(*_MWC, WEBHOOK_CONFIGURATION_NAME) is None
+        first = port.get(*WEBHOOK_CONFIGURATION_KIND, WEBHOOK_CONFIGURATION_NAME) is None
         written = self._ensure_configuration(port, bundle, route)
         if first and written:
             self._audit_host(target, "webhook.configuration_registered", {"url": route.url})
@@ -232,11 +235,11 @@ class WebhookReconciler:
         """A host without a webhook URL (any more) keeps no configuration pointing at an
         address it may not reach, with a caBundle nobody updates: its shared-pool pods are
         refused by the queue guard instead, and its health check says why."""
-        live = port.get(*_MWC, WEBHOOK_CONFIGURATION_NAME)
+        live = port.get(*WEBHOOK_CONFIGURATION_KIND, WEBHOOK_CONFIGURATION_NAME)
         managed = ((live or {}).get("metadata") or {}).get("labels") or {}
         if live is None or managed.get(lbl.MANAGED_BY) != lbl.MANAGED_BY_VALUE:
             return 0
-        port.delete(*_MWC, WEBHOOK_CONFIGURATION_NAME)
+        port.delete(*WEBHOOK_CONFIGURATION_KIND, WEBHOOK_CONFIGURATION_NAME)
         log.warning("host cluster %s has no webhook URL: its admission webhook configuration "
                     "is removed", target.name)
         self._audit_host(target, "webhook.configuration_removed",

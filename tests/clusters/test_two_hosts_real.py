@@ -194,7 +194,7 @@ def test_a_cluster_in_each_region_converges_on_its_own_host_and_survives_the_oth
     assert reachable["reason"] == cond.HOST_UNREACHABLE and "gpu-us-1" in reachable["message"]
     assert cond.is_true(down.conditions, cond.READY)  # its last known state, kept
     assert down.observed_generation < down.generation
-    assert cond.phase(down.conditions, False) == "Unreachable"
+    assert cond.phase_of(cond.statuses(down.conditions), False) == "Unreachable"
     for _ in range(2):  # more passes while it is down: eu stays Ready, us is never deleted
         fleet.run()
         assert fleet.converged(eu_id)

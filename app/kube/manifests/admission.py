@@ -33,6 +33,8 @@ Manifest = dict[str, Any]
 POLICY_NAME = "gpu-tenant-portal-kai-queue-guard"
 HARDENING_POLICY_NAME = "gpu-tenant-portal-hardening-guard"
 WEBHOOK_CONFIGURATION_NAME = "gpu-tenant-portal-kai-queue"
+# (apiVersion, kind) of the webhook configuration, as the KubePort calls take them.
+WEBHOOK_CONFIGURATION_KIND = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
 WEBHOOK_NAME = "kai-queue.gpu-tenant-portal.io"
 HARDENING_WEBHOOK_NAME = "user-namespaces.gpu-tenant-portal.io"
 WEBHOOK_PATH = "/mutate-pods"
