@@ -41,13 +41,20 @@ from bench.run import HEALTHZ, LOGS, Step, say, steps
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/portal_bench_cpu"
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
+def measuring_parser(description: str | None, repeat: int) -> argparse.ArgumentParser:
+    """The options every CPU-per-request benchmark takes (this one, ``bench.lower_bound``)."""
+    parser = argparse.ArgumentParser(description=(description or "").split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="the seeded fleet's size")
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("--seconds", type=float, default=4.0, help="per step, after a warm-up")
     parser.add_argument("--connections", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=1, help="keep the lowest of this many")
+    parser.add_argument("--repeat", type=int, default=repeat,
+                        help="keep the lowest of this many")
+    return parser
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = measuring_parser(__doc__, repeat=1)
     parser.add_argument("--only", default="", help="steps whose name contains this text")
     parser.add_argument("--baseline", default="",
                         help="another checkout to measure alongside, runs alternating")

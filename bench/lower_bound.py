@@ -36,47 +36,33 @@ if __package__ in (None, ""):  # run as a file: bench/ is on sys.path, the check
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import seed
-from bench.cpu import DEFAULT_URL, me, measure, print_rows
+from bench.cpu import me, measure, measuring_parser, print_rows
 from bench.load import Request
-from bench.portal import Credentials, Portal, bearer, mint
-from bench.run import CLUSTERS_STEP, JSON, LOGS, Step, say
+from bench.portal import Credentials, Portal, mint
+from bench.run import CLUSTERS_STEP, JSON, LOGS, Step, say, steps
 
 PROBES = "/_bench"
+QUOTA_REQUEST_STEP = "POST /api/v1/tenants/{t}/quota-requests"
 QUOTA_REQUEST = json.dumps({"gpu_class_id": 1, "gpus": 8, "reason": "bench"})
 
 
 def probe_steps(credentials: Credentials) -> list[Step]:
-    tenants = credentials.tenants
-    raw = [Request("GET", f"{PROBES}/tenants/{t.slug}/clusters") for t in tenants]
-    real = [Request("GET", f"/api/v1/tenants/{t.slug}/clusters", bearer(t.token))
-            for t in tenants]
+    raw = [Request("GET", f"{PROBES}/tenants/{t.slug}/clusters") for t in credentials.tenants]
+    real = {step.name: step for step in steps(credentials)}  # as bench/run.py drives them
     return [
         Step("probe: async, constant answer", "read", [Request("GET", f"{PROBES}/async")]),
         Step("probe: thread hop + SELECT 1", "read", [Request("GET", f"{PROBES}/select1")]),
         Step("probe: the clusters list's SQL, raw, pydantic-core JSON", "read", raw),
         me(credentials),
-        Step(CLUSTERS_STEP, "read", real),
+        real[CLUSTERS_STEP],
         Step("probe: thread hop + INSERT + COMMIT", "write",
              [Request("POST", f"{PROBES}/insert", JSON, QUOTA_REQUEST)]),
-        Step("POST /api/v1/tenants/{t}/quota-requests", "write",
-             [Request("POST", f"/api/v1/tenants/{t.slug}/quota-requests",
-                      {**bearer(t.token), **JSON}, quota_request(credentials))
-              for t in tenants]),
+        real[QUOTA_REQUEST_STEP],
     ]
 
 
-def quota_request(credentials: Credentials) -> str:
-    return json.dumps({"gpu_class_id": credentials.gpu_class_id, "gpus": 8,
-                       "reason": "bench: capacity for the next training run"})
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
-    parser.add_argument("--scale", type=float, default=1.0, help="the seeded fleet's size")
-    parser.add_argument("--database-url", default=DEFAULT_URL)
-    parser.add_argument("--seconds", type=float, default=4.0, help="per step, after a warm-up")
-    parser.add_argument("--connections", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=3, help="keep the lowest of this many")
+    parser = measuring_parser(__doc__, repeat=3)
     parser.add_argument("--serve", type=int, default=0, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 

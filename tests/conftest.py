@@ -149,12 +149,16 @@ def host_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
 @pytest.fixture(scope="session")
 def kai_host(host_api: ApiServer) -> ApiServer:
     """The host with KAI Scheduler's Queue CRD installed, as KAI's chart would."""
-    adapter = host_api.adapter()
+    return _with_kai_queue_crd(host_api)
+
+
+def _with_kai_queue_crd(server: ApiServer) -> ApiServer:
+    adapter = server.adapter()
     try:
         install_crds(adapter, KAI_QUEUE_CRD)
     finally:
         adapter.close()
-    return host_api
+    return server
 
 
 @pytest.fixture(scope="session")
@@ -171,12 +175,7 @@ def us_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
     kube-apiserver of its own, no controller-manager, KAI's Queue CRD. A test that stops its
     API server starts it again."""
     for server in _served(kube_assets_dir, "us", controllers=False):
-        adapter = server.adapter()
-        try:
-            install_crds(adapter, KAI_QUEUE_CRD)
-        finally:
-            adapter.close()
-        yield server
+        yield _with_kai_queue_crd(server)
 
 
 @pytest.fixture(scope="session")

@@ -47,15 +47,11 @@ from app.webhook.server import WebhookServer
 from tests.support.kube_server import ApiServer
 from tests.support.waiting import wait_for
 from tests.support.web import free_port
+from tests.webhook.support import MWC, RESTRICTED
 
 pytestmark = pytest.mark.kube_server
-MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
 RELEASE = "train"
 SYNCED = {lbl.VCLUSTER_SYNCED_MARKER: RELEASE}
-# Pod Security "restricted", which the portal's namespaces enforce.
-RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-              "runAsNonRoot": True, "runAsUser": 65532,
-              "seccompProfile": {"type": "RuntimeDefault"}}
 k8s_config: Any = _k8s_config  # untyped loaders
 
 

@@ -32,8 +32,8 @@ from app.webhook.secret import read_secret, unbase64
 from app.webhook.server import HostNamespaces, NamespaceLabels, Webhook
 from tests import factories
 from tests.support.kube import PerHostConnector
+from tests.webhook.support import MWC, client_config
 
-MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
 NAMESPACE = "gpu-tenant-portal"
 POD_NAMESPACE = "t-acme--train"
 
@@ -45,14 +45,6 @@ class Unreachable(InMemoryKube):
 
 def settings(**extra: Any) -> Settings:
     return Settings(env="test", database_url="sqlite://", worker_resync_seconds=300, **extra)
-
-
-def _client_config(kube: InMemoryKube) -> dict[str, Any]:
-    config = kube.get(*MWC, WEBHOOK_CONFIGURATION_NAME)
-    assert config is not None
-    first: dict[str, Any] = config["webhooks"][0]["clientConfig"]
-    assert all(w["clientConfig"] == first for w in config["webhooks"])
-    return first
 
 
 def _hosts(database: Database) -> dict[str, int]:
@@ -81,10 +73,10 @@ def test_each_host_gets_its_own_url_and_the_one_ca_bundle(
     secret = read_secret(env.get("v1", "Secret", TLS_SECRET_NAME, NAMESPACE))
     assert secret.pair is not None
     for kube in (env, us):
-        ca_bundle = unbase64(_client_config(kube)["caBundle"])
+        ca_bundle = unbase64(client_config(kube)["caBundle"])
         assert certs.bundle_certificates(ca_bundle) == secret.bundle
-    assert _client_config(env)["service"]["path"] == "/mutate-pods"
-    assert _client_config(us)["url"] == (
+    assert client_config(env)["service"]["path"] == "/mutate-pods"
+    assert client_config(us)["url"] == (
         f"https://hook.us.example:9443/mutate-pods/hosts/{ids['gpu-us-1']}")
     assert "hook.us.example" in dns_names(secret.pair.cert_pem)
     assert ap.get(*MWC, WEBHOOK_CONFIGURATION_NAME) is None
@@ -121,7 +113,7 @@ def test_a_new_host_url_is_put_in_the_certificate(sqlite_database: Database) -> 
     assert first is not None and second.pair is not None
     assert second.pair.cert_pem != first.cert_pem
     assert second.bundle == [first.cert_pem, second.pair.cert_pem]
-    assert certs.bundle_certificates(unbase64(_client_config(us)["caBundle"])) == second.bundle
+    assert certs.bundle_certificates(unbase64(client_config(us)["caBundle"])) == second.bundle
 
 
 def test_serving_hosts_add_each_hosts_url_host() -> None:

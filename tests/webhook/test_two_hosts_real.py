@@ -46,13 +46,10 @@ from tests import factories
 from tests.support.kube_server import ApiServer
 from tests.support.waiting import wait_for
 from tests.support.web import free_port
+from tests.webhook.support import MWC, RESTRICTED, client_config
 
 pytestmark = pytest.mark.kube_server
-MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
 SYNCED = {lbl.VCLUSTER_SYNCED_MARKER: "train"}
-RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-              "runAsNonRoot": True, "runAsUser": 65532,
-              "seccompProfile": {"type": "RuntimeDefault"}}
 k8s_config: Any = _k8s_config  # untyped loaders
 
 
@@ -127,14 +124,6 @@ def two_hosts(host_api: ApiServer, us_api: ApiServer, own_pg_database: Database,
         us.close()
 
 
-def _client_config(adapter: KubernetesAdapter) -> dict[str, Any]:
-    config = adapter.get(*MWC, WEBHOOK_CONFIGURATION_NAME)
-    assert config is not None
-    first: dict[str, Any] = config["webhooks"][0]["clientConfig"]
-    assert all(w["clientConfig"] == first for w in config["webhooks"])
-    return first
-
-
 def _review(namespace_name: str) -> dict[str, Any]:
     pod = {"metadata": {"name": "p", "namespace": namespace_name, "labels": dict(SYNCED)},
            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
@@ -176,10 +165,10 @@ def test_the_webhook_is_registered_on_both_hosts_and_answers_each_with_its_own_l
     secret = read_secret(two_hosts.env.get("v1", "Secret", TLS_SECRET_NAME,
                                            two_hosts.settings.webhook_namespace))
     base = f"https://127.0.0.1:{two_hosts.port}/mutate-pods"
-    assert _client_config(two_hosts.env)["url"] == base
-    assert _client_config(two_hosts.us)["url"] == f"{base}/hosts/{two_hosts.us_id}"
+    assert client_config(two_hosts.env)["url"] == base
+    assert client_config(two_hosts.us)["url"] == f"{base}/hosts/{two_hosts.us_id}"
     for adapter in (two_hosts.env, two_hosts.us):
-        ca_bundle = unbase64(_client_config(adapter)["caBundle"])
+        ca_bundle = unbase64(client_config(adapter)["caBundle"])
         assert certs.bundle_certificates(ca_bundle) == secret.bundle
 
     two_hosts.server.start()
