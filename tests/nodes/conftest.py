@@ -33,6 +33,8 @@ NOT_READY = "node.kubernetes.io/not-ready"
 LEASE_API = "coordination.k8s.io/v1"
 LEASE_NAMESPACE = "kube-node-lease"
 HEARTBEAT_SECONDS = 5.0
+NODE_MONITOR_SECONDS = 5.0  # the controller-manager's --node-monitor-period default
+TTL_ANNOTATION = "node.alpha.kubernetes.io/ttl"  # the TTL controller's, on every node it saw
 register_kind(LEASE_API, "Lease", "leases", namespaced=True)
 
 
@@ -174,6 +176,34 @@ def wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
+def settle(admin: KubernetesAdapter, names: list[str]) -> None:
+    """Wait until the controller-manager is done with the new nodes, so that no test's apply
+    meets a resourceVersion it changed meanwhile (a 409 the portal would retry later). It
+    writes each node once it sees it (the TTL annotation, the beta os and arch labels), taints
+    the NotReady node NoSchedule at once and NoExecute at its eviction rate; under load these
+    come seconds apart, so the fleet counts as settled once none of the nodes changed over a
+    whole node-monitor period (5 s)."""
+    def marked() -> bool:
+        nodes = [admin.get("v1", "Node", name) or {} for name in names]
+        return len(not_ready_taints(admin)) == 2 and all(
+            TTL_ANNOTATION in (node["metadata"].get("annotations") or {}) for node in nodes)
+
+    def versions() -> dict[str, str]:
+        return {name: (admin.get("v1", "Node", name) or {})["metadata"]["resourceVersion"]
+                for name in names}
+
+    wait_for(marked, "the controller-manager's marks on the new nodes", 90.0)
+    before = versions()
+    deadline = time.monotonic() + 60.0
+    while True:
+        time.sleep(NODE_MONITOR_SECONDS)
+        now = versions()
+        if now == before:
+            return
+        assert time.monotonic() < deadline, "the nodes kept changing for a minute"
+        before = now
+
+
 @pytest.fixture(scope="package")
 def fleet(host_api: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     workdir = tmp_path_factory.mktemp("real-nodes")
@@ -187,9 +217,7 @@ def fleet(host_api: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iter
         for node in nodes:
             register(kubelet, node)
         heartbeats.start()
-        # The lifecycle controller taints the NotReady node NoSchedule at once, and NoExecute
-        # at its eviction rate; waiting for both keeps the listings stable during the tests.
-        wait_for(lambda: len(not_ready_taints(admin)) == 2, "the not-ready taints", 90.0)
+        settle(admin, names)
         yield Fleet(host_api, admin, kubectl,
                     host_api.write_admin_kubeconfig(workdir / "host.kubeconfig"), names,
                     not_ready_taints(admin))
