@@ -47,11 +47,11 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY app ./app
 # The portal finds its templates, static files and migrations beside the app package, so the
 # package itself runs from /opt/portal (PYTHONPATH); the venv keeps only its dependencies.
-RUN /opt/venv/bin/pip install . \
+RUN /opt/venv/bin/pip install . --constraint constraints.txt \
  && /opt/venv/bin/pip uninstall --yes gpu-tenant-portal
 
 # --- runtime -----------------------------------------------------------------------------------

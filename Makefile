@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck pytest setup clean chromium oci-registry kube-assets bench-tools bench
+.PHONY: run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry kube-assets bench-tools bench
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # The real-API-server tests read envtest's KUBEBUILDER_ASSETS; unless it is set, the binaries
@@ -17,11 +17,18 @@ KUBE_ASSETS_TARGET := $(KUBE_ASSETS)/.unpacked
 endif
 export KUBEBUILDER_ASSETS
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $@
+
+# The newest releases pyproject.toml's ranges allow, written back into constraints.txt.
+upgrade-deps: setup
+	$(BIN)/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[test]'
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable; } \
+		> constraints.txt.new && mv constraints.txt.new constraints.txt
+	touch $(BIN)/.installed
 
 setup: $(BIN)/.installed
 
