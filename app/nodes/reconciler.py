@@ -23,7 +23,7 @@ from app.db import Database, utcnow
 from app.hosts import repository as hosts_repository
 from app.hosts import service as hosts_service
 from app.kube.connector import HostTarget, KubeConnector, for_host
-from app.kube.errors import KubeError, TransientKubeError
+from app.kube.errors import ApplyConflictError, KubeError, TransientKubeError
 from app.kube.manifests import labels as lbl
 from app.kube.manifests import node_tenant_patch
 from app.kube.manifests.nodes import tenant_taint
@@ -160,10 +160,8 @@ class NodeReconciler:
                state: _HostPass) -> dict[str, Manifest]:
         applied: dict[str, Manifest] = {}
         for patch in patches:
-            manifest = node_tenant_patch(patch.node, patch.tenant, patch.taints,
-                                         resource_version=patch.resource_version)
             try:
-                applied[patch.node] = host.apply(manifest, force=True)
+                applied[patch.node] = self._apply_one(host, patch)
             except KubeError as error:
                 state.retry_at[patch.node] = self.clock() + self._delay(state, error,
                                                                         patch.node)
@@ -174,6 +172,27 @@ class NodeReconciler:
             state.retry_at.pop(patch.node, None)
             state.failures.pop(patch.node, None)
         return applied
+
+    @staticmethod
+    def _apply_one(host: KubePort, patch: NodePatch) -> Manifest:
+        """Apply on the resourceVersion listed; if the node changed since (a status update,
+        another controller's taint: routine in a large fleet), read that node again and apply on
+        what it holds now, rather than waiting for the next pass to list every node again."""
+        try:
+            return host.apply(node_tenant_patch(patch.node, patch.tenant, patch.taints,
+                                                resource_version=patch.resource_version),
+                              force=True)
+        except ApplyConflictError:
+            fresh = host.get("v1", "Node", patch.node)
+            if fresh is None:
+                raise  # gone meanwhile: the next listing marks it so
+        labels = fresh["metadata"].get("labels") or {}
+        taints = (fresh.get("spec") or {}).get("taints") or []
+        if not needs_patch(labels, taints, patch.tenant):
+            return fresh
+        return host.apply(node_tenant_patch(patch.node, patch.tenant, taints,
+                                            resource_version=fresh["metadata"]["resourceVersion"]),
+                          force=True)
 
     def _delay(self, state: _HostPass, error: KubeError, key: str) -> float:
         """The server's hint for transient errors, else exponential backoff per key."""

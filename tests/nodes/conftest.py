@@ -178,7 +178,8 @@ def wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
 
 def settle(admin: KubernetesAdapter, names: list[str]) -> None:
     """Wait until the controller-manager is done with the new nodes, so that no test's apply
-    meets a resourceVersion it changed meanwhile (a 409 the portal would retry later). It
+    meets a resourceVersion it changed meanwhile (a 409: the portal reads the node again and
+    applies a second time, which the tests' exact lists of writes would count). It
     writes each node once it sees it (the TTL annotation, the beta os and arch labels), taints
     the NotReady node NoSchedule at once and NoExecute at its eviction rate; under load these
     come seconds apart, so the fleet counts as settled once none of the nodes changed over a

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db import utcnow
-from app.kube.errors import TransientKubeError
+from app.kube.errors import ApplyConflictError, TransientKubeError
 from app.kube.manifests import labels as lbl
 from app.nodes.models import Node, NodeAssignment
 from app.nodes.reconciler import needs_patch
@@ -126,6 +126,24 @@ def test_a_failed_apply_is_retried_after_the_servers_delay(synced: Synced, db: S
     now[0] += 25
     assert loop.run_due("test") == 1
     assert _host_node(synced, "h100-r1-n3")["metadata"]["labels"][lbl.TENANT] == "acme"
+
+
+def test_a_node_changed_since_the_listing_is_read_again_and_patched_in_the_same_pass(
+        synced: Synced, db: Session) -> None:
+    now = [1000.0]
+    loop = reconciler(synced.database, synced.kube, clock=lambda: now[0])
+    _assign(db, "h100-r1-n3")
+    synced.kube.inject("apply", ApplyConflictError("the object has been modified"))
+    assert loop.run_due("test") == 1
+    assert _host_node(synced, "h100-r1-n3")["metadata"]["labels"][lbl.TENANT] == "acme"
+
+    _assign(db, "h100-r1-n4", "globex")  # changed again before the second apply: back off
+    synced.kube.inject("apply", ApplyConflictError("the object has been modified"), times=2)
+    assert loop.run_due("test") == 0
+    assert lbl.TENANT not in _host_node(synced, "h100-r1-n4")["metadata"]["labels"]
+    now[0] += 5
+    assert loop.run_due("test") == 1
+    assert _host_node(synced, "h100-r1-n4")["metadata"]["labels"][lbl.TENANT] == "globex"
 
 
 def test_the_inventory_records_what_the_host_carries(synced: Synced, db: Session) -> None:
