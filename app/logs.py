@@ -36,8 +36,12 @@ class AccessLogRedactor(logging.Filter):
         return True
 
 
+HANDLER_NAME = "portal"
+
+
 def configure_logging(level: str = "INFO") -> None:
     handler = logging.StreamHandler()
+    handler.set_name(HANDLER_NAME)
     handler.addFilter(RequestIdFilter())
     handler.addFilter(AccessLogRedactor())
     handler.setFormatter(

@@ -3,6 +3,7 @@ the embedded SQLite default, the local OIDC provider and the app under test."""
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import warnings
@@ -14,7 +15,7 @@ from fastapi.testclient import TestClient
 from playwright.sync_api import Browser
 from sqlalchemy.orm import Session
 
-from app import migrate
+from app import logs, migrate
 from app.config import Settings
 from app.db import Database
 from app.devmode import demo_users, local_oidc_provider
@@ -41,6 +42,18 @@ def short_live_streams(monkeypatch: pytest.MonkeyPatch) -> None:
     """Live streams end after their first event: a test client reads a response to its end.
     The stream tests set their own timing."""
     monkeypatch.setattr(live, "TIMING", live.Timing(lifetime_seconds=0))
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored() -> Iterator[None]:
+    """A `portal` command run in-process points the root logger at the stderr of its test,
+    which pytest closes afterwards: later tests' background threads would log into it."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    for handler in [h for h in root.handlers if h.get_name() == logs.HANDLER_NAME]:
+        root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
