@@ -3,19 +3,28 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry kube-assets bench-tools bench
+.PHONY: run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart postgres bench-tools bench
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-# The real-API-server tests read envtest's KUBEBUILDER_ASSETS; unless it is set, the binaries
-# come from ../shared/kube-bin/ (unpacked once into .cache/). Without either, those tests skip
-# (and fail under CI=true).
-KUBE_ARCHIVE := $(firstword $(wildcard ../shared/kube-bin/kube-*.tar.gz))
-KUBE_ASSETS := .cache/kube-assets
-ifneq ($(KUBE_ARCHIVE),)
-KUBEBUILDER_ASSETS ?= $(abspath $(KUBE_ASSETS))
-KUBE_ASSETS_TARGET := $(KUBE_ASSETS)/.unpacked
-endif
-export KUBEBUILDER_ASSETS
+# Every program the tests run is built from the Go module proxy by `make tools` into .cache/bin,
+# pinned by the go.mod/go.sum of one module each under tools/ (etcd is Debian's etcd-server).
+# Go's module and build caches make a second run cost seconds. The real-API-server tests read
+# envtest's KUBEBUILDER_ASSETS, the others PORTAL_TOOLS_BIN; without them those tests skip (and
+# fail under CI=true).
+GO ?= go
+TOOLS_BIN := .cache/bin
+TOOL_MODULES := kube helm kwok kai vcluster
+KUBEBUILDER_ASSETS ?= $(abspath $(TOOLS_BIN))
+PORTAL_TOOLS_BIN ?= $(abspath $(TOOLS_BIN))
+# The vCluster chart of the same module as the vcluster binary, packaged as a Helm repository.
+PORTAL_CHARTS ?= $(abspath .cache/charts)
+export KUBEBUILDER_ASSETS PORTAL_TOOLS_BIN PORTAL_CHARTS
+# The version each program reports (API discovery, `helm version`), set as their releases do.
+LDFLAGS_kube := -X k8s.io/component-base/version.gitVersion=v1.32.13 \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=32 \
+	-X k8s.io/client-go/pkg/version.gitVersion=v1.32.13 \
+	-X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=32
+LDFLAGS_helm := -X helm.sh/helm/v3/internal/version.version=v3.19.5
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -59,14 +68,35 @@ bench-tools:
 bench: setup bench-tools
 	$(BIN)/python bench/run.py --quick
 
-$(KUBE_ASSETS)/.unpacked: $(KUBE_ARCHIVE)
-	rm -rf $(KUBE_ASSETS) && mkdir -p $(KUBE_ASSETS)
-	tar -xzf $< -C $(KUBE_ASSETS) --strip-components=1
-	touch $@
+# etcd from Debian, linked beside the built programs.
+etcd:
+	@command -v etcd >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq etcd-server >/dev/null; }
+	@mkdir -p $(TOOLS_BIN) && ln -sf "$$(command -v etcd)" $(TOOLS_BIN)/etcd
 
-kube-assets: $(KUBE_ASSETS_TARGET)
+tool-%:
+	@mkdir -p $(TOOLS_BIN)
+	cd tools/$* && GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOBIN=$(abspath $(TOOLS_BIN)) \
+		$(GO) install -trimpath -ldflags "-s -w $(LDFLAGS_$*)" tool
 
-pytest: setup chromium oci-registry kube-assets
+# The chart is read from the module download (never copied into the repository), versioned as
+# its release is, and indexed so that helm installs it with --repo/--version like any release.
+vcluster-chart: tool-helm
+	@mkdir -p $(PORTAL_CHARTS)
+	cd tools/vcluster && GOTOOLCHAIN=local GOFLAGS=-mod=readonly $(GO) mod download github.com/loft-sh/vcluster
+	cd tools/vcluster && version=$$(GOTOOLCHAIN=local $(GO) list -m -f '{{.Version}}' github.com/loft-sh/vcluster) && \
+		dir=$$(GOTOOLCHAIN=local $(GO) list -m -f '{{.Dir}}' github.com/loft-sh/vcluster) && \
+		$(PORTAL_TOOLS_BIN)/helm package "$$dir/chart" --version "$${version#v}" \
+			--app-version "$${version#v}" -d $(PORTAL_CHARTS) >/dev/null
+	$(PORTAL_TOOLS_BIN)/helm repo index $(PORTAL_CHARTS)
+
+tools: etcd $(addprefix tool-,$(TOOL_MODULES)) vcluster-chart
+
+# The test database: Debian's PostgreSQL on 127.0.0.1:5432, installed and started when missing.
+postgres:
+	@bash tools/postgres.sh
+
+pytest: setup chromium oci-registry tools postgres
 	$(BIN)/python -m pytest
 
 test: lint typecheck pytest

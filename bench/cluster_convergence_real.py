@@ -16,7 +16,7 @@ test suite's ``host_api``) and measures, in one run:
 
 Helm in 1 and 2 is in-process: it writes Secret ``vc-<release>`` with the host's admin client
 (not counted) after ``--helm-seconds``; ``/readyz`` through the virtual cluster is answered
-without a server (counted, not timed). Needs KUBEBUILDER_ASSETS (``make kube-assets``) and
+without a server (counted, not timed). Needs KUBEBUILDER_ASSETS (``make tools``) and
 PostgreSQL (``PORTAL_TEST_PG_DSN``, default postgres@127.0.0.1:5432). Run:
 
     .venv/bin/python -m bench.cluster_convergence_real [--clusters 1000] [--concurrency 8]
@@ -339,8 +339,8 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     assets = kube_assets()
     if assets is None:
-        raise SystemExit("set KUBEBUILDER_ASSETS (make kube-assets; "
-                         "export KUBEBUILDER_ASSETS=$PWD/.cache/kube-assets)")
+        raise SystemExit("set KUBEBUILDER_ASSETS (make tools; "
+                         "export KUBEBUILDER_ASSETS=$PWD/.cache/bin)")
     base = "/dev/shm" if Path("/dev/shm").is_dir() else None  # noqa: S108 - private mkdtemp
     workdir = Path(tempfile.mkdtemp(prefix="bench-vc-"))
     server = ApiServer(assets, Path(tempfile.mkdtemp(prefix="kube-bench-", dir=base)),

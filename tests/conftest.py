@@ -4,7 +4,7 @@ the embedded SQLite default, the local OIDC provider and the app under test."""
 from __future__ import annotations
 
 import logging
-import os
+import signal
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -24,8 +24,15 @@ from app.main import create_app
 from app.web import live
 from app.wiring import connect_hooks
 from tests.authz.world import World, build_world
+from tests.deploy.kustomize import NAMESPACE as PORTAL_NAMESPACE
 from tests.support import chromium, postgres
-from tests.support.kube_server import MISSING, ApiServer, install_crds, kube_assets
+from tests.support.kube_server import (
+    MISSING,
+    ApiServer,
+    install_crds,
+    kube_assets,
+    skip_unless_ci,
+)
 from tests.support.paths import KAI_QUEUE_CRD
 
 # Many tests call services directly; the web app, worker and CLI connect these at start.
@@ -54,6 +61,25 @@ def root_logging_restored() -> Iterator[None]:
     for handler in [h for h in root.handlers if h.get_name() == logs.HANDLER_NAME]:
         root.removeHandler(handler)
     root.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
+def signals_restored(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A `portal` command run in-process installs its own SIGINT and SIGTERM handlers; what a
+    test leaves changed (handlers, or the signal mask, which children inherit) is put back, so
+    that later tests' subprocesses start with pytest's defaults."""
+    watched = (signal.SIGINT, signal.SIGTERM)
+    handlers = {number: signal.getsignal(number) for number in watched}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    changed = [signal.Signals(n).name for n, h in handlers.items() if signal.getsignal(n) != h]
+    for number in watched:
+        signal.signal(number, handlers[number])
+    if signal.pthread_sigmask(signal.SIG_SETMASK, mask) != mask:
+        changed.append("the signal mask")
+    if changed:
+        warnings.warn(f"{request.node.nodeid} left {', '.join(changed)} changed; restored",
+                      stacklevel=1)
 
 
 @pytest.fixture(scope="session")
@@ -137,9 +163,7 @@ def kube_assets_dir() -> Path:
     """The envtest binaries; without them the real-server tests skip, except in CI."""
     assets = kube_assets()
     if assets is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(MISSING)
-        pytest.skip(MISSING)
+        skip_unless_ci(MISSING)
     return assets
 
 
@@ -180,6 +204,21 @@ def host_admin(kai_host: ApiServer) -> Iterator[KubernetesAdapter]:
     adapter = kai_host.adapter()
     yield adapter
     adapter.close()
+
+
+@pytest.fixture(scope="session")
+def portal_namespace(host_admin: KubernetesAdapter) -> Iterator[str]:
+    """The portal's namespace on the host, as the Kustomize base makes it (its worker Role is
+    there). Other tests of the run (the webhook's) use the same name, so one that was there is
+    left as it was; made here, it stays for the run (deleting takes the controller-manager a
+    while)."""
+    existed = host_admin.get("v1", "Namespace", PORTAL_NAMESPACE) is not None
+    if not existed:
+        host_admin.apply({"apiVersion": "v1", "kind": "Namespace",
+                          "metadata": {"name": PORTAL_NAMESPACE}})
+    yield PORTAL_NAMESPACE
+    if not existed:
+        host_admin.delete("v1", "Namespace", PORTAL_NAMESPACE)
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,9 @@ from app.kube.simulated import SimulatedHost
 CHART = "vcluster"
 OCI_PREFIX = "oci://"
 _NOT_FOUND = ("release: not found", "not found")
+# How helm says the chart's values.schema.json refuses the values: the same values would be
+# refused again, so the release waits for a change rather than being retried.
+_SCHEMA_REFUSED = "don't meet the specifications of the schema"
 
 
 class InstallError(Exception):
@@ -169,8 +172,11 @@ class HelmInstaller:
         except subprocess.TimeoutExpired as error:
             raise InstallError(f"helm {command[1]} timed out after {error.timeout}s") from error
         if done.returncode != 0:
-            detail = (done.stderr or done.stdout).strip()[-500:]
-            raise InstallError(f"helm {command[1]} failed: {detail}")
+            detail = (done.stderr or done.stdout).strip()
+            if _SCHEMA_REFUSED in detail:
+                raise InstallError(f"the chart refused the values: {detail[-800:]}",
+                                   reason="ValuesRejected", permanent=True)
+            raise InstallError(f"helm {command[1]} failed: {detail[-500:]}")
 
 
 def _private_file(path: Path, text: str) -> Path:

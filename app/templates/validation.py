@@ -24,7 +24,6 @@ from app.kube.errors import KubeError
 from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.chart_schema import (
-    UnknownChartVersion,
     pro_only_paths,
     schema_errors,
     validate_values,
@@ -46,12 +45,13 @@ PLACEMENTS: Final = ("shared-pool", "dedicated-nodes")
 # write these; a key elsewhere means a builder change that nobody reviewed for tenants' safety.
 ALLOWED_VALUE_PATHS: Final = (
     "controlPlane.distro.k8s.enabled", "controlPlane.distro.k8s.image.tag",
+    "controlPlane.distro.k8s.securityContext",
     "controlPlane.statefulSet.image.repository", "controlPlane.statefulSet.security",
     "controlPlane.coredns.security", "controlPlane.advanced.virtualScheduler.enabled",
     "policies.podSecurityStandard", "policies.resourceQuota", "policies.limitRange",
     "policies.networkPolicy.enabled", "exportKubeConfig.server",
     "sync.toHost.pods.enforceTolerations", "sync.fromHost.nodes",
-    "experimental.syncSettings.setOwner",
+    "experimental.syncSettings.setOwner", "rbac.enableVolumeSnapshotRules.enabled",
     # Pro only; the edition check refuses them on oss.
     "sync.toHost.pods.patches",
 )
@@ -123,18 +123,36 @@ def outside_allowlist(values: Mapping[str, Any]) -> list[str]:
                        for allowed in ALLOWED_VALUE_PATHS)]
 
 
-def _values_checks(specs: list[ClusterSpec], portal: Settings) -> list[Check]:
+def vcluster_chart_schema(portal: Settings, charts: ChartResolver
+                          ) -> tuple[dict[str, Any] | None, str | None]:
+    """The pinned vCluster chart's own values schema, as its repository serves the chart (what
+    helm checks the values against on install), or why it cannot be had."""
+    where = f"vCluster chart {portal.vcluster_chart_version} from {portal.vcluster_chart_repo}"
+    try:
+        found = charts.lookup(portal.vcluster_chart_repo, "vcluster",
+                              portal.vcluster_chart_version)
+    except Exception as error:  # an unreachable repository is a reason, not a crash
+        return None, f"{where}: {type(error).__name__}: {error}"
+    if found.problem:
+        return None, f"{where}: {found.problem}"
+    if found.values_schema is None:
+        return None, f"{where} ships no values.schema.json to check the values against"
+    return found.values_schema, None
+
+
+def _values_checks(specs: list[ClusterSpec], portal: Settings,
+                   charts: ChartResolver) -> list[Check]:
     render, schema, edition, allowlist = (Check("render"), Check("chart-schema"),
                                           Check("edition"), Check("allowlist"))
     policy = ManifestPolicy(vcluster_edition=portal.vcluster_edition)
+    chart_schema, unavailable = vcluster_chart_schema(portal, charts) if specs else (None, None)
+    if unavailable:
+        schema.fail(unavailable)
     for spec in specs:
         where = f"{spec.placement}, Kubernetes {spec.kubernetes_version}"
         values = manifests.vcluster_values(spec, policy)
-        try:
-            for problem in validate_values(values, portal.vcluster_chart_version):
-                schema.fail(f"{where}: {problem}")
-        except UnknownChartVersion as error:
-            schema.fail(str(error))
+        for problem in validate_values(values, chart_schema) if chart_schema else ():
+            schema.fail(f"{where}: {problem}")
         if portal.vcluster_edition == "oss":
             for path in pro_only_paths(values):
                 edition.fail(f"{where}: {path} needs vCluster Pro; the host runs the oss build")
@@ -290,7 +308,7 @@ def validate(settings: VersionSettings, gpu_product: str | None, portal: Setting
             specs.append(probe_spec(settings, probe, gpu_product, portal))
         except ValueError as error:
             render.fail(f"{probe.placement}, Kubernetes {probe.kubernetes_version}: {error}")
-    values_checks = _values_checks(specs, portal)
+    values_checks = _values_checks(specs, portal, charts)
     values_checks[0].reasons[:0] = render.reasons
     values_checks[0].passed = values_checks[0].passed and render.passed
     checks = [*values_checks, *_checks_on_every_host(hosts, specs, settings, gpu_product),

@@ -25,6 +25,7 @@ from tests import factories
 from tests.clusters.support import Harness, cluster_settings, create
 from tests.support import virtual_clusters
 from tests.support.tenancy import Tenancy
+from tests.templates.support import vcluster_values_schema
 
 STEPS = [*cond.STEP_TYPES, cond.READY]
 NAMESPACE = "t-acme--train"
@@ -336,4 +337,5 @@ def test_the_edition_setting_decides_whether_the_release_gets_translate_patches(
     values = yaml.safe_load(harness.installer.values["train"])
     pods = values["sync"].get("toHost", {}).get("pods", {})
     assert ("patches" in pods) == patched
-    assert validate_values(values, settings.vcluster_chart_version) == []
+    schema = vcluster_values_schema(settings.vcluster_chart_version)
+    assert validate_values(values, schema) == []

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
+from tests.support.kube_server import tool
 from tests.support.paths import ROOT
 
 KUBERNETES = ROOT / "deploy" / "kubernetes"
@@ -21,10 +20,8 @@ WORKER_HELM = "gpu-tenant-portal-worker-helm"
 
 
 def kubectl() -> str:
-    found = shutil.which("kubectl")
-    if found is None:
-        pytest.skip("kubectl is not installed")
-    return found
+    """The kubectl `make tools` built (Kubernetes' own, of the suite's API server version)."""
+    return str(tool("kubectl"))
 
 
 def render_yaml(folder: Path) -> str:

@@ -1,7 +1,7 @@
 """docker-compose.yml: valid Compose, the services an operator starts, secrets only from .env.
 
-The schema is the Compose Specification's own (vendored beside this file, see
-compose-spec.schema.md). ``docker compose config`` runs where the Compose plugin is installed.
+The schema is the Compose Specification's own, read from ../shared/reference. ``docker compose
+config`` runs where the Compose plugin is installed.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import pytest
 import yaml
 
 from tests.deploy.dockerfile import ROOT
+from tests.support.paths import COMPOSE_SPEC_SCHEMA
 
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
-SCHEMA = Path(__file__).with_name("compose-spec.schema.json")
+SCHEMA = COMPOSE_SPEC_SCHEMA
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
 SECRET_NAME = re.compile(r"SECRET|PASSWORD|_KEY$|TOKEN")
 ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - what a container must listen on

@@ -263,7 +263,8 @@ def _ignored(path: str) -> bool:
 
 
 @pytest.mark.parametrize("path", [
-    ".venv/bin/python", ".git/HEAD", ".cache/kube-assets/etcd", "tests/conftest.py",
+    ".venv/bin/python", ".git/HEAD", ".cache/bin/kube-apiserver", "tests/conftest.py",
+    "tools/kube/go.mod",
     "portal.db", "portal-dev.db", "app/portal.db", ".env", ".env.local", "kubeconfig",
     "secrets/token", "app/__pycache__/cli.cpython-311.pyc", "bench/run.py", ".mypy_cache/x",
 ])

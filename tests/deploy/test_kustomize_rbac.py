@@ -23,7 +23,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -58,6 +58,7 @@ from tests.clusters.cleanup import own_objects, remove_tenant_objects
 from tests.clusters.standin_helm import use_standin_helm
 from tests.clusters.support import Clock, cluster_settings
 from tests.deploy.kustomize import BASE, WORKER, WORKER_HELM, find, render
+from tests.deploy.rbac import Grant, Pair, pairs
 from tests.support.kube_server import ApiServer, fast_adapter
 from tests.support.kubectl import Kubectl
 from tests.templates.support import StandinCharts, training
@@ -69,8 +70,6 @@ ADMISSION = "admissionregistration.k8s.io/v1"
 H100 = "NVIDIA-H100-80GB-HBM3"
 DELETE_TIMEOUT = 90.0
 T = TypeVar("T")
-# (API group, resource, verb)
-Pair = tuple[str, str, str]
 
 # What only helm and the real vCluster chart (PORTAL_VCLUSTER_CHART_VERSION, with the values of
 # app/kube/manifests/vcluster.py) need; the stand-in cannot show it. Keep in step with the
@@ -94,80 +93,19 @@ HELM_ALLOWLIST: frozenset[Pair] = frozenset({
     ) for verb in _ALL),
     *(("", resource, verb) for resource in ("pods/status", "pods/ephemeralcontainers")
       for verb in ("update", "patch")),
-    *(("", resource, verb) for resource in ("endpoints", "events", "pods/log")
-      for verb in _READ),
+    *(("", "pods/log", verb) for verb in _READ),
+    # the syncer's API Services: endpoints and EndpointSlices it writes, events it records
+    *(("", "endpoints", verb) for verb in _ALL),
+    *(("discovery.k8s.io", "endpointslices", verb) for verb in _ALL),
+    *(("", "events", verb) for verb in (*_READ, "create")),
     *(("apps", resource, verb) for resource in ("replicasets", "deployments") for verb in _READ),
-    # the chart's ClusterRole: host nodes synced in, and the virtual scheduler (dedicated nodes)
-    *(("", resource, verb) for resource in ("nodes", "nodes/status") for verb in _READ),
+    # the chart's ClusterRole: host nodes synced in (with the kubelet metrics and stats served
+    # through them), and the virtual scheduler (dedicated nodes)
+    *(("", resource, verb) for resource in (
+        "nodes", "nodes/status", "nodes/metrics", "nodes/stats", "nodes/proxy") for verb in _READ),
     *(("storage.k8s.io", resource, verb) for resource in (
         "storageclasses", "csinodes", "csidrivers", "csistoragecapacities") for verb in _READ),
 })
-
-
-# ----- what the base grants
-
-
-def pairs(role: Mapping[str, Any]) -> set[Pair]:
-    return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
-            for resource in rule["resources"] for verb in rule["verbs"]}
-
-
-def without(role: Manifest, missing: Pair | None) -> Manifest:
-    """The role with one (group, resource, verb) taken out of every rule that grants it."""
-    if missing is None:
-        return role
-    group, resource, verb = missing
-    rules = []
-    for rule in role["rules"]:
-        if group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
-            rest = [r for r in rule["resources"] if r != resource]
-            if rest:
-                rules.append({**rule, "resources": rest})
-            verbs = [v for v in rule["verbs"] if v != verb]
-            if verbs:
-                rules.append({**rule, "resources": [resource], "verbs": verbs})
-        else:
-            rules.append(rule)
-    return {**role, "rules": rules}
-
-
-@dataclass
-class Grant:
-    """The base's worker RBAC, applied under names of its own for one ServiceAccount."""
-
-    admin: KubernetesAdapter
-    namespace: str
-    account: str
-    objects: list[Manifest] = field(default_factory=list)
-
-    def apply(self, base: list[Manifest], missing: Pair | None) -> None:
-        renamed = {WORKER: self.account, WORKER_HELM: f"{self.account}-helm"}
-        self.objects.append({"apiVersion": "v1", "kind": "ServiceAccount",
-                             "metadata": {"name": self.account, "namespace": self.namespace}})
-        for kind, name in (("ClusterRole", WORKER), ("ClusterRole", WORKER_HELM),
-                           ("Role", WORKER)):
-            role = without(find(base, kind, name), missing if name == WORKER else None)
-            self.objects.append({**role, "metadata": {
-                **role["metadata"], "name": renamed[name]}})
-        for kind, name in (("ClusterRoleBinding", WORKER), ("ClusterRoleBinding", WORKER_HELM),
-                           ("RoleBinding", WORKER)):
-            binding = find(base, kind, name)
-            self.objects.append({
-                **binding, "metadata": {**binding["metadata"], "name": renamed[name]},
-                "roleRef": {**binding["roleRef"], "name": renamed[binding["roleRef"]["name"]]},
-                "subjects": [{"kind": "ServiceAccount", "name": self.account,
-                              "namespace": self.namespace}]})
-        for obj in self.objects:
-            self.admin.apply(obj, force=True)
-
-    def token(self) -> str:
-        return self.admin.request_token(self.namespace, self.account, expiration_seconds=3600,
-                                        bound_secret=None)
-
-    def remove(self) -> None:
-        for obj in reversed(self.objects):
-            ref = ObjectRef.of(obj)
-            self.admin.delete(ref.api_version, ref.kind, ref.name, ref.namespace)
 
 
 # ----- recording what the worker asks of the host

@@ -196,6 +196,7 @@ def test_display_name_stays_a_value() -> None:
 ALLOWED_VALUE_PATHS = {
     "controlPlane.distro.k8s.enabled",
     "controlPlane.distro.k8s.image.tag",
+    "controlPlane.distro.k8s.securityContext",
     "controlPlane.advanced.virtualScheduler.enabled",
     "controlPlane.statefulSet.security",
     "controlPlane.statefulSet.image.repository",
@@ -214,6 +215,7 @@ ALLOWED_VALUE_PATHS = {
     "policies.networkPolicy.enabled",
     "experimental.syncSettings.setOwner",
     "exportKubeConfig.server",
+    "rbac.enableVolumeSnapshotRules.enabled",
 }
 
 
@@ -307,10 +309,8 @@ def test_dedicated_nodes_values_select_only_the_tenants_nodes() -> None:
 def test_values_always_carry_policies_version_and_endpoint() -> None:
     for placement in ("shared-pool", "dedicated-nodes"):
         values = vcluster_values(train(placement, kubernetes_version="v1.31.2"), POLICY)
-        assert values["controlPlane"]["distro"]["k8s"] == {
-            "enabled": True,
-            "image": {"tag": "v1.31.2"},
-        }
+        k8s = values["controlPlane"]["distro"]["k8s"]
+        assert (k8s["enabled"], k8s["image"]) == (True, {"tag": "v1.31.2"})
         policies = values["policies"]
         assert policies["resourceQuota"]["enabled"]
         assert policies["limitRange"]["enabled"]

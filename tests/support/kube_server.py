@@ -1,9 +1,10 @@
 """A real Kubernetes control plane for tests: etcd + kube-apiserver (+ controller-manager).
 
-The binaries come from ``KUBEBUILDER_ASSETS`` (controller-runtime envtest's convention; ``.ci/run``
-unpacks ``../shared/kube-bin/`` and sets it, ``setup-envtest use 1.32 -p path`` prints one
-elsewhere). Every server gets free loopback ports, a PKI made for it, and its own data directory;
-``stop()`` ends the processes and keeps nothing.
+The binaries come from ``KUBEBUILDER_ASSETS`` (controller-runtime envtest's convention): ``make
+tools`` builds kube-apiserver and kube-controller-manager from the Go module proxy into
+``.cache/bin`` and links Debian's etcd there, and ``make pytest`` points the variable at it.
+Every server gets free loopback ports, a PKI made for it, and its own data directory; ``stop()``
+ends the processes and keeps nothing.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
+import pytest
 import yaml
 
 from app.kube.adapter import KubernetesAdapter
@@ -36,8 +38,31 @@ ADMISSION_PLUGINS = ",".join([
 ])
 SA_ISSUER = "https://kubernetes.default.svc"
 MISSING = ("the real-API-server tests need KUBEBUILDER_ASSETS with etcd, kube-apiserver and "
-           "kube-controller-manager: `make pytest` unpacks ../shared/kube-bin/, or use "
-           "`export KUBEBUILDER_ASSETS=$(setup-envtest use 1.32 -p path)`")
+           "kube-controller-manager: `make tools` builds them into .cache/bin, then "
+           "`export KUBEBUILDER_ASSETS=$PWD/.cache/bin` (`make pytest` does both)")
+
+
+def tools_bin() -> Path | None:
+    """The programs ``make tools`` built (helm, kwok, KAI, vcluster): ``PORTAL_TOOLS_BIN``."""
+    value = os.environ.get("PORTAL_TOOLS_BIN")
+    return Path(value) if value and Path(value).is_dir() else None
+
+
+def skip_unless_ci(message: str) -> NoReturn:
+    """A test whose programs are missing skips, except in CI, where nothing may be missing."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def tool(name: str) -> Path:
+    """A program ``make tools`` built (helm, kwok, KAI's, vcluster, kubectl)."""
+    folder = tools_bin()
+    if folder is None or not (folder / name).is_file():
+        skip_unless_ci(f"{name} is not in PORTAL_TOOLS_BIN: `make tools` builds it into "
+                       ".cache/bin, then `export PORTAL_TOOLS_BIN=$PWD/.cache/bin` "
+                       "(`make pytest` does both)")
+    return folder / name
 
 
 def kube_assets() -> Path | None:

@@ -7,5 +7,6 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 SHARED: Final = ROOT.parent / "shared"
 REFERENCE: Final = SHARED / "reference"
 HOST_NODES: Final = REFERENCE / "host-nodes.json"
-# KAI Scheduler's Queue CRD, vendored with its licence header (NVIDIA/KAI-Scheduler, Apache-2.0).
-KAI_QUEUE_CRD: Final = ROOT / "tests" / "kube" / "data" / "kai-queue-crd.yaml"
+# KAI Scheduler's real Queue CRD and the Compose Specification's schema, read where they are.
+KAI_QUEUE_CRD: Final = REFERENCE / "kai-queue-crd.yaml"
+COMPOSE_SPEC_SCHEMA: Final = REFERENCE / "compose-spec.schema.json"

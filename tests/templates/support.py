@@ -3,20 +3,32 @@ of the issue (dedicated H100s, KAI inside, user namespaces)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi.testclient import TestClient
 
+from app.config import Settings
 from app.kube.errors import KubeError
 from app.kube.port import Manifest
 from app.templates.charts import ChartLookup
 from app.templates.validator import TemplateValidator
+from tests.support.paths import REFERENCE
 
 TEMPLATES = "/api/v1/cluster-templates"
 KAI_REPO = "https://charts.example.com/kai"
 KAI_ADDON = {"name": "kai-scheduler", "repo": KAI_REPO, "chart": "kai-scheduler",
              "version": "0.9.3"}
+_PORTAL = Settings(env="test")
+# The pinned vCluster chart as its repository serves it: the chart's own values schema.
+VCLUSTER_CHART = (_PORTAL.vcluster_chart_repo, "vcluster", _PORTAL.vcluster_chart_version)
+
+
+def vcluster_values_schema(version: str = _PORTAL.vcluster_chart_version) -> dict[str, Any]:
+    found = json.loads((REFERENCE / f"vcluster-{version}-values.schema.json").read_text())
+    assert isinstance(found, dict)
+    return found
 
 
 @dataclass
@@ -29,9 +41,10 @@ class StandinCharts:
     """
 
     published: set[tuple[str, str, str]] = field(
-        default_factory=lambda: {(KAI_REPO, "kai-scheduler", "0.9.3")})
+        default_factory=lambda: {(KAI_REPO, "kai-scheduler", "0.9.3"), VCLUSTER_CHART})
     asked: list[tuple[str, str, str]] = field(default_factory=list)
-    schemas: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    schemas: dict[tuple[str, str, str], dict[str, Any]] = field(
+        default_factory=lambda: {VCLUSTER_CHART: vcluster_values_schema()})
 
     def lookup(self, repo: str, chart: str, version: str) -> ChartLookup:
         self.asked.append((repo, chart, version))

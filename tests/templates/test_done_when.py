@@ -38,7 +38,7 @@ from tests.support.paths import KAI_QUEUE_CRD
 from tests.support.tenancy import Tenancy, headers
 from tests.support.web import HTML
 from tests.templates import registry as oci
-from tests.templates.support import run_validations, training
+from tests.templates.support import StandinCharts, run_validations, training
 
 TEMPLATES = "/api/v1/cluster-templates"
 CLUSTERS = "/api/v1/tenants/acme/clusters"
@@ -74,7 +74,7 @@ def test_training_with_kai_inside_from_template_to_team_queues(
         virtual_api: ApiServer, kai_inside: None, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     host_client.app.state.chart_resolver = ChartSources(  # type: ignore[attr-defined]
-        oci=OciResolver(plain_http=frozenset({registry.address})))
+        index=StandinCharts(), oci=OciResolver(plain_http=frozenset({registry.address})))
     admin = headers(db, tenancy.platform_admin)
 
     # The admin makes it; the web queues the validation, the worker runs it.

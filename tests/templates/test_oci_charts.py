@@ -19,13 +19,16 @@ from app.templates.validation import validate
 from tests.support.web import free_port
 from tests.templates import registry as oci
 from tests.templates.registry import KAI_PATH, KAI_SCHEMA
-from tests.templates.support import StandinHost, training
+from tests.templates.support import StandinCharts, StandinHost, training
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 
 
 def resolver(registry: oci.Registry) -> ChartSources:
-    return ChartSources(oci=OciResolver(plain_http=frozenset({registry.address})))
+    """The app's resolver on this registry; index.yaml repositories (the vCluster chart's) are
+    the stand-in."""
+    return ChartSources(index=StandinCharts(),
+                        oci=OciResolver(plain_http=frozenset({registry.address})))
 
 
 def kai(registry: oci.Registry, **changes: Any) -> dict[str, Any]:

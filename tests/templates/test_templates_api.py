@@ -13,7 +13,13 @@ from app.audit.models import AuditEvent
 from app.clusters.models import VirtualCluster
 from tests import factories
 from tests.support.tenancy import Tenancy, headers
-from tests.templates.support import KAI_REPO, StandinCharts, training, validate_in_worker
+from tests.templates.support import (
+    KAI_REPO,
+    VCLUSTER_CHART,
+    StandinCharts,
+    training,
+    validate_in_worker,
+)
 
 TEMPLATES = "/api/v1/cluster-templates"
 CLUSTERS = "/api/v1/tenants/acme/clusters"
@@ -60,7 +66,8 @@ def test_training_template_passes_validation_on_the_real_host_and_is_offered(
     assert set(checks) == {"render", "chart-schema", "edition", "allowlist", "host-dry-run",
                            "host-support", "addons"}
     assert all(c["passed"] and c["reasons"] == [] for c in checks.values()), checks
-    assert charts.asked == [(KAI_REPO, "kai-scheduler", "0.9.3")]
+    # the pinned vCluster chart, for its values schema; the add-on's chart
+    assert charts.asked == [VCLUSTER_CHART, (KAI_REPO, "kai-scheduler", "0.9.3")]
     assert actions(db, "cluster_template.") == [
         "cluster_template.create", "cluster_template.validation_requested",
         "cluster_template.validate", "cluster_template.offer"]

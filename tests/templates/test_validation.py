@@ -16,6 +16,7 @@ from tests.templates.registry import KAI_SCHEMA, chart_archive
 from tests.templates.support import (
     KAI_ADDON,
     KAI_REPO,
+    VCLUSTER_CHART,
     StandinCharts,
     StandinHost,
     training,
@@ -115,11 +116,26 @@ def test_every_host_is_checked_and_each_reason_names_its_host() -> None:
     assert fine.dry_runs and refusing.dry_runs
 
 
-def test_values_for_a_chart_without_a_schema_fail_the_schema_check() -> None:
+def test_a_chart_version_its_repository_lacks_fails_the_schema_check() -> None:
     portal = Settings(env="test", vcluster_chart_version="0.99.0")
     result = validate(settings(), H100, portal, {"default": StandinHost()}, StandinCharts())
     assert reasons(result) == {"chart-schema": [
-        "no vCluster values schema vendored for chart 0.99.0"]}
+        "vCluster chart 0.99.0 from https://charts.loft.sh: https://charts.loft.sh has no "
+        "chart 'vcluster' at version 0.99.0"]}
+
+
+def test_values_the_chart_schema_refuses_fail_with_the_path_and_reason() -> None:
+    charts = StandinCharts()
+    schema = charts.schemas[VCLUSTER_CHART]
+    # a chart whose schema no longer has the key the portal sets the pod security level with
+    policies = schema["$defs"]["Policies"]
+    kept = {k: v for k, v in policies["properties"].items() if k != "podSecurityStandard"}
+    charts.schemas[VCLUSTER_CHART] = {**schema, "$defs": {
+        **schema["$defs"], "Policies": {**policies, "properties": kept}}}
+    result = validate(settings(), H100, Settings(env="test"), {"default": StandinHost()}, charts)
+    failed = reasons(result)["chart-schema"]
+    assert failed and all("policies: Additional properties are not allowed "
+                          "('podSecurityStandard' was unexpected)" in r for r in failed)
 
 
 def test_open_settings_are_rendered_for_every_choice_a_tenant_has() -> None:

@@ -2,8 +2,8 @@
 
 Built from an allowlist: every key below is chosen by the portal and every value comes from a
 validated spec or the operator policy, so a tenant cannot loosen what is synced to the host.
-Schema: the chart's values.schema.json, vendored per chart version under schemas/ and checked by
-chart_schema.py.
+Schema: the chart's own values.schema.json, which helm checks on every install and template
+validation reads from the chart's repository (chart_schema.py).
 
 Edition (ManifestPolicy.vcluster_edition): on the open-source build the values never use a key of
 PRO_ONLY_PATHS. Shared-pool pods then reach the host unchanged and the portal's own mutating
@@ -108,6 +108,8 @@ def _control_plane(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
     if spec.pod_security == "restricted":
         stateful_set["security"] = _security()
         control_plane["coredns"] = {"security": _security()}
+        # The init container that copies the Kubernetes binaries takes its own context.
+        control_plane["distro"]["k8s"]["securityContext"] = copy.deepcopy(_RESTRICTED_CONTAINER)
     if stateful_set:
         control_plane["statefulSet"] = stateful_set
     return control_plane
@@ -185,6 +187,9 @@ def vcluster_values(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
         "controlPlane": _control_plane(spec, policy),
         "policies": _policies(spec, policy),
         "exportKubeConfig": {"server": spec.endpoint},
+        # No volume snapshots for GPU tenants: the chart's snapshot rules would be rights the
+        # worker must hold itself to create the syncer's roles (deploy/kubernetes/base).
+        "rbac": {"enableVolumeSnapshotRules": {"enabled": False}},
     }
     sync = _sync(spec, policy)
     if sync:
