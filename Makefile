@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart postgres bench-tools bench
+.PHONY: run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds postgres bench-tools bench
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Every program the tests run is built from the Go module proxy by `make tools` into .cache/bin,
@@ -18,7 +18,9 @@ KUBEBUILDER_ASSETS ?= $(abspath $(TOOLS_BIN))
 PORTAL_TOOLS_BIN ?= $(abspath $(TOOLS_BIN))
 # The vCluster chart of the same module as the vcluster binary, packaged as a Helm repository.
 PORTAL_CHARTS ?= $(abspath .cache/charts)
-export KUBEBUILDER_ASSETS PORTAL_TOOLS_BIN PORTAL_CHARTS
+# KAI Scheduler's CRDs, as its module download has them (Queue, PodGroup, BindRequest, ...).
+PORTAL_KAI_CRDS ?= $(abspath .cache/kai-crds)
+export KUBEBUILDER_ASSETS PORTAL_TOOLS_BIN PORTAL_CHARTS PORTAL_KAI_CRDS
 # The version each program reports (API discovery, `helm version`), set as their releases do.
 LDFLAGS_kube := -X k8s.io/component-base/version.gitVersion=v1.32.13 \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=32 \
@@ -90,7 +92,12 @@ vcluster-chart: tool-helm
 			--app-version "$${version#v}" -d $(PORTAL_CHARTS) >/dev/null
 	$(PORTAL_TOOLS_BIN)/helm repo index $(PORTAL_CHARTS)
 
-tools: etcd $(addprefix tool-,$(TOOL_MODULES)) vcluster-chart
+kai-crds:
+	@mkdir -p $(PORTAL_KAI_CRDS)
+	cd tools/kai && dir=$$(GOTOOLCHAIN=local $(GO) list -m -f '{{.Dir}}' github.com/NVIDIA/KAI-scheduler) && \
+		cp "$$dir"/deployments/kai-scheduler/crds/*.yaml $(PORTAL_KAI_CRDS)/ && chmod u+w $(PORTAL_KAI_CRDS)/*.yaml
+
+tools: etcd $(addprefix tool-,$(TOOL_MODULES)) vcluster-chart kai-crds
 
 # The test database: Debian's PostgreSQL on 127.0.0.1:5432, installed and started when missing.
 postgres:

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,8 +97,12 @@ def run(base_url: str, requests: list[Request], *, duration_s: float, connection
     if use_wrk:
         return run_wrk(base_url, requests, duration_s=duration_s, connections=connections,
                        tag=tag, timeout_s=timeout_s)
-    return asyncio.run(run_async(base_url, requests, duration_s=duration_s,
-                                 connections=connections, tag=tag, timeout_s=timeout_s))
+    # A loop of its own on a thread of its own: the caller's thread may already run one (a
+    # notebook, or Playwright's sync API, which keeps its loop set on the thread that uses it).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="load") as pool:
+        return pool.submit(asyncio.run, run_async(
+            base_url, requests, duration_s=duration_s, connections=connections, tag=tag,
+            timeout_s=timeout_s)).result()
 
 
 def run_wrk(base_url: str, requests: list[Request], *, duration_s: float, connections: int,

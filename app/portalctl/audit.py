@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterable
+import signal
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -49,21 +52,37 @@ def audit(
         if not follow:
             emit(newest, output, COLUMNS)
             return
-        try:
-            _follow(client, filters, list(reversed(newest)), interval, output)
-        except KeyboardInterrupt:
-            raise typer.Exit(0) from None
+        with _until_ctrl_c() as stopped:
+            _follow(client, filters, list(reversed(newest)), interval, output, stopped)
 
 
 def _follow(client: Client, filters: dict[str, Any], first: list[dict[str, Any]],
-            interval: float, output: Format) -> None:
+            interval: float, output: Format, stopped: threading.Event) -> None:
     if output is Format.table:
         typer.secho("  ".join(c.upper() for c in COLUMNS), bold=True)
     cursor = Cursor(first)
     _print_stream(first, output)
-    while True:
-        time.sleep(interval)
+    while not stopped.wait(interval):
         _print_stream(cursor.advance(client.items(AUDIT_PATH, **filters)), output)
+
+
+@contextmanager
+def _until_ctrl_c() -> Iterator[threading.Event]:
+    """Ctrl-C (SIGINT) sets the event instead of raising KeyboardInterrupt wherever the HTTP
+    client happens to be: an interrupt inside its connection pool can leave a lock held, and
+    closing the client then hangs. The poll under way finishes; a second Ctrl-C interrupts it."""
+    stopped = threading.Event()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stopped.is_set():
+            signal.default_int_handler(signum, frame)
+        stopped.set()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield stopped
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
 
 
 class Cursor:

@@ -16,6 +16,7 @@ from tests import factories
 from tests.browser.conftest import demo_database, signed_in_page
 from tests.support.kube import InMemoryConnector
 from tests.support.serving import serving
+from tests.templates.support import StandinCharts
 
 pytestmark = pytest.mark.browser
 
@@ -43,7 +44,8 @@ def test_the_validation_result_arrives_by_itself(
     page.evaluate("window.__notReloaded = true")
 
     # The worker (no host cluster here: the host checks fail, and say so).
-    TemplateValidator(settings, database, InMemoryConnector(None)).run_due("worker-1")
+    TemplateValidator(settings, database, InMemoryConnector(None), StandinCharts()).run_due(
+        "worker-1")
     expect(page.locator("#validation-v1 .validation-failed")).to_be_visible(timeout=15_000)
     expect(page.locator("#validation-v1")).to_contain_text("no host cluster is configured")
     expect(page.locator("#validation-v1 .validation-pending")).to_have_count(0)

@@ -15,6 +15,7 @@ from app.templates.validator import TemplateValidator
 from tests import factories
 from tests.portalctl.conftest import Portal, PortalCtl, Result
 from tests.support.kube import InMemoryConnector
+from tests.templates.support import StandinCharts
 
 FAILED = {"passed": False, "note": None, "checks": [
     {"name": "allowlist", "passed": False, "reasons": ["hostPath volumes are not allowed"]}]}
@@ -162,7 +163,8 @@ def test_an_admin_creates_a_template_with_addon_settings_and_edits_one(
 def validating(portal: Portal) -> Iterator[None]:
     """The portal's worker, as far as templates go: runs queued validations until done."""
     settings = Settings(env="test", database_url=portal.database.url)
-    validator = TemplateValidator(settings, portal.database, InMemoryConnector(None))
+    validator = TemplateValidator(settings, portal.database, InMemoryConnector(None),
+                                  StandinCharts())
     stop = threading.Event()
 
     def loop() -> None:

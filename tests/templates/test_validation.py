@@ -9,8 +9,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.config import Settings
+from app.templates.charts import ChartSources
 from app.templates.schemas import VersionSettings
 from app.templates.validation import HelmIndexResolver, outside_allowlist, validate
+from tests.support.charts import charts_dir, served
 from tests.support.tenancy import Tenancy, headers
 from tests.templates.registry import KAI_SCHEMA, chart_archive
 from tests.templates.support import (
@@ -191,3 +193,17 @@ def test_the_helm_index_resolver_reads_the_schema_from_the_chart_archive() -> No
     assert found.problem is None and found.values_schema == KAI_SCHEMA
     assert found.default_values == {"scheduler": {"replicas": 1}}
     assert asked == [f"{KAI_REPO}/index.yaml", f"{KAI_REPO}/charts/kai-scheduler-0.9.3.tgz"]
+
+
+def test_the_pinned_vcluster_chart_from_its_repository_accepts_the_values() -> None:
+    """The real chart (packaged from the vCluster module by `make tools`), read from a Helm
+    repository as the worker reads it: its own schema, and the values of every placement pass."""
+    version = Settings(env="test").vcluster_chart_version
+    with served(charts_dir("vcluster", version)) as repo:
+        portal = Settings(env="test", vcluster_chart_repo=repo)
+        charts = ChartSources(index=HelmIndexResolver())
+        open_placement = settings(addons=[], placement=None)
+        result = validate(open_placement, H100, portal, {"default": StandinHost()}, charts)
+        schema = charts.lookup(repo, "vcluster", version).values_schema
+    assert reasons(result) == {}
+    assert schema is not None and "Policies" in schema["$defs"]

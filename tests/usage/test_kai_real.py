@@ -1,0 +1,210 @@
+"""Real KAI Scheduler on the queues the portal makes: GPU pods bound within the cluster's grant,
+and "in use" read from what KAI allocated.
+
+A host of its own (etcd + kube-apiserver + controller-manager) with KAI's CRDs, its five programs
+and kwok keeping two H100 nodes Ready (tests/support/kai.py). The portal's worker makes the
+cluster's namespace, quota and KAI queues there; pods arrive in the host namespace as vCluster's
+syncer writes them, with the scheduler and leaf queue the portal's admission webhook gives them.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from app.auth.principal import Principal
+from app.clusters import conditions as cond
+from app.clusters import service
+from app.clusters.models import VirtualCluster
+from app.clusters.reconciler import ClusterReconciler
+from app.clusters.schemas import ClusterCreate
+from app.db import Database
+from app.kube.adapter import KubernetesAdapter
+from app.kube.connector import ClientConnector
+from app.kube.manifests import labels as lbl
+from app.kube.port import Manifest
+from app.usage import service as usage_service
+from app.usage.sampler import UsageSampler
+from tests import factories
+from tests.clusters.standin_helm import use_standin_helm
+from tests.clusters.support import Clock, cluster_settings
+from tests.support.kai import SCHEDULER_NAME, GpuScheduling, gpu_node
+from tests.support.kube_server import ApiServer
+from tests.support.kubectl import Kubectl, KubectlError
+
+pytestmark = pytest.mark.kube_server
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+GRANTED = 4  # the cluster's GPUs: its leaf queue's quota and limit
+SCHEDULED_WITHIN = 60.0
+
+
+@pytest.fixture(scope="module")
+def gpu_host(kube_assets_dir: Path, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[GpuScheduling]:
+    """A host whose GPU pods are scheduled for real: KAI and kwok, two 8-GPU H100 nodes."""
+    workdir = tmp_path_factory.mktemp("gpu-host")
+    server = ApiServer(kube_assets_dir, workdir / "server", name="gpu-host", controllers=True)
+    server.start()
+    scheduling = GpuScheduling(server, workdir / "scheduling")
+    try:
+        scheduling.start()
+        admin = server.adapter()
+        for name in ("h100-a", "h100-b"):
+            admin.apply(gpu_node(name, H100, 8), force=True)
+        admin.close()
+        yield scheduling
+    finally:
+        scheduling.stop()
+        server.stop()
+
+
+@pytest.fixture
+def host(gpu_host: GpuScheduling) -> Iterator[KubernetesAdapter]:
+    adapter = gpu_host.server.adapter()
+    yield adapter
+    adapter.close()
+
+
+def synced_pod(name: str, namespace: str, queue: str, gpus: int) -> Manifest:
+    """A pod as vCluster's syncer writes it to the host, after the portal's webhook: KAI's
+    scheduler and the leaf queue; Pod Security "restricted" as the namespace enforces."""
+    context = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+               "runAsNonRoot": True, "runAsUser": 1000,
+               "seccompProfile": {"type": "RuntimeDefault"}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name, "namespace": namespace,
+        "labels": {lbl.VCLUSTER_SYNCED_MARKER: "train", lbl.KAI_QUEUE_LABEL: queue}},
+        "spec": {"schedulerName": SCHEDULER_NAME,
+                 "nodeSelector": {lbl.GPU_PRODUCT: H100},
+                 "containers": [{"name": "train", "image": "example.com/train:1",
+                                 "securityContext": context,
+                                 "resources": {"limits": {lbl.GPU_RESOURCE: str(gpus)}}}]}}
+
+
+def eventually(check: Callable[[], Any], what: Callable[[], str],
+               timeout: float = SCHEDULED_WITHIN) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(what())
+
+
+def placed(host: KubernetesAdapter, namespace: str) -> dict[str, tuple[str | None, str]]:
+    """Each GPU pod's node and phase (the stand-in release's control-plane pod left out)."""
+    return {p["metadata"]["name"]: (p["spec"].get("nodeName"), p["status"].get("phase", ""))
+            for p in host.list("v1", "Pod", namespace)
+            if p["metadata"]["name"].startswith("job-")}
+
+
+def test_kai_binds_gpu_pods_within_the_clusters_queue_and_in_use_is_what_it_allocated(
+        gpu_host: GpuScheduling, host: KubernetesAdapter, database: Database,
+        virtual_api: ApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kubeconfig = gpu_host.server.write_admin_kubeconfig(tmp_path / "host.kubeconfig")
+    settings = cluster_settings(kubeconfig=str(kubeconfig), worker_resync_seconds=0.0)
+    use_standin_helm(tmp_path / "helm", monkeypatch, virtual_api.admin_kubeconfig)
+    slug = f"kai-{secrets.token_hex(3)}"
+    with database.transaction() as db:
+        tenant = factories.tenant(db, slug, display_name=f"KAI {slug}")
+        admin = factories.user(db)
+        factories.membership(db, tenant, admin, "admin")
+        h100 = factories.gpu_class(db, H100, display_name="H100 80GB")
+        factories.quota(db, tenant, h100, 8)
+        principal = Principal(user=admin, via="token", roles={tenant.id: "admin"})
+        created = service.create_cluster(db, principal, settings, slug, ClusterCreate(
+            name="train", placement="shared-pool", gpu_class_id=h100.id, gpus=GRANTED,
+            cpu_millicores=16000, memory_mib=65536))
+        tenant_id, h100_id = tenant.id, h100.id
+    clock = Clock()
+    connector = ClientConnector(settings)
+    reconciler = ClusterReconciler(settings, database, connector, clock=clock, wait_seconds=0.5)
+    conditions: list[dict[str, Any]] = []
+    for _ in range(4):
+        clock.advance(301)
+        reconciler.run_due("worker-1")
+        with database.session() as db:
+            cluster = db.scalar(select(VirtualCluster).where(VirtualCluster.id == created.id))
+            conditions = list(cluster.conditions or []) if cluster else []
+        if cond.is_true(conditions, cond.READY):
+            break
+    else:
+        raise AssertionError(f"not Ready: {conditions}")
+
+    # Two pods of two GPUs each fill the four GPUs granted; KAI binds both to the kwok nodes.
+    namespace, queue = f"t-{slug}--train", f"{slug}--train"
+    syncer = Kubectl(gpu_host.server, tmp_path / "syncer", manager="vcluster")
+    for index in range(2):
+        syncer.create(synced_pod(f"job-{index}", namespace, queue, gpus=2))
+    eventually(lambda: all(node and phase == "Running"
+                           for node, phase in placed(host, namespace).values()),
+               lambda: f"KAI did not run the pods: {placed(host, namespace)}; "
+                       f"exited: {gpu_host.exited()}\n{gpu_host.log('scheduler')}")
+    assert {node for node, _ in placed(host, namespace).values()} <= {"h100-a", "h100-b"}
+    # A third is refused by the host namespace's quota: the syncer cannot place it at all.
+    with pytest.raises(KubectlError) as refused:
+        syncer.create(synced_pod("job-2", namespace, queue, gpus=2))
+    assert refused.value.status == 403 and "exceeded quota: tenant-quota" in refused.value.message
+    assert list(placed(host, namespace)) == ["job-0", "job-1"]
+
+    # KAI's own account of the queue, and the portal's "in use" sampled from it.
+    leaf = eventually(lambda: allocated(host, queue),
+                      lambda: f"queue {queue} has no allocation in its status: "
+                              f"{host.get(lbl.KAI_API_VERSION, 'Queue', queue)}")
+    assert leaf == {lbl.GPU_RESOURCE: str(GRANTED)}  # the key the usage sampler reads
+    sampler = UsageSampler(settings, database, connector, clock=lambda: clock.now.timestamp())
+    sampler.run_due("worker-1")
+    with database.session() as db:
+        assert usage_service.gpus_in_use_by_class(db, tenant_id) == {h100_id: float(GRANTED)}
+
+
+def allocated(host: KubernetesAdapter, queue: str) -> dict[str, str] | None:
+    """The GPU entry of the queue's ``status.allocated`` (KAI's queue controller writes it)."""
+    found = host.get(lbl.KAI_API_VERSION, "Queue", queue) or {}
+    status = (found.get("status") or {}).get("allocated") or {}
+    gpus = {k: v for k, v in status.items() if "gpu" in k}
+    return gpus or None
+
+
+def test_pods_created_while_kais_scheduler_is_down_are_bound_once_it_is_back(
+        gpu_host: GpuScheduling, host: KubernetesAdapter, tmp_path: Path) -> None:
+    namespace = f"down-{secrets.token_hex(3)}"
+    parent, queue = namespace, f"{namespace}--leaf"  # KAI schedules jobs of leaf queues
+    host.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    for name, parent_queue in ((parent, None), (queue, parent)):
+        host.apply(kai_queue(name, parent_queue, gpus=2), force=True)
+    gpu_host.kill("scheduler")  # a crash: nothing flushed, no hand-over
+    try:
+        syncer = Kubectl(gpu_host.server, tmp_path / "syncer", manager="vcluster")
+        syncer.create(synced_pod("job-0", namespace, queue, gpus=2))
+        time.sleep(5)
+        assert placed(host, namespace) == {"job-0": (None, "Pending")}
+    finally:
+        gpu_host.start_program("scheduler")
+    eventually(lambda: placed(host, namespace)["job-0"][1] == "Running",
+               lambda: f"not run after the restart: {placed(host, namespace)}")
+    # bound once: one binding, and the scheduler's restart did not move it
+    node = placed(host, namespace)["job-0"][0]
+    time.sleep(3)
+    assert placed(host, namespace)["job-0"] == (node, "Running")
+    host.delete("v1", "Namespace", namespace)
+    for name in (queue, parent):
+        host.delete(lbl.KAI_API_VERSION, "Queue", name)
+
+
+def kai_queue(name: str, parent: str | None, gpus: int) -> Manifest:
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    spec: Manifest = {"resources": {"gpu": {"quota": gpus, "limit": gpus, "overQuotaWeight": 1},
+                                    "cpu": unlimited, "memory": unlimited}}
+    if parent is not None:
+        spec["parentQueue"] = parent
+    return {"apiVersion": lbl.KAI_API_VERSION, "kind": "Queue", "metadata": {"name": name},
+            "spec": spec}
