@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
+from app.auth.principal import Principal
 from app.clusters.models import VirtualCluster
 from app.config import Settings
 from app.crypto import SecretBox
@@ -164,3 +165,14 @@ def default_template_version(db: Session, version: int = 1) -> ClusterTemplateVe
         ClusterTemplateVersion.template_id == template.id,
         ClusterTemplateVersion.version == version))
     return row if row is not None else template_version(db, template, version)
+
+
+def gpu_tenant(db: Session, slug: str, gpus: int,
+               product: str = "NVIDIA-H100-80GB-HBM3") -> tuple[Tenant, Principal, GpuClass]:
+    """A tenant with an admin (as the principal that acts) and ``gpus`` approved of a class."""
+    row = tenant(db, slug, display_name=f"Tenant {slug}")
+    admin = user(db)
+    membership(db, row, admin, "admin")
+    gpu = gpu_class(db, product)
+    quota(db, row, gpu, gpus)
+    return row, Principal(user=admin, via="token", roles={row.id: "admin"}), gpu

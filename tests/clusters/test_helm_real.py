@@ -41,6 +41,7 @@ from tests.deploy.kustomize import BASE, render
 from tests.deploy.rbac import Grant
 from tests.support.charts import charts_dir, served
 from tests.support.kube_server import ApiServer, tool
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kube_server
 
@@ -134,12 +135,7 @@ def worker(worker_kubeconfig: Path, chart_repo: str, database: Database,
                                 worker_resync_seconds=0.0)
     slug = f"helm-{secrets.token_hex(3)}"
     with database.transaction() as db:
-        tenant = factories.tenant(db, slug, display_name=f"Helm {slug}")
-        admin = factories.user(db)
-        factories.membership(db, tenant, admin, "admin")
-        h100 = factories.gpu_class(db, H100, display_name="H100 80GB")
-        factories.quota(db, tenant, h100, 16)
-        principal = Principal(user=admin, via="token", roles={tenant.id: "admin"})
+        _, principal, h100 = factories.gpu_tenant(db, slug, gpus=16, product=H100)
         gpu_class_id = h100.id
     clock = Clock()
     reconciler = ClusterReconciler(settings, database, ClientConnector(settings), clock=clock,
@@ -187,16 +183,6 @@ def events(admin: KubernetesAdapter, namespace: str) -> list[str]:
             f"{e['message']}" for e in admin.list("v1", "Event", namespace)]
 
 
-def wait_for(check: Callable[[], Any], what: Callable[[], str], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{what()} (waited {timeout:.0f}s)")
-
-
 def test_the_worker_installs_and_uninstalls_the_real_chart_under_its_own_rbac(
         worker: Worker, host_admin: KubernetesAdapter, kai_host: ApiServer,
         tmp_path: Path) -> None:
@@ -217,7 +203,8 @@ def test_the_worker_installs_and_uninstalls_the_real_chart_under_its_own_rbac(
     # schedules or runs it on this host (the lab does).
     pod = wait_for(lambda: control_plane_pod(host_admin, worker.namespace),
                    lambda: f"the StatefulSet's pod was not created: "
-                           f"{events(host_admin, worker.namespace)}")
+                           f"{events(host_admin, worker.namespace)}", timeout=60.0)
+    assert pod is not None
     assert pod["status"]["phase"] == "Pending"
     assert not pod["spec"].get("nodeName")
 

@@ -8,11 +8,15 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from typing import Any
 
 import httpx
+import pytest
 
+from app.portalctl import audit as audit_command
 from app.portalctl.audit import Cursor
+from app.portalctl.output import Format
 from tests.portalctl.conftest import PORTALCTL, Portal, PortalCtl, Result
 
 
@@ -68,6 +72,34 @@ def test_follow_prints_new_events_as_json_lines_until_ctrl_c(
         _, errors = follower.communicate(timeout=30)
     assert follower.returncode == 0, errors
     assert "Traceback" not in errors and "Aborted" not in errors
+
+
+class _PollInterrupted:
+    """A client whose first poll is under way when Ctrl-C arrives (SIGINT to this process)."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.finished = 0
+
+    def items(self, path: str, *args: Any, **filters: Any) -> list[dict[str, Any]]:
+        self.polls += 1
+        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+        time.sleep(0.5)  # the interrupt lands here, as inside an HTTP request
+        self.finished += 1
+        return [_event(self.polls)]
+
+
+def test_ctrl_c_during_a_poll_lets_it_finish_and_ends_following(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    before = signal.getsignal(signal.SIGINT)
+    client = _PollInterrupted()
+    with audit_command._until_ctrl_c() as stopped:
+        audit_command._follow(client, {}, [], 0.01, Format.json,  # type: ignore[arg-type]
+                              stopped)
+    # the poll was not broken off, its event printed, and no poll began after it
+    assert (client.polls, client.finished) == (1, 1)
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == [1]
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_following_shows_late_committed_events_once_and_nothing_older_than_the_start() -> None:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Returns once ``check()`` holds; fails naming ``what`` after ``timeout`` seconds."""
+def wait_for(check: Callable[[], T], what: str | Callable[[], str],
+             timeout: float = 30.0) -> T:
+    """Returns what ``check()`` gives once it is truthy; fails naming ``what`` (or what it
+    says, called then: the state it found) after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if check():
-            return
+        found = check()
+        if found:
+            return found
         time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")

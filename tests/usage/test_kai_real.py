@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from app.auth.principal import Principal
 from app.clusters import conditions as cond
 from app.clusters import service
 from app.clusters.models import VirtualCluster
@@ -37,6 +36,7 @@ from tests.clusters.support import Clock, cluster_settings
 from tests.support.kai import SCHEDULER_NAME, GpuScheduling, gpu_node
 from tests.support.kube_server import ApiServer
 from tests.support.kubectl import Kubectl, KubectlError
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kube_server
 
@@ -88,17 +88,6 @@ def synced_pod(name: str, namespace: str, queue: str, gpus: int) -> Manifest:
                                  "resources": {"limits": {lbl.GPU_RESOURCE: str(gpus)}}}]}}
 
 
-def eventually(check: Callable[[], Any], what: Callable[[], str],
-               timeout: float = SCHEDULED_WITHIN) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(what())
-
-
 def placed(host: KubernetesAdapter, namespace: str) -> dict[str, tuple[str | None, str]]:
     """Each GPU pod's node and phase (the stand-in release's control-plane pod left out)."""
     return {p["metadata"]["name"]: (p["spec"].get("nodeName"), p["status"].get("phase", ""))
@@ -114,12 +103,7 @@ def test_kai_binds_gpu_pods_within_the_clusters_queue_and_in_use_is_what_it_allo
     use_standin_helm(tmp_path / "helm", monkeypatch, virtual_api.admin_kubeconfig)
     slug = f"kai-{secrets.token_hex(3)}"
     with database.transaction() as db:
-        tenant = factories.tenant(db, slug, display_name=f"KAI {slug}")
-        admin = factories.user(db)
-        factories.membership(db, tenant, admin, "admin")
-        h100 = factories.gpu_class(db, H100, display_name="H100 80GB")
-        factories.quota(db, tenant, h100, 8)
-        principal = Principal(user=admin, via="token", roles={tenant.id: "admin"})
+        tenant, principal, h100 = factories.gpu_tenant(db, slug, gpus=8, product=H100)
         created = service.create_cluster(db, principal, settings, slug, ClusterCreate(
             name="train", placement="shared-pool", gpu_class_id=h100.id, gpus=GRANTED,
             cpu_millicores=16000, memory_mib=65536))
@@ -144,10 +128,11 @@ def test_kai_binds_gpu_pods_within_the_clusters_queue_and_in_use_is_what_it_allo
     syncer = Kubectl(gpu_host.server, tmp_path / "syncer", manager="vcluster")
     for index in range(2):
         syncer.create(synced_pod(f"job-{index}", namespace, queue, gpus=2))
-    eventually(lambda: all(node and phase == "Running"
-                           for node, phase in placed(host, namespace).values()),
-               lambda: f"KAI did not run the pods: {placed(host, namespace)}; "
-                       f"exited: {gpu_host.exited()}\n{gpu_host.log('scheduler')}")
+    wait_for(lambda: all(node and phase == "Running"
+                         for node, phase in placed(host, namespace).values()),
+             lambda: f"KAI to run the pods: {placed(host, namespace)}; "
+                     f"exited: {gpu_host.exited()}\n{gpu_host.log('scheduler')}",
+             timeout=SCHEDULED_WITHIN)
     assert {node for node, _ in placed(host, namespace).values()} <= {"h100-a", "h100-b"}
     # A third is refused by the host namespace's quota: the syncer cannot place it at all.
     with pytest.raises(KubectlError) as refused:
@@ -156,9 +141,10 @@ def test_kai_binds_gpu_pods_within_the_clusters_queue_and_in_use_is_what_it_allo
     assert list(placed(host, namespace)) == ["job-0", "job-1"]
 
     # KAI's own account of the queue, and the portal's "in use" sampled from it.
-    leaf = eventually(lambda: allocated(host, queue),
-                      lambda: f"queue {queue} has no allocation in its status: "
-                              f"{host.get(lbl.KAI_API_VERSION, 'Queue', queue)}")
+    leaf = wait_for(lambda: allocated(host, queue),
+                    lambda: f"an allocation in the status of queue {queue}: "
+                            f"{host.get(lbl.KAI_API_VERSION, 'Queue', queue)}",
+                    timeout=SCHEDULED_WITHIN)
     assert leaf == {lbl.GPU_RESOURCE: str(GRANTED)}  # the key the usage sampler reads
     sampler = UsageSampler(settings, database, connector, clock=lambda: clock.now.timestamp())
     sampler.run_due("worker-1")
@@ -189,8 +175,9 @@ def test_pods_created_while_kais_scheduler_is_down_are_bound_once_it_is_back(
         assert placed(host, namespace) == {"job-0": (None, "Pending")}
     finally:
         gpu_host.start_program("scheduler")
-    eventually(lambda: placed(host, namespace)["job-0"][1] == "Running",
-               lambda: f"not run after the restart: {placed(host, namespace)}")
+    wait_for(lambda: placed(host, namespace)["job-0"][1] == "Running",
+             lambda: f"the pod to run after the restart: {placed(host, namespace)}",
+             timeout=SCHEDULED_WITHIN)
     # bound once: one binding, and the scheduler's restart did not move it
     node = placed(host, namespace)["job-0"][0]
     time.sleep(3)
