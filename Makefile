@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # fail under CI=true).
 GO ?= go
 TOOLS_BIN := .cache/bin
-TOOL_MODULES := kube helm kwok kai vcluster
+TOOL_MODULES := kube helm kwok kai vcluster kine
 KUBEBUILDER_ASSETS ?= $(abspath $(TOOLS_BIN))
 PORTAL_TOOLS_BIN ?= $(abspath $(TOOLS_BIN))
 # The vCluster chart of the same module as the vcluster binary, packaged as a Helm repository.

@@ -56,7 +56,7 @@ def skip_unless_ci(message: str) -> NoReturn:
 
 
 def tool(name: str) -> Path:
-    """A program ``make tools`` built (helm, kwok, KAI's, vcluster, kubectl)."""
+    """A program ``make tools`` built (helm, kwok, KAI's, vcluster, kine, kubectl)."""
     folder = tools_bin()
     if folder is None or not (folder / name).is_file():
         skip_unless_ci(f"{name} is not in PORTAL_TOOLS_BIN: `make tools` builds it into "
