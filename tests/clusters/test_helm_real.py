@@ -33,7 +33,7 @@ from app.db import Database
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import dump_yaml
-from app.kube.port import Manifest, register_kind
+from app.kube.port import Manifest, kind_info, register_kind
 from tests import factories
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.support import Clock, cluster_settings
@@ -151,12 +151,9 @@ def release_objects(admin_kubeconfig: Path, release: str, namespace: str) -> lis
          "--kubeconfig", str(admin_kubeconfig)], capture_output=True, text=True, check=True,
         timeout=60)
     return [(o["apiVersion"], o["kind"], o["metadata"]["name"],
-             o["metadata"].get("namespace", namespace) if _namespaced(o["kind"]) else None)
+             o["metadata"].get("namespace", namespace)
+             if kind_info(o["apiVersion"], o["kind"]).namespaced else None)
             for o in yaml.safe_load_all(done.stdout) if o]
-
-
-def _namespaced(kind: str) -> bool:
-    return kind not in {"ClusterRole", "ClusterRoleBinding"}
 
 
 def contents(admin: KubernetesAdapter, refs: list[Ref]) -> dict[Ref, Manifest]:
@@ -202,13 +199,13 @@ def test_the_worker_installs_and_uninstalls_the_real_chart_under_its_own_rbac(
     # The control plane's pod is created under Pod Security "restricted" and waits: nothing
     # schedules or runs it on this host (the lab does).
     pod = wait_for(lambda: control_plane_pod(host_admin, worker.namespace),
-                   lambda: f"the StatefulSet's pod was not created: "
+                   lambda: f"the StatefulSet's pod; the namespace's events: "
                            f"{events(host_admin, worker.namespace)}", timeout=60.0)
     assert pod is not None
     assert pod["status"]["phase"] == "Pending"
     assert not pod["spec"].get("nodeName")
 
-    # The same values again change nothing: no pass of the worker, and no direct install.
+    # The same values again change nothing, neither the worker's next pass nor a direct install.
     worker.pass_()
     values = helm_values(admin_kubeconfig, "train", worker.namespace)
     HelmInstaller.from_settings(worker.settings).install("train", worker.namespace, values)

@@ -128,8 +128,8 @@ def test_kai_binds_gpu_pods_within_the_clusters_queue_and_in_use_is_what_it_allo
     syncer = Kubectl(gpu_host.server, tmp_path / "syncer", manager="vcluster")
     for index in range(2):
         syncer.create(synced_pod(f"job-{index}", namespace, queue, gpus=2))
-    wait_for(lambda: all(node and phase == "Running"
-                         for node, phase in placed(host, namespace).values()),
+    wait_for(lambda: [phase for node, phase in placed(host, namespace).values()
+                      if node] == ["Running", "Running"],
              lambda: f"KAI to run the pods: {placed(host, namespace)}; "
                      f"exited: {gpu_host.exited()}\n{gpu_host.log('scheduler')}",
              timeout=SCHEDULED_WITHIN)
