@@ -7,9 +7,11 @@ and guarantees that every read after it in the transaction sees the latest commi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -35,3 +37,15 @@ def insert_or_conflict(db: Session, row: Base, conflict: Conflict) -> None:
             db.add(row)
     except IntegrityError as error:
         raise conflict from error
+
+
+def upsert(db: Session, model: type[Base], rows: Sequence[dict[str, Any]],
+           keys: Sequence[str]) -> None:
+    """Inserts ``rows``, overwriting those whose ``keys`` exist: two workers writing the same
+    rows at once both succeed (the later wins), where a delete and insert would collide."""
+    if not rows:
+        return
+    dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(model).values(list(rows))
+    changed = {name: statement.excluded[name] for name in rows[0] if name not in keys}
+    db.execute(statement.on_conflict_do_update(index_elements=list(keys), set_=changed))

@@ -2,12 +2,12 @@
 
 from app.audit.models import AuditEvent
 from app.auth.models import ApiToken, IdempotencyKey, User, WebSession
-from app.clusters.models import VirtualCluster
+from app.clusters.models import ClusterGpuWait, VirtualCluster
 from app.db import Base
 from app.hosts.models import HostCluster
 from app.kubeconfigs.models import KubeconfigGrant
 from app.nodes.models import GpuClass, Node, NodeAssignment
-from app.quotas.models import QuotaRequest, TenantQuota
+from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.tenants.models import GroupMapping, Membership, Tenant
 from app.usage.models import HourlyUsage, LedgerEntry, UsageSample
@@ -16,9 +16,11 @@ __all__ = [
     "ApiToken",
     "AuditEvent",
     "Base",
+    "ClusterGpuWait",
     "ClusterTemplate",
     "ClusterTemplateVersion",
     "GpuClass",
+    "GpusInUse",
     "GroupMapping",
     "HostCluster",
     "HourlyUsage",

@@ -67,3 +67,17 @@ class VirtualCluster(Base):
     lease_expires_at: Mapped[datetime | None]
     next_reconcile_at: Mapped[datetime] = mapped_column(default=utcnow)
     failed_attempts: Mapped[int] = mapped_column(default=0)
+
+
+class ClusterGpuWait(Base):
+    """The cluster's GPU pods that KAI has not bound yet, as the worker last saw them on the
+    host, and KAI's reason: pages read this, never the host."""
+
+    __tablename__ = "cluster_gpu_waits"
+    __table_args__ = (CheckConstraint("pods >= 0", name="pods_non_negative"),)
+
+    cluster_id: Mapped[int] = mapped_column(
+        ForeignKey("virtual_clusters.id", ondelete="CASCADE"), primary_key=True)
+    pods: Mapped[int] = mapped_column(default=0)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    observed_at: Mapped[datetime]

@@ -24,8 +24,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from app.clusters.models import VirtualCluster
-from app.concurrency import lock_row
+from app.clusters.models import ClusterGpuWait, VirtualCluster
+from app.concurrency import lock_row, upsert
 from app.hosts.models import HostCluster
 from app.hosts.repository import ensure_default_host
 from app.nodes.models import GpuClass, Node, NodeAssignment
@@ -49,15 +49,33 @@ LISTED_COLUMNS = (
 )
 
 
+WAIT_COLUMNS = (ClusterGpuWait.pods.label("wait_pods"),
+                ClusterGpuWait.reason.label("wait_reason"),
+                ClusterGpuWait.observed_at.label("wait_observed_at"))
+
+
 def listed_rows_query(tenant_id: int | BindParameter[int]) -> Select[*tuple[Any, ...]]:
     """What a cluster list shows, as plain columns (no entities to build): a page in one
     statement, the GPU class's product joined as ``product``, the host's name and region as
-    ``host_name`` and ``host_region``."""
+    ``host_name`` and ``host_region``, the pods waiting for GPUs as ``WAIT_COLUMNS``."""
     return (select(*LISTED_COLUMNS, GpuClass.product, HostCluster.name.label("host_name"),
-                   HostCluster.region.label("host_region"))
+                   HostCluster.region.label("host_region"), *WAIT_COLUMNS)
             .outerjoin(GpuClass, GpuClass.id == VirtualCluster.gpu_class_id)
             .join(HostCluster, HostCluster.id == VirtualCluster.host_cluster_id)
+            .outerjoin(ClusterGpuWait, ClusterGpuWait.cluster_id == VirtualCluster.id)
             .where(VirtualCluster.tenant_id == tenant_id))
+
+
+def gpu_wait(db: Session, cluster_id: int) -> ClusterGpuWait | None:
+    return db.get(ClusterGpuWait, cluster_id)
+
+
+def record_gpu_waits(db: Session, waits: Mapping[int, tuple[int, str]],
+                     observed_at: datetime) -> None:
+    """Pods waiting and KAI's reason by cluster id; a cluster's row goes with the cluster."""
+    upsert(db, ClusterGpuWait, [
+        {"cluster_id": cluster_id, "pods": pods, "reason": reason, "observed_at": observed_at}
+        for cluster_id, (pods, reason) in sorted(waits.items())], keys=("cluster_id",))
 
 
 _LISTED_PAGE = KeysetPage(listed_rows_query(bindparam("tenant_id", type_=Integer)),

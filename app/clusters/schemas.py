@@ -68,6 +68,16 @@ class ConditionOut(BaseModel):
     observedGeneration: int  # noqa: N815
 
 
+class GpuWaitOut(BaseModel):
+    """The cluster's GPU pods that KAI has not bound yet, as the worker last saw the host."""
+
+    pods: int = Field(description="GPU pods of the cluster waiting for GPUs")
+    reason: str = Field(description="why, as KAI's scheduler put it (the most common reason "
+                                    "among them); empty until KAI has looked at them")
+    message: str = Field(description="the same in a sentence, as the page shows it")
+    observed_at: datetime
+
+
 class ClusterOut(BaseModel):
     id: int
     tenant: str
@@ -93,6 +103,8 @@ class ClusterOut(BaseModel):
     host_cluster: str = Field(description="the host cluster it runs on")
     placement_reason: str = Field(description="why the portal placed it on that host")
     conditions: list[ConditionOut]
+    waiting_for_gpus: GpuWaitOut | None = Field(
+        description="its pods waiting for GPUs; null until the worker has looked at its host")
     created_at: datetime
     updated_at: datetime
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -35,6 +36,7 @@ from app.clusters.schemas import (
     ClusterPreview,
     ClusterResize,
     ConditionOut,
+    GpuWaitOut,
 )
 from app.clusters.shapes import ResolvedCreate, TemplateResolver, TemplateUpgrade
 from app.concurrency import insert_or_conflict
@@ -75,15 +77,38 @@ def _cluster_out(db: Session, cluster: VirtualCluster, gpu_class: str | None) ->
     tenant = db.get(Tenant, cluster.tenant_id)
     host = repository.host_cluster(db, cluster.host_cluster_id)
     assert tenant is not None and host is not None
-    return ClusterOut.model_validate(cluster_fields(cluster, tenant.slug, gpu_class,
-                                                    host.name, host.region))
+    wait = repository.gpu_wait(db, cluster.id)
+    return ClusterOut.model_validate(cluster_fields(
+        cluster, tenant.slug, gpu_class, host.name, host.region,
+        gpu_wait(wait.pods, wait.reason, wait.observed_at) if wait else None))
+
+
+def gpu_wait(pods: int | None, reason: str, observed_at: datetime | None) -> GpuWaitOut | None:
+    """``None`` when the worker has not looked (no row, or the columns of an outer join)."""
+    if pods is None or observed_at is None:
+        return None
+    return GpuWaitOut(pods=pods, reason=reason, observed_at=observed_at,
+                      message=gpu_wait_message(pods, reason))
+
+
+def gpu_wait_message(pods: int, reason: str) -> str:
+    if pods == 0:
+        return "no pod waits for GPUs"
+    said = f"{pods} pod waits" if pods == 1 else f"{pods} pods wait"
+    return f"{said} for GPUs: {reason}" if reason else f"{said} for GPUs (KAI has not said why yet)"
+
+
+def record_gpu_waits(db: Session, waits: Mapping[int, tuple[int, str]],
+                     observed_at: datetime) -> None:
+    """What the worker saw on a host: by cluster id, its GPU pods waiting and KAI's reason."""
+    repository.record_gpu_waits(db, waits, observed_at)
 
 
 _CONDITION_FIELDS = tuple(ConditionOut.model_fields)
 
 
 def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None, host: str,
-                   region: str) -> dict[str, Any]:
+                   region: str, wait: GpuWaitOut | None) -> dict[str, Any]:
     """``ClusterOut``'s fields, from a cluster or a row of its columns, as plain values. The
     host's name and region, never how the portal reaches it."""
     conditions = list(cluster.conditions or [])
@@ -102,6 +127,7 @@ def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None, host: str,
         "over_quota": cluster.over_quota, "deleting": deleting, "endpoint": cluster.endpoint,
         "region": region, "host_cluster": host, "placement_reason": cluster.placement_reason,
         "conditions": [{field: c[field] for field in _CONDITION_FIELDS} for c in conditions],
+        "waiting_for_gpus": wait.model_dump() if wait else None,
         "created_at": cluster.created_at, "updated_at": cluster.updated_at,
     }
 
@@ -117,7 +143,8 @@ def list_cluster_fields(db: Session, principal: Principal, slug: str,
     """A page of the tenant's clusters as ``ClusterOut`` fields, read as plain columns."""
     tenant = tenant_for(db, principal, slug)
     rows, cursor = repository.listed_page(db, tenant.id, params)
-    return [cluster_fields(row, tenant.slug, row.product, row.host_name, row.host_region)
+    return [cluster_fields(row, tenant.slug, row.product, row.host_name, row.host_region,
+                           gpu_wait(row.wait_pods, row.wait_reason, row.wait_observed_at))
             for row in rows], cursor
 
 
@@ -128,10 +155,12 @@ def get_cluster(db: Session, principal: Principal, slug: str, name: str) -> Clus
 def cluster_version(db: Session, principal: Principal, slug: str, name: str) -> str:
     """Moves whenever the cluster page's status would: the live stream's fingerprint."""
     cluster = cluster_for(db, principal, slug, name)
-    conditions = json.dumps(cluster.conditions or [], sort_keys=True).encode()
+    wait = repository.gpu_wait(db, cluster.id)
+    shown = [cluster.conditions or [], [wait.pods, wait.reason] if wait else None]
+    status = json.dumps(shown, sort_keys=True).encode()
     return "-".join((str(cluster.generation), str(cluster.observed_generation),
                      "deleting" if cluster.deletion_requested_at else "live",
-                     hashlib.sha256(conditions).hexdigest()[:16]))
+                     hashlib.sha256(status).hexdigest()[:16]))
 
 
 # ----- create

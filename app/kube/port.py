@@ -192,6 +192,7 @@ def _register_builtins() -> None:
         ("v1", "Service", "services", True),
         ("v1", "Pod", "pods", True),
         ("v1", "ResourceQuota", "resourcequotas", True),
+        ("v1", "Event", "events", True),
         ("v1", "LimitRange", "limitranges", True),
         ("apps/v1", "Deployment", "deployments", True),
         ("apps/v1", "StatefulSet", "statefulsets", True),

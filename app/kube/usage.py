@@ -5,12 +5,14 @@
 - each portal-made ResourceQuota's ``status.used`` (written by the controller-manager's quota
   controller): GPUs requested by the namespace's pods;
 - running pods (a field selector, so only those come back): GPUs requested per node, for
-  dedicated nodes.
+  dedicated nodes;
+- pending pods of KAI's scheduler: the GPU pods that wait for GPUs, per namespace, with the
+  reason KAI's scheduler gave them.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -20,7 +22,10 @@ from app.kube.manifests import labels as lbl
 from app.kube.port import KubePort, Manifest
 from app.kube.quantities import parse_quantity
 
-GPU_KEYS = (lbl.GPU_RESOURCE, "gpu")  # KAI's status uses the resource name; "gpu" as a fallback
+# KAI's queue controller sums its PodGroups' resourcesStatus into the Queue's status, keyed by
+# resource name: whole GPUs and GPU fractions (gpu-fraction / gpu-memory pods) both under
+# nvidia.com/gpu, a fraction as a decimal quantity ("500m"). The "gpu" key is only the spec's.
+GPU_KEYS = (lbl.GPU_RESOURCE,)
 QUOTA_USED_KEYS = (f"requests.{lbl.GPU_RESOURCE}", lbl.GPU_RESOURCE)
 
 
@@ -41,22 +46,38 @@ class NamespaceUse:
 
 
 @dataclass(frozen=True)
+class WaitingPods:
+    """A namespace's GPU pods that KAI has not bound yet, and why, in KAI's words."""
+
+    namespace: str
+    pods: int
+    reason: str  # the most common message among them; "" before KAI has looked at them
+
+
+@dataclass(frozen=True)
 class HostUsage:
     queues: list[QueueUse] = field(default_factory=list)
     namespaces: list[NamespaceUse] = field(default_factory=list)
     gpus_by_node: dict[str, float] = field(default_factory=dict)
+    waiting: list[WaitingPods] = field(default_factory=list)
+
+
+# The reason of the event vCluster's syncer records on a pod it could not create on the host.
+SYNC_ERROR = "SyncError"
+KAI_PENDING = {"status.phase": "Pending", "spec.schedulerName": lbl.KAI_SCHEDULER_NAME}
 
 
 def read_host_usage(port: KubePort, *, pods_on_nodes: bool = True) -> HostUsage:
-    """``pods_on_nodes=False`` skips the pod LIST (no node is dedicated to anyone)."""
+    """``pods_on_nodes=False`` skips the LIST of running pods (no node is dedicated)."""
     managed = lbl.managed()
     queues = port.list(lbl.KAI_API_VERSION, "Queue", label_selector=managed)
     quotas = port.list("v1", "ResourceQuota", label_selector=managed)
     pods = (port.list("v1", "Pod", field_selector={"status.phase": "Running"})
             if pods_on_nodes else [])
+    pending = port.list("v1", "Pod", field_selector=KAI_PENDING)
     return HostUsage(queues=[q for q in map(queue_use, queues) if q is not None],
                      namespaces=[n for n in map(namespace_use, quotas) if n is not None],
-                     gpus_by_node=gpus_by_node(pods))
+                     gpus_by_node=gpus_by_node(pods), waiting=waiting_pods(pending))
 
 
 def _cluster_of(obj: Manifest) -> tuple[str, str] | None:
@@ -116,3 +137,60 @@ def gpus_by_node(pods: list[Manifest]) -> dict[str, float]:
         if node:
             found[node] += pod_gpu_request(pod)
     return {node: float(gpus) for node, gpus in sorted(found.items())}
+
+
+def waiting_pods(pending: list[Manifest]) -> list[WaitingPods]:
+    """Unbound pods that ask for GPUs, per namespace. KAI's scheduler writes why a pod waits
+    into its ``PodScheduled`` condition (status False, reason Unschedulable) on every cycle."""
+    reasons: dict[str, list[str]] = defaultdict(list)
+    for pod in pending:
+        if (pod.get("spec") or {}).get("nodeName") or not pod_gpu_request(pod):
+            continue
+        reasons[(pod.get("metadata") or {}).get("namespace", "")].append(unschedulable(pod))
+    return [WaitingPods(namespace, len(found), _most_common(found))
+            for namespace, found in sorted(reasons.items())]
+
+
+def read_virtual_waits(port: KubePort) -> WaitingPods:
+    """A virtual cluster's GPU pods not bound yet, as its users see them: those KAI holds on
+    the host, and those the syncer could not create there (the host namespace's quota refused
+    them), with the syncer's reason for the latter (its ``SyncError`` event)."""
+    pending = port.list("v1", "Pod", field_selector={"status.phase": "Pending"})
+    waiting = [pod for pod in pending
+               if not (pod.get("spec") or {}).get("nodeName") and pod_gpu_request(pod)]
+    if not waiting:
+        return WaitingPods("", 0, "")
+    said = _sync_errors(port.list("v1", "Event", field_selector={"reason": SYNC_ERROR}))
+    reasons = [said.get(_key(pod.get("metadata") or {}), "") for pod in waiting]
+    return WaitingPods("", len(waiting), _most_common(reasons))
+
+
+def _sync_errors(events: list[Manifest]) -> dict[tuple[str, str], str]:
+    """The latest syncer error message per pod (namespace, name)."""
+    latest: dict[tuple[str, str], tuple[str, str]] = {}
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        if involved.get("kind") != "Pod":
+            continue
+        at = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        key = _key(involved)
+        if key not in latest or at >= latest[key][0]:
+            latest[key] = (at, str(event.get("message") or ""))
+    return {key: message for key, (_at, message) in latest.items()}
+
+
+def _key(meta: Mapping[str, Any]) -> tuple[str, str]:
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def unschedulable(pod: Manifest) -> str:
+    """The message of the pod's ``PodScheduled=False`` condition, or "" if it has none."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or condition.get("reason") or "")
+    return ""
+
+
+def _most_common(messages: list[str]) -> str:
+    said = Counter(sorted(message for message in messages if message))
+    return said.most_common(1)[0][0] if said else ""

@@ -172,7 +172,7 @@ def tenants_show(tenant: str, output: Output = Format.table) -> None:
 # ----- quota
 
 QUOTA_COLUMNS = ("gpu_class_id", "gpu_class", "region", "approved_gpus", "allocated_gpus",
-                 "dedicated_gpus", "cpu_millicores", "memory_mib")
+                 "in_use_gpus", "dedicated_gpus", "cpu_millicores", "memory_mib")
 REQUEST_COLUMNS = ("id", "tenant", "gpu_class", "region", "gpus", "state", "requested_by",
                    "created_at")
 
@@ -309,11 +309,18 @@ def clusters_show(name: str, tenant: TenantOpt = None, output: Output = Format.t
     """
     with api() as client:
         cluster = client.get(f"{clusters_path(client, tenant)}/{name}")
-    emit(cluster, output, (*CLUSTER_COLUMNS, "endpoint", "generation", "observed_generation",
-                           "placement_reason"))
-    if output is Format.table:
-        typer.echo("")
-        emit(cluster["conditions"], output, ("type", "status", "reason", "message"))
+    if output is not Format.table:
+        emit(cluster, output, ())
+        return
+    emit({**cluster, "waiting_for_gpus": _gpu_wait(cluster.get("waiting_for_gpus"))}, output,
+         (*CLUSTER_COLUMNS, "endpoint", "generation", "observed_generation",
+          "placement_reason", "waiting_for_gpus"))
+    typer.echo("")
+    emit(cluster["conditions"], output, ("type", "status", "reason", "message"))
+
+
+def _gpu_wait(wait: dict[str, Any] | None) -> str:
+    return str(wait["message"]) if wait else "not looked at yet"
 
 
 @clusters_app.command("create")

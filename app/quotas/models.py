@@ -67,3 +67,21 @@ class TenantQuota(Base):
     cpu_millicores: Mapped[int] = mapped_column(default=0)
     memory_mib: Mapped[int] = mapped_column(default=0)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class GpusInUse(Base):
+    """GPUs of a class bound to a tenant's pods on one host, as the worker last read them
+    there: KAI's allocation to the tenant's queues plus the pods on its dedicated nodes.
+    Summed over a region's hosts it is the "in use" of the tenant's quota there."""
+
+    __tablename__ = "quota_gpus_in_use"
+    __table_args__ = (CheckConstraint("gpus >= 0", name="gpus_non_negative"),)
+
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"),
+                                           primary_key=True)
+    gpu_class_id: Mapped[int] = mapped_column(ForeignKey("gpu_classes.id", ondelete="CASCADE"),
+                                              primary_key=True)
+    host_cluster_id: Mapped[int] = mapped_column(
+        ForeignKey("host_clusters.id", ondelete="CASCADE"), primary_key=True)
+    gpus: Mapped[float]
+    observed_at: Mapped[datetime]

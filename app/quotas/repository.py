@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BindParameter, CursorResult, Select, and_, bindparam, func, select, update
+from sqlalchemy import (
+    BindParameter,
+    CursorResult,
+    Select,
+    and_,
+    bindparam,
+    delete,
+    func,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
+from app.concurrency import upsert
 from app.hosts.models import HostCluster
 from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.pagination import KeysetPage, PageParams
-from app.quotas.models import QuotaRequest, TenantQuota
+from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
 from app.tenants.models import Tenant
 
 
@@ -65,9 +77,10 @@ def _one(column: Any, where: Any) -> Any:
 
 def quota_rows_query(
     tenant_id: int | BindParameter[int],
-) -> Select[TenantQuota, GpuClass, int, int]:
-    """A tenant's quota rows with their class, the GPUs its clusters hold and those on its
-    dedicated nodes in the quota's region, all summed in one statement."""
+) -> Select[TenantQuota, GpuClass, int, int, float | None]:
+    """A tenant's quota rows with their class, the GPUs its clusters hold, those on its
+    dedicated nodes and those bound to its pods (None until the worker read a host) in the
+    quota's region, all summed in one statement."""
     on_nodes = (select(func.coalesce(func.sum(Node.gpu_count), 0))
                 .join(NodeAssignment, and_(NodeAssignment.node_id == Node.id,
                                            NodeAssignment.ended_at.is_(None)))
@@ -78,7 +91,8 @@ def quota_rows_query(
     return (tenant_quotas_query(tenant_id)
             .add_columns(GpuClass, _allocated(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
                                               TenantQuota.region),
-                         on_nodes)
+                         on_nodes, _in_use(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
+                                           TenantQuota.region))
             .join(GpuClass, GpuClass.id == TenantQuota.gpu_class_id))
 
 
@@ -93,6 +107,28 @@ def _allocated(tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
                    VirtualCluster.gpu_class_id == gpu_class_id,
                    VirtualCluster.host_cluster_id.in_(hosts_in(region)))
             .scalar_subquery())
+
+
+def _in_use(tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
+    return (select(func.sum(GpusInUse.gpus))
+            .where(GpusInUse.tenant_id == tenant_id, GpusInUse.gpu_class_id == gpu_class_id,
+                   GpusInUse.host_cluster_id.in_(hosts_in(region)))
+            .scalar_subquery())
+
+
+def replace_gpus_in_use(db: Session, host_id: int, gpus: Mapping[tuple[int, int], float],
+                        observed_at: datetime) -> None:
+    """The host's figures by (tenant, class): those given are written, the host's others
+    (no cluster or dedicated node of that tenant and class there any more) go."""
+    stale = delete(GpusInUse).where(GpusInUse.host_cluster_id == host_id)
+    if gpus:
+        stale = stale.where(tuple_(GpusInUse.tenant_id, GpusInUse.gpu_class_id).not_in(list(gpus)))
+    db.execute(stale)
+    upsert(db, GpusInUse, [
+        {"tenant_id": tenant_id, "gpu_class_id": class_id, "host_cluster_id": host_id,
+         "gpus": used, "observed_at": observed_at}
+        for (tenant_id, class_id), used in sorted(gpus.items())],
+        keys=("tenant_id", "gpu_class_id", "host_cluster_id"))
 
 
 def request_for_update(db: Session, request_id: int) -> QuotaRequest | None:

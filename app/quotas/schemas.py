@@ -113,9 +113,10 @@ class TenantQuotaOut(BaseModel):
     region: str
     approved_gpus: int
     allocated_gpus: int = Field(description="GPUs of the class given to the tenant's clusters")
-    in_use_gpus: int = Field(
-        description="for now the allocated GPUs; live usage arrives with the cluster metrics"
-    )
+    in_use_gpus: float | None = Field(
+        description="GPUs bound to the tenant's pods now, as the worker last read the region's "
+                    "hosts: KAI's allocation to its clusters' queues (fractions included) plus "
+                    "the pods running on its dedicated nodes; null until a host was read")
     dedicated_gpus: int = Field(description="GPUs on nodes dedicated to the tenant")
     cpu_millicores: int
     memory_mib: int

@@ -65,6 +65,8 @@ class UsageSample(Base):
     used_gpus: Mapped[float]
     allocated_gpus: Mapped[float] = mapped_column(default=0.0)
     requested_gpus: Mapped[float] = mapped_column(default=0.0)
+    # It stands until the subject's next sample, at most this long (the worker may stop).
+    holds_s: Mapped[int] = mapped_column(default=600, server_default="600")
 
 
 class HourlyUsage(Base):
@@ -91,3 +93,5 @@ class HourlyUsage(Base):
     peak_used_gpus: Mapped[float]
     mean_allocated_gpus: Mapped[float] = mapped_column(default=0.0)
     mean_requested_gpus: Mapped[float] = mapped_column(default=0.0)
+    # The hour's samples, each standing until the next (at most its holds_s), integrated.
+    used_gpu_seconds: Mapped[float] = mapped_column(default=0.0, server_default="0")

@@ -89,15 +89,15 @@ def tenant_page(db: Session, principal: Principal, slug: str, chosen: Span) -> d
 def _classes_now(db: Session, tenant: Tenant,
                  clusters: list[repository.ClusterNow]) -> list[ClassNow]:
     approved = repository.approved_now(db, tenant.id)
+    bound = repository.bound_now(db, tenant.id)
     class_ids = set(approved) | {c.gpu_class_id for c in clusters}
     products = repository.class_products(db, class_ids)
     found = []
     for class_id in sorted(class_ids, key=lambda c: products[c]):
         mine = [c for c in clusters if c.gpu_class_id == class_id]
         found.append(ClassNow(products[class_id], approved.get(class_id, 0),
-                              sum(c.allocated for c in mine),
-                              sum(c.in_use or 0.0 for c in mine),
-                              any(c.in_use is not None for c in mine)))
+                              sum(c.allocated for c in mine), bound.get(class_id, 0.0),
+                              class_id in bound))
     return found
 
 
@@ -106,7 +106,7 @@ def _now_chart(tenant: Tenant, classes: list[ClassNow]) -> Markup:
     return grouped_bars(
         "GPUs now: approved, allocated and in use",
         f"Per GPU class of {tenant.slug}: GPUs approved as quota, allocated to clusters, and "
-        "requested by running pods at the last sample. The table below lists the figures.",
+        "bound to its pods at the last sample. The table below lists the figures.",
         names, [Series("approved", [float(c.approved) for c in classes]),
                 Series("allocated", [float(c.allocated) for c in classes]),
                 Series("in use", [c.in_use for c in classes])], "GPUs")

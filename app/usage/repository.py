@@ -29,12 +29,15 @@ from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
 from app.nodes.models import GpuClass, Node
-from app.quotas.models import TenantQuota
+from app.quotas.models import GpusInUse, TenantQuota
 from app.tenants.models import Tenant
 from app.usage.models import HourlyUsage, LedgerEntry, UsageSample
+from app.usage.samples import sample_spans
 
 HOUR = 3600
-USED_SOURCE = "quota"  # a namespace's ResourceQuota: GPUs its running pods request
+# GPUs bound: KAI's allocation to a shared-pool cluster's queue, and the running pods on a
+# dedicated node. (A namespace's ResourceQuota counts its pods waiting for GPUs too.)
+USED_SOURCES = ("queue", "node")
 
 
 @dataclass(frozen=True)
@@ -107,41 +110,35 @@ def allocated_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
             for row in db.execute(query)]
 
 
-def _hourly_means(tenant_ids: Any, since_s: int, until_s: int) -> Any:
-    """Mean GPUs in use per hour and cluster: the hourly rows, and raw samples not yet folded."""
-    hour = UsageSample.taken_s - UsageSample.taken_s % HOUR
-    raw = (select(hour.label("hour_s"), UsageSample.tenant_id, UsageSample.gpu_class_id,
-                  UsageSample.subject_id, func.avg(UsageSample.used_gpus).label("used"))
-           .where(UsageSample.source == USED_SOURCE, UsageSample.gpu_class_id.is_not(None),
-                  UsageSample.taken_s >= since_s - HOUR, UsageSample.taken_s < until_s)
-           .group_by(hour, UsageSample.tenant_id, UsageSample.gpu_class_id,
-                     UsageSample.subject_id))
-    folded = (select(HourlyUsage.hour_s, HourlyUsage.tenant_id, HourlyUsage.gpu_class_id,
-                     HourlyUsage.subject_id, HourlyUsage.mean_used_gpus.label("used"))
-              .where(HourlyUsage.source == USED_SOURCE, HourlyUsage.gpu_class_id.is_not(None),
-                     HourlyUsage.hour_s >= since_s - HOUR, HourlyUsage.hour_s < until_s))
-    if tenant_ids is not None:
-        raw = raw.where(UsageSample.tenant_id.in_(tenant_ids))
-        folded = folded.where(HourlyUsage.tenant_id.in_(tenant_ids))
-    return union_all(raw, folded).subquery("hours")
-
-
 def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
                  tenant_ids: Any = None) -> list[SecondsRow]:
-    """GPU-seconds in use per period, tenant and class: each hour's mean over the hour."""
+    """GPU-seconds in use per period, tenant and class: each raw sample over the span it
+    stands for (up to now), and the folded hours' integrals."""
     if not periods:
         return []
     cap = min(now_s, periods[-1].end_s)
     period = _periods_table(periods)
-    hours = _hourly_means(tenant_ids, periods[0].start_s, cap)
-    end = case((hours.c.hour_s + HOUR < cap, hours.c.hour_s + HOUR), else_=cap)
-    keys = [period.c.n, hours.c.tenant_id, hours.c.gpu_class_id]
-    query = (select(*keys, func.sum(hours.c.used * _overlap(hours.c.hour_s, end, period)))
-             .join_from(hours, period, and_(hours.c.hour_s < period.c.end_s,
-                                            end > period.c.start_s))
-             .group_by(*keys))
+    spans = sample_spans(tenant_ids=tenant_ids, sources=USED_SOURCES)
+    end = case((spans.c.end_s < cap, spans.c.end_s), else_=cap)
+    keys = [period.c.n, spans.c.tenant_id, spans.c.gpu_class_id]
+    raw = (select(*keys, func.sum(spans.c.used_gpus * _overlap(spans.c.start_s, end, period))
+                  .label("seconds"))
+           .join_from(spans, period, and_(spans.c.start_s < period.c.end_s,
+                                          end > period.c.start_s))
+           .where(spans.c.gpu_class_id.is_not(None), spans.c.start_s < cap)
+           .group_by(*keys))
+    hour_keys = [period.c.n, HourlyUsage.tenant_id, HourlyUsage.gpu_class_id]
+    folded = (select(*hour_keys, func.sum(HourlyUsage.used_gpu_seconds).label("seconds"))
+              .join_from(HourlyUsage, period, and_(HourlyUsage.hour_s >= period.c.start_s,
+                                                   HourlyUsage.hour_s < period.c.end_s))
+              .where(HourlyUsage.source.in_(USED_SOURCES),
+                     HourlyUsage.gpu_class_id.is_not(None), HourlyUsage.hour_s < cap)
+              .group_by(*hour_keys))
+    if tenant_ids is not None:
+        folded = folded.where(HourlyUsage.tenant_id.in_(tenant_ids))
+    rows = db.execute(union_all(raw, folded))
     return [SecondsRow(int(row[0]), row[1], row[2], "used", None, float(row[3] or 0))
-            for row in db.execute(query)]
+            for row in rows]
 
 
 def tenant_slugs(db: Session, tenant_ids: set[int]) -> dict[int, str]:
@@ -156,13 +153,15 @@ def class_products(db: Session, class_ids: set[int]) -> dict[int, str]:
 
 @dataclass(frozen=True)
 class ClusterNow:
-    """A cluster's GPUs now: given to it, and in use by the latest samples."""
+    """A cluster's GPUs now: given to it, bound by KAI to its pods (its queue's allocation)
+    and requested by its pods, waiting ones included (its namespace's ResourceQuota), by the
+    latest samples; None until one was taken."""
 
     name: str
     gpu_class_id: int
     allocated: int
-    in_use: float | None  # None until a sample was taken
-    queue_allocated: float | None
+    in_use: float | None
+    requested: float | None
 
 
 def _clusters_now_statements() -> tuple[Select[str, int, float],
@@ -196,8 +195,17 @@ def clusters_now(db: Session, tenant_id: int) -> list[ClusterNow]:
     tenant = {"tenant_id": tenant_id}
     used = {(row.source, row.subject_id): row.used_gpus
             for row in db.execute(_USED_NOW, tenant)}
-    return [ClusterNow(c.name, c.gpu_class_id, c.gpus, used.get(("quota", c.id)),
-                       used.get(("queue", c.id))) for c in db.execute(_CLUSTERS_NOW, tenant)]
+    return [ClusterNow(c.name, c.gpu_class_id, c.gpus, used.get(("queue", c.id)),
+                       used.get(("quota", c.id))) for c in db.execute(_CLUSTERS_NOW, tenant)]
+
+
+def bound_now(db: Session, tenant_id: int) -> dict[int, float]:
+    """GPUs of each class bound to the tenant's pods over all hosts, as the worker last read
+    them (app.quotas.models.GpusInUse); a class no host reported yet is absent."""
+    rows = db.execute(select(GpusInUse.gpu_class_id, func.sum(GpusInUse.gpus))
+                      .where(GpusInUse.tenant_id == tenant_id)
+                      .group_by(GpusInUse.gpu_class_id))
+    return {row[0]: float(row[1]) for row in rows}
 
 
 def approved_now(db: Session, tenant_id: int) -> dict[int, int]:

@@ -3,10 +3,12 @@ folding raw samples into hourly ones (raw kept 2 days, hourly 400 days)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import and_, case, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
@@ -37,6 +39,17 @@ def clusters_by_name(db: Session, host_id: int) -> dict[tuple[str, str], Owner]:
     return {(r.slug, r.name): Owner(r.id, r.tenant_id, r.gpu_class_id) for r in rows}
 
 
+def ready_clusters(db: Session, host_id: int) -> list[tuple[str, VirtualCluster]]:
+    """The host's clusters that have a credential (they were Ready once), with their tenant's
+    slug."""
+    rows = db.execute(select(Tenant.slug, VirtualCluster)
+                      .join(Tenant, Tenant.id == VirtualCluster.tenant_id)
+                      .where(VirtualCluster.host_cluster_id == host_id,
+                             VirtualCluster.admin_kubeconfig_encrypted.is_not(None),
+                             VirtualCluster.deletion_requested_at.is_(None)))
+    return [(row[0], row[1]) for row in rows]
+
+
 def dedicated_nodes_by_host(db: Session) -> dict[int, dict[str, Owner]]:
     """Assigned live nodes, per host then by node name (names are unique per host only)."""
     rows = db.execute(select(Node.host_cluster_id, Node.name, Node.id, NodeAssignment.tenant_id,
@@ -55,20 +68,58 @@ def add_samples(db: Session, rows: list[dict[str, object]]) -> None:
         db.execute(insert(UsageSample), rows)
 
 
+def sample_spans(*, tenant_ids: Any = None, sources: Sequence[str] | None = None) -> Any:
+    """Each sample as the span it stands for: from when it was taken until the subject's
+    next sample, at most its ``holds_s`` (a stopped worker's last figures do not run on)."""
+    series = (UsageSample.source, UsageSample.tenant_id, UsageSample.subject_id)
+    following = func.lead(UsageSample.taken_s).over(
+        partition_by=series, order_by=(UsageSample.taken_s, UsageSample.id))
+    held = UsageSample.taken_s + UsageSample.holds_s
+    query = select(UsageSample.taken_s.label("start_s"),
+                   case((following < held, following), else_=held).label("end_s"),
+                   UsageSample.source, UsageSample.tenant_id, UsageSample.gpu_class_id,
+                   UsageSample.subject_id, UsageSample.used_gpus)
+    if tenant_ids is not None:
+        query = query.where(UsageSample.tenant_id.in_(tenant_ids))
+    if sources is not None:
+        query = query.where(UsageSample.source.in_(sources))
+    return query.subquery("spans")
+
+
 def fold_old_samples(db: Session, now_s: int) -> int:
-    """Raw samples older than the raw retention become one hourly row per hour and subject."""
+    """Raw samples older than the raw retention become one hourly row per hour and subject:
+    mean and peak, and the GPU-seconds of their spans (a span is counted in the hour it
+    starts, so an hour's figure may reach into the next by up to one sample's hold)."""
     cutoff = (now_s - int(RAW_RETENTION.total_seconds())) // HOUR * HOUR
     hour = UsageSample.taken_s - UsageSample.taken_s % HOUR
-    folded = (select(hour, UsageSample.source, UsageSample.tenant_id,
-                     func.max(UsageSample.gpu_class_id), UsageSample.subject_id,
-                     func.count(), func.avg(UsageSample.used_gpus),
-                     func.max(UsageSample.used_gpus), func.avg(UsageSample.allocated_gpus),
-                     func.avg(UsageSample.requested_gpus))
+    folded = (select(hour.label("hour_s"), UsageSample.source, UsageSample.tenant_id,
+                     func.max(UsageSample.gpu_class_id).label("gpu_class_id"),
+                     UsageSample.subject_id, func.count().label("samples"),
+                     func.avg(UsageSample.used_gpus).label("mean_used"),
+                     func.max(UsageSample.used_gpus).label("peak_used"),
+                     func.avg(UsageSample.allocated_gpus).label("mean_allocated"),
+                     func.avg(UsageSample.requested_gpus).label("mean_requested"))
               .where(UsageSample.taken_s < cutoff)
-              .group_by(hour, UsageSample.source, UsageSample.tenant_id, UsageSample.subject_id))
+              .group_by(hour, UsageSample.source, UsageSample.tenant_id, UsageSample.subject_id)
+              .subquery("folded"))
+    spans = sample_spans()
+    span_hour = spans.c.start_s - spans.c.start_s % HOUR
+    integrals = (select(span_hour.label("hour_s"), spans.c.source, spans.c.tenant_id,
+                        spans.c.subject_id,
+                        func.sum(spans.c.used_gpus * (spans.c.end_s - spans.c.start_s))
+                        .label("seconds"))
+                 .where(spans.c.start_s < cutoff)
+                 .group_by(span_hour, spans.c.source, spans.c.tenant_id, spans.c.subject_id)
+                 .subquery("integrals"))
+    rows = (select(folded, integrals.c.seconds)
+            .join(integrals, and_(integrals.c.hour_s == folded.c.hour_s,
+                                  integrals.c.source == folded.c.source,
+                                  integrals.c.tenant_id == folded.c.tenant_id,
+                                  integrals.c.subject_id == folded.c.subject_id)))
     columns = ["hour_s", "source", "tenant_id", "gpu_class_id", "subject_id", "samples",
-               "mean_used_gpus", "peak_used_gpus", "mean_allocated_gpus", "mean_requested_gpus"]
-    db.execute(insert(HourlyUsage).from_select(columns, folded))
+               "mean_used_gpus", "peak_used_gpus", "mean_allocated_gpus", "mean_requested_gpus",
+               "used_gpu_seconds"]
+    db.execute(insert(HourlyUsage).from_select(columns, rows))
     result = db.execute(delete(UsageSample).where(UsageSample.taken_s < cutoff))
     return int(getattr(result, "rowcount", 0) or 0)
 

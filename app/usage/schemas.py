@@ -28,7 +28,9 @@ class UsageRow(BaseModel):
     approved_gpu_hours: float = Field(description="GPU-hours of approved quota")
     allocated_gpu_hours: float = Field(description="GPU-hours given to virtual clusters")
     dedicated_gpu_hours: float = Field(description="GPU-hours of dedicated nodes assigned")
-    used_gpu_hours: float = Field(description="GPU-hours requested by running pods (sampled)")
+    used_gpu_hours: float = Field(
+        description="GPU-hours bound to pods (KAI's allocation to the queues, pods on dedicated "
+                    "nodes), sampled each worker resync")
     allocated_gpu_seconds: int = Field(description="allocated, exact to the second")
 
 

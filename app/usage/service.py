@@ -122,13 +122,9 @@ def _row(period: LabelledPeriod, tenant: str, gpu_class: str,
 
 
 def gpus_in_use_by_class(db: Session, tenant_id: int) -> dict[int, float]:
-    """GPUs in use per class by the latest samples of a tenant's clusters (the caller has
-    authorized the tenant); a class none of whose clusters was sampled yet is absent."""
-    found: dict[int, float] = {}
-    for cluster in repository.clusters_now(db, tenant_id):
-        if cluster.in_use is not None:
-            found[cluster.gpu_class_id] = found.get(cluster.gpu_class_id, 0.0) + cluster.in_use
-    return found
+    """GPUs bound to a tenant's pods now per class, over all regions (the caller has
+    authorized the tenant); a class no host has reported for yet is absent."""
+    return repository.bound_now(db, tenant_id)
 
 
 def hours(seconds: float) -> float:

@@ -1,7 +1,7 @@
 """The tenant dashboard: clusters, quota and requests side by side.
 
 It sits above the domains it shows (tenants, quotas, clusters), so none of them imports another
-for it.
+for it. "In use" is the quota's own figure (app.quotas), per class and region.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from app.quotas import service as quota_service
 from app.quotas.schemas import TenantQuotaOut
 from app.routing import UnitOfWorkRoute
 from app.tenants import service
-from app.usage import service as usage_service
 from app.web.charts.bars import Group, grouped_bars
 from app.web.charts.svg import Series
 from app.web.templating import render
@@ -33,12 +32,10 @@ def dashboard(request: Request, tenant: str, db: DbSession,
               principal: CurrentPrincipal) -> Response:
     row, can_manage = service.tenant_and_rights(db, principal, tenant)
     quotas = quota_service.tenant_quota(db, principal, tenant, EVERYTHING).items
-    in_use = usage_service.gpus_in_use_by_class(db, row.id)
     return render(request, "tenants/dashboard.html", {
         "tenant": row, "can_manage": can_manage,
         "clusters": cluster_service.list_clusters(db, principal, tenant, EVERYTHING).items,
-        "quotas": quotas, "quota_chart": _quota_chart(row.display_name, quotas, in_use),
-        "in_use": in_use,
+        "quotas": quotas, "quota_chart": _quota_chart(row.display_name, quotas),
         "requests": quota_service.tenant_requests(db, principal, tenant,
                                                   PageParams(limit=50)).items,
     })
@@ -49,16 +46,15 @@ QUOTA_SERIES = (Series("approved", "Approved", "#2f6f4f", "solid"),
                 Series("in-use", "In use", "#9a5b00", "dots"))
 
 
-def _quota_chart(tenant: str, quotas: Sequence[TenantQuotaOut],
-                 in_use: dict[int, float]) -> Markup | None:
+def _quota_chart(tenant: str, quotas: Sequence[TenantQuotaOut]) -> Markup | None:
     if not quotas:
         return None
     groups = [Group(_label(q), {"approved": q.approved_gpus, "allocated": q.allocated_gpus,
-                                "in-use": round(in_use.get(q.gpu_class_id, 0))})
+                                "in-use": round(q.in_use_gpus or 0)})
               for q in quotas]
     description = "; ".join(f"{_label(q)}: {q.approved_gpus} approved, "
                             f"{q.allocated_gpus} allocated to clusters, "
-                            f"{_in_use_text(in_use, q.gpu_class_id)}" for q in quotas)
+                            f"{_in_use_text(q)}" for q in quotas)
     return grouped_bars("quota-chart", f"GPU quota of {tenant} per class", description,
                         groups, QUOTA_SERIES)
 
@@ -68,7 +64,7 @@ def _label(quota: TenantQuotaOut) -> str:
     return f"{quota.display_name} · {quota.region}" if quota.region else quota.display_name
 
 
-def _in_use_text(in_use: dict[int, float], gpu_class_id: int) -> str:
-    if gpu_class_id not in in_use:
+def _in_use_text(quota: TenantQuotaOut) -> str:
+    if quota.in_use_gpus is None:
         return "in use not sampled yet"
-    return f"{in_use[gpu_class_id]:g} in use"
+    return f"{quota.in_use_gpus:g} in use"

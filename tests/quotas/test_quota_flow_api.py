@@ -48,7 +48,7 @@ def test_tenant_admin_asks_for_8_and_platform_admin_approves_6(
 
     quota = client.get("/api/v1/tenants/acme/quota", headers=tenant_admin).json()
     assert [(q["gpu_class"], q["approved_gpus"], q["allocated_gpus"], q["in_use_gpus"])
-            for q in quota["items"]] == [("NVIDIA-H100-80GB-HBM3", 6, 0, 0)]
+            for q in quota["items"]] == [("NVIDIA-H100-80GB-HBM3", 6, 0, None)]  # no host read
     assert _actions(db, t.acme.id)[-3:] == [
         "quota_request.create", "quota_request.approve", "tenant_quota.change"]
     change = db.scalar(select(AuditEvent).where(AuditEvent.action == "tenant_quota.change"))

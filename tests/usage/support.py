@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
+from app.clusters import conditions as cond
 from app.clusters import service as clusters
+from app.clusters.models import VirtualCluster
+from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterResize
+from app.config import Settings
+from app.db import Database
+from app.kube.connector import ClientConnector
 from app.quotas import service as quotas
 from app.quotas.models import QuotaRequest
 from app.quotas.schemas import ApproveIn, QuotaRequestCreate
@@ -18,7 +25,7 @@ from app.usage import ledger
 from app.usage import service as usage
 from app.usage.models import LedgerEntry
 from app.usage.schemas import UsageFilters, UsageReport
-from tests.clusters.support import cluster_settings
+from tests.clusters.support import Clock, cluster_settings
 from tests.support.tenancy import Tenancy
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)  # a Monday, midnight UTC
@@ -86,3 +93,20 @@ def entries(db: Session, kind: str | None = None) -> list[tuple[str, str, int, d
     if kind is not None:
         query = query.where(LedgerEntry.kind == kind)
     return [(e.kind, e.cluster_name, e.gpus, e.at) for e in db.scalars(query)]
+
+
+def reconcile_until_ready(settings: Settings, database: Database, cluster_id: int) -> None:
+    """The real cluster reconciler's passes (a resync apart) until the cluster is Ready."""
+    clock = Clock()
+    reconciler = ClusterReconciler(settings, database, ClientConnector(settings), clock=clock,
+                                   wait_seconds=0.5)
+    conditions: list[dict[str, Any]] = []
+    for _ in range(4):
+        clock.advance(301)
+        reconciler.run_due("worker-1")
+        with database.session() as db:
+            cluster = db.scalar(select(VirtualCluster).where(VirtualCluster.id == cluster_id))
+            conditions = list(cluster.conditions or []) if cluster else []
+        if cond.is_true(conditions, cond.READY):
+            return
+    raise AssertionError(f"not Ready: {conditions}")

@@ -29,7 +29,7 @@ from tests.support.kube import InMemoryConnector
 from tests.support.tenancy import Tenancy, build_tenancy, headers, signed_in_admin_of
 from tests.support.web import HTML, csrf_of
 from tests.usage.support import T0, LedgerClock, fix_clock
-from tests.usage.test_sampler import quota
+from tests.usage.test_sampler import queue, quota
 
 DAY = {"from": "2026-11-02", "to": "2026-11-03"}
 MINUTE_IN_HOURS = 1 / 60
@@ -51,6 +51,12 @@ class Held:
                 end = following[0] if following else until
                 total += gpus * (end - at).total_seconds() / 3600
         return total
+
+    def at(self, tenant: str, when: datetime) -> list[int]:
+        """The GPUs of each of the tenant's clusters at ``when``."""
+        current = {name: gpus for at, slug, name, gpus in sorted(self.changes)
+                   if slug == tenant and at <= when}
+        return [gpus for gpus in current.values() if gpus]
 
 
 @pytest.fixture
@@ -84,7 +90,9 @@ class Day:
         self.held = Held([])
         self.host = InMemoryKube()
         moments = itertools.count(0, 10_000)
-        self.sampler = UsageSampler(cluster_settings(), database, InMemoryConnector(self.host),
+        # Sampled each hour: a sample stands until the next, an hour later.
+        self.sampler = UsageSampler(cluster_settings(worker_resync_seconds=1800), database,
+                                    InMemoryConnector(self.host),
                                     clock=lambda: float(next(moments)))
         signed_in_admin_of(client, db, oidc_issuer, t.acme)
         self.csrf = csrf_of(client.get("/t/acme/clusters", headers=HTML).text)
@@ -152,12 +160,14 @@ class Day:
 
     @staticmethod
     def _reported(current: dict[tuple[str, str], int]) -> InMemoryKube:
-        """acme's pods use all their GPUs; globex's cluster sits idle."""
+        """acme's pods ask for all their GPUs and KAI binds half of them (the others wait);
+        globex's cluster sits idle."""
         host = InMemoryKube()
         for (slug, name), gpus in current.items():
             if gpus:
-                used = gpus if slug == "acme" else 0
-                host.seed(quota(slug, name, str(used), str(gpus)))
+                asked = gpus if slug == "acme" else 0
+                host.seed(quota(slug, name, str(asked), str(gpus)))
+                host.seed(queue(slug, name, str(asked // 2), str(asked)))
         return host
 
     def sample(self) -> None:
@@ -207,7 +217,13 @@ def test_a_simulated_day_agrees_everywhere(client: TestClient, db: Session, data
         client.get("/api/v1/usage.csv", params=DAY, headers=day.acme).text)))
     [acme_row] = exported
     assert float(acme_row["allocated_gpu_hours"]) == by_tenant["acme"]["allocated_gpu_hours"]
-    assert float(acme_row["used_gpu_hours"]) == by_tenant["acme"]["used_gpu_hours"] > 0
+    # In use is what KAI bound, not what the pods asked for: each hour's sample (at h:30)
+    # stands until the next, the last one until the day ends.
+    bound = sum(gpus // 2 * min(1.0, 24 - (hour + 0.5)) for hour in range(24)
+                for gpus in day.held.at("acme", T0 + timedelta(hours=hour + 0.5)))
+    assert by_tenant["acme"]["used_gpu_hours"] == pytest.approx(bound, abs=MINUTE_IN_HOURS)
+    assert float(acme_row["used_gpu_hours"]) == by_tenant["acme"]["used_gpu_hours"]
+    assert by_tenant["globex"]["used_gpu_hours"] == 0
 
     page = client.get("/t/acme/usage", params=DAY, headers=day.acme).text
     bars = re.findall(r'<rect class="bar"[^>]*data-category="2026-11-02" data-value="([\d.]+)"',
@@ -222,4 +238,6 @@ def test_a_simulated_day_agrees_everywhere(client: TestClient, db: Session, data
     assert idle_rows[0][0] == "globex"
     assert float(idle_rows[0][1]) == pytest.approx(40 + 8 * 12.75)
     assert idle_rows[0][2] == "100"
-    assert ("acme", "0.00", "0") in idle_rows
+    acme_idle = expected["acme"] - bound  # the half of its GPUs KAI never bound
+    assert ("acme", f"{acme_idle:.2f}", f"{round(100 * acme_idle / expected['acme'])}"
+            ) in idle_rows

@@ -56,8 +56,9 @@ def pod(name: str, node: str, gpus: int, phase: str = "Running") -> dict[str, An
             "status": {"phase": phase}}
 
 
-def sampler(database: Database, host: InMemoryKube) -> UsageSampler:
-    return UsageSampler(cluster_settings(worker_resync_seconds=60), database,
+def sampler(database: Database, host: InMemoryKube, resync: float = 60) -> UsageSampler:
+    """A sample stands until the next one, at most two resyncs."""
+    return UsageSampler(cluster_settings(worker_resync_seconds=resync), database,
                         InMemoryConnector(host), clock=lambda: 0.0)
 
 
@@ -95,30 +96,38 @@ def test_the_next_pass_waits_for_the_resync(database: Database, clock: LedgerClo
     moments[0] = 59.0
     sampler.run_due("w")
     assert [c.kind for c in host_lists.calls if c.method == "list"] == [
-        "Queue", "ResourceQuota"]  # no node is dedicated: no pods to look at
+        "Queue", "ResourceQuota", "Pod"]  # no node is dedicated: only KAI's pending pods
     moments[0] = 60.0
     sampler.run_due("w")
-    assert len([c for c in host_lists.calls if c.method == "list"]) == 4
+    assert len([c for c in host_lists.calls if c.method == "list"]) == 6
 
 
 def _used_hours(db: Session, admin: Any, days: int = 3) -> float:
     return sum(r.used_gpu_hours for r in report(db, admin, days=days).rows)
 
 
-def test_used_gpu_hours_are_hourly_means_and_survive_folding(
-    database: Database, clock: LedgerClock
-) -> None:
+def _acme_training(database: Database) -> Any:
+    """acme with 8 GPUs approved and a 4-GPU cluster ``train``; the platform admin."""
     with database.transaction() as db:
         t = build_tenancy(db)
         approve_quota(db, t, 8)
         create_cluster(db, t, "train", 4)
-        admin = t.principal(t.platform_admin)
+        return t.principal(t.platform_admin)
+
+
+def test_used_gpu_hours_are_hourly_means_and_survive_folding(
+    database: Database, clock: LedgerClock
+) -> None:
+    admin = _acme_training(database)
     host = InMemoryKube()
-    # 10:00-11:00 at 2 GPUs then 4 GPUs (mean 3); 11:00-12:00 at 1 GPU.
+    # 10:00-11:00 at 2 GPUs then 4 GPUs bound by KAI (mean 3); 11:00-12:00 at 1 GPU, sampled
+    # every half hour (a resync of 15 minutes: each sample stands 30 at most). The pods ask
+    # for all 4 throughout: what waits is not in use.
     for minute, used in ((0, "2"), (30, "4"), (60, "1"), (90, "1")):
-        host.seed(quota("acme", "train", used, "4"))
+        host.seed(quota("acme", "train", "4", "4"))
+        host.seed(queue("acme", "train", used, "4"))
         clock.at(hours=10, minutes=minute)
-        sampler(database, host).run_due("w")
+        sampler(database, host, resync=900).run_due("w")
     clock.at(hours=12)
     with database.session() as db:
         assert _used_hours(db, admin) == 3.0 + 1.0
@@ -127,8 +136,9 @@ def test_used_gpu_hours_are_hourly_means_and_survive_folding(
     with database.session() as db:
         assert db.scalar(select(func.count()).select_from(UsageSample)) == 0
         folded = db.scalars(select(HourlyUsage).order_by(HourlyUsage.hour_s)).all()
-        assert [(h.samples, h.mean_used_gpus, h.peak_used_gpus) for h in folded] == [
-            (2, 3.0, 4.0), (2, 1.0, 1.0)]
+        bound = [(h.samples, h.mean_used_gpus, h.peak_used_gpus) for h in folded
+                 if h.source == "queue"]
+        assert bound == [(2, 3.0, 4.0), (2, 1.0, 1.0)]
         assert _used_hours(db, admin) == 3.0 + 1.0
     clock.at(days=401)
     sampler(database, InMemoryKube()).run_due("w")
@@ -137,18 +147,28 @@ def test_used_gpu_hours_are_hourly_means_and_survive_folding(
 
 
 def test_an_hour_still_running_counts_up_to_now(database: Database, clock: LedgerClock) -> None:
-    with database.transaction() as db:
-        t = build_tenancy(db)
-        approve_quota(db, t, 8)
-        create_cluster(db, t, "train", 4)
-        admin = t.principal(t.platform_admin)
+    admin = _acme_training(database)
     host = InMemoryKube()
-    host.seed(quota("acme", "train", "4", "4"))
+    host.seed(queue("acme", "train", "4", "4"))
     clock.at(hours=10)
-    sampler(database, host).run_due("w")
+    sampler(database, host, resync=900).run_due("w")
     clock.at(hours=10, minutes=15)
     with database.session() as db:
         assert _used_hours(db, admin) == 1.0
+
+
+def test_gpu_hours_in_use_start_when_the_pods_are_bound_to_the_minute(
+        database: Database, clock: LedgerClock) -> None:
+    """A cluster whose pods KAI binds at 10:55 has been in use for ten minutes at 11:05, not
+    since 10:00 (an hour's mean stretched over the whole hour)."""
+    admin = _acme_training(database)
+    host = InMemoryKube()
+    host.seed(queue("acme", "train", "4", "4"))
+    for minute in range(55, 66):  # a pass a minute, 10:55 to 11:05
+        clock.at(hours=10, minutes=minute)
+        sampler(database, host, resync=60).run_due("w")
+    with database.session() as db:
+        assert _used_hours(db, admin) == pytest.approx(4 * 10 / 60, abs=1e-6)
 
 
 @pytest.mark.parametrize(("spec", "gpus"), [

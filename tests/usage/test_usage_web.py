@@ -11,7 +11,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
-from app.usage.models import UsageSample
+from app.kube.usage import HostUsage, NamespaceUse, QueueUse
+from app.usage.sampler import record_usage
 from app.web.charts.series import Series, grouped_bars, lines, stacked_bars
 from tests.support.tenancy import Tenancy, build_tenancy, headers
 from tests.support.web import HTML
@@ -138,7 +139,7 @@ def test_chart_text_is_escaped() -> None:
     assert "<script>" not in svg and "&lt;script&gt;" in svg and "<b>" not in svg
 
 
-def test_the_dashboard_shows_in_use_from_the_latest_sample_not_the_allocation(
+def test_the_dashboard_shows_in_use_from_the_latest_pass_not_the_allocation(
     client: TestClient, db: Session, clock: LedgerClock
 ) -> None:
     t = _tenancy(db, clock)
@@ -146,11 +147,13 @@ def test_the_dashboard_shows_in_use_from_the_latest_sample_not_the_allocation(
     before = client.get("/t/acme", headers=viewer).text
     assert _in_use_cell(before) == "not sampled yet"
     assert "in use not sampled yet" in before  # the chart's description says so too
-    train = db.scalar(select(VirtualCluster.id).where(VirtualCluster.name == "train"))
-    assert train is not None
-    for taken_s, used in ((100, 3.0), (200, 1.0)):  # the newest sample counts
-        db.add(UsageSample(taken_s=taken_s, source="quota", tenant_id=t.acme.id,
-                           gpu_class_id=t.h100.id, subject_id=train, used_gpus=used))
+    host = db.scalar(select(VirtualCluster.host_cluster_id)
+                     .where(VirtualCluster.name == "train"))
+    assert host is not None
+    for taken_s, bound in ((100, 3.0), (200, 1.0)):  # the newest pass counts
+        usage = HostUsage(queues=[QueueUse("acme", "train", bound, 3.0)],
+                          namespaces=[NamespaceUse("acme", "train", 3.0, 3.0)])
+        record_usage(db, host, usage, taken_s, {})
     db.commit()
     after = client.get("/t/acme", headers=viewer).text
     assert _in_use_cell(after) == "1"
