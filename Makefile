@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds postgres bench-tools bench
+.PHONY: lab lab-demo run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds postgres bench-tools bench
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Every program the tests run is built from the Go module proxy by `make tools` into .cache/bin,
@@ -102,6 +102,14 @@ tools: etcd $(addprefix tool-,$(TOOL_MODULES)) vcluster-chart kai-crds
 # The test database: Debian's PostgreSQL on 127.0.0.1:5432, installed and started when missing.
 postgres:
 	@bash tools/postgres.sh
+
+# The lab (root: network namespaces): a real GPU host on this machine with the portal on it;
+# `make lab-demo` in another shell walks three teams through it. See the README.
+lab: setup tools
+	$(SUDO) $(BIN)/portal lab
+
+lab-demo: setup
+	$(SUDO) $(BIN)/portal lab-demo
 
 pytest: setup chromium oci-registry tools postgres
 	$(BIN)/python -m pytest

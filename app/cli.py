@@ -311,6 +311,50 @@ def _host_line(settings: Settings, simulated: bool) -> str:
     return "host cluster: none (clusters wait with HostClusterNotConfigured)"
 
 
+@cli.command()
+def lab(
+    port: Annotated[int, typer.Option(help="portal port")] = 8000,
+    idp_port: Annotated[int, typer.Option(help="local OIDC provider port")] = 8900,
+    nodes: Annotated[Path, typer.Option(help="the host's GPU fleet, a NodeList (JSON)")] = Path(
+        "app/devdata/host-nodes.json"),
+) -> None:
+    """A real GPU host on this machine (root): kube-apiserver, kwok's GPU fleet, KAI, vCluster
+    control planes, and the portal on it. Needs `make tools`; Ctrl-C stops everything."""
+    from app.lab.main import Lab, LabError, LabOptions
+
+    _refuse_in_production(_settings(), "portal lab", "signs in anyone as a demo user")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the lab's own probes, every 200 ms
+    stopping = threading.Event()
+    _stop_on_signals(stopping.set)
+    try:
+        with Lab(LabOptions(port=port, idp_port=idp_port, nodes=nodes)).running() as running:
+            typer.echo(running.summary())
+            stopping.wait()
+            typer.echo("stopping the lab...")
+    except LabError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
+
+
+@cli.command("lab-demo")
+def lab_demo(
+    lab: Annotated[Path, typer.Option(help="the running lab's folder")] = Path(".lab"),
+) -> None:
+    """The three teams on a running lab (`portal lab`): quota, clusters, kubeconfigs, GPU pods
+    applied with kubectl, then checks from outside the portal. Exits 1 if any check fails."""
+    from app.lab import demo
+
+    if not (lab / "env").is_file():
+        typer.echo(f"error: no lab at {lab} (no {lab / 'env'}): start one with `make lab`",
+                   err=True)
+        raise typer.Exit(2)
+    report = demo.run(demo.read_env(lab / "env"), lab / "kubeconfigs")
+    failed = report.failures()
+    typer.echo(f"{len(report.checks) - len(failed)} of {len(report.checks)} checks passed")
+    if failed:
+        raise typer.Exit(1)
+
+
 @cli.command("dev-idp")
 def dev_idp(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",

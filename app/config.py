@@ -115,6 +115,10 @@ class Settings(BaseSettings):
         default="https://{cluster}.{tenant}.vc.example.com",
         description="where tenants reach a virtual cluster's API server; `{cluster}` and "
                     "`{tenant}` are filled in (your ingress or load balancer must route it)")
+    control_plane_node_selector: dict[str, str] = Field(
+        default={},
+        description="JSON object of node labels the virtual clusters' control planes are "
+                    "scheduled on (e.g. CPU nodes); empty: anywhere the host scheduler puts them")
     helm_binary: str = Field(
         default="helm", description="the `helm` executable the worker installs vCluster with")
     vcluster_chart_repo: str = Field(

@@ -111,7 +111,8 @@ def hardening(settings: Settings, pod_security: str | None, user_namespaces: boo
 
 
 def manifest_policy(settings: Settings) -> ManifestPolicy:
-    return ManifestPolicy(vcluster_edition=settings.vcluster_edition)
+    return ManifestPolicy(vcluster_edition=settings.vcluster_edition,
+                          control_plane_node_selector=settings.control_plane_node_selector)
 
 
 def tenant_spec(db: Session, tenant: Tenant, region: str) -> TenantSpec:

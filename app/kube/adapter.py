@@ -121,10 +121,19 @@ class KubernetesAdapter:
 
     # ----- the port
 
-    def apply(self, obj: Manifest, *, force: bool = False) -> Manifest:
+    def apply(self, obj: Manifest, *, force: bool = False,
+              manager: str = FIELD_MANAGER) -> Manifest:
         ref = ObjectRef.of(obj)
-        query: Query = [("fieldManager", FIELD_MANAGER), ("force", "true" if force else "false")]
+        query: Query = [("fieldManager", manager), ("force", "true" if force else "false")]
         path = ref.info.object_path(ref.name, ref.namespace)
+        _, body = self._call("PATCH", path, query, body=obj, content_type=APPLY_CONTENT_TYPE)
+        return body
+
+    def apply_status(self, obj: Manifest, *, manager: str = FIELD_MANAGER) -> Manifest:
+        """Server-side apply to the status subresource (what a kubelet or controller reports)."""
+        ref = ObjectRef.of(obj)
+        query: Query = [("fieldManager", manager), ("force", "true")]
+        path = ref.info.object_path(ref.name, ref.namespace) + "/status"
         _, body = self._call("PATCH", path, query, body=obj, content_type=APPLY_CONTENT_TYPE)
         return body
 
@@ -177,10 +186,13 @@ class KubernetesAdapter:
                 if matches_labels(item, label_selector) and matches_fields(item, field_selector)]
 
     def delete(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
+        self, api_version: str, kind: str, name: str, namespace: str | None = None,
+        *, grace_period_seconds: int | None = None,
     ) -> bool:
         path = kind_info(api_version, kind).object_path(name, namespace)
-        status, _ = self._call("DELETE", path, accept={404})
+        query: Query = ([] if grace_period_seconds is None
+                        else [("gracePeriodSeconds", str(grace_period_seconds))])
+        status, _ = self._call("DELETE", path, query, accept={404})
         return status != 404
 
     def request_token(

@@ -48,6 +48,7 @@ ALLOWED_VALUE_PATHS: Final = (
     "controlPlane.distro.k8s.securityContext",
     "controlPlane.statefulSet.image.repository", "controlPlane.statefulSet.security",
     "controlPlane.coredns.security", "controlPlane.advanced.virtualScheduler.enabled",
+    "controlPlane.proxy.extraSANs", "controlPlane.statefulSet.scheduling.nodeSelector",
     "policies.podSecurityStandard", "policies.resourceQuota", "policies.limitRange",
     "policies.networkPolicy.enabled", "exportKubeConfig.server",
     "sync.toHost.pods.enforceTolerations", "sync.fromHost.nodes",
@@ -144,7 +145,8 @@ def _values_checks(specs: list[ClusterSpec], portal: Settings,
                    charts: ChartResolver) -> list[Check]:
     render, schema, edition, allowlist = (Check("render"), Check("chart-schema"),
                                           Check("edition"), Check("allowlist"))
-    policy = ManifestPolicy(vcluster_edition=portal.vcluster_edition)
+    policy = ManifestPolicy(vcluster_edition=portal.vcluster_edition,
+                            control_plane_node_selector=portal.control_plane_node_selector)
     chart_schema, unavailable = vcluster_chart_schema(portal, charts) if specs else (None, None)
     if unavailable:
         schema.fail(unavailable)

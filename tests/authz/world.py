@@ -15,13 +15,13 @@ from app.config import DEV_ENCRYPTION_KEY
 from app.crypto import SecretBox
 from app.db import utcnow
 from app.hosts.models import HostCluster
+from app.lab.pki import CertificateAuthority
 from app.nodes.models import GpuClass
 from app.quotas.models import QuotaRequest
 from app.tenants.models import GroupMapping, Tenant
 from tests import factories
 from tests.support import virtual_clusters
 from tests.support.kube_server import kubeconfig_yaml
-from tests.support.pki import CertificateAuthority
 from tests.support.principals import bearer
 
 HOST_CA = CertificateAuthority()

@@ -7,8 +7,8 @@ import yaml
 
 from app.errors import ValidationFailed
 from app.hosts import credentials
+from app.lab.pki import CertificateAuthority
 from tests.support.kube_server import kubeconfig_yaml
-from tests.support.pki import CertificateAuthority
 
 SECRET = "s3cr3t-token-value"
 CA = CertificateAuthority()

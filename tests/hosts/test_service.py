@@ -19,9 +19,9 @@ from app.hosts.health import CheckResult
 from app.hosts.models import HostCluster
 from app.hosts.schemas import HostCredentialsIn, HostRegister, HostUpdate
 from app.keys.service import rotate_stored_secrets
+from app.lab.pki import CertificateAuthority
 from tests import factories
 from tests.support.kube_server import kubeconfig_yaml
-from tests.support.pki import CertificateAuthority
 
 SECRET = "s3cr3t-sa-token-for-gpu-eu-2"
 CA = CertificateAuthority()

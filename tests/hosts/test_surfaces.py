@@ -12,10 +12,10 @@ from sqlalchemy.orm import Session
 
 from app.devmode import DEMO_ADMIN
 from app.hosts.models import HostCluster
+from app.lab.pki import CertificateAuthority
 from tests import factories
 from tests.support import oidc
 from tests.support.kube_server import kubeconfig_yaml
-from tests.support.pki import CertificateAuthority
 from tests.support.principals import bearer
 from tests.support.web import csrf_of
 

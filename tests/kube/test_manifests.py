@@ -201,6 +201,8 @@ ALLOWED_VALUE_PATHS = {
     "controlPlane.statefulSet.security",
     "controlPlane.statefulSet.image.repository",
     "controlPlane.coredns.security",
+    "controlPlane.proxy.extraSANs",
+    "controlPlane.statefulSet.scheduling.nodeSelector",
     "sync.fromHost.nodes.enabled",
     "sync.fromHost.nodes.clearImageStatus",
     "sync.fromHost.nodes.selector.labels",
@@ -474,3 +476,16 @@ def test_two_tenants_never_share_a_host_namespace_or_queue() -> None:
 def test_names_with_the_separator_are_refused() -> None:
     with pytest.raises(ValueError, match="--"):
         train(name="a--b")
+
+
+def test_the_certificate_names_the_endpoint_tenants_reach() -> None:
+    values = vcluster_values(train(), POLICY)
+    assert values["controlPlane"]["proxy"]["extraSANs"] == ["train.acme.vc.example.com"]
+
+
+def test_control_planes_go_where_the_operator_puts_them() -> None:
+    anywhere = vcluster_values(train(), POLICY)["controlPlane"]["statefulSet"]
+    policy = ManifestPolicy(control_plane_node_selector={"node-role.example/control": "true"})
+    placed = vcluster_values(train(), policy)["controlPlane"]["statefulSet"]
+    assert "scheduling" not in anywhere
+    assert placed["scheduling"] == {"nodeSelector": {"node-role.example/control": "true"}}

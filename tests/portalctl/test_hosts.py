@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from app.lab.pki import CertificateAuthority
 from tests.portalctl.conftest import Portal, PortalCtl, Result
 from tests.support.kube_server import kubeconfig_yaml
-from tests.support.pki import CertificateAuthority
 
 SECRET = "s3cr3t-sa-token-of-gpu-eu-2"
 CA = CertificateAuthority()

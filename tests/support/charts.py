@@ -8,15 +8,10 @@ as it installs a published release.
 
 from __future__ import annotations
 
-import functools
 import os
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
+from app.lab.charts import served as served
 from tests.support.kube_server import skip_unless_ci
 
 
@@ -28,22 +23,3 @@ def charts_dir(chart: str, version: str) -> Path:
                        "packages it into .cache/charts, then `export PORTAL_CHARTS=$PWD/"
                        ".cache/charts` (`make pytest` does both)")
     return folder
-
-
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """helm's downloads are not the test's output."""
-
-
-@contextmanager
-def served(folder: Path) -> Iterator[str]:
-    """The folder as ``http://127.0.0.1:PORT`` until the block ends."""
-    handler = functools.partial(_QuietHandler, directory=str(folder))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -9,7 +9,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T], what: str | Callable[[], str],
+def wait_for(check: Callable[[], T | None], what: str | Callable[[], str],
              timeout: float = 30.0) -> T:
     """Returns what ``check()`` gives once it is truthy; fails naming ``what`` (or what it
     says, called then: the state it found) after ``timeout`` seconds."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-import socket
+
+from app.lab.control_plane import free_port as free_port
 
 HTML = {"accept": "text/html"}
 
@@ -16,10 +17,3 @@ def csrf_of(page: str) -> str:
 
 def htmx(csrf: str) -> dict[str, str]:
     return {"HX-Request": "true", "X-CSRF-Token": csrf}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port

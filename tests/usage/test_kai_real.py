@@ -13,15 +13,10 @@ import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import select
 
-from app.clusters import conditions as cond
 from app.clusters import service
-from app.clusters.models import VirtualCluster
-from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate
 from app.db import Database
 from app.kube.adapter import KubernetesAdapter
@@ -32,11 +27,13 @@ from app.usage import service as usage_service
 from app.usage.sampler import UsageSampler
 from tests import factories
 from tests.clusters.standin_helm import use_standin_helm
-from tests.clusters.support import Clock, cluster_settings
-from tests.support.kai import SCHEDULER_NAME, GpuScheduling, gpu_node
+from tests.clusters.support import cluster_settings
+from tests.support.kai import SCHEDULER_NAME, GpuScheduling
+from tests.support.kai import gpu_host as kai_host
 from tests.support.kube_server import ApiServer
 from tests.support.kubectl import Kubectl, KubectlError
 from tests.support.waiting import wait_for
+from tests.usage.support import reconcile_until_ready
 
 pytestmark = pytest.mark.kube_server
 
@@ -49,27 +46,9 @@ SCHEDULED_WITHIN = 60.0
 def gpu_host(kube_assets_dir: Path, tmp_path_factory: pytest.TempPathFactory
              ) -> Iterator[GpuScheduling]:
     """A host whose GPU pods are scheduled for real: KAI and kwok, two 8-GPU H100 nodes."""
-    workdir = tmp_path_factory.mktemp("gpu-host")
-    server = ApiServer(kube_assets_dir, workdir / "server", name="gpu-host", controllers=True)
-    server.start()
-    scheduling = GpuScheduling(server, workdir / "scheduling")
-    try:
-        scheduling.start()
-        admin = server.adapter()
-        for name in ("h100-a", "h100-b"):
-            admin.apply(gpu_node(name, H100, 8), force=True)
-        admin.close()
+    with kai_host(kube_assets_dir, tmp_path_factory.mktemp("gpu-host"), "gpu-host", H100,
+                  {"h100-a": 8, "h100-b": 8}) as scheduling:
         yield scheduling
-    finally:
-        scheduling.stop()
-        server.stop()
-
-
-@pytest.fixture
-def host(gpu_host: GpuScheduling) -> Iterator[KubernetesAdapter]:
-    adapter = gpu_host.server.adapter()
-    yield adapter
-    adapter.close()
 
 
 def synced_pod(name: str, namespace: str, queue: str, gpus: int) -> Manifest:
@@ -108,20 +87,7 @@ def test_kai_binds_gpu_pods_within_the_clusters_queue_and_in_use_is_what_it_allo
             name="train", placement="shared-pool", gpu_class_id=h100.id, gpus=GRANTED,
             cpu_millicores=16000, memory_mib=65536))
         tenant_id, h100_id = tenant.id, h100.id
-    clock = Clock()
-    connector = ClientConnector(settings)
-    reconciler = ClusterReconciler(settings, database, connector, clock=clock, wait_seconds=0.5)
-    conditions: list[dict[str, Any]] = []
-    for _ in range(4):
-        clock.advance(301)
-        reconciler.run_due("worker-1")
-        with database.session() as db:
-            cluster = db.scalar(select(VirtualCluster).where(VirtualCluster.id == created.id))
-            conditions = list(cluster.conditions or []) if cluster else []
-        if cond.is_true(conditions, cond.READY):
-            break
-    else:
-        raise AssertionError(f"not Ready: {conditions}")
+    reconcile_until_ready(settings, database, created.id)
 
     # Two pods of two GPUs each fill the four GPUs granted; KAI binds both to the kwok nodes.
     namespace, queue = f"t-{slug}--train", f"{slug}--train"
@@ -146,7 +112,7 @@ def test_kai_binds_gpu_pods_within_the_clusters_queue_and_in_use_is_what_it_allo
                             f"{host.get(lbl.KAI_API_VERSION, 'Queue', queue)}",
                     timeout=SCHEDULED_WITHIN)
     assert leaf == {lbl.GPU_RESOURCE: str(GRANTED)}  # the key the usage sampler reads
-    sampler = UsageSampler(settings, database, connector, clock=lambda: clock.now.timestamp())
+    sampler = UsageSampler(settings, database, ClientConnector(settings), clock=lambda: 0.0)
     sampler.run_due("worker-1")
     with database.session() as db:
         assert usage_service.gpus_in_use_by_class(db, tenant_id) == {h100_id: float(GRANTED)}

@@ -5,6 +5,7 @@ known-good values at fixed keys (nothing tenant-supplied becomes a key or a YAML
 """
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 from urllib.parse import urlsplit
@@ -141,6 +142,8 @@ class ManifestPolicy:
     vcluster_api_port: int = 8443
     # "oss": the values never use a Pro-only key (see vcluster.PRO_ONLY_PATHS).
     vcluster_edition: VClusterEdition = "oss"
+    # Where the control planes run (e.g. CPU nodes): never on a GPU node the tenants pay for.
+    control_plane_node_selector: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _require_slug(self.kai_root_queue, "kai_root_queue")

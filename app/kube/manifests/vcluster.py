@@ -15,6 +15,7 @@ admission.py refuses a shared-pool pod without kai-scheduler and its own leaf qu
 import copy
 import json
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -105,6 +106,10 @@ def _control_plane(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
         stateful_set["image"] = {"repository": OSS_IMAGE_REPOSITORY}
     if spec.placement == "dedicated-nodes":
         control_plane["advanced"] = {"virtualScheduler": {"enabled": True}}
+    if policy.control_plane_node_selector:
+        stateful_set["scheduling"] = {"nodeSelector": dict(policy.control_plane_node_selector)}
+    # The certificate names the endpoint tenants use, or kubectl refuses it.
+    control_plane["proxy"] = {"extraSANs": [_host_of(spec.endpoint)]}
     if spec.pod_security == "restricted":
         stateful_set["security"] = _security()
         control_plane["coredns"] = {"security": _security()}
@@ -113,6 +118,12 @@ def _control_plane(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
     if stateful_set:
         control_plane["statefulSet"] = stateful_set
     return control_plane
+
+
+def _host_of(url: str) -> str:
+    host = urlsplit(url).hostname
+    assert host, f"endpoint without a host: {url!r}"  # ClusterSpec checks it is an https URL
+    return host
 
 
 def _node_selector(spec: ClusterSpec) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""A throwaway PKI for test API servers and webhooks: a CA, serving and client certificates."""
+"""A throwaway PKI for lab and test API servers and webhooks: CA, serving and client certs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from app.webhook.certificates import general_names
 
-_VALIDITY = datetime.timedelta(days=2)
+# Long enough for a lab left running over a holiday.
+_VALIDITY = datetime.timedelta(days=30)
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
 
 
 class CertificateAuthority:
-    def __init__(self, common_name: str = "test-kube-ca") -> None:
+    def __init__(self, common_name: str = "gpu-tenant-portal-lab-ca") -> None:
         self._key = _key()
         now = datetime.datetime.now(datetime.UTC)
         self._cert = (

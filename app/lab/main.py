@@ -1,0 +1,263 @@
+"""``portal lab``: a GPU host on this machine where the portal's clusters really run.
+
+From the programs ``make tools`` built: the host's etcd, kube-apiserver, controller-manager and
+kube-scheduler; kwok keeping a GPU fleet read from a NodeList; KAI Scheduler's five programs;
+the pod runner that plays the kubelet of the vCluster control planes; the CONNECT proxy through
+which kubectl reaches them; and the portal (``portal dev`` on a real host: web, worker, the
+local sign-in provider) with ``portal webhook``, each under its ServiceAccount of the Kustomize
+base. Everything lives under one folder (``.lab``); a new lab starts from a clean one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from cryptography.fernet import Fernet
+
+from app.kube.manifests.admission import WEBHOOK_PATH
+from app.lab import charts, host, network
+from app.lab.control_plane import ApiServer, free_port
+from app.lab.gpu import GpuScheduling
+from app.lab.pods import NODE_LABELS, HostAccess, PodRunner, prepare_mount_points
+from app.lab.processes import terminate_all
+from app.lab.proxy import ConnectProxy
+
+ENDPOINT_TEMPLATE = "https://{cluster}.{tenant}.vc.lab"
+PLATFORM_ADMIN = "admin@example.com"
+TOKEN_SECONDS = 30 * 24 * 3600
+# The pod network index of KAI's podgroupcontroller (virtual cluster pods count up from 0).
+PODGROUPCONTROLLER_NETWORK = 9999
+REQUIRED_PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                     "kwok", "scheduler", "binder", "podgrouper", "queuecontroller",
+                     "podgroupcontroller", "helm", "vcluster", "kine", "kubectl")
+
+
+class LabError(RuntimeError):
+    pass
+
+
+@dataclass
+class LabOptions:
+    folder: Path = Path(".lab")
+    programs: Path = Path(".cache/bin")
+    charts: Path = Path(".cache/charts")
+    kai_crds: Path = Path(".cache/kai-crds")
+    nodes: Path = Path("app/devdata/host-nodes.json")
+    deploy_base: Path = Path("deploy/kubernetes/base")
+    port: int = 8000
+    idp_port: int = 8900
+    network: network.LabNetwork = field(default_factory=network.LabNetwork)
+
+
+@dataclass
+class Lab:
+    options: LabOptions
+    stopping: threading.Event = field(default_factory=threading.Event)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    commands: dict[str, tuple[list[str], Path]] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    # ----- lifecycle
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Lab]:
+        with contextlib.ExitStack() as stack:
+            stack.callback(self._stop_processes)
+            self._check_machine()
+            self._clean_folder()
+            stack.callback(self.options.network.remove)
+            self.options.network.bring_up()
+            prepare_mount_points()
+            self.server = ApiServer(self.options.programs.resolve(), self.folder / "host",
+                                    controllers=True, scheduler=True,
+                                    address=self.options.network.gateway)
+            self.server.start()
+            stack.callback(self.server.stop)
+            self.host = self.server.adapter()
+            stack.callback(self.host.close)
+            self._write_host_kubeconfig()
+            host.add_fleet(self.host, host.fleet_nodes(self.options.nodes))
+            self.gpus = GpuScheduling(self.server, self.folder / "gpu",
+                                      programs=self.options.programs.resolve(),
+                                      crds=self.options.kai_crds.resolve(), all_nodes=False,
+                                      isolate=self._isolated)
+            stack.callback(self.gpus.stop)
+            self.gpus.start()
+            self._start_runner(stack)
+            self.proxy = ConnectProxy(self.runner.routes).start()
+            stack.callback(self.proxy.shutdown)
+            chart_repo = stack.enter_context(charts.served(self.options.charts.resolve()))
+            self._start_portal(chart_repo)
+            self._write_env()
+            yield self
+
+    @property
+    def folder(self) -> Path:
+        return self.options.folder.resolve()
+
+    def _check_machine(self) -> None:
+        if os.geteuid() != 0:
+            raise LabError("the lab needs root: each virtual cluster's control plane gets a "
+                           "network and mount namespace of its own (ip netns, mount)")
+        missing = [p for p in REQUIRED_PROGRAMS if not (self.options.programs / p).exists()]
+        if missing:
+            raise LabError(f"missing in {self.options.programs}: {', '.join(missing)}; "
+                           "`make tools` builds them")
+        if not (self.options.charts / "index.yaml").is_file():
+            raise LabError(f"no chart repository in {self.options.charts}: `make tools`")
+
+    def _clean_folder(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True)
+        self.folder.chmod(0o700)
+
+    def _isolated(self, program: str, argv: list[str]) -> list[str]:
+        if program != "podgroupcontroller":
+            return argv
+        own = self.options.network.pod(PODGROUPCONTROLLER_NETWORK)
+        return own.create().command(argv)
+
+    def _start_runner(self, stack: contextlib.ExitStack) -> None:
+        access = HostAccess(self.options.network, self.server.port, self.server.ca.cert_pem)
+        self.runner = PodRunner(self.server.adapter(), access, self.folder / "runner",
+                                self.options.programs.resolve())
+        self.runner.register_node()
+        thread = threading.Thread(target=self.runner.run, args=(self.stopping,),
+                                  name="pod-runner", daemon=True)
+        thread.start()
+
+        def stop_runner() -> None:
+            self.stopping.set()
+            thread.join(60)
+        stack.callback(stop_runner)
+
+    # ----- the portal
+
+    def _start_portal(self, chart_repo: str) -> None:
+        for obj in host.portal_rbac(self.options.deploy_base):
+            self.host.apply(obj, force=True)
+        webhook_port = free_port()
+        (self.folder / "webhook-certs").mkdir(mode=0o700)
+        webhook_url = f"https://127.0.0.1:{webhook_port}{WEBHOOK_PATH}"
+        self.portal_url = f"http://127.0.0.1:{self.options.port}"
+        self.env = self._portal_env(chart_repo, webhook_url)
+        self._spawn("webhook", ["webhook", "--host", "127.0.0.1", "--port", str(webhook_port),
+                                "--cert-dir", str(self.folder / "webhook-certs")],
+                    self._kubeconfig_for(host.WEBHOOK_ACCOUNT))
+        self._spawn("portal", ["dev", "--no-simulate", "--port", str(self.options.port),
+                               "--idp-port", str(self.options.idp_port),
+                               "--database", str(self.folder / "portal.db")],
+                    self._kubeconfig_for(host.WORKER_ACCOUNT))
+        self._wait_for_portal()
+        self.admin_token = self._admin_token()
+
+    def _portal_env(self, chart_repo: str, webhook_url: str) -> dict[str, str]:
+        selector = ",".join(f'"{k}":"{v}"' for k, v in NODE_LABELS.items())
+        return {
+            "PORTAL_DATABASE_URL": f"sqlite:///{self.folder / 'portal.db'}",
+            "PORTAL_ENCRYPTION_KEY": Fernet.generate_key().decode(),
+            "PORTAL_SECRET_KEY": secrets.token_urlsafe(32),
+            "PORTAL_CLUSTER_ENDPOINT_TEMPLATE": ENDPOINT_TEMPLATE,
+            "PORTAL_CONTROL_PLANE_NODE_SELECTOR": "{" + selector + "}",
+            "PORTAL_HELM_BINARY": str((self.options.programs / "helm").resolve()),
+            "PORTAL_VCLUSTER_CHART_REPO": chart_repo,
+            "PORTAL_WEBHOOK_URL": webhook_url,
+            "PORTAL_WEBHOOK_NAMESPACE": host.PORTAL_NAMESPACE,
+            # A lab is watched by a person: a crashed control plane shows within seconds.
+            "PORTAL_WORKER_RESYNC_SECONDS": "15",
+            "HTTPS_PROXY": self.proxy.url,
+            "NO_PROXY": f"127.0.0.1,localhost,{self.options.network.gateway}",
+            "HOME": str(self.folder / "home"),
+        }
+
+    def _kubeconfig_for(self, account: str) -> Path:
+        token = self.host.request_token(host.PORTAL_NAMESPACE, account,
+                                        expiration_seconds=TOKEN_SECONDS, bound_secret=None)
+        path = self.folder / f"{account}.kubeconfig"
+        path.write_text(self.server.kubeconfig_for(token=token))
+        path.chmod(0o600)
+        return path
+
+    def restart(self, name: str) -> None:
+        """The portal's process ``name`` again, as its supervisor would after a crash."""
+        args, kubeconfig = self.commands[name]
+        self._spawn(name, args, kubeconfig)
+        self._wait_for_portal()
+
+    def _spawn(self, name: str, args: list[str], kubeconfig: Path) -> None:
+        self.commands[name] = (args, kubeconfig)
+        (self.folder / "home").mkdir(exist_ok=True)
+        with (self.folder / f"{name}.log").open("ab") as log:
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", *args], stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, **self.env, "PORTAL_KUBECONFIG": str(kubeconfig)})
+
+    def _wait_for_portal(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    raise LabError(f"{name} exited: see {self.folder / (name + '.log')}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.portal_url}/healthz", timeout=1, trust_env=False).is_success:
+                    return
+            time.sleep(0.3)
+        raise LabError(f"the portal did not answer within {timeout:.0f}s: "
+                       f"see {self.folder / 'portal.log'}")
+
+    def _admin_token(self) -> str:
+        env = {**os.environ, **self.env}
+        portal = [sys.executable, "-m", "app.cli"]
+        subprocess.run([*portal, "users", "make-admin", PLATFORM_ADMIN], env=env, check=True,
+                       capture_output=True)
+        made = subprocess.run([*portal, "tokens", "create", PLATFORM_ADMIN, "--scope", "admin",
+                               "--scope", "write", "--scope", "read", "--name", "lab",
+                               "--expires-in", "30d"],
+                              env=env, check=True, capture_output=True, text=True)
+        return made.stdout.strip()
+
+    # ----- what a person reads
+
+    def _write_host_kubeconfig(self) -> None:
+        self.host_kubeconfig = self.server.write_admin_kubeconfig(self.folder / "host.kubeconfig")
+
+    def _write_env(self) -> None:
+        lines = {
+            "PORTAL_URL": self.portal_url,
+            "HOST_KUBECONFIG": str(self.host_kubeconfig),
+            "PORTAL_TOKEN": self.admin_token,
+            "HTTPS_PROXY": self.proxy.url,
+            "NO_PROXY": self.env["NO_PROXY"],
+            "KUBECTL": str((self.options.programs / "kubectl").resolve()),
+        }
+        path = self.folder / "env"
+        path.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
+        path.chmod(0o600)
+
+    def summary(self) -> str:
+        return "\n".join([
+            f"GPU Tenant Portal lab: {self.portal_url}",
+            "  sign in as admin@example.com (platform admin), alice@example.com or "
+            "bob@example.com at the local sign-in page (any password)",
+            f"  host cluster: KUBECONFIG={self.host_kubeconfig} "
+            f"{self.options.programs / 'kubectl'} get nodes",
+            "  virtual clusters are reached through the lab's proxy: "
+            f"export HTTPS_PROXY={self.proxy.url} NO_PROXY={self.env['NO_PROXY']}",
+            f"  the same, and a platform-admin API token: {self.folder / 'env'}",
+            "  the three teams: `make lab-demo` in another shell. Ctrl-C stops the lab.",
+        ])
+
+    def _stop_processes(self) -> None:
+        terminate_all(self.processes.values(), timeout=15.0)

@@ -1,0 +1,149 @@
+"""The three teams on the lab, for real: vCluster syncers started by the lab's pod runner for
+the StatefulSets the worker's helm installs, KAI binding the synced GPU pods on kwok's fleet,
+the portal issuing the kubeconfigs the teams' kubectl uses. Then faults on that stack.
+
+The lab needs root (network namespaces) and ``make tools``; it uses a network of its own
+(``plabt``, 10.214/16) so that a developer's ``make lab`` may run beside the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.kube.adapter import KubernetesAdapter
+from app.lab import demo
+from app.lab.main import Lab, LabOptions
+from app.lab.network import LabNetwork
+from tests.support.kube_server import skip_unless_ci, tools_bin
+from tests.support.waiting import wait_for
+from tests.support.web import free_port
+
+ACME = demo.TEAMS[0]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    programs = tools_bin()
+    if os.geteuid() != 0 or programs is None:
+        skip_unless_ci("the lab needs root (network namespaces) and `make tools`")
+    options = LabOptions(
+        folder=tmp_path_factory.mktemp("lab") / ".lab", programs=programs,
+        charts=Path(os.environ.get("PORTAL_CHARTS", ".cache/charts")),
+        kai_crds=Path(os.environ.get("PORTAL_KAI_CRDS", ".cache/kai-crds")),
+        port=free_port(), idp_port=free_port(), network=LabNetwork("plabt", "10.214"))
+    with Lab(options).running() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def walked(lab: Lab) -> demo.Report:
+    return demo.run(demo.read_env(lab.folder / "env"), lab.folder / "kubeconfigs")
+
+
+def test_three_teams_run_gpu_pods_in_their_own_clusters_within_their_quota(
+        walked: demo.Report) -> None:
+    failures = "\n".join(f"{c.name}: {c.detail}" for c in walked.failures())
+    assert walked.passed, f"the walkthrough failed:\n{failures}"
+    names = [c.name for c in walked.checks]
+    # Every claim of the walkthrough was checked, not skipped on the way.
+    for claim in ("Running through the team's own kubeconfig", "bound by KAI",
+                  "on its dedicated nodes only", "sees none of", "in use",
+                  "wait for GPUs, and why"):
+        assert any(claim in name for name in names), claim
+
+
+def kubectl(lab: Lab, team: demo.Team, *args: str) -> str:
+    env = demo.read_env(lab.folder / "env")
+    tool = demo.Kubectl(env["KUBECTL"], {"HTTPS_PROXY": env["HTTPS_PROXY"],
+                                         "NO_PROXY": env["NO_PROXY"]})
+    return tool.run(lab.folder / "kubeconfigs" / f"{team.tenant}-{team.cluster}.kubeconfig",
+                    *args)
+
+
+def condition(lab: Lab, team: demo.Team, type_: str) -> dict[str, Any]:
+    env = demo.read_env(lab.folder / "env")
+    cluster = demo.Portal(env["PORTAL_URL"], env["PORTAL_TOKEN"]).cluster(team)
+    return next((c for c in cluster["conditions"] if c["type"] == type_), {})
+
+
+def test_a_crashed_control_plane_shows_in_the_conditions_and_comes_back_with_its_pods(
+        lab: Lab, walked: demo.Report) -> None:
+    before = set(kubectl(lab, ACME, "get", "pods", "-o", "name").split())
+    lab.runner.crash(ACME.namespace, hold=True)
+    down = wait_for(lambda: _not_true(condition(lab, ACME, "Ready")),
+                    "the portal to see acme/train's control plane down", timeout=90.0)
+    lab.runner.release(ACME.namespace)
+    wait_for(lambda: condition(lab, ACME, "Ready").get("status") == "True",
+             "acme/train to be Ready again", timeout=120.0)
+    after = set(kubectl(lab, ACME, "get", "pods", "-o", "name").split())
+    assert down["message"], down
+    assert after == before  # its data store kept everything the team created
+
+
+def _not_true(found: dict[str, Any]) -> dict[str, Any] | None:
+    return found if found and found.get("status") != "True" else None
+
+
+def test_pods_created_while_kais_scheduler_is_down_are_bound_once_it_is_back(
+        lab: Lab, walked: demo.Report) -> None:
+    host = lab.server.adapter()
+    lab.gpus.kill("scheduler")
+    try:
+        # One GPU freed: the pod that waited for it is synced, and waits for KAI.
+        kubectl(lab, ACME, "delete", "pod", "trainer-0", "--wait=true")
+        waiting = wait_for(lambda: _unbound(host, ACME), "a synced acme pod waiting for KAI",
+                           timeout=90.0)
+    finally:
+        lab.gpus.start_program("scheduler")
+    name = waiting["metadata"]["name"]
+    bound = wait_for(lambda: _bound(host, ACME.namespace, name), f"{name} to be bound",
+                     timeout=90.0)
+    used = sum(demo.gpus_of(p) for p in demo.team_host_pods(host, ACME)
+               if p["spec"].get("nodeName"))
+    assert bound["spec"]["nodeName"].startswith("h100-")
+    assert used <= ACME.gpus
+    host.close()
+
+
+def _unbound(host: KubernetesAdapter, team: demo.Team) -> dict[str, Any] | None:
+    return next((p for p in demo.team_host_pods(host, team)
+                 if not p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")),
+                None)
+
+
+def _bound(host: KubernetesAdapter, namespace: str, name: str) -> dict[str, Any] | None:
+    pod = host.get("v1", "Pod", name, namespace)
+    return pod if pod and pod["spec"].get("nodeName") else None
+
+
+def test_a_killed_portal_worker_resumes_and_nothing_is_lost(lab: Lab,
+                                                             walked: demo.Report) -> None:
+    env = demo.read_env(lab.folder / "env")
+    portal = demo.Portal(env["PORTAL_URL"], env["PORTAL_TOKEN"])
+    team = demo.Team("globex", "Globex Inference", "batch", demo.L40S, 1, "shared-pool",
+                     demo.Workload(pods=("batch-0",), gpus_each=1))
+    portal.call("POST", "/quota-requests/" + str(portal.call(
+        "POST", "/tenants/globex/quota-requests",
+        {"gpu_class_id": portal.class_id(demo.L40S), "gpus": 1, "reason": "batch"})["id"])
+        + "/approve", {})
+    portal.call("POST", "/tenants/globex/clusters", {
+        "name": "batch", "gpu_class_id": portal.class_id(demo.L40S), "gpus": 1})
+    lab.processes["portal"].send_signal(signal.SIGKILL)
+    lab.processes["portal"].wait()
+    lab.restart("portal")
+    demo.wait_ready(portal, team)
+    clusters = {c["name"] for c in portal.call("GET", "/tenants/globex/clusters")["items"]}
+    assert clusters == {"serve", "batch"}
+    path = demo.issue_kubeconfig(portal, team, lab.folder / "kubeconfigs")
+    nodes = subprocess.run([env["KUBECTL"], f"--kubeconfig={path}", "get", "nodes", "-o", "name"],
+                           capture_output=True, text=True, check=True,
+                           env={**os.environ, "HTTPS_PROXY": env["HTTPS_PROXY"],
+                                "NO_PROXY": env["NO_PROXY"]}).stdout.split()
+    assert nodes and all(n.startswith("node/l40s-") for n in nodes)
