@@ -250,7 +250,7 @@ class Lab:
         return "\n".join([
             f"GPU Tenant Portal lab: {self.portal_url}",
             "  sign in as admin@example.com (platform admin), alice@example.com or "
-            "bob@example.com at the local sign-in page (any password)",
+            "bob@example.com: type the address on the local sign-in page (no password)",
             f"  host cluster: KUBECONFIG={self.host_kubeconfig} "
             f"{self.options.programs / 'kubectl'} get nodes",
             "  virtual clusters are reached through the lab's proxy: "

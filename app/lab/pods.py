@@ -44,25 +44,28 @@ NODE_LABELS = {"gpu-tenant-portal.dev/lab-role": "control-planes"}
 # Where the vCluster image keeps what its volumes mount; empty folders on the machine, the
 # pod's own content is mounted over them in its own mount namespace.
 MOUNT_POINTS = ("/binaries", "/data", "/pki", "/var/lib/vcluster", "/run/secrets")
-CONTROL_PLANE_PROGRAMS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+# What the pod's image holds: the control plane the syncer starts from /binaries, kine, and the
+# syncer itself.
+POD_PROGRAMS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kine",
+                "vcluster")
 SERVICE_ACCOUNT_DIR = "/run/secrets/kubernetes.io/serviceaccount"
 SYNCER_PROXY_PORT = 8443
 TOKEN_SECONDS = 30 * 24 * 3600
 HEARTBEAT_SECONDS = 10.0
 RESTART_DELAY_SECONDS = 5.0
-# /tmp last: the lab's own folders may be under it.
+# /tmp last: the lab's folders (and the programs, copied into /binaries) may be under it.
 _MOUNT_SCRIPT = f"""set -e
 mount --bind "$1" /binaries
 mount --bind "$2" /data
 mount --bind "$3" /pki
 mount --bind "$4" /var/lib/vcluster
 mount -t tmpfs lab-bin /usr/local/bin
-ln -s "$6" /usr/local/bin/kine
+ln -s /binaries/kine /usr/local/bin/kine
 mount -t tmpfs lab-secrets /run/secrets
 mkdir -p {SERVICE_ACCOUNT_DIR}
-cp "$7"/token "$7"/ca.crt "$7"/namespace {SERVICE_ACCOUNT_DIR}/
+cp "$6"/token "$6"/ca.crt "$6"/namespace {SERVICE_ACCOUNT_DIR}/
 mount --bind "$5" /tmp
-shift 7
+shift 6
 exec "$@"
 """
 
@@ -184,7 +187,7 @@ class PodRunner:
 
     def run(self, stop: threading.Event) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._link_binaries()
+        self._copy_programs()
         while not stop.is_set():
             try:
                 self.step()
@@ -266,8 +269,7 @@ class PodRunner:
         argv = network.command([
             "sh", "-c", _MOUNT_SCRIPT, "sh", str(self.workdir / "binaries"), str(data),
             str(_fresh(folder / "pki")), str(config), str(_fresh(folder / "tmp")),
-            str(self.programs / "kine"), str(accounts),
-            str(self.programs / "vcluster"), "start"])
+            str(accounts), "/binaries/vcluster", "start"])
         env = self._environment(pod, syncer, network.address)
         return RunningPod(pod["metadata"]["uid"], namespace, name, network, folder, argv, env,
                           _endpoint_host(config_yaml))
@@ -345,10 +347,16 @@ class PodRunner:
             self.host.apply(_host_path_volume(claim, self.workdir / "volumes"), force=True,
                             manager=MANAGER)
 
-    def _link_binaries(self) -> None:
+    def _copy_programs(self) -> None:
+        """The image's programs, once per lab: linked where the file system allows, else
+        copied (a symlink would point into a /tmp the pod has its own of)."""
         binaries = _fresh(self.workdir / "binaries")
-        for program in CONTROL_PLANE_PROGRAMS:
-            (binaries / program).symlink_to(self.programs / program)
+        for program in POD_PROGRAMS:
+            source = (self.programs / program).resolve()
+            try:
+                os.link(source, binaries / program)
+            except OSError:
+                shutil.copy2(source, binaries / program)
 
 
 def _host_path_volume(claim: Manifest, root: Path) -> Manifest:
