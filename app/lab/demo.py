@@ -144,8 +144,8 @@ class Portal:
 
     def call(self, method: str, path: str, body: Mapping[str, Any] | None = None,
              accept: frozenset[int] = frozenset(),
-             dict_query: Mapping[str, str] | None = None) -> Any:
-        answer = self.client.request(method, f"/api/v1{path}", json=body, params=dict_query)
+             query: Mapping[str, str] | None = None) -> Any:
+        answer = self.client.request(method, f"/api/v1{path}", json=body, params=query)
         if answer.status_code in accept:
             return None
         if answer.is_error:
@@ -423,10 +423,10 @@ def check_gpu_hours(report: Report, portal: Portal, team: Team) -> None:
 def _gpu_hours(portal: Portal, team: Team) -> tuple[float, float, float]:
     """Today's GPU-hours of the team's class: in use and held by the API, in use by the CSV."""
     today = {"tenant": team.tenant}
-    rows = [r for r in portal.call("GET", "/usage", dict_query=today)["rows"]
+    rows = [r for r in portal.call("GET", "/usage", query=today)["rows"]
             if r["gpu_class"] == team.product]
     csv_rows = [line.split(",") for line in portal.call(
-        "GET", "/usage.csv", dict_query=today).splitlines()[1:] if team.product in line]
+        "GET", "/usage.csv", query=today).splitlines()[1:] if team.product in line]
     return (sum(r["used_gpu_hours"] for r in rows),
             sum(r["allocated_gpu_hours"] + r["dedicated_gpu_hours"] for r in rows),
             sum(float(row[8]) for row in csv_rows))

@@ -307,7 +307,9 @@ class PodRunner:
     def _data_folder(self, pod: Manifest) -> Path | None:
         volume = next((v for v in pod["spec"].get("volumes") or [] if v["name"] == "data"), None)
         if volume is None or "persistentVolumeClaim" not in volume:
-            return _fresh(self.workdir / "pods" / pod["metadata"]["name"] / "data", keep=True)
+            meta = pod["metadata"]
+            pod_folder = self.workdir / "pods" / f"{meta['namespace']}_{meta['name']}"
+            return _fresh(pod_folder / "data", keep=True)
         claim = self.host.get("v1", "PersistentVolumeClaim",
                               volume["persistentVolumeClaim"]["claimName"],
                               pod["metadata"]["namespace"])

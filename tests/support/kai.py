@@ -28,8 +28,8 @@ def kai_crds() -> Path:
 @dataclass
 class GpuScheduling(gpu.GpuScheduling):
     def __post_init__(self) -> None:
-        for program in ("kwok", *KAI_PROGRAMS):
-            self.programs = tool(program).parent
+        missing_skips = [tool(program) for program in ("kwok", *KAI_PROGRAMS)]
+        self.programs = missing_skips[0].parent
         self.crds = kai_crds()
 
 

@@ -9,22 +9,16 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
 
 from app.db import Database
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.names import host_namespace_name
 from app.kube.memory import InMemoryKube
 from app.kube.usage import queue_use, waiting_pods
-from app.nodes.models import Node
-from app.usage.sampler import UsageSampler
-from tests import factories
-from tests.clusters.support import cluster_settings
-from tests.support.kube import InMemoryConnector
-from tests.support.tenancy import Tenancy, build_tenancy, headers
+from tests.support.tenancy import headers
 from tests.support.web import HTML
-from tests.usage.support import LedgerClock, approve_quota, create_cluster, fix_clock
-from tests.usage.test_sampler import pod, queue, quota
+from tests.usage.support import LedgerClock, fix_clock
+from tests.usage.test_sampler import acme_with_a_dedicated_node, pod, queue, quota, sampler
 
 NAMESPACE = host_namespace_name("acme", "train")
 NO_ROOM = ("Pod t-acme--train/job-2 cannot be scheduled on node h100-a. reasons: node(s) "
@@ -73,22 +67,6 @@ def test_waiting_pods_are_kais_unbound_gpu_pods_with_its_most_common_reason() ->
         (NAMESPACE, 4, NO_ROOM), ("t-globex--x", 1, "queue full")]
 
 
-def _acme(database: Database) -> tuple[Tenancy, str]:
-    with database.transaction() as db:
-        t = build_tenancy(db)
-        approve_quota(db, t, 16)
-        create_cluster(db, t, "train", 4)
-        node = db.scalars(select(Node).order_by(Node.id)).first()
-        assert node is not None
-        factories.assignment(db, node, t.acme)
-        return t, node.name
-
-
-def _sample(database: Database, host: InMemoryKube) -> None:
-    UsageSampler(cluster_settings(worker_resync_seconds=60), database, InMemoryConnector(host),
-                 clock=lambda: 0.0).run_due("worker-1")
-
-
 def _quota(client: TestClient, auth: dict[str, str]) -> list[tuple[Any, ...]]:
     rows = client.get("/api/v1/tenants/acme/quota", headers=auth).json()["items"]
     return [(q["allocated_gpus"], q["in_use_gpus"], q["dedicated_gpus"]) for q in rows]
@@ -97,7 +75,7 @@ def _quota(client: TestClient, auth: dict[str, str]) -> list[tuple[Any, ...]]:
 def test_in_use_is_what_kai_bound_plus_the_pods_on_dedicated_nodes_not_the_allocation(
     client: TestClient, database: Database, clock: LedgerClock
 ) -> None:
-    t, node = _acme(database)
+    t, node = acme_with_a_dedicated_node(database)
     with database.transaction() as db:
         auth = headers(db, t.acme_viewer)
     page = {**HTML, **auth}
@@ -107,7 +85,7 @@ def test_in_use_is_what_kai_bound_plus_the_pods_on_dedicated_nodes_not_the_alloc
     for obj in (queue("acme", "train", "1500m", "4"), quota("acme", "train", "4", "4"),
                 pod("a", node, 2), kai_pod("job-2", 4, message=NO_ROOM)):
         host.seed(obj)
-    _sample(database, host)
+    sampler(database, host).run_due("worker-1")
     assert _quota(client, auth) == [(4, 3.5, 8)]
     dashboard = client.get("/t/acme", headers=page).text
     assert re.search(r'<td class="in-use">\s*3.5\s*</td>', dashboard)
@@ -121,14 +99,14 @@ def test_in_use_is_what_kai_bound_plus_the_pods_on_dedicated_nodes_not_the_alloc
     host = InMemoryKube()
     host.seed(queue("acme", "train", "0", "0"))
     clock.at(minutes=1)
-    _sample(database, host)
+    sampler(database, host).run_due("worker-1")
     assert _quota(client, auth) == [(4, 0.0, 8)]
 
 
 def test_pods_waiting_for_gpus_show_on_the_clusters_api_and_page_with_kais_reason(
     client: TestClient, database: Database, clock: LedgerClock
 ) -> None:
-    t, _ = _acme(database)
+    t, _ = acme_with_a_dedicated_node(database)
     with database.transaction() as db:
         auth = headers(db, t.acme_viewer)
     page = {**HTML, **auth}
@@ -137,7 +115,7 @@ def test_pods_waiting_for_gpus_show_on_the_clusters_api_and_page_with_kais_reaso
     host = InMemoryKube()
     for name in ("job-2", "job-3"):
         host.seed(kai_pod(name, 8, message=NO_ROOM))
-    _sample(database, host)
+    sampler(database, host).run_due("worker-1")
 
     shown = client.get(cluster_url, headers=auth).json()["waiting_for_gpus"]
     assert (shown["pods"], shown["reason"]) == (2, NO_ROOM)
@@ -148,7 +126,7 @@ def test_pods_waiting_for_gpus_show_on_the_clusters_api_and_page_with_kais_reaso
     assert "2 pods wait for GPUs: Pod t-acme--train/job-2 cannot be scheduled" in html
 
     clock.at(minutes=1)
-    _sample(database, InMemoryKube())  # bound, or gone
+    sampler(database, InMemoryKube()).run_due("worker-1")  # bound, or gone
     shown = client.get(cluster_url, headers=auth).json()["waiting_for_gpus"]
     assert (shown["pods"], shown["message"]) == (0, "no pod waits for GPUs")
     assert 'id="gpu-wait"' not in client.get("/t/acme/clusters/train", headers=page).text

@@ -20,7 +20,7 @@ from app.usage.sampler import UsageSampler
 from tests import factories
 from tests.clusters.support import cluster_settings
 from tests.support.kube import InMemoryConnector
-from tests.support.tenancy import build_tenancy
+from tests.support.tenancy import Tenancy, build_tenancy
 from tests.usage.support import LedgerClock, approve_quota, create_cluster, fix_clock, report
 
 
@@ -62,9 +62,9 @@ def sampler(database: Database, host: InMemoryKube, resync: float = 60) -> Usage
                         InMemoryConnector(host), clock=lambda: 0.0)
 
 
-def test_a_pass_stores_queue_quota_and_dedicated_node_samples(
-    database: Database, clock: LedgerClock
-) -> None:
+def acme_with_a_dedicated_node(database: Database) -> tuple[Tenancy, str]:
+    """acme with 16 GPUs approved, a 4-GPU cluster ``train`` and the first node dedicated to
+    it; the node's name."""
     with database.transaction() as db:
         t = build_tenancy(db)
         approve_quota(db, t, 16)
@@ -72,7 +72,13 @@ def test_a_pass_stores_queue_quota_and_dedicated_node_samples(
         node = db.scalars(select(Node).order_by(Node.id)).first()
         assert node is not None
         factories.assignment(db, node, t.acme)
-        node_name = node.name
+        return t, node.name
+
+
+def test_a_pass_stores_queue_quota_and_dedicated_node_samples(
+    database: Database, clock: LedgerClock
+) -> None:
+    _t, node_name = acme_with_a_dedicated_node(database)
     host = InMemoryKube()
     for obj in (queue("acme", "train", "3", "5"), quota("acme", "train", "2", "4"),
                 queue("acme", "gone", "1", "1"),  # no such cluster in the portal: skipped
