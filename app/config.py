@@ -162,18 +162,21 @@ class Settings(BaseSettings):
     worker_poll_seconds: float = Field(
         default=2.0, description="how often an idle worker looks for due work")
     worker_resync_seconds: float = Field(
-        default=300.0, description="how often a converged cluster is checked again")
+        default=300.0,
+        description="how often each object the worker keeps (a cluster, a host's nodes, health, "
+                    "webhook and usage) is looked at again when nothing changed it")
     # Short, and renewed by a heartbeat while a worker holds it (helm included): a crashed
     # worker's clusters are taken up by another within about this long.
     worker_lease_seconds: float = Field(
         default=30.0, ge=3.0,
-        description="a worker's lease on a cluster, renewed every third of it while the worker "
-                    "lives; a crashed worker's clusters are adopted after at most this long")
-    # Clusters one worker reconciles at once; every Kubernetes call still shares one
+        description="a worker's lease on an item of work (a cluster, a host's nodes, …), renewed "
+                    "every third of it while the worker lives; a crashed worker's items are "
+                    "adopted after at most this long")
+    # Items one worker reconciles at once; every Kubernetes call still shares one
     # PORTAL_KUBE_QPS/BURST limit. Keep it below the database pool (15 connections).
     worker_concurrency: int = Field(
         default=8, ge=1, le=64,
-        description="clusters one worker reconciles at once (keep it below the database "
+        description="items of work one worker reconciles at once (keep it below the database "
                     "pool, 15)")
 
     simulated_host: bool = Field(

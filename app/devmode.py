@@ -20,12 +20,12 @@ from app.audit import service as audit
 from app.auth import service as auth_service
 from app.clusters import repository as cluster_repository
 from app.config import Settings
-from app.db import utcnow
 from app.hosts.models import HostCluster
 from app.kube.connector import real_host_configured
 from app.kube.simulated import SIMULATED_ENDPOINT_TEMPLATE, SimulatedHost, demo_nodes
 from app.nodes.models import GpuClass
 from app.tenants.models import Membership, Tenant
+from app.workqueue import CLUSTERS, NODES, enqueue_many
 
 DEMO_ADMIN = "admin@example.com"
 DEMO_TENANT_ADMIN = "alice@example.com"
@@ -76,9 +76,11 @@ def simulated_host_for(settings: Settings, *, simulate: bool) -> SimulatedHost |
 
 
 def check_clusters_on_the_new_host(db: Session) -> None:
-    """A simulated host starts empty each run: every cluster is checked at once, so the worker
-    rebuilds what the database says exists (as it would repair a real host that lost it)."""
-    cluster_repository.make_all_due(db, utcnow())
+    """A simulated host starts empty each run: its nodes and every cluster are checked at once,
+    so the worker rebuilds what the database says exists (as it would repair a real host that
+    lost it)."""
+    enqueue_many(db, NODES, db.scalars(select(HostCluster.id)))
+    enqueue_many(db, CLUSTERS, cluster_repository.every_cluster_id(db))
 
 
 def dev_settings(base: Settings, *, database_url: str, issuer: str,

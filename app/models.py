@@ -11,6 +11,7 @@ from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.tenants.models import GroupMapping, Membership, Tenant
 from app.usage.models import HourlyUsage, LedgerEntry, UsageSample
+from app.workqueue.models import WorkItem
 
 __all__ = [
     "ApiToken",
@@ -37,4 +38,5 @@ __all__ = [
     "User",
     "VirtualCluster",
     "WebSession",
+    "WorkItem",
 ]

@@ -12,4 +12,5 @@ def connect_hooks() -> None:
     # Imported for the listeners they connect.
     import app.clusters.quota_cascades
     import app.kubeconfigs.cascades
+    import app.reconcilers.watches
     import app.tenants.group_mappings  # noqa: F401

@@ -25,7 +25,6 @@ import yaml
 from app import migrate
 from app.clusters import desired
 from app.clusters.models import VirtualCluster
-from app.clusters.reconciler import ClusterReconciler
 from app.clusters.shapes import ClusterAddon
 from app.config import Settings
 from app.db import Database, utcnow
@@ -35,6 +34,7 @@ from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
 from app.nodes.models import GpuClass
 from app.quotas.models import TenantQuota
+from app.reconcilers.clusters import ClusterReconciler
 from app.tenants.models import Tenant
 
 SETTINGS = Settings(env="test", database_url="sqlite://")
@@ -104,11 +104,10 @@ def seed(database: Database, clusters: int, tenants: int, prefix: str = "tenant"
         per_tenant = -(-clusters // tenants)
         db.add_all(TenantQuota(tenant_id=t.id, gpu_class_id=gpu.id, gpus=per_tenant)
                    for t in rows)
-        now = utcnow()
         db.add_all(VirtualCluster(
             tenant_id=rows[i % tenants].id, host_cluster_id=1, name=f"c{i}",
             kubernetes_version="1.32.4", placement="shared-pool", gpu_class_id=gpu.id, gpus=1,
-            cpu_millicores=4000, memory_mib=16384, conditions=[], next_reconcile_at=now,
+            cpu_millicores=4000, memory_mib=16384, conditions=[],
             endpoint=f"https://c{i}.{prefix}-{i % tenants}.vc.example.com")
             for i in range(clusters))
 
@@ -126,9 +125,8 @@ def measure(kube: InMemoryKube, connector: Connector, helm: Helm, run: object) -
 def portal_reconciler(database: Database, kube: InMemoryKube, connector: Connector,
                       helm: Helm, *, list_cache: bool = True) -> tuple[Figures, Figures]:
     clock_now = [utcnow()]
-    reconciler = ClusterReconciler(SETTINGS, database, connector, helm, batch=100,
-                                   clock=lambda: clock_now[0], concurrency=1,
-                                   list_cache=list_cache)
+    reconciler = ClusterReconciler(SETTINGS, database, connector, helm,
+                                   clock=lambda: clock_now[0], list_cache=list_cache)
 
     def drain() -> None:
         while reconciler.run_due("bench") > 0:

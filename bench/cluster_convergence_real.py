@@ -38,19 +38,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import String, and_, cast, select, update
 
 from app import migrate
 from app.clusters import conditions as cond
 from app.clusters import desired
 from app.clusters.models import VirtualCluster
-from app.clusters.reconciler import ClusterReconciler
 from app.clusters.shapes import ClusterAddon
 from app.config import Settings
 from app.db import Database, utcnow
 from app.kube import manifests
 from app.kube.adapter import KubernetesAdapter
 from app.kube.port import KubePort, Manifest
+from app.reconcilers.clusters import ClusterReconciler
+from app.reconcilers.runtime import Runtime
+from app.workqueue import CLUSTERS
+from app.workqueue.models import WorkItem
 from bench.cluster_convergence import KUBECONFIG, seed
 from tests.clusters.standin_helm import helm_calls, install_standin_helm
 from tests.support import postgres
@@ -195,7 +198,7 @@ class Bench:
                    list_cache: bool = True) -> ClusterReconciler:
         return ClusterReconciler(self.settings(database.url, concurrency), database,
                                  Connector(port), Helm(self.admin, self.args.helm_seconds),
-                                 concurrency=concurrency, list_cache=list_cache)
+                                 list_cache=list_cache)
 
     # ----- 1. convergence of new clusters
 
@@ -298,13 +301,14 @@ class Bench:
 
 
 def drain(reconciler: ClusterReconciler) -> None:
-    while reconciler.run_due("bench") > 0:
-        pass
+    """The worker's runtime on its pool until nothing is due."""
+    Runtime(reconciler.database, [reconciler], identity="bench",
+            concurrency=reconciler.settings.worker_concurrency).drain()
 
 
 def make_due(database: Database) -> None:
     with database.transaction() as db:
-        db.execute(update(VirtualCluster).values(next_reconcile_at=utcnow()))
+        db.execute(update(WorkItem).values(due_at=utcnow()))
 
 
 def count_ready(database: Database) -> int:
@@ -315,15 +319,17 @@ def count_ready(database: Database) -> int:
 
 def held_by(database: Database, worker: WorkerProcess) -> int:
     with database.session() as db:
-        owners = db.scalars(select(VirtualCluster.lease_owner))
+        owners = db.scalars(select(WorkItem.lease_owner).where(WorkItem.kind == CLUSTERS))
         return sum(worker.holds(owner) for owner in owners)
 
 
 def adopted_by(database: Database, worker: WorkerProcess) -> list[int]:
     """Clusters the worker holds, or that are Ready (it held them and finished)."""
     with database.session() as db:
-        rows = db.execute(select(VirtualCluster.id, VirtualCluster.lease_owner,
-                                 VirtualCluster.conditions)).all()
+        rows = db.execute(
+            select(VirtualCluster.id, WorkItem.lease_owner, VirtualCluster.conditions)
+            .join(WorkItem, and_(WorkItem.kind == CLUSTERS,
+                                 WorkItem.key == cast(VirtualCluster.id, String)))).all()
     return [cluster_id for cluster_id, owner, conditions in rows
             if worker.holds(owner) or cond.is_true(conditions, cond.READY)]
 

@@ -443,8 +443,8 @@ def _cluster(t: _Tables, tenant: int, j: int, class_id: int | None, gpus: int,
     t.add("virtual_clusters", "tenant_id, host_cluster_id, name, kubernetes_version, placement, "
           "gpu_class_id, gpus, cpu_millicores, memory_mib, generation, observed_generation, "
           "conditions, endpoint, admin_kubeconfig_encrypted, over_quota, deletion_requested_at, "
-          "created_by_id, created_at, updated_at, lease_owner, lease_expires_at, "
-          "next_reconcile_at, failed_attempts, template_version_id, user_namespaces, addons, "
+          "created_by_id, created_at, updated_at, failed_attempts, template_version_id, "
+          "user_namespaces, addons, "
           "placement_reason",
           (tenant, 1, name, VERSIONS[(tenant + j) % len(VERSIONS)], placement, class_id, gpus,
            (2000, 4000, 8000, 16000)[j % 4], (8192, 16384, 32768, 65536)[j % 4], generation,
@@ -452,8 +452,7 @@ def _cluster(t: _Tables, tenant: int, j: int, class_id: int | None, gpus: int,
            _conditions(state, generation, created), ENDPOINT.format(cluster=name,
                                                                     tenant=slug(tenant)),
            None, False, t.ago(0.1) if state == "deleting" else None, user_id(tenant, "admin"),
-           created, created + timedelta(hours=1), None, None,
-           t.now + timedelta(seconds=(tenant + j) % 300), 3 if state == "failed" else 0,
+           created, created + timedelta(hours=1), 3 if state == "failed" else 0,
            DEFAULT_TEMPLATE_VERSION, False, [], PLACEMENT_REASON))
 
 

@@ -17,6 +17,7 @@ from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.tenants.models import Membership, Tenant
+from app.workqueue import CLUSTERS, enqueue
 
 _seq = itertools.count(1)
 
@@ -122,6 +123,7 @@ def cluster(db: Session, tenant_row: Tenant, host: HostCluster, name: str = "tra
     row = VirtualCluster(tenant_id=tenant_row.id, host_cluster_id=host.id, name=name, **fields)
     db.add(row)
     db.flush()
+    enqueue(db, CLUSTERS, row.id)  # as the service does: the worker takes it up at once
     return row
 
 

@@ -31,7 +31,7 @@ from app.kube.memory import InMemoryKube
 from app.kube.simulated import SIMULATED_DOMAIN, SimulatedHost
 from app.main import create_app
 from app.reconcilers.registry import build_worker
-from app.reconcilers.worker import Worker
+from app.reconcilers.runtime import Runtime
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 
@@ -70,7 +70,7 @@ def test_dev_settings_on_the_simulated_host_name_an_unreachable_endpoint(
 @dataclass
 class DevPortal:
     client: TestClient
-    worker: Worker
+    worker: Runtime
     simulation: SimulatedHost
     tokens: dict[str, str]
     settings: Settings
@@ -81,7 +81,7 @@ class DevPortal:
 
     def converge(self, passes: int = 6) -> None:
         for _ in range(passes):
-            self.worker.run_once()
+            self.worker.run_pass()
 
 
 @pytest.fixture
@@ -221,7 +221,7 @@ def test_a_restart_rebuilds_the_simulated_host_from_the_database(dev_portal: Dev
     worker = build_worker(dev_portal.settings, dev_portal.database, restarted,
                           SimulatedInstaller(restarted))
     for _ in range(6):
-        worker.run_once()
+        worker.run_pass()
 
     node = restarted.kube.get("v1", "Node", "h100-r1-n2")
     assert node is not None and "demo" in node["metadata"]["labels"].values()

@@ -28,7 +28,8 @@ def test_listeners_run_in_order_and_once_each() -> None:
 
 HOOKS = ("app.tenants.events.membership_changed", "app.tenants.events.tenant_suspended",
          "app.auth.events.signed_in", "app.clusters.events.cluster_deleting",
-         "app.clusters.events.cluster_row_deleting", "app.quotas.events.quota_shrunk")
+         "app.clusters.events.cluster_row_deleting", "app.quotas.events.quota_shrunk",
+         "app.quotas.events.quota_changed")
 
 _REPORT = """
 import importlib
@@ -52,8 +53,8 @@ def _listeners_after(start: str) -> dict[str, int]:
     "from app.main import create_app; create_app()",
     "from app.config import Settings; from app.db import Database; "
     "from app.kube.connector import ClientConnector; "
-    "from app.reconcilers.registry import build_reconcilers; s = Settings(); "
-    "build_reconcilers(s, Database('sqlite://'), ClientConnector(s))",
+    "from app.reconcilers.registry import build_kinds; s = Settings(); "
+    "build_kinds(s, Database('sqlite://'), ClientConnector(s))",
     "import sys; from app import cli; sys.argv = ['portal', '--help']\n"
     "try:\n    cli.main()\nexcept SystemExit:\n    pass\n",
 ], ids=["web", "worker", "cli"])

@@ -19,7 +19,7 @@ RELEASE_INSTALLED = "ReleaseInstalled"
 READY = "Ready"
 FAILED = "Failed"
 # False while the cluster's host cluster cannot be reached: every other condition is then the
-# last one known (app/clusters/reconciler.py).
+# last one known (app/reconcilers/clusters/).
 HOST_REACHABLE = "HostReachable"
 HOST_UNREACHABLE = "HostUnreachable"
 # Shared-pool clusters on the open-source vCluster and hardened clusters: False (reason

@@ -24,9 +24,6 @@ class VirtualCluster(Base):
         CheckConstraint("cpu_millicores >= 0", name="cpu_non_negative"),
         CheckConstraint("memory_mib >= 0", name="memory_non_negative"),
         CheckConstraint("generation >= 1", name="generation_positive"),
-        Index(None, "next_reconcile_at"),
-        # Each host's due clusters, claimed per host.
-        Index("ix_virtual_clusters_host_due", "host_cluster_id", "next_reconcile_at"),
         Index("ix_virtual_clusters_tenant_id_id", "tenant_id", "id"),  # a tenant's list
     )
 
@@ -62,10 +59,6 @@ class VirtualCluster(Base):
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
-    # The reconcile lease: at most one worker holds a cluster until lease_expires_at.
-    lease_owner: Mapped[str | None] = mapped_column(String(100))
-    lease_expires_at: Mapped[datetime | None]
-    next_reconcile_at: Mapped[datetime] = mapped_column(default=utcnow)
     failed_attempts: Mapped[int] = mapped_column(default=0)
 
 

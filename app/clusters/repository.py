@@ -19,7 +19,6 @@ from sqlalchemy import (
     func,
     or_,
     select,
-    tuple_,
     update,
 )
 from sqlalchemy.orm import Session
@@ -285,86 +284,25 @@ def delete_cluster_row(db: Session, cluster_id: int) -> None:
     db.execute(delete(VirtualCluster).where(VirtualCluster.id == cluster_id))
 
 
-# ----- the reconcile lease
+# ----- what the worker writes
 
 
-def make_all_due(db: Session, now: datetime) -> None:
-    """Every cluster is checked at the worker's next pass (a host that was replaced)."""
-    db.execute(update(VirtualCluster).values(next_reconcile_at=now))
+def every_cluster_id(db: Session) -> list[int]:
+    return list(db.scalars(select(VirtualCluster.id)))
 
 
-def hosts_with_due_clusters(db: Session, now: datetime) -> list[int]:
-    """The hosts that have clusters due and free to claim, by id."""
-    free = (VirtualCluster.lease_expires_at.is_(None)) | (VirtualCluster.lease_expires_at < now)
-    query = (select(VirtualCluster.host_cluster_id).distinct()
-             .where(VirtualCluster.next_reconcile_at <= now, free)
-             .order_by(VirtualCluster.host_cluster_id))
-    return list(db.scalars(query))
-
-
-def claim_due(db: Session, worker_id: str, now: datetime, lease_until: datetime,
-              limit: int, host_cluster_id: int | None = None) -> list[int]:
-    """Takes the lease on up to ``limit`` due clusters that no live lease holds.
-
-    PostgreSQL: the candidates are locked with SKIP LOCKED, so parallel workers take disjoint
-    sets without waiting. SQLite: one writer at a time, and the conditional UPDATE re-checks
-    the lease, so a row is never taken twice. ``next_reconcile_at`` moves to the lease's end:
-    if this worker dies, the cluster is due again exactly when its lease runs out.
-    ``worker_id`` is the lease's token: give each claim its own, so that writes fenced on it
-    (``update_held``, ``renew_leases``) fail once the cluster has been claimed again. With
-    ``host_cluster_id``, only clusters on that host: work is partitioned per host.
-    """
-    free = (VirtualCluster.lease_expires_at.is_(None)) | (VirtualCluster.lease_expires_at < now)
-    candidates = (select(VirtualCluster.id)
-                  .where(VirtualCluster.next_reconcile_at <= now, free)
-                  .order_by(VirtualCluster.next_reconcile_at, VirtualCluster.id).limit(limit))
-    if host_cluster_id is not None:
-        candidates = candidates.where(VirtualCluster.host_cluster_id == host_cluster_id)
-    if db.get_bind().dialect.name == "postgresql":
-        candidates = candidates.with_for_update(skip_locked=True)
-    statement = (
-        update(VirtualCluster)
-        .where(VirtualCluster.id.in_(candidates.scalar_subquery()), free)
-        .values(lease_owner=worker_id, lease_expires_at=lease_until,
-                next_reconcile_at=lease_until, updated_at=VirtualCluster.updated_at)
-        .returning(VirtualCluster.id)
-        .execution_options(synchronize_session=False)
-    )
-    return sorted(db.scalars(statement).all())
-
-
-def renew_leases(db: Session, held: Mapping[int, str], until: datetime) -> set[int]:
-    """Stretches to ``until`` each lease still held under its token (``{cluster id: token}``);
-    the ids returned are those renewed, so a lease another worker took is simply missing."""
-    if not held:
-        return set()
-    statement = (
-        update(VirtualCluster)
-        .where(tuple_(VirtualCluster.id, VirtualCluster.lease_owner).in_(list(held.items())))
-        .values(lease_expires_at=until, next_reconcile_at=until,
-                updated_at=VirtualCluster.updated_at)
-        .returning(VirtualCluster.id)
-        .execution_options(synchronize_session=False)
-    )
-    return set(db.scalars(statement).all())
-
-
-def update_held(db: Session, cluster_id: int, worker_id: str, **values: Any) -> bool:
-    """Writes to a cluster this worker still holds; False once the lease is lost."""
+def update_status(db: Session, cluster_id: int, **values: Any) -> bool:
+    """Writes the worker's view of a cluster (conditions, credential, counters) without moving
+    ``updated_at`` unless asked; False when the row is gone."""
     values.setdefault("updated_at", VirtualCluster.updated_at)
     result = db.execute(
         update(VirtualCluster)
-        .where(VirtualCluster.id == cluster_id, VirtualCluster.lease_owner == worker_id)
+        .where(VirtualCluster.id == cluster_id)
         .values(**values)
         .execution_options(synchronize_session=False)
     )
     return isinstance(result, CursorResult) and result.rowcount == 1
 
 
-def release(db: Session, cluster_id: int, worker_id: str, *, generation: int,
-            next_at: datetime, now: datetime, **values: Any) -> bool:
-    """Ends the lease; a spec that changed meanwhile makes the cluster due at once."""
-    changed = VirtualCluster.generation != generation
-    return update_held(
-        db, cluster_id, worker_id, lease_owner=None, lease_expires_at=None,
-        next_reconcile_at=case((changed, now), else_=next_at), **values)
+def generation_of(db: Session, cluster_id: int) -> int | None:
+    return db.scalar(select(VirtualCluster.generation).where(VirtualCluster.id == cluster_id))

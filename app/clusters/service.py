@@ -48,6 +48,7 @@ from app.nodes.models import GpuClass
 from app.pagination import Page, PageParams
 from app.quotas import regions
 from app.tenants.models import Tenant
+from app.workqueue import CLUSTERS, enqueue
 
 DEDICATED = "dedicated-nodes"
 
@@ -306,13 +307,14 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
         cpu_millicores=payload.cpu_millicores, memory_mib=payload.memory_mib, generation=1,
         observed_generation=0, conditions=[],
         endpoint=desired.endpoint_for(settings, tenant.slug, payload.name),
-        created_by_id=principal.user_id, next_reconcile_at=utcnow(),
+        created_by_id=principal.user_id,
         template_version_id=resolved.template_version_id if resolved else None,
         pod_security=resolved.pod_security if resolved else None,
         user_namespaces=resolved.user_namespaces if resolved else False,
         addons=[a.as_json() for a in resolved.addons] if resolved else [],
     )
     insert_or_conflict(db, cluster, _name_taken(payload.name))
+    enqueue(db, CLUSTERS, cluster.id)
     _record(db, principal, "virtual_cluster.create", cluster, None,
             {**_spec(cluster), "host_cluster": placed.host_name, "region": placed.region,
              "placement_reason": placed.reason})
@@ -421,7 +423,7 @@ def resize_cluster(db: Session, principal: Principal, slug: str, name: str,
     for key, value in wanted.items():
         setattr(cluster, key, value)
     cluster.generation += 1
-    cluster.next_reconcile_at = utcnow()
+    enqueue(db, CLUSTERS, cluster.id)
     db.flush()
     _record(db, principal, "virtual_cluster.resize", cluster, before, _spec(cluster))
     if gpu_class is not None:
@@ -458,7 +460,7 @@ def delete_cluster(db: Session, principal: Principal, slug: str, name: str) -> C
     if cluster.deletion_requested_at is None:
         cluster.deletion_requested_at = utcnow()
         cluster.generation += 1
-        cluster.next_reconcile_at = utcnow()
+        enqueue(db, CLUSTERS, cluster.id)
         db.flush()
         _record(db, principal, "virtual_cluster.delete", cluster, _spec(cluster),
                 {"deletion_requested_at": cluster.deletion_requested_at.isoformat()})
@@ -491,7 +493,7 @@ def upgrade_template(db: Session, principal: Principal, settings: Settings, slug
     cluster.user_namespaces = upgrade.user_namespaces
     cluster.addons = [a.as_json() for a in upgrade.addons]
     cluster.generation += 1
-    cluster.next_reconcile_at = utcnow()
+    enqueue(db, CLUSTERS, cluster.id)
     db.flush()
     _record(db, principal, "virtual_cluster.template_upgrade", cluster, before,
             {**_spec(cluster), "template": upgrade.label})

@@ -36,6 +36,7 @@ from app.hosts.schemas import (
 from app.hosts.webhook_route import host_path, route_of, routed
 from app.kube.connector import HostTarget, KubeConnector, probe
 from app.pagination import Page, PageParams, paginate
+from app.workqueue import ALL, HOSTS, NODES, USAGE, WEBHOOK, enqueue
 
 log = logging.getLogger(__name__)
 TARGET_TYPE = "host_cluster"
@@ -114,6 +115,7 @@ def register_host(db: Session, principal: Principal, settings: Settings,
     _store_credentials(row, settings, checked)
     insert_or_conflict(db, row, taken)
     _record(db, principal, "host_cluster.register", row, None, _details(row))
+    _look_now(db, row)
     return host_out(row)
 
 
@@ -134,6 +136,7 @@ def update_host(db: Session, principal: Principal, name: str, payload: HostUpdat
     row.updated_at = utcnow()
     db.flush()
     _record(db, principal, "host_cluster.update", row, before, _details(row))
+    _look_now(db, row)
     return host_out(row)
 
 
@@ -150,6 +153,7 @@ def replace_credentials(db: Session, principal: Principal, settings: Settings, n
     _store_credentials(row, settings, checked)
     row.health_reachable, row.health_checks, row.health_checked_at = None, [], None
     _record(db, principal, "host_cluster.credentials_replace", row, before, _details(row))
+    _look_now(db, row)
     return host_out(row)
 
 
@@ -163,6 +167,8 @@ def set_state(db: Session, principal: Principal, name: str, state: str,
     if row.state != state:
         row.state = state
         row.updated_at = utcnow()
+        if state == "active":
+            _look_now(db, row)
     after = {**_details(row), **({"reason": reason} if reason else {})}
     action = {"active": "uncordon", "cordoned": "cordon", "draining": "drain"}[state]
     _record(db, principal, f"host_cluster.{action}", row, before, after)
@@ -317,6 +323,15 @@ def _details(row: HostCluster) -> dict[str, Any]:
             "credential_kind": row.credential_kind, "server": row.api_endpoint,
             "credentials_set_at": (row.credentials_set_at.isoformat()
                                    if row.credentials_set_at else None)}
+
+
+def _look_now(db: Session, row: HostCluster) -> None:
+    """The worker looks at a registered, edited or re-enabled host at once, not at its next
+    resync: its nodes, its health, its GPU use, and the admission webhook (whose one key
+    covers every host: the certificate and each host's configuration go in order)."""
+    for kind in (NODES, HOSTS, USAGE):
+        enqueue(db, kind, row.id)
+    enqueue(db, WEBHOOK, ALL)
 
 
 def _record(db: Session, principal: Principal, action: str, row: HostCluster,

@@ -16,7 +16,7 @@ class KubeconfigGrant(Base):
     __tablename__ = "kubeconfig_grants"
     __table_args__ = (
         CheckConstraint("role IN ('admin', 'edit', 'view')", name="role"),
-        Index("ix_kubeconfig_grants_cleanup", "secret_deleted_at", "next_cleanup_at"),
+        Index("ix_kubeconfig_grants_cleanup", "secret_deleted_at"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -32,8 +32,5 @@ class KubeconfigGrant(Base):
     # Why it was revoked: user, member-removed, role-changed, tenant-suspended, cluster-deleted.
     revoke_reason: Mapped[str | None] = mapped_column(String(40))
     # Set once the bound Secret is known to be gone from the virtual cluster; until then the
-    # kubeconfig reconciler retries deleting it for revoked and expired grants.
+    # worker's kubeconfigs kind retries deleting it for revoked and expired grants.
     secret_deleted_at: Mapped[datetime | None]
-    next_cleanup_at: Mapped[datetime | None]
-    cleanup_attempts: Mapped[int] = mapped_column(default=0)
-    cleanup_error: Mapped[str | None] = mapped_column(String(500))

@@ -57,16 +57,13 @@ def live_grants_of_service_account(db: Session, cluster_id: int, service_account
     return int(db.scalar(query) or 0)
 
 
-def due_cleanup_ids(db: Session, now: datetime, limit: int) -> list[int]:
-    """Grants revoked or expired whose bound Secret may still exist, and not backing off."""
+def cleanup_ids(db: Session, now: datetime) -> list[int]:
+    """Grants revoked or expired whose bound Secret may still exist."""
     query = (
         select(KubeconfigGrant.id)
         .where(KubeconfigGrant.secret_deleted_at.is_(None),
-               or_(KubeconfigGrant.revoked_at.is_not(None), KubeconfigGrant.expires_at <= now),
-               or_(KubeconfigGrant.next_cleanup_at.is_(None),
-                   KubeconfigGrant.next_cleanup_at <= now))
+               or_(KubeconfigGrant.revoked_at.is_not(None), KubeconfigGrant.expires_at <= now))
         .order_by(KubeconfigGrant.id)
-        .limit(limit)
     )
     return list(db.scalars(query))
 

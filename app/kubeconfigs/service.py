@@ -7,10 +7,13 @@ edit ClusterRole and the admission policy that keeps non-admins out of the porta
 (``app.kubeconfigs.guard``). The token goes into the returned YAML and nowhere
 else: not the database, not the audit trail, not the logs.
 
-Revoking marks the grant at once (the portal treats it as revoked from then on) and deletes the
-bound Secret, once synchronously when a request revokes, and otherwise (or on failure) through
-the level-triggered ``KubeconfigReconciler``, which also sweeps the Secrets of expired grants.
-The ServiceAccount (and its binding) goes with the last live grant that used it.
+Revoking marks the grant at once (the portal treats it as revoked from then on). A request that
+revokes deletes the bound Secret once synchronously; otherwise (a membership, a suspension, a
+cluster's deletion) or on failure, the grant's clean-up is queued in the same transaction (kind
+``kubeconfigs``, key the grant's id, due at once) and the worker's kubeconfig kind
+(``app.reconcilers.kubeconfigs``) deletes it, retrying with the queue's backoff; it also sweeps
+the Secrets of expired grants. The ServiceAccount (and its binding) goes with
+the last live grant that used it.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from app.kubeconfigs.models import KubeconfigGrant
 from app.kubeconfigs.schemas import GrantOut, IssuedKubeconfig, KubeconfigRequest, KubeconfigRole
 from app.pagination import Page, PageParams, paginate
 from app.tenants.models import Tenant
+from app.workqueue import KUBECONFIGS, enqueue, enqueue_many
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +66,6 @@ ROLES_BY_TENANT_ROLE: dict[str, tuple[str, ...]] = {
 }
 WORKER_LABEL = "kubeconfig-reconciler"
 RBAC_API_VERSION = "rbac.authorization.k8s.io/v1"
-MAX_TRANSIENT_BACKOFF = timedelta(minutes=5)
-MAX_PERMANENT_BACKOFF = timedelta(hours=1)
 SIMULATED_NOTICE = (
     "SIMULATED HOST: issued by `portal dev` on its in-memory demo fleet.",
     "Its server (under simulated-host.invalid) does not exist: kubectl cannot connect.",
@@ -307,13 +309,15 @@ def revoke_grant(db: Session, principal: Principal, clusters: VirtualClusters, s
         _mark_revoked(db, grant, "user", tenant.id, principal.user_id, principal.label)
         db.flush()
         _try_cleanup_now(db, grant, cluster, clusters, principal.label)
+        if grant.secret_deleted_at is None:
+            enqueue(db, KUBECONFIGS, grant.id)
     user = repository.users_by_id(db, {grant.user_id})[grant.user_id]
     return _grant_out(grant, cluster, user)
 
 
 def _try_cleanup_now(db: Session, grant: KubeconfigGrant, cluster: VirtualCluster,
                      clusters: VirtualClusters, actor_label: str) -> None:
-    """One attempt; on failure the reconciler retries (the grant is already revoked)."""
+    """One attempt; on failure the worker retries (the grant is already revoked)."""
     if cluster.admin_kubeconfig_encrypted is None:
         return
     try:
@@ -387,6 +391,8 @@ def _revoke_all(db: Session, grants: Sequence[KubeconfigGrant], reason: str, ten
                 actor_id: int | None, actor_label: str) -> int:
     for grant in grants:
         _mark_revoked(db, grant, reason, tenant_id, actor_id, actor_label)
+    # Their Secrets go in the worker, due at once, or with this transaction not at all.
+    enqueue_many(db, KUBECONFIGS, [grant.id for grant in grants])
     db.flush()
     return len(grants)
 
@@ -396,7 +402,6 @@ def _mark_revoked(db: Session, grant: KubeconfigGrant, reason: str, tenant_id: i
     grant.revoked_at = utcnow()
     grant.revoked_by_id = actor_id
     grant.revoke_reason = reason
-    grant.next_cleanup_at = None
     _audit(db, actor_id, actor_label, tenant_id, "kubeconfig.revoke", grant,
            before={"revoked_at": None},
            after={"revoked_at": grant.revoked_at.isoformat(), "reason": reason,
@@ -404,12 +409,14 @@ def _mark_revoked(db: Session, grant: KubeconfigGrant, reason: str, tenant_id: i
                   "secret_name": grant.secret_name})
 
 
-# ----- cleanup of bound Secrets (the reconciler's step, also tried once on revoke)
+# ----- cleanup of bound Secrets (the worker's step, also tried once on revoke)
 
 
 def clean_up_grant(db: Session, grant_id: int, clusters: VirtualClusters,
                    now: datetime) -> bool:
-    """Deletes a revoked or expired grant's Secret if it may still exist; True when done."""
+    """Deletes a revoked or expired grant's Secret if it may still exist; True when it did,
+    False when there was nothing to do. A KubeError means it is still there: the caller
+    retries (the worker's queue backs off, by the server's hint when there is one)."""
     grant = lock_row(db, KubeconfigGrant, grant_id)
     if grant is None or not _needs_cleanup(grant, now):
         return False
@@ -425,8 +432,8 @@ def clean_up_grant(db: Session, grant_id: int, clusters: VirtualClusters,
             # Its API goes with the release, and every token with it.
             _finish_cleanup(db, grant, cluster, WORKER_LABEL, "cluster being deleted")
             return True
-        _back_off(grant, now, error)
-        return False
+        log.warning("kubeconfig grant %d: Secret not deleted (%s)", grant.id, error.reason)
+        raise
     _finish_cleanup(db, grant, cluster, WORKER_LABEL, "deleted")
     return True
 
@@ -450,27 +457,10 @@ def _delete_grant_objects(db: Session, grant: KubeconfigGrant, port: KubePort,
 def _finish_cleanup(db: Session, grant: KubeconfigGrant, cluster: VirtualCluster,
                     actor_label: str, outcome: str) -> None:
     grant.secret_deleted_at = utcnow()
-    grant.next_cleanup_at = None
-    grant.cleanup_error = None
     _audit(db, None, actor_label, cluster.tenant_id, "kubeconfig.secret_deleted", grant,
            before={"secret_name": grant.secret_name},
            after={"outcome": outcome, "reason": grant.revoke_reason or "expired"})
     db.flush()
-
-
-def _back_off(grant: KubeconfigGrant, now: datetime, error: KubeError) -> None:
-    grant.cleanup_attempts += 1
-    if isinstance(error, TransientKubeError) and error.delay_seconds:
-        delay = timedelta(seconds=error.delay_seconds)
-    else:
-        step = 5 if isinstance(error, TransientKubeError) else 60
-        cap = (MAX_TRANSIENT_BACKOFF if isinstance(error, TransientKubeError)
-               else MAX_PERMANENT_BACKOFF)
-        delay = min(cap, timedelta(seconds=step * 2 ** min(grant.cleanup_attempts - 1, 12)))
-    grant.next_cleanup_at = now + delay
-    grant.cleanup_error = f"{error.reason}: {error.message}"[:500]
-    log.warning("kubeconfig grant %d: Secret not deleted (%s), retry in %ds", grant.id,
-                error.reason, int(delay.total_seconds()))
 
 
 # ----- shapes and audit

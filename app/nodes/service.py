@@ -44,6 +44,7 @@ from app.nodes.schemas import (
 from app.pagination import Page, PageParams, paginate_rows, paginate_sorted
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
+from app.workqueue import NODES, enqueue
 
 LABELS_CONDITION = "TenantLabelsApplied"
 
@@ -247,6 +248,7 @@ def _assign(db: Session, principal: Principal, cluster: HostCluster, row: Node,
     insert_or_conflict(db, assignment, Conflict(
         f"node {row.name} was just dedicated to another tenant by a parallel request"))
     capacity_cache.forget(db)
+    enqueue(db, NODES, cluster.id)  # the worker labels and taints the node now
     audit.record(db, action="node.assign", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=tenant.id, target_type="node",
                  target_id=f"{cluster.name}/{row.name}", before=None,
@@ -295,6 +297,7 @@ def end_assignment(db: Session, principal: Principal, name: str,
                                                         utcnow()):
         raise NotFound(f"node {name} is not dedicated to any tenant")
     capacity_cache.forget(db)
+    enqueue(db, NODES, cluster.id)  # the worker removes the node's label and taint now
     tenant = db.get(Tenant, current.tenant_id)
     audit.record(db, action="node.unassign", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=current.tenant_id, target_type="node",

@@ -10,6 +10,16 @@ from app.hooks import Hook
 
 
 @dataclass(frozen=True)
+class QuotaChanged:
+    """A tenant's quota of a GPU class in a region changed (approved, expired): what derives
+    from it (the tenant's queues and its clusters' quotas on the hosts) must follow."""
+
+    tenant_id: int
+    gpu_class_id: int
+    region: str
+
+
+@dataclass(frozen=True)
 class QuotaShrunk:
     """A tenant's quota of a GPU class in a region went down to ``quota_gpus`` without anyone
     asking."""
@@ -25,3 +35,5 @@ class QuotaShrunk:
 
 
 quota_shrunk: Hook[[Session, QuotaShrunk]] = Hook("quotas.quota_shrunk", required=True)
+# Required: a quota change that reaches no host would wait for a resync unnoticed.
+quota_changed: Hook[[Session, QuotaChanged]] = Hook("quotas.quota_changed", required=True)

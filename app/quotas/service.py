@@ -5,6 +5,10 @@ everywhere, so no deadlocks), checks capacity under that lock and claims the req
 conditional ``UPDATE ... WHERE state = 'pending'``. Approvals of one class are therefore
 serialised, and a request is decided exactly once, on PostgreSQL and on SQLite alike.
 Errors are raised before the first write, so a refused decision leaves nothing behind.
+
+Every change of a tenant's quota (an approval, an expiry) fires ``events.quota_changed`` in
+its transaction; its listener enqueues the tenant's clusters, whose reconcile brings the
+tenant's KAI queue and each cluster's quota on the host in line within seconds.
 """
 
 from __future__ import annotations
@@ -309,6 +313,9 @@ def _change_quota(
     row.memory_mib = max(0, row.memory_mib + memory)
     db.flush()
     capacity_cache.forget(db)
+    # In this transaction: the hosts learn of it within seconds, or of nothing if it rolls back.
+    events.quota_changed.fire(db, events.QuotaChanged(request.tenant_id, request.gpu_class_id,
+                                                      request.region))
     _record(db, actor, "tenant_quota.change", request.tenant_id, "tenant_quota", row.id,
             before, {**_quota_figures(row), "quota_request_id": request.id})
     return row

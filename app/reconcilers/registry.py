@@ -1,35 +1,33 @@
-"""Which reconcilers the worker runs."""
+"""Which kinds the worker runs, and the runtime that runs them."""
 
 from __future__ import annotations
 
 from app.clusters.installer import Installer
-from app.clusters.reconciler import ClusterReconciler
 from app.config import Settings
 from app.db import Database
-from app.hosts.reconciler import HostHealthReconciler
 from app.kube.connector import ClientConnector, KubeConnector
-from app.kubeconfigs.reconciler import KubeconfigReconciler
-from app.nodes.reconciler import NodeReconciler
-from app.quotas.reconciler import QuotaExpiryReconciler
-from app.reconcilers.worker import Reconciler, Worker
+from app.reconcilers.clusters import ClusterReconciler
+from app.reconcilers.hosts import HostHealthReconciler
+from app.reconcilers.kind import Kind
+from app.reconcilers.kubeconfigs import KubeconfigReconciler
+from app.reconcilers.nodes import NodeReconciler
+from app.reconcilers.quota_expiry import QuotaExpiryReconciler
+from app.reconcilers.runtime import Runtime
+from app.reconcilers.template_validation import TemplateValidator
+from app.reconcilers.usage import UsageSampler
+from app.reconcilers.webhook import WebhookReconciler
 from app.templates.charts import ChartResolver, ChartSources
-from app.templates.validator import TemplateValidator
-from app.usage.sampler import UsageSampler
-from app.webhook.reconciler import WebhookReconciler
 from app.wiring import connect_hooks
 
 
-def build_reconcilers(
+def build_kinds(
     settings: Settings, database: Database, kube: KubeConnector,
     installer: Installer | None = None, charts: ChartResolver | None = None,
-) -> list[Reconciler]:
-    # Each kind's reconciler registers here (nodes, clusters, kubeconfigs, quota expiry, and
-    # the shared-pool admission webhook's certificate and configuration, GPU use samples, and
-    # the template validations admins queued, and the host clusters' health, whose chart check
-    # is the templates' resolver, injected here).
+) -> list[Kind]:
+    # The host clusters' health check asks the templates' chart resolver, injected here.
     connect_hooks()
     charts = charts or ChartSources()
-    return [QuotaExpiryReconciler(database),
+    return [QuotaExpiryReconciler(settings, database),
             KubeconfigReconciler.from_settings(settings, database, kube),
             NodeReconciler(settings, database, kube),
             ClusterReconciler(settings, database, kube, installer),
@@ -42,9 +40,10 @@ def build_reconcilers(
 def build_worker(
     settings: Settings, database: Database, kube: KubeConnector | None = None,
     installer: Installer | None = None, charts: ChartResolver | None = None,
-) -> Worker:
+) -> Runtime:
     """``installer`` defaults to helm (the simulated host of ``portal dev`` brings its own);
     ``charts`` (add-on chart lookups for template validation) to the repositories themselves."""
-    reconcilers = build_reconcilers(settings, database, kube or ClientConnector(settings),
-                                    installer, charts)
-    return Worker(reconcilers, poll_seconds=settings.worker_poll_seconds)
+    kinds = build_kinds(settings, database, kube or ClientConnector(settings), installer, charts)
+    return Runtime(database, kinds, lease_seconds=settings.worker_lease_seconds,
+                   concurrency=settings.worker_concurrency,
+                   poll_seconds=settings.worker_poll_seconds)

@@ -57,9 +57,8 @@ class ClusterTemplateVersion(Base):
     addons: Mapped[list[Any]] = mapped_column(default=list)
     validation: Mapped[dict[str, Any] | None]
     validated_at: Mapped[datetime | None]
-    # Set while a validation waits for (or runs in) the worker; the lease keeps it with one.
+    # Set while a validation waits for (or runs in) the worker (queued as template-validation).
     validation_requested_at: Mapped[datetime | None] = mapped_column(index=True)
-    validation_lease_until: Mapped[datetime | None]
     offered_at: Mapped[datetime | None]
     retired_at: Mapped[datetime | None]
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))

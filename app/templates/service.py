@@ -38,6 +38,7 @@ from app.templates.schemas import (
     VersionSettings,
 )
 from app.templates.validation import validate
+from app.workqueue import TEMPLATE_VALIDATION, enqueue
 
 SETTING_FIELDS = tuple(VersionSettings.model_fields)
 
@@ -175,8 +176,8 @@ def request_validation(db: Session, principal: Principal, name: str,
         raise Conflict(f"{name} v{number} is retired")
     if row.validation_requested_at is None:
         row.validation_requested_at = utcnow()
-        row.validation_lease_until = None
         db.flush()
+        enqueue(db, TEMPLATE_VALIDATION, row.id)
         _record(db, principal, "cluster_template.validation_requested", template, None,
                 {"version": number})
     return version_out(db, row)
@@ -199,7 +200,6 @@ def store_validation(db: Session, row: ClusterTemplateVersion, requested_at: dat
                      result: dict[str, Any], actor: str) -> None:
     """The worker's result; a version asked for again meanwhile stays pending (and runs again)."""
     row.validation, row.validated_at = result, utcnow()
-    row.validation_lease_until = None
     if row.validation_requested_at == requested_at:
         row.validation_requested_at = None
     db.flush()

@@ -11,7 +11,7 @@ from playwright.sync_api import Browser, expect
 
 from app.config import Settings
 from app.db import Database
-from app.templates.validator import TemplateValidator
+from app.reconcilers.template_validation import TemplateValidator
 from tests import factories
 from tests.browser.conftest import demo_database, signed_in_page
 from tests.support.kube import InMemoryConnector

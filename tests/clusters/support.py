@@ -11,7 +11,6 @@ from app.auth.principal import Principal
 from app.clusters import service
 from app.clusters.installer import InstallError
 from app.clusters.models import VirtualCluster
-from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterOut
 from app.clusters.shapes import ClusterAddon
 from app.config import Settings
@@ -19,6 +18,10 @@ from app.db import Database, utcnow
 from app.kube import simulated
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
+from app.reconcilers.clusters import ClusterReconciler
+from app.reconcilers.leases import HeldLeases
+from app.workqueue import CLUSTERS
+from app.workqueue.models import WorkItem
 from tests import factories
 from tests.support import virtual_clusters
 from tests.support.tenancy import Tenancy
@@ -139,6 +142,23 @@ class Harness:
     def cluster(self, cluster_id: int) -> VirtualCluster | None:
         with self.database.session() as db:
             return db.scalar(select(VirtualCluster).where(VirtualCluster.id == cluster_id))
+
+    def item(self, cluster_id: int) -> WorkItem:
+        """The cluster's work item in the worker's queue."""
+        with self.database.session() as db:
+            found = db.get(WorkItem, (CLUSTERS, str(cluster_id)))
+        assert found is not None, f"cluster {cluster_id} is not in the work queue"
+        return found
+
+    def due_at(self, cluster_id: int) -> datetime:
+        """When the worker looks at the cluster next."""
+        return self.item(cluster_id).due_at
+
+    def leases(self, worker: str = "worker-1") -> HeldLeases:
+        """The leases the pass running as ``worker`` holds (its heartbeat)."""
+        held = self.reconciler.runtime_for(worker).held
+        assert held is not None, f"no pass of {worker} has run"
+        return held
 
     def managed_objects(self) -> list[tuple[str, str | None, str]]:
         """(kind, namespace, name) of everything on the host but the default namespaces."""

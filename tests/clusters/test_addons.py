@@ -90,7 +90,7 @@ def test_a_failed_install_is_retried_with_backoff_and_ready_stays(
     assert (condition(harness, created.id, cond.READY) or {}).get("status") == "True"
     cluster = harness.cluster(created.id)
     assert cluster is not None and cluster.failed_attempts == 1
-    retry_in = (cluster.next_reconcile_at - harness.clock()).total_seconds()
+    retry_in = (harness.due_at(created.id) - harness.clock()).total_seconds()
     assert 0 < retry_in < harness.reconciler.settings.worker_resync_seconds
 
     harness.run(later=retry_in + 1)

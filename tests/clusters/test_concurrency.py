@@ -1,17 +1,23 @@
-"""A pass reconciles several clusters at once, never more than PORTAL_WORKER_CONCURRENCY, and
-each exactly once (PostgreSQL, separately committed: the threads need their own connections)."""
+"""The worker reconciles several clusters at once, never more than PORTAL_WORKER_CONCURRENCY,
+and each exactly once (PostgreSQL, separately committed: the threads need their own
+connections)."""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 
 from app.clusters import conditions as cond
 from app.clusters import repository
-from app.clusters.reconciler import ClusterReconciler
 from app.db import Database
 from app.kube.memory import InMemoryKube
+from app.reconcilers.clusters import ClusterReconciler
+from app.reconcilers.runtime import Runtime
+from app.workqueue import CLUSTERS as CLUSTER_KIND
+from app.workqueue import repository as queue
 from tests.clusters.support import FakeConnector, FakeInstaller, cluster_settings, seed_clusters
+from tests.support.waiting import wait_for
 
 CONCURRENCY = 4
 CLUSTERS = 8
@@ -40,21 +46,38 @@ class GatheringInstaller(FakeInstaller):
                 self.running -= 1
 
 
-def test_a_pass_runs_up_to_the_concurrency_at_once(own_pg_database: Database) -> None:
+def ready(database: Database, ids: list[int]) -> dict[str, bool]:
+    with database.session() as db:
+        return {c.name: cond.is_true(c.conditions, cond.READY)
+                for c in (repository.lock_cluster(db, i) for i in ids) if c is not None}
+
+
+def work_until(runtime: Runtime, done: Callable[[], bool]) -> None:
+    """Runs the worker loop in a thread until ``done()``, then stops it gracefully."""
+    thread = threading.Thread(target=runtime.run, name="worker-under-test")
+    thread.start()
+    try:
+        wait_for(lambda: done() or None, "the worker to get there", timeout=60)
+    finally:
+        runtime.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+def test_the_worker_runs_up_to_the_concurrency_at_once(own_pg_database: Database) -> None:
     ids = seed_clusters(own_pg_database, CLUSTERS)
     kube = InMemoryKube()
     installer = GatheringInstaller(kube, CONCURRENCY)
     settings = cluster_settings(worker_concurrency=CONCURRENCY)
     reconciler = ClusterReconciler(settings, own_pg_database, FakeConnector(kube), installer)
-    assert reconciler.concurrency == CONCURRENCY
+    runtime = Runtime(own_pg_database, [reconciler], concurrency=CONCURRENCY, poll_seconds=0.1)
+    assert runtime.concurrency == CONCURRENCY
 
-    assert reconciler.run_due("worker-1") == CLUSTERS
+    work_until(runtime, lambda: all(ready(own_pg_database, ids).values()))
     assert installer.most == CONCURRENCY
     assert Counter(call[1] for call in installer.calls) == {f"c{i}": 1 for i in range(CLUSTERS)}
     with own_pg_database.session() as db:
-        clusters = [repository.lock_cluster(db, i) for i in ids]
-        assert all(c is not None and cond.is_true(c.conditions, cond.READY) for c in clusters)
-        assert all(c is not None and c.lease_owner is None for c in clusters)
+        assert all(item.lease_owner is None for item in queue.items(db, CLUSTER_KIND))
 
 
 def test_one_clusters_crash_does_not_stop_the_others(own_pg_database: Database) -> None:
@@ -69,10 +92,13 @@ def test_one_clusters_crash_does_not_stop_the_others(own_pg_database: Database) 
         real_install(release, namespace, values_yaml)
 
     installer.install = buggy  # type: ignore[method-assign]
-    reconciler = ClusterReconciler(cluster_settings(worker_concurrency=2), own_pg_database,
-                                   FakeConnector(kube), installer)
-    assert reconciler.run_due("worker-1") == 3
+    reconciler = ClusterReconciler(cluster_settings(), own_pg_database, FakeConnector(kube),
+                                   installer)
+    runtime = Runtime(own_pg_database, [reconciler], concurrency=2, poll_seconds=0.1)
+    work_until(runtime, lambda: ready(own_pg_database, ids) == {"c0": True, "c1": False,
+                                                                "c2": True})
     with own_pg_database.session() as db:
-        ready = {c.name: cond.is_true(c.conditions, cond.READY)
-                 for c in (repository.lock_cluster(db, i) for i in ids) if c is not None}
-    assert ready == {"c0": True, "c1": False, "c2": True}
+        crashed = next(i for i in queue.items(db, CLUSTER_KIND) if i.key == str(ids[1]))
+    # The bug is retried with backoff, and what it said is kept for the operator.
+    assert crashed.attempts >= 1
+    assert crashed.last_error == "RuntimeError: a bug, not a helm failure"

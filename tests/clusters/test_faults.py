@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 
 from app.clusters import conditions as cond
-from app.clusters.reconciler import ClusterReconciler
 from app.db import Database
 from app.kube.errors import TransientKubeError
+from app.reconcilers.clusters import ClusterReconciler
 from tests.clusters.support import Harness, create
 from tests.support.tenancy import Tenancy
 
@@ -100,7 +100,7 @@ def test_retry_after_is_honoured_and_backoff_grows(harness: Harness, tenancy: Te
         harness.run()
         cluster = harness.cluster(created.id)
         assert cluster is not None
-        delays.append(cluster.next_reconcile_at - harness.clock.now)
+        delays.append(harness.due_at(created.id) - harness.clock.now)
         harness.clock.advance(delays[-1].total_seconds())
         harness.clock.advance(-301)  # run() advances 301 s: land exactly when due
     assert all(delay >= timedelta(seconds=45) for delay in delays)

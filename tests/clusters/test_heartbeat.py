@@ -10,8 +10,9 @@ from collections.abc import Callable
 import pytest
 
 from app.clusters import conditions as cond
-from app.clusters.reconciler import ClusterReconciler
 from app.db import Database
+from app.reconcilers.clusters import ClusterReconciler
+from app.workqueue import CLUSTERS
 from tests.clusters.support import FakeInstaller, Harness, create
 from tests.support.tenancy import Tenancy
 
@@ -65,21 +66,19 @@ def test_the_heartbeat_keeps_a_helm_run_longer_than_the_lease(
     taken_by_other: list[int] = []
 
     def helm_takes_two_minutes() -> None:
-        leases = harness.reconciler.leases
-        assert leases is not None
+        leases = harness.leases()
         for _ in range(12):  # a beat every 10 s, as the heartbeat thread does
             harness.clock.advance(LEASE / 3)
             leases.renew_now()
             taken_by_other.append(other.run_due("worker-2"))
-        assert not leases.lost(created.id)
+        assert not leases.lost((CLUSTERS, str(created.id)))
 
     installer.during = helm_takes_two_minutes
     harness.run("worker-1")
     assert taken_by_other == [0] * 12
     assert ready(harness, created.id)
     assert installer.installs == 1
-    cluster = harness.cluster(created.id)
-    assert cluster is not None and cluster.lease_owner is None  # released at the end
+    assert harness.item(created.id).lease_owner is None  # released at the end
 
 
 def test_a_worker_killed_during_helm_is_adopted_after_one_lease(
@@ -117,10 +116,9 @@ def test_a_worker_whose_lease_was_taken_writes_nothing_more(
         harness.clock.advance(LEASE + 1)
         assert successor.run_due("worker-2") == 1
         assert ready(harness, created.id)
-        leases = harness.reconciler.leases
-        assert leases is not None
+        leases = harness.leases()
         leases.renew_now()  # the next beat finds the lease taken
-        assert leases.lost(created.id)
+        assert leases.lost((CLUSTERS, str(created.id)))
         calls_after_takeover.append(len(harness.kube.calls))
 
     installer.during = stalled_past_the_lease
@@ -130,7 +128,7 @@ def test_a_worker_whose_lease_was_taken_writes_nothing_more(
     assert len(harness.kube.calls) == calls_after_takeover[0]  # no call to the host at all
     after = harness.cluster(created.id)
     assert after is not None and before is not None
-    assert ready(harness, created.id) and after.lease_owner is None
+    assert ready(harness, created.id) and harness.item(created.id).lease_owner is None
     assert after.observed_generation == 1 and after.failed_attempts == 0
     assert installer.installs == 2  # the successor's; the first worker's helm run ends unused
 
@@ -149,11 +147,11 @@ def test_without_a_beat_the_database_still_refuses_the_old_holder(
         cluster = harness.cluster(created.id)
         assert cluster is not None
         adopted_state.append((cluster.conditions, cluster.admin_kubeconfig_encrypted,
-                              cluster.next_reconcile_at))
+                              harness.due_at(created.id)))
 
     installer.during = stalled_past_the_lease
     harness.run("worker-1")  # its writes are fenced on its claim's token and refused
     cluster = harness.cluster(created.id)
     assert cluster is not None
     assert adopted_state == [(cluster.conditions, cluster.admin_kubeconfig_encrypted,
-                              cluster.next_reconcile_at)]
+                              harness.due_at(created.id))]

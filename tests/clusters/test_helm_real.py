@@ -26,7 +26,6 @@ from app.clusters import conditions as cond
 from app.clusters import service
 from app.clusters.installer import HelmInstaller
 from app.clusters.models import VirtualCluster
-from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate
 from app.config import Settings
 from app.db import Database
@@ -34,6 +33,7 @@ from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import dump_yaml
 from app.kube.port import Manifest, kind_info, register_kind
+from app.reconcilers.clusters import ClusterReconciler
 from tests import factories
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.support import Clock, cluster_settings

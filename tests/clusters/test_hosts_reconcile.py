@@ -5,7 +5,6 @@ nothing deleted) and is backed off as a whole; a slow host holds up only its own
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +16,6 @@ from app.auth.principal import Principal
 from app.clusters import conditions as cond
 from app.clusters import service
 from app.clusters.models import VirtualCluster
-from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterResize
 from app.config import Settings
 from app.db import Database
@@ -25,8 +23,11 @@ from app.hosts.models import HostCluster
 from app.kube.connector import HostTarget
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort, Manifest
+from app.reconcilers.clusters import ClusterReconciler
+from app.reconcilers.runtime import Runtime
 from tests import factories
 from tests.clusters.support import Clock, FakeConnector, FakeInstaller, cluster_settings
+from tests.support.waiting import wait_for
 
 SETTINGS = cluster_settings()
 
@@ -194,7 +195,7 @@ class SlowPort:
 @pytest.fixture
 def slow_us(own_pg_database: Database) -> Iterator[tuple[TwoHosts, SlowPort]]:
     port = SlowPort(InMemoryKube())
-    fleet = two_hosts(own_pg_database, us_port=port, pass_seconds=1.0)
+    fleet = two_hosts(own_pg_database, us_port=port)
     port.kube = fleet.us
     yield fleet, port
     port.release.set()
@@ -204,19 +205,19 @@ def test_a_slow_host_holds_up_only_its_own_clusters(
     slow_us: tuple[TwoHosts, SlowPort],
 ) -> None:
     fleet, us = slow_us
-    assert fleet.reconciler.concurrency > 1  # threaded: one pass per host
+    runtime = Runtime(fleet.database, [fleet.reconciler], concurrency=2, poll_seconds=0.1)
     eu, slow = fleet.create("train", "eu"), fleet.create("serve", "us")
-    started = time.monotonic()
-    fleet.run()
-    assert time.monotonic() - started < 10  # did not wait for the slow host
-    assert fleet.ready(eu)
-    assert not fleet.ready(slow)
-    us.release.set()
-    deadline = time.monotonic() + 20
-    while not fleet.ready(slow) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        fleet.reconciler.run_due("worker-1")
-    assert fleet.ready(slow)
+    worker = threading.Thread(target=runtime.run, name="worker-under-test")
+    worker.start()
+    try:
+        wait_for(lambda: fleet.ready(eu), "the cluster on the answering host", timeout=20)
+        assert not fleet.ready(slow)
+        us.release.set()
+        wait_for(lambda: fleet.ready(slow), "the cluster on the slow host", timeout=20)
+    finally:
+        us.release.set()
+        runtime.stop()
+        worker.join(30)
 
 
 def test_a_shared_pool_cluster_says_so_when_its_host_loses_its_webhook_url(

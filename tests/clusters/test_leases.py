@@ -1,5 +1,6 @@
 """Leases: parallel workers never hold one cluster at once (PostgreSQL, SKIP LOCKED), and the
-conditional UPDATE does the same on the embedded SQLite default."""
+conditional UPDATE does the same on the embedded SQLite default. The clusters are queued by the
+service that creates them; the runtime's queue hands them out."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from datetime import timedelta
 import pytest
 
 from app.clusters import repository
-from app.clusters.reconciler import ClusterReconciler
 from app.db import Database, utcnow
 from app.kube.memory import InMemoryKube
+from app.reconcilers.clusters import ClusterReconciler
+from app.workqueue import CLUSTERS as CLUSTER_KIND
+from app.workqueue import repository as queue
 from tests.clusters.support import FakeConnector, FakeInstaller, cluster_settings, seed_clusters
 
 WORKERS = 8
@@ -27,7 +30,9 @@ def claim_in_parallel(database: Database) -> list[list[int]]:
     def claim(worker: int) -> list[int]:
         barrier.wait()
         with database.transaction() as db:
-            return repository.claim_due(db, f"w{worker}", now, now + timedelta(seconds=60), 10)
+            claimed = queue.claim(db, [CLUSTER_KIND], f"w{worker}", now,
+                                  now + timedelta(seconds=60), 10)
+        return [int(item.key) for item in claimed]
 
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         return list(pool.map(claim, range(WORKERS)))
@@ -75,7 +80,7 @@ def test_parallel_workers_provision_each_cluster_exactly_once(own_pg_database: D
     kube = InMemoryKube()
     installer = ExclusiveInstaller(kube)
     reconcilers = [ClusterReconciler(cluster_settings(), own_pg_database, FakeConnector(kube),
-                                     installer, batch=3) for _ in range(WORKERS)]
+                                     installer) for _ in range(WORKERS)]
     barrier = threading.Barrier(WORKERS)
 
     def work(index: int) -> int:

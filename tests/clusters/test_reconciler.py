@@ -294,7 +294,7 @@ def test_a_helm_failure_is_retried_with_backoff(harness: Harness, tenancy: Tenan
     assert cluster is not None and cluster.failed_attempts == 1
     release = cond.find(cluster.conditions, cond.RELEASE_INSTALLED)
     assert release is not None and release["reason"] == "HelmFailed"
-    assert cluster.next_reconcile_at > harness.clock.now
+    assert harness.due_at(created.id) > harness.clock.now
     harness.converge(2)
     assert statuses(harness.cluster(created.id))[cond.READY] == "True"
 

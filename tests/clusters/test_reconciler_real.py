@@ -28,7 +28,6 @@ from app.clusters import conditions as cond
 from app.clusters import service
 from app.clusters.installer import InstallError
 from app.clusters.models import VirtualCluster
-from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize
 from app.clusters.shapes import ClusterAddon
 from app.config import Settings
@@ -39,6 +38,7 @@ from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.admission import POLICY_NAME as GUARD
 from app.kube.port import Manifest
+from app.reconcilers.clusters import ClusterReconciler
 from tests import factories
 from tests.clusters.cleanup import own_objects
 from tests.clusters.support import Clock, cluster_settings

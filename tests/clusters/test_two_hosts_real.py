@@ -25,7 +25,6 @@ from app.auth.principal import Principal
 from app.clusters import conditions as cond
 from app.clusters import service
 from app.clusters.models import VirtualCluster
-from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterResize
 from app.config import Settings
 from app.db import Database
@@ -36,6 +35,7 @@ from app.hosts.schemas import HostCredentialsIn, HostRegister
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl
+from app.reconcilers.clusters import ClusterReconciler
 from tests import factories
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import helm_calls, use_standin_helm
@@ -121,7 +121,7 @@ def fleet(own_pg_database: Database, kai_host: ApiServer, host_admin: Kubernetes
         factories.node(db, us_row, a100, gpu_count=8)
     clock = Clock()
     reconciler = ClusterReconciler(settings, own_pg_database, ClientConnector(settings),
-                                   clock=clock, wait_seconds=0.5, pass_seconds=20.0)
+                                   clock=clock, wait_seconds=0.5)
     us_admin = us_api.adapter()
     yield Fleet(own_pg_database, settings, admin_principal, tenant_principal, slug, *ids,
                 host_admin, us_admin, us_api, clock, reconciler)

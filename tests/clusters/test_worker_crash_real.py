@@ -24,6 +24,8 @@ from app.clusters import conditions as cond
 from app.clusters.models import VirtualCluster
 from app.db import Database
 from app.kube.adapter import KubernetesAdapter
+from app.workqueue import CLUSTERS
+from app.workqueue.models import WorkItem
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import helm_calls, install_standin_helm
 from tests.clusters.support import seed_clusters
@@ -62,6 +64,14 @@ def slug(host_admin: KubernetesAdapter) -> Iterator[str]:
     remove_tenant_objects(host_admin, slug)
 
 
+def lease(database: Database, cluster_id: int) -> WorkItem:
+    """The cluster's work item: who holds it, until when."""
+    with database.session() as db:
+        found = db.get(WorkItem, (CLUSTERS, str(cluster_id)))
+    assert found is not None
+    return found
+
+
 @pytest.fixture
 def workers() -> Iterator[list[WorkerProcess]]:
     started: list[WorkerProcess] = []
@@ -87,14 +97,14 @@ def test_a_worker_killed_during_helm_is_adopted_within_the_lease(
     first = WorkerProcess.start({**env, "HELM_STANDIN_HANG": str(hanging)}, tmp_path / "w1.log")
     workers.append(first)
     wait_for(hanging.exists, 60, "the first worker never ran helm")
-    claimed = row(own_pg_database, cluster_id)
+    claimed = lease(own_pg_database, cluster_id)
     assert first.holds(claimed.lease_owner)
     assert claimed.lease_expires_at is not None
 
     second = WorkerProcess.start(env, tmp_path / "w2.log")
     workers.append(second)
     time.sleep(3 * LEASE)  # helm hangs for three leases: the heartbeat keeps the cluster
-    kept = row(own_pg_database, cluster_id)
+    kept = lease(own_pg_database, cluster_id)
     assert kept.lease_owner == claimed.lease_owner
     assert kept.lease_expires_at is not None and kept.lease_expires_at > claimed.lease_expires_at
     assert upgrades(log) == 1
@@ -103,7 +113,8 @@ def test_a_worker_killed_during_helm_is_adopted_within_the_lease(
 
     def adopted() -> bool:
         cluster = row(own_pg_database, cluster_id)
-        return second.holds(cluster.lease_owner) or cond.is_true(cluster.conditions, cond.READY)
+        return second.holds(lease(own_pg_database, cluster_id).lease_owner) or cond.is_true(
+            cluster.conditions, cond.READY)
 
     wait_for(adopted, ADOPTION_BOUND, "the second worker did not adopt the cluster")
     wait_for(lambda: cond.is_true(row(own_pg_database, cluster_id).conditions, cond.READY), 60,

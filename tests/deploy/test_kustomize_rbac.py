@@ -24,6 +24,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,7 +35,6 @@ from app.auth.principal import Principal
 from app.clusters import conditions as cond
 from app.clusters import service
 from app.clusters.models import VirtualCluster
-from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterResize
 from app.config import Settings
 from app.db import Database, utcnow
@@ -47,11 +47,12 @@ from app.kube.manifests.admission import POLICY_NAME, WEBHOOK_CONFIGURATION_NAME
 from app.kube.manifests.webhook import TLS_SECRET_NAME
 from app.kube.port import HostProbe, KubePort, Manifest, ObjectRef, kind_info
 from app.nodes.models import Node, NodeAssignment
-from app.nodes.reconciler import NodeReconciler
+from app.reconcilers.clusters import ClusterReconciler
+from app.reconcilers.nodes import NodeReconciler
+from app.reconcilers.template_validation import TemplateValidator
+from app.reconcilers.usage import UsageSampler
+from app.reconcilers.webhook import WebhookReconciler
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
-from app.templates.validator import TemplateValidator
-from app.usage.sampler import UsageSampler
-from app.webhook.reconciler import WebhookReconciler
 from app.webhook.server import NamespaceLabels, ServingCertificate
 from tests import factories
 from tests.clusters.cleanup import own_objects, remove_tenant_objects
@@ -297,12 +298,15 @@ def start(grant: Grant, base: list[Manifest], missing: Pair | None, kai_host: Ap
         principal = Principal(user=admin, via="token", roles={row.id: "admin"})
         gpu_class_id, tenant_id = h100.id, row.id
     clock, node_clock = Clock(), [0.0]
+    # The node, webhook and usage kinds run on the runtime's queue: a resync of 0 would have a
+    # pass run their keys again and again; the tests' clocks move on by more than this.
+    periodic = settings.model_copy(update={"worker_resync_seconds": 300.0})
     return Run(database, settings, recorder, clock,
                ClusterReconciler(settings, database, connector, clock=clock, wait_seconds=0.5),
-               NodeReconciler(settings, database, connector, clock=lambda: node_clock[0]),
-               WebhookReconciler(settings, database, connector),
-               UsageSampler(settings, database, connector,
-                            clock=lambda: clock.now.timestamp()),
+               NodeReconciler(periodic, database, connector,
+                              now=lambda: utcnow() + timedelta(seconds=node_clock[0])),
+               WebhookReconciler(periodic, database, connector),
+               UsageSampler(periodic, database, connector, now=clock),
                TemplateValidator(settings, database, connector, StandinCharts()),
                slug, tenant_id, principal, gpu_class_id, node, node_clock)
 
@@ -364,10 +368,10 @@ def lifecycle(run: Run, admin: KubernetesAdapter, delete_timeout: float = DELETE
     run.label_nodes(admin, run.slug)
     # the admission webhook's key pair and registration
     host = run.recorder
-    assert run.webhook.reconcile(host) == 2
+    assert run.webhook.ensure(host) == 2
     assert admin.get(ADMISSION, "MutatingWebhookConfiguration",
                      WEBHOOK_CONFIGURATION_NAME) is not None
-    assert run.webhook.reconcile(host) == 0
+    assert run.webhook.ensure(host) == 0
     # a template validation, which dry-runs on the host as the worker (the web has no rights)
     validate_template(run)
     # the host's health as the worker checks it: reachable, KAI's CRD, the registration
@@ -491,7 +495,7 @@ def test_the_webhook_reads_what_it_needs_and_is_granted_nothing_more(
     webhook = f"rbac-webhook-{secrets.token_hex(3)}"
     roles = [("ClusterRole", "gpu-tenant-portal-webhook"), ("Role", "gpu-tenant-portal-webhook")]
     try:
-        worker.reconcile(host_admin)
+        worker.ensure(host_admin)
         grant.account = webhook
         grant.objects.append({"apiVersion": "v1", "kind": "ServiceAccount",
                               "metadata": {"name": webhook, "namespace": grant.namespace}})
@@ -512,7 +516,7 @@ def test_the_webhook_reads_what_it_needs_and_is_granted_nothing_more(
         assert certificate.reload()
         # a new key pair (the old Secret lost): served once the registration trusts it
         host_admin.delete("v1", "Secret", TLS_SECRET_NAME, grant.namespace)
-        worker.reconcile(host_admin)
+        worker.ensure(host_admin)
         assert certificate.reload()
         assert NamespaceLabels(recorder).get(grant.namespace) is not None
         assert recorder.forbidden == set()

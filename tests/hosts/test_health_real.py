@@ -16,7 +16,6 @@ from app.config import Settings
 from app.db import Database
 from app.hosts import repository, service
 from app.hosts.health import ADMISSION_WEBHOOK, run_checks
-from app.hosts.reconciler import HostHealthReconciler
 from app.hosts.schemas import HostCredentialsIn, HostRegister
 from app.hosts.webhook_route import WebhookRoute
 from app.kube.adapter import KubernetesAdapter
@@ -27,6 +26,7 @@ from app.kube.manifests.admission import (
     kai_queue_webhook,
 )
 from app.kube.port import Manifest
+from app.reconcilers.hosts import HostHealthReconciler
 from app.templates.charts import ChartLookup
 from tests import factories
 from tests.support.kube_server import ApiServer, kubeconfig_yaml
@@ -191,7 +191,7 @@ def test_a_closed_port_is_a_failed_check_not_an_exception(kai_host: ApiServer,
 
 def test_the_worker_stores_each_hosts_health_and_audits_it_turning_unreachable(
         kai_host: ApiServer, database: Database) -> None:
-    settings = Settings(env="test", database_url="sqlite://", worker_resync_seconds=0)
+    settings = Settings(env="test", database_url="sqlite://", worker_resync_seconds=300)
     with database.transaction() as db:
         admin = Principal(user=factories.user(db, admin=True), via="token")
         service.register_host(db, admin, settings, HostRegister(
@@ -209,7 +209,7 @@ def test_the_worker_stores_each_hosts_health_and_audits_it_turning_unreachable(
             kind="token", server=f"https://127.0.0.1:{free_port()}", token="t",
             ca_certificate=kai_host.ca.cert_pem.decode()))
         row.health_reachable = True  # as last seen before the move
-    worker.run_due("w1")
+    assert worker.run_due("w1") == 1  # the new credentials enqueued the host: checked at once
     with database.transaction() as db:
         row = repository.host_by_name(db, "gpu-eu-2")
         assert row is not None and row.health_reachable is False

@@ -24,7 +24,7 @@ from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kubeconfigs.manifests import PORTAL_NAMESPACE
 from app.kubeconfigs.models import KubeconfigGrant
-from app.kubeconfigs.reconciler import KubeconfigReconciler
+from app.reconcilers.kubeconfigs import KubeconfigReconciler
 from tests.support.kubeconfigs import PODS, Kubeconfig, config_map, eventually, guard_enforced
 from tests.support.tenancy import Tenancy, headers
 

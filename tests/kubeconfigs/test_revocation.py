@@ -30,11 +30,13 @@ from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
 from app.kubeconfigs import service
 from app.kubeconfigs.models import KubeconfigGrant
-from app.kubeconfigs.reconciler import KubeconfigReconciler
 from app.kubeconfigs.schemas import KubeconfigRequest
 from app.kubeconfigs.service import VirtualClusters
+from app.reconcilers.kubeconfigs import KubeconfigReconciler
 from app.tenants import service as tenants
 from app.tenants.schemas import MemberUpdate, TenantUpdate
+from app.workqueue import KUBECONFIGS, enqueue
+from app.workqueue import repository as queue
 from tests.support.kube import RecordingConnector
 from tests.support.kubeconfigs import RBAC, objects_of_user
 from tests.support.tenancy import Tenancy
@@ -90,7 +92,7 @@ def test_removing_a_member_revokes_their_grants_and_the_worker_deletes_the_secre
     assert other.revoked_at is None
     assert secret_exists(virtual, grant)  # revoked at once, deleted by the worker
 
-    reconciler = KubeconfigReconciler(database, clusters)
+    reconciler = KubeconfigReconciler(settings, database, clusters)
     assert reconciler.run_due("w1") == 1
     requests = len(connector.calls)
     assert reconciler.run_due("w1") == 0  # level-triggered: the second pass changes nothing
@@ -145,7 +147,7 @@ def test_deleting_a_cluster_revokes_its_grants_and_the_worker_gives_up_on_its_dy
     offline_train.deletion_requested_at = utcnow()
     db.commit()
     fake.kube.inject("delete", OSError("connection refused"), times=10)
-    assert KubeconfigReconciler(database, clusters).run_due("w1") == 1
+    assert KubeconfigReconciler(settings, database, clusters).run_due("w1") == 1
     db.expire_all()
     assert grant.revoke_reason == "cluster-deleted" and grant.secret_deleted_at is not None
     assert service.forget_grants_for_cluster(db, offline_train.id) == 1
@@ -165,21 +167,70 @@ def test_the_worker_backs_off_on_failures_and_deletes_the_secret_once_the_api_an
     assert grant.revoked_at is not None and grant.secret_deleted_at is None
     assert secret_exists(fake.kube, grant)
 
-    reconciler = KubeconfigReconciler(database, clusters)
+    reconciler = KubeconfigReconciler(settings, database, clusters)
     fake.kube.inject("delete", PermanentKubeError("forbidden", reason="Forbidden"), times=1)
-    assert reconciler.run_due("w1") == 0
+    assert reconciler.run_due("w1") == 1  # one attempt, failed
     db.expire_all()
-    assert grant.cleanup_attempts == 1 and "Forbidden" in (grant.cleanup_error or "")
-    assert grant.next_cleanup_at is not None and grant.next_cleanup_at > utcnow()
+    assert grant.secret_deleted_at is None
+    [item] = queue.items(db, KUBECONFIGS)
+    assert item.key == str(grant.id)
+    assert item.attempts == 1 and "Forbidden" in (item.last_error or "")
+    assert item.due_at > utcnow()
     calls = len(fake.kube.calls)
     assert reconciler.run_due("w1") == 0 and len(fake.kube.calls) == calls  # backing off
 
-    grant.next_cleanup_at = utcnow() - timedelta(seconds=1)
+    enqueue(db, KUBECONFIGS, grant.id)  # due now: as if the backoff had run out
     db.commit()
     assert reconciler.run_due("w1") == 1
     assert not secret_exists(fake.kube, grant)
     db.expire_all()
-    assert grant.secret_deleted_at is not None and grant.cleanup_error is None
+    assert grant.secret_deleted_at is not None
+    assert queue.items(db, KUBECONFIGS) == []  # done with: the queue forgets it
+
+
+def test_the_server_hint_sets_the_retry_of_a_failed_clean_up(
+    db: Session, database: Database, settings: Settings, tenancy: Tenancy,
+    offline_train: VirtualCluster,
+) -> None:
+    fake = FakeClusters()
+    clusters = VirtualClusters.from_settings(settings, fake)
+    grant = issue(db, tenancy, clusters, settings)
+    grant.expires_at = utcnow() - timedelta(seconds=1)  # expiry enqueues nothing: the resync
+    db.commit()
+    fake.kube.inject("delete", TransientKubeError("busy", delay_seconds=120), times=1)
+    assert KubeconfigReconciler(settings, database, clusters).run_due("w1") == 1
+    [item] = queue.items(db, KUBECONFIGS)
+    assert item.attempts == 1 and item.last_error == "Transient: busy"
+    assert item.due_at > utcnow() + timedelta(seconds=100)
+
+
+def test_every_revocation_enqueues_its_grant_due_at_once(
+    db: Session, settings: Settings, tenancy: Tenancy, offline_train: VirtualCluster,
+) -> None:
+    """By a user, by a member's removal, by a tenant's suspension: the clean-up is queued in
+    the revoking transaction, due now, not at the next resync."""
+    fake = FakeClusters()
+    clusters = VirtualClusters.from_settings(settings, fake)
+    own, removed = issue(db, tenancy, clusters, settings), issue(db, tenancy, clusters, settings)
+    admins = issue(db, tenancy, clusters, settings, "acme_admin")
+    assert queue.items(db, KUBECONFIGS) == []  # a live grant is nobody's work yet
+    before = utcnow()
+
+    fake.kube.inject("delete", TransientKubeError("busy"), times=1)
+    service.revoke_grant(db, tenancy.principal(tenancy.acme_member), clusters, "acme", "train",
+                         own.id)
+    member = next(m for m in tenancy.memberships if m.user_id == tenancy.acme_member.id)
+    tenants.remove_member(db, tenancy.principal(tenancy.acme_admin), "acme", member.id)
+    tenants.update_tenant(db, tenancy.principal(tenancy.platform_admin), "acme",
+                          TenantUpdate(state="suspended"))
+    assert removed.revoke_reason == "member-removed"
+    assert admins.revoke_reason == "tenant-suspended"
+    items = {item.key: item for item in queue.items(db, KUBECONFIGS)}
+    assert set(items) == {str(own.id), str(removed.id), str(admins.id)}
+    assert all(item.due_at <= utcnow() and item.due_at >= before - timedelta(seconds=1)
+               for item in items.values())
+    db.rollback()
+    assert queue.items(db, KUBECONFIGS) == []  # with its transaction, or not at all
 
 
 @pytest.mark.kube_server
@@ -192,7 +243,7 @@ def test_expired_grants_lose_their_secret_and_the_account_goes_with_its_last_liv
     binding = f"{NS}:{live.service_account}"
     expired.expires_at = utcnow() - timedelta(seconds=1)
     db.commit()
-    reconciler = KubeconfigReconciler(database, clusters)
+    reconciler = KubeconfigReconciler(settings, database, clusters)
     assert reconciler.run_due("w1") == 1
     assert not secret_exists(virtual, expired) and secret_exists(virtual, live)
     # The account stays, still used by the live grant.
@@ -208,7 +259,7 @@ def test_expired_grants_lose_their_secret_and_the_account_goes_with_its_last_liv
 
 
 def test_the_worker_runs_the_kubeconfig_reconciler(database: Database, settings: Settings) -> None:
-    from app.reconcilers.registry import build_reconcilers
+    from app.reconcilers.registry import build_kinds
 
-    names = [r.name for r in build_reconcilers(settings, database, FakeClusters())]
+    names = [r.name for r in build_kinds(settings, database, FakeClusters())]
     assert "kubeconfigs" in names

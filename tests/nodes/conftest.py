@@ -8,21 +8,21 @@ import copy
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.config import Settings
-from app.db import Database
+from app.db import Database, utcnow
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort, Manifest, register_kind
-from app.nodes.reconciler import NodeReconciler
+from app.reconcilers.nodes import NodeReconciler
 from tests.support.kube import RecordingConnector, RecordingPort
 from tests.support.kube_server import ApiServer
 from tests.support.kubectl import Kubectl
@@ -71,11 +71,29 @@ def host_kube() -> InMemoryKube:
     return kube
 
 
-def reconciler(database: Database, host: KubePort | None, resync_seconds: float = 0.0,
-               clock: Callable[[], float] = time.monotonic) -> NodeReconciler:
+RESYNC_SECONDS = 300.0
+
+
+@dataclass
+class Later:
+    """The runtime's clock in a test: the real time (what ``enqueue`` stamps), moved on by
+    what the test let pass."""
+
+    offset: float = 0.0
+
+    def __call__(self) -> datetime:
+        return utcnow() + timedelta(seconds=self.offset)
+
+    def later(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+def reconciler(database: Database, host: KubePort | None,
+               resync_seconds: float = RESYNC_SECONDS,
+               clock: Later | None = None) -> NodeReconciler:
     settings = Settings(env="test", database_url="sqlite://", rack_label=RACK_LABEL,
                         worker_resync_seconds=resync_seconds)
-    return NodeReconciler(settings, database, HostOnly(host), clock=clock)
+    return NodeReconciler(settings, database, HostOnly(host), now=clock or Later())
 
 
 @dataclass
@@ -83,15 +101,22 @@ class Synced:
     database: Database
     kube: InMemoryKube
     reconciler: NodeReconciler
+    clock: Later = field(default_factory=Later)
+
+    def resync(self) -> int:
+        """The host's next pass at its resync period; the items handled."""
+        self.clock.later(RESYNC_SECONDS)
+        return self.reconciler.run_due("test")
 
 
 @pytest.fixture
 def synced(database: Database, host_kube: InMemoryKube) -> Synced:
     """The reference nodes synced into the inventory through the fake."""
-    loop = reconciler(database, host_kube)
+    clock = Later()
+    loop = reconciler(database, host_kube, clock=clock)
     loop.run_due("test")
     host_kube.reset_calls()
-    return Synced(database, host_kube, loop)
+    return Synced(database, host_kube, loop, clock)
 
 
 # ----- the reference fleet on the real host API server, registered once for tests/nodes
@@ -240,16 +265,18 @@ class Portal:
     database: Database
     connector: RecordingConnector
     reconciler: NodeReconciler
-    now: list[float]  # the reconciler's clock, for its retry delays
+    clock: Later  # the runtime's clock, for the resync and retry delays
 
     def run(self) -> list[tuple[str, str, str]]:
-        """One pass; what it wrote (or tried to write) to the host."""
+        """One pass at the resync period (the host's key is due); what it wrote (or tried to
+        write) to the host."""
         self.connector.forget()
+        self.later(RESYNC_SECONDS)
         self.reconciler.run_due("worker-1")
         return list(self.connector.writes)
 
     def later(self, seconds: float) -> None:
-        self.now[0] += seconds
+        self.clock.later(seconds)
 
     @property
     def host(self) -> RecordingPort:
@@ -260,8 +287,8 @@ class Portal:
 @pytest.fixture
 def portal(fleet: Fleet, database: Database) -> Portal:
     settings = Settings(env="test", database_url="sqlite://", rack_label=RACK_LABEL,
-                        worker_resync_seconds=0, kubeconfig=str(fleet.kubeconfig))
+                        worker_resync_seconds=RESYNC_SECONDS, kubeconfig=str(fleet.kubeconfig))
     connector = RecordingConnector(ClientConnector(settings))
-    now = [1000.0]
-    reconciler = NodeReconciler(settings, database, connector, clock=lambda: now[0])
-    return Portal(database, connector, reconciler, now)
+    clock = Later()
+    reconciler = NodeReconciler(settings, database, connector, now=clock)
+    return Portal(database, connector, reconciler, clock)

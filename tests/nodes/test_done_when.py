@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 
 from app.kube.manifests import labels as lbl
 from app.nodes.models import GpuClass
-from app.reconcilers.worker import Worker
+from app.reconcilers.runtime import Runtime
 from tests import factories
-from tests.nodes.conftest import NOT_READY, Fleet, Portal, untimed
+from tests.nodes.conftest import NOT_READY, RESYNC_SECONDS, Fleet, Portal, untimed
 from tests.support.principals import bearer
 
 pytestmark = pytest.mark.kube_server
@@ -48,8 +48,8 @@ def _tenant_marks(fleet: Fleet) -> dict[str, tuple[Any, Any]]:
 def test_fleet_from_the_server_and_two_h100_nodes_dedicated(
     fleet: Fleet, portal: Portal, client: TestClient, db: Session,
 ) -> None:
-    worker = Worker([portal.reconciler], poll_seconds=0)
-    worker.run_once()
+    worker = Runtime(portal.database, [portal.reconciler], clock=portal.clock)
+    worker.run_pass()
     admin = bearer(db, factories.user(db, admin=True))
     slug = f"dw-{secrets.token_hex(3)}"  # the fleet is shared by the package's tests
     tenant = factories.tenant(db, slug)
@@ -79,7 +79,7 @@ def test_fleet_from_the_server_and_two_h100_nodes_dedicated(
             assert response.status_code == 200, response.text
 
         portal.connector.forget()
-        worker.run_once()
+        assert worker.run_pass() == 1  # the assignments enqueued the host: due at once
         assert sorted(portal.connector.writes) == [("apply", "Node", name)
                                                    for name in sorted(chosen)]
         taint = {"key": lbl.TENANT, "value": slug, "effect": "NoSchedule"}
@@ -91,12 +91,13 @@ def test_fleet_from_the_server_and_two_h100_nodes_dedicated(
                         if t["key"] == NOT_READY]) == untimed(fleet.controller_taints)
 
         portal.connector.forget()
-        worker.run_once()
+        portal.later(RESYNC_SECONDS)  # the next pass, at the resync
+        worker.run_pass()
         assert [call.method for call in portal.connector.calls] == ["list"]  # no write
         detail = client.get(f"/api/v1/nodes/{chosen[0]}", headers=admin).json()
         assert detail["conditions"][0]["reason"] == "InSync"
     finally:
         for name in chosen:  # the fleet outlives this test: leave the nodes as they were
             client.delete(f"/api/v1/nodes/{name}/assignment", headers=admin)
-        worker.run_once()
+        worker.run_pass()
     assert _tenant_marks(fleet) == {}

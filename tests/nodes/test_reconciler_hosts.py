@@ -1,6 +1,6 @@
 """Inventory sync per registered host, on the real host API server: each host's nodes come
 through that host's own client and land on that host's rows; a host that cannot be reached
-is logged and retried, and the others are synced all the same."""
+is logged and retried through the queue, and the others are synced all the same."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from app.hosts.schemas import HostCredentialsIn, HostRegister
 from app.kube.connector import ClientConnector
 from app.nodes.inventory import read_node
 from app.nodes.models import Node
-from app.nodes.reconciler import NodeReconciler
+from app.reconcilers.nodes import NodeReconciler
+from app.workqueue import NODES
+from app.workqueue.repository import items
 from tests import factories
 from tests.nodes.conftest import RACK_LABEL, Fleet
 from tests.support.kube_server import kubeconfig_yaml
@@ -52,7 +54,7 @@ def test_each_registered_host_syncs_with_its_own_client_and_a_dead_one_stops_not
         fleet: Fleet, database: Database, caplog: pytest.LogCaptureFixture) -> None:
     # No PORTAL_KUBECONFIG: the environment's host reaches nothing, the registered ones do.
     settings = Settings(env="test", database_url="sqlite://", rack_label=RACK_LABEL,
-                        worker_resync_seconds=0)
+                        worker_resync_seconds=300)
     dead = kubeconfig_yaml(f"https://127.0.0.1:{free_port()}", fleet.api.ca.cert_pem,
                            token="t")
     _register(database, settings, "a-dead-host", dead)
@@ -69,5 +71,9 @@ def test_each_registered_host_syncs_with_its_own_client_and_a_dead_one_stops_not
     assert _nodes_by_host(database) == {"gpu-eu-2": gpu_nodes}
     assert "listing the nodes of host cluster a-dead-host failed" in caplog.text
     assert "host cluster a-broken-host: no client from its credentials" in caplog.text
-    reconciler.run_due("worker-1")  # the dead host is retried later, nothing breaks
+    with database.session() as db:
+        failed = {item.key: item for item in items(db, NODES) if item.last_error}
+        names = {str(h.id): h.name for h in hosts_repository.all_hosts(db)}
+    assert sorted(names[key] for key in failed) == ["a-broken-host", "a-dead-host"]
+    assert reconciler.run_due("worker-1") == 0  # the dead host is retried later, nothing breaks
     assert _nodes_by_host(database) == {"gpu-eu-2": gpu_nodes}

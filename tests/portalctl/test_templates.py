@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from app.config import Settings
-from app.templates.validator import TemplateValidator
+from app.reconcilers.template_validation import TemplateValidator
 from tests import factories
 from tests.portalctl.conftest import Portal, PortalCtl, Result
 from tests.support.kube import InMemoryConnector

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
+from app.config import Settings
 from app.db import Database, utcnow
 from app.quotas.models import QuotaRequest, TenantQuota
-from app.quotas.reconciler import QuotaExpiryReconciler
 from app.quotas.schemas import ApproveIn, QuotaRequestCreate
 from app.quotas.service import approve, create_request, expire_quotas
-from app.reconcilers.registry import build_reconcilers
+from app.reconcilers.quota_expiry import QuotaExpiryReconciler
+from app.workqueue import CLUSTERS, QUOTA_EXPIRY
+from app.workqueue import repository as queue
+from app.workqueue.models import WorkItem
 from tests import factories
 from tests.support.kube import InMemoryConnector
 from tests.support.tenancy import Tenancy, build_tenancy
@@ -75,17 +78,44 @@ def test_the_worker_runs_expiry_and_a_second_pass_changes_nothing(
         t = build_tenancy(db)
         request = _approved(db, t, 3, days=1)
         request.ends_at = utcnow() - timedelta(seconds=1)
-    reconciler = QuotaExpiryReconciler(sqlite_database)
+    settings = Settings(env="test")
+    reconciler = QuotaExpiryReconciler(settings, sqlite_database)
     assert reconciler.run_due("test-worker") == 1
     assert reconciler.run_due("test-worker") == 0
     with sqlite_database.session() as db:
         quota = db.scalar(select(TenantQuota))
         assert quota is not None and quota.gpus == 0
+        # One key, looked at again within a minute: an end date passes unnoticed no longer.
+        [item] = queue.items(db, QUOTA_EXPIRY)
+        assert item.key == "all" and item.attempts == 0
+        assert utcnow() < item.due_at <= utcnow() + timedelta(seconds=60)
+    assert reconciler.resync_seconds == settings.worker_poll_seconds * 15 <= 60
+
+
+def test_an_approval_or_an_expiry_enqueues_every_cluster_of_the_tenant(db: Session) -> None:
+    """In the deciding transaction, due at once: the tenant's queue and its clusters' quotas
+    follow the quota within seconds, not at the next resync."""
+    t = build_tenancy(db)
+    host = factories.host_cluster(db)
+    a = factories.cluster(db, t.acme, host, "a", gpu_class_id=t.h100.id, gpus=1)
+    b = factories.cluster(db, t.acme, host, "b")  # CPU only: the tenant queue is its too
+    other = factories.cluster(db, t.globex, host, "other", gpu_class_id=t.h100.id, gpus=1)
+    db.execute(delete(WorkItem))
+    before = utcnow()
+    request = _approved(db, t, 2, days=1)
+    due = {item.key: item.due_at for item in queue.items(db, CLUSTERS)}
+    assert set(due) == {str(a.id), str(b.id)} and str(other.id) not in due
+    assert all(before - timedelta(seconds=1) <= at <= utcnow() for at in due.values())
+
+    db.execute(delete(WorkItem))
+    [expired] = expire_quotas(db, utcnow() + timedelta(days=2))
+    assert expired.request_id == request.id
+    assert {item.key for item in queue.items(db, CLUSTERS)} == {str(a.id), str(b.id)}
 
 
 def test_the_expiry_reconciler_is_registered(sqlite_database: Database) -> None:
-    from app.config import Settings
+    from app.reconcilers.registry import build_kinds
 
-    reconcilers = build_reconcilers(Settings(env="test"), sqlite_database, InMemoryConnector())
+    reconcilers = build_kinds(Settings(env="test"), sqlite_database, InMemoryConnector())
     names = [r.name for r in reconcilers]
     assert "quota-expiry" in names

@@ -6,19 +6,22 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from app.reconcilers.leases import HeldLeases
+from app.reconcilers.leases import HeldLeases, Ref
+
+ONE: Ref = ("clusters", "1")
+TWO: Ref = ("clusters", "2")
 
 
 class Table:
     """Lease rows: key -> token; a renewal keeps those still held under their token."""
 
     def __init__(self) -> None:
-        self.rows: dict[int, str] = {}
-        self.renewals: list[dict[int, str]] = []
+        self.rows: dict[Ref, str] = {}
+        self.renewals: list[dict[Ref, str]] = []
         self.failing = False
         self.beat = threading.Event()
 
-    def renew(self, held: Mapping[int, str]) -> set[int]:
+    def renew(self, held: Mapping[Ref, str]) -> set[Ref]:
         self.renewals.append(dict(held))
         self.beat.set()
         if self.failing:
@@ -29,44 +32,44 @@ class Table:
 def test_a_beat_renews_what_is_held_and_notes_what_was_taken() -> None:
     table = Table()
     leases = HeldLeases(table.renew, 10.0)
-    table.rows = {1: "a/1", 2: "a/1"}
-    leases.add(1, "a/1")
-    leases.add(2, "a/1")
-    table.rows[2] = "b/7"  # another worker claimed it after the lease ran out
+    table.rows = {ONE: "a/1", TWO: "a/1"}
+    leases.add(ONE, "a/1")
+    leases.add(TWO, "a/1")
+    table.rows[TWO] = "b/7"  # another worker claimed it after the lease ran out
     leases.renew_now()
-    assert table.renewals == [{1: "a/1", 2: "a/1"}]
-    assert (leases.lost(1), leases.lost(2)) == (False, True)
+    assert table.renewals == [{ONE: "a/1", TWO: "a/1"}]
+    assert (leases.lost(ONE), leases.lost(TWO)) == (False, True)
     leases.renew_now()
-    assert table.renewals[-1] == {1: "a/1"}  # a lost lease is not renewed again
+    assert table.renewals[-1] == {ONE: "a/1"}  # a lost lease is not renewed again
 
 
 def test_a_released_lease_is_no_longer_renewed() -> None:
     table = Table()
     leases = HeldLeases(table.renew, 10.0)
-    leases.add(1, "a/1")
-    leases.release(1)
+    leases.add(ONE, "a/1")
+    leases.release(ONE)
     leases.renew_now()
-    assert table.renewals == [] and not leases.lost(1)
+    assert table.renewals == [] and not leases.lost(ONE)
 
 
 def test_a_failed_renewal_loses_nothing() -> None:
     table = Table()
-    table.rows = {1: "a/1"}
+    table.rows = {ONE: "a/1"}
     leases = HeldLeases(table.renew, 10.0)
-    leases.add(1, "a/1")
+    leases.add(ONE, "a/1")
     table.failing = True
     leases.renew_now()
-    assert not leases.lost(1)  # the fenced writes decide if the lease ran out meanwhile
+    assert not leases.lost(ONE)  # the fenced writes decide if the lease ran out meanwhile
     table.failing = False
     leases.renew_now()
-    assert table.renewals == [{1: "a/1"}, {1: "a/1"}] and not leases.lost(1)
+    assert table.renewals == [{ONE: "a/1"}, {ONE: "a/1"}] and not leases.lost(ONE)
 
 
 def test_the_heartbeat_beats_while_the_holder_works_and_stops_after() -> None:
     table = Table()
-    table.rows = {1: "a/1"}
+    table.rows = {ONE: "a/1"}
     with HeldLeases(table.renew, 0.01) as leases:
-        leases.add(1, "a/1")
+        leases.add(ONE, "a/1")
         assert table.beat.wait(30), "the heartbeat never renewed"
     beats = len(table.renewals)
     table.beat.clear()

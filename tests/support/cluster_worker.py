@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from app.clusters.reconciler import ClusterReconciler
 from app.config import Settings
 from app.db import Database
 from app.kube.connector import ClientConnector
 from app.logs import configure_logging
-from app.reconcilers.worker import Worker
+from app.reconcilers.clusters import ClusterReconciler
+from app.reconcilers.runtime import Runtime
 from tests.support.paths import ROOT
 
 
@@ -33,7 +33,9 @@ def main() -> None:
     configure_logging(settings.log_level)
     database = Database(settings.database_url)
     reconciler = ClusterReconciler(settings, database, ClientConnector(settings))
-    worker = Worker([reconciler], poll_seconds=settings.worker_poll_seconds)
+    worker = Runtime(database, [reconciler], lease_seconds=settings.worker_lease_seconds,
+                     concurrency=settings.worker_concurrency,
+                     poll_seconds=settings.worker_poll_seconds)
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
         worker.stop()

@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from app.config import Settings
 from app.kube.errors import KubeError
 from app.kube.port import Manifest
+from app.reconcilers.template_validation import TemplateValidator
 from app.templates.charts import ChartLookup
-from app.templates.validator import TemplateValidator
 from tests.support.paths import REFERENCE
 
 TEMPLATES = "/api/v1/cluster-templates"

@@ -21,13 +21,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.clusters import conditions as cond
-from app.clusters.reconciler import ClusterReconciler
 from app.config import Settings
 from app.db import Database
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.team_queues import team_label
+from app.reconcilers.clusters import ClusterReconciler
 from app.templates.charts import ChartSources, OciResolver
 from app.tenants.models import GroupMapping
 from tests.clusters.cleanup import remove_tenant_objects

@@ -14,7 +14,11 @@ from app.hosts import repository as hosts_repository
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.port import KubePort
-from app.templates.validator import LEASE_SECONDS, TemplateValidator
+from app.reconcilers.runtime import Runtime
+from app.reconcilers.template_validation import TemplateValidator
+from app.templates.models import ClusterTemplate, ClusterTemplateVersion
+from app.workqueue import TEMPLATE_VALIDATION
+from app.workqueue import repository as queue
 from tests.support.kube import InMemoryConnector
 from tests.support.kube_server import ApiServer, kubeconfig_yaml
 from tests.support.tenancy import Tenancy, headers
@@ -43,6 +47,11 @@ class Clock:
 
     def __call__(self):  # type: ignore[no-untyped-def]
         return self.now
+
+
+def training_v1(db: Session) -> ClusterTemplateVersion:
+    return db.query(ClusterTemplateVersion).join(ClusterTemplate).filter(
+        ClusterTemplate.name == "training", ClusterTemplateVersion.version == 1).one()
 
 
 def version(client: TestClient, admin: dict[str, str], number: int = 1) -> dict[str, object]:
@@ -124,11 +133,12 @@ def test_a_validation_whose_worker_died_is_taken_again_once_its_lease_runs_out(
     clock = Clock()
     settings = app_client.app.state.settings  # type: ignore[attr-defined]
     dead = TemplateValidator(settings, database, InMemoryConnector(None), charts, clock=clock)
-    assert dead._claim() is not None  # claimed, then the worker died before storing
+    # Claimed, then the worker died before storing.
+    assert Runtime(database, [dead], clock=clock, identity="worker-1").claim(1) != []
     other = TemplateValidator(settings, database, InMemoryConnector(None), charts, clock=clock)
     assert other.run_due("worker-2") == 0
     assert version(app_client, admin)["validation_pending"] is True
-    clock.now += timedelta(seconds=LEASE_SECONDS + 1)
+    clock.now += timedelta(seconds=settings.worker_lease_seconds + 1)
     assert other.run_due("worker-2") == 1
     done = version(app_client, admin)
     assert done["validation_pending"] is False
@@ -136,6 +146,37 @@ def test_a_validation_whose_worker_died_is_taken_again_once_its_lease_runs_out(
     failed = {c["name"] for c in done["validation"]["checks"]  # type: ignore[index]
               if not c["passed"]}
     assert failed == {"host-dry-run", "host-support"}
+    assert queue.items(db, TEMPLATE_VALIDATION) == []  # done with: the queue forgets it
+
+
+def test_a_validation_request_enqueues_its_version_due_at_once(
+        app_client: TestClient, db: Session, tenancy: Tenancy) -> None:
+    admin = headers(db, tenancy.platform_admin)
+    app_client.post(TEMPLATES, json=training(tenancy.h100.id), headers=admin)
+    assert queue.items(db, TEMPLATE_VALIDATION) == []
+    before = utcnow()
+    app_client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin)
+    row = training_v1(db)
+    [item] = queue.items(db, TEMPLATE_VALIDATION)
+    assert item.key == str(row.id)
+    assert before - timedelta(seconds=1) <= item.due_at <= utcnow()
+
+
+def test_a_version_no_longer_requested_is_forgotten(
+        app_client: TestClient, db: Session, database: Database, tenancy: Tenancy,
+        charts: StandinCharts) -> None:
+    admin = headers(db, tenancy.platform_admin)
+    app_client.post(TEMPLATES, json=training(tenancy.h100.id), headers=admin)
+    app_client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin)
+    row = training_v1(db)
+    row.validation_requested_at = None  # as if it had been validated meanwhile
+    db.commit()
+    worker = TemplateValidator(app_client.app.state.settings,  # type: ignore[attr-defined]
+                               database, InMemoryConnector(None), charts)
+    assert worker.run_due("worker-1") == 1
+    assert queue.items(db, TEMPLATE_VALIDATION) == []
+    db.refresh(row)
+    assert row.validation is None  # nothing ran
 
 
 def test_a_check_that_crashes_fails_the_validation_with_its_reason(

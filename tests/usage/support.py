@@ -13,7 +13,6 @@ from app.auth.principal import Principal
 from app.clusters import conditions as cond
 from app.clusters import service as clusters
 from app.clusters.models import VirtualCluster
-from app.clusters.reconciler import ClusterReconciler
 from app.clusters.schemas import ClusterCreate, ClusterResize
 from app.config import Settings
 from app.db import Database
@@ -21,6 +20,7 @@ from app.kube.connector import ClientConnector
 from app.quotas import service as quotas
 from app.quotas.models import QuotaRequest
 from app.quotas.schemas import ApproveIn, QuotaRequestCreate
+from app.reconcilers.clusters import ClusterReconciler
 from app.usage import ledger
 from app.usage import service as usage
 from app.usage.models import LedgerEntry

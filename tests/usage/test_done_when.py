@@ -22,8 +22,8 @@ from app.db import Database
 from app.hosts.models import HostCluster
 from app.kube.memory import InMemoryKube
 from app.nodes.models import Node
+from app.reconcilers.usage import UsageSampler
 from app.usage.models import LedgerEntry
-from app.usage.sampler import UsageSampler
 from tests.clusters.support import cluster_settings
 from tests.support.kube import InMemoryConnector
 from tests.support.tenancy import Tenancy, build_tenancy, headers, signed_in_admin_of
@@ -89,11 +89,10 @@ class Day:
         self.globex = headers(db, t.globex_admin)
         self.held = Held([])
         self.host = InMemoryKube()
-        moments = itertools.count(0, 10_000)
-        # Sampled each hour: a sample stands until the next, an hour later.
+        # Sampled each hour (the schedule runs on the ledger's clock): a sample stands until
+        # the next, an hour later.
         self.sampler = UsageSampler(cluster_settings(worker_resync_seconds=1800), database,
-                                    InMemoryConnector(self.host),
-                                    clock=lambda: float(next(moments)))
+                                    InMemoryConnector(self.host))
         signed_in_admin_of(client, db, oidc_issuer, t.acme)
         self.csrf = csrf_of(client.get("/t/acme/clusters", headers=HTML).text)
 

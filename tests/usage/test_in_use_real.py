@@ -25,7 +25,7 @@ from app.db import Database
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl
-from app.usage.sampler import UsageSampler
+from app.reconcilers.usage import UsageSampler
 from tests import factories
 from tests.clusters.standin_helm import use_standin_helm
 from tests.clusters.support import cluster_settings
@@ -107,8 +107,9 @@ def test_in_use_is_what_kai_bound_and_a_pod_no_node_fits_waits_with_kais_reason(
     wait_for(lambda: allocated(host, queue) == {lbl.GPU_RESOURCE: "3"},
              lambda: f"KAI's allocation of 3 GPUs to {queue}: {allocated(host, queue)}",
              timeout=SCHEDULED_WITHIN)
-    UsageSampler(worker_settings, database, ClientConnector(worker_settings),
-                 clock=lambda: 0.0).run_due("worker-1")
+    sampler_settings = worker_settings.model_copy(update={"worker_resync_seconds": 300.0})
+    UsageSampler(sampler_settings, database, ClientConnector(sampler_settings)
+                 ).run_due("worker-1")
 
     portal_settings = settings.model_copy(update={"database_url": database.url})
     with serving(portal_settings, database) as url:

@@ -23,8 +23,8 @@ from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl
 from app.kube.port import Manifest
+from app.reconcilers.usage import UsageSampler
 from app.usage import service as usage_service
-from app.usage.sampler import UsageSampler
 from tests import factories
 from tests.clusters.standin_helm import use_standin_helm
 from tests.clusters.support import cluster_settings
@@ -112,7 +112,8 @@ def test_kai_binds_gpu_pods_within_the_clusters_queue_and_in_use_is_what_it_allo
                             f"{host.get(lbl.KAI_API_VERSION, 'Queue', queue)}",
                     timeout=SCHEDULED_WITHIN)
     assert leaf == {lbl.GPU_RESOURCE: str(GRANTED)}  # the key the usage sampler reads
-    sampler = UsageSampler(settings, database, ClientConnector(settings), clock=lambda: 0.0)
+    sampler_settings = settings.model_copy(update={"worker_resync_seconds": 300.0})
+    sampler = UsageSampler(sampler_settings, database, ClientConnector(sampler_settings))
     sampler.run_due("worker-1")
     with database.session() as db:
         assert usage_service.gpus_in_use_by_class(db, tenant_id) == {h100_id: float(GRANTED)}

@@ -12,13 +12,14 @@ from sqlalchemy.orm import Session
 
 from app.clusters import repository as cluster_rows
 from app.clusters.models import VirtualCluster
+from app.config import Settings
 from app.db import Database
 from app.errors import NotFound
 from app.hosts.models import HostCluster
 from app.nodes import service as nodes
 from app.nodes.models import Node
 from app.nodes.schemas import AssignmentIn
-from app.quotas.reconciler import QuotaExpiryReconciler
+from app.reconcilers.quota_expiry import QuotaExpiryReconciler
 from app.usage import service as usage
 from app.usage.models import LedgerEntry
 from tests import factories
@@ -85,7 +86,7 @@ def test_changes_that_leave_the_gpus_alone_write_nothing(db: Session, clock: Led
     cluster.conditions = [{"type": "Ready", "status": "True"}]
     cluster.memory_mib = 4096
     db.flush()
-    cluster_rows.update_held(db, cluster_id, "nobody", endpoint="https://x")
+    cluster_rows.update_status(db, cluster_id, endpoint="https://x")
     assert len(entries(db)) == 2  # the quota and the cluster's creation
 
 
@@ -100,7 +101,9 @@ def test_quota_approval_and_expiry_by_the_worker_are_recorded(
         burst.ends_at = T0  # long past: the expiry job takes it back at its next pass
         admin = t.principal(t.platform_admin)
     clock.at(hours=3)
-    assert QuotaExpiryReconciler(database).run_due("worker-1") == 1
+    expiry = QuotaExpiryReconciler(Settings(env="test", database_url="sqlite://"), database,
+                                   clock=clock)
+    assert expiry.run_due("worker-1") == 1
     clock.at(hours=5)
     with database.session() as db:
         assert [e[2] for e in entries(db, "quota")] == [8, 12, 8]

@@ -15,8 +15,8 @@ from app.kube.manifests.names import cluster_queue_name, host_namespace_name
 from app.kube.memory import InMemoryKube
 from app.kube.usage import pod_gpu_request
 from app.nodes.models import Node
+from app.reconcilers.usage import UsageSampler
 from app.usage.models import HourlyUsage, UsageSample
-from app.usage.sampler import UsageSampler
 from tests import factories
 from tests.clusters.support import cluster_settings
 from tests.support.kube import InMemoryConnector
@@ -59,7 +59,7 @@ def pod(name: str, node: str, gpus: int, phase: str = "Running") -> dict[str, An
 def sampler(database: Database, host: InMemoryKube, resync: float = 60) -> UsageSampler:
     """A sample stands until the next one, at most two resyncs."""
     return UsageSampler(cluster_settings(worker_resync_seconds=resync), database,
-                        InMemoryConnector(host), clock=lambda: 0.0)
+                        InMemoryConnector(host))
 
 
 def acme_with_a_dedicated_node(database: Database) -> tuple[Tenancy, str]:
@@ -85,7 +85,7 @@ def test_a_pass_stores_queue_quota_and_dedicated_node_samples(
                 pod("a", node_name, 2), pod("b", node_name, 4, phase="Pending"),
                 pod("c", "some-other-node", 1)):
         host.seed(obj)
-    assert sampler(database, host).run_due("worker-1") == 3
+    assert sampler(database, host).run_due("worker-1") == 2  # the host, and the retention
     with database.session() as db:
         taken = {s.source: (s.used_gpus, s.allocated_gpus, s.requested_gpus)
                  for s in db.scalars(select(UsageSample))}
@@ -93,17 +93,17 @@ def test_a_pass_stores_queue_quota_and_dedicated_node_samples(
 
 
 def test_the_next_pass_waits_for_the_resync(database: Database, clock: LedgerClock) -> None:
-    moments = [0.0]
+    """The schedule runs on the ledger's clock, which the samples are stamped with."""
     sampler = UsageSampler(cluster_settings(worker_resync_seconds=60), database,
-                           InMemoryConnector(InMemoryKube()), clock=lambda: moments[0])
+                           InMemoryConnector(InMemoryKube()))
     host_lists = sampler.kube.host()
     assert isinstance(host_lists, InMemoryKube)
     sampler.run_due("w")
-    moments[0] = 59.0
-    sampler.run_due("w")
+    clock.at(seconds=59)
+    assert sampler.run_due("w") == 0
     assert [c.kind for c in host_lists.calls if c.method == "list"] == [
         "Queue", "ResourceQuota", "Pod"]  # no node is dedicated: only KAI's pending pods
-    moments[0] = 60.0
+    clock.at(seconds=60)
     sampler.run_due("w")
     assert len([c for c in host_lists.calls if c.method == "list"]) == 6
 

@@ -1,23 +1,28 @@
 """Use samples from several host clusters, on in-memory hosts: each host is read with its own
 client, its queues, quotas and dedicated nodes count only for the clusters and nodes placed on
-that host, and a host that cannot be read is skipped without stopping the others."""
+that host, and a host that cannot be read is skipped without stopping the others; one that
+does not answer is retried after its breaker's growing backoff, the others at their resync."""
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import select
 
 from app.db import Database
-from app.kube.errors import KubeError
+from app.hosts import repository as hosts_repository
+from app.kube.errors import KubeError, TransientKubeError
 from app.kube.memory import InMemoryKube
+from app.reconcilers.usage import UsageSampler
 from app.usage.models import UsageSample
-from app.usage.sampler import UsageSampler
+from app.workqueue import USAGE
+from app.workqueue.repository import items
 from tests import factories
 from tests.clusters.support import cluster_settings
 from tests.support.kube import PerHostConnector
-from tests.usage.support import LedgerClock, fix_clock
+from tests.usage.support import T0, LedgerClock, fix_clock
 from tests.usage.test_sampler import pod, queue, quota
 
 
@@ -26,14 +31,20 @@ class Unreachable(InMemoryKube):
         raise KubeError("connection refused", reason="Unreachable")
 
 
+class Refused(InMemoryKube):
+    """Nothing answers at the host's address."""
+
+    def list(self, *args: object, **kwargs: object) -> list[dict[str, object]]:
+        raise TransientKubeError("connection refused", reason="ConnectionError")
+
+
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> LedgerClock:
     return fix_clock(monkeypatch)
 
 
 def _sampler(database: Database, connector: PerHostConnector) -> UsageSampler:
-    return UsageSampler(cluster_settings(worker_resync_seconds=0), database, connector,
-                        clock=lambda: 0.0)
+    return UsageSampler(cluster_settings(worker_resync_seconds=300), database, connector)
 
 
 def _taken(database: Database) -> set[tuple[str, int, float]]:
@@ -71,7 +82,7 @@ def test_each_host_counts_for_its_own_clusters_and_nodes(
                 pod("b", "gpu-1", 1)):
         us.seed(obj)
     connector = PerHostConnector({"default": eu, "gpu-us-1": us}, broken=("broken",))
-    assert _sampler(database, connector).run_due("worker-1") == 6
+    _sampler(database, connector).run_due("worker-1")
     assert _taken(database) == {
         ("queue", ids["train"], 3.0), ("quota", ids["train"], 3.0),
         ("node", ids["eu-node"], 3.0),
@@ -92,9 +103,12 @@ def test_a_host_that_cannot_be_read_is_skipped_and_keeps_its_samples(
     connector.ports["gpu-us-1"] = Unreachable()
     clock.at(minutes=5)
     with caplog.at_level(logging.WARNING):
-        taken = _sampler(database, connector).run_due("worker-1")
-    assert taken == 2  # the environment's host: its quota and its dedicated node
+        _sampler(database, connector).run_due("worker-1")
     with database.session() as db:
+        now_s = int(clock.now.timestamp())
+        taken = db.scalars(select(UsageSample).where(UsageSample.taken_s == now_s)).all()
+        # the environment's host: its quota and its dedicated node
+        assert sorted(s.source for s in taken) == ["node", "quota"]
         eval_samples = db.scalars(select(UsageSample).where(
             UsageSample.subject_id == ids["eval"], UsageSample.source == "quota")).all()
         train_samples = db.scalars(select(UsageSample).where(
@@ -104,32 +118,43 @@ def test_a_host_that_cannot_be_read_is_skipped_and_keeps_its_samples(
     assert "reading GPU use from host cluster broken failed (ValueError)" in caplog.text
 
 
-def test_a_failing_host_is_tried_again_after_a_backoff_that_doubles(
+def test_a_host_that_does_not_answer_is_tried_again_after_a_backoff_that_grows(
     database: Database, clock: LedgerClock
 ) -> None:
-    """An unreachable host costs the others a client timeout per try, not on every pass."""
+    """An unreachable host costs the others a client timeout per try, not on every pass: its
+    breaker opens for 1-2 s, then 2-4 s, 4-8 s ... (jittered); the others wait for their
+    resync, and so do credentials the client cannot use. (The ledger's clock, which the
+    schedule runs on, counts whole seconds.)"""
     _two_hosts(database)
-    connector = PerHostConnector({"default": InMemoryKube(), "gpu-us-1": InMemoryKube()},
+    connector = PerHostConnector({"default": InMemoryKube(), "gpu-us-1": Refused()},
                                  broken=("broken",))
-    now = [0.0]
-    sampler = UsageSampler(cluster_settings(worker_resync_seconds=10), database, connector,
-                           clock=lambda: now[0])
+    sampler = _sampler(database, connector)
 
-    def asked_at(seconds: float) -> list[str]:
-        now[0] = seconds
+    def asked_at(moment: datetime) -> list[str]:
+        clock.now = moment.replace(microsecond=0) + timedelta(seconds=1)  # a whole second on
         connector.asked.clear()
         sampler.run_due("worker-1")
         return sorted(connector.asked)
 
-    assert asked_at(0) == ["broken", "default", "gpu-us-1"]
-    assert asked_at(10) == ["default", "gpu-us-1"]  # broken waits 20 s, then 40 s, 80 s ...
-    assert asked_at(20) == ["broken", "default", "gpu-us-1"]
-    assert asked_at(30) == ["default", "gpu-us-1"]
-    assert asked_at(50) == ["default", "gpu-us-1"]
-    assert asked_at(60) == ["broken", "default", "gpu-us-1"]
-    # Its credentials were fixed: read at its next try, then on every pass again.
+    def due_in() -> dict[str, float]:
+        with database.session() as db:
+            names = {str(h.id): h.name for h in hosts_repository.all_hosts(db)}
+            return {names.get(item.key, item.key): (item.due_at - clock.now).total_seconds()
+                    for item in items(db, USAGE)}
+
+    assert asked_at(clock.now - timedelta(seconds=1)) == ["broken", "default", "gpu-us-1"]
+    waits = due_in()
+    assert 1 <= waits["gpu-us-1"] <= 2
+    assert waits["broken"] == waits["default"] == waits["retention"] == 300
+    for low, high in ((2, 4), (4, 8)):
+        assert asked_at(clock.now + timedelta(seconds=waits["gpu-us-1"])) == ["gpu-us-1"]
+        waits = due_in()
+        assert low <= waits["gpu-us-1"] <= high
+    # It answers again, and its credentials were fixed: each is read at its next try, then at
+    # every resync.
+    connector.ports["gpu-us-1"] = InMemoryKube()
     connector.broken = ()
     connector.ports["broken"] = InMemoryKube()
-    assert asked_at(130) == ["default", "gpu-us-1"]
-    assert asked_at(140) == ["broken", "default", "gpu-us-1"]
-    assert asked_at(150) == ["broken", "default", "gpu-us-1"]
+    assert asked_at(clock.now + timedelta(seconds=waits["gpu-us-1"])) == ["gpu-us-1"]
+    assert due_in()["gpu-us-1"] == 300
+    assert asked_at(T0 + timedelta(seconds=299)) == ["broken", "default"]

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from app.auth.principal import Principal
-from app.db import Database
+from app.db import Database, utcnow
 from app.hosts import repository as hosts_repository
 from app.hosts import service as hosts
 from app.hosts.schemas import HostCredentialsIn, HostRegister
@@ -24,8 +24,8 @@ from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.names import cluster_queue_name, host_namespace_name
+from app.reconcilers.usage import UsageSampler
 from app.usage.models import UsageSample
-from app.usage.sampler import UsageSampler
 from tests import factories
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.support import cluster_settings
@@ -96,7 +96,7 @@ def two_hosts(kai_host: ApiServer, host_admin: KubernetesAdapter, us_api: ApiSer
               database: Database, clock: LedgerClock, tmp_path: Path) -> Iterator[TwoHosts]:
     settings = cluster_settings(
         kubeconfig=str(kai_host.write_admin_kubeconfig(tmp_path / "eu.kubeconfig")),
-        worker_resync_seconds=0)
+        worker_resync_seconds=300)
     slug, node = f"sh-{secrets.token_hex(3)}", f"gpu-{secrets.token_hex(3)}"
     with database.transaction() as db:
         admin = Principal(user=factories.user(db, admin=True), via="token")
@@ -118,10 +118,12 @@ def two_hosts(kai_host: ApiServer, host_admin: KubernetesAdapter, us_api: ApiSer
     _objects(kai_host, tmp_path / "eu", slug, {"train": "3"}, node, 3)
     _objects(us_api, tmp_path / "us", slug, {"eval": "1", "train": "7"}, node, 1)
     us_admin = us_api.adapter()
-    # The sampler's backoff runs on the test's clock: a restart quicker than the backoff
-    # would otherwise leave us skipped on the pass after it.
+    # The sampler's schedule runs on the real time moved on as far as the test's clock: the
+    # registration enqueued us at the real time, and a restart quicker than us's backoff
+    # would otherwise leave it skipped on the pass after it.
+    started = clock.now
     sampler = UsageSampler(settings, database, ClientConnector(settings),
-                           clock=lambda: clock.now.timestamp())
+                           now=lambda: utcnow() + (clock.now - started))
     yield TwoHosts(slug, ids, node, sampler)
     if not us_api.is_running():
         us_api.restart_apiserver()

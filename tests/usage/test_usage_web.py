@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
 from app.kube.usage import HostUsage, NamespaceUse, QueueUse
-from app.usage.sampler import record_usage
+from app.usage.sampling import record_usage
 from app.web.charts.series import Series, grouped_bars, lines, stacked_bars
 from tests.support.tenancy import Tenancy, build_tenancy, headers
 from tests.support.web import HTML

@@ -7,8 +7,8 @@ from typing import Any
 
 from app.kube.memory import InMemoryKube
 from app.kube.usage import HostUsage, WaitingPods, read_virtual_waits
-from app.usage.sampler import gpu_waits
 from app.usage.samples import Owner
+from app.usage.sampling import gpu_waits
 
 QUOTA_REFUSAL = ('Error syncing to host cluster: create object: pods "eval-x-default-x-train" '
                  "is forbidden: exceeded quota: vc-train, requested: requests.nvidia.com/gpu=1")

@@ -24,8 +24,8 @@ print("bulk", ledger is not None and event.contains(
     "from app.main import create_app; create_app()",
     "from app.config import Settings; from app.db import Database; "
     "from app.kube.connector import ClientConnector; "
-    "from app.reconcilers.registry import build_reconcilers; s = Settings(); "
-    "build_reconcilers(s, Database('sqlite://'), ClientConnector(s))",
+    "from app.reconcilers.registry import build_kinds; s = Settings(); "
+    "build_kinds(s, Database('sqlite://'), ClientConnector(s))",
     "from app import cli",
     "import app.models",
 ], ids=["web", "worker", "cli", "models"])

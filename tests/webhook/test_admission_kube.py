@@ -40,8 +40,8 @@ from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME
 from app.kube.manifests.names import cluster_queue_name
 from app.kube.manifests.webhook import TLS_SECRET_NAME
 from app.kube.port import KubePort, Manifest
+from app.reconcilers.webhook import WebhookReconciler
 from app.webhook import certificates as certs
-from app.webhook.reconciler import WebhookReconciler
 from app.webhook.secret import read_secret, unbase64
 from app.webhook.server import WebhookServer
 from tests.support.kube_server import ApiServer
@@ -110,7 +110,8 @@ def webhook(host_api: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> It
         offset = [timedelta(days=-61)]
         reconciler = WebhookReconciler(settings, database, ClientConnector(settings),
                                        now=lambda: datetime.now(UTC) + offset[0])
-        assert reconciler.run_due("test-worker") == 2  # the Secret and the configuration
+        # one key: the Secret and the configuration
+        assert reconciler.run_due("test-worker") == 1
         handle = Webhook(kube, host_api, settings, database, reconciler,
                          WebhookServer(kube, settings.webhook_namespace, port=port), offset)
         handle.server.start()
@@ -307,8 +308,8 @@ def test_rotation_keeps_pods_admitted(webhook: Webhook, shared_pool: str) -> Non
                                   webhook.settings.webhook_namespace)).pair
     assert before is not None
     webhook.offset[0] = timedelta(0)  # the clock moves into the rotation window
-    assert webhook.reconciler.reconcile(host) == 2
-    assert webhook.reconciler.reconcile(host) == 0  # converged despite the server's defaults
+    assert webhook.reconciler.ensure(host) == 2
+    assert webhook.reconciler.ensure(host) == 0  # converged despite the server's defaults
 
     secret = read_secret(host.get("v1", "Secret", TLS_SECRET_NAME,
                                   webhook.settings.webhook_namespace))

@@ -14,9 +14,12 @@ from cryptography import x509
 from sqlalchemy import select
 
 from app.audit.models import AuditEvent
+from app.auth.principal import Principal
 from app.config import Settings
 from app.db import Database
+from app.hosts import service as hosts_service
 from app.hosts.health import ADMISSION_WEBHOOK, NO_WEBHOOK_URL, run_checks
+from app.hosts.schemas import HostCredentialsIn, HostRegister
 from app.hosts.webhook_route import host_id_of, route_of, webhook_url_problem
 from app.kube.connector import HostTarget
 from app.kube.errors import KubeError
@@ -25,16 +28,21 @@ from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME, kai_queue_w
 from app.kube.manifests.webhook import TLS_SECRET_NAME
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort, Manifest
+from app.lab.pki import CertificateAuthority
+from app.reconcilers.webhook import WebhookReconciler, serving_hosts
 from app.webhook import certificates as certs
 from app.webhook import mutation
-from app.webhook.reconciler import WebhookReconciler, serving_hosts
 from app.webhook.secret import read_secret, unbase64
 from app.webhook.server import HostNamespaces, NamespaceLabels, Webhook
+from app.workqueue import WEBHOOK
+from app.workqueue.repository import items
 from tests import factories
 from tests.support.kube import PerHostConnector
+from tests.support.kube_server import kubeconfig_yaml
 from tests.webhook.support import MWC, client_config
 
 NAMESPACE = "gpu-tenant-portal"
+CA = CertificateAuthority()
 POD_NAMESPACE = "t-acme--train"
 
 
@@ -69,7 +77,11 @@ def test_each_host_gets_its_own_url_and_the_one_ca_bundle(
                                   "gpu-down": Unreachable()})
     worker = WebhookReconciler(settings(), sqlite_database, connector)
     with caplog.at_level(logging.WARNING):
-        assert worker.run_due("w1") == 4  # the Secret, two configurations, one removed
+        assert worker.run_due("w1") == 1  # the one key
+    # the Secret, two configurations, one removed
+    assert [c.kind for c in env.writes() + us.writes() + ap.writes() if c.kind != "Namespace"
+            ] == ["Secret", "MutatingWebhookConfiguration", "MutatingWebhookConfiguration",
+                  "MutatingWebhookConfiguration"]
     secret = read_secret(env.get("v1", "Secret", TLS_SECRET_NAME, NAMESPACE))
     assert secret.pair is not None
     for kube in (env, us):
@@ -81,6 +93,9 @@ def test_each_host_gets_its_own_url_and_the_one_ca_bundle(
     assert "hook.us.example" in dns_names(secret.pair.cert_pem)
     assert ap.get(*MWC, WEBHOOK_CONFIGURATION_NAME) is None
     assert "could not be registered on host cluster gpu-down" in caplog.text
+    with sqlite_database.session() as db:
+        [item] = items(db, WEBHOOK)
+    assert item.attempts == 1 and "gpu-down" in (item.last_error or "")  # retried, backing off
     with sqlite_database.session() as db:
         events = {(e.action, e.target_id) for e in db.scalars(select(AuditEvent))}
     assert {("webhook.configuration_registered", str(ids["gpu-us-1"])),
@@ -101,14 +116,16 @@ def test_a_new_host_url_is_put_in_the_certificate(sqlite_database: Database) -> 
     with sqlite_database.transaction() as db:
         factories.env_host(db)
     connector = PerHostConnector({"default": env, "gpu-us-1": us})
-    clock = [0.0]
-    worker = WebhookReconciler(settings(), sqlite_database, connector, clock=lambda: clock[0])
+    worker = WebhookReconciler(settings(), sqlite_database, connector)
     worker.run_due("w1")
     first = read_secret(env.get("v1", "Secret", TLS_SECRET_NAME, NAMESPACE)).pair
     with sqlite_database.transaction() as db:
-        factories.registered_host(db, "gpu-us-1", "us")
-    clock[0] += 301
-    worker.run_due("w1")
+        admin = Principal(user=factories.user(db, admin=True), via="token")
+        hosts_service.register_host(db, admin, settings(), HostRegister(
+            name="gpu-us-1", region="us", webhook_url="https://webhook.gpu-us-1.example:9443",
+            credentials=HostCredentialsIn(kind="kubeconfig", kubeconfig=kubeconfig_yaml(
+                "https://gpu-us-1.example:6443", CA.cert_pem, token="t"))))
+    assert worker.run_due("w1") == 1  # registering enqueued the key: due at once
     second = read_secret(env.get("v1", "Secret", TLS_SECRET_NAME, NAMESPACE))
     assert first is not None and second.pair is not None
     assert second.pair.cert_pem != first.cert_pem

@@ -1,10 +1,11 @@
-"""The worker keeps the webhook's certificate and configuration current (on the in-memory fake)."""
+"""The worker keeps the webhook's certificate and configuration current (on the in-memory fake).
+The runtime's clock is the certificates' wall clock here."""
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,9 +20,9 @@ from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME
 from app.kube.manifests.webhook import TLS_SECRET_NAME
 from app.kube.memory import InMemoryKube
 from app.kube.port import Manifest
-from app.reconcilers.registry import build_reconcilers
+from app.reconcilers.registry import build_kinds
+from app.reconcilers.webhook import WebhookReconciler, serving_hosts
 from app.webhook import certificates as certs
-from app.webhook.reconciler import WebhookReconciler, serving_hosts
 from app.webhook.secret import read_secret, unbase64
 from tests.support.kube import InMemoryConnector
 
@@ -50,12 +51,13 @@ class PreconditionKube(InMemoryKube):
 
 @dataclass
 class Clock:
-    monotonic: float = 0.0
     wall: datetime = T0
-    ticks: list[float] = field(default_factory=list)
 
     def now(self) -> datetime:
         return self.wall
+
+    def later(self, seconds: float) -> None:
+        self.wall += timedelta(seconds=seconds)
 
 
 def settings(**extra: Any) -> Settings:
@@ -65,7 +67,12 @@ def settings(**extra: Any) -> Settings:
 def reconciler(kube: InMemoryKube, database: Database, clock: Clock,
                **extra: Any) -> WebhookReconciler:
     return WebhookReconciler(settings(**extra), database, InMemoryConnector(kube),
-                             clock=lambda: clock.monotonic, now=clock.now)
+                             now=clock.now)
+
+
+def written(kube: InMemoryKube) -> list[str]:
+    """The kinds of the objects written since the last reset, the namespace left out."""
+    return [call.kind for call in kube.writes() if call.kind != "Namespace"]
 
 
 def stored(kube: InMemoryKube) -> tuple[list[str], list[str], str]:
@@ -86,7 +93,8 @@ def events(database: Database) -> list[AuditEvent]:
 def test_the_first_pass_issues_a_certificate_and_registers_the_webhook(
         sqlite_database: Database) -> None:
     kube, clock = PreconditionKube(), Clock()
-    assert reconciler(kube, sqlite_database, clock).run_due("w1") == 2
+    assert reconciler(kube, sqlite_database, clock).run_due("w1") == 1  # the one key
+    assert written(kube) == ["Secret", "MutatingWebhookConfiguration"]
     bundle, ca_bundle, served = stored(kube)
     assert bundle == ca_bundle == [served]
     config = kube.objects("MutatingWebhookConfiguration")[0]
@@ -108,8 +116,8 @@ def test_a_converged_webhook_costs_reads_only_and_waits_for_the_resync(
     worker.run_due("w1")
     kube.reset_calls()
     assert worker.run_due("w1") == 0 and kube.calls == []  # not due yet
-    clock.monotonic += 301
-    assert worker.run_due("w1") == 0
+    clock.later(301)
+    assert worker.run_due("w1") == 1
     assert kube.writes() == []
 
 
@@ -120,8 +128,10 @@ def test_a_deleted_configuration_comes_back_at_the_next_resync(
     worker.run_due("w1")
     kube.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
                 WEBHOOK_CONFIGURATION_NAME)
-    clock.monotonic += 301
+    kube.reset_calls()
+    clock.later(301)
     assert worker.run_due("w1") == 1
+    assert written(kube) == ["MutatingWebhookConfiguration"]
     bundle, ca_bundle, _ = stored(kube)
     assert bundle == ca_bundle
 
@@ -132,13 +142,18 @@ def test_rotation_keeps_both_certificates_trusted_then_drops_the_expired_one(
     worker = reconciler(kube, sqlite_database, clock)
     worker.run_due("w1")
     _, _, first = stored(kube)
-    clock.monotonic, clock.wall = clock.monotonic + 301, T0 + 61 * DAY
-    assert worker.run_due("w1") == 2
+    clock.wall = T0 + 61 * DAY
+    kube.reset_calls()
+    assert worker.run_due("w1") == 1
+    assert written(kube) == ["Secret", "MutatingWebhookConfiguration"]
     bundle, ca_bundle, second = stored(kube)
     assert second != first and bundle == ca_bundle == [first, second]
     assert events(sqlite_database)[-1].action == "webhook.certificate_rotated"
-    clock.monotonic, clock.wall = clock.monotonic + 301, T0 + 91 * DAY
-    assert worker.run_due("w1") == 2  # the Secret's bundle is pruned, then the caBundle
+    clock.wall = T0 + 91 * DAY
+    kube.reset_calls()
+    assert worker.run_due("w1") == 1
+    # the Secret's bundle is pruned, then the caBundle
+    assert written(kube) == ["Secret", "MutatingWebhookConfiguration"]
     assert stored(kube)[:2] == ([second], [second])
 
 
@@ -148,12 +163,19 @@ def test_two_workers_rotating_at_once_leave_secret_and_ca_bundle_agreeing(
     reconciler(kube, sqlite_database, clock).run_due("w0")
     clock.wall = T0 + 61 * DAY
     first, second = (reconciler(kube, sqlite_database, clock) for _ in range(2))
-    kube.before_secret_write = lambda: second.run_due("w2")  # w2 rotates while w1 is mid-pass
+    # The queue's lease keeps a second worker off the key ...
+    kube.before_secret_write = lambda: second.run_due("w2")
     first.run_due("w1")
+    assert len([e for e in events(sqlite_database)
+                if e.action == "webhook.certificate_rotated"]) == 1
+    # ... but one that lost its lease mid-pass may still write: w2 rotates while w1 is mid-pass.
+    clock.wall = T0 + 122 * DAY
+    kube.before_secret_write = lambda: second.ensure(kube)
+    first.ensure(kube)
     bundle, ca_bundle, served = stored(kube)
     assert bundle == ca_bundle and served in ca_bundle and len(bundle) == 2
     rotations = [e for e in events(sqlite_database) if e.action == "webhook.certificate_rotated"]
-    assert len(rotations) == 1  # the loser started over and found nothing left to do
+    assert len(rotations) == 2  # the loser started over and found nothing left to do
 
 
 def test_a_url_puts_its_host_in_the_certificate_and_the_configuration() -> None:
@@ -176,8 +198,8 @@ def test_without_a_host_cluster_nothing_happens(sqlite_database: Database) -> No
 
 
 def test_the_worker_runs_the_webhook_reconciler(sqlite_database: Database) -> None:
-    names = [r.name for r in build_reconcilers(settings(), sqlite_database,
-                                               InMemoryConnector(InMemoryKube()))]
+    names = [r.name for r in build_kinds(settings(), sqlite_database,
+                                         InMemoryConnector(InMemoryKube()))]
     assert "webhook" in names
 
 

@@ -19,8 +19,8 @@ from app.kube.errors import TransientKubeError
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.webhook import TLS_SECRET_NAME, webhook_tls_secret
 from app.kube.memory import InMemoryKube
+from app.reconcilers.webhook import WebhookReconciler
 from app.webhook import certificates as certs
-from app.webhook.reconciler import WebhookReconciler
 from app.webhook.secret import read_secret
 from app.webhook.server import MAX_BODY_BYTES, WebhookServer
 from tests.support.kube import InMemoryConnector

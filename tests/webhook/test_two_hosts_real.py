@@ -38,8 +38,8 @@ from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME
 from app.kube.manifests.names import cluster_queue_name
 from app.kube.manifests.webhook import TLS_SECRET_NAME
 from app.kube.port import Manifest
+from app.reconcilers.webhook import WebhookReconciler
 from app.webhook import certificates as certs
-from app.webhook.reconciler import WebhookReconciler
 from app.webhook.secret import read_secret, unbase64
 from app.webhook.server import WebhookServer, host_lookup
 from tests import factories
@@ -158,10 +158,9 @@ def _dry_run_pod(api: ApiServer, namespace_name: str) -> Manifest:
 def test_the_webhook_is_registered_on_both_hosts_and_answers_each_with_its_own_labels(
     two_hosts: TwoHosts, own_pg_database: Database
 ) -> None:
-    moment = [0.0]
-    reconciler = WebhookReconciler(two_hosts.settings, own_pg_database,
-                                   ClientConnector(two_hosts.settings), clock=lambda: moment[0])
-    assert reconciler.run_due("worker-1") == 3  # the Secret, both configurations
+    connector = ClientConnector(two_hosts.settings)
+    reconciler = WebhookReconciler(two_hosts.settings, own_pg_database, connector)
+    assert reconciler.run_due("worker-1") == 1  # the one key: the Secret, both configurations
     secret = read_secret(two_hosts.env.get("v1", "Secret", TLS_SECRET_NAME,
                                            two_hosts.settings.webhook_namespace))
     base = f"https://127.0.0.1:{two_hosts.port}/mutate-pods"
@@ -202,5 +201,7 @@ def test_the_webhook_is_registered_on_both_hosts_and_answers_each_with_its_own_l
     created = _dry_run_pod(two_hosts.us_api, two_hosts.namespace)
     assert created["metadata"]["labels"][lbl.KAI_QUEUE_LABEL] == queue
 
-    moment[0] += 301
-    assert reconciler.run_due("worker-1") == 0  # converged on both hosts: nothing to write
+    env = connector.host()
+    assert env is not None
+    # converged on both hosts: nothing to write
+    assert reconciler.ensure(env, reconciler.plan()) == 0

@@ -1,8 +1,9 @@
-"""The worker side of the admission webhook: its serving certificate and its configuration.
+"""The admission webhook: its serving certificate and its configuration on every host, one key.
 
-Each pass reads the TLS Secret in the portal's namespace, issues a certificate when there is none
-or a third of its lifetime is left, and derives the configuration's caBundle from the Secret's
-bundle. Several workers may run at once, so:
+A reconcile reads the TLS Secret in the portal's namespace, issues a certificate when there is
+none or a third of its lifetime is left, and derives the configuration's caBundle from the
+Secret's bundle. The runtime holds the one key ("all") for one worker at a time; a worker that
+lost its lease mid-pass may still race another, so:
 
 - the Secret is applied with the resourceVersion it was read at: of two workers rotating at
   once, one gets a conflict and starts over from what the other wrote;
@@ -17,29 +18,35 @@ until its next reload (a minute); before that first pass there was no webhook at
 The Secret lives on the environment's host. The configuration goes to every registered host the
 portal can reach, each through its own client, with that host's way to the webhook
 (app/hosts/webhook_route.py) and the same caBundle; the environment's host's configuration is
-written last, since the webhook's switch to a new certificate waits for that one. A host without
-a webhook URL gets none (one left from before is removed); a host that fails is logged and tried
-again at the next pass.
+written last, since the webhook's switch to a new certificate waits for that one. That order is
+why the kind has one key rather than one per host: a host's configuration written after the
+webhook switched would not trust the certificate it serves. A host without a webhook URL gets
+none (one left from before is removed).
 
-A pass runs every ``worker_resync_seconds``, sooner after a failure.
+The runtime reconciles the key at every resync period, and at once when the hosts service
+registers, edits or re-enables a host. A host that fails does not stop the others: the key is
+retried with the runtime's backoff, and a host that does not answer opens its breaker (the
+others' passes skip it until the breaker's backoff ends). A failure on the environment's host
+fails the pass.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from sqlalchemy.orm import Session
+
 from app.audit import service as audit
 from app.config import Settings
-from app.db import Database
+from app.db import Database, utcnow
 from app.hosts import service as hosts_service
 from app.hosts.webhook_route import WebhookRoute, route_of
 from app.kube.connector import HostTarget, KubeConnector, for_host
-from app.kube.errors import ApplyConflictError, KubeError, TransientKubeError
+from app.kube.errors import ApplyConflictError, KubeError, PermanentKubeError, TransientKubeError
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.admission import (
     WEBHOOK_CONFIGURATION_KIND,
@@ -49,13 +56,19 @@ from app.kube.manifests.admission import (
 from app.kube.manifests.webhook import TLS_SECRET_NAME, portal_namespace, webhook_tls_secret
 from app.kube.port import KubePort
 from app.kube.quantities import drifted
+from app.reconcilers.breaker import HostBreakers
+from app.reconcilers.host_keys import failure, unreachable, wait_for_breaker
+from app.reconcilers.kind import DONE, GONE, Context, Outcome, RetryLater, TerminalError
+from app.reconcilers.runtime import RunsAlone
 from app.webhook import certificates as certs
 from app.webhook.secret import StoredPair, read_secret
+from app.workqueue import ALL, WEBHOOK
 
 log = logging.getLogger(__name__)
 ACTOR = "webhook-reconciler"
 ATTEMPTS = 3
-MAX_RETRY_SECONDS = 300.0
+# The kind's one key: the Secret and every host's configuration, in order.
+KEY = ALL
 
 
 def serving_hosts(settings: Settings, routes: Iterable[WebhookRoute] = ()) -> list[str]:
@@ -78,62 +91,80 @@ def serving_hosts(settings: Settings, routes: Iterable[WebhookRoute] = ()) -> li
 Plan = list[tuple[HostTarget, WebhookRoute | None]]
 
 
-class WebhookReconciler:
-    name = "webhook"
+class WebhookReconciler(RunsAlone):
+    name = WEBHOOK
 
     def __init__(self, settings: Settings, database: Database, kube: KubeConnector, *,
-                 clock: Callable[[], float] = time.monotonic,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 now: Callable[[], datetime] = utcnow) -> None:
         self.database = database
         self.kube = kube
         self.settings = settings
         self.hosts = serving_hosts(settings)
         self.lifetime = timedelta(days=settings.webhook_certificate_days)
         self.resync_seconds = settings.worker_resync_seconds
-        self.clock = clock
+        # The certificates' clock, and the runtime's when it runs alone.
         self.now = now
-        self._next_pass = 0.0
-        self._failures = 0
 
-    def run_due(self, worker_id: str) -> int:
+    def keys(self, db: Session) -> list[str]:
+        """One key, while there is an environment's host to keep the Secret on."""
+        return [KEY] if self.kube.host() is not None else []
+
+    def reconcile(self, key: str, context: Context) -> Outcome:
         host = self.kube.host()
-        if host is None or self.clock() < self._next_pass:
-            return 0
+        if host is None:
+            return GONE
+        plan = self.plan()
+        here = next((target for target, _ in plan if target.from_environment), None)
+        if here is not None:
+            wait_for_breaker(context, here.host_id)
+        failed: dict[str, KubeError | Exception] = {}
         try:
-            written = self.reconcile(host, self._plan())
+            self.ensure(host, plan, check=context.lease.check, breakers=context.hosts,
+                        failed=failed)
         except KubeError as error:
-            self._failures += 1
-            self._next_pass = self.clock() + self._delay(error)
             log.warning("the admission webhook's certificate or configuration could not be "
-                        "ensured (%s: %s); retrying later", error.reason, error.message)
-            return 0
-        self._failures = 0
-        self._next_pass = self.clock() + self.resync_seconds
-        return written
+                        "ensured (%s: %s)", error.reason, error.message)
+            if here is None:
+                raise RetryLater(f"ensuring the admission webhook failed ({error.reason}: "
+                                 f"{error.message})") from error
+            raise failure(here, error, "ensuring the admission webhook") from error
+        if here is not None:
+            context.hosts.reached(here.host_id)
+        if failed:
+            raise _hosts_failed(failed)
+        return DONE
 
-    def _plan(self) -> Plan:
+    def plan(self) -> Plan:
         """Every registered host the portal can reach, with its way to the webhook (None: it
         has none). Cordoned and draining hosts too: their clusters' pods still need it."""
         with self.database.transaction() as db:
             targets = hosts_service.targets(db, self.settings)
         return [(target, route_of(target, self.settings)) for target in targets]
 
-    def reconcile(self, host: KubePort, plan: Plan | None = None) -> int:
+    def ensure(self, host: KubePort, plan: Plan | None = None, *,
+               check: Callable[[], None] = lambda: None, breakers: HostBreakers | None = None,
+               failed: dict[str, KubeError | Exception] | None = None) -> int:
         """One pass; returns how many objects it wrote. ``host`` is the environment's host,
         where the Secret lives; ``plan`` the hosts to register the webhook on (None: the
-        environment's host only)."""
+        environment's host only). ``check`` stops the pass before each host's writes when the
+        lease is lost; ``breakers`` skip hosts that do not answer; the other hosts that failed
+        are put in ``failed``, by name."""
         plan = plan or []
         routes = [route for _, route in plan if route is not None]
         here = next((route for target, route in plan if target.from_environment), None)
         self.hosts = serving_hosts(self.settings, routes)
+        others = _Others(self, plan, check, breakers,
+                         failed if failed is not None else {})
         written = 0
         for _ in range(ATTEMPTS):
             try:
+                check()
                 stored, wrote = self._ensure_secret(host)
                 bundle = "".join(stored.bundle)
                 # The environment's host last: the webhook serves a new certificate once that
                 # configuration trusts it, by then every other reachable host's does too.
-                written += wrote + self._ensure_other_hosts(plan, bundle)
+                written += wrote + others.ensure(bundle)
+                check()
                 written += self._ensure_configuration(
                     host, bundle, here or WebhookRoute(self.settings.webhook_url))
             except ApplyConflictError:
@@ -201,29 +232,7 @@ class WebhookReconciler:
         host.apply(wanted, force=True)
         return 1
 
-    def _ensure_other_hosts(self, plan: Plan, bundle: str) -> int:
-        """The configuration on every other host, each with its own client; one that fails
-        is logged and left for the next pass, the others go on."""
-        written = 0
-        for target, route in plan:
-            if target.from_environment:
-                continue
-            try:
-                port = for_host(self.kube, target)
-                if port is None:
-                    continue
-                written += (self._on_host(target, port, bundle, route) if route is not None
-                            else self._remove(target, port))
-            except KubeError as error:
-                log.warning("the admission webhook could not be registered on host cluster "
-                            "%s (%s: %s); retrying at the next pass", target.name,
-                            error.reason, error.message)
-            except Exception as error:  # credentials the client cannot use: this host only
-                log.error("the admission webhook could not be registered on host cluster %s "
-                          "(%s)", target.name, type(error).__name__)
-        return written
-
-    def _on_host(self, target: HostTarget, port: KubePort, bundle: str,
+    def register_on(self, target: HostTarget, port: KubePort, bundle: str,
                  route: WebhookRoute) -> int:
         first = port.get(*WEBHOOK_CONFIGURATION_KIND, WEBHOOK_CONFIGURATION_NAME) is None
         written = self._ensure_configuration(port, bundle, route)
@@ -231,7 +240,7 @@ class WebhookReconciler:
             self._audit_host(target, "webhook.configuration_registered", {"url": route.url})
         return written
 
-    def _remove(self, target: HostTarget, port: KubePort) -> int:
+    def remove_from(self, target: HostTarget, port: KubePort) -> int:
         """A host without a webhook URL (any more) keeps no configuration pointing at an
         address it may not reach, with a caBundle nobody updates: its shared-pool pods are
         refused by the queue guard instead, and its health check says why."""
@@ -252,15 +261,78 @@ class WebhookReconciler:
                          target_type="host_cluster", target_id=target.host_id, before=None,
                          after={"host_cluster": target.name, **after})
 
-    def _delay(self, error: KubeError) -> float:
-        if isinstance(error, TransientKubeError) and error.delay_seconds is not None:
-            return min(error.delay_seconds, MAX_RETRY_SECONDS)
-        return min(2.0 ** self._failures, MAX_RETRY_SECONDS, self.resync_seconds)
-
-
 def _described(pair: certs.ServingCertificate | None) -> dict[str, Any] | None:
     """What the audit trail says about a certificate: never the key."""
     if pair is None:
         return None
     return {"fingerprint_sha256": certs.fingerprint(pair.cert_pem),
             "not_after": certs.not_after(pair.cert_pem).isoformat()}
+
+
+class _Others:
+    """The configuration on every other host, each with its own client; one that fails is
+    noted in ``failed`` and the others go on. A host whose breaker is open is skipped."""
+
+    def __init__(self, owner: WebhookReconciler, plan: Plan, check: Callable[[], None],
+                 breakers: HostBreakers | None,
+                 failed: dict[str, KubeError | Exception]) -> None:
+        self.owner = owner
+        self.plan = plan
+        self.check = check
+        self.breakers = breakers
+        self.failed = failed
+
+    def ensure(self, bundle: str) -> int:
+        written = 0
+        for target, route in self.plan:
+            if target.from_environment:
+                continue
+            if self.breakers is not None and self.breakers.open_until(target.host_id):
+                self.failed[target.name] = RetryLater(f"host cluster {target.name} does not "
+                                                      "answer; skipped until it does")
+                continue
+            self.check()
+            self.failed.pop(target.name, None)
+            try:
+                written += self._one(target, route, bundle)
+            except KubeError as error:
+                log.warning("the admission webhook could not be registered on host cluster "
+                            "%s (%s: %s); retrying later", target.name, error.reason,
+                            error.message)
+                self.failed[target.name] = error
+                if self.breakers is not None and unreachable(error):
+                    self.breakers.trip(target.host_id)
+            except Exception as error:  # credentials the client cannot use: this host only
+                log.error("the admission webhook could not be registered on host cluster %s "
+                          "(%s)", target.name, type(error).__name__)
+                self.failed[target.name] = error
+        return written
+
+    def _one(self, target: HostTarget, route: WebhookRoute | None, bundle: str) -> int:
+        port = for_host(self.owner.kube, target)
+        if port is None:
+            return 0
+        written = (self.owner.register_on(target, port, bundle, route) if route is not None
+                   else self.owner.remove_from(target, port))
+        if self.breakers is not None:
+            self.breakers.reached(target.host_id)
+        return written
+
+
+def _hosts_failed(failed: dict[str, KubeError | Exception]) -> Exception:
+    """Other hosts that failed, as the runtime takes them: a retry with backoff while any may
+    pass on a retry, else (refused, or credentials the client cannot use) the resync."""
+    listed = ", ".join(f"{name} ({_said(error)})" for name, error in sorted(failed.items()))
+    message = f"the admission webhook could not be registered on host clusters {listed}"
+    if all(isinstance(e, PermanentKubeError) or not isinstance(e, (KubeError, RetryLater))
+           for e in failed.values()):
+        return TerminalError(message)
+    return RetryLater(message)
+
+
+def _said(error: Exception) -> str:
+    if isinstance(error, KubeError):
+        return f"{error.reason}: {error.message}"
+    if isinstance(error, RetryLater):
+        return str(error)
+    return type(error).__name__

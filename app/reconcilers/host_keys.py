@@ -1,0 +1,91 @@
+"""What the kinds keyed by host cluster share: their keys, the host a key names and its
+client, the host's breaker, and how a failed call to the host is reported to the runtime.
+
+A key is a host cluster's id. ``host_keys`` lists the registered hosts the worker can reach
+(the environment's host, and every host with stored credentials); ``host_target`` answers None
+for a key whose host is gone or no longer reachable, so that its kind forgets the key.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.orm import Session
+
+from app.config import Settings
+from app.crypto import UnreadableSecret
+from app.db import Database
+from app.hosts import repository as hosts_repository
+from app.hosts import service as hosts_service
+from app.kube.connector import HostTarget, KubeConnector, for_host
+from app.kube.errors import KubeError, PermanentKubeError, TransientKubeError
+from app.kube.port import KubePort
+from app.reconcilers.kind import Context, HostUnreachable, RetryLater, TerminalError
+
+log = logging.getLogger(__name__)
+# What a client says when nothing answers at the host's address.
+UNREACHABLE_REASONS = ("ConnectionError",)
+# The longest a server's Retry-After is taken at its word.
+MAX_RETRY_SECONDS = 300.0
+
+
+def host_keys(db: Session, settings: Settings) -> list[str]:
+    """The ids of every registered host the worker can reach (the default host made if
+    missing), as keys."""
+    return [str(target.host_id) for target in hosts_service.targets(db, settings)]
+
+
+def host_target(database: Database, settings: Settings, key: str) -> HostTarget | None:
+    """The host ``key`` names as the connector reaches it; None when it is gone or the worker
+    cannot reach it any more (no credentials, not the environment's host)."""
+    with database.session() as db:
+        row = hosts_repository.host_by_id(db, int(key))
+        if row is None:
+            return None
+        try:
+            return hosts_service.target_for(row, settings)
+        except UnreadableSecret as error:
+            raise TerminalError(f"host cluster {row.name}: {error}") from error
+
+
+def wait_for_breaker(context: Context, host_id: int) -> None:
+    """While the host's breaker is open, no call goes to it: the key waits until it closes."""
+    until = context.hosts.open_until(host_id)
+    if until is not None:
+        wait = max((until - context.hosts.clock()).total_seconds(), 1.0)
+        raise RetryLater(f"host cluster {host_id} is unreachable; waiting for it", delay=wait)
+
+
+def client(kube: KubeConnector, target: HostTarget) -> KubePort | None:
+    """The host's client (None: this connector has none for it). Credentials the client
+    cannot use wait for an operator: the key is looked at again at its resync."""
+    try:
+        return for_host(kube, target)
+    except Exception as error:  # the loader raises many kinds, all meaning "unusable"
+        log.error("host cluster %s: no client from its credentials (%s)", target.name,
+                  type(error).__name__)
+        raise TerminalError(f"host cluster {target.name}: no client from its credentials "
+                            f"({type(error).__name__})") from error
+
+
+def unreachable(error: KubeError) -> bool:
+    return isinstance(error, TransientKubeError) and error.reason in UNREACHABLE_REASONS
+
+
+def failure(target: HostTarget, error: KubeError, what: str) -> Exception:
+    """``error`` of a call to the host as the runtime takes it: the host's breaker when nothing
+    answers, the resync for a refusal no retry changes, else a retry (never sooner than the
+    server's Retry-After)."""
+    message = f"{what} of host cluster {target.name} failed ({error.reason}: {error.message})"
+    if unreachable(error):
+        return HostUnreachable(target.host_id, message)
+    if isinstance(error, PermanentKubeError):
+        return TerminalError(message)
+    return RetryLater(message, delay=server_delay(error))
+
+
+def server_delay(error: KubeError) -> float | None:
+    """The server's Retry-After, capped."""
+    if isinstance(error, TransientKubeError) and error.delay_seconds is not None:
+        return min(error.delay_seconds, MAX_RETRY_SECONDS)
+    return None

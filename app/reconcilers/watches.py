@@ -1,0 +1,25 @@
+"""What a change elsewhere enqueues: the keys of a kind whose desired state derives from it.
+
+Like controller-runtime's ``Watches(source, EnqueueRequestsFromMapFunc(...))``: a lower domain
+announces a change through its hook (``app.hooks``), and the mapping from the changed object to
+the keys to reconcile lives here, with the kinds, so the lower domain knows nothing of them.
+Listeners run in the changing transaction: the keys are due when it commits, never before,
+and not at all if it rolls back. ``app.wiring.connect_hooks`` connects them in every process.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.clusters import repository as clusters
+from app.quotas import events as quota_events
+from app.workqueue import CLUSTERS, enqueue_many
+
+
+@quota_events.quota_changed.connect
+def clusters_of_a_changed_quota(db: Session, event: quota_events.QuotaChanged) -> None:
+    """Every cluster of the tenant: the tenant's queue (its quota per class) is kept by each of
+    its clusters' reconciles, and each cluster's own quota derives from the tenant's."""
+    of_tenant = clusters.clusters_query(event.tenant_id).subquery()
+    enqueue_many(db, CLUSTERS, db.scalars(select(of_tenant.c.id)))

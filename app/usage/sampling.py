@@ -1,0 +1,97 @@
+"""What a host's GPU use becomes in the portal: samples, GPUs in use per tenant and class, and
+each cluster's pods waiting for GPUs. Pure steps over one reading of a host (the worker's usage
+kind, app/reconcilers/usage.py, takes the readings)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from sqlalchemy.orm import Session
+
+from app.clusters import service as cluster_service
+from app.kube.manifests.names import host_namespace_name
+from app.kube.usage import HostUsage, WaitingPods
+from app.quotas import service as quota_service
+from app.usage import samples
+
+# How long a sample stands without a next one, at the default resync (300 s).
+DEFAULT_HOLD_S = 600
+
+
+def record_usage(db: Session, host_id: int, usage: HostUsage, now_s: int,
+                 dedicated: dict[str, samples.Owner],
+                 refused: Mapping[tuple[str, str], WaitingPods] | None = None,
+                 holds_s: int = DEFAULT_HOLD_S) -> int:
+    """Stores one sample per queue, namespace quota and dedicated node the portal knows on the
+    host ``usage`` was read from (``dedicated``: that host's assigned nodes by name), and what
+    is bound and waiting there now (``refused``: what waits inside virtual clusters, by
+    tenant and cluster name)."""
+    clusters = samples.clusters_by_name(db, host_id)
+    rows: list[dict[str, object]] = []
+    for queue in usage.queues:
+        owner = clusters.get((queue.tenant, queue.cluster))
+        if owner is not None:
+            rows.append(_row(now_s, "queue", owner, queue.allocated_gpus,
+                             queue.allocated_gpus, queue.requested_gpus, holds_s))
+    for namespace in usage.namespaces:
+        owner = clusters.get((namespace.tenant, namespace.cluster))
+        if owner is not None:
+            rows.append(_row(now_s, "quota", owner, namespace.used_gpus, namespace.hard_gpus,
+                             namespace.used_gpus, holds_s))
+    for name, node in dedicated.items():
+        used = usage.gpus_by_node.get(name, 0.0)
+        rows.append(_row(now_s, "node", node, used, float(node.gpus), used, holds_s))
+    samples.add_samples(db, rows)
+    observed_at = datetime.fromtimestamp(now_s, UTC)
+    quota_service.record_gpus_in_use(db, host_id, gpus_in_use(usage, clusters, dedicated),
+                                     observed_at)
+    cluster_service.record_gpu_waits(db, gpu_waits(usage, clusters, refused or {}),
+                                     observed_at)
+    return len(rows)
+
+
+def gpus_in_use(usage: HostUsage, clusters: dict[tuple[str, str], samples.Owner],
+                dedicated: dict[str, samples.Owner]) -> dict[tuple[int, int], float]:
+    """GPUs bound now per (tenant, class) on the host: what KAI allocated to the clusters'
+    queues, plus the running pods on dedicated nodes (their pods are not KAI's). Every tenant
+    and class with a cluster or dedicated node on the host has a figure, 0 included."""
+    found = {(owner.tenant_id, owner.gpu_class_id): 0.0
+             for owner in (*clusters.values(), *dedicated.values())
+             if owner.gpu_class_id is not None}
+    bound = [(clusters.get((q.tenant, q.cluster)), q.allocated_gpus) for q in usage.queues]
+    bound += [(node, usage.gpus_by_node.get(name, 0.0)) for name, node in dedicated.items()]
+    for owner, gpus in bound:
+        if owner is not None and owner.gpu_class_id is not None:
+            found[owner.tenant_id, owner.gpu_class_id] += gpus
+    return found
+
+
+def gpu_waits(usage: HostUsage, clusters: dict[tuple[str, str], samples.Owner],
+              refused: Mapping[tuple[str, str], WaitingPods]) -> dict[int, tuple[int, str]]:
+    """Pods waiting for GPUs and why, for each cluster on the host (none: 0): KAI's reason
+    while KAI holds some, else the syncer's (the host quota refused them). The virtual
+    cluster's count includes the pods KAI holds: they are Pending there too."""
+    waits = {owner.subject_id: (0, "") for owner in clusters.values()}
+    on_host = {waiting.namespace: waiting for waiting in usage.waiting}
+    for (tenant, name), owner in clusters.items():
+        held = on_host.get(host_namespace_name(tenant, name))
+        inside = refused.get((tenant, name))
+        count = max(held.pods if held else 0, inside.pods if inside else 0)
+        if count:
+            reason = held.reason if held and held.reason else inside.reason if inside else ""
+            waits[owner.subject_id] = (count, reason)
+    return waits
+
+
+def sample_hold(resync_seconds: float) -> int:
+    """How long a sample stands if no other follows: two resyncs, from 30 s to an hour."""
+    return int(min(max(2 * resync_seconds, 30), 3600))
+
+
+def _row(now_s: int, source: str, owner: samples.Owner, used: float, allocated: float,
+         requested: float, holds_s: int) -> dict[str, object]:
+    return {"taken_s": now_s, "source": source, "tenant_id": owner.tenant_id,
+            "gpu_class_id": owner.gpu_class_id, "subject_id": owner.subject_id,
+            "used_gpus": used, "allocated_gpus": allocated, "requested_gpus": requested,
+            "holds_s": holds_s}

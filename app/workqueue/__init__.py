@@ -1,0 +1,22 @@
+"""The worker's queue of (kind, key) pairs: what is due, who holds it, how often it failed.
+
+A service that changes desired state enqueues the keys it affects in its own transaction
+(``enqueue``); the runtime in ``app.reconcilers`` claims, renews and finishes them. This
+package sits below every domain so that any of them may enqueue.
+"""
+
+from app.workqueue.kinds import (
+    ALL,
+    CLUSTERS,
+    HOSTS,
+    KUBECONFIGS,
+    NODES,
+    QUOTA_EXPIRY,
+    TEMPLATE_VALIDATION,
+    USAGE,
+    WEBHOOK,
+)
+from app.workqueue.repository import enqueue, enqueue_many
+
+__all__ = ["ALL", "CLUSTERS", "HOSTS", "KUBECONFIGS", "NODES", "QUOTA_EXPIRY",
+           "TEMPLATE_VALIDATION", "USAGE", "WEBHOOK", "enqueue", "enqueue_many"]

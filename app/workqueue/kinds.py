@@ -1,0 +1,13 @@
+"""The kinds of work, by the name each has in the queue, and what its keys are."""
+
+CLUSTERS = "clusters"  # a virtual cluster's id
+NODES = "nodes"  # a host cluster's id: its node inventory and dedicated-node labels
+HOSTS = "hosts"  # a host cluster's id: its health checks
+WEBHOOK = "webhook"  # ALL: the webhook's certificate, and its configuration on every host
+USAGE = "usage"  # a host cluster's id: GPU use samples; "retention": folding old samples
+KUBECONFIGS = "kubeconfigs"  # a kubeconfig grant's id whose Secret is to be removed
+QUOTA_EXPIRY = "quota-expiry"  # one key, ALL
+
+# The key of a kind with one object for the whole portal.
+ALL = "all"
+TEMPLATE_VALIDATION = "template-validation"  # a template version's id
