@@ -100,7 +100,7 @@ def service_seconds(nodes: int, calls: int = 20) -> float:
     """Mean time of ``service.suggest_nodes`` on an SQLite inventory of ``nodes`` nodes."""
     from app.auth.models import User
     from app.auth.principal import Principal
-    from app.db import Base, Database
+    from app.database.core import Base, Database
     from app.hosts.models import HostCluster
     from app.nodes import service
     from app.nodes.models import GpuClass, Node

@@ -10,9 +10,9 @@ from sqlalchemy.orm import Session
 from app.auth.models import User
 from app.auth.principal import Principal
 from app.clusters.models import VirtualCluster
-from app.config import Settings
-from app.crypto import SecretBox
 from app.hosts.models import HostCluster
+from app.kit.config import Settings
+from app.kit.crypto import SecretBox
 from app.nodes.models import GpuClass, Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion

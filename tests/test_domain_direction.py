@@ -1,7 +1,7 @@
 """Domains point one way: a lower domain never imports a higher one.
 
 auth, hosts → tenants → quotas → nodes → clusters → kubeconfigs → usage, templates, fleet. A cascade
-from a lower domain to a higher one goes through a hook (app.hooks) that the higher domain
+from a lower domain to a higher one goes through a hook (app.kit.hooks) that the higher domain
 connects to.
 """
 

@@ -10,10 +10,10 @@ from starlette.responses import Response
 
 from app.audit import service
 from app.audit.schemas import AuditEventOut, AuditFilters
-from app.deps import CurrentPrincipal, DbSession
-from app.json_body import page_response
-from app.pagination import Page, Paging
-from app.routing import UnitOfWorkRoute
+from app.http.deps import CurrentPrincipal, DbSession
+from app.http.json_body import page_response
+from app.http.pagination import Page, Paging
+from app.http.routing import UnitOfWorkRoute
 
 router = APIRouter(prefix="/api/v1/audit", tags=["audit"], route_class=UnitOfWorkRoute)
 

@@ -11,7 +11,7 @@ from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
-from app.pagination import KeysetPage, PageParams
+from app.http.pagination import KeysetPage, PageParams
 from app.tenants.models import Tenant
 
 
@@ -86,7 +86,7 @@ def listed_page(db: Session, params: PageParams, *, tenant_ids: list[int] | None
                 since: datetime | None = None,
                 until: datetime | None = None) -> tuple[Sequence[Any], str | None]:
     """A page of ``listed(events_query(...))``, newest first, its statement built once per
-    combination of filters (see ``app.pagination.KeysetPage``)."""
+    combination of filters (see ``app.http.pagination.KeysetPage``)."""
     shape = _shape_of(tenant_ids, actor, action, since, until)
     page = _PAGES.get(shape)
     if page is None:

@@ -11,9 +11,9 @@ from app.audit import repository
 from app.audit.models import AuditEvent
 from app.audit.schemas import AuditEventOut, AuditFilters
 from app.auth.principal import Principal
-from app.errors import Forbidden
-from app.logs import request_id_var
-from app.pagination import PageParams
+from app.http.pagination import PageParams
+from app.kit.errors import Forbidden
+from app.kit.logs import request_id_var
 
 # Keys whose values never reach the audit trail, whatever the caller passes.
 _SECRET_KEYS = frozenset(

@@ -10,9 +10,9 @@ from starlette.responses import Response
 from app.audit import service
 from app.audit.api import audit_filters
 from app.audit.schemas import AuditFilters
-from app.deps import CurrentPrincipal, DbSession
-from app.pagination import Paging
-from app.routing import UnitOfWorkRoute
+from app.http.deps import CurrentPrincipal, DbSession
+from app.http.pagination import Paging
+from app.http.routing import UnitOfWorkRoute
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)

@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 from fastapi import Request
 
-from app.deps import optional_principal
-from app.errors import Forbidden
+from app.http.deps import optional_principal
+from app.kit.errors import Forbidden
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _OWN_SITE = frozenset({"same-origin", "none"})

@@ -25,7 +25,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
 
 from app.auth.principal import Principal
-from app.db import utcnow
+from app.database.core import utcnow
 
 # Pass as an execution option on a bulk UPDATE that changes nothing about who a caller is
 # (a token's last use), so that it does not empty the cache.

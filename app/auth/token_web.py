@@ -13,9 +13,9 @@ from starlette.responses import Response
 from app.auth import token_service
 from app.auth.principal import Principal
 from app.auth.schemas import TokenCreate
-from app.deps import CurrentPrincipal, DbSession, RowId
-from app.pagination import PageParams
-from app.routing import UnitOfWorkRoute
+from app.http.deps import CurrentPrincipal, DbSession, RowId
+from app.http.pagination import PageParams
+from app.http.routing import UnitOfWorkRoute
 from app.web.forms import STATE_CHANGING, validation_errors
 from app.web.templating import render
 

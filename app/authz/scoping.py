@@ -20,8 +20,8 @@ from sqlalchemy.orm.util import identity_key
 
 from app.auth.principal import Principal
 from app.auth.principal_cache import ExpiringCache, changes_pending, watch
-from app.db import Database
-from app.errors import Forbidden, NotFound
+from app.database.core import Database
+from app.kit.errors import Forbidden, NotFound
 from app.tenants.models import Tenant
 
 watch(Tenant)

@@ -39,13 +39,13 @@ from app.clusters.schemas import (
     GpuWaitOut,
 )
 from app.clusters.shapes import ResolvedCreate, TemplateResolver, TemplateUpgrade
-from app.concurrency import insert_or_conflict
-from app.config import Settings
-from app.db import utcnow
-from app.errors import Conflict, NotFound, ValidationFailed
+from app.database.concurrency import insert_or_conflict
+from app.database.core import utcnow
+from app.http.pagination import Page, PageParams
+from app.kit.config import Settings
+from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import dump_yaml
 from app.nodes.models import GpuClass
-from app.pagination import Page, PageParams
 from app.quotas import regions
 from app.tenants.models import Tenant
 

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from functools import cache
 
 from app.audit import service as audit
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
 from app.hosts import repository, service
 from app.hosts.health import ChartAnswer, ChartProbe, CheckResult
+from app.kit.config import Settings
 from app.kube.connector import HostTarget, KubeConnector
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db import Base
+from app.database.core import Base
 from app.hosts.models import HostCluster
 
 DEFAULT_HOST_CLUSTER = "default"

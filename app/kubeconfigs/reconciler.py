@@ -7,8 +7,8 @@ by the server's hint when there is one, and are retried on later passes.
 
 from __future__ import annotations
 
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
 from app.kube.connector import KubeConnector
 from app.kubeconfigs import repository
 from app.kubeconfigs.service import VirtualClusters, clean_up_grant

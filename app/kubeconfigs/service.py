@@ -30,11 +30,12 @@ from app.auth.principal import Principal
 from app.authz import tenant_for
 from app.authz.scoping import TenantHidden
 from app.clusters.models import VirtualCluster
-from app.concurrency import lock_row
-from app.config import Settings
-from app.crypto import SecretBox
-from app.db import utcnow
-from app.errors import (
+from app.database.concurrency import lock_row
+from app.database.core import utcnow
+from app.http.pagination import Page, PageParams, paginate
+from app.kit.config import Settings
+from app.kit.crypto import SecretBox
+from app.kit.errors import (
     Conflict,
     Forbidden,
     NotFound,
@@ -49,7 +50,6 @@ from app.kubeconfigs import guard, manifests, repository
 from app.kubeconfigs.manifests import PORTAL_NAMESPACE, GrantSpec, KubeconfigSpec
 from app.kubeconfigs.models import KubeconfigGrant
 from app.kubeconfigs.schemas import GrantOut, IssuedKubeconfig, KubeconfigRequest, KubeconfigRole
-from app.pagination import Page, PageParams, paginate
 from app.tenants.models import Tenant
 
 log = logging.getLogger(__name__)

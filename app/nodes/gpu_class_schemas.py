@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-from app.validation import SingleLine
+from app.kit.validation import SingleLine
 
 # A Kubernetes label value, which is what GPU Feature Discovery puts in nvidia.com/gpu.product.
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")

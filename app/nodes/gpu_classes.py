@@ -20,13 +20,13 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz import ensure_platform_writer
-from app.concurrency import insert_or_conflict, lock_row
-from app.errors import Conflict, NotFound
+from app.database.concurrency import insert_or_conflict, lock_row
+from app.http.pagination import Page, PageParams, paginate
+from app.kit.errors import Conflict, NotFound
 from app.nodes import capacity_cache
 from app.nodes import gpu_class_repository as repository
 from app.nodes.gpu_class_schemas import Capacity, GpuClassCreate, GpuClassOut, GpuClassUpdate
 from app.nodes.models import GpuClass
-from app.pagination import Page, PageParams, paginate
 
 # (session, class ids, region or None for the whole fleet) -> capacity per class
 FiguresOf = Callable[[Session, Sequence[int], str | None], dict[int, Capacity]]

@@ -5,13 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
+from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.authz import ensure_platform_writer
-from app.deps import CurrentPrincipal, DbSession, RowId
-from app.idempotency import IdempotencyKeyHeader, run_idempotent
+from app.http.deps import CurrentPrincipal, DbSession, RowId
+from app.http.pagination import Page, Paging
+from app.http.routing import UnitOfWorkRoute
 from app.nodes import gpu_classes
 from app.nodes.gpu_class_schemas import GpuClassCreate, GpuClassOut, GpuClassUpdate
-from app.pagination import Page, Paging
-from app.routing import UnitOfWorkRoute
 
 router = APIRouter(prefix="/api/v1/gpu-classes", tags=["gpu classes"], route_class=UnitOfWorkRoute)
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.hosts import repository as hosts_repository
 from app.hosts import service as hosts_service
+from app.kit.config import Settings
 from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import ApplyConflictError, KubeError, TransientKubeError
 from app.kube.manifests import labels as lbl

@@ -19,11 +19,12 @@ from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin, ensure_platform_writer, tenant_for
-from app.concurrency import insert_or_conflict, lock_row
-from app.db import utcnow
-from app.errors import Conflict, NotFound, ValidationFailed
+from app.database.concurrency import insert_or_conflict, lock_row
+from app.database.core import utcnow
 from app.hosts import repository as hosts_repository
 from app.hosts.models import HostCluster
+from app.http.pagination import Page, PageParams, paginate_rows, paginate_sorted
+from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.nodes import tenant_taint
 from app.nodes import capacity_cache, gpu_class_repository, gpu_classes, placement, repository
@@ -41,7 +42,6 @@ from app.nodes.schemas import (
     SuggestionOut,
     TenantNodeOut,
 )
-from app.pagination import Page, PageParams, paginate_rows, paginate_sorted
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
 

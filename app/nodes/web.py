@@ -13,15 +13,15 @@ from starlette.responses import Response
 
 from app.auth.principal import Principal
 from app.authz import ensure_platform_writer
-from app.deps import CurrentPrincipal, DbSession
-from app.errors import Conflict, NotFound, ValidationFailed
+from app.http.deps import CurrentPrincipal, DbSession
+from app.http.pagination import PageParams, Paging
+from app.http.routing import UnitOfWorkRoute
+from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.nodes import gpu_classes, service
 from app.nodes.api import Filters, SortQuery
 from app.nodes.gpu_class_schemas import GpuClassOut
 from app.nodes.repository import NodeFilters
 from app.nodes.schemas import AssignmentIn, SuggestionIn
-from app.pagination import PageParams, Paging
-from app.routing import UnitOfWorkRoute
 from app.web import live
 from app.web.charts.bars import Group, stacked_bars
 from app.web.charts.svg import Series

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.quotas.service import expire_quotas
 
 log = logging.getLogger(__name__)

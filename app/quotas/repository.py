@@ -22,10 +22,10 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
-from app.concurrency import upsert
+from app.database.concurrency import upsert
 from app.hosts.models import HostCluster
+from app.http.pagination import KeysetPage, PageParams
 from app.nodes.models import GpuClass, Node, NodeAssignment
-from app.pagination import KeysetPage, PageParams
 from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
 from app.tenants.models import Tenant
 
@@ -181,7 +181,7 @@ def queue_version(db: Session) -> tuple[int, int, int, datetime | None]:
     return row[0], row[1], row[2], row[3]
 
 
-# The tenant's pages, their statements built once (see ``app.pagination.KeysetPage``).
+# The tenant's pages, their statements built once (see ``app.http.pagination.KeysetPage``).
 _QUOTA_PAGE = KeysetPage(quota_rows_query(bindparam("tenant_id")), TenantQuota.id)
 _REQUEST_PAGES = {
     False: KeysetPage(request_rows_query(tenant_id=bindparam("tenant_id")), QuotaRequest.id,

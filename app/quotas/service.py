@@ -20,11 +20,11 @@ from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin, ensure_platform_writer, tenant_for
-from app.db import utcnow
-from app.errors import Conflict, NotFound, ValidationFailed
+from app.database.core import utcnow
+from app.http.pagination import Page, PageParams, paginate_rows
+from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.nodes import capacity_cache, gpu_classes
 from app.nodes.models import GpuClass
-from app.pagination import Page, PageParams, paginate_rows
 from app.quotas import events, regions, repository
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.quotas.schemas import (

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from app.clusters.installer import Installer
 from app.clusters.reconciler import ClusterReconciler
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
 from app.hosts.reconciler import HostHealthReconciler
+from app.kit.config import Settings
 from app.kube.connector import ClientConnector, KubeConnector
 from app.kubeconfigs.reconciler import KubeconfigReconciler
 from app.nodes.reconciler import NodeReconciler
+from app.process.wiring import connect_hooks
 from app.quotas.reconciler import QuotaExpiryReconciler
 from app.reconcilers.worker import Reconciler, Worker
 from app.templates.charts import ChartResolver, ChartSources
 from app.templates.validator import TemplateValidator
 from app.usage.sampler import UsageSampler
 from app.webhook.reconciler import WebhookReconciler
-from app.wiring import connect_hooks
 
 
 def build_reconcilers(

@@ -19,9 +19,9 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import or_, select
 
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.hosts import service as hosts_service
+from app.kit.config import Settings
 from app.kube.connector import KubeConnector, for_host
 from app.kube.port import HostProbe
 from app.nodes.models import GpuClass

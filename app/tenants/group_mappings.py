@@ -21,13 +21,13 @@ from app.audit import service as audit
 from app.auth import events as auth_events
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.concurrency import lock_row
-from app.deps import CurrentPrincipal, DbSession, RowId
-from app.errors import Conflict, NotFound
-from app.routing import UnitOfWorkRoute
+from app.database.concurrency import lock_row
+from app.http.deps import CurrentPrincipal, DbSession, RowId
+from app.http.routing import UnitOfWorkRoute
+from app.kit.errors import Conflict, NotFound
+from app.kit.validation import SingleLine
 from app.tenants import events
 from app.tenants.models import GroupMapping, Membership, Tenant
-from app.validation import SingleLine
 
 ROLE_RANK = {"viewer": 0, "member": 1, "admin": 2}
 

@@ -6,8 +6,8 @@ from fastapi import APIRouter
 from sqlalchemy import select
 
 from app.auth.schemas import MembershipOut, MeOut
-from app.deps import CurrentPrincipal, DbSession
-from app.routing import UnitOfWorkRoute
+from app.http.deps import CurrentPrincipal, DbSession
+from app.http.routing import UnitOfWorkRoute
 from app.tenants.models import Tenant
 
 router = APIRouter(prefix="/api/v1", tags=["me"], route_class=UnitOfWorkRoute)

@@ -18,10 +18,10 @@ from sqlalchemy.orm import Session
 
 from app.clusters import service as cluster_service
 from app.clusters.models import VirtualCluster
-from app.config import Settings
-from app.db import Database
-from app.errors import ProblemError
+from app.database.core import Database
 from app.hosts import service as hosts_service
+from app.kit.config import Settings
+from app.kit.errors import ProblemError
 from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import KubeError
 from app.kube.manifests.names import host_namespace_name

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from app import authz
 from app.auth.principal import Principal
-from app.errors import ValidationFailed
+from app.kit.errors import ValidationFailed
 from app.tenants.models import Tenant
 from app.usage import ledger, repository
 from app.usage.repository import Period, SecondsRow

@@ -13,11 +13,11 @@ from markupsafe import Markup
 from starlette.responses import Response
 
 from app.clusters import service as cluster_service
-from app.deps import CurrentPrincipal, DbSession
-from app.pagination import PageParams
+from app.http.deps import CurrentPrincipal, DbSession
+from app.http.pagination import PageParams
+from app.http.routing import UnitOfWorkRoute
 from app.quotas import service as quota_service
 from app.quotas.schemas import TenantQuotaOut
-from app.routing import UnitOfWorkRoute
 from app.tenants import service
 from app.web.charts.bars import Group, grouped_bars
 from app.web.charts.svg import Series

@@ -17,8 +17,8 @@ from pydantic import ValidationError
 from starlette.responses import RedirectResponse, Response
 
 from app.auth.csrf import verify_csrf
-from app.deps import require_principal
-from app.errors import ProblemError, ValidationFailed
+from app.http.deps import require_principal
+from app.kit.errors import ProblemError, ValidationFailed
 
 _INTEGER = re.compile(r"^[+-]?\d{1,18}$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")

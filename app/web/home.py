@@ -6,8 +6,8 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.authz import tenants_visible_to
-from app.deps import DbSession, MaybePrincipal
-from app.routing import UnitOfWorkRoute
+from app.http.deps import DbSession, MaybePrincipal
+from app.http.routing import UnitOfWorkRoute
 from app.tenants.models import Tenant
 from app.web.templating import render
 

@@ -34,10 +34,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.audit import service as audit
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
 from app.hosts import service as hosts_service
 from app.hosts.webhook_route import WebhookRoute, route_of
+from app.kit.config import Settings
 from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import ApplyConflictError, KubeError, TransientKubeError
 from app.kube.manifests import labels as lbl

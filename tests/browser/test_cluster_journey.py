@@ -14,7 +14,7 @@ import yaml
 from playwright.sync_api import Browser, expect
 from sqlalchemy import select
 
-from app.config import Settings
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME

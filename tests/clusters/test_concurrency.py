@@ -9,7 +9,7 @@ from collections import Counter
 from app.clusters import conditions as cond
 from app.clusters import repository
 from app.clusters.reconciler import ClusterReconciler
-from app.db import Database
+from app.database.core import Database
 from app.kube.memory import InMemoryKube
 from tests.clusters.support import FakeConnector, FakeInstaller, cluster_settings, seed_clusters
 

@@ -22,12 +22,12 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.clusters.reconciler import ClusterReconciler
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl
-from app.main import create_app
+from app.process.asgi import create_app
 from tests import factories
 from tests.clusters.cleanup import own_objects as cluster_host_objects
 from tests.clusters.cleanup import remove_tenant_objects

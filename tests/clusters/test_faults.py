@@ -10,7 +10,7 @@ import pytest
 
 from app.clusters import conditions as cond
 from app.clusters.reconciler import ClusterReconciler
-from app.db import Database
+from app.database.core import Database
 from app.kube.errors import TransientKubeError
 from tests.clusters.support import Harness, create
 from tests.support.tenancy import Tenancy

@@ -11,7 +11,7 @@ import pytest
 
 from app.clusters import conditions as cond
 from app.clusters.reconciler import ClusterReconciler
-from app.db import Database
+from app.database.core import Database
 from tests.clusters.support import FakeInstaller, Harness, create
 from tests.support.tenancy import Tenancy
 

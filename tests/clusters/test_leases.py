@@ -12,7 +12,7 @@ import pytest
 
 from app.clusters import repository
 from app.clusters.reconciler import ClusterReconciler
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.kube.memory import InMemoryKube
 from tests.clusters.support import FakeConnector, FakeInstaller, cluster_settings, seed_clusters
 

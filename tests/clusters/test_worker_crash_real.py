@@ -22,7 +22,7 @@ from sqlalchemy import select
 
 from app.clusters import conditions as cond
 from app.clusters.models import VirtualCluster
-from app.db import Database
+from app.database.core import Database
 from app.kube.adapter import KubernetesAdapter
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import helm_calls, install_standin_helm

@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.clusters.models import VirtualCluster
-from app.config import Settings
-from app.db import Database, utcnow
-from app.errors import Forbidden
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
+from app.kit.errors import Forbidden
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.errors import PermanentKubeError, TransientKubeError

@@ -7,7 +7,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
-from app.db import Database
+from app.database.core import Database
 from app.kube.memory import InMemoryKube
 from app.nodes.gpu_classes import capacity
 from app.nodes.inventory import display_name, read_node

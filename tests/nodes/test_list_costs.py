@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.db import Database
+from app.database.core import Database
 from app.nodes import capacity_cache
 from app.tenants.models import Tenant
 from tests import factories

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db import utcnow
+from app.database.core import utcnow
 from app.kube.errors import ApplyConflictError, TransientKubeError
 from app.kube.manifests import labels as lbl
 from app.nodes.models import Node, NodeAssignment

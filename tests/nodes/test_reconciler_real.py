@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db import utcnow
+from app.database.core import utcnow
 from app.kube.manifests import labels as lbl
 from app.nodes.gpu_classes import capacity
 from app.nodes.models import GpuClass, Node, NodeAssignment

@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.quotas.reconciler import QuotaExpiryReconciler
 from app.quotas.schemas import ApproveIn, QuotaRequestCreate
@@ -84,7 +84,7 @@ def test_the_worker_runs_expiry_and_a_second_pass_changes_nothing(
 
 
 def test_the_expiry_reconciler_is_registered(sqlite_database: Database) -> None:
-    from app.config import Settings
+    from app.kit.config import Settings
 
     reconcilers = build_reconcilers(Settings(env="test"), sqlite_database, InMemoryConnector())
     names = [r.name for r in reconcilers]

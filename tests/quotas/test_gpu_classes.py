@@ -7,7 +7,7 @@ from datetime import timedelta
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.db import utcnow
+from app.database.core import utcnow
 from app.nodes.gpu_classes import capacity
 from tests import factories
 from tests.support.tenancy import build_tenancy, headers

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.db import Database
+from app.database.core import Database
 from app.nodes import capacity_cache
 from app.tenants.models import Tenant
 from tests import factories

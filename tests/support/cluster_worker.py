@@ -20,10 +20,10 @@ from pathlib import Path
 from types import FrameType
 
 from app.clusters.reconciler import ClusterReconciler
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
+from app.kit.logs import configure_logging
 from app.kube.connector import ClientConnector
-from app.logs import configure_logging
 from app.reconcilers.worker import Worker
 from tests.support.paths import ROOT
 

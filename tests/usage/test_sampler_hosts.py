@@ -9,7 +9,7 @@ import logging
 import pytest
 from sqlalchemy import select
 
-from app.db import Database
+from app.database.core import Database
 from app.kube.errors import KubeError
 from app.kube.memory import InMemoryKube
 from app.usage.models import UsageSample

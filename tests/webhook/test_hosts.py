@@ -14,10 +14,10 @@ from cryptography import x509
 from sqlalchemy import select
 
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
 from app.hosts.health import ADMISSION_WEBHOOK, NO_WEBHOOK_URL, run_checks
 from app.hosts.webhook_route import host_id_of, route_of, webhook_url_problem
+from app.kit.config import Settings
 from app.kube.connector import HostTarget
 from app.kube.errors import KubeError
 from app.kube.manifests import labels as lbl

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import select
 
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.errors import ApplyConflictError
 from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME
 from app.kube.manifests.webhook import TLS_SECRET_NAME

@@ -3,7 +3,7 @@
 from app.audit.models import AuditEvent
 from app.auth.models import ApiToken, IdempotencyKey, User, WebSession
 from app.clusters.models import ClusterGpuWait, VirtualCluster
-from app.db import Base
+from app.database.core import Base
 from app.hosts.models import HostCluster
 from app.kubeconfigs.models import KubeconfigGrant
 from app.nodes.models import GpuClass, Node, NodeAssignment

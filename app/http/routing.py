@@ -17,7 +17,7 @@ from fastapi import Request
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
 
-from app import hop
+from app.http import hop
 
 _REQUEST = "unit_of_work_request_"
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
-from app.config import Settings
+from app.kit.config import Settings
 
 
 class UnreadableSecret(ValueError):

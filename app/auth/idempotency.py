@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse
 
 from app.auth.models import IdempotencyKey
 from app.auth.principal import Principal
-from app.errors import Conflict, ValidationFailed
+from app.kit.errors import Conflict, ValidationFailed
 
 MAX_KEY_LENGTH = 255
 

@@ -8,7 +8,7 @@ through a C queue. What anyio guaranteed is kept: the caller's context variables
 id in log lines) are those of the thread, and the caller waits for the thread even when it is
 cancelled, so that nothing (a rollback) touches the work's session while the thread still does.
 Every hop of the web process that uses the database comes here, so the pool sized for these
-threads (``app.main``) bounds them all; FastAPI's own hops (``/healthz``) stay on anyio's.
+threads (``app.process.asgi``) bounds them all; FastAPI's own hops (``/healthz``) stay on anyio's.
 """
 
 from __future__ import annotations

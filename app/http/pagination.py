@@ -11,8 +11,8 @@ from pydantic import BaseModel
 from sqlalchemy import Integer, Select, bindparam, select, tuple_
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
-from app.errors import ValidationFailed
-from app.validation import MAX_ROW_ID
+from app.kit.errors import ValidationFailed
+from app.kit.validation import MAX_ROW_ID
 
 T = TypeVar("T")
 Row = TypeVar("Row")

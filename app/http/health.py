@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from sqlalchemy import text
 from starlette.responses import JSONResponse
 
-from app.db import Database
+from app.database.core import Database
 
 router = APIRouter(tags=["health"])
 

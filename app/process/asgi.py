@@ -18,7 +18,6 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from app import hop
 from app.audit import api as audit_api
 from app.audit import service as audit
 from app.audit import web as audit_web
@@ -31,9 +30,22 @@ from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, Sessio
 from app.authz.scoping import TenantHidden, cache_tenants
 from app.clusters import api as clusters_api
 from app.clusters import web as clusters_web
-from app.config import Settings, get_settings
-from app.db import Database
-from app.errors import (
+from app.database.core import Database
+from app.fleet import api as fleet_api
+from app.fleet import web as fleet_web
+from app.hosts import api as hosts_api
+from app.hosts import web as hosts_web
+from app.http import hop
+from app.http.health import router as health_router
+from app.http.middleware import (
+    RETRY_AFTER_SECONDS,
+    ControlCharacterGuardMiddleware,
+    LoadSheddingMiddleware,
+    RequestIdMiddleware,
+    SecurityHeadersMiddleware,
+)
+from app.kit.config import Settings, get_settings
+from app.kit.errors import (
     PROBLEM_JSON,
     Forbidden,
     ProblemError,
@@ -41,24 +53,13 @@ from app.errors import (
     Unauthenticated,
     ValidationFailed,
 )
-from app.fleet import api as fleet_api
-from app.fleet import web as fleet_web
-from app.health import router as health_router
-from app.hosts import api as hosts_api
-from app.hosts import web as hosts_web
 from app.kube.connector import ClientConnector, KubeConnector
 from app.kubeconfigs import api as kubeconfigs_api
 from app.kubeconfigs import web as kubeconfigs_web
-from app.middleware import (
-    RETRY_AFTER_SECONDS,
-    ControlCharacterGuardMiddleware,
-    LoadSheddingMiddleware,
-    RequestIdMiddleware,
-    SecurityHeadersMiddleware,
-)
 from app.nodes import api as nodes_api
 from app.nodes import gpu_classes_api, gpu_classes_web
 from app.nodes import web as nodes_web
+from app.process.wiring import connect_hooks
 from app.quotas import api as quotas_api
 from app.quotas import web as quotas_web
 from app.templates import api as templates_api
@@ -71,7 +72,6 @@ from app.usage import api as usage_api
 from app.usage import web as usage_web
 from app.web import dashboard, home, live
 from app.web.templating import STATIC_DIR, render, templates
-from app.wiring import connect_hooks
 
 log = logging.getLogger(__name__)
 

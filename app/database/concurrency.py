@@ -15,8 +15,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db import Base
-from app.errors import Conflict
+from app.database.core import Base
+from app.kit.errors import Conflict
 
 M = TypeVar("M", bound=Base)
 

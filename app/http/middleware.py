@@ -11,8 +11,8 @@ from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import PROBLEM_JSON, ProblemError, ServiceUnavailable, ValidationFailed
-from app.logs import new_request_id, request_id_var
+from app.kit.errors import PROBLEM_JSON, ProblemError, ServiceUnavailable, ValidationFailed
+from app.kit.logs import new_request_id, request_id_var
 
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 

@@ -1,4 +1,4 @@
-"""Connects the cascades between domains (app.hooks) in every process that changes data.
+"""Connects the cascades between domains (app.kit.hooks) in every process that changes data.
 
 The web app, the worker and the CLI call ``connect_hooks`` at start; the required hooks
 refuse to fire unconnected, so a process that forgot fails loudly instead of skipping a

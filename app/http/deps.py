@@ -10,16 +10,16 @@ from fastapi import Depends, Path, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app import hop
 from app.auth.models import ApiToken, User
 from app.auth.principal import Principal
 from app.auth.principal_cache import PrincipalCache, watch
 from app.auth.tokens import active_token, hash_token
-from app.config import Settings
-from app.db import Database
-from app.errors import Unauthenticated
+from app.database.core import Database
+from app.http import hop
+from app.kit.config import Settings
+from app.kit.errors import Unauthenticated
+from app.kit.validation import MAX_ROW_ID
 from app.tenants.models import Membership
-from app.validation import MAX_ROW_ID
 
 # A commit touching any of these empties the caches of who callers are.
 watch(User, ApiToken, Membership)
@@ -35,7 +35,7 @@ async def get_settings_dep(request: Request) -> Settings:
 async def get_db(request: Request) -> AsyncIterator[Session]:
     """The request's transaction: committed before the response goes out, else rolled back.
 
-    Endpoints routed by ``app.routing.UnitOfWorkRoute`` commit in their own worker thread; what
+    Endpoints routed by ``app.http.routing.UnitOfWorkRoute`` commit in their own worker thread; what
     is left here is closing (no I/O) or, after an error or a late lazy load, a thread hop.
     """
     database: Database = request.app.state.database
@@ -58,7 +58,8 @@ async def get_db(request: Request) -> AsyncIterator[Session]:
 
 def _reads_only(request: Request) -> bool:
     """GETs read, except signing in and out (``/auth/``), which writes users and sessions; a
-    GET that writes all the same fails loudly (``app.db.ReadOnlyViolation``), never half-way."""
+    GET that writes all the same fails loudly (``app.database.core.ReadOnlyViolation``),
+    never half-way."""
     return request.method in ("GET", "HEAD") and not request.scope["path"].startswith("/auth/")
 
 

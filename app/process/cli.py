@@ -17,12 +17,16 @@ import typer
 import uvicorn
 from cryptography.fernet import Fernet
 
-from app import migrate
 from app.auth import service as auth_service
-from app.config import Settings, configuration_reference, get_settings
-from app.crypto import SecretBox
-from app.db import Database, utcnow
-from app.devmode import (
+from app.database import migrate
+from app.database.core import Database, utcnow
+from app.keys import service as keys_service
+from app.kit.config import Settings, configuration_reference, get_settings
+from app.kit.crypto import SecretBox
+from app.kit.errors import ProblemError
+from app.kit.logs import configure_logging
+from app.kube.connector import real_host_configured
+from app.process.devmode import (
     check_clusters_on_the_new_host,
     demo_users,
     dev_settings,
@@ -30,12 +34,8 @@ from app.devmode import (
     seed_demo,
     simulated_host_for,
 )
-from app.errors import ProblemError
-from app.keys import service as keys_service
-from app.kube.connector import real_host_configured
-from app.logs import configure_logging
+from app.process.wiring import connect_hooks
 from app.reconcilers.registry import build_worker
-from app.wiring import connect_hooks
 
 cli = typer.Typer(help="GPU Tenant Portal", no_args_is_help=True, add_completion=False)
 db_cli = typer.Typer(help="Database migrations", no_args_is_help=True)
@@ -67,7 +67,7 @@ def serve(
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
 ) -> None:
     """Serve the web UI and the REST API."""
-    from app.main import create_app
+    from app.process.asgi import create_app
 
     settings = _settings()
     _refuse_simulated_host(settings)
@@ -269,7 +269,7 @@ def dev(
     """The embedded default: SQLite, a local OIDC provider with demo users, web and worker,
     on a simulated host cluster unless PORTAL_KUBECONFIG names a real one."""
     from app.clusters.installer import SimulatedInstaller
-    from app.main import create_app
+    from app.process.asgi import create_app
 
     base = _settings()
     _refuse_in_production(base, "portal dev", "signs in anyone as a demo user")

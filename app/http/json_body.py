@@ -19,6 +19,6 @@ from starlette.responses import Response
 
 
 def page_response(items: list[dict[str, Any]], next_cursor: str | None) -> Response:
-    """A ``Page`` of items, as ``app.pagination.Page`` serializes."""
+    """A ``Page`` of items, as ``app.http.pagination.Page`` serializes."""
     return Response(to_json({"items": items, "next_cursor": next_cursor}),
                     media_type="application/json")
