@@ -28,12 +28,12 @@ from app.clusters.reconciler import ClusterReconciler
 from app.clusters.shapes import ClusterAddon
 from app.database import migrate
 from app.database.core import Database, utcnow
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.kit.config import Settings
 from app.kube import manifests
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
-from app.nodes.models import GpuClass
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
 

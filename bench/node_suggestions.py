@@ -101,9 +101,10 @@ def service_seconds(nodes: int, calls: int = 20) -> float:
     from app.auth.models import User
     from app.auth.principal import Principal
     from app.database.core import Base, Database
+    from app.gpu_classes.models import GpuClass
     from app.hosts.models import HostCluster
     from app.nodes import service
-    from app.nodes.models import GpuClass, Node
+    from app.nodes.models import Node
     from app.nodes.schemas import SuggestionIn
     from app.tenants.models import Tenant
 

@@ -26,7 +26,8 @@ from app.auth import service as auth_service
 from app.auth.models import User
 from app.auth.sessions import SECURE_COOKIE, SessionPolicy, SessionStore
 from app.database.core import Database, utcnow
-from app.nodes.models import GpuClass, NodeAssignment
+from app.gpu_classes.models import GpuClass
+from app.nodes.models import NodeAssignment
 from app.tenants.models import Tenant
 from bench.seed import ADMIN_EMAIL, BENCH_CLASS, ROOT, Fleet, slug, user_id
 

@@ -26,10 +26,11 @@ from sqlalchemy.orm import Session
 
 from app.clusters.models import ClusterGpuWait, VirtualCluster
 from app.database.concurrency import lock_row, upsert
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.hosts.repository import ensure_default_host
 from app.http.pagination import KeysetPage, PageParams
-from app.nodes.models import GpuClass, Node, NodeAssignment
+from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import TenantQuota
 from app.tenants.models import GroupMapping
 

@@ -41,11 +41,11 @@ from app.clusters.schemas import (
 from app.clusters.shapes import ResolvedCreate, TemplateResolver, TemplateUpgrade
 from app.database.concurrency import insert_or_conflict
 from app.database.core import utcnow
+from app.gpu_classes.models import GpuClass
 from app.http.pagination import Page, PageParams
 from app.kit.config import Settings
 from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import dump_yaml
-from app.nodes.models import GpuClass
 from app.quotas import regions
 from app.tenants.models import Tenant
 

@@ -17,12 +17,12 @@ from app.authz.scoping import TenantHidden
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize
 from app.clusters.shapes import TemplateChoice, TemplateResolver, template_resolver
+from app.gpu_classes import service as gpu_classes
 from app.http.deps import CurrentPrincipal, DbSession, get_settings_dep
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
 from app.kit.config import Settings
 from app.kit.errors import Conflict, NotFound, ValidationFailed
-from app.nodes import gpu_classes
 from app.tenants import service as tenants_service
 from app.web import live
 from app.web.charts.timeline import condition_timeline

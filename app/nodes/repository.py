@@ -10,10 +10,11 @@ from typing import Any
 from sqlalchemy import BindParameter, CursorResult, Select, bindparam, func, literal, select, update
 from sqlalchemy.orm import Session
 
+from app.gpu_classes.models import GpuClass
 from app.hosts import repository as hosts_repository
 from app.http.pagination import KeysetPage, PageParams
 from app.kube.manifests import labels as lbl
-from app.nodes.models import GpuClass, Node, NodeAssignment
+from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
 

@@ -13,13 +13,14 @@ from starlette.responses import Response
 
 from app.auth.principal import Principal
 from app.authz import ensure_platform_writer
+from app.gpu_classes import service as gpu_classes
+from app.gpu_classes.schemas import GpuClassOut
 from app.http.deps import CurrentPrincipal, DbSession
 from app.http.pagination import PageParams, Paging
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import Conflict, NotFound, ValidationFailed
-from app.nodes import gpu_classes, service
+from app.nodes import service
 from app.nodes.api import Filters, SortQuery
-from app.nodes.gpu_class_schemas import GpuClassOut
 from app.nodes.repository import NodeFilters
 from app.nodes.schemas import AssignmentIn, SuggestionIn
 from app.web import live

@@ -4,9 +4,10 @@ from app.audit.models import AuditEvent
 from app.auth.models import ApiToken, IdempotencyKey, User, WebSession
 from app.clusters.models import ClusterGpuWait, VirtualCluster
 from app.database.core import Base
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.kubeconfigs.models import KubeconfigGrant
-from app.nodes.models import GpuClass, Node, NodeAssignment
+from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.tenants.models import GroupMapping, Membership, Tenant

@@ -33,6 +33,8 @@ from app.clusters import web as clusters_web
 from app.database.core import Database
 from app.fleet import api as fleet_api
 from app.fleet import web as fleet_web
+from app.gpu_classes import api as gpu_classes_api
+from app.gpu_classes import web as gpu_classes_web
 from app.hosts import api as hosts_api
 from app.hosts import web as hosts_web
 from app.http import hop
@@ -57,7 +59,6 @@ from app.kube.connector import ClientConnector, KubeConnector
 from app.kubeconfigs import api as kubeconfigs_api
 from app.kubeconfigs import web as kubeconfigs_web
 from app.nodes import api as nodes_api
-from app.nodes import gpu_classes_api, gpu_classes_web
 from app.nodes import web as nodes_web
 from app.process.wiring import connect_hooks
 from app.quotas import api as quotas_api

@@ -20,11 +20,11 @@ from app.audit import service as audit
 from app.auth import service as auth_service
 from app.clusters import repository as cluster_repository
 from app.database.core import utcnow
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.kit.config import Settings
 from app.kube.connector import real_host_configured
 from app.kube.simulated import SIMULATED_ENDPOINT_TEMPLATE, SimulatedHost, demo_nodes
-from app.nodes.models import GpuClass
 from app.tenants.models import Membership, Tenant
 
 DEMO_ADMIN = "admin@example.com"

@@ -23,9 +23,10 @@ from sqlalchemy.orm import Session
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
 from app.database.concurrency import upsert
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.http.pagination import KeysetPage, PageParams
-from app.nodes.models import GpuClass, Node, NodeAssignment
+from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
 from app.tenants.models import Tenant
 

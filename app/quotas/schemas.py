@@ -16,8 +16,8 @@ from pydantic import (
 )
 
 from app.database.core import utcnow
+from app.gpu_classes.schemas import Capacity
 from app.kit.validation import MAX_ROW_ID, MultiLine, SingleLine
-from app.nodes.gpu_class_schemas import Capacity
 
 MAX_GPUS = 10_000
 MAX_CPU_MILLICORES = 100_000_000

@@ -22,10 +22,10 @@ from app.clusters.schemas import ClusterOut
 from app.clusters.shapes import TemplateUpgrade
 from app.database.concurrency import insert_or_conflict
 from app.database.core import utcnow
+from app.gpu_classes.models import GpuClass
 from app.kit.config import Settings
 from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.kube.port import HostProbe
-from app.nodes.models import GpuClass
 from app.templates import repository
 from app.templates.addons import cluster_addons
 from app.templates.charts import ChartResolver

@@ -20,11 +20,11 @@ from datetime import datetime, timedelta
 from sqlalchemy import or_, select
 
 from app.database.core import Database, utcnow
+from app.gpu_classes.models import GpuClass
 from app.hosts import service as hosts_service
 from app.kit.config import Settings
 from app.kube.connector import KubeConnector, for_host
 from app.kube.port import HostProbe
-from app.nodes.models import GpuClass
 from app.templates import service
 from app.templates.charts import ChartResolver, ChartSources
 from app.templates.models import ClusterTemplateVersion

@@ -14,11 +14,11 @@ from starlette.responses import Response
 
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
+from app.gpu_classes import service as gpu_classes
 from app.http.deps import CurrentPrincipal, DbSession, get_settings_dep
 from app.http.routing import UnitOfWorkRoute
 from app.kit.config import Settings
 from app.kit.errors import Conflict, NotFound, ValidationFailed
-from app.nodes import gpu_classes
 from app.templates import service
 from app.templates.addon_lines import format_lines, parse_lines
 from app.templates.schemas import TemplateCreate, VersionEdit

@@ -16,9 +16,9 @@ from sqlalchemy import select, update
 
 from app.clusters.models import VirtualCluster
 from app.database.core import Database
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.kit.config import Settings
-from app.nodes.models import GpuClass
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.tenants.models import Tenant
 from app.web import live

@@ -12,9 +12,9 @@ from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.database.core import Database
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.kit.config import Settings
-from app.nodes.models import GpuClass
 from app.process.asgi import create_app
 from tests import factories
 from tests.support.kube import InMemoryConnector

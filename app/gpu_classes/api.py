@@ -7,11 +7,11 @@ from starlette.responses import JSONResponse
 
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.authz import ensure_platform_writer
+from app.gpu_classes import service as gpu_classes
+from app.gpu_classes.schemas import GpuClassCreate, GpuClassOut, GpuClassUpdate
 from app.http.deps import CurrentPrincipal, DbSession, RowId
 from app.http.pagination import Page, Paging
 from app.http.routing import UnitOfWorkRoute
-from app.nodes import gpu_classes
-from app.nodes.gpu_class_schemas import GpuClassCreate, GpuClassOut, GpuClassUpdate
 
 router = APIRouter(prefix="/api/v1/gpu-classes", tags=["gpu classes"], route_class=UnitOfWorkRoute)
 

@@ -10,12 +10,12 @@ from starlette.responses import Response
 
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
+from app.gpu_classes import service as gpu_classes
+from app.gpu_classes.schemas import GpuClassCreate, GpuClassUpdate
 from app.http.deps import CurrentPrincipal, DbSession, RowId
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import Conflict, ValidationFailed
-from app.nodes import gpu_classes
-from app.nodes.gpu_class_schemas import GpuClassCreate, GpuClassUpdate
 from app.web.forms import (
     STATE_CHANGING,
     FieldErrors,

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.nodes import capacity_cache, gpu_classes
-from app.nodes.gpu_class_schemas import Capacity
+from app.gpu_classes import capacity_cache
+from app.gpu_classes import service as gpu_classes
+from app.gpu_classes.schemas import Capacity
 from tests import factories
 from tests.support.principals import bearer
 

@@ -24,7 +24,7 @@ from weakref import WeakKeyDictionary
 
 from sqlalchemy.orm import Session
 
-from app.nodes.gpu_class_schemas import Capacity
+from app.gpu_classes.schemas import Capacity
 
 MAX_AGE_SECONDS = 2.0
 

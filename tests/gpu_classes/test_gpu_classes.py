@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.database.core import utcnow
-from app.nodes.gpu_classes import capacity
+from app.gpu_classes.service import capacity
 from tests import factories
 from tests.support.tenancy import build_tenancy, headers
 

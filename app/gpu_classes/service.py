@@ -21,12 +21,12 @@ from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz import ensure_platform_writer
 from app.database.concurrency import insert_or_conflict, lock_row
+from app.gpu_classes import capacity_cache
+from app.gpu_classes import repository as repository
+from app.gpu_classes.models import GpuClass
+from app.gpu_classes.schemas import Capacity, GpuClassCreate, GpuClassOut, GpuClassUpdate
 from app.http.pagination import Page, PageParams, paginate
 from app.kit.errors import Conflict, NotFound
-from app.nodes import capacity_cache
-from app.nodes import gpu_class_repository as repository
-from app.nodes.gpu_class_schemas import Capacity, GpuClassCreate, GpuClassOut, GpuClassUpdate
-from app.nodes.models import GpuClass
 
 # (session, class ids, region or None for the whole fleet) -> capacity per class
 FiguresOf = Callable[[Session, Sequence[int], str | None], dict[int, Capacity]]

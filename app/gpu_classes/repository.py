@@ -9,8 +9,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, Integer, Select, and_, case, cast, func, select, true
 from sqlalchemy.orm import Session
 
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
-from app.nodes.models import GpuClass, Node, NodeAssignment
+from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import TenantQuota
 
 
