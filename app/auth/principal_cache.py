@@ -1,6 +1,6 @@
 """Who a token or a signed-in user is, remembered for a few seconds across requests.
 
-``ExpiringCache`` is also what ``app.authz.scoping`` keeps tenants in, under the same rules.
+``ExpiringCache`` is also what ``app.tenants.access`` keeps tenants in, under the same rules.
 
 Why: resolving the caller costs three queries (token, user, memberships) on every request, a
 third of a list request's time at fleet scale. How long a cached answer may be stale:

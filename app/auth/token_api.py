@@ -6,9 +6,10 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from app.auth import token_service
+from app.auth.deps import CurrentPrincipal
 from app.auth.models import ApiToken
 from app.auth.schemas import TokenCreate, TokenCreated, TokenOut
-from app.http.deps import CurrentPrincipal, DbSession, RowId
+from app.http.deps import DbSession, RowId
 from app.http.pagination import Page, Paging
 from app.http.routing import UnitOfWorkRoute
 

@@ -7,11 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse, Response
 
+from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterPreview, ClusterResize
 from app.clusters.shapes import TemplateResolver, template_resolver
-from app.http.deps import CurrentPrincipal, DbSession, get_settings_dep
+from app.http.deps import DbSession, get_settings_dep
 from app.http.json_body import page_response
 from app.http.pagination import Page, Paging
 from app.http.routing import UnitOfWorkRoute

@@ -23,7 +23,6 @@ from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.auth.principal import Principal
-from app.authz import tenant_for
 from app.authz.scoping import Action
 from app.clusters import conditions as cond
 from app.clusters import desired, placement, repository
@@ -47,6 +46,7 @@ from app.kit.config import Settings
 from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import dump_yaml
 from app.quotas import regions
+from app.tenants.access import tenant_for
 from app.tenants.models import Tenant
 
 DEDICATED = "dedicated-nodes"

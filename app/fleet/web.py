@@ -8,10 +8,11 @@ from fastapi import APIRouter, Request
 from markupsafe import Markup
 from starlette.responses import Response
 
+from app.auth.deps import CurrentPrincipal
 from app.fleet import service
 from app.fleet.api import Filters
 from app.fleet.schemas import HostCapacityOut, RegionCapacityOut
-from app.http.deps import CurrentPrincipal, DbSession
+from app.http.deps import DbSession
 from app.http.routing import UnitOfWorkRoute
 from app.web.charts.bars import Group, stacked_bars
 from app.web.charts.svg import Series

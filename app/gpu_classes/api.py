@@ -5,11 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
+from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.authz import ensure_platform_writer
 from app.gpu_classes import service as gpu_classes
 from app.gpu_classes.schemas import GpuClassCreate, GpuClassOut, GpuClassUpdate
-from app.http.deps import CurrentPrincipal, DbSession, RowId
+from app.http.deps import DbSession, RowId
 from app.http.pagination import Page, Paging
 from app.http.routing import UnitOfWorkRoute
 

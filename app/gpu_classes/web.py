@@ -8,16 +8,17 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from app.auth.csrf import STATE_CHANGING
+from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
 from app.gpu_classes import service as gpu_classes
 from app.gpu_classes.schemas import GpuClassCreate, GpuClassUpdate
-from app.http.deps import CurrentPrincipal, DbSession, RowId
+from app.http.deps import DbSession, RowId
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import Conflict, ValidationFailed
 from app.web.forms import (
-    STATE_CHANGING,
     FieldErrors,
     FormFields,
     as_problem,

@@ -7,12 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import JSONResponse, Response
 
+from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.authz import ensure_platform_writer
 from app.hosts import service
 from app.hosts.health import ChartProbe
 from app.hosts.schemas import HostCredentialsIn, HostOut, HostRegister, HostUpdate, StateChange
-from app.http.deps import CurrentPrincipal, DbSession, get_settings_dep
+from app.http.deps import DbSession, get_settings_dep
 from app.http.pagination import Page, Paging
 from app.http.routing import UnitOfWorkRoute
 from app.kit.config import Settings

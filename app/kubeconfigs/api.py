@@ -12,7 +12,8 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from app.http.deps import CurrentPrincipal, DbSession, RowId
+from app.auth.deps import CurrentPrincipal
+from app.http.deps import DbSession, RowId
 from app.http.pagination import Page, Paging
 from app.http.routing import UnitOfWorkRoute
 from app.kubeconfigs import service

@@ -27,7 +27,6 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.authz import tenant_for
 from app.authz.scoping import TenantHidden
 from app.clusters.models import VirtualCluster
 from app.database.concurrency import lock_row
@@ -50,6 +49,7 @@ from app.kubeconfigs import guard, manifests, repository
 from app.kubeconfigs.manifests import PORTAL_NAMESPACE, GrantSpec, KubeconfigSpec
 from app.kubeconfigs.models import KubeconfigGrant
 from app.kubeconfigs.schemas import GrantOut, IssuedKubeconfig, KubeconfigRequest, KubeconfigRole
+from app.tenants.access import tenant_for
 from app.tenants.models import Tenant
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query
 from starlette.responses import Response
 
-from app.http.deps import CurrentPrincipal, DbSession
+from app.auth.deps import CurrentPrincipal
+from app.http.deps import DbSession
 from app.http.json_body import page_response
 from app.http.pagination import Page, Paging
 from app.http.routing import UnitOfWorkRoute

@@ -18,7 +18,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.authz import ensure_platform_admin, ensure_platform_writer, tenant_for
+from app.authz import ensure_platform_admin, ensure_platform_writer
 from app.database.concurrency import insert_or_conflict, lock_row
 from app.database.core import utcnow
 from app.gpu_classes import capacity_cache
@@ -47,6 +47,7 @@ from app.nodes.schemas import (
     TenantNodeOut,
 )
 from app.quotas.models import TenantQuota
+from app.tenants.access import tenant_for
 from app.tenants.models import Tenant
 
 LABELS_CONDITION = "TenantLabelsApplied"

@@ -18,16 +18,14 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from app.audit import api as audit_api
 from app.audit import service as audit
-from app.audit import web as audit_web
 from app.auth import cli_login, token_api, token_web
 from app.auth import web as auth_web
 from app.auth.csrf import verify_api_csrf
 from app.auth.oidc import make_oauth
 from app.auth.principal_cache import PrincipalCache
 from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
-from app.authz.scoping import TenantHidden, cache_tenants
+from app.authz.scoping import TenantHidden
 from app.clusters import api as clusters_api
 from app.clusters import web as clusters_web
 from app.database.core import Database
@@ -60,6 +58,9 @@ from app.kubeconfigs import api as kubeconfigs_api
 from app.kubeconfigs import web as kubeconfigs_web
 from app.nodes import api as nodes_api
 from app.nodes import web as nodes_web
+from app.pages import audit_api as audit_api
+from app.pages import audit_web as audit_web
+from app.pages import dashboard, home
 from app.process.wiring import connect_hooks
 from app.quotas import api as quotas_api
 from app.quotas import web as quotas_web
@@ -69,9 +70,10 @@ from app.templates.catalog import TemplateCatalog
 from app.tenants import api as tenants_api
 from app.tenants import group_mappings, me_api
 from app.tenants import web as tenants_web
+from app.tenants.access import cache_tenants
 from app.usage import api as usage_api
 from app.usage import web as usage_web
-from app.web import dashboard, home, live
+from app.web import live
 from app.web.templating import STATIC_DIR, render, templates
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.authz import ensure_platform_admin, ensure_platform_writer, tenant_for
+from app.authz import ensure_platform_admin, ensure_platform_writer
 from app.database.core import utcnow
 from app.gpu_classes import capacity_cache
 from app.gpu_classes import service as gpu_classes
@@ -37,6 +37,7 @@ from app.quotas.schemas import (
     RejectIn,
     TenantQuotaOut,
 )
+from app.tenants.access import tenant_for
 from app.tenants.models import Tenant
 
 EXPIRY_ACTOR = "quota-expiry"

@@ -8,10 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import JSONResponse
 
+from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.authz import ensure_platform_writer
 from app.clusters.schemas import ClusterOut
-from app.http.deps import CurrentPrincipal, DbSession, get_settings_dep
+from app.http.deps import DbSession, get_settings_dep
 from app.http.routing import UnitOfWorkRoute
 from app.kit.config import Settings
 from app.templates import service

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from sqlalchemy import select
 
+from app.auth.deps import CurrentPrincipal
 from app.auth.schemas import MembershipOut, MeOut
-from app.http.deps import CurrentPrincipal, DbSession
+from app.http.deps import DbSession
 from app.http.routing import UnitOfWorkRoute
 from app.tenants.models import Tenant
 

@@ -12,8 +12,9 @@ from fastapi import APIRouter, Request
 from markupsafe import Markup
 from starlette.responses import Response
 
+from app.auth.deps import CurrentPrincipal
 from app.clusters import service as cluster_service
-from app.http.deps import CurrentPrincipal, DbSession
+from app.http.deps import DbSession
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
 from app.quotas import service as quota_service

@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.authz import tenants_visible_to
-from app.http.deps import DbSession, MaybePrincipal
+from app.auth.deps import MaybePrincipal
+from app.http.deps import DbSession
 from app.http.routing import UnitOfWorkRoute
+from app.tenants.access import tenants_visible_to
 from app.tenants.models import Tenant
 from app.web.templating import render
 
