@@ -10,9 +10,9 @@ from sqlalchemy import ColumnElement, Integer, Select, and_, case, cast, func, s
 from sqlalchemy.orm import Session
 
 from app.gpu_classes.models import GpuClass
+from app.gpu_classes.read_models import node_assignments, nodes, tenant_quotas
 from app.hosts.models import HostCluster
-from app.nodes.models import Node, NodeAssignment
-from app.quotas.models import TenantQuota
+from app.hosts.repository import hosts_in
 
 
 def classes_query() -> Select[GpuClass]:
@@ -25,8 +25,8 @@ def class_by_product(db: Session, product: str) -> GpuClass | None:
 
 def total_gpus(db: Session, gpu_class_id: int) -> int:
     """GPUs on nodes of the class that the inventory has not seen vanish."""
-    query = select(func.coalesce(func.sum(Node.gpu_count), 0)).where(
-        Node.gpu_class_id == gpu_class_id, Node.gone_at.is_(None)
+    query = select(func.coalesce(func.sum(nodes.c.gpu_count), 0)).where(
+        nodes.c.gpu_class_id == gpu_class_id, nodes.c.gone_at.is_(None)
     )
     return int(db.scalar(query) or 0)
 
@@ -36,20 +36,20 @@ def assigned_gpus(db: Session, gpu_class_id: int, tenant_id: int | None = None,
     """GPUs on nodes of the class dedicated to a tenant (any tenant unless one is given), on
     the hosts of a region (any unless one is given)."""
     query = (
-        select(func.coalesce(func.sum(Node.gpu_count), 0))
-        .join(NodeAssignment, NodeAssignment.node_id == Node.id)
-        .where(Node.gpu_class_id == gpu_class_id, Node.gone_at.is_(None),
-               NodeAssignment.ended_at.is_(None), _in_region(region))
+        select(func.coalesce(func.sum(nodes.c.gpu_count), 0))
+        .join(node_assignments, node_assignments.c.node_id == nodes.c.id)
+        .where(nodes.c.gpu_class_id == gpu_class_id, nodes.c.gone_at.is_(None),
+               node_assignments.c.ended_at.is_(None), _in_region(region))
     )
     if tenant_id is not None:
-        query = query.where(NodeAssignment.tenant_id == tenant_id)
+        query = query.where(node_assignments.c.tenant_id == tenant_id)
     return int(db.scalar(query) or 0)
 
 
 def guaranteed_gpus(db: Session, gpu_class_id: int) -> int:
     """The sum of every tenant's approved quota of the class."""
-    query = select(func.coalesce(func.sum(TenantQuota.gpus), 0)).where(
-        TenantQuota.gpu_class_id == gpu_class_id
+    query = select(func.coalesce(func.sum(tenant_quotas.c.gpus), 0)).where(
+        tenant_quotas.c.gpu_class_id == gpu_class_id
     )
     return int(db.scalar(query) or 0)
 
@@ -88,46 +88,49 @@ def capacity_figures(db: Session, class_ids: Sequence[int],
 def _in_region(region: str | None) -> ColumnElement[bool]:
     if region is None:
         return true()
-    return Node.host_cluster_id.in_(select(HostCluster.id).where(HostCluster.region == region))
+    return nodes.c.host_cluster_id.in_(hosts_in(region))
 
 
 def _active_assignment() -> ColumnElement[bool]:
-    return and_(NodeAssignment.node_id == Node.id, NodeAssignment.ended_at.is_(None))
+    return and_(node_assignments.c.node_id == nodes.c.id, node_assignments.c.ended_at.is_(None))
 
 
 def _node_totals(class_ids: list[int],
                  region: str | None) -> Select[int | None, int, Any, Any]:
     """Whole GPUs on live nodes per class: all, on nodes not ready, on dedicated nodes."""
-    not_ready = case((Node.ready.is_(False), Node.gpu_count), else_=0)
-    dedicated = case((NodeAssignment.id.is_not(None), Node.gpu_count), else_=0)
-    return (select(Node.gpu_class_id, func.sum(Node.gpu_count), func.sum(not_ready),
+    not_ready = case((nodes.c.ready.is_(False), nodes.c.gpu_count), else_=0)
+    dedicated = case((node_assignments.c.id.is_not(None), nodes.c.gpu_count), else_=0)
+    return (select(nodes.c.gpu_class_id, func.sum(nodes.c.gpu_count), func.sum(not_ready),
                    func.sum(dedicated))
-            .outerjoin(NodeAssignment, _active_assignment())
-            .where(Node.gpu_class_id.in_(class_ids), Node.gone_at.is_(None), _in_region(region))
-            .group_by(Node.gpu_class_id))
+            .outerjoin(node_assignments, _active_assignment())
+            .where(nodes.c.gpu_class_id.in_(class_ids), nodes.c.gone_at.is_(None),
+                   _in_region(region))
+            .group_by(nodes.c.gpu_class_id))
 
 
 def _quota_totals(class_ids: list[int], region: str | None) -> Select[int, int, Any]:
     """Per class: the tenants' quota, and the part of it their dedicated nodes do not cover
     (nodes cover the quota of their own host's region)."""
-    dedicated = (select(NodeAssignment.tenant_id, Node.gpu_class_id,
+    dedicated = (select(node_assignments.c.tenant_id, nodes.c.gpu_class_id,
                         HostCluster.region.label("region"),
-                        func.sum(Node.gpu_count).label("gpus"))
-                 .join(Node, _active_assignment())
-                 .join(HostCluster, HostCluster.id == Node.host_cluster_id)
-                 .where(Node.gpu_class_id.in_(class_ids), Node.gone_at.is_(None),
+                        func.sum(nodes.c.gpu_count).label("gpus"))
+                 .join(nodes, _active_assignment())
+                 .join(HostCluster, HostCluster.id == nodes.c.host_cluster_id)
+                 .where(nodes.c.gpu_class_id.in_(class_ids), nodes.c.gone_at.is_(None),
                         _in_region(region))
-                 .group_by(NodeAssignment.tenant_id, Node.gpu_class_id, HostCluster.region)
+                 .group_by(node_assignments.c.tenant_id, nodes.c.gpu_class_id,
+                           HostCluster.region)
                  .subquery())
-    in_region = true() if region is None else TenantQuota.region == region
+    in_region = true() if region is None else tenant_quotas.c.region == region
     on_nodes = func.coalesce(dedicated.c.gpus, 0)
-    uncovered = case((TenantQuota.gpus > on_nodes, TenantQuota.gpus - on_nodes), else_=0)
-    return (select(TenantQuota.gpu_class_id, func.sum(TenantQuota.gpus), func.sum(uncovered))
-            .outerjoin(dedicated, and_(dedicated.c.tenant_id == TenantQuota.tenant_id,
-                                       dedicated.c.gpu_class_id == TenantQuota.gpu_class_id,
-                                       dedicated.c.region == TenantQuota.region))
-            .where(TenantQuota.gpu_class_id.in_(class_ids), in_region)
-            .group_by(TenantQuota.gpu_class_id))
+    uncovered = case((tenant_quotas.c.gpus > on_nodes, tenant_quotas.c.gpus - on_nodes), else_=0)
+    quotas = tenant_quotas.c
+    return (select(quotas.gpu_class_id, func.sum(quotas.gpus), func.sum(uncovered))
+            .outerjoin(dedicated, and_(dedicated.c.tenant_id == tenant_quotas.c.tenant_id,
+                                       dedicated.c.gpu_class_id == tenant_quotas.c.gpu_class_id,
+                                       dedicated.c.region == tenant_quotas.c.region))
+            .where(tenant_quotas.c.gpu_class_id.in_(class_ids), in_region)
+            .group_by(tenant_quotas.c.gpu_class_id))
 
 
 def _mig_totals(db: Session, class_ids: list[int], region: str | None) -> Select[Any]:
@@ -136,10 +139,10 @@ def _mig_totals(db: Session, class_ids: list[int], region: str | None) -> Select
     Only nodes in a MIG mode carry slices, so the partial index on them keeps this small.
     """
     each = "json_each_text" if db.get_bind().dialect.name == "postgresql" else "json_each"
-    slices = getattr(func, each)(Node.mig_resources).table_valued("key", "value")
-    return (select(Node.gpu_class_id, slices.c.key, func.sum(cast(slices.c.value, Integer)))
-            .select_from(Node).join(slices, true())
-            .where(Node.gpu_class_id.in_(class_ids), Node.gone_at.is_(None),
-                   Node.mig_strategy != "none", _in_region(region))
-            .group_by(Node.gpu_class_id, slices.c.key)
-            .order_by(Node.gpu_class_id, slices.c.key))
+    slices = getattr(func, each)(nodes.c.mig_resources).table_valued("key", "value")
+    return (select(nodes.c.gpu_class_id, slices.c.key, func.sum(cast(slices.c.value, Integer)))
+            .select_from(nodes).join(slices, true())
+            .where(nodes.c.gpu_class_id.in_(class_ids), nodes.c.gone_at.is_(None),
+                   nodes.c.mig_strategy != "none", _in_region(region))
+            .group_by(nodes.c.gpu_class_id, slices.c.key)
+            .order_by(nodes.c.gpu_class_id, slices.c.key))
