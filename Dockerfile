@@ -86,7 +86,7 @@ COPY templates ./templates
 COPY static ./static
 # Compiled now: the root filesystem may be read-only at run time.
 RUN python -m compileall -q /opt/portal/app /opt/portal/migrations \
- && printf '#!/bin/sh\nexec python -m app.cli "$@"\n' > /usr/local/bin/portal \
+ && printf '#!/bin/sh\nexec python -m app.process.cli "$@"\n' > /usr/local/bin/portal \
  && chmod 0755 /usr/local/bin/portal
 
 ENV PATH=/opt/venv/bin:$PATH \

@@ -46,8 +46,10 @@ setup: $(BIN)/.installed
 run: setup
 	$(BIN)/portal dev
 
+# ruff, then the direction of app/'s packages (import-linter's contracts in pyproject.toml).
 lint: setup
 	$(BIN)/ruff check app tests bench
+	$(BIN)/lint-imports
 
 typecheck: setup
 	$(BIN)/mypy

@@ -22,17 +22,17 @@ from pathlib import Path
 
 import yaml
 
-from app import migrate
 from app.clusters import desired
 from app.clusters.models import VirtualCluster
 from app.clusters.shapes import ClusterAddon
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database import migrate
+from app.database.core import Database, utcnow
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
+from app.kit.config import Settings
 from app.kube import manifests
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
-from app.nodes.models import GpuClass
 from app.quotas.models import TenantQuota
 from app.reconcilers.clusters import ClusterReconciler
 from app.tenants.models import Tenant

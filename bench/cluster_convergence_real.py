@@ -40,13 +40,13 @@ from typing import Any
 
 from sqlalchemy import String, and_, cast, select, update
 
-from app import migrate
 from app.clusters import conditions as cond
 from app.clusters import desired
 from app.clusters.models import VirtualCluster
 from app.clusters.shapes import ClusterAddon
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database import migrate
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
 from app.kube import manifests
 from app.kube.adapter import KubernetesAdapter
 from app.kube.port import KubePort, Manifest

@@ -137,7 +137,7 @@ def checkout_portal(url: str, log: Path, checkout: Path) -> Portal:
     server = Portal(url, log)
     server.cwd = checkout
     server.env["PYTHONPATH"] = str(checkout)
-    server.command = lambda: [sys.executable, "-m", "app.cli", "serve",  # type: ignore[method-assign]
+    server.command = lambda: [sys.executable, "-m", "app.process.cli", "serve",  # type: ignore[method-assign]
                               "--host", "127.0.0.1", "--port", str(server.port)]
     return server
 

@@ -11,12 +11,12 @@ from pydantic_core import to_json
 from sqlalchemy import Integer, bindparam, select
 from sqlalchemy.dialects import postgresql
 
-from app import hop
-from app.cli import _settings, settle_heap
 from app.clusters.models import VirtualCluster
 from app.clusters.repository import listed_rows_query
-from app.db import Database
-from app.main import create_app
+from app.database.core import Database
+from app.http import hop
+from app.process.asgi import create_app
+from app.process.cli import _settings, settle_heap
 from app.tenants.models import Tenant
 from bench.lower_bound import PROBES
 

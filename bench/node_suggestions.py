@@ -100,10 +100,11 @@ def service_seconds(nodes: int, calls: int = 20) -> float:
     """Mean time of ``service.suggest_nodes`` on an SQLite inventory of ``nodes`` nodes."""
     from app.auth.models import User
     from app.auth.principal import Principal
-    from app.db import Base, Database
+    from app.database.core import Base, Database
+    from app.gpu_classes.models import GpuClass
     from app.hosts.models import HostCluster
     from app.nodes import service
-    from app.nodes.models import GpuClass, Node
+    from app.nodes.models import Node
     from app.nodes.schemas import SuggestionIn
     from app.tenants.models import Tenant
 

@@ -25,8 +25,9 @@ from sqlalchemy import select
 from app.auth import service as auth_service
 from app.auth.models import User
 from app.auth.sessions import SECURE_COOKIE, SessionPolicy, SessionStore
-from app.db import Database, utcnow
-from app.nodes.models import GpuClass, NodeAssignment
+from app.database.core import Database, utcnow
+from app.gpu_classes.models import GpuClass
+from app.nodes.models import NodeAssignment
 from app.tenants.models import Tenant
 from bench.seed import ADMIN_EMAIL, BENCH_CLASS, ROOT, Fleet, slug, user_id
 
@@ -126,7 +127,7 @@ class Portal:
 
     def command(self) -> list[str]:
         script = Path(sys.executable).with_name("portal")
-        program = [str(script)] if script.exists() else [sys.executable, "-m", "app.cli"]
+        program = [str(script)] if script.exists() else [sys.executable, "-m", "app.process.cli"]
         return [*program, "serve", "--host", "127.0.0.1", "--port", str(self.port)]
 
     def start(self, wait_s: float = 60) -> None:

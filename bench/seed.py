@@ -29,9 +29,9 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import URL, make_url
 
-from app import migrate
 from app.clusters import conditions as cond
-from app.config import Settings
+from app.database import migrate
+from app.kit.config import Settings
 from app.nodes.inventory import NodeFacts, display_name, read_node
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from alembic import context
 from sqlalchemy import Connection
 
-import app.models  # noqa: F401 - registers every table on the metadata
-from app.config import get_settings
-from app.db import Base, make_engine
+import app.process.all_models  # noqa: F401 - registers every table on the metadata
+from app.database.core import Base, make_engine
+from app.kit.config import get_settings
 
 config = context.config
 url = config.get_main_option("sqlalchemy.url") or get_settings().database_url

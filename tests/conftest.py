@@ -15,14 +15,15 @@ from fastapi.testclient import TestClient
 from playwright.sync_api import Browser
 from sqlalchemy.orm import Session
 
-from app import logs, migrate
-from app.config import Settings
-from app.db import Database
-from app.devmode import demo_users, local_oidc_provider
+from app.database import migrate
+from app.database.core import Database
+from app.kit import logs
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
-from app.main import create_app
+from app.process.asgi import create_app
+from app.process.devmode import demo_users, local_oidc_provider
+from app.process.wiring import connect_hooks
 from app.web import live
-from app.wiring import connect_hooks
 from tests.authz.world import World, build_world
 from tests.deploy.kustomize import NAMESPACE as PORTAL_NAMESPACE
 from tests.support import chromium, postgres

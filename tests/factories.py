@@ -10,10 +10,11 @@ from sqlalchemy.orm import Session
 from app.auth.models import User
 from app.auth.principal import Principal
 from app.clusters.models import VirtualCluster
-from app.config import Settings
-from app.crypto import SecretBox
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
-from app.nodes.models import GpuClass, Node, NodeAssignment
+from app.kit.config import Settings
+from app.kit.crypto import SecretBox
+from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.tenants.models import Membership, Tenant

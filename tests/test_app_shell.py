@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from app.config import Settings
-from app.db import Database
-from app.main import create_app
+from app.database.core import Database
+from app.kit.config import Settings
+from app.process.asgi import create_app
 
 
 def test_healthz_says_alive(client: TestClient) -> None:
@@ -91,7 +91,7 @@ def test_openapi_document_is_served(client: TestClient) -> None:
 def test_access_logs_never_carry_the_sign_in_code() -> None:
     import logging
 
-    from app.logs import AccessLogRedactor
+    from app.kit.logs import AccessLogRedactor
 
     record = logging.LogRecord("uvicorn.access", logging.INFO, "", 0, '%s - "%s %s" %d', (
         "127.0.0.1", "GET", "/auth/callback?code=SECRET123&state=abc", 303), None)

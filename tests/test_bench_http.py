@@ -13,10 +13,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from app.clusters.models import VirtualCluster
-from app.config import Settings
-from app.db import Database
-from app.main import create_app
+from app.database.core import Database
+from app.kit.config import Settings
 from app.nodes.models import Node
+from app.process.asgi import create_app
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
 from bench import cpu, load, lower_bound, portal, run, seed

@@ -19,11 +19,11 @@ from sqlalchemy import select
 
 from app.auth.models import ApiToken, User
 from app.auth.tokens import hash_token
-from app.db import Database
+from app.database.core import Database
 from tests.support import oidc
 from tests.support.web import free_port
 
-PORTAL = [sys.executable, "-m", "app.cli"]
+PORTAL = [sys.executable, "-m", "app.process.cli"]
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ from tests.conftest import ADMIN_GROUP
 from tests.support import oidc
 from tests.support.web import free_port
 
-PORTAL = [sys.executable, "-m", "app.cli"]
+PORTAL = [sys.executable, "-m", "app.process.cli"]
 
 
 def _env(**extra: str) -> dict[str, str]:

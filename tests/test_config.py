@@ -8,7 +8,7 @@ import pytest
 from cryptography.fernet import Fernet
 from pydantic import ValidationError
 
-from app.config import DEV_ENCRYPTION_KEY, InsecureProductionConfig, Settings
+from app.kit.config import DEV_ENCRYPTION_KEY, InsecureProductionConfig, Settings
 
 POSTGRES_URL = "postgresql+psycopg://portal@db.example.com/portal"
 

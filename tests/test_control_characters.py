@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.auth.sessions import PLAIN_COOKIE
-from app.config import Settings
-from app.db import Database
-from app.main import create_app
+from app.database.core import Database
+from app.kit.config import Settings
+from app.process.asgi import create_app
 from tests.authz.route_access import ROUTES, Route
 from tests.authz.world import World
 from tests.support.kube import InMemoryConnector

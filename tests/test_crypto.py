@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from cryptography.fernet import Fernet
 
-from app.crypto import SecretBox, UnreadableSecret
+from app.kit.crypto import SecretBox, UnreadableSecret
 
 
 def test_sealed_secrets_open_with_the_same_key_only() -> None:

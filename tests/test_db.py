@@ -8,10 +8,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from app import db as app_db
-from app.config import Settings
-from app.db import Database, ReadOnlyViolation
-from app.main import create_app
+from app.database import core as app_db
+from app.database.core import Database, ReadOnlyViolation
+from app.kit.config import Settings
+from app.process.asgi import create_app
 from tests import factories
 from tests.support import postgres
 from tests.support.principals import bearer

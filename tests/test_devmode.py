@@ -13,12 +13,15 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from app import migrate
 from app.auth import service as auth_service
 from app.clusters.installer import SimulatedInstaller
-from app.config import Settings
-from app.db import Database, utcnow
-from app.devmode import (
+from app.database import migrate
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
+from app.kube.memory import InMemoryKube
+from app.kube.simulated import SIMULATED_DOMAIN, SimulatedHost
+from app.process.asgi import create_app
+from app.process.devmode import (
     DEMO_ADMIN,
     DEMO_MEMBER,
     DEMO_TENANT_ADMIN,
@@ -27,10 +30,7 @@ from app.devmode import (
     seed_demo,
     simulated_host_for,
 )
-from app.kube.memory import InMemoryKube
-from app.kube.simulated import SIMULATED_DOMAIN, SimulatedHost
-from app.main import create_app
-from app.reconcilers.registry import build_worker
+from app.process.worker import build_worker
 from app.reconcilers.runtime import Runtime
 
 H100 = "NVIDIA-H100-80GB-HBM3"

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from app.hooks import Hook, HookNotConnected
+from app.kit.hooks import Hook, HookNotConnected
 
 
 def test_a_required_hook_refuses_to_fire_with_no_listener() -> None:
@@ -50,12 +50,12 @@ def _listeners_after(start: str) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("start", [
-    "from app.main import create_app; create_app()",
-    "from app.config import Settings; from app.db import Database; "
+    "from app.process.asgi import create_app; create_app()",
+    "from app.kit.config import Settings; from app.database.core import Database; "
     "from app.kube.connector import ClientConnector; "
-    "from app.reconcilers.registry import build_kinds; s = Settings(); "
+    "from app.process.worker import build_kinds; s = Settings(); "
     "build_kinds(s, Database('sqlite://'), ClientConnector(s))",
-    "import sys; from app import cli; sys.argv = ['portal', '--help']\n"
+    "import sys; from app.process import cli; sys.argv = ['portal', '--help']\n"
     "try:\n    cli.main()\nexcept SystemExit:\n    pass\n",
 ], ids=["web", "worker", "cli"])
 def test_every_entry_point_connects_every_cascade(start: str) -> None:
@@ -66,5 +66,5 @@ def test_every_entry_point_connects_every_cascade(start: str) -> None:
 
 def test_importing_the_models_alone_connects_nothing() -> None:
     # So the check above means something: listeners come from the entry points' wiring.
-    counts = _listeners_after("import app.models\n")
+    counts = _listeners_after("import app.process.all_models\n")
     assert counts["app.tenants.events.membership_changed"] == 0

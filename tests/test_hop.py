@@ -1,4 +1,5 @@
-"""The request's thread hop (``app.hop``): what anyio's ``to_thread`` guaranteed still holds."""
+"""The request's thread hop (``app.http.hop``): what anyio's ``to_thread`` guaranteed still
+holds."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from app import hop
-from app.logs import request_id_var
+from app.http import hop
+from app.kit.logs import request_id_var
 
 T = TypeVar("T")
 

@@ -10,9 +10,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-import app.models  # noqa: F401
-from app import migrate
-from app.db import Base, make_engine
+import app.process.all_models  # noqa: F401
+from app.database import migrate
+from app.database.core import Base, make_engine
 from tests.support import postgres
 
 

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.tenants.models import Tenant
 from tests import factories
 

@@ -14,9 +14,9 @@ from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import not_a_server_error
 from sqlalchemy.orm import Session
 
-from app.config import Settings
-from app.db import Database
-from app.main import create_app
+from app.database.core import Database
+from app.kit.config import Settings
+from app.process.asgi import create_app
 from tests.authz.world import build_world
 from tests.support.kube import InMemoryConnector
 

@@ -15,10 +15,10 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
-from app.config import Settings
-from app.db import Database
-from app.main import create_app
-from app.middleware import LoadSheddingMiddleware
+from app.database.core import Database
+from app.http.middleware import LoadSheddingMiddleware
+from app.kit.config import Settings
+from app.process.asgi import create_app
 
 T = TypeVar("T")
 

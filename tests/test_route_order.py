@@ -1,4 +1,4 @@
-"""The app tries the most requested routers first (``app.main.HOT_ROUTERS``); that may only
+"""The app tries the most requested routers first (``app.process.asgi.HOT_ROUTERS``); that may only
 change how fast a request finds its route, never which route it finds."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 import pytest
 from fastapi.routing import APIRoute
 
-from app.main import all_routers
+from app.process.asgi import all_routers
 
 # What a path parameter may be in a request: an id, a slug, or a word that is also a literal
 # segment somewhere (``/clusters/new``, ``/nodes/suggest``).

@@ -1,4 +1,8 @@
-"""Recording audit events. Every state change calls ``record`` in the same transaction."""
+"""Recording audit events. Every state change calls ``record`` in the same transaction.
+
+The audit log's API and page, which show a principal the events of the tenants it manages, are
+in ``app.pages`` (they need auth and tenants, which record here).
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app import authz
 from app.audit import repository
 from app.audit.models import AuditEvent
-from app.audit.schemas import AuditEventOut, AuditFilters
-from app.auth.principal import Principal
-from app.errors import Forbidden
-from app.logs import request_id_var
-from app.pagination import PageParams
+from app.audit.schemas import AuditFilters
+from app.http.pagination import PageParams
+from app.kit.logs import request_id_var
 
 # Keys whose values never reach the audit trail, whatever the caller passes.
 _SECRET_KEYS = frozenset(
@@ -58,22 +59,10 @@ def record(
     return event
 
 
-def list_events(
-    db: Session, principal: Principal, filters: AuditFilters, params: PageParams
-) -> tuple[list[AuditEventOut], str | None]:
-    items, cursor = list_event_fields(db, principal, filters, params)
-    return [AuditEventOut.model_validate(item) for item in items], cursor
-
-
-def list_event_fields(
-    db: Session, principal: Principal, filters: AuditFilters, params: PageParams
-) -> tuple[list[dict[str, Any]], str | None]:
-    """A page of the events the caller may see, newest first, as ``AuditEventOut`` fields."""
-    tenant_ids = authz.tenant_ids_managed_by(principal)
-    if filters.tenant:
-        tenant_ids = [authz.tenant_for(db, principal, filters.tenant, "manage").id]
-    elif tenant_ids == []:
-        raise Forbidden("the audit log is for tenant admins and platform admins")
+def page_of_events(db: Session, tenant_ids: list[int] | None, filters: AuditFilters,
+                   params: PageParams) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of the events of these tenants (None: all), newest first, as ``AuditEventOut``
+    fields."""
     rows, cursor = repository.listed_page(
         db, params, tenant_ids=tenant_ids, actor=filters.actor, action=filters.action,
         since=filters.since, until=filters.until,

@@ -26,13 +26,15 @@ from pydantic import ValidationError
 from starlette.responses import RedirectResponse, Response
 
 from app.auth import token_service
+from app.auth.csrf import STATE_CHANGING
+from app.auth.deps import CurrentPrincipal, MaybePrincipal
 from app.auth.principal import Principal
 from app.auth.schemas import CliLoginRequest
-from app.deps import CurrentPrincipal, DbSession, MaybePrincipal
-from app.errors import Forbidden
-from app.middleware import CONTENT_SECURITY_POLICY
-from app.routing import UnitOfWorkRoute
-from app.web.forms import STATE_CHANGING, validation_errors
+from app.http.deps import DbSession
+from app.http.middleware import CONTENT_SECURITY_POLICY
+from app.http.routing import UnitOfWorkRoute
+from app.kit.errors import Forbidden
+from app.web.forms import validation_errors
 from app.web.templating import render
 
 router = APIRouter(prefix="/cli", include_in_schema=False, route_class=UnitOfWorkRoute)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import hmac
 from urllib.parse import urlsplit
 
-from fastapi import Request
+from fastapi import Depends, Request
 
-from app.deps import optional_principal
-from app.errors import Forbidden
+from app.auth.deps import optional_principal, require_principal
+from app.kit.errors import Forbidden
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _OWN_SITE = frozenset({"same-origin", "none"})
@@ -72,3 +72,8 @@ def _own_origins(request: Request) -> set[str]:
 def _is_form(request: Request) -> bool:
     content_type = request.headers.get("content-type", "")
     return content_type.startswith(("application/x-www-form-urlencoded", "multipart/form-data"))
+
+
+# A form's dependencies: sign-in is checked before the CSRF token, so that an anonymous browser
+# is sent to log in.
+STATE_CHANGING = [Depends(require_principal), Depends(verify_csrf)]

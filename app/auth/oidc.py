@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from authlib.integrations.starlette_client import OAuth
 
-from app.config import Settings
+from app.kit.config import Settings
 
 CLIENT_NAME = "idp"
 

@@ -1,6 +1,6 @@
 """Who a token or a signed-in user is, remembered for a few seconds across requests.
 
-``ExpiringCache`` is also what ``app.authz.scoping`` keeps tenants in, under the same rules.
+``ExpiringCache`` is also what ``app.tenants.access`` keeps tenants in, under the same rules.
 
 Why: resolving the caller costs three queries (token, user, memberships) on every request, a
 third of a list request's time at fleet scale. How long a cached answer may be stale:
@@ -25,7 +25,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
 
 from app.auth.principal import Principal
-from app.db import utcnow
+from app.database.core import utcnow
 
 # Pass as an execution option on a bulk UPDATE that changes nothing about who a caller is
 # (a token's last use), so that it does not empty the cache.

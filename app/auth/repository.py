@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Integer, String, column, func, or_, select, table
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
+
+# A read model of the tenants domain's memberships: the columns a caller's roles come from
+# (auth is below tenants, so it reads the table, never the Membership model).
+memberships = table("memberships", column("user_id", Integer), column("tenant_id", Integer),
+                    column("role", String))
 
 
 def user_by_identity(db: Session, issuer: str, subject: str) -> User | None:
@@ -33,3 +38,10 @@ def user_by_email(db: Session, email: str) -> User | None:
         .order_by(User.id)
         .limit(1)
     )
+
+
+def roles_of(db: Session, user_id: int) -> dict[int, str]:
+    """tenant id -> the user's role there."""
+    rows = db.execute(select(memberships.c.tenant_id, memberships.c.role)
+                      .where(memberships.c.user_id == user_id))
+    return {int(tenant_id): str(role) for tenant_id, role in rows}

@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
-from app.validation import SingleLine
+from app.kit.validation import SingleLine
 
 
 class MembershipOut(BaseModel):

@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth import events, repository, tokens
 from app.auth.models import ApiToken, User
-from app.db import utcnow
-from app.errors import ValidationFailed
+from app.database.core import utcnow
+from app.kit.errors import ValidationFailed
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import hop
 from app.auth.models import WebSession
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
+from app.http import hop
 
 PLAIN_COOKIE = "portal_session"
 SECURE_COOKIE = "__Host-portal_session"

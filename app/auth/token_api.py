@@ -6,11 +6,12 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from app.auth import token_service
+from app.auth.deps import CurrentPrincipal
 from app.auth.models import ApiToken
 from app.auth.schemas import TokenCreate, TokenCreated, TokenOut
-from app.deps import CurrentPrincipal, DbSession, RowId
-from app.pagination import Page, Paging
-from app.routing import UnitOfWorkRoute
+from app.http.deps import DbSession, RowId
+from app.http.pagination import Page, Paging
+from app.http.routing import UnitOfWorkRoute
 
 router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"], route_class=UnitOfWorkRoute)
 

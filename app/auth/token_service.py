@@ -13,9 +13,9 @@ from app.auth.models import ApiToken
 from app.auth.principal import Principal
 from app.auth.service import issue_api_token
 from app.auth.tokens import hash_token
-from app.db import utcnow
-from app.errors import Forbidden, NotFound, ValidationFailed
-from app.pagination import PageParams, paginate
+from app.database.core import utcnow
+from app.http.pagination import PageParams, paginate
+from app.kit.errors import Forbidden, NotFound, ValidationFailed
 
 
 def list_tokens(

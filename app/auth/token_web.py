@@ -11,12 +11,14 @@ from sqlalchemy.orm import Session
 from starlette.responses import Response
 
 from app.auth import token_service
+from app.auth.csrf import STATE_CHANGING
+from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.auth.schemas import TokenCreate
-from app.deps import CurrentPrincipal, DbSession, RowId
-from app.pagination import PageParams
-from app.routing import UnitOfWorkRoute
-from app.web.forms import STATE_CHANGING, validation_errors
+from app.http.deps import DbSession, RowId
+from app.http.pagination import PageParams
+from app.http.routing import UnitOfWorkRoute
+from app.web.forms import validation_errors
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import ApiToken
 from app.auth.principal_cache import AUTH_UNCHANGED
-from app.db import utcnow
+from app.database.core import utcnow
 
 TOKEN_PREFIX = "gtp_"  # noqa: S105 - a public marker, not a secret
 SCOPES = ("read", "write", "admin")

@@ -10,16 +10,16 @@ from authlib.integrations.base_client.errors import OAuthError
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import RedirectResponse, Response
 
-from app import hop
 from app.audit import service as audit
 from app.auth import service
 from app.auth.csrf import verify_csrf
 from app.auth.oidc import CLIENT_NAME
 from app.auth.sessions import end_session, rotate_session
-from app.config import Settings
-from app.db import Database
-from app.errors import ServiceUnavailable
-from app.routing import UnitOfWorkRoute
+from app.database.core import Database
+from app.http import hop
+from app.http.routing import UnitOfWorkRoute
+from app.kit.config import Settings
+from app.kit.errors import ServiceUnavailable
 from app.web.templating import render
 
 router = APIRouter(prefix="/auth", include_in_schema=False, route_class=UnitOfWorkRoute)

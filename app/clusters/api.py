@@ -7,15 +7,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse, Response
 
+from app.auth.deps import CurrentPrincipal
+from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterPreview, ClusterResize
 from app.clusters.shapes import TemplateResolver, template_resolver
-from app.config import Settings
-from app.deps import CurrentPrincipal, DbSession, get_settings_dep
-from app.idempotency import IdempotencyKeyHeader, run_idempotent
-from app.json_body import page_response
-from app.pagination import Page, Paging
-from app.routing import UnitOfWorkRoute
+from app.http.deps import DbSession, get_settings_dep
+from app.http.json_body import page_response
+from app.http.pagination import Page, Paging
+from app.http.routing import UnitOfWorkRoute
+from app.kit.config import Settings
 
 router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters", tags=["clusters"],
                    route_class=UnitOfWorkRoute)

@@ -12,11 +12,11 @@ from sqlalchemy.orm import Session
 from app.clusters import repository
 from app.clusters.models import VirtualCluster
 from app.clusters.shapes import ClusterAddon
-from app.config import Settings
+from app.gpu_classes.models import GpuClass
+from app.kit.config import Settings
 from app.kube import manifests
 from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec, team_queues
 from app.kube.manifests.units import mib_to_mb
-from app.nodes.models import GpuClass
 from app.tenants.models import Tenant
 
 CHART = "vcluster"

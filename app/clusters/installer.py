@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from app.clusters.shapes import ClusterAddon
-from app.config import Settings
+from app.kit.config import Settings
 from app.kube.connector import HostTarget
 from app.kube.manifests import dump_yaml
 from app.kube.simulated import SimulatedHost

@@ -24,11 +24,13 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from app.clusters.models import ClusterGpuWait, VirtualCluster
-from app.concurrency import lock_row, upsert
+from app.database.concurrency import lock_row, upsert
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
-from app.hosts.repository import ensure_default_host
-from app.nodes.models import GpuClass, Node, NodeAssignment
-from app.pagination import KeysetPage, PageParams
+from app.hosts.repository import ensure_default_host, hosts_in
+from app.http.pagination import KeysetPage, PageParams
+from app.nodes.models import Node, NodeAssignment
+from app.quotas import repository as quota_repository
 from app.quotas.models import TenantQuota
 from app.tenants.models import GroupMapping
 
@@ -107,25 +109,12 @@ def lock_quota(db: Session, tenant_id: int, gpu_class_id: int,
 
 def in_region(region: str) -> ColumnElement[bool]:
     """The cluster is on a host of ``region``."""
-    return VirtualCluster.host_cluster_id.in_(
-        select(HostCluster.id).where(HostCluster.region == region))
+    return VirtualCluster.host_cluster_id.in_(hosts_in(region))
 
 
-def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int, region: str, *,
-                   placement: str | None = None, excluding: int | None = None,
-                   host_cluster_id: int | None = None) -> int:
-    """GPUs of a class held by the tenant's clusters in a region (on one host of it, if
-    given), those being deleted included."""
-    query = select(func.coalesce(func.sum(VirtualCluster.gpus), 0)).where(
-        VirtualCluster.tenant_id == tenant_id, VirtualCluster.gpu_class_id == gpu_class_id,
-        in_region(region))
-    if placement is not None:
-        query = query.where(VirtualCluster.placement == placement)
-    if excluding is not None:
-        query = query.where(VirtualCluster.id != excluding)
-    if host_cluster_id is not None:
-        query = query.where(VirtualCluster.host_cluster_id == host_cluster_id)
-    return int(db.scalar(query) or 0)
+# The GPUs of a class a tenant's clusters hold in a region: quotas count them, and the sum is
+# written once, there.
+allocated_gpus = quota_repository.allocated_gpus
 
 
 def clusters_with_gpus(db: Session, tenant_id: int, gpu_class_id: int,

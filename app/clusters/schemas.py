@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
+from app.kit.validation import MAX_ROW_ID, SingleLine, dns_label_problem
 from app.quotas.schemas import MAX_CPU_MILLICORES, MAX_GPUS, MAX_MEMORY_MIB
-from app.validation import MAX_ROW_ID, SingleLine, dns_label_problem
 
 # The column holds 40 characters; longer names would also crowd the derived host names.
 NAME_MAX = 40

@@ -23,13 +23,12 @@ from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.auth.principal import Principal
-from app.authz import tenant_for
 from app.authz.scoping import Action
+from app.clusters import checks, desired, repository
 from app.clusters import conditions as cond
-from app.clusters import desired, placement, repository
 from app.clusters.installer import HelmInstaller
 from app.clusters.models import VirtualCluster
-from app.clusters.placement import Placed, PlacementRequest, Unplaceable
+from app.clusters.placement import Placed
 from app.clusters.schemas import (
     ClusterCreate,
     ClusterOut,
@@ -39,18 +38,17 @@ from app.clusters.schemas import (
     GpuWaitOut,
 )
 from app.clusters.shapes import ResolvedCreate, TemplateResolver, TemplateUpgrade
-from app.concurrency import insert_or_conflict
-from app.config import Settings
-from app.db import utcnow
-from app.errors import Conflict, NotFound, ValidationFailed
+from app.database.concurrency import insert_or_conflict
+from app.database.core import utcnow
+from app.gpu_classes.models import GpuClass
+from app.http.pagination import Page, PageParams
+from app.kit.config import Settings
+from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import dump_yaml
-from app.nodes.models import GpuClass
-from app.pagination import Page, PageParams
 from app.quotas import regions
+from app.tenants.access import tenant_for
 from app.tenants.models import Tenant
 from app.workqueue import CLUSTERS, enqueue
-
-DEDICATED = "dedicated-nodes"
 
 
 def cluster_for(db: Session, principal: Principal, slug: str, name: str,
@@ -186,110 +184,23 @@ def check_create(
     resolved = resolver.resolve(db, payload) if resolver is not None else None
     if resolved is not None:
         payload = resolved.payload
-    _check_version(settings, payload.kubernetes_version)
+    checks.check_version(settings, payload.kubernetes_version)
     if repository.cluster_by_name(db, tenant.id, payload.name) is not None:
         raise _name_taken(payload.name)
-    gpu_class = _gpu_class(db, payload.gpu_class_id, payload.gpus)
-    _check_spec(db, settings, tenant, payload, gpu_class)
+    gpu_class = checks.gpu_class_of(db, payload.gpu_class_id, payload.gpus)
+    checks.check_spec(db, settings, tenant, payload, gpu_class)
     hardened = desired.hardening(settings, resolved.pod_security if resolved else None,
                                  resolved.user_namespaces if resolved else False)
-    placed = _place(db, settings, tenant, payload, gpu_class, hardened)
+    placed = checks.place(db, settings, tenant, payload, gpu_class, hardened)
     if gpu_class is not None:
-        _check_quota(db, tenant, gpu_class, placed.region, payload.placement, payload.gpus,
-                     lock=lock, host_cluster_id=placed.host_id)
+        checks.check_quota(db, tenant, gpu_class, placed.region, payload.placement,
+                           payload.gpus, lock=lock, host_cluster_id=placed.host_id)
     return tenant, resolved, placed
 
 
 def region_choices(db: Session) -> list[str]:
     """The regions a create form offers (none to pick while there is only one)."""
     return [region for region in regions.fleet_regions(db) if region]
-
-
-def _place(db: Session, settings: Settings, tenant: Tenant, payload: ClusterCreate,
-           gpu_class: GpuClass | None, hardened: str | None) -> Placed:
-    """The host placement picks for the request. Too little quota or too few dedicated GPUs
-    anywhere the request may go is the tenant's to fix (422 on gpus); any other refusal is a
-    409 naming each host's reasons."""
-    if payload.region:
-        regions.resolve(db, payload.region)  # 422 on a region no host is in
-    request = PlacementRequest(
-        placement=payload.placement, gpu_class_id=gpu_class.id if gpu_class else None,
-        gpu_class_name=gpu_class.display_name if gpu_class else "",
-        gpus=payload.gpus if gpu_class else 0, region=payload.region or None,
-        quota_free=repository.quota_room(db, tenant.id, gpu_class.id) if gpu_class else {},
-        needs_webhook=(payload.placement == "shared-pool"
-                       and settings.vcluster_edition == "oss"),
-        hardening=hardened)
-    hosts = host_facts(db, tenant.id, gpu_class)
-    if gpu_class is not None and request.gpus > 0:
-        _check_room(db, tenant, gpu_class, request, hosts)
-    result = placement.place(hosts, request)
-    if isinstance(result, Unplaceable):
-        raise NoHostFits(result)
-    return result
-
-
-def _check_room(db: Session, tenant: Tenant, gpu_class: GpuClass, request: PlacementRequest,
-                hosts: list[placement.HostFacts]) -> None:
-    """Quota, and for dedicated nodes the tenant's nodes, with room in some region the request
-    may go to (its own, or any)."""
-    allowed = ({request.region} if request.region is not None
-               else {h.region for h in hosts} | set(request.quota_free))
-    rooms = {region: request.quota_free.get(region, 0) for region in sorted(allowed)}
-    if max(rooms.values(), default=0) < request.gpus:
-        if len(rooms) == 1:
-            region = next(iter(rooms))
-            _check_quota(db, tenant, gpu_class, region, "shared-pool", request.gpus, lock=False,
-                         host_cluster_id=0)
-        listed = ", ".join(f"{r or '(none)'}: {max(g, 0)}" for r, g in rooms.items())
-        raise ValidationFailed.on_field(
-            "gpus", f"the tenant's {gpu_class.display_name} quota has room for fewer than "
-                    f"{request.gpus} GPUs in every region ({listed}); request more quota first")
-    if request.placement != DEDICATED:
-        return
-    candidates = [h for h in hosts if h.region in allowed]
-    free = max((h.tenant_node_gpus.get(gpu_class.id, 0) for h in candidates), default=0)
-    if free < request.gpus:
-        on_nodes = sum(repository.tenant_node_gpus(db, tenant.id, gpu_class.id).values())
-        raise ValidationFailed.on_field(
-            "gpus", f"{max(free, 0)} {gpu_class.display_name} GPUs are free on the nodes "
-                    f"dedicated to the tenant ({on_nodes} in all); ask a platform admin to "
-                    "assign nodes, or use the shared pool")
-
-
-def host_facts(db: Session, tenant_id: int,
-               gpu_class: GpuClass | None) -> list[placement.HostFacts]:
-    """What placement needs to know of every host: a handful of aggregate queries."""
-    repository.ensure_a_host(db)
-    on_nodes = repository.class_gpus_per_host(db)
-    shared = repository.shared_gpus_per_host(db)
-    tenant_nodes: dict[int, int] = {}
-    if gpu_class is not None:
-        held = repository.tenant_dedicated_held(db, tenant_id, gpu_class.id)
-        tenant_nodes = {host: gpus - held.get(host, 0) for host, gpus in
-                        repository.tenant_node_gpus(db, tenant_id, gpu_class.id).items()}
-    facts = []
-    for host in repository.host_rows(db):
-        classes = {c: total for (h, c), (total, _) in on_nodes.items() if h == host.id}
-        free = {c: total - dedicated - shared.get((h, c), 0)
-                for (h, c), (total, dedicated) in on_nodes.items() if h == host.id}
-        mine = {gpu_class.id: tenant_nodes.get(host.id, 0)} if gpu_class is not None else {}
-        facts.append(placement.HostFacts(host.id, host.name, host.region, host.state, classes,
-                                         free, mine, host.has_credentials, host.answers,
-                                         host.has_webhook))
-    return facts
-
-
-class NoHostFits(Conflict):
-    """409: no host fits; the problem lists each host with its reasons."""
-
-    def __init__(self, result: Unplaceable) -> None:
-        super().__init__(result.message, errors=[{"field": "region", "message": result.message}])
-        self.hosts = [{"host": h.host_name, "region": h.region, "reasons": list(h.reasons)}
-                      for h in result.hosts]
-
-    def to_problem(self, instance: str, request_id: str) -> dict[str, Any]:
-        return {**super().to_problem(instance, request_id), "hosts": self.hosts}
 
 
 def create_cluster(db: Session, principal: Principal, settings: Settings, slug: str,
@@ -321,75 +232,9 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
     return cluster_out(db, cluster)
 
 
-def _check_version(settings: Settings, version: str | None) -> None:
-    if version is not None and version not in settings.kubernetes_versions:
-        offered = ", ".join(settings.kubernetes_versions)
-        raise ValidationFailed.on_field("kubernetes_version", f"choose one of {offered}")
-
-
 def _name_taken(name: str) -> Conflict:
     return Conflict(f"the tenant has a cluster named {name!r} already",
                     errors=[{"field": "name", "message": "this name is taken"}])
-
-
-def _gpu_class(db: Session, gpu_class_id: int | None, gpus: int) -> GpuClass | None:
-    if gpu_class_id is None:
-        if gpus > 0:
-            raise ValidationFailed.on_field("gpu_class_id", "choose the class of the GPUs")
-        return None
-    gpu_class = db.get(GpuClass, gpu_class_id)
-    if gpu_class is None:
-        raise ValidationFailed.on_field("gpu_class_id", f"there is no GPU class {gpu_class_id}")
-    return gpu_class
-
-
-def _check_spec(db: Session, settings: Settings, tenant: Tenant, payload: ClusterCreate,
-                gpu_class: GpuClass | None) -> None:
-    """The builders' own validation, so a request the worker could not build is refused now."""
-    probe = VirtualCluster(
-        name=payload.name, placement=payload.placement, gpus=payload.gpus,
-        kubernetes_version=payload.kubernetes_version or settings.kubernetes_versions[0],
-        cpu_millicores=payload.cpu_millicores, memory_mib=payload.memory_mib, endpoint="")
-    try:
-        desired.cluster_spec(probe, tenant, gpu_class, settings)
-    except ValueError as error:
-        raise ValidationFailed.on_field("name", str(error)) from error
-
-
-def _check_quota(db: Session, tenant: Tenant, gpu_class: GpuClass, region: str, placement: str,
-                 gpus: int, *, lock: bool, host_cluster_id: int,
-                 excluding: int | None = None) -> None:
-    """Under the lock of the quota row of the class in the region, what placement saw without
-    it: the quota's room there, and for dedicated nodes the tenant's nodes on the host."""
-    if lock:
-        quota = repository.lock_quota(db, tenant.id, gpu_class.id, region)
-    else:
-        quota = next((q for q in repository.tenant_quotas(db, tenant.id, region)
-                      if q.gpu_class_id == gpu_class.id), None)
-    if gpus == 0:
-        return
-    approved = quota.gpus if quota else 0
-    held = repository.allocated_gpus(db, tenant.id, gpu_class.id, region, excluding=excluding)
-    if gpus > approved - held:
-        where = f" in region {region}" if region else ""
-        raise ValidationFailed.on_field(
-            "gpus", f"{max(approved - held, 0)} of the tenant's {approved} "
-                    f"{gpu_class.display_name} GPUs{where} are free; request more quota first")
-    if placement == DEDICATED:
-        _check_dedicated(db, tenant, gpu_class, gpus, host_cluster_id, excluding)
-
-
-def _check_dedicated(db: Session, tenant: Tenant, gpu_class: GpuClass, gpus: int,
-                     host_cluster_id: int, excluding: int | None) -> None:
-    on_nodes = repository.tenant_node_gpus(db, tenant.id, gpu_class.id,
-                                           host_cluster_id=host_cluster_id).get(host_cluster_id, 0)
-    held = repository.tenant_dedicated_held(db, tenant.id, gpu_class.id,
-                                            excluding=excluding).get(host_cluster_id, 0)
-    if gpus > on_nodes - held:
-        raise ValidationFailed.on_field(
-            "gpus", f"{max(on_nodes - held, 0)} {gpu_class.display_name} GPUs are free on the "
-                    f"nodes dedicated to the tenant ({on_nodes} in all); ask a platform admin "
-                    "to assign nodes, or use the shared pool")
 
 
 # ----- resize and delete
@@ -417,8 +262,9 @@ def resize_cluster(db: Session, principal: Principal, slug: str, name: str,
         raise ValidationFailed.on_field(
             "gpus", "this cluster was created without a GPU class; create one with GPUs")
     if gpu_class is not None and new_gpus > cluster.gpus:
-        _check_quota(db, tenant, gpu_class, region, cluster.placement, new_gpus, lock=False,
-                     host_cluster_id=cluster.host_cluster_id, excluding=cluster.id)
+        checks.check_quota(db, tenant, gpu_class, region, cluster.placement, new_gpus,
+                           lock=False, host_cluster_id=cluster.host_cluster_id,
+                           excluding=cluster.id)
     before = _spec(cluster)
     for key, value in wanted.items():
         setattr(cluster, key, value)

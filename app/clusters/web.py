@@ -12,22 +12,23 @@ from markupsafe import Markup
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from app.auth.csrf import STATE_CHANGING
+from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz.scoping import TenantHidden
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize
 from app.clusters.shapes import TemplateChoice, TemplateResolver, template_resolver
-from app.config import Settings
-from app.deps import CurrentPrincipal, DbSession, get_settings_dep
-from app.errors import Conflict, NotFound, ValidationFailed
-from app.nodes import gpu_classes
-from app.pagination import PageParams
-from app.routing import UnitOfWorkRoute
+from app.gpu_classes import service as gpu_classes
+from app.http.deps import DbSession, get_settings_dep
+from app.http.pagination import PageParams
+from app.http.routing import UnitOfWorkRoute
+from app.kit.config import Settings
+from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.tenants import service as tenants_service
 from app.web import live
 from app.web.charts.timeline import condition_timeline
 from app.web.forms import (
-    STATE_CHANGING,
     FieldErrors,
     FormFields,
     check_typed_name,

@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from app.deps import CurrentPrincipal, DbSession
+from app.auth.deps import CurrentPrincipal
 from app.fleet import service
 from app.fleet.schemas import FleetCapacityOut
-from app.routing import UnitOfWorkRoute
+from app.http.deps import DbSession
+from app.http.routing import UnitOfWorkRoute
 
 router = APIRouter(prefix="/api/v1", tags=["fleet"], route_class=UnitOfWorkRoute)
 

@@ -8,8 +8,9 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
-from app.nodes.models import GpuClass, Node, NodeAssignment
+from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import TenantQuota
 
 

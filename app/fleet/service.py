@@ -3,7 +3,7 @@
 Per host, ``guaranteed`` is what the shared-pool clusters placed on it hold (placement draws
 quota there). Per region, ``guaranteed`` is the tenants' approved quota of the class there and
 ``free`` is the nodes' GPUs less the dedicated ones and the quota they do not cover: the
-figures quota approvals in the region are checked against (``app.nodes.gpu_classes``).
+figures quota approvals in the region are checked against (``app.gpu_classes.service``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
 from app.fleet import repository
 from app.fleet.schemas import FleetCapacityOut, HostCapacityOut, RegionCapacityOut
-from app.nodes import gpu_classes
+from app.gpu_classes import service as gpu_classes
 
 
 @dataclass(frozen=True)

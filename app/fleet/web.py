@@ -8,11 +8,12 @@ from fastapi import APIRouter, Request
 from markupsafe import Markup
 from starlette.responses import Response
 
-from app.deps import CurrentPrincipal, DbSession
+from app.auth.deps import CurrentPrincipal
 from app.fleet import service
 from app.fleet.api import Filters
 from app.fleet.schemas import HostCapacityOut, RegionCapacityOut
-from app.routing import UnitOfWorkRoute
+from app.http.deps import DbSession
+from app.http.routing import UnitOfWorkRoute
 from app.web.charts.bars import Group, stacked_bars
 from app.web.charts.svg import Series
 from app.web.templating import render

@@ -7,16 +7,17 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import JSONResponse, Response
 
+from app.auth.deps import CurrentPrincipal
+from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.authz import ensure_platform_writer
-from app.config import Settings
-from app.deps import CurrentPrincipal, DbSession, get_settings_dep
 from app.hosts import service
 from app.hosts.health import ChartProbe
 from app.hosts.schemas import HostCredentialsIn, HostOut, HostRegister, HostUpdate, StateChange
-from app.idempotency import IdempotencyKeyHeader, run_idempotent
+from app.http.deps import DbSession, get_settings_dep
+from app.http.pagination import Page, Paging
+from app.http.routing import UnitOfWorkRoute
+from app.kit.config import Settings
 from app.kube.connector import KubeConnector
-from app.pagination import Page, Paging
-from app.routing import UnitOfWorkRoute
 
 router = APIRouter(prefix="/api/v1/host-clusters", tags=["host clusters"],
                    route_class=UnitOfWorkRoute)

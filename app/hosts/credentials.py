@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import yaml
 from cryptography import x509
 
-from app.errors import ValidationFailed
+from app.kit.errors import ValidationFailed
 from app.kube.connector import kubeconfig_problem
 
 # Paths on the admin's machine mean nothing to the portal; credential plugins would run

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.config import Settings
 from app.hosts.webhook_route import WebhookRoute
+from app.kit.config import Settings
 from app.kube.errors import KubeError
 from app.kube.manifests.admission import (
     HARDENING_WEBHOOK_NAME,

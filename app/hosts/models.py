@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import CheckConstraint, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, utcnow
+from app.database.core import Base, utcnow
 
 # How the portal reaches a host: a stored kubeconfig, a stored ServiceAccount token (kept as
 # the kubeconfig it makes), or the environment's (PORTAL_KUBECONFIG, else in-cluster config).

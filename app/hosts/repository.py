@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from typing import Any
+
+from sqlalchemy import Select, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db import Base
+from app.database.core import Base
 from app.hosts.models import HostCluster
 
 DEFAULT_HOST_CLUSTER = "default"
+
+
+def hosts_in(region: Any) -> Select[int]:
+    """The ids of the host clusters in a region (a value or a correlated column)."""
+    return select(HostCluster.id).where(HostCluster.region == region)
 
 
 def all_hosts(db: Session) -> list[HostCluster]:

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.hosts.webhook_route import MAX_WEBHOOK_URL, webhook_url_problem
-from app.validation import MultiLine, SingleLine, dns_label_problem
+from app.kit.validation import MultiLine, SingleLine, dns_label_problem
 
 CredentialKind = Literal["kubeconfig", "token", "env"]
 HostState = Literal["active", "cordoned", "draining"]

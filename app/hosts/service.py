@@ -16,11 +16,8 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin, ensure_platform_writer
-from app.concurrency import insert_or_conflict
-from app.config import Settings
-from app.crypto import SecretBox, UnreadableSecret
-from app.db import utcnow
-from app.errors import Conflict, NotFound, ValidationFailed
+from app.database.concurrency import insert_or_conflict
+from app.database.core import utcnow
 from app.hosts import credentials, repository
 from app.hosts.health import ChartProbe, CheckResult, run_checks
 from app.hosts.models import HostCluster
@@ -34,8 +31,11 @@ from app.hosts.schemas import (
     HostUpdate,
 )
 from app.hosts.webhook_route import host_path, route_of, routed
+from app.http.pagination import Page, PageParams, paginate
+from app.kit.config import Settings
+from app.kit.crypto import SecretBox, UnreadableSecret
+from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.kube.connector import HostTarget, KubeConnector, probe
-from app.pagination import Page, PageParams, paginate
 from app.workqueue import ALL, HOSTS, NODES, USAGE, WEBHOOK, enqueue
 
 log = logging.getLogger(__name__)

@@ -8,16 +8,17 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from app.auth.csrf import STATE_CHANGING
+from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
-from app.deps import CurrentPrincipal, DbSession
-from app.errors import Conflict, NotFound, ValidationFailed
 from app.hosts import service
 from app.hosts.api import AppSettings, Charts, Connector, HostName
 from app.hosts.schemas import HostCredentialsIn, HostRegister, HostUpdate
-from app.routing import UnitOfWorkRoute
+from app.http.deps import DbSession
+from app.http.routing import UnitOfWorkRoute
+from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.web.forms import (
-    STATE_CHANGING,
     FieldErrors,
     FormFields,
     form_payload,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from app.config import Settings
+from app.kit.config import Settings
 from app.kube.connector import HostTarget
 from app.kube.manifests.admission import WEBHOOK_PATH
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
-from app.crypto import SecretBox, UnreadableSecret
-from app.db import Database
+from app.database.core import Database
 from app.keys import repository
 from app.keys.repository import SealedColumn, SealedRow
+from app.kit.crypto import SecretBox, UnreadableSecret
 
 DEFAULT_BATCH_SIZE = 100
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from app.config import Settings
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter, readyz
 from app.kube.port import KubePort
 from app.kube.retry import RetryPolicy

@@ -12,12 +12,13 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from app.deps import CurrentPrincipal, DbSession, RowId
+from app.auth.deps import CurrentPrincipal
+from app.http.deps import DbSession, RowId
+from app.http.pagination import Page, Paging
+from app.http.routing import UnitOfWorkRoute
 from app.kubeconfigs import service
 from app.kubeconfigs.schemas import GrantOut, IssuedKubeconfig, KubeconfigRequest
 from app.kubeconfigs.service import VirtualClusters
-from app.pagination import Page, Paging
-from app.routing import UnitOfWorkRoute
 
 router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters/{cluster}/kubeconfigs",
                    tags=["kubeconfigs"], route_class=UnitOfWorkRoute)

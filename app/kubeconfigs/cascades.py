@@ -1,6 +1,6 @@
 """Kubeconfig grants end with the access they were issued under.
 
-Connected to the hooks of the lower domains (app.hooks): a membership ending or shrinking,
+Connected to the hooks of the lower domains (app.kit.hooks): a membership ending or shrinking,
 a tenant suspended, a cluster being deleted. Each revocation is audited in the same
 transaction as the change that caused it.
 """

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -30,40 +30,31 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.authz import tenant_for
-from app.authz.scoping import TenantHidden
 from app.clusters.models import VirtualCluster
-from app.concurrency import lock_row
-from app.config import Settings
-from app.crypto import SecretBox
-from app.db import utcnow
-from app.errors import (
+from app.database.concurrency import lock_row
+from app.database.core import utcnow
+from app.http.pagination import Page, PageParams, paginate
+from app.kit.config import Settings
+from app.kit.crypto import SecretBox
+from app.kit.errors import (
     Conflict,
     Forbidden,
     NotFound,
     ProblemError,
     ServiceUnavailable,
-    ValidationFailed,
 )
 from app.kube.connector import KubeConnector
 from app.kube.errors import KubeError, TransientKubeError
-from app.kube.port import MIN_TOKEN_EXPIRATION_SECONDS, KubePort
-from app.kubeconfigs import guard, manifests, repository
+from app.kube.port import KubePort
+from app.kubeconfigs import guard, manifests, repository, rules
 from app.kubeconfigs.manifests import PORTAL_NAMESPACE, GrantSpec, KubeconfigSpec
 from app.kubeconfigs.models import KubeconfigGrant
 from app.kubeconfigs.schemas import GrantOut, IssuedKubeconfig, KubeconfigRequest, KubeconfigRole
-from app.pagination import Page, PageParams, paginate
 from app.tenants.models import Tenant
 from app.workqueue import KUBECONFIGS, enqueue, enqueue_many
 
 log = logging.getLogger(__name__)
 
-# Which kubeconfig roles a tenant role may ask for.
-ROLES_BY_TENANT_ROLE: dict[str, tuple[str, ...]] = {
-    "admin": ("admin", "edit", "view"),
-    "member": ("edit", "view"),
-    "viewer": ("view",),
-}
 WORKER_LABEL = "kubeconfig-reconciler"
 RBAC_API_VERSION = "rbac.authorization.k8s.io/v1"
 SIMULATED_NOTICE = (
@@ -92,100 +83,17 @@ class VirtualClusters:
         return self.kube.virtual(self.admin_kubeconfig(cluster))
 
 
-# ----- rules
-
-
-def allowed_roles(principal: Principal, tenant: Tenant) -> tuple[str, ...]:
-    if principal.is_platform_admin:
-        return ROLES_BY_TENANT_ROLE["admin"]
-    return ROLES_BY_TENANT_ROLE.get(principal.roles.get(tenant.id, ""), ())
-
-
-def lifetime_bounds(settings: Settings) -> tuple[int, int]:
-    """(default, maximum) token lifetime in seconds, as the operator configured them."""
-    maximum = max(MIN_TOKEN_EXPIRATION_SECONDS, int(settings.kubeconfig_max_hours * 3600))
-    default = int(settings.kubeconfig_default_hours * 3600)
-    return min(max(default, MIN_TOKEN_EXPIRATION_SECONDS), maximum), maximum
-
-
-def is_ready(cluster: VirtualCluster) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in cluster.conditions or [] if isinstance(c, dict))
-
-
-def _is_tenant_admin(principal: Principal, tenant: Tenant) -> bool:
-    return principal.is_platform_admin or principal.roles.get(tenant.id) == "admin"
-
-
-def _ensure_may_issue(principal: Principal, tenant: Tenant, role: str) -> None:
-    if not principal.can_write():
-        raise Forbidden("this API token is read-only")
-    if tenant.state == "suspended":
-        raise Forbidden(f"tenant {tenant.slug!r} is suspended: no new kubeconfigs")
-    allowed = allowed_roles(principal, tenant)
-    if role not in allowed:
-        raise Forbidden(f"your role in {tenant.slug!r} allows {' or '.join(allowed)} "
-                        f"kubeconfigs, not {role}")
-
-
-def _ensure_still_may_issue(db: Session, principal: Principal, tenant: Tenant,
-                            role: str) -> None:
-    """The same rules on the caller's rights as committed, under a share lock of the tenant.
-
-    Member removal, role changes and suspension lock or update the tenant row, then revoke
-    the grants they find: a grant issued on rights read before they committed (the request's
-    roles) would escape them, so it waits for them and looks again.
-    """
-    locked = lock_row(db, Tenant, tenant.id, shared=True)
-    if locked is None:
-        raise TenantHidden(f"no tenant {tenant.slug!r}")
-    if principal.is_platform_admin:
-        current = principal
-    else:
-        role_now = repository.tenant_role(db, tenant.id, principal.user_id)
-        if role_now is None:
-            raise TenantHidden(f"no tenant {tenant.slug!r}")
-        current = replace(principal, roles={**principal.roles, tenant.id: role_now})
-    _ensure_may_issue(current, locked, role)
-
-
-def _lifetime(settings: Settings, requested: int | None) -> int:
-    default, maximum = lifetime_bounds(settings)
-    if requested is None:
-        return default
-    if requested > maximum:
-        raise ValidationFailed.on_field(
-            "lifetime_seconds", f"at most {maximum} seconds ({maximum / 3600:g} h) here")
-    return requested
-
-
-def _cluster_for(db: Session, principal: Principal, slug: str,
-                 name: str) -> tuple[Tenant, VirtualCluster]:
-    tenant = tenant_for(db, principal, slug)
-    cluster = repository.cluster_in_tenant(db, tenant.id, name)
-    if cluster is None:
-        raise NotFound(f"no cluster {name!r} in {slug!r}")
-    return tenant, cluster
-
-
-def _ensure_issuable(cluster: VirtualCluster) -> None:
-    if cluster.deletion_requested_at is not None:
-        raise Conflict(f"cluster {cluster.name!r} is being deleted")
-    if not is_ready(cluster) or cluster.admin_kubeconfig_encrypted is None:
-        raise Conflict(f"cluster {cluster.name!r} is not Ready yet: try again once it is")
-
-
 # ----- issue
 
 
 def issue_kubeconfig(db: Session, principal: Principal, clusters: VirtualClusters,
                      settings: Settings, slug: str, name: str,
                      payload: KubeconfigRequest) -> IssuedKubeconfig:
-    tenant, cluster = _cluster_for(db, principal, slug, name)
-    _ensure_may_issue(principal, tenant, payload.role)
-    _ensure_still_may_issue(db, principal, tenant, payload.role)
-    lifetime = _lifetime(settings, payload.lifetime_seconds)
-    _ensure_issuable(cluster)
+    tenant, cluster = rules.cluster_for(db, principal, slug, name)
+    rules.ensure_may_issue(principal, tenant, payload.role)
+    rules.ensure_still_may_issue(db, principal, tenant, payload.role)
+    lifetime = rules.lifetime(settings, payload.lifetime_seconds)
+    rules.ensure_issuable(cluster)
     admin_yaml = clusters.admin_kubeconfig(cluster)
     # Serialises with the reconciler's "last grant gone, delete the ServiceAccount" step.
     lock_row(db, User, principal.user_id)
@@ -282,8 +190,8 @@ def _as_problem(error: KubeError) -> ProblemError:
 def list_active_grants(db: Session, principal: Principal, slug: str, name: str,
                        params: PageParams) -> Page[GrantOut]:
     """Everyone's live grants for a tenant admin; one's own for anyone else."""
-    tenant, cluster = _cluster_for(db, principal, slug, name)
-    only_user = None if _is_tenant_admin(principal, tenant) else principal.user_id
+    tenant, cluster = rules.cluster_for(db, principal, slug, name)
+    only_user = None if rules.is_tenant_admin(principal, tenant) else principal.user_id
     query = repository.active_grants_query(cluster.id, utcnow(), only_user)
     rows, cursor = paginate(db, query, KubeconfigGrant.id, params)
     users = repository.users_by_id(db, {g.user_id for g in rows})
@@ -297,13 +205,13 @@ def list_active_grants(db: Session, principal: Principal, slug: str, name: str,
 def revoke_grant(db: Session, principal: Principal, clusters: VirtualClusters, slug: str,
                  name: str, grant_id: int) -> GrantOut:
     """Own grants, or any grant of the tenant for its admins; revoking twice is a no-op."""
-    tenant, cluster = _cluster_for(db, principal, slug, name)
+    tenant, cluster = rules.cluster_for(db, principal, slug, name)
     if not principal.can_write():
         raise Forbidden("this API token is read-only")
     grant = repository.grant_in_cluster(db, cluster.id, grant_id)
     if grant is None:
         raise NotFound(f"no kubeconfig grant {grant_id} on {slug}/{name}")
-    if grant.user_id != principal.user_id and not _is_tenant_admin(principal, tenant):
+    if grant.user_id != principal.user_id and not rules.is_tenant_admin(principal, tenant):
         raise Forbidden("you may revoke your own kubeconfigs only")
     if grant.revoked_at is None:
         _mark_revoked(db, grant, "user", tenant.id, principal.user_id, principal.label)
@@ -357,7 +265,7 @@ def revoke_grants_for_tenant(db: Session, tenant_id: int, *, actor_id: int | Non
 def revoke_grants_above_role(db: Session, tenant_id: int, user_id: int, tenant_role: str, *,
                              actor_id: int | None, actor_label: str) -> int:
     """After a role change: grants the user's new tenant role would not get any more."""
-    allowed = ROLES_BY_TENANT_ROLE.get(tenant_role, ())
+    allowed = rules.ROLES_BY_TENANT_ROLE.get(tenant_role, ())
     grants = [g for g in repository.unrevoked_grants(
         db, cluster_ids=repository.cluster_ids_of_tenant(db, tenant_id), user_id=user_id)
         if g.role not in allowed]
@@ -510,18 +418,18 @@ class KubeconfigPanel:
 
 def kubeconfig_panel(db: Session, principal: Principal, settings: Settings, slug: str,
                      name: str) -> KubeconfigPanel:
-    tenant, cluster = _cluster_for(db, principal, slug, name)
-    default, maximum = lifetime_bounds(settings)
+    tenant, cluster = rules.cluster_for(db, principal, slug, name)
+    default, maximum = rules.lifetime_bounds(settings)
     why_not = ""
     try:
-        _ensure_may_issue(principal, tenant, "view")
-        _ensure_issuable(cluster)
+        rules.ensure_may_issue(principal, tenant, "view")
+        rules.ensure_issuable(cluster)
     except ProblemError as error:
         why_not = error.detail
     lifetimes = sorted({t for t in LIFETIME_PRESETS if t <= maximum} | {default, maximum})
     grants = list_active_grants(db, principal, slug, name, PageParams(limit=200)).items
     return KubeconfigPanel(
         tenant=tenant.slug, cluster=cluster.name, issuable=not why_not, why_not=why_not,
-        roles=allowed_roles(principal, tenant), lifetimes=tuple(lifetimes),
-        default_lifetime=default, grants=grants, revoke_any=_is_tenant_admin(principal, tenant),
-        user_id=principal.user_id)
+        roles=rules.allowed_roles(principal, tenant), lifetimes=tuple(lifetimes),
+        default_lifetime=default, grants=grants,
+        revoke_any=rules.is_tenant_admin(principal, tenant), user_id=principal.user_id)

@@ -9,15 +9,16 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from app.auth.csrf import STATE_CHANGING
+from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
-from app.deps import CurrentPrincipal, DbSession, RowId
-from app.errors import Conflict, ValidationFailed
+from app.http.deps import DbSession, RowId
+from app.http.routing import UnitOfWorkRoute
+from app.kit.errors import Conflict, ValidationFailed
 from app.kubeconfigs import service
 from app.kubeconfigs.api import Clusters, kubeconfig_response
 from app.kubeconfigs.schemas import IssuedKubeconfig, KubeconfigRequest
-from app.routing import UnitOfWorkRoute
 from app.web.forms import (
-    STATE_CHANGING,
     FieldErrors,
     FormFields,
     form_payload,

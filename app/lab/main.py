@@ -200,8 +200,8 @@ class Lab:
         (self.folder / "home").mkdir(exist_ok=True)
         with (self.folder / f"{name}.log").open("ab") as log:
             self.processes[name] = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", *args], stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                [sys.executable, "-m", "app.process.cli", *args], stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 env={**os.environ, **self.env, "PORTAL_KUBECONFIG": str(kubeconfig)})
 
     def _wait_for_portal(self, timeout: float = 90.0) -> None:
@@ -219,7 +219,7 @@ class Lab:
 
     def _admin_token(self) -> str:
         env = {**os.environ, **self.env}
-        portal = [sys.executable, "-m", "app.cli"]
+        portal = [sys.executable, "-m", "app.process.cli"]
         subprocess.run([*portal, "users", "make-admin", PLATFORM_ADMIN], env=env, check=True,
                        capture_output=True)
         made = subprocess.run([*portal, "tokens", "create", PLATFORM_ADMIN, "--scope", "admin",

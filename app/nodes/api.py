@@ -7,8 +7,11 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query
 from starlette.responses import Response
 
-from app.deps import CurrentPrincipal, DbSession
-from app.json_body import page_response
+from app.auth.deps import CurrentPrincipal
+from app.http.deps import DbSession
+from app.http.json_body import page_response
+from app.http.pagination import Page, Paging
+from app.http.routing import UnitOfWorkRoute
 from app.nodes import service
 from app.nodes.repository import NodeFilters
 from app.nodes.schemas import (
@@ -19,8 +22,6 @@ from app.nodes.schemas import (
     SuggestionOut,
     TenantNodeOut,
 )
-from app.pagination import Page, Paging
-from app.routing import UnitOfWorkRoute
 
 router = APIRouter(prefix="/api/v1", tags=["nodes"], route_class=UnitOfWorkRoute)
 HostCluster = Annotated[str | None, Query(

@@ -1,4 +1,4 @@
-"""GPU classes, the node inventory and dedicated node assignments."""
+"""The node inventory and dedicated node assignments."""
 
 from __future__ import annotations
 
@@ -8,22 +8,7 @@ from typing import Any
 from sqlalchemy import CheckConstraint, ForeignKey, Index, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, utcnow
-
-
-class GpuClass(Base):
-    """A GPU product as GPU Feature Discovery labels it (``nvidia.com/gpu.product``)."""
-
-    __tablename__ = "gpu_classes"
-    __table_args__ = (CheckConstraint("memory_mib >= 0", name="memory_non_negative"),)
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    product: Mapped[str] = mapped_column(String(200), unique=True)
-    display_name: Mapped[str] = mapped_column(String(100))
-    memory_mib: Mapped[int] = mapped_column(default=0)
-    gpus_per_node: Mapped[int | None]
-    declared_by_admin: Mapped[bool] = mapped_column(default=False)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+from app.database.core import Base, utcnow
 
 
 class Node(Base):

@@ -10,10 +10,11 @@ from typing import Any
 from sqlalchemy import BindParameter, CursorResult, Select, bindparam, func, literal, select, update
 from sqlalchemy.orm import Session
 
+from app.gpu_classes.models import GpuClass
 from app.hosts import repository as hosts_repository
+from app.http.pagination import KeysetPage, PageParams
 from app.kube.manifests import labels as lbl
-from app.nodes.models import GpuClass, Node, NodeAssignment
-from app.pagination import KeysetPage, PageParams
+from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
 
@@ -90,7 +91,7 @@ _NODE_PAGES: dict[NodeFilters, KeysetPage] = {}
 def node_page(db: Session, host_cluster_id: int, filters: NodeFilters,
               params: PageParams) -> tuple[Sequence[Any], str | None]:
     """A page of ``node_rows_query`` in id order, its statement built once per combination of
-    filters (see ``app.pagination.KeysetPage``)."""
+    filters (see ``app.http.pagination.KeysetPage``)."""
     present = [name for name in _FILTER_VALUES if getattr(filters, name)]
     shape = NodeFilters(**dict.fromkeys(present, "?"), ready=filters.ready,
                         include_gone=filters.include_gone)

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from app.validation import SingleLine
+from app.kit.validation import SingleLine
 
 MAX_SUGGESTED_GPUS = 100_000
 

@@ -18,16 +18,21 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.authz import ensure_platform_admin, ensure_platform_writer, tenant_for
-from app.concurrency import insert_or_conflict, lock_row
-from app.db import utcnow
-from app.errors import Conflict, NotFound, ValidationFailed
+from app.authz import ensure_platform_admin, ensure_platform_writer
+from app.database.concurrency import insert_or_conflict, lock_row
+from app.database.core import utcnow
+from app.gpu_classes import capacity_cache
+from app.gpu_classes import repository as gpu_class_repository
+from app.gpu_classes import service as gpu_classes
+from app.gpu_classes.models import GpuClass
 from app.hosts import repository as hosts_repository
 from app.hosts.models import HostCluster
+from app.http.pagination import Page, PageParams, paginate_rows, paginate_sorted
+from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.nodes import tenant_taint
-from app.nodes import capacity_cache, gpu_class_repository, gpu_classes, placement, repository
-from app.nodes.models import GpuClass, Node, NodeAssignment
+from app.nodes import placement, repository
+from app.nodes.models import Node, NodeAssignment
 from app.nodes.placement import FreeNode
 from app.nodes.repository import NodeFilters
 from app.nodes.schemas import (
@@ -41,8 +46,8 @@ from app.nodes.schemas import (
     SuggestionOut,
     TenantNodeOut,
 )
-from app.pagination import Page, PageParams, paginate_rows, paginate_sorted
 from app.quotas.models import TenantQuota
+from app.tenants.access import tenant_for
 from app.tenants.models import Tenant
 from app.workqueue import NODES, enqueue
 

@@ -16,10 +16,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
+from app.gpu_classes import capacity_cache
+from app.gpu_classes import repository as gpu_class_repository
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
-from app.nodes import capacity_cache, gpu_class_repository, repository
+from app.nodes import repository
 from app.nodes.inventory import NodeFacts, display_name
-from app.nodes.models import GpuClass, Node
+from app.nodes.models import Node
 
 ACTOR = "node-inventory"
 

@@ -11,22 +11,24 @@ from markupsafe import Markup
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from app.auth.csrf import STATE_CHANGING
+from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz import ensure_platform_writer
-from app.deps import CurrentPrincipal, DbSession
-from app.errors import Conflict, NotFound, ValidationFailed
-from app.nodes import gpu_classes, service
+from app.gpu_classes import service as gpu_classes
+from app.gpu_classes.schemas import GpuClassOut
+from app.http.deps import DbSession
+from app.http.pagination import PageParams, Paging
+from app.http.routing import UnitOfWorkRoute
+from app.kit.errors import Conflict, NotFound, ValidationFailed
+from app.nodes import service
 from app.nodes.api import Filters, SortQuery
-from app.nodes.gpu_class_schemas import GpuClassOut
 from app.nodes.repository import NodeFilters
 from app.nodes.schemas import AssignmentIn, SuggestionIn
-from app.pagination import PageParams, Paging
-from app.routing import UnitOfWorkRoute
 from app.web import live
 from app.web.charts.bars import Group, stacked_bars
 from app.web.charts.svg import Series
 from app.web.forms import (
-    STATE_CHANGING,
     FieldErrors,
     FormFields,
     as_problem,

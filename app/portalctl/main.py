@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +14,7 @@ from app.portalctl import kubeconfig as kubeconfigs
 from app.portalctl.access import grants_app, members_app, tokens_app
 from app.portalctl.audit import audit
 from app.portalctl.client import ERROR, USAGE, ApiError, Client
+from app.portalctl.clusters import clusters_app, clusters_path
 from app.portalctl.common import Limit, Output, TenantOpt, api, fail, state, tenant_of
 from app.portalctl.fleet import fleet, gpu_classes_app, nodes_app
 from app.portalctl.hosts import hosts_app
@@ -29,7 +28,6 @@ app = typer.Typer(help=f"The GPU Tenant Portal from a terminal.\n\n{EXIT_CODES}"
 tenants_app = typer.Typer(help="Tenants you belong to (all of them for platform admins).",
                           no_args_is_help=True)
 quota_app = typer.Typer(help="A tenant's GPU quota and quota requests.", no_args_is_help=True)
-clusters_app = typer.Typer(help="A tenant's virtual clusters.", no_args_is_help=True)
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(quota_app, name="quota")
 app.add_typer(clusters_app, name="clusters")
@@ -278,189 +276,6 @@ def quota_reject(request_id: int,
         decided = client.request("POST", f"/api/v1/quota-requests/{request_id}/reject",
                                  json={"note": note})
     emit(decided, output, (*REQUEST_COLUMNS, "decided_by"))
-
-
-# ----- clusters
-
-CLUSTER_COLUMNS = ("name", "phase", "region", "host_cluster", "placement", "gpu_class", "gpus",
-                   "cpu_millicores", "memory_mib", "kubernetes_version")
-
-
-def clusters_path(client: Client, tenant: str | None) -> str:
-    return f"/api/v1/tenants/{tenant_of(client, tenant)}/clusters"
-
-
-@clusters_app.command("list")
-def clusters_list(tenant: TenantOpt = None, output: Output = Format.table,
-                  limit: Limit = None) -> None:
-    """List the tenant's clusters.
-
-    Example: portalctl clusters list -o json | jq -r '.[] | select(.ready) | .name'
-    """
-    with api() as client:
-        emit(list(client.items(clusters_path(client, tenant), limit)), output, CLUSTER_COLUMNS)
-
-
-@clusters_app.command("show")
-def clusters_show(name: str, tenant: TenantOpt = None, output: Output = Format.table) -> None:
-    """Show a cluster with its conditions.
-
-    Example: portalctl clusters show train
-    """
-    with api() as client:
-        cluster = client.get(f"{clusters_path(client, tenant)}/{name}")
-    if output is not Format.table:
-        emit(cluster, output, ())
-        return
-    emit({**cluster, "waiting_for_gpus": _gpu_wait(cluster.get("waiting_for_gpus"))}, output,
-         (*CLUSTER_COLUMNS, "endpoint", "generation", "observed_generation",
-          "placement_reason", "waiting_for_gpus"))
-    typer.echo("")
-    emit(cluster["conditions"], output, ("type", "status", "reason", "message"))
-
-
-def _gpu_wait(wait: dict[str, Any] | None) -> str:
-    return str(wait["message"]) if wait else "not looked at yet"
-
-
-@clusters_app.command("create")
-def clusters_create(
-    name: str,
-    gpu_class_id: Annotated[int | None, typer.Option("--gpu-class", help="GPU class id")
-                            ] = None,
-    gpus: Annotated[int, typer.Option(help="whole GPUs from the tenant's quota")] = 0,
-    cpu_millicores: Annotated[int, typer.Option(help="CPU, in millicores")] = 4000,
-    memory_mib: Annotated[int, typer.Option(help="memory, in MiB")] = 16384,
-    placement: Annotated[str | None, typer.Option(
-        help="shared-pool or dedicated-nodes (default: shared-pool)")] = None,
-    region: Annotated[str | None, typer.Option(
-        help="region to run in (default: the portal chooses where the quota has room)")] = None,
-    kubernetes_version: Annotated[str | None, typer.Option(help="default: the portal's first")
-                                  ] = None,
-    template: Annotated[str | None, typer.Option(
-        help="an offered cluster template (default: 'default'); leave out what it fixes")
-    ] = None,
-    template_version: Annotated[int | None, typer.Option(
-        help="an offered version of --template (default: its newest offered)", min=1)
-    ] = None,
-    wait: Annotated[bool, typer.Option(help="follow the conditions until Ready or Failed")
-                    ] = False,
-    timeout: Annotated[float, typer.Option(help="seconds --wait waits before giving up")
-                       ] = 900.0,
-    poll: Annotated[float, typer.Option(help="seconds between checks with --wait", hidden=True)
-                    ] = 2.0,
-    idempotency_key: Annotated[str | None, typer.Option(
-        help="reuse a key to retry a create safely (default: a fresh uuid4)")] = None,
-    tenant: TenantOpt = None, output: Output = Format.table,
-) -> None:
-    """Create a virtual cluster; with --wait, exit 0 when Ready, 1 when Failed or timed out.
-
-    Example: portalctl clusters create train --gpu-class 1 --gpus 4 --wait
-
-    Example: portalctl clusters create train --template training --template-version 2 --gpus 8
-    """
-    if template_version is not None and template is None:
-        fail("--template-version goes with --template", USAGE)
-    body: dict[str, Any] = {"name": name, "gpus": gpus, "cpu_millicores": cpu_millicores,
-                            "memory_mib": memory_mib}
-    optional = {"placement": placement, "region": region, "gpu_class_id": gpu_class_id,
-                "kubernetes_version": kubernetes_version, "template": template,
-                "template_version": template_version}
-    body.update({k: v for k, v in optional.items() if v is not None})
-    with api() as client:
-        path = clusters_path(client, tenant)
-        created = client.request("POST", path, json=body, create=True,
-                                 idempotency_key=idempotency_key)
-        if not wait:
-            emit(created, output, CLUSTER_COLUMNS)
-            return
-        final = wait_for(lambda: client.get(f"{path}/{name}"), timeout, poll)
-    emit(final, output, CLUSTER_COLUMNS)
-    if final["phase"] != "Ready":
-        raise typer.Exit(1)
-
-
-def wait_for(fetch: Callable[[], dict[str, Any]], timeout: float,
-             poll: float) -> dict[str, Any]:
-    """Polls until Ready or Failed, printing each condition change on stderr."""
-    deadline = time.monotonic() + timeout
-    seen: dict[str, tuple[str, str]] = {}
-    while True:
-        cluster = fetch()
-        for condition in cluster["conditions"]:
-            now = (condition["status"], condition["reason"])
-            if seen.get(condition["type"]) != now:
-                seen[condition["type"]] = now
-                typer.echo(f"  {condition['type']}={condition['status']} "
-                           f"{condition['reason']}: {condition['message']}", err=True)
-        if cluster["phase"] == "Failed":
-            typer.echo(f"error: cluster {cluster['name']} failed", err=True)
-            return cluster
-        if cluster["phase"] == "Ready":
-            return cluster
-        if time.monotonic() >= deadline:
-            typer.echo(f"error: cluster {cluster['name']} not Ready after {timeout:g}s "
-                       f"(phase {cluster['phase']})", err=True)
-            return cluster
-        time.sleep(poll)
-
-
-@clusters_app.command("resize")
-def clusters_resize(
-    name: str,
-    gpus: Annotated[int | None, typer.Option(help="whole GPUs")] = None,
-    cpu_millicores: Annotated[int | None, typer.Option(help="CPU, in millicores")] = None,
-    memory_mib: Annotated[int | None, typer.Option(help="memory, in MiB")] = None,
-    tenant: TenantOpt = None, output: Output = Format.table,
-) -> None:
-    """Change a cluster's sizes; those left out keep their value.
-
-    Example: portalctl clusters resize train --gpus 8
-    """
-    body = {k: v for k, v in {"gpus": gpus, "cpu_millicores": cpu_millicores,
-                              "memory_mib": memory_mib}.items() if v is not None}
-    if not body:
-        fail("give at least one of --gpus, --cpu-millicores, --memory-mib", USAGE)
-    with api() as client:
-        resized = client.request("PATCH", f"{clusters_path(client, tenant)}/{name}", json=body)
-    emit(resized, output, CLUSTER_COLUMNS)
-
-
-@clusters_app.command("upgrade-template")
-def clusters_upgrade_template(
-    name: str,
-    version: Annotated[int | None, typer.Option(
-        help="an offered version of the cluster's template (default: the newest offered)",
-        min=1)] = None,
-    tenant: TenantOpt = None, output: Output = Format.table,
-) -> None:
-    """Move a cluster to a newer offered version of its template; the portal applies it.
-
-    Example: portalctl clusters upgrade-template train --version 3
-    """
-    with api() as client:
-        upgraded = client.request(
-            "POST", f"{clusters_path(client, tenant)}/{name}/template-upgrade",
-            json={"version": version})
-    emit(upgraded, output, (*CLUSTER_COLUMNS, "template_version_id"))
-
-
-@clusters_app.command("delete")
-def clusters_delete(
-    name: str,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")
-                   ] = False,
-    tenant: TenantOpt = None,
-) -> None:
-    """Delete a cluster (its kubeconfigs are revoked first, by the portal's worker).
-
-    Example: portalctl clusters delete train --yes
-    """
-    if not yes and not typer.confirm(f"Delete cluster {name}?"):
-        raise typer.Exit(1)
-    with api() as client:
-        client.request("DELETE", f"{clusters_path(client, tenant)}/{name}")
-    typer.echo(f"Cluster {name} is being deleted.")
 
 
 # ----- kubeconfigs

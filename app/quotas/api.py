@@ -7,10 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse
 
-from app.authz import tenant_for
-from app.deps import CurrentPrincipal, DbSession, RowId
-from app.idempotency import IdempotencyKeyHeader, run_idempotent
-from app.pagination import Page, Paging
+from app.auth.deps import CurrentPrincipal
+from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
+from app.http.deps import DbSession, RowId
+from app.http.pagination import Page, Paging
+from app.http.routing import UnitOfWorkRoute
 from app.quotas import service
 from app.quotas.schemas import (
     ApproveIn,
@@ -21,7 +22,7 @@ from app.quotas.schemas import (
     RequestState,
     TenantQuotaOut,
 )
-from app.routing import UnitOfWorkRoute
+from app.tenants.access import tenant_for
 
 router = APIRouter(prefix="/api/v1", tags=["quota"], route_class=UnitOfWorkRoute)
 StateFilter = Annotated[RequestState | None, Query(description="only requests in this state")]

@@ -1,4 +1,4 @@
-"""What happens to quotas that higher domains follow up on (app.hooks)."""
+"""What happens to quotas that higher domains follow up on (app.kit.hooks)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from app.hooks import Hook
+from app.kit.hooks import Hook
 
 
 @dataclass(frozen=True)

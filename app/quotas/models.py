@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import CheckConstraint, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, utcnow
+from app.database.core import Base, utcnow
 
 REQUEST_STATES = ("pending", "approved", "rejected", "cancelled", "expired")
 

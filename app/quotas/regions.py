@@ -12,8 +12,8 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.errors import ValidationFailed
 from app.hosts.models import HostCluster
+from app.kit.errors import ValidationFailed
 
 
 def fleet_regions(db: Session) -> list[str]:

@@ -21,12 +21,13 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
-from app.clusters.models import VirtualCluster
-from app.concurrency import upsert
-from app.hosts.models import HostCluster
-from app.nodes.models import GpuClass, Node, NodeAssignment
-from app.pagination import KeysetPage, PageParams
+from app.database.concurrency import upsert
+from app.gpu_classes.models import GpuClass
+from app.gpu_classes.read_models import node_assignments, nodes
+from app.hosts.repository import hosts_in
+from app.http.pagination import KeysetPage, PageParams
 from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
+from app.quotas.read_models import virtual_clusters
 from app.tenants.models import Tenant
 
 
@@ -81,12 +82,12 @@ def quota_rows_query(
     """A tenant's quota rows with their class, the GPUs its clusters hold, those on its
     dedicated nodes and those bound to its pods (None until the worker read a host) in the
     quota's region, all summed in one statement."""
-    on_nodes = (select(func.coalesce(func.sum(Node.gpu_count), 0))
-                .join(NodeAssignment, and_(NodeAssignment.node_id == Node.id,
-                                           NodeAssignment.ended_at.is_(None)))
-                .where(NodeAssignment.tenant_id == TenantQuota.tenant_id,
-                       Node.gpu_class_id == TenantQuota.gpu_class_id, Node.gone_at.is_(None),
-                       Node.host_cluster_id.in_(hosts_in(TenantQuota.region)))
+    on_nodes = (select(func.coalesce(func.sum(nodes.c.gpu_count), 0))
+                .join(node_assignments, and_(node_assignments.c.node_id == nodes.c.id,
+                                             node_assignments.c.ended_at.is_(None)))
+                .where(node_assignments.c.tenant_id == TenantQuota.tenant_id,
+                       nodes.c.gpu_class_id == TenantQuota.gpu_class_id, nodes.c.gone_at.is_(None),
+                       nodes.c.host_cluster_id.in_(hosts_in(TenantQuota.region)))
                 .scalar_subquery())
     return (tenant_quotas_query(tenant_id)
             .add_columns(GpuClass, _allocated(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
@@ -96,17 +97,34 @@ def quota_rows_query(
             .join(GpuClass, GpuClass.id == TenantQuota.gpu_class_id))
 
 
-def hosts_in(region: Any) -> Select[int]:
-    """The ids of the host clusters in a region (a value or a correlated column)."""
-    return select(HostCluster.id).where(HostCluster.region == region)
+def allocated(tenant_id: Any, gpu_class_id: Any, region: Any, *, placement: str | None = None,
+              excluding: int | None = None, host_cluster_id: int | None = None) -> Select[Any]:
+    """The GPUs of a class the tenant's clusters hold in a region (on one host of it, if
+    given), those being deleted included: the one place this sum is written. Each argument
+    a value or a correlated column."""
+    clusters = virtual_clusters.c
+    query = select(func.coalesce(func.sum(clusters.gpus), 0)).where(
+        clusters.tenant_id == tenant_id, clusters.gpu_class_id == gpu_class_id,
+        clusters.host_cluster_id.in_(hosts_in(region)))
+    if placement is not None:
+        query = query.where(clusters.placement == placement)
+    if excluding is not None:
+        query = query.where(clusters.id != excluding)
+    if host_cluster_id is not None:
+        query = query.where(clusters.host_cluster_id == host_cluster_id)
+    return query
+
+
+def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int, region: str, *,
+                   placement: str | None = None, excluding: int | None = None,
+                   host_cluster_id: int | None = None) -> int:
+    """``allocated``, summed now."""
+    return int(db.scalar(allocated(tenant_id, gpu_class_id, region, placement=placement,
+                                   excluding=excluding, host_cluster_id=host_cluster_id)) or 0)
 
 
 def _allocated(tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
-    return (select(func.coalesce(func.sum(VirtualCluster.gpus), 0))
-            .where(VirtualCluster.tenant_id == tenant_id,
-                   VirtualCluster.gpu_class_id == gpu_class_id,
-                   VirtualCluster.host_cluster_id.in_(hosts_in(region)))
-            .scalar_subquery())
+    return allocated(tenant_id, gpu_class_id, region).scalar_subquery()
 
 
 def _in_use(tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
@@ -181,7 +199,7 @@ def queue_version(db: Session) -> tuple[int, int, int, datetime | None]:
     return row[0], row[1], row[2], row[3]
 
 
-# The tenant's pages, their statements built once (see ``app.pagination.KeysetPage``).
+# The tenant's pages, their statements built once (see ``app.http.pagination.KeysetPage``).
 _QUOTA_PAGE = KeysetPage(quota_rows_query(bindparam("tenant_id")), TenantQuota.id)
 _REQUEST_PAGES = {
     False: KeysetPage(request_rows_query(tenant_id=bindparam("tenant_id")), QuotaRequest.id,

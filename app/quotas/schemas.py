@@ -15,9 +15,9 @@ from pydantic import (
     field_validator,
 )
 
-from app.db import utcnow
-from app.nodes.gpu_class_schemas import Capacity
-from app.validation import MAX_ROW_ID, MultiLine, SingleLine
+from app.database.core import utcnow
+from app.gpu_classes.schemas import Capacity
+from app.kit.validation import MAX_ROW_ID, MultiLine, SingleLine
 
 MAX_GPUS = 10_000
 MAX_CPU_MILLICORES = 100_000_000

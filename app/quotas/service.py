@@ -23,12 +23,13 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.authz import ensure_platform_admin, ensure_platform_writer, tenant_for
-from app.db import utcnow
-from app.errors import Conflict, NotFound, ValidationFailed
-from app.nodes import capacity_cache, gpu_classes
-from app.nodes.models import GpuClass
-from app.pagination import Page, PageParams, paginate_rows
+from app.authz import ensure_platform_admin, ensure_platform_writer
+from app.database.core import utcnow
+from app.gpu_classes import capacity_cache
+from app.gpu_classes import service as gpu_classes
+from app.gpu_classes.models import GpuClass
+from app.http.pagination import Page, PageParams, paginate_rows
+from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.quotas import events, regions, repository
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.quotas.schemas import (
@@ -40,6 +41,7 @@ from app.quotas.schemas import (
     RejectIn,
     TenantQuotaOut,
 )
+from app.tenants.access import tenant_for
 from app.tenants.models import Tenant
 
 EXPIRY_ACTOR = "quota-expiry"

@@ -8,16 +8,17 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from app.auth.csrf import STATE_CHANGING
+from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
-from app.deps import CurrentPrincipal, DbSession, RowId
-from app.errors import Conflict, ProblemError, ValidationFailed
-from app.pagination import Paging
+from app.http.deps import DbSession, RowId
+from app.http.pagination import Paging
+from app.http.routing import UnitOfWorkRoute
+from app.kit.errors import Conflict, ProblemError, ValidationFailed
 from app.quotas import service
 from app.quotas.schemas import REQUEST_STATES, ApproveIn, QuotaRequestCreate, RejectIn
-from app.routing import UnitOfWorkRoute
 from app.web import live
 from app.web.forms import (
-    STATE_CHANGING,
     FieldErrors,
     FormFields,
     as_problem,

@@ -12,11 +12,11 @@ import logging
 
 from sqlalchemy.orm import Session
 
-from app.config import Settings
-from app.crypto import UnreadableSecret
-from app.db import Database
+from app.database.core import Database
 from app.hosts import repository as hosts_repository
 from app.hosts import service as hosts_service
+from app.kit.config import Settings
+from app.kit.crypto import UnreadableSecret
 from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import KubeError, PermanentKubeError, TransientKubeError
 from app.kube.port import KubePort

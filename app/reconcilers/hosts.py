@@ -20,10 +20,10 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.hosts import repository, service
 from app.hosts.health import ChartAnswer, ChartProbe, CheckResult
+from app.kit.config import Settings
 from app.kube.connector import KubeConnector
 from app.reconcilers.host_keys import host_keys, host_target
 from app.reconcilers.kind import DONE, GONE, Context, Outcome

@@ -15,8 +15,8 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
 from app.kube.connector import KubeConnector
 from app.kube.errors import KubeError, TransientKubeError
 from app.kubeconfigs import repository

@@ -24,9 +24,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.hosts import repository as hosts_repository
+from app.kit.config import Settings
 from app.kube.connector import KubeConnector
 from app.kube.errors import ApplyConflictError, KubeError, PermanentKubeError
 from app.kube.manifests import labels as lbl

@@ -14,8 +14,8 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
 from app.quotas.service import expire_quotas
 from app.reconcilers.kind import DONE, GONE, Context, Outcome
 from app.reconcilers.runtime import RunsAlone

@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.kube.retry import RetryPolicy
 from app.reconcilers.breaker import HostBreakers
 from app.reconcilers.kind import Context, HostUnreachable, Kind, Outcome, RetryLater, TerminalError

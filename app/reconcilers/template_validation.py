@@ -21,12 +21,12 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
+from app.gpu_classes.models import GpuClass
 from app.hosts import service as hosts_service
+from app.kit.config import Settings
 from app.kube.connector import KubeConnector, for_host
 from app.kube.port import HostProbe
-from app.nodes.models import GpuClass
 from app.reconcilers.kind import GONE, Context, Outcome
 from app.reconcilers.runtime import RunsAlone
 from app.templates import service

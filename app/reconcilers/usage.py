@@ -23,9 +23,9 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
-from app.config import Settings
-from app.db import Database
-from app.errors import ProblemError
+from app.database.core import Database
+from app.kit.config import Settings
+from app.kit.errors import ProblemError
 from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import KubeError
 from app.kube.port import KubePort

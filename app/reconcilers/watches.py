@@ -1,10 +1,11 @@
 """What a change elsewhere enqueues: the keys of a kind whose desired state derives from it.
 
 Like controller-runtime's ``Watches(source, EnqueueRequestsFromMapFunc(...))``: a lower domain
-announces a change through its hook (``app.hooks``), and the mapping from the changed object to
+announces a change through its hook (``app.kit.hooks``), and the mapping from the changed object to
 the keys to reconcile lives here, with the kinds, so the lower domain knows nothing of them.
 Listeners run in the changing transaction: the keys are due when it commits, never before,
-and not at all if it rolls back. ``app.wiring.connect_hooks`` connects them in every process.
+and not at all if it rolls back. ``app.process.wiring.connect_hooks`` connects them in every
+process.
 """
 
 from __future__ import annotations

@@ -41,10 +41,10 @@ from urllib.parse import urlsplit
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.hosts import service as hosts_service
 from app.hosts.webhook_route import WebhookRoute, route_of
+from app.kit.config import Settings
 from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import ApplyConflictError, KubeError, PermanentKubeError, TransientKubeError
 from app.kube.manifests import labels as lbl

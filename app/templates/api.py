@@ -8,12 +8,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import JSONResponse
 
+from app.auth.deps import CurrentPrincipal
+from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.authz import ensure_platform_writer
 from app.clusters.schemas import ClusterOut
-from app.config import Settings
-from app.deps import CurrentPrincipal, DbSession, get_settings_dep
-from app.idempotency import IdempotencyKeyHeader, run_idempotent
-from app.routing import UnitOfWorkRoute
+from app.http.deps import DbSession, get_settings_dep
+from app.http.routing import UnitOfWorkRoute
+from app.kit.config import Settings
 from app.templates import service
 from app.templates.schemas import (
     ClusterUpgradeIn,

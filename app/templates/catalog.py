@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.clusters.schemas import ClusterCreate
 from app.clusters.shapes import ResolvedCreate, TemplateChoice
-from app.errors import ValidationFailed
+from app.kit.errors import ValidationFailed
 from app.templates import repository
 from app.templates.addons import cluster_addons
 from app.templates.models import DEFAULT_TEMPLATE, ClusterTemplate, ClusterTemplateVersion

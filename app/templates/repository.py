@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.concurrency import lock_row
+from app.database.concurrency import lock_row
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 
 

@@ -17,9 +17,9 @@ from pydantic import (
 )
 
 from app.clusters.schemas import Placement
+from app.kit.validation import MAX_ROW_ID, SingleLine, dns_label_problem
 from app.quotas.schemas import MAX_GPUS
 from app.templates.addons import addon_values
-from app.validation import MAX_ROW_ID, SingleLine, dns_label_problem
 
 NAME_MAX = 40
 MAX_ADDONS = 10

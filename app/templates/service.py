@@ -20,12 +20,12 @@ from app.authz import ensure_platform_writer
 from app.clusters import service as clusters
 from app.clusters.schemas import ClusterOut
 from app.clusters.shapes import TemplateUpgrade
-from app.concurrency import insert_or_conflict
-from app.config import Settings
-from app.db import utcnow
-from app.errors import Conflict, NotFound, ValidationFailed
+from app.database.concurrency import insert_or_conflict
+from app.database.core import utcnow
+from app.gpu_classes.models import GpuClass
+from app.kit.config import Settings
+from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.kube.port import HostProbe
-from app.nodes.models import GpuClass
 from app.templates import repository
 from app.templates.addons import cluster_addons
 from app.templates.charts import ChartResolver

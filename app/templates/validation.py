@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from jsonschema.exceptions import SchemaError
 
-from app.config import Settings
+from app.kit.config import Settings
 from app.kube import manifests
 from app.kube.errors import KubeError
 from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec

@@ -12,18 +12,19 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
+from app.auth.csrf import STATE_CHANGING
+from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
-from app.config import Settings
-from app.deps import CurrentPrincipal, DbSession, get_settings_dep
-from app.errors import Conflict, NotFound, ValidationFailed
-from app.nodes import gpu_classes
-from app.routing import UnitOfWorkRoute
+from app.gpu_classes import service as gpu_classes
+from app.http.deps import DbSession, get_settings_dep
+from app.http.routing import UnitOfWorkRoute
+from app.kit.config import Settings
+from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.templates import service
 from app.templates.addon_lines import format_lines, parse_lines
 from app.templates.schemas import TemplateCreate, VersionEdit
 from app.web.forms import (
-    STATE_CHANGING,
     FieldErrors,
     FormFields,
     form_payload,

@@ -7,13 +7,15 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
 
-from app.authz import ensure_platform_writer, tenant_for
-from app.deps import CurrentPrincipal, DbSession, RowId
-from app.idempotency import IdempotencyKeyHeader, run_idempotent
-from app.json_body import page_response
-from app.pagination import Page, Paging
-from app.routing import UnitOfWorkRoute
+from app.auth.deps import CurrentPrincipal
+from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
+from app.authz import ensure_platform_writer
+from app.http.deps import DbSession, RowId
+from app.http.json_body import page_response
+from app.http.pagination import Page, Paging
+from app.http.routing import UnitOfWorkRoute
 from app.tenants import service
+from app.tenants.access import tenant_for
 from app.tenants.schemas import (
     MemberCreate,
     MemberOut,

@@ -19,15 +19,16 @@ from starlette.responses import Response
 from app import authz
 from app.audit import service as audit
 from app.auth import events as auth_events
+from app.auth.deps import CurrentPrincipal
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.concurrency import lock_row
-from app.deps import CurrentPrincipal, DbSession, RowId
-from app.errors import Conflict, NotFound
-from app.routing import UnitOfWorkRoute
-from app.tenants import events
+from app.database.concurrency import lock_row
+from app.http.deps import DbSession, RowId
+from app.http.routing import UnitOfWorkRoute
+from app.kit.errors import Conflict, NotFound
+from app.kit.validation import SingleLine
+from app.tenants import access, events
 from app.tenants.models import GroupMapping, Membership, Tenant
-from app.validation import SingleLine
 
 ROLE_RANK = {"viewer": 0, "member": 1, "admin": 2}
 
@@ -93,7 +94,7 @@ router = APIRouter(prefix="/api/v1/tenants/{tenant}/group-mappings", tags=["memb
 
 @router.get("", response_model=list[GroupMappingOut])
 def list_mappings(tenant: str, principal: CurrentPrincipal, db: DbSession) -> list[GroupMappingOut]:
-    row = authz.tenant_for(db, principal, tenant, "manage")
+    row = access.tenant_for(db, principal, tenant, "manage")
     mappings = db.scalars(select(GroupMapping).where(GroupMapping.tenant_id == row.id)
                           .order_by(GroupMapping.id))
     return [GroupMappingOut(id=m.id, group=m.group_name, role=m.role) for m in mappings]
@@ -119,7 +120,7 @@ def add_mapping(
     db: Session, principal: Principal, tenant: str, payload: GroupMappingIn
 ) -> GroupMapping:
     authz.ensure_platform_admin(principal)
-    row = authz.tenant_for(db, principal, tenant, "manage")
+    row = access.tenant_for(db, principal, tenant, "manage")
     exists = db.scalar(select(GroupMapping).where(
         GroupMapping.tenant_id == row.id, GroupMapping.group_name == payload.group))
     if exists is not None:
@@ -135,7 +136,7 @@ def add_mapping(
 
 def remove_mapping(db: Session, principal: Principal, tenant: str, mapping_id: RowId) -> None:
     authz.ensure_platform_admin(principal)
-    row = authz.tenant_for(db, principal, tenant, "manage")
+    row = access.tenant_for(db, principal, tenant, "manage")
     # As member changes do: kubeconfigs being issued in the tenant wait, then see the change.
     lock_row(db, Tenant, row.id)
     mapping = db.scalar(select(GroupMapping).where(

@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from sqlalchemy import select
 
+from app.auth.deps import CurrentPrincipal
 from app.auth.schemas import MembershipOut, MeOut
-from app.deps import CurrentPrincipal, DbSession
-from app.routing import UnitOfWorkRoute
+from app.http.deps import DbSession
+from app.http.routing import UnitOfWorkRoute
 from app.tenants.models import Tenant
 
 router = APIRouter(prefix="/api/v1", tags=["me"], route_class=UnitOfWorkRoute)

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.validation import (
+from app.kit.validation import (
     RESERVED_TENANT_SLUGS,
     EmailAddress,
     SingleLine,

@@ -10,11 +10,12 @@ from app.audit import service as audit
 from app.auth import service as auth_service
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.authz import ensure_allowed, ensure_platform_writer, tenant_for, tenants_visible_to
-from app.concurrency import insert_or_conflict, lock_row
-from app.errors import Conflict, NotFound, ProblemError
-from app.pagination import Page, PageParams, paginate_rows
+from app.authz import ensure_allowed, ensure_platform_writer
+from app.database.concurrency import insert_or_conflict, lock_row
+from app.http.pagination import Page, PageParams, paginate_rows
+from app.kit.errors import Conflict, NotFound, ProblemError
 from app.tenants import events, repository
+from app.tenants.access import tenant_for, tenants_visible_to
 from app.tenants.models import Membership, Tenant
 from app.tenants.schemas import (
     MemberCreate,

@@ -8,17 +8,18 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from app.auth.csrf import STATE_CHANGING
+from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
-from app.deps import CurrentPrincipal, DbSession, RowId
-from app.errors import Conflict, NotFound, ProblemError, ValidationFailed
-from app.pagination import PageParams, Paging
-from app.routing import UnitOfWorkRoute
+from app.http.deps import DbSession, RowId
+from app.http.pagination import PageParams, Paging
+from app.http.routing import UnitOfWorkRoute
+from app.kit.errors import Conflict, NotFound, ProblemError, ValidationFailed
 from app.tenants import service
 from app.tenants.api import Search
 from app.tenants.schemas import MemberCreate, MemberUpdate, TenantCreate, TenantUpdate
 from app.web.forms import (
-    STATE_CHANGING,
     FieldErrors,
     FormFields,
     as_problem,

@@ -8,8 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from starlette.responses import StreamingResponse
 
-from app.deps import CurrentPrincipal, DbSession
-from app.routing import UnitOfWorkRoute
+from app.auth.deps import CurrentPrincipal
+from app.http.deps import DbSession
+from app.http.routing import UnitOfWorkRoute
 from app.usage import ledger, service
 from app.usage.csv_export import csv_chunks
 from app.usage.schemas import GroupBy, UsageFilters, UsageReport

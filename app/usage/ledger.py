@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
 
 from app.clusters.models import VirtualCluster
-from app.db import utcnow
+from app.database.core import utcnow
 from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import TenantQuota
 from app.usage.models import LedgerEntry

@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base
+from app.database.core import Base
 
 LEDGER_KINDS = ("quota", "cluster", "node")
 SAMPLE_SOURCES = ("queue", "quota", "node")

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from app import authz
 from app.auth.principal import Principal
+from app.tenants import access
 from app.tenants.models import Tenant
 from app.usage import ledger, repository, service
 from app.usage.schemas import UsageFilters, UsageRow
@@ -69,7 +70,7 @@ class ClassNow:
 
 
 def tenant_page(db: Session, principal: Principal, slug: str, chosen: Span) -> dict[str, Any]:
-    tenant = authz.tenant_for(db, principal, slug, "read")
+    tenant = access.tenant_for(db, principal, slug, "read")
     report = service.report(db, principal, _filters(chosen, slug))
     labels = _labels(chosen)
     daily = stacked_bars(
@@ -190,5 +191,5 @@ def _idle(db: Session, rows: list[UsageRow], chosen: Span) -> list[IdleRow]:
 
 
 def visible_slugs(db: Session, principal: Principal) -> list[str]:
-    query = authz.tenants_visible_to(principal).with_only_columns(Tenant.slug)
+    query = access.tenants_visible_to(principal).with_only_columns(Tenant.slug)
     return list(db.scalars(query.order_by(Tenant.slug)))

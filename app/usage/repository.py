@@ -28,7 +28,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
-from app.nodes.models import GpuClass, Node
+from app.gpu_classes.models import GpuClass
+from app.nodes.models import Node
 from app.quotas.models import GpusInUse, TenantQuota
 from app.tenants.models import Tenant
 from app.usage.models import HourlyUsage, LedgerEntry, UsageSample

@@ -9,9 +9,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app import authz
 from app.auth.principal import Principal
-from app.errors import ValidationFailed
+from app.kit.errors import ValidationFailed
+from app.tenants import access
 from app.tenants.models import Tenant
 from app.usage import ledger, repository
 from app.usage.repository import Period, SecondsRow
@@ -77,10 +77,10 @@ def _next(boundary: datetime, group_by: GroupBy) -> datetime:
 def visible_tenant_ids(db: Session, principal: Principal, slug: str | None) -> Any:
     """The tenants a report covers: the one asked for (404 if hidden), else all visible."""
     if slug:
-        return [authz.tenant_for(db, principal, slug, "read").id]
+        return [access.tenant_for(db, principal, slug, "read").id]
     if principal.is_platform_admin:
         return None
-    return authz.tenants_visible_to(principal).with_only_columns(Tenant.id)
+    return access.tenants_visible_to(principal).with_only_columns(Tenant.id)
 
 
 def report(db: Session, principal: Principal, filters: UsageFilters) -> UsageReport:

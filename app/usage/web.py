@@ -8,8 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from starlette.responses import RedirectResponse, Response
 
-from app.deps import CurrentPrincipal, DbSession
-from app.routing import UnitOfWorkRoute
+from app.auth.deps import CurrentPrincipal
+from app.http.deps import DbSession
+from app.http.routing import UnitOfWorkRoute
 from app.usage import pages
 from app.web.templating import render
 

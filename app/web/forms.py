@@ -16,16 +16,12 @@ from fastapi import Depends, Request
 from pydantic import ValidationError
 from starlette.responses import RedirectResponse, Response
 
-from app.auth.csrf import verify_csrf
-from app.deps import require_principal
-from app.errors import ProblemError, ValidationFailed
+from app.kit.errors import ProblemError, ValidationFailed
 
 _INTEGER = re.compile(r"^[+-]?\d{1,18}$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _TRUE = frozenset({"on", "true", "1", "yes"})
 
-# Sign-in is checked before the CSRF token, so that an anonymous browser is sent to log in.
-STATE_CHANGING = [Depends(require_principal), Depends(verify_csrf)]
 FieldErrors = dict[str, str]
 
 

@@ -19,9 +19,9 @@ from fastapi import Request
 from sqlalchemy.orm import Session
 from starlette.responses import StreamingResponse
 
-from app import hop
-from app.db import Database
-from app.errors import NotFound, ServiceUnavailable
+from app.database.core import Database
+from app.http import hop
+from app.kit.errors import NotFound, ServiceUnavailable
 
 PREFIX = "/live"
 Fingerprint = Callable[[Session], str]

@@ -28,11 +28,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
 from app.hosts import repository as hosts_repository
 from app.hosts import service as hosts_service
 from app.hosts.webhook_route import host_id_of
+from app.kit.config import Settings
 from app.kube.connector import KubeConnector, for_host
 from app.kube.errors import KubeError
 from app.kube.manifests.admission import (

@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, utcnow
+from app.database.core import Base, utcnow
 
 
 class WorkItem(Base):

@@ -15,7 +15,7 @@ from sqlalchemy import and_, case, delete, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from app.db import utcnow
+from app.database.core import utcnow
 from app.workqueue.models import WorkItem
 
 # (kind, key)

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.audit.models import AuditEvent
 from app.audit.schemas import AuditEventOut
-from app.db import Database, utcnow
-from app.pagination import Page
+from app.database.core import Database, utcnow
+from app.http.pagination import Page
 from tests import factories
 from tests.support import oidc
 from tests.support.principals import bearer

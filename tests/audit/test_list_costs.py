@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
-from app.db import Database
+from app.database.core import Database
 from app.tenants.models import Tenant
 from tests import factories
 from tests.support import oidc

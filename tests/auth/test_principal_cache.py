@@ -14,9 +14,9 @@ from app.auth import principal_cache
 from app.auth.models import User
 from app.auth.principal import Principal
 from app.auth.principal_cache import PrincipalCache
-from app.config import Settings
-from app.db import Database
-from app.main import create_app
+from app.database.core import Database
+from app.kit.config import Settings
+from app.process.asgi import create_app
 from app.tenants.models import Membership
 from tests import factories
 from tests.support.principals import bearer

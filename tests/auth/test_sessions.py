@@ -11,9 +11,9 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.auth.models import WebSession
-from app.config import Settings
-from app.db import Database, utcnow
-from app.main import create_app
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
+from app.process.asgi import create_app
 from tests.support import oidc
 from tests.support.web import csrf_of
 

@@ -14,9 +14,9 @@ from app.audit.models import AuditEvent
 from app.auth import principal_cache, tokens
 from app.auth.models import ApiToken
 from app.auth.service import issue_api_token
-from app.config import Settings
-from app.db import Database, utcnow
-from app.main import create_app
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
+from app.process.asgi import create_app
 from tests import factories
 from tests.support.principals import bearer
 from tests.support.sql import statements_during, writes

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
-from app.main import create_app
+from app.process.asgi import create_app
 
 
 @pytest.fixture

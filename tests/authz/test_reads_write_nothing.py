@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from app.db import Database
+from app.database.core import Database
 from tests.authz.route_access import ROUTES, Route
 from tests.authz.test_route_matrix import allowed, call
 from tests.authz.world import World

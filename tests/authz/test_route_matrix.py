@@ -17,9 +17,9 @@ from starlette.routing import Route as StarletteRoute
 
 from app.audit.models import AuditEvent
 from app.auth.sessions import PLAIN_COOKIE
-from app.config import Settings
-from app.db import Database
-from app.main import all_routers, create_app
+from app.database.core import Database
+from app.kit.config import Settings
+from app.process.asgi import all_routers, create_app
 from tests.authz.route_access import ROUTES, Access, Route
 from tests.authz.world import PRINCIPALS, Caller, World
 

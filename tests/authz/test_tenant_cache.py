@@ -9,10 +9,9 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.auth import principal_cache
-from app.authz import tenant_for
-from app.authz.scoping import cache_tenants
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
+from app.tenants.access import cache_tenants, tenant_for
 from app.tenants.models import Tenant
 from tests.support.sql import statements_during
 from tests.support.tenancy import build_tenancy, headers

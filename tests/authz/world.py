@@ -11,12 +11,12 @@ from sqlalchemy.orm import Session
 from app.auth.models import User, WebSession
 from app.auth.service import issue_api_token
 from app.auth.sessions import hash_session_id
-from app.config import DEV_ENCRYPTION_KEY
-from app.crypto import SecretBox
-from app.db import utcnow
+from app.database.core import utcnow
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
+from app.kit.config import DEV_ENCRYPTION_KEY
+from app.kit.crypto import SecretBox
 from app.lab.pki import CertificateAuthority
-from app.nodes.models import GpuClass
 from app.quotas.models import QuotaRequest
 from app.tenants.models import GroupMapping, Tenant
 from tests import factories

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page
 
-from app import migrate
 from app.clusters.installer import SimulatedInstaller
-from app.config import Settings
-from app.db import Database
-from app.devmode import dev_settings, seed_demo, simulated_host_for
+from app.database import migrate
+from app.database.core import Database
+from app.kit.config import Settings
+from app.process.devmode import dev_settings, seed_demo, simulated_host_for
 from tests.support.paths import ROOT
 from tests.support.serving import serving
 

@@ -8,9 +8,9 @@ from playwright.sync_api import Browser, Page, expect
 from sqlalchemy import select
 
 from app.auth import service as auth_service
-from app.devmode import DEMO_TENANT, DEMO_TENANT_ADMIN
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
-from app.nodes.models import GpuClass
+from app.process.devmode import DEMO_TENANT, DEMO_TENANT_ADMIN
 from app.tenants.models import Tenant
 from tests import factories
 from tests.browser.accessibility import serious_violations

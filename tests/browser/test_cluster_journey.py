@@ -14,11 +14,11 @@ import yaml
 from playwright.sync_api import Browser, expect
 from sqlalchemy import select
 
-from app.config import Settings
+from app.gpu_classes.models import GpuClass
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME
-from app.nodes.models import GpuClass
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
 from tests.browser.conftest import demo_database, signed_in_page

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from app.config import Settings
+from app.kit.config import Settings
 from tests import factories
 from tests.browser.conftest import demo_database, signed_in_page
 from tests.support.serving import serving

@@ -15,10 +15,10 @@ from playwright.sync_api import Browser, Page, expect
 from sqlalchemy import select, update
 
 from app.clusters.models import VirtualCluster
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
-from app.nodes.models import GpuClass
+from app.kit.config import Settings
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.tenants.models import Tenant
 from app.web import live

@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, Dialog, Locator, Page, expect
 from sqlalchemy import select
 
 from app.auth import service as auth_service
-from app.devmode import DEMO_TENANT
+from app.process.devmode import DEMO_TENANT
 from app.tenants.models import Tenant
 from tests import factories
 from tests.browser.conftest import Screenshots, SimulatedPortal, sign_in_typed, signed_in_page

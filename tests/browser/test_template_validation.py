@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, expect
 
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.reconcilers.template_validation import TemplateValidator
 from tests import factories
 from tests.browser.conftest import demo_database, signed_in_page

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.orm import Session
 
-from app.db import Database
+from app.database.core import Database
 from tests import factories
 from tests.clusters.support import Harness
 from tests.support.tenancy import Tenancy, build_tenancy

@@ -13,8 +13,8 @@ from app.clusters.installer import InstallError
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate, ClusterOut
 from app.clusters.shapes import ClusterAddon
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
 from app.kube import simulated
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort

@@ -18,7 +18,7 @@ from app.clusters import conditions as cond
 from app.clusters.installer import HelmInstaller, InstallError, SimulatedInstaller
 from app.clusters.models import VirtualCluster
 from app.clusters.shapes import ClusterAddon
-from app.db import Database
+from app.database.core import Database
 from app.kube import simulated
 from tests.clusters.support import Harness, create
 from tests.support.tenancy import Tenancy

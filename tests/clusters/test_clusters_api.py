@@ -19,11 +19,11 @@ from app.clusters import conditions as cond
 from app.clusters import service
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate, ClusterOut
-from app.config import Settings
-from app.db import Database
-from app.errors import ValidationFailed
-from app.main import create_app
-from app.pagination import Page
+from app.database.core import Database
+from app.http.pagination import Page
+from app.kit.config import Settings
+from app.kit.errors import ValidationFailed
+from app.process.asgi import create_app
 from tests import factories
 from tests.clusters.support import cluster_settings
 from tests.support.kube import InMemoryConnector

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db import Database
+from app.database.core import Database
 from app.tenants.models import Tenant
 from tests import factories
 from tests.clusters.test_end_to_end import sign_in_acme_admin

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from app.clusters import conditions as cond
 from app.clusters import repository
-from app.db import Database
+from app.database.core import Database
 from app.kube.memory import InMemoryKube
 from app.reconcilers.clusters import ClusterReconciler
 from app.reconcilers.runtime import Runtime

@@ -21,12 +21,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl
-from app.main import create_app
+from app.process.asgi import create_app
 from app.reconcilers.clusters import ClusterReconciler
 from tests import factories
 from tests.clusters.cleanup import own_objects as cluster_host_objects

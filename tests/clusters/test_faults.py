@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from app.clusters import conditions as cond
-from app.db import Database
+from app.database.core import Database
 from app.kube.errors import TransientKubeError
 from app.reconcilers.clusters import ClusterReconciler
 from tests.clusters.support import Harness, create

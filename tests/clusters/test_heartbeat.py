@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from app.clusters import conditions as cond
-from app.db import Database
+from app.database.core import Database
 from app.reconcilers.clusters import ClusterReconciler
 from app.workqueue import CLUSTERS
 from tests.clusters.support import FakeInstaller, Harness, create

@@ -27,8 +27,8 @@ from app.clusters import service
 from app.clusters.installer import HelmInstaller
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import dump_yaml

@@ -17,9 +17,9 @@ from app.clusters import conditions as cond
 from app.clusters import service
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate, ClusterResize
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
 from app.hosts.models import HostCluster
+from app.kit.config import Settings
 from app.kube.connector import HostTarget
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort, Manifest

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from app.clusters import repository
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.kube.memory import InMemoryKube
 from app.reconcilers.clusters import ClusterReconciler
 from app.workqueue import CLUSTERS as CLUSTER_KIND

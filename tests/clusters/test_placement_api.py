@@ -11,11 +11,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
-from app.main import create_app
-from app.nodes.models import GpuClass
+from app.kit.config import Settings
+from app.process.asgi import create_app
 from tests import factories
 from tests.support.kube import InMemoryConnector
 from tests.support.tenancy import Tenancy, build_tenancy, headers

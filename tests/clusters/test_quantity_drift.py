@@ -6,7 +6,7 @@ re-apply the unchanged ResourceQuota on every resync; comparing values costs no 
 
 from __future__ import annotations
 
-from app.db import Database
+from app.database.core import Database
 from app.kube.manifests import host_namespace_name
 from tests.clusters.support import Harness, create
 from tests.support.tenancy import Tenancy

@@ -15,8 +15,8 @@ from app.clusters.installer import InstallError
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterResize
 from app.clusters.service import delete_cluster, resize_cluster
-from app.crypto import SecretBox
-from app.db import Database
+from app.database.core import Database
+from app.kit.crypto import SecretBox
 from app.kube.errors import PermanentKubeError
 from app.kube.manifests.chart_schema import validate_values
 from app.kubeconfigs.models import KubeconfigGrant

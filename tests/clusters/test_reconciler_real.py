@@ -30,9 +30,9 @@ from app.clusters.installer import InstallError
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize
 from app.clusters.shapes import ClusterAddon
-from app.config import Settings
-from app.crypto import SecretBox
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
+from app.kit.crypto import SecretBox
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl

@@ -17,7 +17,7 @@ from app.clusters import conditions as cond
 from app.clusters.installer import InstallError
 from app.clusters.models import VirtualCluster
 from app.clusters.shapes import ClusterAddon
-from app.db import Database
+from app.database.core import Database
 from app.kube.adapter import KubernetesAdapter
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.team_queues import split, team_label, teams

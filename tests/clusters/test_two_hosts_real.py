@@ -26,12 +26,12 @@ from app.clusters import conditions as cond
 from app.clusters import service
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate, ClusterResize
-from app.config import Settings
-from app.db import Database
-from app.errors import Conflict, ValidationFailed
+from app.database.core import Database
 from app.hosts import service as hosts
 from app.hosts.models import HostCluster
 from app.hosts.schemas import HostCredentialsIn, HostRegister
+from app.kit.config import Settings
+from app.kit.errors import Conflict, ValidationFailed
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl

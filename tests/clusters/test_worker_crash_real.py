@@ -22,7 +22,7 @@ from sqlalchemy import select
 
 from app.clusters import conditions as cond
 from app.clusters.models import VirtualCluster
-from app.db import Database
+from app.database.core import Database
 from app.kube.adapter import KubernetesAdapter
 from app.workqueue import CLUSTERS
 from app.workqueue.models import WorkItem

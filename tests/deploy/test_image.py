@@ -206,7 +206,7 @@ def test_the_runtime_stage_copies_everything_the_portal_reads_at_run_time(
     env = {k: v for k, v in os.environ.items() if not k.startswith("PORTAL_")}
     env.update(PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1",
                PORTAL_DATABASE_URL=f"sqlite:///{tmp_path / 'image.db'}")
-    upgrade = subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"], env=env,
+    upgrade = subprocess.run([sys.executable, "-m", "app.process.cli", "db", "upgrade"], env=env,
                              cwd=elsewhere, capture_output=True, text=True, timeout=120,
                              check=False)
     assert upgrade.returncode == 0, upgrade.stderr
@@ -214,8 +214,8 @@ def test_the_runtime_stage_copies_everything_the_portal_reads_at_run_time(
         import app
         assert app.__file__.startswith({str(tree)!r}), app.__file__
         from fastapi.testclient import TestClient
-        from app.config import get_settings
-        from app.main import create_app
+        from app.kit.config import get_settings
+        from app.process.asgi import create_app
         client = TestClient(create_app(get_settings()))
         assert client.get("/healthz").json() == {{"status": "ok"}}
         assert client.get("/readyz").status_code == 200
@@ -280,7 +280,7 @@ def test_the_build_context_keeps_every_file_the_dockerfile_copies() -> None:
                 for source in sources:
                     assert (ROOT / source).exists(), source
                     assert not _ignored(source), source
-    assert not _ignored("app/cli.py") and not _ignored("templates/base.html")
+    assert not _ignored("app/process/cli.py") and not _ignored("templates/base.html")
 
 
 def _docker_engine() -> bool:

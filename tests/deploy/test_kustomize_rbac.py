@@ -36,9 +36,9 @@ from app.clusters import conditions as cond
 from app.clusters import service
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate, ClusterResize
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.hosts.health import ADMISSION_WEBHOOK, API_REACHABLE, KAI_QUEUE_CRD, run_checks
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.errors import KubeError

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from app.errors import ValidationFailed
 from app.hosts import credentials
+from app.kit.errors import ValidationFailed
 from app.lab.pki import CertificateAuthority
 from tests.support.kube_server import kubeconfig_yaml
 

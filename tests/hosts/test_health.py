@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.config import Settings
 from app.hosts.health import run_checks
 from app.hosts.service import checks_of
+from app.kit.config import Settings
 from app.kube.connector import ClientConnector, HostTarget, probe
 from app.kube.simulated import SimulatedHost
 from app.templates.charts import ChartLookup

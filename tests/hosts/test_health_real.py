@@ -12,12 +12,12 @@ from sqlalchemy import select
 
 from app.audit.models import AuditEvent
 from app.auth.principal import Principal
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
 from app.hosts import repository, service
 from app.hosts.health import ADMISSION_WEBHOOK, run_checks
 from app.hosts.schemas import HostCredentialsIn, HostRegister
 from app.hosts.webhook_route import WebhookRoute
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector, HostTarget
 from app.kube.manifests.admission import (

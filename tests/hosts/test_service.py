@@ -10,15 +10,15 @@ from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.auth.principal import Principal
-from app.config import Settings
-from app.crypto import SecretBox
-from app.db import Database
-from app.errors import Conflict, Forbidden
+from app.database.core import Database
 from app.hosts import repository, service
 from app.hosts.health import CheckResult
 from app.hosts.models import HostCluster
 from app.hosts.schemas import HostCredentialsIn, HostRegister, HostUpdate
 from app.keys.service import rotate_stored_secrets
+from app.kit.config import Settings
+from app.kit.crypto import SecretBox
+from app.kit.errors import Conflict, Forbidden
 from app.lab.pki import CertificateAuthority
 from tests import factories
 from tests.support.kube_server import kubeconfig_yaml

@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.devmode import DEMO_ADMIN
 from app.hosts.models import HostCluster
 from app.lab.pki import CertificateAuthority
+from app.process.devmode import DEMO_ADMIN
 from tests import factories
 from tests.support import oidc
 from tests.support.kube_server import kubeconfig_yaml

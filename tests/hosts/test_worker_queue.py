@@ -9,11 +9,11 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.hosts import repository, service
 from app.hosts.models import HostCluster
 from app.hosts.schemas import HostCredentialsIn, HostRegister, HostUpdate
+from app.kit.config import Settings
 from app.kube.memory import InMemoryKube
 from app.lab.pki import CertificateAuthority
 from app.reconcilers.hosts import HostHealthReconciler

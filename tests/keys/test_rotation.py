@@ -12,13 +12,13 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from app.audit.models import AuditEvent
-from app.cli import cli
 from app.clusters.models import VirtualCluster
-from app.config import get_settings
-from app.crypto import SecretBox, UnreadableSecret
-from app.db import Database
+from app.database.core import Database
 from app.hosts.models import HostCluster
 from app.keys.service import rotate_stored_secrets
+from app.kit.config import get_settings
+from app.kit.crypto import SecretBox, UnreadableSecret
+from app.process.cli import cli
 from tests import factories
 
 KUBECONFIG = "apiVersion: v1\nkind: Config\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings
+from app.kit.config import Settings
 from app.kube.connector import ClientConnector, HostTarget, for_host, probe
 from app.kube.errors import TransientKubeError
 from app.kube.memory import InMemoryKube

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from jsonschema.protocols import Validator
 
-from app.config import Settings
+from app.kit.config import Settings
 from app.kube.manifests import ClusterSpec, ManifestPolicy, vcluster_values
 from app.kube.manifests.chart_schema import (
     pro_only_paths,

@@ -15,10 +15,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.connector import ClientConnector
-from app.main import create_app
+from app.process.asgi import create_app
 from tests.support.kube import RecordingConnector
 from tests.support.kube_server import ApiServer
 from tests.support.kubeconfigs import real_ready_cluster

@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.config import Settings
-from app.db import Database
-from app.errors import ProblemError
+from app.database.core import Database
+from app.kit.config import Settings
+from app.kit.errors import ProblemError
 from app.kubeconfigs import service
 from app.kubeconfigs.models import KubeconfigGrant
 from app.kubeconfigs.schemas import KubeconfigRequest

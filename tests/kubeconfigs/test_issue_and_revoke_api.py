@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.clusters.models import VirtualCluster
-from app.config import DEV_ENCRYPTION_KEY
-from app.crypto import SecretBox
-from app.db import utcnow
+from app.database.core import utcnow
+from app.kit.config import DEV_ENCRYPTION_KEY
+from app.kit.crypto import SecretBox
 from app.kube.adapter import KubernetesAdapter
 from app.kubeconfigs.manifests import service_account_name
 from app.kubeconfigs.models import KubeconfigGrant

@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.clusters.models import VirtualCluster
-from app.config import Settings
-from app.db import Database, utcnow
-from app.errors import Forbidden
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
+from app.kit.errors import Forbidden
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.errors import PermanentKubeError, TransientKubeError
@@ -259,7 +259,7 @@ def test_expired_grants_lose_their_secret_and_the_account_goes_with_its_last_liv
 
 
 def test_the_worker_runs_the_kubeconfig_reconciler(database: Database, settings: Settings) -> None:
-    from app.reconcilers.registry import build_kinds
+    from app.process.worker import build_kinds
 
     names = [r.name for r in build_kinds(settings, database, FakeClusters())]
     assert "kubeconfigs" in names

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.memory import InMemoryKube

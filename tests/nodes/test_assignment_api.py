@@ -11,9 +11,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
-from app.nodes.models import GpuClass, NodeAssignment
+from app.gpu_classes.models import GpuClass
+from app.http.pagination import Page
+from app.nodes.models import NodeAssignment
 from app.nodes.schemas import NodeOut
-from app.pagination import Page
 from tests import factories
 from tests.nodes.conftest import Synced
 from tests.support.principals import bearer

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db import utcnow
+from app.database.core import utcnow
 from app.hosts.models import HostCluster
 from app.nodes import service
 from app.nodes.schemas import AssignmentIn

@@ -10,12 +10,12 @@ from sqlalchemy import func, select
 
 from app.audit.models import AuditEvent
 from app.auth.principal import Principal
-from app.db import Database
+from app.database.core import Database
 from app.hosts.models import HostCluster
+from app.http.pagination import PageParams
 from app.nodes import service
 from app.nodes.models import NodeAssignment
 from app.nodes.schemas import AssignmentIn
-from app.pagination import PageParams
 from tests import factories
 from tests.support.parallel import run_in_parallel
 

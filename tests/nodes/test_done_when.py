@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.gpu_classes.models import GpuClass
 from app.kube.manifests import labels as lbl
-from app.nodes.models import GpuClass
 from app.reconcilers.runtime import Runtime
 from tests import factories
 from tests.nodes.conftest import NOT_READY, RESYNC_SECONDS, Fleet, Portal, untimed

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.nodes.models import GpuClass
+from app.gpu_classes.models import GpuClass
 from app.tenants.models import Tenant
 from tests import factories
 from tests.nodes.conftest import Synced

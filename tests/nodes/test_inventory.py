@@ -7,11 +7,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
-from app.db import Database
+from app.database.core import Database
+from app.gpu_classes.models import GpuClass
+from app.gpu_classes.service import capacity
 from app.kube.memory import InMemoryKube
-from app.nodes.gpu_classes import capacity
 from app.nodes.inventory import display_name, read_node
-from app.nodes.models import GpuClass, Node, NodeAssignment
+from app.nodes.models import Node, NodeAssignment
 from tests import factories
 from tests.nodes.conftest import RACK_LABEL, Synced, reconciler, reference_nodes
 

@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.db import Database
-from app.nodes import capacity_cache
+from app.database.core import Database
+from app.gpu_classes import capacity_cache
 from app.tenants.models import Tenant
 from tests import factories
 from tests.support import oidc

@@ -12,11 +12,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
+from app.gpu_classes.models import GpuClass
 from app.kube.errors import ApplyConflictError, TransientKubeError
 from app.kube.manifests import labels as lbl
 from app.nodes import service
-from app.nodes.models import GpuClass, Node, NodeAssignment
+from app.nodes.models import Node, NodeAssignment
 from app.nodes.schemas import AssignmentIn
 from app.reconcilers.nodes import needs_patch
 from app.workqueue import NODES, enqueue

@@ -10,13 +10,13 @@ import pytest
 from sqlalchemy import select
 
 from app.auth.principal import Principal
-from app.config import Settings
-from app.crypto import SecretBox
-from app.db import Database
+from app.database.core import Database
 from app.hosts import repository as hosts_repository
 from app.hosts import service as hosts_service
 from app.hosts.models import HostCluster
 from app.hosts.schemas import HostCredentialsIn, HostRegister
+from app.kit.config import Settings
+from app.kit.crypto import SecretBox
 from app.kube.connector import ClientConnector
 from app.nodes.inventory import read_node
 from app.nodes.models import Node

@@ -16,10 +16,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db import utcnow
+from app.database.core import utcnow
+from app.gpu_classes.models import GpuClass
+from app.gpu_classes.service import capacity
 from app.kube.manifests import labels as lbl
-from app.nodes.gpu_classes import capacity
-from app.nodes.models import GpuClass, Node, NodeAssignment
+from app.nodes.models import Node, NodeAssignment
 from tests import factories
 from tests.nodes.conftest import Fleet, Portal, untimed
 

@@ -14,9 +14,9 @@ from sqlalchemy import select, update
 from typer.testing import CliRunner
 
 from app.auth.models import User
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
 from app.hosts.models import HostCluster
+from app.kit.config import Settings
 from app.portalctl.main import app
 from tests import factories
 from tests.support import oidc

@@ -26,8 +26,8 @@ from kubernetes import client as _k8s_client
 from kubernetes import config as _k8s_config
 from playwright.sync_api import Browser, expect
 
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from app.config import Settings
+from app.kit.config import Settings
 from app.reconcilers.template_validation import TemplateValidator
 from tests import factories
 from tests.portalctl.conftest import Portal, PortalCtl, Result

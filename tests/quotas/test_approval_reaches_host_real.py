@@ -29,8 +29,8 @@ from app.clusters import service as clusters
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate
 from app.clusters.shapes import ClusterAddon
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 
 from app.audit.models import AuditEvent
 from app.auth.principal import Principal
-from app.db import Database
+from app.database.core import Database
 from app.quotas import service
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.quotas.schemas import ApproveIn, RejectIn

@@ -8,8 +8,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.quotas.schemas import ApproveIn, QuotaRequestCreate
 from app.quotas.service import approve, create_request, expire_quotas
@@ -114,7 +114,7 @@ def test_an_approval_or_an_expiry_enqueues_every_cluster_of_the_tenant(db: Sessi
 
 
 def test_the_expiry_reconciler_is_registered(sqlite_database: Database) -> None:
-    from app.reconcilers.registry import build_kinds
+    from app.process.worker import build_kinds
 
     reconcilers = build_kinds(Settings(env="test"), sqlite_database, InMemoryConnector())
     names = [r.name for r in reconcilers]

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.db import Database
-from app.nodes import capacity_cache
+from app.database.core import Database
+from app.gpu_classes import capacity_cache
 from app.tenants.models import Tenant
 from tests import factories
 from tests.support import oidc

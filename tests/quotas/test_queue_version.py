@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.orm import Session
 
-from app.errors import Forbidden
+from app.kit.errors import Forbidden
 from app.quotas import service
 from app.quotas.schemas import ApproveIn
 from tests import factories

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
-from app.db import utcnow
+from app.database.core import utcnow
 from app.quotas.models import QuotaRequest, TenantQuota
 from tests.support.tenancy import build_tenancy, headers
 

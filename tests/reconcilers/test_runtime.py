@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.reconcilers.kind import (
     DONE,
     GONE,

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
+from app.kit.logs import configure_logging
 from app.kube.connector import ClientConnector
-from app.logs import configure_logging
 from app.reconcilers.clusters import ClusterReconciler
 from app.reconcilers.runtime import Runtime
 from tests.support.paths import ROOT

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
-from app.db import Database
+from app.database.core import Database
 from app.kube.port import KubePort
 from app.kubeconfigs.manifests import PORTAL_NAMESPACE, USER_ID
 from app.tenants.models import Tenant

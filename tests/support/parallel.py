@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy.orm import Session
 
-from app.db import Database
-from app.errors import Conflict
+from app.database.core import Database
+from app.kit.errors import Conflict
 
 Call = Callable[[Session], object]
 

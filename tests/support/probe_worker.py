@@ -16,7 +16,7 @@ from types import FrameType
 
 from sqlalchemy.orm import Session
 
-from app.db import Database
+from app.database.core import Database
 from app.reconcilers.kind import Context, Outcome
 from app.reconcilers.runtime import Runtime
 

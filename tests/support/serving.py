@@ -12,11 +12,11 @@ import httpx
 import uvicorn
 
 from app.clusters.installer import Installer
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.connector import KubeConnector
-from app.main import create_app
-from app.reconcilers.registry import build_worker
+from app.process.asgi import create_app
+from app.process.worker import build_worker
 from tests.support.web import free_port
 
 

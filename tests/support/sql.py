@@ -9,7 +9,7 @@ from httpx import Response
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from app.db import Database
+from app.database.core import Database
 
 WRITES = ("INSERT", "UPDATE", "DELETE")
 SAVEPOINTS = ("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.nodes.models import GpuClass
+from app.gpu_classes.models import GpuClass
 from app.tenants.models import Membership, Tenant
 from tests import factories
 from tests.support import oidc

@@ -10,9 +10,9 @@ import yaml
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
-from app.config import DEV_ENCRYPTION_KEY
-from app.crypto import SecretBox
-from app.db import utcnow
+from app.database.core import utcnow
+from app.kit.config import DEV_ENCRYPTION_KEY
+from app.kit.crypto import SecretBox
 from app.kubeconfigs.models import KubeconfigGrant
 from app.tenants.models import Tenant
 from tests import factories

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from app.config import Settings
+from app.kit.config import Settings
 from app.kube.errors import KubeError
 from app.kube.port import Manifest
 from app.reconcilers.template_validation import TemplateValidator

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from app.audit.models import AuditEvent
 from app.clusters import conditions as cond
 from app.clusters.models import VirtualCluster
-from app.db import Database
+from app.database.core import Database
 from app.templates.addons import addon_values
 from tests.clusters.support import Harness
 from tests.support.tenancy import Tenancy, headers

@@ -21,8 +21,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.clusters import conditions as cond
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl

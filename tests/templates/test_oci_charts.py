@@ -12,7 +12,7 @@ import pytest
 
 from app.clusters.installer import HelmInstaller
 from app.clusters.shapes import ClusterAddon
-from app.config import Settings
+from app.kit.config import Settings
 from app.templates.charts import ChartSources, OciResolver
 from app.templates.schemas import AddonSpec, VersionSettings
 from app.templates.validation import validate

@@ -8,7 +8,7 @@ import httpx
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.config import Settings
+from app.kit.config import Settings
 from app.templates.charts import ChartSources
 from app.templates.schemas import VersionSettings
 from app.templates.validation import HelmIndexResolver, outside_allowlist, validate

@@ -9,7 +9,7 @@ from datetime import timedelta
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.hosts import repository as hosts_repository
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector

@@ -8,7 +8,7 @@ import itertools
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.db import Database
+from app.database.core import Database
 from tests import factories
 from tests.support import oidc
 from tests.support.principals import bearer

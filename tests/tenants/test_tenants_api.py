@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
-from app.pagination import Page
+from app.http.pagination import Page
 from app.tenants.models import Membership, Tenant
 from app.tenants.schemas import TenantOut
 from tests import factories

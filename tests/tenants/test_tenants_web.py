@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
-from app.nodes.models import GpuClass
+from app.gpu_classes.models import GpuClass
 from app.tenants.models import Membership, Tenant
 from tests import factories
 from tests.support import oidc

@@ -14,8 +14,8 @@ from app.clusters import conditions as cond
 from app.clusters import service as clusters
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate, ClusterResize
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.connector import ClientConnector
 from app.quotas import service as quotas
 from app.quotas.models import QuotaRequest

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db import Database
+from app.database.core import Database
 from app.hosts.models import HostCluster
 from app.kube.memory import InMemoryKube
 from app.nodes.models import Node

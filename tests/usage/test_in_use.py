@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.db import Database
+from app.database.core import Database
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.names import host_namespace_name
 from app.kube.memory import InMemoryKube

@@ -20,8 +20,8 @@ import pytest
 
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl

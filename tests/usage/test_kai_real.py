@@ -18,7 +18,7 @@ import pytest
 
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate
-from app.db import Database
+from app.database.core import Database
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import labels as lbl

@@ -12,10 +12,10 @@ from sqlalchemy.orm import Session
 
 from app.clusters import repository as cluster_rows
 from app.clusters.models import VirtualCluster
-from app.config import Settings
-from app.db import Database
-from app.errors import NotFound
+from app.database.core import Database
 from app.hosts.models import HostCluster
+from app.kit.config import Settings
+from app.kit.errors import NotFound
 from app.nodes import service as nodes
 from app.nodes.models import Node
 from app.nodes.schemas import AssignmentIn

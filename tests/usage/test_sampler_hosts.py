@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import select
 
-from app.db import Database
+from app.database.core import Database
 from app.hosts import repository as hosts_repository
 from app.kube.errors import KubeError, TransientKubeError
 from app.kube.memory import InMemoryKube

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from app.auth.principal import Principal
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.hosts import repository as hosts_repository
 from app.hosts import service as hosts
 from app.hosts.schemas import HostCredentialsIn, HostRegister

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db import Database
+from app.database.core import Database
 from app.kube.adapter import KubernetesAdapter
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.names import cluster_queue_name, host_namespace_name

@@ -21,13 +21,13 @@ print("bulk", ledger is not None and event.contains(
 
 
 @pytest.mark.parametrize("start", [
-    "from app.main import create_app; create_app()",
-    "from app.config import Settings; from app.db import Database; "
+    "from app.process.asgi import create_app; create_app()",
+    "from app.kit.config import Settings; from app.database.core import Database; "
     "from app.kube.connector import ClientConnector; "
-    "from app.reconcilers.registry import build_kinds; s = Settings(); "
+    "from app.process.worker import build_kinds; s = Settings(); "
     "build_kinds(s, Database('sqlite://'), ClientConnector(s))",
-    "from app import cli",
-    "import app.models",
+    "from app.process import cli",
+    "import app.process.all_models",
 ], ids=["web", "worker", "cli", "models"])
 def test_every_entry_point_records_the_ledger(start: str) -> None:
     out = subprocess.run([sys.executable, "-c", start + "\n" + _REPORT], capture_output=True,

@@ -19,9 +19,9 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
-from app.config import Settings
-from app.db import Database
-from app.main import create_app
+from app.database.core import Database
+from app.kit.config import Settings
+from app.process.asgi import create_app
 from app.web import live
 from tests import factories
 from tests.support.principals import bearer

@@ -27,10 +27,10 @@ from kubernetes import client as k8s_client
 from kubernetes import config as _k8s_config
 from sqlalchemy import select
 
-from app import migrate
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.db import Database
+from app.database import migrate
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.errors import KubeError, PermanentKubeError
@@ -352,8 +352,9 @@ def test_portal_webhook_serves_the_secrets_certificate_and_stops_on_sigterm(
     env.update(PORTAL_KUBECONFIG=str(webhook.settings.kubeconfig),
                PORTAL_WEBHOOK_NAMESPACE=webhook.settings.webhook_namespace)
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "webhook", "--host", "127.0.0.1", "--port", str(port),
-         "--cert-dir", str(tmp_path)], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+        [sys.executable, "-m", "app.process.cli", "webhook", "--host", "127.0.0.1",
+         "--port", str(port), "--cert-dir", str(tmp_path)],
+        env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
         pair = read_secret(webhook.host().get("v1", "Secret", TLS_SECRET_NAME,
                                               webhook.settings.webhook_namespace)).pair

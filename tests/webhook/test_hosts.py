@@ -15,12 +15,12 @@ from sqlalchemy import select
 
 from app.audit.models import AuditEvent
 from app.auth.principal import Principal
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
 from app.hosts import service as hosts_service
 from app.hosts.health import ADMISSION_WEBHOOK, NO_WEBHOOK_URL, run_checks
 from app.hosts.schemas import HostCredentialsIn, HostRegister
 from app.hosts.webhook_route import host_id_of, route_of, webhook_url_problem
+from app.kit.config import Settings
 from app.kube.connector import HostTarget
 from app.kube.errors import KubeError
 from app.kube.manifests import labels as lbl

@@ -13,14 +13,14 @@ import pytest
 from sqlalchemy import select
 
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.errors import ApplyConflictError
 from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME
 from app.kube.manifests.webhook import TLS_SECRET_NAME
 from app.kube.memory import InMemoryKube
 from app.kube.port import Manifest
-from app.reconcilers.registry import build_kinds
+from app.process.worker import build_kinds
 from app.reconcilers.webhook import WebhookReconciler, serving_hosts
 from app.webhook import certificates as certs
 from app.webhook.secret import read_secret, unbase64

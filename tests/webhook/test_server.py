@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
+from app.kit.config import Settings
 from app.kube.errors import TransientKubeError
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.webhook import TLS_SECRET_NAME, webhook_tls_secret

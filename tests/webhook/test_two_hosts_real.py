@@ -26,10 +26,10 @@ from kubernetes import client as k8s_client
 from kubernetes import config as _k8s_config
 
 from app.auth.principal import Principal
-from app.config import Settings
-from app.db import Database
+from app.database.core import Database
 from app.hosts import service as hosts
 from app.hosts.schemas import HostCredentialsIn, HostRegister
+from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.manifests import ClusterSpec, ManifestPolicy, namespace

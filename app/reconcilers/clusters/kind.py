@@ -42,12 +42,12 @@ from sqlalchemy.orm import Session
 from app.clusters import desired, repository
 from app.clusters.installer import HelmInstaller, Installer
 from app.clusters.models import VirtualCluster
-from app.config import Settings
-from app.crypto import SecretBox
-from app.db import Database, utcnow
+from app.database.core import Database, utcnow
 from app.hosts import repository as hosts_repository
 from app.hosts import service as hosts_service
 from app.hosts.webhook_route import routed
+from app.kit.config import Settings
+from app.kit.crypto import SecretBox
 from app.kube import manifests
 from app.kube.cache import ListCache
 from app.kube.connector import HostTarget, KubeConnector, for_host

@@ -16,7 +16,7 @@ from app.clusters import conditions as cond
 from app.clusters import desired, repository
 from app.clusters.desired import DesiredCluster
 from app.clusters.installer import InstallError
-from app.crypto import SecretBox
+from app.kit.crypto import SecretBox
 from app.kube import manifests, quantities
 from app.kube.cache import ListCache
 from app.kube.errors import KubeError, TransientKubeError

@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from app.nodes.web import CAPACITY_SERIES, NOT_READY
+from app.pages.dashboard import QUOTA_SERIES
 from app.web.charts.bars import Group, grouped_bars, stacked_bars
 from app.web.charts.svg import ticks
 from app.web.charts.timeline import condition_timeline
-from app.web.dashboard import QUOTA_SERIES
 
 GOLDEN = Path(__file__).parent / "golden"
 SVG = "{http://www.w3.org/2000/svg}"

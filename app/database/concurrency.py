@@ -1,0 +1,51 @@
+"""Row locks and conflict-safe inserts that behave on PostgreSQL and on SQLite.
+
+PostgreSQL gets ``SELECT ... FOR UPDATE``. SQLite ignores that clause, so the same call also
+makes a no-op write on the row: it takes SQLite's single write lock, which serialises writers
+and guarantees that every read after it in the transaction sees the latest committed data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.database.core import Base
+from app.kit.errors import Conflict
+
+M = TypeVar("M", bound=Base)
+
+
+def lock_row(db: Session, model: type[M], row_id: int, *, shared: bool = False) -> M | None:
+    """``shared``: ``FOR SHARE`` on PostgreSQL, so holders wait only for writers of the row."""
+    primary_key: Any = model.__mapper__.primary_key[0]
+    if db.get_bind().dialect.name == "sqlite":
+        db.execute(update(model).where(primary_key == row_id).values({primary_key.name: row_id}))
+    query = select(model).where(primary_key == row_id).with_for_update(read=shared)
+    return db.scalar(query.execution_options(populate_existing=True))
+
+
+def insert_or_conflict(db: Session, row: Base, conflict: Conflict) -> None:
+    """Adds a row; a unique constraint lost to a parallel request becomes ``conflict``."""
+    try:
+        with db.begin_nested():
+            db.add(row)
+    except IntegrityError as error:
+        raise conflict from error
+
+
+def upsert(db: Session, model: type[Base], rows: Sequence[dict[str, Any]],
+           keys: Sequence[str]) -> None:
+    """Inserts ``rows``, overwriting those whose ``keys`` exist: two workers writing the same
+    rows at once both succeed (the later wins), where a delete and insert would collide."""
+    if not rows:
+        return
+    dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(model).values(list(rows))
+    changed = {name: statement.excluded[name] for name in rows[0] if name not in keys}
+    db.execute(statement.on_conflict_do_update(index_elements=list(keys), set_=changed))

@@ -1,0 +1,82 @@
+"""HTML: the platform admins' GPU classes page with capacity per class."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from app.auth.csrf import STATE_CHANGING
+from app.auth.deps import CurrentPrincipal
+from app.auth.principal import Principal
+from app.authz import ensure_platform_admin
+from app.gpu_classes import service as gpu_classes
+from app.gpu_classes.schemas import GpuClassCreate, GpuClassUpdate
+from app.http.deps import DbSession, RowId
+from app.http.pagination import PageParams
+from app.http.routing import UnitOfWorkRoute
+from app.kit.errors import Conflict, ValidationFailed
+from app.web.forms import (
+    FieldErrors,
+    FormFields,
+    as_problem,
+    form_payload,
+    go_to,
+    is_htmx,
+    problem_errors,
+    validation_errors,
+)
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
+
+
+def _page(request: Request, db: DbSession, principal: Principal,
+          form: dict[str, Any] | None = None, errors: FieldErrors | None = None,
+          status_code: int = 200) -> Response:
+    ensure_platform_admin(principal)
+    classes = gpu_classes.list_classes(db, principal, PageParams(limit=200)).items
+    return render(request, "admin/gpu_classes.html",
+                  {"classes": classes, "form": form or {}, "errors": errors or {}},
+                  status_code=status_code)
+
+
+@router.get("/admin/gpu-classes")
+def admin_gpu_classes(request: Request, db: DbSession, principal: CurrentPrincipal) -> Response:
+    return _page(request, db, principal)
+
+
+@router.post("/admin/gpu-classes", dependencies=STATE_CHANGING)
+def declare_class(request: Request, db: DbSession, principal: CurrentPrincipal,
+                  fields: FormFields) -> Response:
+    payload = form_payload(fields, keys=("product", "display_name", "memory_mib",
+                                         "gpus_per_node"),
+                           integers=("memory_mib", "gpus_per_node"))
+    try:
+        gpu_classes.declare_class(db, principal, GpuClassCreate.model_validate(payload))
+    except ValidationError as error:
+        return _page(request, db, principal, payload, validation_errors(error), 422)
+    except (ValidationFailed, Conflict) as error:
+        return _page(request, db, principal, payload, problem_errors(error), error.status)
+    return go_to(request, "/admin/gpu-classes")
+
+
+@router.post("/admin/gpu-classes/{class_id}", dependencies=STATE_CHANGING)
+def rename_class(request: Request, class_id: RowId, db: DbSession, principal: CurrentPrincipal,
+                 fields: FormFields) -> Response:
+    try:
+        payload = GpuClassUpdate.model_validate(form_payload(fields, keys=("display_name",)))
+        row = gpu_classes.update_class(db, principal, class_id, payload)
+    except ValidationError as error:
+        problem = as_problem(error)
+        if not is_htmx(request):
+            raise problem from error
+        ensure_platform_admin(principal)
+        current = gpu_classes.to_out(db, principal, gpu_classes.get_class(db, class_id))
+        return render(request, "admin/_gpu_class_row.html",
+                      {"gpu_class": current, "error": problem.detail}, status_code=422)
+    if not is_htmx(request):
+        return go_to(request, "/admin/gpu-classes")
+    return render(request, "admin/_gpu_class_row.html", {"gpu_class": row, "error": ""})

@@ -1,0 +1,268 @@
+"""ASGI middleware: request ids and security headers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from urllib.parse import unquote_to_bytes
+
+from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.kit.errors import PROBLEM_JSON, ProblemError, ServiceUnavailable, ValidationFailed
+from app.kit.logs import new_request_id, request_id_var
+
+_SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
+    "object-src 'none'"
+)
+
+
+class RequestIdMiddleware:
+    """Takes a sane ``X-Request-ID`` from the caller or makes one; echoes it on the response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request_id = incoming if _SAFE_REQUEST_ID.match(incoming) else new_request_id()
+        scope.setdefault("state", {})["request_id"] = request_id
+        token = request_id_var.set(request_id)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)["X-Request-ID"] = request_id
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            request_id_var.reset(token)
+
+
+class SecurityHeadersMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+                headers["X-Content-Type-Options"] = "nosniff"
+                headers["Referrer-Policy"] = "same-origin"
+                headers["X-Frame-Options"] = "DENY"
+                if scope.get("scheme") == "https":
+                    headers["Strict-Transport-Security"] = "max-age=31536000; includeSubDomains"
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class LoadSheddingMiddleware:
+    """Past ``limit`` requests in flight, answers 503 with ``Retry-After`` at once.
+
+    Why: a request the process cannot start soon only waits in a queue while its client times
+    out and retries; turning it away keeps the admitted ones at the process's capacity. Probes
+    and static files are never shed, so an orchestrator does not restart a busy replica.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int, exempt: tuple[str, ...]) -> None:
+        self.app = app
+        self.limit = limit
+        self.exempt = exempt
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(self.exempt):
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.limit:
+            # Held briefly (costs no CPU): clients that retry at once without honouring
+            # Retry-After would otherwise spend the capacity on 503s (seen: 70 req/s left).
+            await asyncio.sleep(SHED_DELAY_SECONDS)
+            await _overloaded(scope, send)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+
+class ControlCharacterGuardMiddleware:
+    """Control characters in the path or query, and NUL or a lone surrogate in a JSON or form
+    body, are a 422 before any handler sees them.
+
+    Why here and not per parameter: PostgreSQL refuses NUL in text and psycopg cannot encode a
+    lone surrogate, so such a string reaching a query (a slug in a path, a filter, a free-text
+    field, the audit of a refusal quoting the path) would end in a 500. No name or filter the
+    portal knows contains a control character. Invalid UTF-8 in a URL arrives as U+FFFD.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        error = _url_problem(scope)
+        check = None
+        if error is None and scope["method"] not in _BODILESS:
+            check = _BODY_CHECKS.get(_media_type(scope))
+        if check is not None:
+            body, receive = await _buffered(receive)
+            error = await check(scope, body)
+        if error is not None:
+            await _problem(scope, send, error, [])
+            return
+        await self.app(scope, receive, send)
+
+
+_CONTROL_IN_PATH = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Raw or percent-encoded, as the query string arrives: C0, DEL and (UTF-8) C1 controls.
+_CONTROL_IN_QUERY = re.compile(
+    rb"[\x00-\x1f\x7f]|\xc2[\x80-\x9f]|%[01][0-9a-f]|%7f|%c2%[89][0-9a-f]", re.IGNORECASE)
+# What may decode to NUL or a lone surrogate; a raw NUL byte also marks UTF-16/32 JSON.
+_SUSPECT_JSON = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]|\x00")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _url_problem(scope: Scope) -> ValidationFailed | None:
+    path: str = scope.get("path", "")
+    query: bytes = scope.get("query_string", b"")
+    found = _CONTROL_IN_PATH.search(path)
+    if found is not None:
+        return ValidationFailed(f"the path contains the control character {_code(found.group())}")
+    encoded = _CONTROL_IN_QUERY.search(query)
+    if encoded is not None:
+        character = unquote_to_bytes(encoded.group()).decode("utf-8", "replace")
+        return ValidationFailed(f"the query string contains the control character "
+                                f"{_code(character)}")
+    return None
+
+
+_BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _media_type(scope: Scope) -> bytes:
+    content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
+    media_type = content_type.split(b";")[0].strip().lower()
+    return b"application/json" if media_type.endswith(b"+json") else media_type
+
+
+async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
+    """The whole body, and a ``receive`` that hands the same messages on to the app."""
+    messages: list[Message] = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            break
+
+    async def replay() -> Message:
+        return messages.pop(0) if messages else await receive()
+
+    return b"".join(m.get("body", b"") for m in messages), replay
+
+
+async def _json_problem(scope: Scope, body: bytes) -> ValidationFailed | None:
+    if not _SUSPECT_JSON.search(body):
+        return None
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None  # not JSON: the route's own parsing answers
+    found = _unstorable_text(document, ())
+    if found is None:
+        return None
+    return _field_problem(*found)
+
+
+async def _form_problem(scope: Scope, body: bytes) -> ValidationFailed | None:
+    """Parsed as the app will parse it: a multipart part may name a charset such as UTF-7."""
+    async def whole_body() -> Message:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    try:
+        form = await Request(scope, whole_body).form()
+    except Exception:
+        return None  # a malformed form is the route's to answer
+    try:
+        for key, value in form.multi_items():
+            found = _unstorable_text(key, (key,)) or _unstorable_text(value, (key,))
+            if found is not None:
+                return _field_problem(*found)
+        return None
+    finally:
+        await form.close()
+
+
+def _field_problem(field: str, character: str) -> ValidationFailed:
+    return ValidationFailed.on_field(field, f"must not contain {_code(character)}")
+
+
+def _unstorable_text(value: object, path: tuple[str, ...]) -> tuple[str, str] | None:
+    """The first string (or key) holding NUL or a lone surrogate: its dotted path and that."""
+    if isinstance(value, str):
+        character = _UNSTORABLE.search(value)
+        return (".".join(path), character.group()) if character else None
+    items: list[tuple[object, object]] = []
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, list):
+        items = list(enumerate(value))
+    for key, item in items:
+        inner = (*path, str(key))
+        found = _unstorable_text(key, inner) if isinstance(key, str) else None
+        found = found or _unstorable_text(item, inner)
+        if found is not None:
+            return found
+    return None
+
+
+_BODY_CHECKS = {
+    b"application/json": _json_problem,
+    b"application/x-www-form-urlencoded": _form_problem,
+    b"multipart/form-data": _form_problem,
+}
+
+
+def _code(character: str) -> str:
+    name = "NUL " if character == "\x00" else ""
+    return f"{name}U+{ord(character):04X}"
+
+
+RETRY_AFTER_SECONDS = 1
+SHED_DELAY_SECONDS = 0.2
+
+
+async def _overloaded(scope: Scope, send: Send) -> None:
+    error = ServiceUnavailable("the portal is at capacity; retry after the Retry-After delay")
+    await _problem(scope, send, error, [(b"retry-after", str(RETRY_AFTER_SECONDS).encode())])
+
+
+async def _problem(scope: Scope, send: Send, error: ProblemError,
+                   headers: list[tuple[bytes, bytes]]) -> None:
+    request_id = scope.get("state", {}).get("request_id", "")
+    body = json.dumps(error.to_problem(scope["path"], request_id)).encode()
+    await send({"type": "http.response.start", "status": error.status, "headers": [
+        (b"content-type", PROBLEM_JSON.encode()),
+        (b"content-length", str(len(body)).encode()),
+        *headers,
+    ]})
+    await send({"type": "http.response.body", "body": body})

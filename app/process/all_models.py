@@ -1,0 +1,43 @@
+"""Every table, imported in one place so that Alembic and tests see the whole metadata."""
+
+from app.audit.models import AuditEvent
+from app.auth.models import ApiToken, IdempotencyKey, User, WebSession
+from app.clusters.models import ClusterGpuWait, VirtualCluster
+from app.database.core import Base
+from app.gpu_classes.models import GpuClass
+from app.hosts.models import HostCluster
+from app.kubeconfigs.models import KubeconfigGrant
+from app.nodes.models import Node, NodeAssignment
+from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
+from app.templates.models import ClusterTemplate, ClusterTemplateVersion
+from app.tenants.models import GroupMapping, Membership, Tenant
+from app.usage.models import HourlyUsage, LedgerEntry, UsageSample
+from app.workqueue.models import WorkItem
+
+__all__ = [
+    "ApiToken",
+    "AuditEvent",
+    "Base",
+    "ClusterGpuWait",
+    "ClusterTemplate",
+    "ClusterTemplateVersion",
+    "GpuClass",
+    "GpusInUse",
+    "GroupMapping",
+    "HostCluster",
+    "HourlyUsage",
+    "IdempotencyKey",
+    "KubeconfigGrant",
+    "LedgerEntry",
+    "Membership",
+    "Node",
+    "NodeAssignment",
+    "QuotaRequest",
+    "Tenant",
+    "TenantQuota",
+    "UsageSample",
+    "User",
+    "VirtualCluster",
+    "WebSession",
+    "WorkItem",
+]

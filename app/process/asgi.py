@@ -1,0 +1,266 @@
+"""The ASGI application: routers, middleware and error rendering."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
+from http import HTTPStatus
+from urllib.parse import quote
+
+from anyio import to_thread
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, RedirectResponse, Response
+
+from app.audit import service as audit
+from app.auth import cli_login, token_api, token_web
+from app.auth import web as auth_web
+from app.auth.csrf import verify_api_csrf
+from app.auth.oidc import make_oauth
+from app.auth.principal_cache import PrincipalCache
+from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
+from app.authz.scoping import TenantHidden
+from app.clusters import api as clusters_api
+from app.clusters import web as clusters_web
+from app.database.core import Database
+from app.fleet import api as fleet_api
+from app.fleet import web as fleet_web
+from app.gpu_classes import api as gpu_classes_api
+from app.gpu_classes import web as gpu_classes_web
+from app.hosts import api as hosts_api
+from app.hosts import web as hosts_web
+from app.http import hop
+from app.http.health import router as health_router
+from app.http.middleware import (
+    RETRY_AFTER_SECONDS,
+    ControlCharacterGuardMiddleware,
+    LoadSheddingMiddleware,
+    RequestIdMiddleware,
+    SecurityHeadersMiddleware,
+)
+from app.kit.config import Settings, get_settings
+from app.kit.errors import (
+    PROBLEM_JSON,
+    Forbidden,
+    ProblemError,
+    ServiceUnavailable,
+    Unauthenticated,
+    ValidationFailed,
+)
+from app.kube.connector import ClientConnector, KubeConnector
+from app.kubeconfigs import api as kubeconfigs_api
+from app.kubeconfigs import web as kubeconfigs_web
+from app.nodes import api as nodes_api
+from app.nodes import web as nodes_web
+from app.pages import audit_api as audit_api
+from app.pages import audit_web as audit_web
+from app.pages import dashboard, home
+from app.process.wiring import connect_hooks
+from app.quotas import api as quotas_api
+from app.quotas import web as quotas_web
+from app.templates import api as templates_api
+from app.templates import web as templates_web
+from app.templates.catalog import TemplateCatalog
+from app.tenants import api as tenants_api
+from app.tenants import group_mappings, me_api
+from app.tenants import web as tenants_web
+from app.tenants.access import cache_tenants
+from app.usage import api as usage_api
+from app.usage import web as usage_web
+from app.web import live
+from app.web.templating import STATIC_DIR, render, templates
+
+log = logging.getLogger(__name__)
+
+API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api.router,
+               tenants_api.router, quotas_api.router, gpu_classes_api.router,
+               kubeconfigs_api.router,
+               nodes_api.router,
+               clusters_api.router, templates_api.router, templates_api.cluster_router,
+               usage_api.router, hosts_api.router, fleet_api.router]
+WEB_ROUTERS = [home.router, auth_web.router, token_web.router, cli_login.router,
+               audit_web.router,
+               dashboard.router, tenants_web.router, quotas_web.router, gpu_classes_web.router,
+               kubeconfigs_web.router,
+               nodes_web.router,
+               clusters_web.router, templates_web.router, usage_web.router, hosts_web.router,
+               fleet_web.router]
+
+
+
+# Every API route: a cookie-authenticated state change must come with the CSRF header.
+API_GUARDS = [Depends(verify_api_csrf)]
+
+
+# Matched first, in this order: FastAPI tries a request against each route in turn, at about ten
+# Python calls a route, and a route of the last router was the 116th. No path matches routes of
+# two routers (tests/test_route_order.py), so the order decides nothing but this cost.
+HOT_ROUTERS = [audit_api.router, me_api.router, nodes_api.router, clusters_api.router,
+               quotas_api.router, tenants_api.router, token_api.router,
+               dashboard.router, clusters_web.router, nodes_web.router, tenants_web.router,
+               quotas_web.router, audit_web.router]
+
+
+def all_routers() -> list[APIRouter]:
+    rest = [r for r in [*API_ROUTERS, *WEB_ROUTERS] if r not in HOT_ROUTERS]
+    return [health_router, *HOT_ROUTERS, *rest]
+
+
+def create_app(
+    settings: Settings | None = None,
+    database: Database | None = None,
+    kube: KubeConnector | None = None,
+) -> FastAPI:
+    settings = settings or get_settings()
+    database = database or Database(settings.database_url, **_pool_for(settings))
+    connect_hooks()
+    app = FastAPI(
+        lifespan=_worker_threads(settings.web_threads),
+        # Not wired to a collector: FastAPI's own OpenTelemetry hooks would only cost time.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+        title="GPU Tenant Portal",
+        version="0.1.0",
+        description="Tenants, GPU quota, dedicated GPU nodes and virtual clusters.",
+    )
+    app.state.settings = settings
+    app.state.database = database
+    app.state.oauth = make_oauth(settings)
+    app.state.kube = kube or ClientConnector(settings)
+    app.state.principals = PrincipalCache(settings.auth_cache_seconds)
+    cache_tenants(database, settings.auth_cache_seconds)
+    # Deployed templates do not change: no stat() of each template file on every render.
+    templates.env.auto_reload = settings.env != "production"
+    # Cluster creation goes through templates without the clusters domain importing them.
+    app.state.template_resolver = TemplateCatalog()
+    policy = SessionPolicy(
+        idle=timedelta(minutes=settings.session_idle_minutes),
+        absolute=timedelta(hours=settings.session_absolute_hours),
+    )
+    store = SessionStore(database, policy)
+    app.add_middleware(ServerSideSessionMiddleware, store_factory=lambda: store,
+                       always_secure=settings.env == "production")
+    app.add_middleware(SecurityHeadersMiddleware)
+    app.add_middleware(LoadSheddingMiddleware, limit=settings.web_max_in_flight,
+                       exempt=("/healthz", "/readyz", "/static/", f"{live.PREFIX}/"))
+    app.add_middleware(ControlCharacterGuardMiddleware)
+    app.add_middleware(RequestIdMiddleware)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    for router in all_routers():
+        app.include_router(router, dependencies=API_GUARDS if router in API_ROUTERS else None)
+    _add_error_handlers(app)
+    return app
+
+
+def _pool_for(settings: Settings) -> dict[str, int]:
+    """A connection for every worker thread and a few spare: connections are held only within
+    a thread's hop, so nobody waits long for one; past the timeout the caller gets a 503."""
+    if settings.is_sqlite:
+        return {}
+    return {"pool_size": settings.web_threads, "max_overflow": 4, "pool_timeout": 5}
+
+
+def _worker_threads(count: int) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Sync endpoints run on this many threads (anyio's default is 40); more only contend for
+    the GIL and for database connections."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        to_thread.current_default_thread_limiter().total_tokens = count
+        hop.set_threads(count)
+        yield
+
+    return lifespan
+
+
+def _wants_problem_json(request: Request) -> bool:
+    return request.url.path.startswith("/api/") or "text/html" not in request.headers.get(
+        "accept", ""
+    )
+
+
+def _problem_response(request: Request, error: ProblemError) -> Response:
+    if _wants_problem_json(request):
+        body = error.to_problem(request.url.path, getattr(request.state, "request_id", ""))
+        headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+        return JSONResponse(body, status_code=error.status, media_type=PROBLEM_JSON,
+                            headers=headers)
+    if error.status == 401:
+        return RedirectResponse(f"/auth/login?next={quote(request.url.path)}", status_code=303)
+    return render(request, "error.html", {"title": error.title, "detail": error.detail},
+                  status_code=error.status)
+
+
+def _audit_denial(request: Request, error: ProblemError) -> None:
+    """Failed authorizations are audited in their own transaction: the request's rolled back."""
+    actor: tuple[int, str] | None = getattr(request.state, "actor", None)
+    if isinstance(error, Unauthenticated) and actor is None and not _sent_token(request):
+        return  # plain anonymous visits are not worth an audit row each
+    database: Database = request.app.state.database
+    with database.transaction() as db:
+        audit.record(
+            db, action="authz.denied", actor_id=actor[0] if actor else None,
+            actor_label=actor[1] if actor else "anonymous",
+            target_type="route", target_id=f"{request.method} {request.url.path}",
+            after={"status": error.status, "detail": error.detail},
+        )
+
+
+def _sent_token(request: Request) -> bool:
+    return request.headers.get("authorization", "").lower().startswith("bearer ")
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ProblemError)
+    async def handle_problem(request: Request, error: ProblemError) -> Response:
+        if isinstance(error, Forbidden | TenantHidden | Unauthenticated):
+            await hop.run_sync(_audit_denial, request, error)
+        return _problem_response(request, error)
+
+    @app.exception_handler(RequestValidationError)
+    async def handle_validation(request: Request, error: RequestValidationError) -> Response:
+        fields = [
+            {"field": ".".join(str(p) for p in e["loc"] if p != "body"), "message": e["msg"]}
+            for e in error.errors()
+        ]
+        return _problem_response(request, ValidationFailed("the request is invalid",
+                                                           errors=fields))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def handle_http(request: Request, error: StarletteHTTPException) -> Response:
+        title = HTTPStatus(error.status_code).phrase
+        problem = ProblemError.with_status(error.status_code, title, str(error.detail))
+        return _problem_response(request, problem)
+
+    @app.exception_handler(PoolTimeout)
+    async def handle_pool_timeout(request: Request, error: PoolTimeout) -> Response:
+        log.warning("no database connection free within the pool timeout on %s %s",
+                    request.method, request.url.path)
+        response = _problem_response(request, ServiceUnavailable(
+            "the portal is at capacity; retry after the Retry-After delay"))
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
+
+    @app.exception_handler(DBAPIError)
+    async def handle_database_error(request: Request, error: DBAPIError) -> Response:
+        if not error.connection_invalidated:
+            return await handle_unexpected(request, error)
+        log.warning("the database connection was lost on %s %s", request.method,
+                    request.url.path)
+        response = _problem_response(request, ServiceUnavailable(
+            "the database connection was lost; retry after the Retry-After delay"))
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
+
+    @app.exception_handler(Exception)
+    async def handle_unexpected(request: Request, error: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        problem = ProblemError.with_status(
+            500, "Internal server error", "an unexpected error occurred; quote the request id"
+        )
+        return _problem_response(request, problem)

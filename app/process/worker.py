@@ -1,0 +1,49 @@
+"""Which kinds the worker runs, and the runtime that runs them."""
+
+from __future__ import annotations
+
+from app.clusters.installer import Installer
+from app.database.core import Database
+from app.kit.config import Settings
+from app.kube.connector import ClientConnector, KubeConnector
+from app.process.wiring import connect_hooks
+from app.reconcilers.clusters import ClusterReconciler
+from app.reconcilers.hosts import HostHealthReconciler
+from app.reconcilers.kind import Kind
+from app.reconcilers.kubeconfigs import KubeconfigReconciler
+from app.reconcilers.nodes import NodeReconciler
+from app.reconcilers.quota_expiry import QuotaExpiryReconciler
+from app.reconcilers.runtime import Runtime
+from app.reconcilers.template_validation import TemplateValidator
+from app.reconcilers.usage import UsageSampler
+from app.reconcilers.webhook import WebhookReconciler
+from app.templates.charts import ChartResolver, ChartSources
+
+
+def build_kinds(
+    settings: Settings, database: Database, kube: KubeConnector,
+    installer: Installer | None = None, charts: ChartResolver | None = None,
+) -> list[Kind]:
+    # The host clusters' health check asks the templates' chart resolver, injected here.
+    connect_hooks()
+    charts = charts or ChartSources()
+    return [QuotaExpiryReconciler(settings, database),
+            KubeconfigReconciler.from_settings(settings, database, kube),
+            NodeReconciler(settings, database, kube),
+            ClusterReconciler(settings, database, kube, installer),
+            WebhookReconciler(settings, database, kube),
+            UsageSampler(settings, database, kube),
+            TemplateValidator(settings, database, kube, charts),
+            HostHealthReconciler(settings, database, kube, charts)]
+
+
+def build_worker(
+    settings: Settings, database: Database, kube: KubeConnector | None = None,
+    installer: Installer | None = None, charts: ChartResolver | None = None,
+) -> Runtime:
+    """``installer`` defaults to helm (the simulated host of ``portal dev`` brings its own);
+    ``charts`` (add-on chart lookups for template validation) to the repositories themselves."""
+    kinds = build_kinds(settings, database, kube or ClientConnector(settings), installer, charts)
+    return Runtime(database, kinds, lease_seconds=settings.worker_lease_seconds,
+                   concurrency=settings.worker_concurrency,
+                   poll_seconds=settings.worker_poll_seconds)

@@ -1,0 +1,86 @@
+"""Tenants as a principal may see them: every tenant-scoped query starts here.
+
+``tenants_visible_to`` and ``tenant_for`` apply ``app.authz``'s rules to the tenant rows.
+Tenants looked up by slug are remembered across requests by the web process (``cache_tenants``),
+with the rules of the callers' cache (``app.auth.principal_cache``): a commit here that changes a
+tenant or a membership empties it at once; a change made by another replica shows after at most
+``PORTAL_AUTH_CACHE_SECONDS``. Who may see the tenant is still decided on every call.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import NamedTuple
+
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm.util import identity_key
+
+from app.auth.principal import Principal
+from app.auth.principal_cache import ExpiringCache, changes_pending, watch
+from app.authz import Action, TenantHidden, ensure_allowed
+from app.database.core import Database
+from app.tenants.models import Membership, Tenant
+
+# A commit touching these empties the caches of tenants and of who callers are (their roles).
+watch(Tenant, Membership)
+_CACHE = "authz.tenant_cache"
+
+
+def tenants_visible_to(principal: Principal) -> Select[Tenant]:
+    query = select(Tenant)
+    if principal.is_platform_admin:
+        return query
+    return query.where(Tenant.id.in_(list(principal.roles)))
+
+
+def tenant_for(db: Session, principal: Principal, slug: str, action: Action = "read") -> Tenant:
+    tenant = _visible_tenant(db, principal, slug)
+    if tenant is None:
+        raise TenantHidden(f"no tenant {slug!r}")
+    ensure_allowed(principal, tenant, action)
+    return tenant
+
+
+def _visible_tenant(db: Session, principal: Principal, slug: str) -> Tenant | None:
+    """The tenant, read once per session (a page asks several services for the same one)."""
+    found: dict[str, Tenant] = db.info.setdefault("tenants_by_slug", {})
+    tenant = found.get(slug)
+    if tenant is None:
+        tenant = _cached_tenant(db, slug)
+        if tenant is None:
+            return None
+        found[slug] = tenant
+    visible = principal.is_platform_admin or tenant.id in principal.roles
+    return tenant if visible else None
+
+
+class _TenantRow(NamedTuple):
+    id: int
+    slug: str
+    display_name: str
+    state: str
+    created_at: datetime
+    updated_at: datetime
+
+
+def cache_tenants(database: Database, seconds: float) -> None:
+    """Sessions of ``database`` remember tenants by slug for ``seconds`` (0: never)."""
+    database.configure_sessions(info={_CACHE: ExpiringCache[_TenantRow](seconds)})
+
+
+def _cached_tenant(db: Session, slug: str) -> Tenant | None:
+    cache: ExpiringCache[_TenantRow] | None = db.info.get(_CACHE)
+    row = cache.get(slug) if cache is not None else None
+    if row is None:
+        tenant = db.scalar(select(Tenant).where(Tenant.slug == slug))
+        if tenant is not None and cache is not None and not changes_pending(db):
+            cache.put(slug, _TenantRow(*(getattr(tenant, f) for f in _TenantRow._fields)))
+        return tenant
+    present = db.identity_map.get(identity_key(Tenant, row.id))
+    if isinstance(present, Tenant):
+        return present  # with whatever this session changed on it
+    # Into this session as if it had been read here, without a query.
+    copy = Tenant(**row._asdict())
+    make_transient_to_detached(copy)
+    return db.merge(copy, load=False)
