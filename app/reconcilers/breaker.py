@@ -1,15 +1,20 @@
-"""A circuit breaker per host cluster, shared by every kind in one worker process.
+"""What the runtime keeps per host cluster, shared by every kind in one worker process.
 
-The first reconcile that finds a host gone opens its breaker; until the breaker's backoff ends
-(growing with each failed probe) the keys on that host wait instead of each retrying on its
-own. The next reconcile after that is the probe: it closes the breaker or opens it longer.
+A circuit breaker: the first reconcile that finds a host gone opens it; until the breaker's
+backoff ends (growing with each failed probe) the keys on that host wait instead of each
+retrying on its own. The next reconcile after that is the probe: it closes the breaker or opens
+it longer.
+
+A share of the pool: a host that answers slowly (or a helm run that hangs) holds at most half
+of the worker's threads, so the clusters of the other hosts keep moving.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from app.kube.retry import RetryPolicy
@@ -43,3 +48,26 @@ class HostBreakers:
         with self._lock:
             if self._open.pop(host_id, None) is not None:
                 log.info("host cluster %d: reachable again", host_id)
+
+
+class HostSlots:
+    """How many reconciles may work on one host at once."""
+
+    def __init__(self, per_host: int) -> None:
+        self.per_host = per_host
+        self._busy: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def hold(self, host_id: int) -> Iterator[bool]:
+        """A slot on the host for the block; False (and nothing held) when all are taken."""
+        with self._lock:
+            taken = self._busy.get(host_id, 0) < self.per_host
+            if taken:
+                self._busy[host_id] = self._busy.get(host_id, 0) + 1
+        try:
+            yield taken
+        finally:
+            if taken:
+                with self._lock:
+                    self._busy[host_id] -= 1

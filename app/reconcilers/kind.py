@@ -13,7 +13,7 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session
 
-from app.reconcilers.breaker import HostBreakers
+from app.reconcilers.breaker import HostBreakers, HostSlots
 from app.reconcilers.leases import Lease
 
 
@@ -47,6 +47,15 @@ class HostUnreachable(RetryLater):
         self.host_id = host_id
 
 
+class Deferred(Exception):
+    """Not run now (the host has its share of the pool busy): looked at again after ``delay``
+    seconds, its failures in a row and last error as they were."""
+
+    def __init__(self, message: str, *, delay: float) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
 class TerminalError(Exception):
     """Permanent until someone changes something: the key is looked at again at its kind's
     resync period (an operator may have fixed the cause), not sooner."""
@@ -54,10 +63,12 @@ class TerminalError(Exception):
 
 @dataclass(frozen=True)
 class Context:
-    """What a reconcile may ask of the runtime: its lease and the host breakers."""
+    """What a reconcile may ask of the runtime: its lease, the host breakers and the hosts'
+    shares of the pool."""
 
     lease: Lease
     hosts: HostBreakers
+    slots: HostSlots
     # Failures of this key in a row before this run.
     attempts: int = 0
 

@@ -4,8 +4,9 @@ A worker process claims due (kind, key) items from the database queue with a fen
 reconciles them on a bounded pool of threads while a heartbeat renews their leases, and
 schedules each again: at its kind's resync period after a success, sooner when the reconcile
 asks, with exponential backoff per key after a transient failure, at the resync period after a
-permanent one, when the host's breaker closes for an unreachable host. Any number of worker
-processes share the queue; one key is reconciled by one of them at a time.
+permanent one, when the host's breaker closes for an unreachable host. A reconcile on a host
+takes one of the host's slots (half the pool), so a slow host never takes every thread. Any
+number of worker processes share the queue; one key is reconciled by one of them at a time.
 
 Level-triggered: every ``resync_seconds`` each kind's keys are seeded into the queue (the ones
 it does not know yet are due at once), so an object made without an enqueue is still found, and
@@ -33,8 +34,16 @@ from sqlalchemy.orm import Session
 
 from app.database.core import Database, utcnow
 from app.kube.retry import RetryPolicy
-from app.reconcilers.breaker import HostBreakers
-from app.reconcilers.kind import Context, HostUnreachable, Kind, Outcome, RetryLater, TerminalError
+from app.reconcilers.breaker import HostBreakers, HostSlots
+from app.reconcilers.kind import (
+    Context,
+    Deferred,
+    HostUnreachable,
+    Kind,
+    Outcome,
+    RetryLater,
+    TerminalError,
+)
 from app.reconcilers.leases import HeldLeases, Lease, LeaseLost, Ref
 from app.workqueue import repository as queue
 
@@ -57,6 +66,8 @@ class Result:
     attempts: int
     error: str | None = None
     forget: bool = False
+    # Not run: the attempts and the last error stay as they were.
+    postponed: bool = False
 
 
 class Runtime:
@@ -76,6 +87,7 @@ class Runtime:
         self.shared = isinstance(database.sessions.kw.get("bind"), Connection)
         single = self.shared or database.engine.dialect.name == "sqlite"
         self.concurrency = 1 if single else concurrency
+        self.slots = HostSlots(max(1, self.concurrency // 2))
         self._gate: AbstractContextManager[Any] = threading.Lock() if self.shared \
             else nullcontext()
         self._seeded: dict[str, float] = {}
@@ -208,13 +220,15 @@ class Runtime:
 
     def _reconcile(self, item: queue.Claimed, lease: Lease) -> Result | None:
         kind = self.kinds[item.kind]
-        context = Context(lease, self.hosts, item.attempts)
+        context = Context(lease, self.hosts, self.slots, item.attempts)
         failures = item.attempts + 1
         try:
             outcome = kind.reconcile(item.key, context)
         except LeaseLost:
             log.warning("%s %s: lease lost to another worker; stopping", *lease_ref(lease))
             return None
+        except Deferred as deferred:
+            return Result(deferred.delay, item.attempts, postponed=True)
         except HostUnreachable as error:
             until = self.hosts.trip(error.host_id)
             wait_for = max((until - self.clock()).total_seconds(), 1.0)
@@ -240,6 +254,9 @@ class Runtime:
         with self.transaction() as db:
             if result.forget:
                 kept = queue.forget(db, item.kind, item.key, item.token, now)
+            elif result.postponed:
+                kept = queue.postpone(db, item.kind, item.key, item.token,
+                                      next_at=now + timedelta(seconds=result.next_in), now=now)
             else:
                 kept = queue.finish(db, item.kind, item.key, item.token,
                                     next_at=now + timedelta(seconds=result.next_in), now=now,

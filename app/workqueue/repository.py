@@ -124,12 +124,22 @@ def finish(db: Session, kind: str, key: str, token: str, *, next_at: datetime,
            now: datetime, attempts: int, error: str | None) -> bool:
     """Ends the lease and schedules the next run (now if it was enqueued meanwhile); False
     when the lease had been lost."""
+    return _release(db, kind, key, token, next_at, now, attempts=attempts, last_error=error)
+
+
+def postpone(db: Session, kind: str, key: str, token: str, *, next_at: datetime,
+             now: datetime) -> bool:
+    """Ends the lease of an item that was not run, keeping its attempts and last error."""
+    return _release(db, kind, key, token, next_at, now)
+
+
+def _release(db: Session, kind: str, key: str, token: str, next_at: datetime, now: datetime,
+             **values: object) -> bool:
     done = db.execute(
         update(WorkItem)
         .where(WorkItem.kind == kind, WorkItem.key == key, WorkItem.lease_owner == token)
-        .values(lease_owner=None, lease_expires_at=None, requeue=False, attempts=attempts,
-                last_error=error,
-                due_at=case((WorkItem.requeue, now), else_=next_at))
+        .values(lease_owner=None, lease_expires_at=None, requeue=False,
+                due_at=case((WorkItem.requeue, now), else_=next_at), **values)
         .execution_options(synchronize_session=False))
     return bool(done.rowcount)  # type: ignore[attr-defined]
 

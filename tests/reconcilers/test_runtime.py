@@ -22,6 +22,7 @@ from app.reconcilers.kind import (
     DONE,
     GONE,
     Context,
+    Deferred,
     HostUnreachable,
     Outcome,
     RetryLater,
@@ -207,6 +208,21 @@ def test_an_unreachable_host_opens_its_breaker_for_every_key_on_it(
     enqueue_now(database, clock, "b")
     assert runtime.run_pass() == 1
     assert probes[0] is None and probes[1] == runtime.hosts.open_until(7)
+
+
+def test_a_deferred_key_comes_back_soon_with_its_failures_as_they_were(
+    database: Database, runtime: Runtime, kind: Scripted, clock: Clock
+) -> None:
+    kind.answers["a"] = [raising(RetryLater("busy")),
+                         raising(Deferred("its host has its share busy", delay=1.0)),
+                         lambda _context: DONE]
+    enqueue_now(database, clock, "a")
+    assert runtime.run_pass() == 1
+    clock.advance(due_in(database, clock, "a"))
+    assert runtime.run_pass() == 1
+    assert due_in(database, clock, "a") == pytest.approx(1.0)
+    deferred = item(database, "a")
+    assert (deferred.attempts, deferred.last_error) == (1, "busy")
 
 
 # ----- several worker processes

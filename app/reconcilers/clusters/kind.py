@@ -25,7 +25,9 @@ Errors: transient ones (429, 5xx, 409, connection trouble, helm failures) set th
 condition and are retried by the runtime with backoff per cluster (at least the server's
 Retry-After); permanent ones set the Failed condition, whose reason the tenant sees, and are
 retried at the resync period in case an operator fixed the cause. A host that does not answer
-opens its breaker: the clusters on it keep their last known conditions and wait for it.
+opens its breaker: the clusters on it keep their last known conditions and wait for it. A host
+that answers slowly takes at most its share of the worker's threads (``HostSlots``): its other
+clusters wait a second while those of other hosts go on.
 """
 
 from __future__ import annotations
@@ -54,13 +56,15 @@ from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.port import KubePort, Manifest, ObjectRef
 from app.reconcilers.clusters.results import Host
 from app.reconcilers.clusters.run import ClusterRun, mark_invalid, to_outcome
-from app.reconcilers.kind import GONE, Context, Outcome
+from app.reconcilers.kind import GONE, Context, Deferred, Outcome
 from app.reconcilers.runtime import RunsAlone
 from app.workqueue import CLUSTERS
 
 log = logging.getLogger(__name__)
 
 WAIT_SECONDS = 3.0
+# How soon a cluster whose host has its share of the pool busy is looked at again.
+HOST_BUSY_SECONDS = 1.0
 # How old the list cache's snapshot may be when it serves an unchanged cluster, and how long
 # an object shared by many clusters counts as applied.
 CACHE_SECONDS = 10.0
@@ -189,6 +193,16 @@ class ClusterReconciler(RunsAlone):
         if loaded.wanted is None:
             assert loaded.invalid is not None
             return mark_invalid(self, int(key), context, *loaded.invalid)
+        with context.slots.hold(loaded.host_id) as slot:
+            if not slot:
+                # The host has its share of the pool busy (slow, or long helm runs): the
+                # clusters of other hosts go first.
+                raise Deferred(f"host cluster {loaded.host_id} has its share of the worker "
+                               "busy", delay=HOST_BUSY_SECONDS)
+            return self._run(loaded, context)
+
+    def _run(self, loaded: Loaded, context: Context) -> Outcome:
+        assert loaded.wanted is not None
         target = loaded.target
         where = Host(loaded.host_id, target.name if target else f"#{loaded.host_id}",
                      self.port(target), self.installer_for(target),
