@@ -225,7 +225,7 @@ class Runtime:
         try:
             outcome = kind.reconcile(item.key, context)
         except LeaseLost:
-            log.warning("%s %s: lease lost to another worker; stopping", *lease_ref(lease))
+            log.warning("%s %s: lease lost to another worker; stopping", item.kind, item.key)
             return None
         except Deferred as deferred:
             return Result(deferred.delay, item.attempts, postponed=True)
@@ -268,10 +268,6 @@ class Runtime:
 def _success(kind: Kind, outcome: Outcome) -> Result:
     after = outcome.requeue_after if outcome.requeue_after is not None else kind.resync_seconds
     return Result(after, 0, forget=outcome.forget)
-
-
-def lease_ref(lease: Lease) -> tuple[str, str]:
-    return lease.kind, lease.key
 
 
 class RunsAlone:
