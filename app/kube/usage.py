@@ -1,7 +1,8 @@
 """What the host reports about GPU use, read in three LISTs per pass whatever the fleet's size.
 
 - each portal-made KAI queue's ``status`` (written by KAI's queue controller): GPUs allocated to
-  running workloads and requested by running and pending ones;
+  running workloads and requested by running and pending ones; and its ``spec``'s GPU quota,
+  the guarantee beyond which KAI's allocation is burst (``burst_of``);
 - each portal-made ResourceQuota's ``status.used`` (written by the controller-manager's quota
   controller): GPUs requested by the namespace's pods;
 - running pods (a field selector, so only those come back): GPUs requested per node, for
@@ -29,12 +30,32 @@ GPU_KEYS = (lbl.GPU_RESOURCE,)
 QUOTA_USED_KEYS = (f"requests.{lbl.GPU_RESOURCE}", lbl.GPU_RESOURCE)
 
 
+def burst_of(allocated_gpus: float, quota_gpus: float | None) -> float:
+    """GPUs KAI lent a leaf queue beyond its guarantee (its quota) from idle ones, which it
+    takes back when another queue needs its own guarantee. With no guarantee known (no quota,
+    or a negative one) nothing counts as burst."""
+    if quota_gpus is None:
+        return 0.0
+    return max(0.0, allocated_gpus - quota_gpus)
+
+
 @dataclass(frozen=True)
 class QueueUse:
     tenant: str
     cluster: str
     allocated_gpus: float
     requested_gpus: float
+    # The queue's own spec.resources.gpu.quota, as KAI sees it; None: no guarantee known.
+    quota_gpus: float | None = None
+
+    @property
+    def burst_gpus(self) -> float:
+        return burst_of(self.allocated_gpus, self.quota_gpus)
+
+    @property
+    def guaranteed_gpus(self) -> float:
+        """The part of the allocation within the queue's guarantee."""
+        return self.allocated_gpus - self.burst_gpus
 
 
 @dataclass(frozen=True)
@@ -100,7 +121,22 @@ def queue_use(queue: Manifest) -> QueueUse | None:
         return None
     status = queue.get("status") or {}
     return QueueUse(*owner, allocated_gpus=_gpus(status.get("allocated"), GPU_KEYS),
-                    requested_gpus=_gpus(status.get("requested"), GPU_KEYS))
+                    requested_gpus=_gpus(status.get("requested"), GPU_KEYS),
+                    quota_gpus=quota_gpus(queue))
+
+
+def quota_gpus(queue: Manifest) -> float | None:
+    """The queue's GPU quota from its spec; None when missing, negative (KAI's -1 means
+    unlimited) or unreadable."""
+    gpu = (((queue.get("spec") or {}).get("resources") or {}).get("gpu") or {})
+    value = gpu.get("quota")
+    if value is None:
+        return None
+    try:
+        found = float(value) if isinstance(value, int | float) else float(parse_quantity(value))
+    except (TypeError, ValueError):
+        return None
+    return found if found >= 0 else None
 
 
 def namespace_use(quota: Manifest) -> NamespaceUse | None:
