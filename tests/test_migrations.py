@@ -238,3 +238,34 @@ def test_0012_gives_hosts_no_webhook_url_and_goes_down_again(empty_url: str) -> 
             ("gpu-us-1",)]
     engine.dispose()
     assert "webhook_url" not in columns
+
+
+def test_0016_counts_no_burst_in_what_was_sampled_before_and_goes_down_again(
+        empty_url: str) -> None:
+    """Samples and hours taken before 0016 had no burst to count (a leaf queue's limit was its
+    quota): 0; a downgrade drops the burst columns and keeps the rows."""
+    migrate.upgrade(empty_url, "0015")
+    engine = make_engine(empty_url)
+    with engine.begin() as connection:
+        for statement in (
+            "INSERT INTO tenants (slug, display_name, state, created_at, updated_at) "
+            "VALUES ('acme', 'Acme', 'active', '2026-11-01', '2026-11-01')",
+            "INSERT INTO usage_samples (taken_s, source, tenant_id, subject_id, used_gpus, "
+            "allocated_gpus, requested_gpus, holds_s) VALUES (0, 'queue', 1, 1, 3, 3, 3, 600)",
+            "INSERT INTO usage_hourly (hour_s, source, tenant_id, subject_id, samples, "
+            "mean_used_gpus, peak_used_gpus, mean_allocated_gpus, mean_requested_gpus, "
+            "used_gpu_seconds) VALUES (0, 'queue', 1, 1, 1, 3, 3, 3, 3, 10800)",
+        ):
+            connection.execute(text(statement))
+    migrate.upgrade(empty_url, "0016")
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT burst_gpus FROM usage_samples")).scalar_one() == 0
+        assert connection.execute(text(
+            "SELECT burst_gpu_seconds FROM usage_hourly")).scalar_one() == 0
+    migrate.downgrade(empty_url, "0015")
+    with engine.connect() as connection:
+        columns = {c["name"] for c in inspect(connection).get_columns("usage_samples")}
+        assert connection.execute(text("SELECT used_gpus FROM usage_samples")).scalar_one() == 3
+        assert "cluster_gpus_in_use" not in inspect(connection).get_table_names()
+    engine.dispose()
+    assert "burst_gpus" not in columns

@@ -74,3 +74,19 @@ class ClusterGpuWait(Base):
     pods: Mapped[int] = mapped_column(default=0)
     reason: Mapped[str] = mapped_column(Text, default="")
     observed_at: Mapped[datetime]
+
+
+class ClusterGpusInUse(Base):
+    """What KAI has allocated to the cluster's leaf queue, as the worker last read it: the part
+    within the queue's quota (guaranteed) and the part beyond it (burst), which KAI takes back
+    when another queue needs its guarantee. Only clusters with a leaf queue have a row."""
+
+    __tablename__ = "cluster_gpus_in_use"
+    __table_args__ = (CheckConstraint("guaranteed_gpus >= 0 AND burst_gpus >= 0",
+                                      name="gpus_non_negative"),)
+
+    cluster_id: Mapped[int] = mapped_column(
+        ForeignKey("virtual_clusters.id", ondelete="CASCADE"), primary_key=True)
+    guaranteed_gpus: Mapped[float]
+    burst_gpus: Mapped[float]
+    observed_at: Mapped[datetime]

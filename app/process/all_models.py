@@ -2,7 +2,7 @@
 
 from app.audit.models import AuditEvent
 from app.auth.models import ApiToken, IdempotencyKey, User, WebSession
-from app.clusters.models import ClusterGpuWait, VirtualCluster
+from app.clusters.models import ClusterGpusInUse, ClusterGpuWait, VirtualCluster
 from app.database.core import Base
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
@@ -19,6 +19,7 @@ __all__ = [
     "AuditEvent",
     "Base",
     "ClusterGpuWait",
+    "ClusterGpusInUse",
     "ClusterTemplate",
     "ClusterTemplateVersion",
     "GpuClass",

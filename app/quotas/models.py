@@ -84,4 +84,6 @@ class GpusInUse(Base):
     host_cluster_id: Mapped[int] = mapped_column(
         ForeignKey("host_clusters.id", ondelete="CASCADE"), primary_key=True)
     gpus: Mapped[float]
+    # Of ``gpus``, those KAI lent beyond the queues' quotas: it may take them back.
+    burst_gpus: Mapped[float] = mapped_column(default=0.0, server_default="0")
     observed_at: Mapped[datetime]

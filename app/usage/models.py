@@ -65,6 +65,8 @@ class UsageSample(Base):
     used_gpus: Mapped[float]
     allocated_gpus: Mapped[float] = mapped_column(default=0.0)
     requested_gpus: Mapped[float] = mapped_column(default=0.0)
+    # Of ``used_gpus``, a queue's allocation beyond its quota (app.kube.usage.burst_of).
+    burst_gpus: Mapped[float] = mapped_column(default=0.0, server_default="0")
     # It stands until the subject's next sample, at most this long (the worker may stop).
     holds_s: Mapped[int] = mapped_column(default=600, server_default="600")
 
@@ -95,3 +97,4 @@ class HourlyUsage(Base):
     mean_requested_gpus: Mapped[float] = mapped_column(default=0.0)
     # The hour's samples, each standing until the next (at most its holds_s), integrated.
     used_gpu_seconds: Mapped[float] = mapped_column(default=0.0, server_default="0")
+    burst_gpu_seconds: Mapped[float] = mapped_column(default=0.0, server_default="0")
