@@ -11,7 +11,7 @@ from app.portalctl.common import TenantOpt, api
 from app.portalctl.output import Format, emit
 
 ROW_COLUMNS = ("period", "tenant", "gpu_class", "approved_gpu_hours", "allocated_gpu_hours",
-               "dedicated_gpu_hours", "used_gpu_hours")
+               "dedicated_gpu_hours", "used_gpu_hours", "guaranteed_gpu_hours", "burst_gpu_hours")
 
 
 class UsageFormat(StrEnum):
@@ -39,7 +39,8 @@ def usage(
                                                 help="table, json, yaml or csv")
                       ] = UsageFormat.table,
 ) -> None:
-    """GPU-hours of approved quota, clusters, dedicated nodes and pods, per period.
+    """GPU-hours of approved quota, clusters, dedicated nodes and pods (guaranteed and burst),
+    per period.
 
     Without --tenant, every tenant you may see (all of them for platform admins).
 

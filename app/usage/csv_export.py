@@ -10,7 +10,8 @@ from app.usage.schemas import UsageRow
 
 COLUMNS = ("period", "period_start", "period_end", "tenant", "gpu_class", "approved_gpu_hours",
            "allocated_gpu_hours", "dedicated_gpu_hours", "used_gpu_hours",
-           "allocated_gpu_seconds")
+           "allocated_gpu_seconds", "guaranteed_gpu_hours", "burst_gpu_hours")
+# New columns go at the end: readers index the columns (app.lab.demo reads column 8).
 # A spreadsheet evaluates a cell that starts with one of these as a formula.
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _ROWS_PER_CHUNK = 500
@@ -26,7 +27,8 @@ def _cells(row: UsageRow) -> list[str]:
             neutralised(row.tenant), neutralised(row.gpu_class),
             _number(row.approved_gpu_hours), _number(row.allocated_gpu_hours),
             _number(row.dedicated_gpu_hours), _number(row.used_gpu_hours),
-            str(row.allocated_gpu_seconds)]
+            str(row.allocated_gpu_seconds), _number(row.guaranteed_gpu_hours),
+            _number(row.burst_gpu_hours)]
 
 
 def _number(value: float) -> str:

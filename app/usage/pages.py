@@ -81,10 +81,29 @@ def tenant_page(db: Session, principal: Principal, slug: str, chosen: Span) -> d
     clusters = repository.clusters_now(db, tenant.id)
     classes = _classes_now(db, tenant, clusters)
     return {"tenant": tenant, "span": chosen, "rows": report.rows, "daily_chart": daily,
+            "in_use_chart": _in_use_chart(tenant, report.rows, labels),
             "clusters": clusters, "classes": classes,
             "products": repository.class_products(db, {c.gpu_class_id for c in clusters}),
             "now_chart": _now_chart(tenant, classes),
             "csv_query": chosen.query(tenant=tenant.slug)}
+
+
+def _in_use_chart(tenant: Tenant, rows: list[UsageRow], labels: list[str]) -> Markup:
+    return stacked_bars(
+        "GPU-hours in use per day: guaranteed and burst",
+        f"GPU-hours bound to {tenant.slug}'s pods each day (UTC) from {labels[0]} to "
+        f"{labels[-1]}, all GPU classes: within the clusters' guarantees, and burst, lent by "
+        "KAI beyond them from idle GPUs and taken back when another tenant needs its "
+        "guarantee. The table below lists the figures.", labels,
+        [_total(rows, labels, "guaranteed_gpu_hours", "guaranteed"),
+         _total(rows, labels, "burst_gpu_hours", "burst")], "GPU-hours")
+
+
+def _total(rows: list[UsageRow], labels: list[str], field: str, label: str) -> Series:
+    by_day = dict.fromkeys(labels, 0.0)
+    for row in rows:
+        by_day[row.period] += getattr(row, field)
+    return Series(label, [round(v, 6) for v in by_day.values()])
 
 
 def _classes_now(db: Session, tenant: Tenant,
@@ -168,11 +187,13 @@ def _class_charts(db: Session, rows: list[UsageRow], chosen: Span,
         total = next((n for c, n in capacity.items() if products.get(c) == gpu_class), 0)
         series = [Series("capacity (today)", [float(total)] * len(labels)),
                   Series("guaranteed", _mean_gpus(mine, labels, hours, "approved_gpu_hours")),
-                  Series("in use", _mean_gpus(mine, labels, hours, "used_gpu_hours"))]
-        chart = lines(f"{gpu_class}: capacity, guaranteed and in use",
+                  Series("in use", _mean_gpus(mine, labels, hours, "used_gpu_hours")),
+                  Series("of which burst", _mean_gpus(mine, labels, hours, "burst_gpu_hours"))]
+        chart = lines(f"{gpu_class}: capacity, guaranteed, in use and burst",
                       f"Mean GPUs of {gpu_class} per day (UTC): the capacity of live nodes "
-                      "today, the quota guaranteed to tenants, and the GPUs running pods "
-                      "requested. The table below lists the figures.", labels, series, "GPUs")
+                      "today, the quota guaranteed to tenants, the GPUs running pods "
+                      "requested, and of those the burst KAI lent beyond the clusters' "
+                      "guarantees. The table below lists the figures.", labels, series, "GPUs")
         charts.append((gpu_class, chart, series))
     return charts
 

@@ -52,7 +52,7 @@ class SecondsRow:
     period: int  # index into the periods asked for
     tenant_id: int
     gpu_class_id: int
-    kind: str  # quota, cluster, node or used
+    kind: str  # quota, cluster, node, used or burst (part of used)
     cluster_id: int | None
     seconds: float
 
@@ -113,8 +113,9 @@ def allocated_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
 
 def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
                  tenant_ids: Any = None) -> list[SecondsRow]:
-    """GPU-seconds in use per period, tenant and class: each raw sample over the span it
-    stands for (up to now), and the folded hours' integrals."""
+    """GPU-seconds in use (``used``) and of those burst (``burst``) per period, tenant and
+    class: each raw sample over the span it stands for (up to now), and the folded hours'
+    integrals."""
     if not periods:
         return []
     cap = min(now_s, periods[-1].end_s)
@@ -122,14 +123,16 @@ def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
     spans = sample_spans(tenant_ids=tenant_ids, sources=USED_SOURCES)
     end = case((spans.c.end_s < cap, spans.c.end_s), else_=cap)
     keys = [period.c.n, spans.c.tenant_id, spans.c.gpu_class_id]
-    raw = (select(*keys, func.sum(spans.c.used_gpus * _overlap(spans.c.start_s, end, period))
-                  .label("seconds"))
+    overlap = _overlap(spans.c.start_s, end, period)
+    raw = (select(*keys, func.sum(spans.c.used_gpus * overlap).label("seconds"),
+                  func.sum(spans.c.burst_gpus * overlap).label("burst_seconds"))
            .join_from(spans, period, and_(spans.c.start_s < period.c.end_s,
                                           end > period.c.start_s))
            .where(spans.c.gpu_class_id.is_not(None), spans.c.start_s < cap)
            .group_by(*keys))
     hour_keys = [period.c.n, HourlyUsage.tenant_id, HourlyUsage.gpu_class_id]
-    folded = (select(*hour_keys, func.sum(HourlyUsage.used_gpu_seconds).label("seconds"))
+    folded = (select(*hour_keys, func.sum(HourlyUsage.used_gpu_seconds).label("seconds"),
+                     func.sum(HourlyUsage.burst_gpu_seconds).label("burst_seconds"))
               .join_from(HourlyUsage, period, and_(HourlyUsage.hour_s >= period.c.start_s,
                                                    HourlyUsage.hour_s < period.c.end_s))
               .where(HourlyUsage.source.in_(USED_SOURCES),
@@ -137,9 +140,9 @@ def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
               .group_by(*hour_keys))
     if tenant_ids is not None:
         folded = folded.where(HourlyUsage.tenant_id.in_(tenant_ids))
-    rows = db.execute(union_all(raw, folded))
-    return [SecondsRow(int(row[0]), row[1], row[2], "used", None, float(row[3] or 0))
-            for row in rows]
+    rows = db.execute(union_all(raw, folded)).all()
+    return [SecondsRow(int(row[0]), row[1], row[2], kind, None, float(row[column] or 0))
+            for row in rows for kind, column in (("used", 3), ("burst", 4))]
 
 
 def tenant_slugs(db: Session, tenant_ids: set[int]) -> dict[int, str]:

@@ -78,7 +78,7 @@ def sample_spans(*, tenant_ids: Any = None, sources: Sequence[str] | None = None
     query = select(UsageSample.taken_s.label("start_s"),
                    case((following < held, following), else_=held).label("end_s"),
                    UsageSample.source, UsageSample.tenant_id, UsageSample.gpu_class_id,
-                   UsageSample.subject_id, UsageSample.used_gpus)
+                   UsageSample.subject_id, UsageSample.used_gpus, UsageSample.burst_gpus)
     if tenant_ids is not None:
         query = query.where(UsageSample.tenant_id.in_(tenant_ids))
     if sources is not None:
@@ -88,8 +88,9 @@ def sample_spans(*, tenant_ids: Any = None, sources: Sequence[str] | None = None
 
 def fold_old_samples(db: Session, now_s: int) -> int:
     """Raw samples older than the raw retention become one hourly row per hour and subject:
-    mean and peak, and the GPU-seconds of their spans (a span is counted in the hour it
-    starts, so an hour's figure may reach into the next by up to one sample's hold)."""
+    mean and peak, and the GPU-seconds of their spans in use and of those burst (a span is
+    counted in the hour it starts, so an hour's figure may reach into the next by up to one
+    sample's hold)."""
     cutoff = (now_s - int(RAW_RETENTION.total_seconds())) // HOUR * HOUR
     hour = UsageSample.taken_s - UsageSample.taken_s % HOUR
     folded = (select(hour.label("hour_s"), UsageSample.source, UsageSample.tenant_id,
@@ -104,21 +105,22 @@ def fold_old_samples(db: Session, now_s: int) -> int:
               .subquery("folded"))
     spans = sample_spans()
     span_hour = spans.c.start_s - spans.c.start_s % HOUR
+    length = spans.c.end_s - spans.c.start_s
     integrals = (select(span_hour.label("hour_s"), spans.c.source, spans.c.tenant_id,
                         spans.c.subject_id,
-                        func.sum(spans.c.used_gpus * (spans.c.end_s - spans.c.start_s))
-                        .label("seconds"))
+                        func.sum(spans.c.used_gpus * length).label("seconds"),
+                        func.sum(spans.c.burst_gpus * length).label("burst_seconds"))
                  .where(spans.c.start_s < cutoff)
                  .group_by(span_hour, spans.c.source, spans.c.tenant_id, spans.c.subject_id)
                  .subquery("integrals"))
-    rows = (select(folded, integrals.c.seconds)
+    rows = (select(folded, integrals.c.seconds, integrals.c.burst_seconds)
             .join(integrals, and_(integrals.c.hour_s == folded.c.hour_s,
                                   integrals.c.source == folded.c.source,
                                   integrals.c.tenant_id == folded.c.tenant_id,
                                   integrals.c.subject_id == folded.c.subject_id)))
     columns = ["hour_s", "source", "tenant_id", "gpu_class_id", "subject_id", "samples",
                "mean_used_gpus", "peak_used_gpus", "mean_allocated_gpus", "mean_requested_gpus",
-               "used_gpu_seconds"]
+               "used_gpu_seconds", "burst_gpu_seconds"]
     db.execute(insert(HourlyUsage).from_select(columns, rows))
     result = db.execute(delete(UsageSample).where(UsageSample.taken_s < cutoff))
     return int(getattr(result, "rowcount", 0) or 0)

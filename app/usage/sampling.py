@@ -33,7 +33,8 @@ def record_usage(db: Session, host_id: int, usage: HostUsage, now_s: int,
         owner = clusters.get((queue.tenant, queue.cluster))
         if owner is not None:
             rows.append(_row(now_s, "queue", owner, queue.allocated_gpus,
-                             queue.allocated_gpus, queue.requested_gpus, holds_s))
+                             queue.allocated_gpus, queue.requested_gpus, holds_s,
+                             burst=queue.burst_gpus))
     for namespace in usage.namespaces:
         owner = clusters.get((namespace.tenant, namespace.cluster))
         if owner is not None:
@@ -90,8 +91,9 @@ def sample_hold(resync_seconds: float) -> int:
 
 
 def _row(now_s: int, source: str, owner: samples.Owner, used: float, allocated: float,
-         requested: float, holds_s: int) -> dict[str, object]:
+         requested: float, holds_s: int, burst: float = 0.0) -> dict[str, object]:
+    """Only a queue's sample has burst: dedicated nodes and namespace quotas lend nothing."""
     return {"taken_s": now_s, "source": source, "tenant_id": owner.tenant_id,
             "gpu_class_id": owner.gpu_class_id, "subject_id": owner.subject_id,
             "used_gpus": used, "allocated_gpus": allocated, "requested_gpus": requested,
-            "holds_s": holds_s}
+            "holds_s": holds_s, "burst_gpus": burst}

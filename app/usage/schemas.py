@@ -30,7 +30,17 @@ class UsageRow(BaseModel):
     dedicated_gpu_hours: float = Field(description="GPU-hours of dedicated nodes assigned")
     used_gpu_hours: float = Field(
         description="GPU-hours bound to pods (KAI's allocation to the queues, pods on dedicated "
-                    "nodes), sampled each worker resync")
+                    "nodes), sampled each worker resync; guaranteed_gpu_hours + "
+                    "burst_gpu_hours")
+    guaranteed_gpu_hours: float = Field(
+        description="of used_gpu_hours, those within the guarantee: KAI's allocation to each "
+                    "cluster's leaf queue up to the queue's quota (the cluster's approved GPUs), "
+                    "and all the GPU-hours on dedicated nodes")
+    burst_gpu_hours: float = Field(
+        description="of used_gpu_hours, those beyond the guarantee: KAI's allocation to a leaf "
+                    "queue above its quota, lent from idle GPUs of the pool and taken back when "
+                    "another tenant needs its guarantee; an operator may charge them at their "
+                    "own rate")
     allocated_gpu_seconds: int = Field(description="allocated, exact to the second")
 
 

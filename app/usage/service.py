@@ -19,7 +19,7 @@ from app.usage.schemas import GroupBy, UsageFilters, UsageReport, UsageRow
 
 # Days are kept hourly for 400 days; months go back ten years.
 MAX_RANGE = {"day": timedelta(days=400), "month": timedelta(days=3660)}
-KINDS = ("quota", "cluster", "node", "used")
+KINDS = ("quota", "cluster", "node", "used", "burst")
 
 
 @dataclass(frozen=True)
@@ -111,14 +111,15 @@ def usage_rows(db: Session, labelled: list[LabelledPeriod], tenant_ids: Any) -> 
 
 def _row(period: LabelledPeriod, tenant: str, gpu_class: str,
          seconds: dict[str, float]) -> UsageRow:
+    used, burst = hours(seconds["used"]), hours(seconds["burst"])
     return UsageRow(
         tenant=tenant, gpu_class=gpu_class, period=period.label,
         period_start=period.start, period_end=period.end,
         approved_gpu_hours=hours(seconds["quota"]),
         allocated_gpu_hours=hours(seconds["cluster"]),
         dedicated_gpu_hours=hours(seconds["node"]),
-        used_gpu_hours=hours(seconds["used"]),
-        allocated_gpu_seconds=round(seconds["cluster"]))
+        used_gpu_hours=used, guaranteed_gpu_hours=round(used - burst, 6),
+        burst_gpu_hours=burst, allocated_gpu_seconds=round(seconds["cluster"]))
 
 
 def gpus_in_use_by_class(db: Session, tenant_id: int) -> dict[int, float]:

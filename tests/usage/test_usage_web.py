@@ -108,7 +108,8 @@ def test_the_admin_page_has_a_chart_per_class_with_its_figures(
                         r'data-value="([\d.]+)"', figure)
     # 64 GPUs on live nodes; guaranteed: acme's 8 all day, globex's 2 from 02:00, as a mean
     assert points == [("capacity (today)", "64.0"),
-                      ("guaranteed", str(round((8 * 24 + 2 * 22) / 24, 3))), ("in use", "0.0")]
+                      ("guaranteed", str(round((8 * 24 + 2 * 22) / 24, 3))), ("in use", "0.0"),
+                      ("of which burst", "0.0")]
     assert "<details><summary>Figures for" in figure
     assert 'id="csv-download"' in page
 

@@ -1,0 +1,118 @@
+"""GPUs KAI lends a leaf queue beyond its quota (burst) are counted apart from those within it
+(guaranteed): in the samples, the folded hours, the report's JSON and CSV, and the pages."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from app.database.core import Database
+from app.kube.memory import InMemoryKube
+from app.usage.csv_export import COLUMNS
+from app.usage.models import HourlyUsage, UsageSample
+from tests.support.tenancy import Tenancy, build_tenancy, headers
+from tests.support.web import HTML
+from tests.usage.support import LedgerClock, approve_quota, create_cluster, fix_clock, report
+from tests.usage.test_sampler import acme_with_a_dedicated_node, pod, queue, quota, sampler
+
+DAY = {"from": "2026-11-02T00:00:00Z", "to": "2026-11-03T00:00:00Z"}
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> LedgerClock:
+    return fix_clock(monkeypatch)
+
+
+def leaf_queue(allocated: str, quota_gpus: int, cluster: str = "train") -> dict[str, Any]:
+    """acme's leaf queue with KAI's allocation and the guarantee in its spec."""
+    found = queue("acme", cluster, allocated, allocated)
+    found["spec"]["resources"] = {"gpu": {"quota": quota_gpus, "limit": -1}}
+    return found
+
+
+def _acme_bursting(database: Database, clock: LedgerClock) -> Tenancy:
+    """acme's 4-GPU cluster ``train``: KAI gives it 6 GPUs from 10:00 to 11:00 (2 beyond its
+    quota of 4), then 3 from 11:00 to 12:00; a sample every half hour, each standing 30
+    minutes at most. Nothing afterwards."""
+    with database.transaction() as db:
+        t = build_tenancy(db)
+        approve_quota(db, t, 8)
+        create_cluster(db, t, "train", 4)
+    host = InMemoryKube()
+    for minute, allocated in ((0, "6"), (30, "6"), (60, "3"), (90, "3")):
+        host.seed(leaf_queue(allocated, 4))
+        host.seed(quota("acme", "train", allocated, "4"))
+        clock.at(hours=10, minutes=minute)
+        sampler(database, host, resync=900).run_due("w")
+    clock.at(hours=12)
+    return t
+
+
+def _hours(database: Database, t: Tenancy) -> tuple[float, float, float]:
+    with database.session() as db:
+        rows = report(db, t.principal(t.platform_admin)).rows
+    assert len(rows) == 1
+    return rows[0].used_gpu_hours, rows[0].guaranteed_gpu_hours, rows[0].burst_gpu_hours
+
+
+def test_a_queue_sample_keeps_its_burst_and_other_sources_none(
+        database: Database, clock: LedgerClock) -> None:
+    _acme_bursting(database, clock)
+    with database.session() as db:
+        taken = {(s.source, s.taken_s % 7200 // 60): (s.used_gpus, s.burst_gpus)
+                 for s in db.scalars(select(UsageSample))}
+    assert taken[("queue", 0)] == (6.0, 2.0) and taken[("queue", 60)] == (3.0, 0.0)
+    assert {burst for (source, _), (_, burst) in taken.items() if source == "quota"} == {0.0}
+
+
+def test_burst_gpu_hours_are_part_of_those_in_use_and_survive_folding(
+        database: Database, clock: LedgerClock) -> None:
+    t = _acme_bursting(database, clock)
+    assert _hours(database, t) == (6.0 + 3.0, 4.0 + 3.0, 2.0)
+    clock.at(days=2, hours=13)  # past the raw retention: both hours are folded
+    sampler(database, InMemoryKube()).run_due("w")
+    with database.session() as db:
+        folded = db.scalars(select(HourlyUsage).where(HourlyUsage.source == "queue")
+                            .order_by(HourlyUsage.hour_s)).all()
+        assert [(h.used_gpu_seconds, h.burst_gpu_seconds) for h in folded] == [
+            (6 * 3600, 2 * 3600), (3 * 3600, 0)]
+    assert _hours(database, t) == (9.0, 7.0, 2.0)
+
+
+def test_dedicated_node_use_is_never_burst(database: Database, clock: LedgerClock) -> None:
+    t, node = acme_with_a_dedicated_node(database)
+    host = InMemoryKube()
+    host.seed(pod("a", node, 8))
+    host.seed(leaf_queue("5", 4))
+    clock.at(hours=10)
+    sampler(database, host, resync=1800).run_due("w")
+    clock.at(hours=11)
+    assert _hours(database, t) == (8.0 + 5.0, 8.0 + 4.0, 1.0)
+
+
+def test_json_csv_and_pages_give_guaranteed_and_burst(
+        client: TestClient, database: Database, clock: LedgerClock) -> None:
+    t = _acme_bursting(database, clock)
+    with database.transaction() as db:
+        viewer = headers(db, t.acme_viewer)
+    row = client.get("/api/v1/usage", params=DAY, headers=viewer).json()["rows"][0]
+    assert (row["used_gpu_hours"], row["guaranteed_gpu_hours"], row["burst_gpu_hours"]) == (
+        9.0, 7.0, 2.0)
+    download = client.get("/api/v1/usage.csv", params=DAY, headers=viewer).text
+    assert COLUMNS[8] == "used_gpu_hours"  # readers index the columns: new ones come last
+    assert COLUMNS[-2:] == ("guaranteed_gpu_hours", "burst_gpu_hours")
+    cells = list(csv.reader(io.StringIO(download)))[1]
+    assert (cells[8], cells[-2], cells[-1]) == ("9.000000", "7.000000", "2.000000")
+
+    page = client.get("/t/acme/usage", params=DAY, headers={**HTML, **viewer}).text
+    chart = page.split('id="in-use-chart"')[1].split("</figure>")[0]
+    bars = re.findall(r'data-series="(\w+)" data-category="2026-11-02" data-value="([\d.]+)"',
+                      chart)
+    assert bars == [("guaranteed", "7.0"), ("burst", "2.0")]
+    assert re.search(r'class="burst" data-value="2.0"', page)
