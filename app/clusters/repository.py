@@ -23,7 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from app.clusters.models import ClusterGpuWait, VirtualCluster
+from app.clusters.models import ClusterGpusInUse, ClusterGpuWait, VirtualCluster
 from app.database.concurrency import lock_row, upsert
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
@@ -53,22 +53,31 @@ LISTED_COLUMNS = (
 WAIT_COLUMNS = (ClusterGpuWait.pods.label("wait_pods"),
                 ClusterGpuWait.reason.label("wait_reason"),
                 ClusterGpuWait.observed_at.label("wait_observed_at"))
+IN_USE_COLUMNS = (ClusterGpusInUse.guaranteed_gpus.label("in_use_guaranteed"),
+                  ClusterGpusInUse.burst_gpus.label("in_use_burst"),
+                  ClusterGpusInUse.observed_at.label("in_use_observed_at"))
 
 
 def listed_rows_query(tenant_id: int | BindParameter[int]) -> Select[*tuple[Any, ...]]:
     """What a cluster list shows, as plain columns (no entities to build): a page in one
     statement, the GPU class's product joined as ``product``, the host's name and region as
-    ``host_name`` and ``host_region``, the pods waiting for GPUs as ``WAIT_COLUMNS``."""
+    ``host_name`` and ``host_region``, the pods waiting for GPUs as ``WAIT_COLUMNS``, the GPUs
+    in use as ``IN_USE_COLUMNS``."""
     return (select(*LISTED_COLUMNS, GpuClass.product, HostCluster.name.label("host_name"),
-                   HostCluster.region.label("host_region"), *WAIT_COLUMNS)
+                   HostCluster.region.label("host_region"), *WAIT_COLUMNS, *IN_USE_COLUMNS)
             .outerjoin(GpuClass, GpuClass.id == VirtualCluster.gpu_class_id)
             .join(HostCluster, HostCluster.id == VirtualCluster.host_cluster_id)
             .outerjoin(ClusterGpuWait, ClusterGpuWait.cluster_id == VirtualCluster.id)
+            .outerjoin(ClusterGpusInUse, ClusterGpusInUse.cluster_id == VirtualCluster.id)
             .where(VirtualCluster.tenant_id == tenant_id))
 
 
 def gpu_wait(db: Session, cluster_id: int) -> ClusterGpuWait | None:
     return db.get(ClusterGpuWait, cluster_id)
+
+
+def gpus_in_use(db: Session, cluster_id: int) -> ClusterGpusInUse | None:
+    return db.get(ClusterGpusInUse, cluster_id)
 
 
 def record_gpu_waits(db: Session, waits: Mapping[int, tuple[int, str]],
@@ -77,6 +86,18 @@ def record_gpu_waits(db: Session, waits: Mapping[int, tuple[int, str]],
     upsert(db, ClusterGpuWait, [
         {"cluster_id": cluster_id, "pods": pods, "reason": reason, "observed_at": observed_at}
         for cluster_id, (pods, reason) in sorted(waits.items())], keys=("cluster_id",))
+
+
+def record_gpus_in_use(db: Session, in_use: Mapping[int, tuple[float, float] | None],
+                       observed_at: datetime) -> None:
+    gone = [cluster_id for cluster_id, figures in in_use.items() if figures is None]
+    if gone:
+        db.execute(delete(ClusterGpusInUse).where(ClusterGpusInUse.cluster_id.in_(gone)))
+    upsert(db, ClusterGpusInUse, [
+        {"cluster_id": cluster_id, "guaranteed_gpus": figures[0], "burst_gpus": figures[1],
+         "observed_at": observed_at}
+        for cluster_id, figures in sorted(in_use.items()) if figures is not None],
+        keys=("cluster_id",))
 
 
 _LISTED_PAGE = KeysetPage(listed_rows_query(bindparam("tenant_id", type_=Integer)),

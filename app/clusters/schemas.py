@@ -78,6 +78,19 @@ class GpuWaitOut(BaseModel):
     observed_at: datetime
 
 
+class GpusInUseOut(BaseModel):
+    """What KAI has allocated to the cluster's leaf queue, as the worker last read the host."""
+
+    guaranteed: float = Field(
+        description="GPUs in use within the cluster's guarantee (its leaf queue's quota)")
+    burst: float = Field(
+        description="GPUs in use beyond the guarantee, lent by KAI from idle GPUs of the pool. "
+                    "Burst GPUs may be reclaimed by KAI when their owners need their guarantee: "
+                    "the pods holding them may be preempted at any time")
+    reclaimable: bool = Field(description="true when some GPUs in use are burst")
+    observed_at: datetime
+
+
 class ClusterOut(BaseModel):
     id: int
     tenant: str
@@ -105,6 +118,11 @@ class ClusterOut(BaseModel):
     conditions: list[ConditionOut]
     waiting_for_gpus: GpuWaitOut | None = Field(
         description="its pods waiting for GPUs; null until the worker has looked at its host")
+    gpus_in_use: GpusInUseOut | None = Field(
+        description="GPUs KAI has allocated to its leaf queue, guaranteed and burst; burst "
+                    "GPUs may be reclaimed by KAI when their owners need their guarantee. Null "
+                    "until the worker has read its queue (and for dedicated-nodes clusters, "
+                    "which have none)")
     created_at: datetime
     updated_at: datetime
 

@@ -35,6 +35,7 @@ from app.clusters.schemas import (
     ClusterPreview,
     ClusterResize,
     ConditionOut,
+    GpusInUseOut,
     GpuWaitOut,
 )
 from app.clusters.shapes import ResolvedCreate, TemplateResolver, TemplateUpgrade
@@ -77,9 +78,12 @@ def _cluster_out(db: Session, cluster: VirtualCluster, gpu_class: str | None) ->
     host = repository.host_cluster(db, cluster.host_cluster_id)
     assert tenant is not None and host is not None
     wait = repository.gpu_wait(db, cluster.id)
+    in_use = repository.gpus_in_use(db, cluster.id)
     return ClusterOut.model_validate(cluster_fields(
         cluster, tenant.slug, gpu_class, host.name, host.region,
-        gpu_wait(wait.pods, wait.reason, wait.observed_at) if wait else None))
+        gpu_wait(wait.pods, wait.reason, wait.observed_at) if wait else None,
+        gpus_in_use(in_use.guaranteed_gpus, in_use.burst_gpus, in_use.observed_at)
+        if in_use else None))
 
 
 def gpu_wait(pods: int | None, reason: str, observed_at: datetime | None) -> GpuWaitOut | None:
@@ -88,6 +92,16 @@ def gpu_wait(pods: int | None, reason: str, observed_at: datetime | None) -> Gpu
         return None
     return GpuWaitOut(pods=pods, reason=reason, observed_at=observed_at,
                       message=gpu_wait_message(pods, reason))
+
+
+def gpus_in_use(guaranteed: float | None, burst: float | None,
+                observed_at: datetime | None) -> GpusInUseOut | None:
+    """``None`` when the worker has not read the cluster's queue (no row, or an outer join's
+    columns)."""
+    if guaranteed is None or burst is None or observed_at is None:
+        return None
+    return GpusInUseOut(guaranteed=guaranteed, burst=burst, reclaimable=burst > 0,
+                        observed_at=observed_at)
 
 
 def gpu_wait_message(pods: int, reason: str) -> str:
@@ -103,11 +117,19 @@ def record_gpu_waits(db: Session, waits: Mapping[int, tuple[int, str]],
     repository.record_gpu_waits(db, waits, observed_at)
 
 
+def record_gpus_in_use(db: Session, in_use: Mapping[int, tuple[float, float] | None],
+                       observed_at: datetime) -> None:
+    """What the worker saw on a host: by cluster id, the guaranteed and burst GPUs KAI
+    allocated to its leaf queue; None for a cluster without a queue (its figures go)."""
+    repository.record_gpus_in_use(db, in_use, observed_at)
+
+
 _CONDITION_FIELDS = tuple(ConditionOut.model_fields)
 
 
 def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None, host: str,
-                   region: str, wait: GpuWaitOut | None) -> dict[str, Any]:
+                   region: str, wait: GpuWaitOut | None,
+                   in_use: GpusInUseOut | None) -> dict[str, Any]:
     """``ClusterOut``'s fields, from a cluster or a row of its columns, as plain values. The
     host's name and region, never how the portal reaches it."""
     conditions = list(cluster.conditions or [])
@@ -127,6 +149,7 @@ def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None, host: str,
         "region": region, "host_cluster": host, "placement_reason": cluster.placement_reason,
         "conditions": [{field: c[field] for field in _CONDITION_FIELDS} for c in conditions],
         "waiting_for_gpus": wait.model_dump() if wait else None,
+        "gpus_in_use": in_use.model_dump() if in_use else None,
         "created_at": cluster.created_at, "updated_at": cluster.updated_at,
     }
 
@@ -143,7 +166,9 @@ def list_cluster_fields(db: Session, principal: Principal, slug: str,
     tenant = tenant_for(db, principal, slug)
     rows, cursor = repository.listed_page(db, tenant.id, params)
     return [cluster_fields(row, tenant.slug, row.product, row.host_name, row.host_region,
-                           gpu_wait(row.wait_pods, row.wait_reason, row.wait_observed_at))
+                           gpu_wait(row.wait_pods, row.wait_reason, row.wait_observed_at),
+                           gpus_in_use(row.in_use_guaranteed, row.in_use_burst,
+                                       row.in_use_observed_at))
             for row in rows], cursor
 
 
@@ -155,7 +180,9 @@ def cluster_version(db: Session, principal: Principal, slug: str, name: str) -> 
     """Moves whenever the cluster page's status would: the live stream's fingerprint."""
     cluster = cluster_for(db, principal, slug, name)
     wait = repository.gpu_wait(db, cluster.id)
-    shown = [cluster.conditions or [], [wait.pods, wait.reason] if wait else None]
+    in_use = repository.gpus_in_use(db, cluster.id)
+    shown = [cluster.conditions or [], [wait.pods, wait.reason] if wait else None,
+             [in_use.guaranteed_gpus, in_use.burst_gpus] if in_use else None]
     status = json.dumps(shown, sort_keys=True).encode()
     return "-".join((str(cluster.generation), str(cluster.observed_generation),
                      "deleting" if cluster.deletion_requested_at else "live",

@@ -68,4 +68,4 @@ def _label(quota: TenantQuotaOut) -> str:
 def _in_use_text(quota: TenantQuotaOut) -> str:
     if quota.in_use_gpus is None:
         return "in use not sampled yet"
-    return f"{quota.in_use_gpus:g} in use"
+    return f"{quota.in_use_gpus:g} in use, of which {quota.burst_in_use_gpus or 0:g} burst"

@@ -44,15 +44,25 @@ def clusters_show(name: str, tenant: TenantOpt = None, output: Output = Format.t
     if output is not Format.table:
         emit(cluster, output, ())
         return
-    emit({**cluster, "waiting_for_gpus": _gpu_wait(cluster.get("waiting_for_gpus"))}, output,
+    emit({**cluster, "waiting_for_gpus": _gpu_wait(cluster.get("waiting_for_gpus")),
+          "gpus_in_use": _gpus_in_use(cluster.get("gpus_in_use"))}, output,
          (*CLUSTER_COLUMNS, "endpoint", "generation", "observed_generation",
-          "placement_reason", "waiting_for_gpus"))
+          "placement_reason", "waiting_for_gpus", "gpus_in_use"))
     typer.echo("")
     emit(cluster["conditions"], output, ("type", "status", "reason", "message"))
 
 
 def _gpu_wait(wait: dict[str, Any] | None) -> str:
     return str(wait["message"]) if wait else "not looked at yet"
+
+
+def _gpus_in_use(in_use: dict[str, Any] | None) -> str:
+    if not in_use:
+        return "not read yet"
+    said = f"{in_use['guaranteed']:g} guaranteed"
+    if in_use["reclaimable"]:
+        return f"{said}, {in_use['burst']:g} burst (reclaimable by KAI)"
+    return f"{said}, no burst"
 
 
 @clusters_app.command("create")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -78,10 +79,10 @@ def _one(column: Any, where: Any) -> Any:
 
 def quota_rows_query(
     tenant_id: int | BindParameter[int],
-) -> Select[TenantQuota, GpuClass, int, int, float | None]:
+) -> Select[TenantQuota, GpuClass, int, int, float | None, float | None]:
     """A tenant's quota rows with their class, the GPUs its clusters hold, those on its
-    dedicated nodes and those bound to its pods (None until the worker read a host) in the
-    quota's region, all summed in one statement."""
+    dedicated nodes, those bound to its pods and of those the burst (both None until the
+    worker read a host) in the quota's region, all summed in one statement."""
     on_nodes = (select(func.coalesce(func.sum(nodes.c.gpu_count), 0))
                 .join(node_assignments, and_(node_assignments.c.node_id == nodes.c.id,
                                              node_assignments.c.ended_at.is_(None)))
@@ -92,8 +93,10 @@ def quota_rows_query(
     return (tenant_quotas_query(tenant_id)
             .add_columns(GpuClass, _allocated(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
                                               TenantQuota.region),
-                         on_nodes, _in_use(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                                           TenantQuota.region))
+                         on_nodes,
+                         *(_in_use(column, TenantQuota.tenant_id, TenantQuota.gpu_class_id,
+                                   TenantQuota.region)
+                           for column in (GpusInUse.gpus, GpusInUse.burst_gpus)))
             .join(GpuClass, GpuClass.id == TenantQuota.gpu_class_id))
 
 
@@ -127,14 +130,22 @@ def _allocated(tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
     return allocated(tenant_id, gpu_class_id, region).scalar_subquery()
 
 
-def _in_use(tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
-    return (select(func.sum(GpusInUse.gpus))
+def _in_use(column: Any, tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
+    return (select(func.sum(column))
             .where(GpusInUse.tenant_id == tenant_id, GpusInUse.gpu_class_id == gpu_class_id,
                    GpusInUse.host_cluster_id.in_(hosts_in(region)))
             .scalar_subquery())
 
 
-def replace_gpus_in_use(db: Session, host_id: int, gpus: Mapping[tuple[int, int], float],
+@dataclass(frozen=True)
+class BoundGpus:
+    """GPUs bound to a tenant's pods, and of those the burst KAI may take back."""
+
+    gpus: float
+    burst_gpus: float = 0.0
+
+
+def replace_gpus_in_use(db: Session, host_id: int, gpus: Mapping[tuple[int, int], BoundGpus],
                         observed_at: datetime) -> None:
     """The host's figures by (tenant, class): those given are written, the host's others
     (no cluster or dedicated node of that tenant and class there any more) go."""
@@ -144,8 +155,8 @@ def replace_gpus_in_use(db: Session, host_id: int, gpus: Mapping[tuple[int, int]
     db.execute(stale)
     upsert(db, GpusInUse, [
         {"tenant_id": tenant_id, "gpu_class_id": class_id, "host_cluster_id": host_id,
-         "gpus": used, "observed_at": observed_at}
-        for (tenant_id, class_id), used in sorted(gpus.items())],
+         "gpus": bound.gpus, "burst_gpus": bound.burst_gpus, "observed_at": observed_at}
+        for (tenant_id, class_id), bound in sorted(gpus.items())],
         keys=("tenant_id", "gpu_class_id", "host_cluster_id"))
 
 

@@ -117,6 +117,11 @@ class TenantQuotaOut(BaseModel):
         description="GPUs bound to the tenant's pods now, as the worker last read the region's "
                     "hosts: KAI's allocation to its clusters' queues (fractions included) plus "
                     "the pods running on its dedicated nodes; null until a host was read")
+    burst_in_use_gpus: float | None = Field(
+        description="of in_use_gpus, the burst: GPUs KAI allocated to its clusters' queues "
+                    "beyond their quotas from idle GPUs of the pool, which KAI takes back "
+                    "(reclaims) when another tenant needs its guarantee; null until a host was "
+                    "read")
     dedicated_gpus: int = Field(description="GPUs on nodes dedicated to the tenant")
     cpu_millicores: int
     memory_mib: int

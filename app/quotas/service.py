@@ -110,15 +110,16 @@ def tenant_quota(
     return Page(items=[TenantQuotaOut(
         gpu_class_id=gpu_class.id, gpu_class=gpu_class.product,
         display_name=gpu_class.display_name, region=row.region, approved_gpus=row.gpus,
-        allocated_gpus=allocated, in_use_gpus=in_use, dedicated_gpus=dedicated,
-        cpu_millicores=row.cpu_millicores, memory_mib=row.memory_mib)
-        for row, gpu_class, allocated, dedicated, in_use in rows], next_cursor=cursor)
+        allocated_gpus=allocated, in_use_gpus=in_use, burst_in_use_gpus=burst,
+        dedicated_gpus=dedicated, cpu_millicores=row.cpu_millicores, memory_mib=row.memory_mib)
+        for row, gpu_class, allocated, dedicated, in_use, burst in rows], next_cursor=cursor)
 
 
-def record_gpus_in_use(db: Session, host_id: int, gpus: Mapping[tuple[int, int], float],
+def record_gpus_in_use(db: Session, host_id: int,
+                       gpus: Mapping[tuple[int, int], repository.BoundGpus],
                        observed_at: datetime) -> None:
-    """What the worker read on one host: GPUs bound per (tenant, class) there, for every
-    tenant and class with a cluster or dedicated node on it."""
+    """What the worker read on one host: GPUs bound per (tenant, class) there and of those
+    the burst, for every tenant and class with a cluster or dedicated node on it."""
     repository.replace_gpus_in_use(db, host_id, gpus, observed_at)
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from app import authz
 from app.auth.principal import Principal
+from app.quotas.repository import BoundGpus
 from app.tenants import access
 from app.tenants.models import Tenant
 from app.usage import ledger, repository, service
@@ -66,6 +67,7 @@ class ClassNow:
     approved: int
     allocated: int
     in_use: float
+    burst: float  # of in_use, lent by KAI beyond the clusters' guarantees
     sampled: bool
 
 
@@ -115,8 +117,9 @@ def _classes_now(db: Session, tenant: Tenant,
     found = []
     for class_id in sorted(class_ids, key=lambda c: products[c]):
         mine = [c for c in clusters if c.gpu_class_id == class_id]
+        now = bound.get(class_id, BoundGpus(0.0))
         found.append(ClassNow(products[class_id], approved.get(class_id, 0),
-                              sum(c.allocated for c in mine), bound.get(class_id, 0.0),
+                              sum(c.allocated for c in mine), now.gpus, now.burst_gpus,
                               class_id in bound))
     return found
 
@@ -124,12 +127,14 @@ def _classes_now(db: Session, tenant: Tenant,
 def _now_chart(tenant: Tenant, classes: list[ClassNow]) -> Markup:
     names = [c.gpu_class for c in classes]
     return grouped_bars(
-        "GPUs now: approved, allocated and in use",
-        f"Per GPU class of {tenant.slug}: GPUs approved as quota, allocated to clusters, and "
-        "bound to its pods at the last sample. The table below lists the figures.",
+        "GPUs now: approved, allocated, in use and burst",
+        f"Per GPU class of {tenant.slug}: GPUs approved as quota, allocated to clusters, "
+        "bound to its pods at the last sample, and of those the burst KAI lent beyond the "
+        "clusters' guarantees (reclaimable). The table below lists the figures.",
         names, [Series("approved", [float(c.approved) for c in classes]),
                 Series("allocated", [float(c.allocated) for c in classes]),
-                Series("in use", [c.in_use for c in classes])], "GPUs")
+                Series("in use", [c.in_use for c in classes]),
+                Series("of which burst", [c.burst for c in classes])], "GPUs")
 
 
 # ----- the platform admins' page

@@ -13,6 +13,7 @@ from app.clusters import service as cluster_service
 from app.kube.manifests.names import host_namespace_name
 from app.kube.usage import HostUsage, WaitingPods
 from app.quotas import service as quota_service
+from app.quotas.repository import BoundGpus
 from app.usage import samples
 
 # How long a sample stands without a next one, at the default resync (300 s).
@@ -49,22 +50,39 @@ def record_usage(db: Session, host_id: int, usage: HostUsage, now_s: int,
                                      observed_at)
     cluster_service.record_gpu_waits(db, gpu_waits(usage, clusters, refused or {}),
                                      observed_at)
+    cluster_service.record_gpus_in_use(db, cluster_gpus_in_use(usage, clusters), observed_at)
     return len(rows)
 
 
 def gpus_in_use(usage: HostUsage, clusters: dict[tuple[str, str], samples.Owner],
-                dedicated: dict[str, samples.Owner]) -> dict[tuple[int, int], float]:
-    """GPUs bound now per (tenant, class) on the host: what KAI allocated to the clusters'
-    queues, plus the running pods on dedicated nodes (their pods are not KAI's). Every tenant
-    and class with a cluster or dedicated node on the host has a figure, 0 included."""
-    found = {(owner.tenant_id, owner.gpu_class_id): 0.0
+                dedicated: dict[str, samples.Owner]) -> dict[tuple[int, int], BoundGpus]:
+    """GPUs bound now per (tenant, class) on the host, and of those the burst: what KAI
+    allocated to the clusters' queues, plus the running pods on dedicated nodes (their pods
+    are not KAI's, never burst). Every tenant and class with a cluster or dedicated node on
+    the host has a figure, 0 included."""
+    found = {(owner.tenant_id, owner.gpu_class_id): (0.0, 0.0)
              for owner in (*clusters.values(), *dedicated.values())
              if owner.gpu_class_id is not None}
-    bound = [(clusters.get((q.tenant, q.cluster)), q.allocated_gpus) for q in usage.queues]
-    bound += [(node, usage.gpus_by_node.get(name, 0.0)) for name, node in dedicated.items()]
-    for owner, gpus in bound:
+    bound = [(clusters.get((q.tenant, q.cluster)), q.allocated_gpus, q.burst_gpus)
+             for q in usage.queues]
+    bound += [(node, usage.gpus_by_node.get(name, 0.0), 0.0) for name, node in dedicated.items()]
+    for owner, gpus, burst in bound:
         if owner is not None and owner.gpu_class_id is not None:
-            found[owner.tenant_id, owner.gpu_class_id] += gpus
+            key = (owner.tenant_id, owner.gpu_class_id)
+            found[key] = (found[key][0] + gpus, found[key][1] + burst)
+    return {key: BoundGpus(gpus, burst) for key, (gpus, burst) in found.items()}
+
+
+def cluster_gpus_in_use(usage: HostUsage, clusters: dict[tuple[str, str], samples.Owner]
+                        ) -> dict[int, tuple[float, float] | None]:
+    """Guaranteed and burst GPUs KAI allocated to each cluster's leaf queue on the host; None
+    for the host's clusters without a queue there (dedicated nodes, or not made yet)."""
+    found: dict[int, tuple[float, float] | None] = dict.fromkeys(
+        (owner.subject_id for owner in clusters.values()), None)
+    for queue in usage.queues:
+        owner = clusters.get((queue.tenant, queue.cluster))
+        if owner is not None:
+            found[owner.subject_id] = (queue.guaranteed_gpus, queue.burst_gpus)
     return found
 
 

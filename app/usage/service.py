@@ -125,7 +125,7 @@ def _row(period: LabelledPeriod, tenant: str, gpu_class: str,
 def gpus_in_use_by_class(db: Session, tenant_id: int) -> dict[int, float]:
     """GPUs bound to a tenant's pods now per class, over all regions (the caller has
     authorized the tenant); a class no host has reported for yet is absent."""
-    return repository.bound_now(db, tenant_id)
+    return {class_id: bound.gpus for class_id, bound in repository.bound_now(db, tenant_id).items()}
 
 
 def hours(seconds: float) -> float:

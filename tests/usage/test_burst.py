@@ -116,3 +116,70 @@ def test_json_csv_and_pages_give_guaranteed_and_burst(
                       chart)
     assert bars == [("guaranteed", "7.0"), ("burst", "2.0")]
     assert re.search(r'class="burst" data-value="2.0"', page)
+
+
+def _bursting_now(database: Database) -> dict[str, str]:
+    """acme's ``train`` (quota 4) holds 6 GPUs, 2 of them burst, and 8 run on its dedicated
+    node; a viewer's headers."""
+    t, node = acme_with_a_dedicated_node(database)
+    host = InMemoryKube()
+    for obj in (leaf_queue("6", 4), quota("acme", "train", "6", "4"), pod("a", node, 8)):
+        host.seed(obj)
+    sampler(database, host).run_due("worker-1")
+    with database.transaction() as db:
+        return headers(db, t.acme_viewer)
+
+
+def test_gpus_in_use_now_say_how_many_are_burst_per_tenant_and_class(
+        client: TestClient, database: Database, clock: LedgerClock) -> None:
+    viewer = _bursting_now(database)
+    [row] = client.get("/api/v1/tenants/acme/quota", headers=viewer).json()["items"]
+    assert (row["in_use_gpus"], row["burst_in_use_gpus"]) == (14.0, 2.0)
+    dashboard = client.get("/t/acme", headers={**HTML, **viewer}).text
+    assert "of which burst (reclaimable)" in dashboard
+    assert re.search(r'<td class="burst">\s*2\s*</td>', dashboard)
+    usage = client.get("/t/acme/usage", headers={**HTML, **viewer}).text
+    train = usage.split('data-cluster="train"')[1].split("</tr>")[0]
+    assert re.findall(r'class="(in-use|burst)">([^<]*)<', train) == [
+        ("in-use", "6.0"), ("burst", "2.0")]
+    assert re.search(r'class="class-total".*?class="burst">2.0<', usage, flags=re.S)
+    now = usage.split('id="now-chart"')[1].split("</figure>")[0]
+    assert 'data-series="of which burst" data-category="' in now
+
+
+def test_a_clusters_gpus_in_use_are_guaranteed_and_burst_and_burst_is_reclaimable(
+        client: TestClient, database: Database, clock: LedgerClock) -> None:
+    url = "/api/v1/tenants/acme/clusters/train"
+    t, _node = acme_with_a_dedicated_node(database)
+    with database.transaction() as db:
+        viewer = headers(db, t.acme_viewer)
+    assert client.get(url, headers=viewer).json()["gpus_in_use"] is None  # not read yet
+    host = InMemoryKube()
+    host.seed(leaf_queue("6", 4))
+    sampler(database, host).run_due("worker-1")
+    shown = client.get(url, headers=viewer).json()["gpus_in_use"]
+    assert {k: shown[k] for k in ("guaranteed", "burst", "reclaimable")} == {
+        "guaranteed": 4.0, "burst": 2.0, "reclaimable": True}
+    listed = client.get("/api/v1/tenants/acme/clusters", headers=viewer).json()["items"]
+    assert listed[0]["gpus_in_use"] == shown
+    page = client.get("/t/acme/clusters/train", headers={**HTML, **viewer}).text
+    assert re.search(r'id="gpus-in-use" data-guaranteed="4.0" data-burst="2.0"', page)
+    assert "2 burst (reclaimable)" in page
+
+    host = InMemoryKube()
+    host.seed(leaf_queue("3", 4))
+    clock.at(minutes=5)
+    sampler(database, host).run_due("worker-1")
+    shown = client.get(url, headers=viewer).json()["gpus_in_use"]
+    assert (shown["guaranteed"], shown["burst"], shown["reclaimable"]) == (3.0, 0.0, False)
+    clock.at(minutes=10)  # the queue is gone
+    sampler(database, InMemoryKube()).run_due("worker-1")
+    assert client.get(url, headers=viewer).json()["gpus_in_use"] is None
+
+
+def test_the_openapi_document_says_burst_may_be_reclaimed(client: TestClient) -> None:
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    assert "reclaimed by KAI" in schemas["GpusInUseOut"]["properties"]["burst"]["description"]
+    for field in ("guaranteed_gpu_hours", "burst_gpu_hours"):
+        assert schemas["UsageRow"]["properties"][field]["description"]
+    assert schemas["TenantQuotaOut"]["properties"]["burst_in_use_gpus"]["description"]

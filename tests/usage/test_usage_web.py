@@ -61,7 +61,8 @@ def test_the_now_chart_and_table_show_approved_allocated_and_in_use(
     page = client.get("/t/acme/usage", headers={**HTML, **headers(db, t.acme_viewer)}).text
     now = page.split('id="now-chart"')[1].split("</figure>")[0]
     bars = re.findall(r'data-series="([\w ]+)" data-category="[^"]+" data-value="([\d.]+)"', now)
-    assert bars == [("approved", "8.0"), ("allocated", "3.0"), ("in use", "0.0")]
+    assert bars == [("approved", "8.0"), ("allocated", "3.0"), ("in use", "0.0"),
+                    ("of which burst", "0.0")]
     assert "3 of 8 approved" in page and "not sampled yet" in page
 
 
