@@ -11,7 +11,7 @@ from app.clusters.models import VirtualCluster
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.nodes.models import Node, NodeAssignment
-from app.quotas.models import TenantQuota
+from app.quotas.models import GpusInUse, TenantQuota
 
 
 @dataclass
@@ -26,10 +26,12 @@ class HostClassFigures:
     dedicated: int = 0
     not_ready: int = 0
     guaranteed: int = 0  # held by the shared-pool clusters placed on the host
+    borrowed: float = 0.0  # burst in use: KAI's allocation to the host's queues beyond quota
 
 
 def host_class_figures(db: Session) -> list[HostClassFigures]:
-    """(host, class) figures of every host: nodes in one aggregate, clusters in another."""
+    """(host, class) figures of every host: nodes in one aggregate, clusters in another,
+    burst in use (as the worker last read the host) in a third."""
     hosts = {row.id: row for row in db.scalars(select(HostCluster))}
     classes = {row.id: row for row in db.scalars(select(GpuClass))}
     figures: dict[tuple[int, int], HostClassFigures] = {}
@@ -63,6 +65,11 @@ def host_class_figures(db: Session) -> list[HostClassFigures]:
     for host_id, class_id, gpus in db.execute(shared):
         if class_id is not None:
             entry(host_id, class_id).guaranteed = int(gpus or 0)
+    burst = (select(GpusInUse.host_cluster_id, GpusInUse.gpu_class_id,
+                    func.sum(GpusInUse.burst_gpus))
+             .group_by(GpusInUse.host_cluster_id, GpusInUse.gpu_class_id))
+    for host_id, class_id, borrowed in db.execute(burst):
+        entry(host_id, class_id).borrowed = float(borrowed or 0)
     return sorted(figures.values(), key=lambda f: (f.region, f.host, f.gpu_class))
 
 

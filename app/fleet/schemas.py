@@ -17,6 +17,14 @@ class HostCapacityOut(BaseModel):
     guaranteed: int = Field(description="held by the shared-pool clusters placed on the host")
     free: int = Field(description="total - dedicated - guaranteed")
     not_ready: int = Field(description="on nodes that are not ready (part of the total)")
+    borrowed: float = Field(
+        description="burst GPUs in use: what KAI allocated to the leaf queues on the host "
+                    "beyond their quotas, summed over tenants, as the worker last read the host")
+    lent_from_idle_guarantees: float = Field(
+        description="of borrowed, what the ready GPUs nobody is guaranteed cannot cover: "
+                    "max(0, borrowed - (total - not_ready - guaranteed)). KAI lent these from "
+                    "guarantees their owners leave idle and reclaims them when the owners need "
+                    "their guarantee")
 
 
 class RegionCapacityOut(BaseModel):

@@ -44,7 +44,15 @@ def _host_out(f: repository.HostClassFigures) -> HostCapacityOut:
         host_cluster=f.host, region=f.region, state=f.state, reachable=f.reachable,
         gpu_class=f.gpu_class, display_name=f.display_name, total=f.total,
         dedicated=f.dedicated, guaranteed=f.guaranteed,
-        free=f.total - f.dedicated - f.guaranteed, not_ready=f.not_ready)
+        free=f.total - f.dedicated - f.guaranteed, not_ready=f.not_ready,
+        borrowed=f.borrowed, lent_from_idle_guarantees=lent_from_idle_guarantees(f))
+
+
+def lent_from_idle_guarantees(f: repository.HostClassFigures) -> float:
+    """Burst beyond the ready GPUs no shared-pool cluster is guaranteed: KAI can only have
+    taken the rest from guarantees their owners left idle, and gives it back when they ask."""
+    unguaranteed = f.total - f.not_ready - f.guaranteed
+    return max(0.0, f.borrowed - unguaranteed)
 
 
 def _regions(db: Session, hosts: list[HostCapacityOut]) -> list[RegionCapacityOut]:

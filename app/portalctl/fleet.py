@@ -23,7 +23,8 @@ GPU_CLASS_COLUMNS = ("id", "product", "display_name", "memory_mib", "gpus_per_no
 
 
 HOST_CAPACITY_COLUMNS = ("host_cluster", "region", "state", "gpu_class", "total", "dedicated",
-                         "guaranteed", "free", "not_ready")
+                         "guaranteed", "free", "not_ready", "borrowed",
+                         "lent_from_idle_guarantees")
 REGION_CAPACITY_COLUMNS = ("region", "gpu_class", "hosts", "total", "dedicated", "guaranteed",
                            "free", "not_ready")
 
@@ -41,7 +42,8 @@ def fleet(
     gpu_class: Annotated[str | None, typer.Option(help="GPU product")] = None,
     output: Output = Format.table,
 ) -> None:
-    """GPU capacity per host (or region) and class: dedicated, guaranteed, free, not ready.
+    """GPU capacity per host (or region) and class: dedicated, guaranteed, free, not ready;
+    per host also the burst in use (borrowed) and what of it idle guarantees lent.
 
     Example: portalctl fleet --by region --gpu-class NVIDIA-H100-80GB-HBM3
     """

@@ -3,11 +3,18 @@ tenants see none of it."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate
+from app.hosts.models import HostCluster
+from app.quotas import service as quotas
+from app.quotas.repository import BoundGpus
+from app.tenants.models import Tenant
 from tests import factories
 from tests.clusters.support import cluster_settings
 from tests.support.tenancy import Tenancy, build_tenancy, headers
@@ -76,3 +83,47 @@ def test_the_page_groups_by_region_and_host(client: TestClient, db: Session,
     assert 'data-host="gpu-us-1"' in page.text and 'data-host="gpu-eu-1"' not in page.text
     assert 'id="host-capacity-chart"' in page.text and 'id="region-capacity-chart"' in page.text
     assert '<option value="eu"' in page.text  # every region stays offered
+
+
+def _burst_in_use(db: Session, tenancy: Tenancy, host: str, **burst_by_tenant: float) -> None:
+    """What the worker read on ``host``: each tenant's H100s in use, all of them burst."""
+    host_id = db.scalars(select(HostCluster.id).where(HostCluster.name == host)).one()
+    tenants = {t.slug: t.id for t in db.scalars(select(Tenant))}
+    quotas.record_gpus_in_use(db, host_id, {
+        (tenants[slug], tenancy.h100.id): BoundGpus(burst, burst_gpus=burst)
+        for slug, burst in burst_by_tenant.items()}, datetime.now(UTC))
+    db.commit()
+
+
+def test_borrowed_is_the_burst_in_use_and_lent_what_idle_guarantees_gave(
+        client: TestClient, db: Session) -> None:
+    """us: 16 ready H100s, 4 guaranteed to acme's cluster, so 12 nobody is guaranteed."""
+    tenancy = _fleet(db)
+    admin = headers(db, tenancy.platform_admin)
+
+    def figures() -> tuple[float, float]:
+        hosts = {h["host_cluster"]: h for h in client.get(URL, headers=admin).json()["hosts"]}
+        return hosts["gpu-us-1"]["borrowed"], hosts["gpu-us-1"]["lent_from_idle_guarantees"]
+
+    assert figures() == (0.0, 0.0)
+    _burst_in_use(db, tenancy, "gpu-us-1", acme=10.0)
+    assert figures() == (10.0, 0.0)  # the unguaranteed GPUs cover it
+    _burst_in_use(db, tenancy, "gpu-us-1", acme=10.0, globex=4.5)
+    assert figures() == (14.5, 2.5)
+    hosts = client.get(URL, headers=admin).json()["hosts"]
+    eu = next(h for h in hosts if h["host_cluster"] == "gpu-eu-1")
+    assert (eu["borrowed"], eu["lent_from_idle_guarantees"]) == (0.0, 0.0)
+
+
+def test_the_page_shows_borrowed_and_lent(client: TestClient, db: Session,
+                                         oidc_issuer: str) -> None:
+    from tests.support import oidc
+    from tests.support.web import HTML
+    tenancy = _fleet(db)
+    _burst_in_use(db, tenancy, "gpu-us-1", acme=14.0)
+    oidc.register_user(oidc_issuer, tenancy.platform_admin.email, groups=["platform-admins"])
+    oidc.sign_in(client, tenancy.platform_admin.email)
+    page = client.get("/admin/fleet/hosts", params={"region": "us"}, headers=HTML).text
+    row = page.split('data-host="gpu-us-1"')[1].split("</tr>")[0]
+    assert '<td class="borrowed">14</td><td class="lent">2</td>' in row
+    assert "Lent from idle guarantees" in page

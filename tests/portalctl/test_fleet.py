@@ -112,6 +112,8 @@ def test_portalctl_fleet_shows_capacity_per_host_and_per_region(
     assert by_host == api.json()["hosts"]
     assert [(h["host_cluster"], h["total"], h["free"]) for h in by_host] == [
         (portal.host_cluster, 64, 64)]
+    by_host_table = portalctl("fleet").stdout.splitlines()
+    assert by_host_table[0].split()[-2:] == ["BORROWED", "LENT_FROM_IDLE_GUARANTEES"]
     table = portalctl("fleet", "--by", "region").stdout.splitlines()
     assert table[0].split()[:3] == ["REGION", "GPU_CLASS", "HOSTS"]
     assert portal.host_cluster in table[1] and portal.h100_product in table[1]
