@@ -170,7 +170,8 @@ def tenants_show(tenant: str, output: Output = Format.table) -> None:
 # ----- quota
 
 QUOTA_COLUMNS = ("gpu_class_id", "gpu_class", "region", "approved_gpus", "allocated_gpus",
-                 "in_use_gpus", "dedicated_gpus", "cpu_millicores", "memory_mib")
+                 "in_use_gpus", "burst_in_use_gpus", "dedicated_gpus", "cpu_millicores",
+                 "memory_mib")
 REQUEST_COLUMNS = ("id", "tenant", "gpu_class", "region", "gpus", "state", "requested_by",
                    "created_at")
 

@@ -114,9 +114,13 @@ def test_in_use_is_what_kai_bound_and_a_pod_no_node_fits_waits_with_kais_reason(
     portal_settings = settings.model_copy(update={"database_url": database.url})
     with serving(portal_settings, database) as url:
         quota = _get(url, f"/api/v1/tenants/{slug}/quota", token)
-        assert [(q["allocated_gpus"], q["in_use_gpus"]) for q in quota["items"]] == [
-            (GRANTED, 3.0)]
+        assert [(q["allocated_gpus"], q["in_use_gpus"], q["burst_in_use_gpus"])
+                for q in quota["items"]] == [(GRANTED, 3.0, 0.0)]
         cluster = _get(url, f"/api/v1/tenants/{slug}/clusters/train", token)
+        # the leaf queue's quota, as the API server returns it, is the cluster's GPUs: 3 < 8
+        in_use = cluster["gpus_in_use"]
+        assert (in_use["guaranteed"], in_use["burst"], in_use["reclaimable"]) == (
+            3.0, 0.0, False)
         wait = cluster["waiting_for_gpus"]
         assert (wait["pods"], wait["reason"]) == (1, reason)
         said = f"1 pod waits for GPUs: {reason}"
@@ -132,6 +136,7 @@ def test_in_use_is_what_kai_bound_and_a_pod_no_node_fits_waits_with_kais_reason(
         assert f"waiting_for_gpus:      {said}" in shown.stdout
         quota_shown = portalctl("quota", "show", "--tenant", slug)
         assert "IN_USE_GPUS" in quota_shown.stdout and " 3.0 " in quota_shown.stdout
+        assert "BURST_IN_USE_GPUS" in quota_shown.stdout
 
     host.delete("v1", "Namespace", namespace)
 
