@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: lab lab-demo run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds postgres bench-tools bench
+.PHONY: lab lab-demo lab-reclaim run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds postgres bench-tools bench
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Every program the tests run is built from the Go module proxy by `make tools` into .cache/bin,
@@ -112,6 +112,10 @@ lab: setup tools
 
 lab-demo: setup
 	$(SUDO) $(BIN)/portal lab-demo
+
+# Burst and reclaim on KAI: one tenant borrows a pool's idle GPUs, their owner takes them back.
+lab-reclaim: setup
+	$(SUDO) $(BIN)/portal lab-reclaim
 
 pytest: setup chromium oci-registry tools postgres
 	$(BIN)/python -m pytest

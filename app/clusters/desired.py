@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sqlalchemy.orm import Session
@@ -16,7 +16,9 @@ from app.gpu_classes.models import GpuClass
 from app.kit.config import Settings
 from app.kube import manifests
 from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec, team_queues
+from app.kube.manifests.queues import cluster_gpu_limit
 from app.kube.manifests.units import mib_to_mb
+from app.quotas.burst import tenant_burst
 from app.tenants.models import Tenant
 
 CHART = "vcluster"
@@ -120,11 +122,16 @@ def tenant_spec(db: Session, tenant: Tenant, region: str) -> TenantSpec:
     host's region."""
     quotas = repository.tenant_quotas(db, tenant.id, region)
     products = repository.class_products(db, [q.gpu_class_id for q in quotas])
+    burst = tenant_burst(db, tenant.id)
     return TenantSpec(
         slug=tenant.slug, display_name=tenant.display_name,
         gpu_quota={products[q.gpu_class_id]: q.gpus for q in quotas},
         cpu_millicores=sum(q.cpu_millicores for q in quotas),
         memory_mb=mib_to_mb(sum(q.memory_mib for q in quotas)),
+        burst_gpus=None if burst.burst_gpus == manifests.UNLIMITED_GPUS else burst.burst_gpus,
+        over_quota_weight=burst.over_quota_weight,
+        reclaim_min_runtime_s=burst.reclaim_min_runtime_s,
+        preempt_min_runtime_s=burst.preempt_min_runtime_s,
     )
 
 
@@ -139,6 +146,9 @@ def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredClu
     teams = team_queues.teams(repository.group_roles(db, tenant.id)) if kai_inside else []
     host = repository.host_cluster(db, cluster.host_cluster_id)
     assert host is not None
+    tenant_wanted = tenant_spec(db, tenant, host.region)
+    spec = cluster_spec(cluster, tenant, gpu_class, settings)
+    spec = replace(spec, gpu_limit=cluster_gpu_limit(tenant_wanted, spec.gpus, spec.placement))
     return DesiredCluster(
         cluster_id=cluster.id, tenant_id=tenant.id, generation=cluster.generation,
         deleting=cluster.deletion_requested_at is not None,
@@ -146,7 +156,6 @@ def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredClu
         sealed_kubeconfig=cluster.admin_kubeconfig_encrypted,
         last_of_tenant=not repository.other_clusters_exist(db, tenant.id, cluster.id,
                                                            cluster.host_cluster_id),
-        spec=cluster_spec(cluster, tenant, gpu_class, settings),
-        tenant=tenant_spec(db, tenant, host.region), policy=manifest_policy(settings),
+        spec=spec, tenant=tenant_wanted, policy=manifest_policy(settings),
         addons=addons, teams=tuple(teams),
     )

@@ -171,30 +171,37 @@ class Portal:
 
 
 def set_up(portal: Portal, teams: tuple[Team, ...]) -> None:
-    for tenant, display_name in {t.tenant: t.display_name for t in teams}.items():
-        portal.call("POST", "/tenants", {"slug": tenant, "display_name": display_name},
-                    accept=frozenset({409}))
-        print(f"tenant {tenant}", flush=True)
+    create_tenants(portal, teams)
     for team in teams:
-        _grant_quota(portal, team)
+        grant_quota(portal, team)
     for node in DEDICATED_NODES:
         portal.call("PUT", f"/nodes/{node}/assignment", {"tenant": "initech"},
                     accept=frozenset({409}))
     print(f"nodes {', '.join(DEDICATED_NODES)} dedicated to initech", flush=True)
     for team in teams:
-        portal.call("POST", f"/tenants/{team.tenant}/clusters", {
-            "name": team.cluster, "gpu_class_id": portal.class_id(team.product),
-            "gpus": team.gpus, "placement": team.placement}, accept=frozenset({409}))
-        print(f"cluster {team.label}: {team.gpus} x {team.product}, {team.placement}",
-              flush=True)
+        create_cluster(portal, team)
 
 
-def _grant_quota(portal: Portal, team: Team) -> None:
+def create_tenants(portal: Portal, teams: tuple[Team, ...]) -> None:
+    for tenant, display_name in {t.tenant: t.display_name for t in teams}.items():
+        portal.call("POST", "/tenants", {"slug": tenant, "display_name": display_name},
+                    accept=frozenset({409}))
+        print(f"tenant {tenant}", flush=True)
+
+
+def grant_quota(portal: Portal, team: Team) -> None:
     request = portal.call("POST", f"/tenants/{team.tenant}/quota-requests", {
         "gpu_class_id": portal.class_id(team.product), "gpus": team.gpus,
         "cpu_millicores": 16000, "memory_mib": 65536, "reason": f"{team.cluster} (lab demo)"})
     portal.call("POST", f"/quota-requests/{request['id']}/approve", {})
     print(f"quota {team.tenant}: +{team.gpus} x {team.product} approved", flush=True)
+
+
+def create_cluster(portal: Portal, team: Team) -> None:
+    portal.call("POST", f"/tenants/{team.tenant}/clusters", {
+        "name": team.cluster, "gpu_class_id": portal.class_id(team.product),
+        "gpus": team.gpus, "placement": team.placement}, accept=frozenset({409}))
+    print(f"cluster {team.label}: {team.gpus} x {team.product}, {team.placement}", flush=True)
 
 
 def wait_ready(portal: Portal, team: Team) -> None:

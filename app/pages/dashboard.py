@@ -19,6 +19,7 @@ from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
 from app.quotas import service as quota_service
 from app.quotas.schemas import TenantQuotaOut
+from app.quotas.web import burst_context
 from app.tenants import service
 from app.web.charts.bars import Group, grouped_bars
 from app.web.charts.svg import Series
@@ -39,6 +40,7 @@ def dashboard(request: Request, tenant: str, db: DbSession,
         "quotas": quotas, "quota_chart": _quota_chart(row.display_name, quotas),
         "requests": quota_service.tenant_requests(db, principal, tenant,
                                                   PageParams(limit=50)).items,
+        **burst_context(db, principal, tenant),
     })
 
 

@@ -279,6 +279,47 @@ def quota_reject(request_id: int,
     emit(decided, output, (*REQUEST_COLUMNS, "decided_by"))
 
 
+BURST_COLUMNS = ("tier", "burst_gpus", "over_quota_weight", "reclaim_min_runtime_s",
+                 "preempt_min_runtime_s", "overrides")
+
+
+@quota_app.command("burst")
+def quota_burst(tenant: TenantOpt = None, output: Output = Format.table) -> None:
+    """Show how the tenant may borrow idle GPUs beyond its guarantee (burst_gpus -1: no
+    ceiling but the pool); borrowed GPUs are reclaimed when their owners need them.
+
+    Example: portalctl quota burst --tenant acme
+    """
+    with api() as client:
+        slug = tenant_of(client, tenant)
+        emit(client.get(f"/api/v1/tenants/{slug}/burst-policy"), output, BURST_COLUMNS)
+
+
+@quota_app.command("set-burst")
+def quota_set_burst(
+    tenant: str,
+    tier: Annotated[str, typer.Option(help="guaranteed, burst or priority-burst")],
+    burst_gpus: Annotated[int | None, typer.Option(
+        help="GPUs it may borrow, -1 no ceiling (default: the tier's)")] = None,
+    weight: Annotated[int | None, typer.Option(
+        help="its share of idle GPUs against other borrowers (default: the tier's)")] = None,
+    reclaim_after: Annotated[int | None, typer.Option(
+        help="seconds a pod keeps borrowed GPUs before they may be reclaimed")] = None,
+    preempt_after: Annotated[int | None, typer.Option(
+        help="seconds a pod runs before a higher-priority pod may preempt it")] = None,
+    output: Output = Format.table,
+) -> None:
+    """Set a tenant's burst tier and values apart from it (platform admins).
+
+    Example: portalctl quota set-burst acme --tier burst --burst-gpus 8
+    """
+    body = {"tier": tier, "burst_gpus": burst_gpus, "over_quota_weight": weight,
+            "reclaim_min_runtime_s": reclaim_after, "preempt_min_runtime_s": preempt_after}
+    with api() as client:
+        emit(client.request("PUT", f"/api/v1/tenants/{tenant}/burst-policy", json=body),
+             output, BURST_COLUMNS)
+
+
 # ----- kubeconfigs
 
 

@@ -11,7 +11,7 @@ from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.tenants.models import GroupMapping, Membership, Tenant
-from app.usage.models import HourlyUsage, LedgerEntry, UsageSample
+from app.usage.models import GpuReclaim, HourlyUsage, LedgerEntry, UsageSample
 from app.workqueue.models import WorkItem
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "ClusterTemplate",
     "ClusterTemplateVersion",
     "GpuClass",
+    "GpuReclaim",
     "GpusInUse",
     "GroupMapping",
     "HostCluster",

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import uvicorn
@@ -36,6 +36,9 @@ from app.process.devmode import (
 )
 from app.process.wiring import connect_hooks
 from app.process.worker import build_worker
+
+if TYPE_CHECKING:
+    from app.lab.demo import Report
 
 cli = typer.Typer(help="GPU Tenant Portal", no_args_is_help=True, add_completion=False)
 db_cli = typer.Typer(help="Database migrations", no_args_is_help=True)
@@ -344,11 +347,28 @@ def lab_demo(
     applied with kubectl, then checks from outside the portal. Exits 1 if any check fails."""
     from app.lab import demo
 
+    _run_lab_walk(lab, demo.run)
+
+
+@cli.command("lab-reclaim")
+def lab_reclaim(
+    lab: Annotated[Path, typer.Option(help="the running lab's folder")] = Path(".lab"),
+) -> None:
+    """Guaranteed and burst GPUs on a running lab: one tenant bursts onto a pool of 8, the
+    pool's other owner comes back, KAI reclaims the borrowed GPUs. Exits 1 if a check fails."""
+    from app.lab import reclaim
+
+    _run_lab_walk(lab, reclaim.run)
+
+
+def _run_lab_walk(lab: Path, walk: Callable[[dict[str, str], Path], Report]) -> None:
+    from app.lab import demo
+
     if not (lab / "env").is_file():
         typer.echo(f"error: no lab at {lab} (no {lab / 'env'}): start one with `make lab`",
                    err=True)
         raise typer.Exit(2)
-    report = demo.run(demo.read_env(lab / "env"), lab / "kubeconfigs")
+    report = walk(demo.read_env(lab / "env"), lab / "kubeconfigs")
     failed = report.failures()
     typer.echo(f"{len(report.checks) - len(failed)} of {len(report.checks)} checks passed")
     if failed:

@@ -12,9 +12,11 @@ from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.http.deps import DbSession, RowId
 from app.http.pagination import Page, Paging
 from app.http.routing import UnitOfWorkRoute
-from app.quotas import service
+from app.quotas import burst, service
 from app.quotas.schemas import (
     ApproveIn,
+    BurstIn,
+    BurstOut,
     QueueItem,
     QuotaRequestCreate,
     QuotaRequestOut,
@@ -72,3 +74,19 @@ def approve(request_id: RowId, payload: ApproveIn, db: DbSession,
 def reject(request_id: RowId, payload: RejectIn, db: DbSession,
            principal: CurrentPrincipal) -> QueueItem:
     return service.reject(db, principal, request_id, payload)
+
+
+@router.get("/tenants/{tenant}/burst-policy", response_model=BurstOut)
+def burst_policy(tenant: str, db: DbSession, principal: CurrentPrincipal) -> BurstOut:
+    """How the tenant may borrow idle GPUs beyond its guarantee, and how soon they are
+    reclaimed."""
+    return BurstOut(**burst.burst_for(db, principal, tenant).as_dict())
+
+
+@router.put("/tenants/{tenant}/burst-policy", response_model=BurstOut)
+def set_burst_policy(tenant: str, payload: BurstIn, db: DbSession,
+                     principal: CurrentPrincipal) -> BurstOut:
+    """Set the tenant's burst tier, and any of its values apart from it (platform admins).
+    The tenant's KAI queues and cluster quotas follow within seconds."""
+    chosen = burst.set_burst(db, principal, tenant, payload.tier, payload.own_values())
+    return BurstOut(**chosen.as_dict())

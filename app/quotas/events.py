@@ -34,6 +34,14 @@ class QuotaShrunk:
     over_quota_cluster_ids: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class BurstChanged:
+    """A tenant's burst policy changed: its queues on every host must follow."""
+
+    tenant_id: int
+
+
 quota_shrunk: Hook[[Session, QuotaShrunk]] = Hook("quotas.quota_shrunk", required=True)
 # Required: a quota change that reaches no host would wait for a resync unnoticed.
 quota_changed: Hook[[Session, QuotaChanged]] = Hook("quotas.quota_changed", required=True)
+burst_changed: Hook[[Session, BurstChanged]] = Hook("quotas.burst_changed", required=True)

@@ -87,3 +87,29 @@ class GpusInUse(Base):
     # Of ``gpus``, those KAI lent beyond the queues' quotas: it may take them back.
     burst_gpus: Mapped[float] = mapped_column(default=0.0, server_default="0")
     observed_at: Mapped[datetime]
+
+
+class BurstPolicy(Base):
+    """How a tenant may use GPUs beyond its guarantee (its approved quota): a tier's preset,
+    with what a platform admin set apart from it (NULL: the tier's value). No row: the default
+    tier."""
+
+    __tablename__ = "burst_policies"
+    __table_args__ = (
+        CheckConstraint("burst_gpus IS NULL OR burst_gpus >= -1", name="burst_gpus"),
+        CheckConstraint("over_quota_weight IS NULL OR over_quota_weight >= 0", name="weight"),
+        CheckConstraint("reclaim_min_runtime_s IS NULL OR reclaim_min_runtime_s >= 0",
+                        name="reclaim_min_runtime"),
+        CheckConstraint("preempt_min_runtime_s IS NULL OR preempt_min_runtime_s >= 0",
+                        name="preempt_min_runtime"),
+    )
+
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"),
+                                           primary_key=True)
+    tier: Mapped[str] = mapped_column(String(30))
+    # -1: no ceiling but the pool's.
+    burst_gpus: Mapped[int | None]
+    over_quota_weight: Mapped[int | None]
+    reclaim_min_runtime_s: Mapped[int | None]
+    preempt_min_runtime_s: Mapped[int | None]
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

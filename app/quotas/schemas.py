@@ -134,3 +134,41 @@ class ExpiredQuota(BaseModel):
     region: str
     gpus: int
     over_quota_cluster_ids: list[int]
+
+
+BurstTier = Literal["guaranteed", "burst", "priority-burst"]
+MAX_RUNTIME_S = 7 * 86400
+
+
+class BurstOut(BaseModel):
+    """How the tenant may use idle GPUs beyond its guarantee (its approved quota)."""
+
+    tier: str = Field(description='"guaranteed" (no burst), "burst" or "priority-burst"')
+    burst_gpus: int = Field(
+        description="GPUs the tenant may borrow beyond its guarantee while other tenants leave "
+                    "theirs idle: 0 none, -1 no ceiling but the pool. Borrowed GPUs are "
+                    "reclaimed by KAI Scheduler when their owners need their guarantee")
+    over_quota_weight: int = Field(
+        description="the tenant's share of idle GPUs against other borrowing tenants")
+    reclaim_min_runtime_s: int | None = Field(
+        description="seconds a pod runs on borrowed GPUs before they may be reclaimed; "
+                    "null: at once")
+    preempt_min_runtime_s: int | None = Field(
+        description="seconds a pod runs before a higher-priority pod may preempt it; "
+                    "null: at once")
+    overrides: list[str] = Field(description="the fields a platform admin set apart from the tier")
+
+
+class BurstIn(BaseModel):
+    """A tier, and any of its values set apart from it (omitted or null: the tier's)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tier: BurstTier
+    burst_gpus: StrictInt | None = Field(default=None, ge=-1, le=MAX_GPUS * 10)
+    over_quota_weight: StrictInt | None = Field(default=None, ge=0, le=1000)
+    reclaim_min_runtime_s: StrictInt | None = Field(default=None, ge=0, le=MAX_RUNTIME_S)
+    preempt_min_runtime_s: StrictInt | None = Field(default=None, ge=0, le=MAX_RUNTIME_S)
+
+    def own_values(self) -> dict[str, int | None]:
+        return self.model_dump(exclude={"tier"})

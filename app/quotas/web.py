@@ -15,8 +15,8 @@ from app.http.deps import DbSession, RowId
 from app.http.pagination import Paging
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import Conflict, ProblemError, ValidationFailed
-from app.quotas import service
-from app.quotas.schemas import REQUEST_STATES, ApproveIn, QuotaRequestCreate, RejectIn
+from app.quotas import burst, service
+from app.quotas.schemas import REQUEST_STATES, ApproveIn, BurstIn, QuotaRequestCreate, RejectIn
 from app.web import live
 from app.web.forms import (
     FieldErrors,
@@ -102,6 +102,37 @@ def cancel_request(request: Request, tenant: str, request_id: RowId, db: DbSessi
     response = render(request, "quotas/_request_row.html",
                       {"item": item, "tenant_slug": tenant, "can_manage": True})
     return with_toast(response, f"Request for {item.gpus} GPUs cancelled.")
+
+
+# ----- burst
+
+
+def burst_context(db: DbSession, principal: Principal, tenant: str) -> dict[str, Any]:
+    """What ``quotas/_burst.html`` shows (the dashboard includes it); the form starts from
+    the values set apart from the tier, so that sending it again keeps them."""
+    current = burst.burst_for(db, principal, tenant)
+    return {"burst": current, "tiers": list(burst.TIERS), "tenant_slug": tenant,
+            "is_platform_admin": principal.is_platform_admin, "errors": {},
+            "form": {name: str(getattr(current, name)) for name in current.overrides}}
+
+
+@router.post("/admin/tenants/{tenant}/burst-policy", dependencies=STATE_CHANGING)
+def set_burst(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
+              fields: FormFields) -> Response:
+    payload = form_payload(fields, keys=("tier", *burst.FIELDS), integers=burst.FIELDS)
+    try:
+        chosen = BurstIn.model_validate(payload)
+        burst.set_burst(db, principal, tenant, chosen.tier, chosen.own_values())
+    except (ValidationError, ValidationFailed) as error:
+        errors = (validation_errors(error) if isinstance(error, ValidationError)
+                  else problem_errors(error))
+        return render(request, "quotas/_burst.html",
+                      {**burst_context(db, principal, tenant), "form": fields,
+                       "errors": errors}, status_code=422)
+    if not is_htmx(request):
+        return go_to(request, f"/t/{tenant}")
+    response = render(request, "quotas/_burst.html", burst_context(db, principal, tenant))
+    return with_toast(response, f"Burst of {tenant} set: its queues follow within seconds.")
 
 
 # ----- the approval queue

@@ -28,6 +28,7 @@ from app.kit.config import Settings
 from app.kit.errors import ProblemError
 from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import KubeError
+from app.kube.evictions import Eviction, read_evictions
 from app.kube.port import KubePort
 from app.kube.usage import HostUsage, WaitingPods, read_host_usage, read_virtual_waits
 from app.kubeconfigs.service import VirtualClusters
@@ -35,6 +36,7 @@ from app.reconcilers.host_keys import failure, host_keys, host_target, wait_for_
 from app.reconcilers.kind import DONE, GONE, Context, Outcome, TerminalError
 from app.reconcilers.runtime import RunsAlone
 from app.usage import ledger, samples
+from app.usage.reclaims import record_evictions
 from app.usage.sampling import record_usage, sample_hold
 from app.workqueue import USAGE
 
@@ -73,7 +75,7 @@ class UsageSampler(RunsAlone):
             return DONE  # this connector reaches no such host: nothing to read
         with self.database.session() as db:
             on_host = samples.dedicated_nodes_by_host(db).get(target.host_id, {})
-        usage = self._read(target, port, pods_on_nodes=bool(on_host))
+        usage, evicted = self._read(target, port, pods_on_nodes=bool(on_host))
         context.hosts.reached(target.host_id)
         refused = self._refused_pods(target.host_id, usage)
         now_s = int(ledger.now_in_seconds().timestamp())
@@ -81,6 +83,7 @@ class UsageSampler(RunsAlone):
             context.lease.fence(db)
             record_usage(db, target.host_id, usage, now_s, on_host, refused,
                          sample_hold(self.resync_seconds))
+            record_evictions(db, target.host_id, evicted)
         return DONE
 
     def _retention(self) -> Outcome:
@@ -131,9 +134,10 @@ class UsageSampler(RunsAlone):
                                 f"({type(error).__name__})") from error
 
     @staticmethod
-    def _read(target: HostTarget, port: KubePort, *, pods_on_nodes: bool) -> HostUsage:
+    def _read(target: HostTarget, port: KubePort, *,
+              pods_on_nodes: bool) -> tuple[HostUsage, list[Eviction]]:
         try:
-            return read_host_usage(port, pods_on_nodes=pods_on_nodes)
+            return read_host_usage(port, pods_on_nodes=pods_on_nodes), read_evictions(port)
         except KubeError as error:
             log.warning("reading GPU use from host cluster %s failed (%s); its last samples "
                         "stay", target.name, error.message)

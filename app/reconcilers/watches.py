@@ -22,5 +22,16 @@ from app.workqueue import CLUSTERS, enqueue_many
 def clusters_of_a_changed_quota(db: Session, event: quota_events.QuotaChanged) -> None:
     """Every cluster of the tenant: the tenant's queue (its quota per class) is kept by each of
     its clusters' reconciles, and each cluster's own quota derives from the tenant's."""
-    of_tenant = clusters.clusters_query(event.tenant_id).subquery()
+    _enqueue_clusters_of(db, event.tenant_id)
+
+
+@quota_events.burst_changed.connect
+def clusters_of_a_changed_burst(db: Session, event: quota_events.BurstChanged) -> None:
+    """Every cluster of the tenant: each keeps the tenant's queue and its own leaf and quota,
+    whose ceilings follow the burst."""
+    _enqueue_clusters_of(db, event.tenant_id)
+
+
+def _enqueue_clusters_of(db: Session, tenant_id: int) -> None:
+    of_tenant = clusters.clusters_query(tenant_id).subquery()
     enqueue_many(db, CLUSTERS, db.scalars(select(of_tenant.c.id)))

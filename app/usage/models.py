@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.database.core import Base
+from app.database.core import Base, utcnow
 
 LEDGER_KINDS = ("quota", "cluster", "node")
 SAMPLE_SOURCES = ("queue", "quota", "node")
@@ -98,3 +98,20 @@ class HourlyUsage(Base):
     # The hour's samples, each standing until the next (at most its holds_s), integrated.
     used_gpu_seconds: Mapped[float] = mapped_column(default=0.0, server_default="0")
     burst_gpu_seconds: Mapped[float] = mapped_column(default=0.0, server_default="0")
+
+
+class GpuReclaim(Base):
+    """A pod KAI Scheduler evicted from a tenant's cluster (reclaimed its borrowed GPUs,
+    preempted it, or moved it), from the event KAI recorded: kept once per event."""
+
+    __tablename__ = "gpu_reclaims"
+    __table_args__ = (Index("ix_gpu_reclaims_cluster_id_id", "cluster_id", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    event_uid: Mapped[str] = mapped_column(String(64), unique=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    cluster_id: Mapped[int] = mapped_column(
+        ForeignKey("virtual_clusters.id", ondelete="CASCADE"))
+    pod: Mapped[str] = mapped_column(String(253))
+    action: Mapped[str] = mapped_column(String(20))
+    recorded_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -5,6 +5,7 @@ UPDATE_GOLDEN=1 rewrites tests/kube/golden/*.yaml from the current builders.
 
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -31,6 +32,7 @@ from app.kube.manifests import (
     vcluster_values_yaml,
 )
 from app.kube.manifests import labels as lbl
+from app.kube.manifests.queues import cluster_gpu_limit
 from tests.support.paths import REFERENCE
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -376,8 +378,9 @@ def reference_queues() -> list[dict[str, Any]]:
 
 def test_queues_match_the_reference(reference_queues: list[dict[str, Any]]) -> None:
     ref_root, ref_tenant, ref_leaf = reference_queues
-    policy = ManifestPolicy(tenant_gpu_limit_factor=1.5)
-    tenant = TenantSpec("acme", "Acme Research", {H100: 8}, 128000, 1024000)
+    policy = ManifestPolicy()
+    # 8 guaranteed, may borrow 4 more.
+    tenant = TenantSpec("acme", "Acme Research", {H100: 8}, 128000, 1024000, burst_gpus=4)
     leaf_spec = train(gpus=4, memory_mib=488281)  # 488281 MiB = 511999.9 MB
     built = [root_queue(policy), tenant_queue(tenant, policy), cluster_queue(leaf_spec, policy)]
     # The reference names the leaf acme-train; the portal joins tenant and cluster with "--",
@@ -405,10 +408,54 @@ def test_queue_limits_are_always_explicit() -> None:
 def test_tenant_queue_quota_sums_gpu_classes() -> None:
     gpu = tenant_queue(acme(), POLICY)["spec"]["resources"]["gpu"]
     assert gpu == {"quota": 8, "limit": 8, "overQuotaWeight": 1}
-    explicit = TenantSpec("acme", "A", {H100: 8}, 0, 0, gpu_limit=-1)
-    assert tenant_queue(explicit, POLICY)["spec"]["resources"]["gpu"]["limit"] == -1
-    unlimited = ManifestPolicy(tenant_gpu_limit_factor=None)
-    assert tenant_queue(acme(), unlimited)["spec"]["resources"]["gpu"]["limit"] == -1
+
+
+def test_a_bursting_tenant_queue_keeps_its_guarantee_and_raises_its_ceiling() -> None:
+    bursting = replace(acme(), burst_gpus=6, over_quota_weight=3)
+    assert tenant_queue(bursting, POLICY)["spec"]["resources"]["gpu"] == {
+        "quota": 8, "limit": 14, "overQuotaWeight": 3}
+    unbounded = replace(acme(), burst_gpus=None)
+    assert tenant_queue(unbounded, POLICY)["spec"]["resources"]["gpu"]["limit"] == -1
+
+
+def test_min_runtimes_are_set_on_the_tenant_queue_only_where_the_tier_sets_them() -> None:
+    assert "reclaimMinRuntime" not in tenant_queue(acme(), POLICY)["spec"]
+    patient = replace(acme(), reclaim_min_runtime_s=600, preempt_min_runtime_s=60)
+    spec = tenant_queue(patient, POLICY)["spec"]
+    assert (spec["reclaimMinRuntime"], spec["preemptMinRuntime"]) == ("600s", "60s")
+
+
+def test_a_shared_pool_cluster_of_a_bursting_tenant_may_hold_up_to_the_tenant_ceiling() -> None:
+    bursting = replace(acme(), burst_gpus=6)
+    limit = cluster_gpu_limit(bursting, 4, "shared-pool")
+    cluster = train(gpus=4, gpu_limit=limit)
+    assert cluster_queue(cluster, POLICY)["spec"]["resources"]["gpu"]["quota"] == 4
+    assert cluster_queue(cluster, POLICY)["spec"]["resources"]["gpu"]["limit"] == 14
+    hard = resource_quota(cluster)["spec"]["hard"]
+    assert hard["requests.nvidia.com/gpu"] == hard["limits.nvidia.com/gpu"] == "14"
+    chart_quota = vcluster_values(cluster, POLICY)["policies"]["resourceQuota"]["quota"]
+    assert chart_quota["requests.nvidia.com/gpu"] == "14"
+
+
+def test_unlimited_burst_leaves_the_gpus_to_kai_and_no_gpu_line_in_the_quotas() -> None:
+    limit = cluster_gpu_limit(replace(acme(), burst_gpus=None), 4, "shared-pool")
+    cluster = train(gpus=4, gpu_limit=limit)
+    assert cluster_queue(cluster, POLICY)["spec"]["resources"]["gpu"]["limit"] == -1
+    assert not [k for k in resource_quota(cluster)["spec"]["hard"] if "gpu" in k]
+    chart_quota = vcluster_values(cluster, POLICY)["policies"]["resourceQuota"]["quota"]
+    assert not [k for k in chart_quota if "gpu" in k]
+
+
+def test_without_burst_or_on_dedicated_nodes_a_cluster_is_capped_at_its_own_gpus() -> None:
+    assert cluster_gpu_limit(acme(), 4, "shared-pool") is None
+    assert cluster_gpu_limit(replace(acme(), burst_gpus=None), 8, "dedicated-nodes") is None
+    cluster = train(gpus=4)
+    assert cluster_queue(cluster, POLICY)["spec"]["resources"]["gpu"]["limit"] == 4
+    assert resource_quota(cluster)["spec"]["hard"]["requests.nvidia.com/gpu"] == "4"
+    with pytest.raises(ValueError, match="shared-pool"):
+        train("dedicated-nodes", gpu_limit=-1)
+    with pytest.raises(ValueError, match="gpu_limit"):
+        train(gpus=4, gpu_limit=2)
 
 
 def test_tenant_named_like_the_root_queue_is_refused() -> None:

@@ -11,35 +11,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.kube.adapter import KubernetesAdapter
 from app.lab import demo
-from app.lab.main import Lab, LabOptions
-from app.lab.network import LabNetwork
-from tests.support.kube_server import skip_unless_ci, tools_bin
+from app.lab.main import Lab
 from tests.support.waiting import wait_for
-from tests.support.web import free_port
 
 ACME = demo.TEAMS[0]
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    programs = tools_bin()
-    if os.geteuid() != 0 or programs is None:
-        skip_unless_ci("the lab needs root (network namespaces) and `make tools`")
-    options = LabOptions(
-        folder=tmp_path_factory.mktemp("lab") / ".lab", programs=programs,
-        charts=Path(os.environ.get("PORTAL_CHARTS", ".cache/charts")),
-        kai_crds=Path(os.environ.get("PORTAL_KAI_CRDS", ".cache/kai-crds")),
-        port=free_port(), idp_port=free_port(), network=LabNetwork("plabt", "10.214"))
-    with Lab(options).running() as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

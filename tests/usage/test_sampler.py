@@ -102,10 +102,10 @@ def test_the_next_pass_waits_for_the_resync(database: Database, clock: LedgerClo
     clock.at(seconds=59)
     assert sampler.run_due("w") == 0
     assert [c.kind for c in host_lists.calls if c.method == "list"] == [
-        "Queue", "ResourceQuota", "Pod"]  # no node is dedicated: only KAI's pending pods
+        "Queue", "ResourceQuota", "Pod", "Event"]  # no node is dedicated: KAI's pending pods
     clock.at(seconds=60)
     sampler.run_due("w")
-    assert len([c for c in host_lists.calls if c.method == "list"]) == 6
+    assert len([c for c in host_lists.calls if c.method == "list"]) == 8
 
 
 def _used_hours(db: Session, admin: Any, days: int = 3) -> float:

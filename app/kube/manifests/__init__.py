@@ -29,7 +29,13 @@ from app.kube.manifests.names import (
 )
 from app.kube.manifests.nodes import node_tenant_patch
 from app.kube.manifests.queues import cluster_queue, root_queue, tenant_queue
-from app.kube.manifests.specs import ClusterSpec, ContainerDefaults, ManifestPolicy, TenantSpec
+from app.kube.manifests.specs import (
+    UNLIMITED_GPUS,
+    ClusterSpec,
+    ContainerDefaults,
+    ManifestPolicy,
+    TenantSpec,
+)
 from app.kube.manifests.vcluster import dump_yaml, vcluster_values, vcluster_values_yaml
 
 
@@ -63,6 +69,7 @@ def cluster_host_objects(
 
 __all__ = [
     "FIELD_MANAGER",
+    "UNLIMITED_GPUS",
     "ClusterSpec",
     "ContainerDefaults",
     "ManifestPolicy",

@@ -54,14 +54,14 @@ def hardening_level(pod_security: str, user_namespaces: bool) -> str | None:
 
 
 def quota_lines(spec: ClusterSpec) -> dict[str, str]:
-    """The hard limits shared by the host ResourceQuota and the chart's own quota."""
-    gpus = str(spec.gpus)
+    """The hard limits shared by the host ResourceQuota and the chart's own quota.
+
+    GPUs are capped at the cluster's burst ceiling, not its guarantee: KAI keeps the guarantee
+    and reclaims the burst. Without a ceiling (unlimited burst) the quota has no GPU line.
+    """
     memory = memory_quantity(spec.memory_mib)
     return {
-        f"requests.{lbl.GPU_RESOURCE}": gpus,
-        # Extended resources cannot be overcommitted (limit == request), so quota admission
-        # enforces the requests.* line; the limits.* line states the same cap for readers.
-        f"limits.{lbl.GPU_RESOURCE}": gpus,
+        **_gpu_lines(spec.gpu_ceiling),
         "requests.cpu": cpu_quantity(spec.cpu_millicores),
         "requests.memory": memory,
         # No memory overcommit on nodes shared by tenants; CPU limits stay free (only throttling).
@@ -69,6 +69,15 @@ def quota_lines(spec: ClusterSpec) -> dict[str, str]:
         "services.nodeports": "0",
         "services.loadbalancers": "0",
     }
+
+
+def _gpu_lines(ceiling: int | None) -> dict[str, str]:
+    if ceiling is None:
+        return {}
+    # Extended resources cannot be overcommitted (limit == request), so quota admission
+    # enforces the requests.* line; the limits.* line states the same cap for readers.
+    return {f"requests.{lbl.GPU_RESOURCE}": str(ceiling),
+            f"limits.{lbl.GPU_RESOURCE}": str(ceiling)}
 
 
 def resource_quota(spec: ClusterSpec) -> Manifest:

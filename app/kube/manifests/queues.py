@@ -8,16 +8,15 @@ class. Keeping a cluster's pods on the class it was granted is done by node sele
 vCluster values (nvidia.com/gpu.product) and by the database invariants, not by the queue.
 """
 
-import math
 from typing import Any
 
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.names import cluster_queue_name, tenant_queue_name
-from app.kube.manifests.specs import ClusterSpec, ManifestPolicy, TenantSpec
+from app.kube.manifests.specs import UNLIMITED_GPUS, ClusterSpec, ManifestPolicy, TenantSpec
 from app.kube.manifests.units import mib_to_mb
 
 Manifest = dict[str, Any]
-UNLIMITED = -1
+UNLIMITED = UNLIMITED_GPUS
 
 
 def _resource(quota: int, limit: int, weight: int) -> dict[str, int]:
@@ -39,28 +38,40 @@ def root_queue(policy: ManifestPolicy) -> Manifest:
     return _queue(policy.kai_root_queue, lbl.managed(), {"resources": resources})
 
 
-def tenant_gpu_limit(tenant: TenantSpec, policy: ManifestPolicy) -> int:
-    if tenant.gpu_limit is not None:
-        return tenant.gpu_limit
-    if policy.tenant_gpu_limit_factor is None:
-        return UNLIMITED
-    return math.ceil(tenant.total_gpus * policy.tenant_gpu_limit_factor)
+def cluster_gpu_limit(tenant: TenantSpec, gpus: int, placement: str) -> int | None:
+    """A shared-pool cluster of a bursting tenant may hold what its tenant may (its queue's
+    limit; KAI keeps the tenant's clusters together under the tenant's ceiling); without burst,
+    or on dedicated nodes, its own GPUs (None)."""
+    if placement != "shared-pool" or tenant.burst_gpus == 0:
+        return None
+    ceiling = tenant.gpu_ceiling
+    return UNLIMITED if ceiling is None else max(ceiling, gpus)
+
+
+def _min_runtimes(tenant: TenantSpec) -> dict[str, str]:
+    """KAI reads these up from the leaf, so the tenant's queue speaks for its clusters."""
+    runtimes = {"reclaimMinRuntime": tenant.reclaim_min_runtime_s,
+                "preemptMinRuntime": tenant.preempt_min_runtime_s}
+    return {key: f"{seconds}s" for key, seconds in runtimes.items() if seconds}
 
 
 def tenant_queue(tenant: TenantSpec, policy: ManifestPolicy) -> Manifest:
     name = tenant_queue_name(tenant.slug)
     if name == policy.kai_root_queue:
         raise ValueError(f"tenant slug {tenant.slug!r} collides with the root queue")
-    weight = policy.over_quota_weight
+    weight = tenant.over_quota_weight
+    ceiling = tenant.gpu_ceiling
     spec = {
         "displayName": tenant.display_name,
         "parentQueue": policy.kai_root_queue,
         "priority": policy.tenant_queue_priority,
         "resources": {
-            "gpu": _resource(tenant.total_gpus, tenant_gpu_limit(tenant, policy), weight),
+            "gpu": _resource(tenant.total_gpus, UNLIMITED if ceiling is None else ceiling,
+                             weight),
             "cpu": _resource(tenant.cpu_millicores, UNLIMITED, weight),
             "memory": _resource(tenant.memory_mb, UNLIMITED, weight),
         },
+        **_min_runtimes(tenant),
     }
     return _queue(name, lbl.tenant_labels(tenant.slug), spec)
 
@@ -68,14 +79,15 @@ def tenant_queue(tenant: TenantSpec, policy: ManifestPolicy) -> Manifest:
 def cluster_queue(cluster: ClusterSpec, policy: ManifestPolicy) -> Manifest:
     """The leaf queue of one virtual cluster; the only kind of queue that accepts workloads.
 
-    The GPU limit equals the quota: the namespace ResourceQuota caps the cluster at its GPUs
-    anyway, so a higher queue limit could never be used.
+    Its quota is the cluster's guarantee; its limit the cluster's burst ceiling (the namespace
+    ResourceQuota states the same, so neither can be used past the other).
     """
     weight = policy.over_quota_weight
+    ceiling = cluster.gpu_ceiling
     spec = {
         "parentQueue": tenant_queue_name(cluster.tenant),
         "resources": {
-            "gpu": _resource(cluster.gpus, cluster.gpus, weight),
+            "gpu": _resource(cluster.gpus, UNLIMITED if ceiling is None else ceiling, weight),
             "cpu": _resource(cluster.cpu_millicores, UNLIMITED, weight),
             "memory": _resource(mib_to_mb(cluster.memory_mib), UNLIMITED, weight),
         },

@@ -18,6 +18,7 @@ PodSecurityLevel = Literal["restricted", "baseline"]
 VClusterEdition = Literal["oss", "pro"]
 
 TENANT_SLUG_MAX: Final = 30
+UNLIMITED_GPUS: Final = -1
 _K8S_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
 # A Kubernetes label value, which is what GPU Feature Discovery's product label is.
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
@@ -51,19 +52,33 @@ class TenantSpec:
     gpu_quota: dict[str, int]
     cpu_millicores: int
     memory_mb: int
-    # Hard cap on the tenant's GPUs including borrowing; None means the policy decides.
-    gpu_limit: int | None = None
+    # GPUs the tenant may borrow beyond its guarantee while others leave theirs idle (KAI
+    # reclaims them when their owners come back): 0 none, None no ceiling but the pool.
+    burst_gpus: int | None = 0
+    # The tenant's share of idle GPUs against other bursting tenants (KAI's overQuotaWeight).
+    over_quota_weight: int = 1
+    # How long a pod of the tenant runs before KAI may reclaim or preempt it; None: at once.
+    reclaim_min_runtime_s: int | None = None
+    preempt_min_runtime_s: int | None = None
 
     def __post_init__(self) -> None:
         _require_slug(self.slug, "tenant slug", TENANT_SLUG_MAX)
         _require(all(_LABEL_VALUE.fullmatch(c) for c in self.gpu_quota), "invalid GPU class")
-        _require_non_negative(cpu_millicores=self.cpu_millicores, memory_mb=self.memory_mb)
+        _require_non_negative(cpu_millicores=self.cpu_millicores, memory_mb=self.memory_mb,
+                              over_quota_weight=self.over_quota_weight)
         _require(all(n >= 0 for n in self.gpu_quota.values()), "GPU quota must be >= 0")
-        _require(self.gpu_limit is None or self.gpu_limit >= -1, "gpu_limit must be >= -1")
+        _require(self.burst_gpus is None or self.burst_gpus >= 0, "burst_gpus must be >= 0")
+        for runtime in (self.reclaim_min_runtime_s, self.preempt_min_runtime_s):
+            _require(runtime is None or runtime >= 0, "a minimum runtime must be >= 0")
 
     @property
     def total_gpus(self) -> int:
         return sum(self.gpu_quota.values())
+
+    @property
+    def gpu_ceiling(self) -> int | None:
+        """The most GPUs the tenant may hold at once, burst included; None: no ceiling."""
+        return None if self.burst_gpus is None else self.total_gpus + self.burst_gpus
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,9 @@ class ClusterSpec:
     # Pods synced into the namespace run in their own user namespace (hostUsers: false), set by
     # the portal's admission webhook; the host must support it (checked by template validation).
     user_namespaces: bool = False
+    # The most GPUs the cluster may hold with burst (shared pool only): None its own GPUs (no
+    # burst), UNLIMITED_GPUS no ceiling but KAI's; never below ``gpus``.
+    gpu_limit: int | None = None
 
     def __post_init__(self) -> None:
         _require_slug(self.tenant, "tenant slug", TENANT_SLUG_MAX)
@@ -104,6 +122,17 @@ class ClusterSpec:
             pods=self.pods,
         )
         _require(_is_https_url(self.endpoint), f"endpoint must be an https URL: {self.endpoint!r}")
+        _require(self.gpu_limit is None or self.gpu_limit == UNLIMITED_GPUS
+                 or self.gpu_limit >= self.gpus, "gpu_limit must be -1 or >= gpus")
+        _require(self.gpu_limit is None or self.placement == "shared-pool",
+                 "only a shared-pool cluster bursts")
+
+    @property
+    def gpu_ceiling(self) -> int | None:
+        """The most GPUs the cluster's pods may hold at once; None: no ceiling but KAI's."""
+        if self.gpu_limit is None:
+            return self.gpus
+        return None if self.gpu_limit == UNLIMITED_GPUS else self.gpu_limit
 
     @property
     def image_tag(self) -> str:
@@ -134,9 +163,6 @@ class ManifestPolicy:
     kai_root_queue: str = "tenants"
     over_quota_weight: int = 1
     tenant_queue_priority: int = 100
-    # Tenant queue GPU limit = ceil(approved * factor) unless the tenant has an explicit limit;
-    # None means no cap (-1). 1.0 means no borrowing beyond the approved quota.
-    tenant_gpu_limit_factor: float | None = 1.0
     container_defaults: ContainerDefaults = field(default_factory=ContainerDefaults)
     # Port of the vCluster API server pod that tenants reach (through an ingress or LB).
     vcluster_api_port: int = 8443
@@ -149,5 +175,3 @@ class ManifestPolicy:
         _require_slug(self.kai_root_queue, "kai_root_queue")
         _require(self.vcluster_edition in _EDITIONS, f"unknown edition {self.vcluster_edition!r}")
         _require(self.over_quota_weight >= 0, "over_quota_weight must be >= 0")
-        factor = self.tenant_gpu_limit_factor
-        _require(factor is None or factor >= 1.0, "tenant_gpu_limit_factor must be >= 1")

@@ -1,0 +1,248 @@
+"""Guaranteed and burst GPUs on a running lab, with KAI's own programs deciding.
+
+A pool of one class (one machine of 8 GPUs) is shared by two tenants: Northwind, guaranteed 2
+and allowed to borrow 6 more, runs 8 pods while Contoso (guaranteed 4) runs nothing; then
+Contoso submits 4 pods. KAI reclaims Northwind's borrowed GPUs for them (its pods are deleted,
+kwok lets them go, its Deployment makes new ones that wait) and binds Contoso's; Northwind
+keeps its guarantee throughout. The checks read the host, the teams' kubeconfigs and the
+portal's API, as in ``app.lab.demo``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.kube.adapter import KubernetesAdapter
+from app.lab import demo, host
+from app.lab.demo import DemoError, Portal, Report, Team, Workload
+from app.lab.gpu import KWOK_NODE
+
+H200 = "NVIDIA-H200"
+POOL_NODE = "h200-r1-n1"
+POOL_GPUS = 8
+BURST_GPUS = 6
+BORROWER = Team("northwind", "Northwind Research", "sweep", H200, 2, "shared-pool",
+                Workload(pods=(), gpus_each=1))
+OWNER = Team("contoso", "Contoso AI", "train", H200, 4, "shared-pool",
+             Workload(pods=tuple(f"train-{i}" for i in range(4)), gpus_each=1))
+SWEEP = "sweep"
+RECLAIM_TIMEOUT = 180.0
+
+
+def pool_node() -> dict[str, Any]:
+    """A GPU machine as its kubelet and GPU Feature Discovery describe it: 8 GPUs of a class
+    no other tenant of the lab uses, so that the two tenants fill it between them."""
+    labels = {"kubernetes.io/hostname": POOL_NODE, "kubernetes.io/os": "linux",
+              "kubernetes.io/arch": "amd64", "topology.kubernetes.io/region": "eu-central",
+              "topology.kubernetes.io/zone": "eu-central-a", "nvidia.com/gpu.present": "true",
+              "nvidia.com/gpu.product": H200, "nvidia.com/gpu.count": str(POOL_GPUS),
+              "nvidia.com/gpu.memory": "143771", "nvidia.com/mig.capable": "false"}
+    capacity = {"cpu": "112", "memory": "2063104Mi", "pods": "110",
+                "ephemeral-storage": "3500Gi", "nvidia.com/gpu": str(POOL_GPUS)}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": POOL_NODE, "labels": labels, "annotations": dict(KWOK_NODE)},
+            "spec": {"taints": []}, "status": {"capacity": capacity, "allocatable": capacity}}
+
+
+def sweep_deployment(replicas: int) -> dict[str, Any]:
+    """Northwind's hyperparameter sweep: more replicas than its guarantee, on purpose."""
+    labels = {"team": BORROWER.tenant, "app": SWEEP}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": SWEEP, "namespace": "default"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": SWEEP}},
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"containers": [small_gpu_container()]}}}}
+
+
+def small_gpu_container() -> dict[str, Any]:
+    """One GPU and little memory: the cluster's memory quota holds all the replicas (the
+    namespace's default limit, 2Gi each, would not)."""
+    container = demo.gpu_container(1)
+    container["resources"]["limits"]["memory"] = "256Mi"
+    return container
+
+
+def bound_pods(admin: KubernetesAdapter, team: Team) -> list[dict[str, Any]]:
+    """The team's pods on the host that hold GPUs: bound and not being deleted."""
+    return [p for p in demo.team_host_pods(admin, team)
+            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+
+
+@dataclass
+class Watch:
+    """Northwind's bound pods, read every quarter second while the reclaim happens: the
+    fewest seen, and every pod that was bound once and then went."""
+
+    admin: KubernetesAdapter
+    fewest: int = POOL_GPUS
+    seen: set[str] = field(default_factory=set)
+    gone: set[str] = field(default_factory=set)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    started: float = field(default_factory=time.monotonic)
+    # Seconds from the start to the first pod KAI took (its eviction, before the binding).
+    first_gone_after: float | None = None
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            names = {p["metadata"]["name"] for p in bound_pods(self.admin, BORROWER)}
+            self.fewest = min(self.fewest, len(names))
+            if self.seen - names and self.first_gone_after is None:
+                self.first_gone_after = time.monotonic() - self.started
+            self.gone |= self.seen - names
+            self.seen |= names
+            time.sleep(0.25)
+
+
+def evictions(admin: KubernetesAdapter, team: Team) -> list[dict[str, Any]]:
+    """KAI's "Evict" events on the team's pod groups, as its scheduler records them."""
+    return [e for e in admin.list("v1", "Event", team.namespace)
+            if e.get("reason") == "Evict"
+            and (e.get("involvedObject") or {}).get("kind") == "PodGroup"]
+
+
+def set_up(portal: Portal, admin: KubernetesAdapter) -> None:
+    host.add_fleet(admin, [pool_node()])
+    print(f"machine {POOL_NODE}: {POOL_GPUS} x {H200} joins the host", flush=True)
+    # The worker reads the host's nodes each resync; the class appears with them.
+    demo.wait_until(lambda: _has_class(portal), f"the portal to see {H200}", 90.0)
+    teams = (BORROWER, OWNER)
+    demo.create_tenants(portal, teams)
+    portal.call("PUT", f"/tenants/{BORROWER.tenant}/burst-policy",
+                {"tier": "burst", "burst_gpus": BURST_GPUS})
+    print(f"burst {BORROWER.tenant}: up to {BURST_GPUS} GPUs beyond its guarantee", flush=True)
+    for team in teams:
+        demo.grant_quota(portal, team)
+        demo.create_cluster(portal, team)
+
+
+def _has_class(portal: Portal) -> bool:
+    return any(c["product"] == H200 for c in portal.call("GET", "/gpu-classes")["items"])
+
+
+def run(env: Mapping[str, str], folder: Path) -> Report:
+    portal = Portal(env["PORTAL_URL"], env["PORTAL_TOKEN"])
+    admin = KubernetesAdapter.from_kubeconfig(env["HOST_KUBECONFIG"])
+    kubectl = demo.Kubectl(env["KUBECTL"], {"HTTPS_PROXY": env["HTTPS_PROXY"],
+                                            "NO_PROXY": env["NO_PROXY"]})
+    folder.mkdir(parents=True, exist_ok=True)
+    report = Report()
+    try:
+        print("== one pool of 8, two tenants: one guaranteed 2 and bursting, one 4", flush=True)
+        set_up(portal, admin)
+        for team in (BORROWER, OWNER):
+            demo.wait_ready(portal, team)
+        kubeconfigs = {team: demo.issue_kubeconfig(portal, team, folder)
+                       for team in (BORROWER, OWNER)}
+        burst_onto_idle_gpus(report, admin, kubectl, kubeconfigs[BORROWER])
+        watch = reclaim_for_the_owner(report, admin, kubectl, kubeconfigs[OWNER])
+        check_borrower(report, admin, kubectl, kubeconfigs[BORROWER], watch)
+        check_audit(report, portal)
+    except DemoError as error:
+        report.check("the reclaim scenario ran to its end", False, str(error))
+    finally:
+        admin.close()
+    return report
+
+
+def burst_onto_idle_gpus(report: Report, admin: KubernetesAdapter, kubectl: demo.Kubectl,
+                         kubeconfig: Path) -> None:
+    print(f"== {BORROWER.tenant} runs {POOL_GPUS} pods on its guarantee of "
+          f"{BORROWER.gpus}", flush=True)
+    kubectl.apply(kubeconfig, [sweep_deployment(POOL_GPUS)])
+    bound = demo.wait_until(lambda: _at_least(bound_pods(admin, BORROWER), POOL_GPUS),
+                            f"{POOL_GPUS} of {BORROWER.label}'s pods to be bound",
+                            demo.RUNNING_TIMEOUT)
+    nodes = {p["spec"]["nodeName"] for p in bound}
+    report.check(f"{BORROWER.label}: bursts onto the idle GPUs, bound by KAI",
+                 len(bound) == POOL_GPUS and nodes == {POOL_NODE},
+                 f"{len(bound)} pods bound on {sorted(nodes)}: {BORROWER.gpus} guaranteed, "
+                 f"{len(bound) - BORROWER.gpus} borrowed")
+
+
+def reclaim_for_the_owner(report: Report, admin: KubernetesAdapter, kubectl: demo.Kubectl,
+                          kubeconfig: Path) -> Watch:
+    """The owner applies its pods while the borrower's bound pods are watched; returns the
+    watch once the owner's are bound and KAI had ten more seconds to take anything else."""
+    print(f"== {OWNER.tenant} submits {OWNER.gpus} pods: its guarantee, all in use by "
+          f"{BORROWER.tenant}", flush=True)
+    watch = Watch(admin)
+    watching = threading.Thread(target=watch.run, name="reclaim-watch", daemon=True)
+    watching.start()
+    started = watch.started
+    try:
+        kubectl.apply(kubeconfig, demo.workload_manifests(OWNER))
+        demo.wait_until(lambda: _at_least(bound_pods(admin, OWNER), OWNER.gpus),
+                        f"{OWNER.gpus} of {OWNER.label}'s pods to be bound", RECLAIM_TIMEOUT)
+        took = time.monotonic() - started
+        time.sleep(10.0)
+    finally:
+        watch.stopping.set()
+        watching.join(5)
+    owned = bound_pods(admin, OWNER)
+    evicted = f"{watch.first_gone_after:.1f}" if watch.first_gone_after is not None else "?"
+    report.check(f"{OWNER.label}: its {OWNER.gpus} guaranteed GPUs bound by reclaim",
+                 len(owned) == OWNER.gpus,
+                 f"{len(owned)} bound {took:.1f} s after kubectl apply (the first borrowed pod "
+                 f"taken after {evicted} s)")
+    print(f"reclaim bound {OWNER.label}'s {OWNER.gpus} pods in {took:.1f} s", flush=True)
+    return watch
+
+
+def check_borrower(report: Report, admin: KubernetesAdapter, kubectl: demo.Kubectl,
+                   kubeconfig: Path, watch: Watch) -> None:
+    kept = bound_pods(admin, BORROWER)
+    report.check(f"{BORROWER.label}: kept its guarantee throughout",
+                 watch.fewest >= BORROWER.gpus,
+                 f"never fewer than {watch.fewest} bound (guaranteed {BORROWER.gpus})")
+    report.check(f"{BORROWER.label}: only borrowed GPUs were reclaimed, as many as needed",
+                 len(watch.gone) == OWNER.gpus and len(kept) == POOL_GPUS - OWNER.gpus,
+                 f"{len(watch.gone)} pods reclaimed, {len(kept)} still bound "
+                 f"({BORROWER.gpus} guaranteed + {len(kept) - BORROWER.gpus} borrowed)")
+    events = evictions(admin, BORROWER)
+    actions = {(e.get("metadata", {}).get("annotations") or {}).get("evictor-action-type")
+               for e in events}
+    report.check(f"{BORROWER.label}: KAI says it reclaimed them, and for whom",
+                 len(events) == OWNER.gpus and actions == {"reclaim"},
+                 f"{len(events)} Evict events, actions {sorted(map(str, actions))}: "
+                 f"{(events[0].get('message') or '')[:160] if events else 'none'}")
+    waiting = demo.wait_until(lambda: _pending(kubectl, kubeconfig, OWNER.gpus),
+                              f"{OWNER.gpus} of {BORROWER.label}'s replicas to wait", 60.0)
+    owned = bound_pods(admin, OWNER)
+    report.check(f"{BORROWER.label}: its new replicas wait for idle GPUs, taking none back",
+                 len(waiting) == OWNER.gpus and len(owned) == OWNER.gpus,
+                 f"{len(waiting)} replicas Pending in the virtual cluster; {OWNER.label} "
+                 f"keeps {len(owned)} bound")
+
+
+def check_audit(report: Report, portal: Portal) -> None:
+    """The portal's worker reads KAI's events each resync: the borrower's trail names its
+    reclaimed pods, and not the tenant they went to."""
+    def reclaimed() -> list[dict[str, Any]] | None:
+        found = portal.call("GET", "/audit", query={"action": "cluster.gpu_reclaimed",
+                                                    "tenant": BORROWER.tenant})["items"]
+        return found if len(found) >= OWNER.gpus else None
+    rows = demo.wait_until(reclaimed, f"{BORROWER.tenant}'s audit trail to show the reclaims",
+                           90.0)
+    pods = sorted(r["after"]["pod"] for r in rows)
+    leaks = [r for r in rows if OWNER.tenant in str(r)]
+    report.check(f"{BORROWER.label}: the portal's audit trail says which pods and why",
+                 len(rows) == OWNER.gpus and all(p.startswith(SWEEP) for p in pods)
+                 and not leaks,
+                 f"{len(rows)} cluster.gpu_reclaimed: {pods}; "
+                 f"{rows[0]['after']['why'] if rows else ''}")
+
+
+def _pending(kubectl: demo.Kubectl, kubeconfig: Path, count: int) -> list[str] | None:
+    pods = kubectl.pods(kubeconfig, "-n", "default", "-l", f"app={SWEEP}")
+    pending = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Pending"
+               and not p["metadata"].get("deletionTimestamp")]
+    return pending if len(pending) >= count else None
+
+
+def _at_least(pods: list[dict[str, Any]], count: int) -> list[dict[str, Any]] | None:
+    return pods if len(pods) >= count else None

@@ -1,0 +1,118 @@
+"""Burst: GPUs a tenant may use beyond its guarantee while others leave theirs idle.
+
+A tenant's approved quota is its guarantee. Its tier says how much it may borrow above it
+(none, a number of GPUs, or whatever the pool has idle), its share of idle GPUs against other
+borrowers (KAI's over-quota weight) and how long its pods run before KAI may take borrowed
+GPUs back (reclaim) or preempt them. A platform admin picks the tier and may set any of these
+apart from it; the cluster reconciles carry the result to the tenant's KAI queues.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth.principal import Principal
+from app.authz import ensure_platform_admin
+from app.kit.errors import ValidationFailed
+from app.quotas import events
+from app.quotas.models import BurstPolicy
+from app.quotas.schemas import MAX_GPUS, MAX_RUNTIME_S
+from app.tenants.access import tenant_for
+
+UNLIMITED: Final = -1
+FIELDS: Final = ("burst_gpus", "over_quota_weight", "reclaim_min_runtime_s",
+                 "preempt_min_runtime_s")
+# Bounds a person would not mean to pass: a pool bigger than any fleet, a week of runtime.
+MOST: Final = {"burst_gpus": MAX_GPUS * 10, "over_quota_weight": 1000,
+               "reclaim_min_runtime_s": MAX_RUNTIME_S, "preempt_min_runtime_s": MAX_RUNTIME_S}
+
+
+@dataclass(frozen=True)
+class Burst:
+    """A tenant's burst, as KAI gets it. ``burst_gpus``: 0 none, -1 no ceiling but the pool."""
+
+    tier: str
+    burst_gpus: int
+    over_quota_weight: int
+    reclaim_min_runtime_s: int | None
+    preempt_min_runtime_s: int | None
+    # The fields a platform admin set apart from the tier.
+    overrides: tuple[str, ...] = ()
+
+    @property
+    def bursts(self) -> bool:
+        return self.burst_gpus != 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tier": self.tier, **{name: getattr(self, name) for name in FIELDS},
+                "overrides": list(self.overrides)}
+
+
+TIERS: Final = {
+    # Exactly what was approved: nothing borrowed, nothing to take back.
+    "guaranteed": Burst("guaranteed", 0, 1, None, None),
+    # Idle GPUs of the tenant's classes, taken back as soon as their owners need them.
+    "burst": Burst("burst", UNLIMITED, 1, None, None),
+    # Three times the share of idle GPUs of a "burst" tenant; a pod keeps borrowed GPUs at least
+    # ten minutes, so that a short job is not cut off for a queue that wants them back.
+    "priority-burst": Burst("priority-burst", UNLIMITED, 3, 600, None),
+}
+DEFAULT_TIER: Final = "guaranteed"
+
+
+def effective(row: BurstPolicy | None) -> Burst:
+    """The tier's values with the admin's own on top."""
+    if row is None:
+        return TIERS[DEFAULT_TIER]
+    tier = TIERS.get(row.tier, TIERS[DEFAULT_TIER])
+    own = {name: getattr(row, name) for name in FIELDS if getattr(row, name) is not None}
+    return replace(tier, tier=row.tier, overrides=tuple(own), **own)
+
+
+def tenant_burst(db: Session, tenant_id: int) -> Burst:
+    return effective(db.get(BurstPolicy, tenant_id))
+
+
+def burst_for(db: Session, principal: Principal, slug: str) -> Burst:
+    """What the tenant's members see of their burst."""
+    return tenant_burst(db, tenant_for(db, principal, slug).id)
+
+
+def set_burst(db: Session, principal: Principal, slug: str, tier: str,
+              own: dict[str, int | None]) -> Burst:
+    """A platform admin's choice: the tier, and the values it sets apart from it (None: the
+    tier's). Audited; the tenant's clusters are reconciled so that its queues follow."""
+    ensure_platform_admin(principal)
+    tenant = tenant_for(db, principal, slug)
+    _check(tier, own)
+    row = db.get(BurstPolicy, tenant.id)
+    before = effective(row).as_dict()
+    if row is None:
+        row = BurstPolicy(tenant_id=tenant.id)
+        db.add(row)
+    row.tier = tier
+    for name in FIELDS:
+        setattr(row, name, own.get(name))
+    db.flush()
+    after = effective(row)
+    events.burst_changed.fire(db, events.BurstChanged(tenant.id))
+    audit.record(db, action="tenant.burst_policy_change", actor_id=principal.user_id,
+                 actor_label=principal.label, tenant_id=tenant.id, target_type="tenant",
+                 target_id=tenant.id, before=before, after=after.as_dict())
+    return after
+
+
+def _check(tier: str, own: dict[str, int | None]) -> None:
+    if tier not in TIERS:
+        raise ValidationFailed.on_field(
+            "tier", f"unknown tier {tier!r}; one of {', '.join(sorted(TIERS))}")
+    for name in FIELDS:
+        value, least = own.get(name), UNLIMITED if name == "burst_gpus" else 0
+        if value is not None and not least <= value <= MOST[name]:
+            what = "GPUs, or -1 for no ceiling" if name == "burst_gpus" else ""
+            raise ValidationFailed.on_field(
+                name, f"must be from {least} to {MOST[name]} {what}".rstrip())

@@ -1,0 +1,28 @@
+"""One lab for the lab's tests: starting one takes minutes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.lab.main import Lab, LabOptions
+from app.lab.network import LabNetwork
+from tests.support.kube_server import skip_unless_ci, tools_bin
+from tests.support.web import free_port
+
+
+@pytest.fixture(scope="package")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    programs = tools_bin()
+    if os.geteuid() != 0 or programs is None:
+        skip_unless_ci("the lab needs root (network namespaces) and `make tools`")
+    options = LabOptions(
+        folder=tmp_path_factory.mktemp("lab") / ".lab", programs=programs,
+        charts=Path(os.environ.get("PORTAL_CHARTS", ".cache/charts")),
+        kai_crds=Path(os.environ.get("PORTAL_KAI_CRDS", ".cache/kai-crds")),
+        port=free_port(), idp_port=free_port(), network=LabNetwork("plabt", "10.214"))
+    with Lab(options).running() as running:
+        yield running
