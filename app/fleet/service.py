@@ -49,9 +49,10 @@ def _host_out(f: repository.HostClassFigures) -> HostCapacityOut:
 
 
 def lent_from_idle_guarantees(f: repository.HostClassFigures) -> float:
-    """Burst beyond the ready GPUs no shared-pool cluster is guaranteed: KAI can only have
-    taken the rest from guarantees their owners left idle, and gives it back when they ask."""
-    unguaranteed = f.total - f.not_ready - f.guaranteed
+    """Burst beyond the ready shared GPUs no shared-pool cluster is guaranteed: KAI can only
+    have taken the rest from guarantees their owners left idle, and gives it back when they
+    ask. Dedicated nodes are no one's to borrow (their taints keep KAI's pods off)."""
+    unguaranteed = f.total - f.not_ready - f.dedicated - f.guaranteed
     return max(0.0, f.borrowed - unguaranteed)
 
 

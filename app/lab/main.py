@@ -36,6 +36,8 @@ from app.lab.proxy import ConnectProxy
 ENDPOINT_TEMPLATE = "https://{cluster}.{tenant}.vc.lab"
 PLATFORM_ADMIN = "admin@example.com"
 TOKEN_SECONDS = 30 * 24 * 3600
+# A lab is watched by a person: a crashed control plane shows within seconds.
+WORKER_RESYNC_SECONDS = 15
 # The pod network index of KAI's podgroupcontroller (virtual cluster pods count up from 0).
 PODGROUPCONTROLLER_NETWORK = 9999
 REQUIRED_PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
@@ -174,8 +176,7 @@ class Lab:
             "PORTAL_VCLUSTER_CHART_REPO": chart_repo,
             "PORTAL_WEBHOOK_URL": webhook_url,
             "PORTAL_WEBHOOK_NAMESPACE": host.PORTAL_NAMESPACE,
-            # A lab is watched by a person: a crashed control plane shows within seconds.
-            "PORTAL_WORKER_RESYNC_SECONDS": "15",
+            "PORTAL_WORKER_RESYNC_SECONDS": str(WORKER_RESYNC_SECONDS),
             "HTTPS_PROXY": self.proxy.url,
             "NO_PROXY": f"127.0.0.1,localhost,{self.options.network.gateway}",
             "HOME": str(self.folder / "home"),

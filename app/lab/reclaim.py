@@ -10,9 +10,10 @@ portal's API, as in ``app.lab.demo``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from app.kube.adapter import KubernetesAdapter
 from app.lab import demo, host
 from app.lab.demo import DemoError, Portal, Report, Team, Workload
 from app.lab.gpu import KWOK_NODE
+from app.lab.main import WORKER_RESYNC_SECONDS
 
 H200 = "NVIDIA-H200"
 POOL_NODE = "h200-r1-n1"
@@ -75,27 +77,53 @@ def bound_pods(admin: KubernetesAdapter, team: Team) -> list[dict[str, Any]]:
 
 @dataclass
 class Watch:
-    """Northwind's bound pods, read every quarter second while the reclaim happens: the
-    fewest seen, and every pod that was bound once and then went."""
+    """Northwind's bound pods, read every quarter second from before its burst: the
+    GPU-seconds they held (all, and beyond the guarantee), and from ``mark()`` on the fewest
+    bound, the pods that went and how soon the first went."""
 
     admin: KubernetesAdapter
+    stopping: threading.Event = field(default_factory=threading.Event)
+    gpu_seconds: float = 0.0
+    burst_seconds: float = 0.0
+    marked_at: float | None = None
     fewest: int = POOL_GPUS
     seen: set[str] = field(default_factory=set)
     gone: set[str] = field(default_factory=set)
-    stopping: threading.Event = field(default_factory=threading.Event)
-    started: float = field(default_factory=time.monotonic)
-    # Seconds from the start to the first pod KAI took (its eviction, before the binding).
     first_gone_after: float | None = None
 
+    def mark(self) -> None:
+        self.marked_at = time.monotonic()
+
     def run(self) -> None:
+        last, count = time.monotonic(), 0
         while not self.stopping.is_set():
             names = {p["metadata"]["name"] for p in bound_pods(self.admin, BORROWER)}
-            self.fewest = min(self.fewest, len(names))
-            if self.seen - names and self.first_gone_after is None:
-                self.first_gone_after = time.monotonic() - self.started
-            self.gone |= self.seen - names
+            now = time.monotonic()
+            self.gpu_seconds += count * (now - last)
+            self.burst_seconds += max(0, count - BORROWER.gpus) * (now - last)
+            last, count = now, len(names)
+            if self.marked_at is not None:
+                self._after_mark(names, now - self.marked_at)
             self.seen |= names
             time.sleep(0.25)
+
+    def _after_mark(self, names: set[str], since_mark: float) -> None:
+        self.fewest = min(self.fewest, len(names))
+        if self.seen - names and self.first_gone_after is None:
+            self.first_gone_after = since_mark
+        self.gone |= self.seen - names
+
+
+@contextlib.contextmanager
+def watching(admin: KubernetesAdapter) -> Iterator[Watch]:
+    watch = Watch(admin)
+    thread = threading.Thread(target=watch.run, name="reclaim-watch", daemon=True)
+    thread.start()
+    try:
+        yield watch
+    finally:
+        watch.stopping.set()
+        thread.join(5)
 
 
 def evictions(admin: KubernetesAdapter, team: Team) -> list[dict[str, Any]]:
@@ -138,10 +166,16 @@ def run(env: Mapping[str, str], folder: Path) -> Report:
             demo.wait_ready(portal, team)
         kubeconfigs = {team: demo.issue_kubeconfig(portal, team, folder)
                        for team in (BORROWER, OWNER)}
-        burst_onto_idle_gpus(report, admin, kubectl, kubeconfigs[BORROWER])
-        watch = reclaim_for_the_owner(report, admin, kubectl, kubeconfigs[OWNER])
-        check_borrower(report, admin, kubectl, kubeconfigs[BORROWER], watch)
-        check_audit(report, portal)
+        with watching(admin) as watch:
+            burst_onto_idle_gpus(report, admin, kubectl, kubeconfigs[BORROWER])
+            check_portal_sees_burst(report, portal, burst=POOL_GPUS - BORROWER.gpus)
+            watch.mark()
+            reclaim_for_the_owner(report, admin, kubectl, kubeconfigs[OWNER], watch)
+            check_borrower(report, admin, kubectl, kubeconfigs[BORROWER], watch)
+            check_portal_sees_burst(report, portal,
+                                    burst=POOL_GPUS - OWNER.gpus - BORROWER.gpus)
+            check_audit(report, portal)
+            check_ledger(report, portal, watch)
     except DemoError as error:
         report.check("the reclaim scenario ran to its end", False, str(error))
     finally:
@@ -165,24 +199,17 @@ def burst_onto_idle_gpus(report: Report, admin: KubernetesAdapter, kubectl: demo
 
 
 def reclaim_for_the_owner(report: Report, admin: KubernetesAdapter, kubectl: demo.Kubectl,
-                          kubeconfig: Path) -> Watch:
-    """The owner applies its pods while the borrower's bound pods are watched; returns the
-    watch once the owner's are bound and KAI had ten more seconds to take anything else."""
+                          kubeconfig: Path, watch: Watch) -> None:
+    """The owner applies its pods while ``watch`` follows the borrower's; done once the
+    owner's are bound and KAI had ten more seconds to take anything else."""
     print(f"== {OWNER.tenant} submits {OWNER.gpus} pods: its guarantee, all in use by "
           f"{BORROWER.tenant}", flush=True)
-    watch = Watch(admin)
-    watching = threading.Thread(target=watch.run, name="reclaim-watch", daemon=True)
-    watching.start()
-    started = watch.started
-    try:
-        kubectl.apply(kubeconfig, demo.workload_manifests(OWNER))
-        demo.wait_until(lambda: _at_least(bound_pods(admin, OWNER), OWNER.gpus),
-                        f"{OWNER.gpus} of {OWNER.label}'s pods to be bound", RECLAIM_TIMEOUT)
-        took = time.monotonic() - started
-        time.sleep(10.0)
-    finally:
-        watch.stopping.set()
-        watching.join(5)
+    started = time.monotonic()
+    kubectl.apply(kubeconfig, demo.workload_manifests(OWNER))
+    demo.wait_until(lambda: _at_least(bound_pods(admin, OWNER), OWNER.gpus),
+                    f"{OWNER.gpus} of {OWNER.label}'s pods to be bound", RECLAIM_TIMEOUT)
+    took = time.monotonic() - started
+    time.sleep(10.0)
     owned = bound_pods(admin, OWNER)
     evicted = f"{watch.first_gone_after:.1f}" if watch.first_gone_after is not None else "?"
     report.check(f"{OWNER.label}: its {OWNER.gpus} guaranteed GPUs bound by reclaim",
@@ -190,7 +217,6 @@ def reclaim_for_the_owner(report: Report, admin: KubernetesAdapter, kubectl: dem
                  f"{len(owned)} bound {took:.1f} s after kubectl apply (the first borrowed pod "
                  f"taken after {evicted} s)")
     print(f"reclaim bound {OWNER.label}'s {OWNER.gpus} pods in {took:.1f} s", flush=True)
-    return watch
 
 
 def check_borrower(report: Report, admin: KubernetesAdapter, kubectl: demo.Kubectl,
@@ -217,6 +243,50 @@ def check_borrower(report: Report, admin: KubernetesAdapter, kubectl: demo.Kubec
                  len(waiting) == OWNER.gpus and len(owned) == OWNER.gpus,
                  f"{len(waiting)} replicas Pending in the virtual cluster; {OWNER.label} "
                  f"keeps {len(owned)} bound")
+
+
+def check_portal_sees_burst(report: Report, portal: Portal, burst: int) -> None:
+    """The cluster, the tenant's quota and the fleet say what KAI allocated beyond the
+    guarantee, once the worker has read the host (each resync)."""
+    def shown() -> tuple[Any, ...] | None:
+        in_use = portal.cluster(BORROWER).get("gpus_in_use") or {}
+        quota = [q for q in portal.call("GET", f"/tenants/{BORROWER.tenant}/quota")["items"]
+                 if q["gpu_class"] == H200]
+        fleet = [h for h in portal.call("GET", "/fleet/capacity")["hosts"]
+                 if h["gpu_class"] == H200]
+        found = (in_use.get("guaranteed"), in_use.get("burst"), in_use.get("reclaimable"),
+                 quota[0].get("burst_in_use_gpus") if quota else None,
+                 fleet[0]["borrowed"] if fleet else None,
+                 fleet[0]["lent_from_idle_guarantees"] if fleet else None)
+        return found if found[1] == burst and found[3] == burst and found[4] == burst else None
+    # The pool's GPUs no cluster is guaranteed are lent first; the rest are idle guarantees.
+    lent = max(0, burst - (POOL_GPUS - BORROWER.gpus - OWNER.gpus))
+    found = demo.wait_until(shown, f"the portal to show {burst} burst GPUs", 90.0)
+    report.check(f"{BORROWER.label}: the portal shows {burst} burst GPUs, reclaimable",
+                 found == (float(BORROWER.gpus), float(burst), burst > 0, float(burst),
+                           float(burst), float(lent)),
+                 f"cluster {found[0]:g} guaranteed + {found[1]:g} burst (reclaimable: "
+                 f"{found[2]}); quota burst {found[3]:g}; fleet borrowed {found[4]:g}, lent from "
+                 f"idle guarantees {found[5]:g}")
+
+
+def check_ledger(report: Report, portal: Portal, watch: Watch) -> None:
+    """Today's GPU-hours of the borrower, guaranteed and burst, against the GPU-seconds its
+    bound pods held as watched from the host: the same within the sampling's grain (a
+    sample stands until the next one, two resyncs at most)."""
+    rows = [r for r in portal.call("GET", "/usage", query={"tenant": BORROWER.tenant})["rows"]
+            if r["gpu_class"] == H200]
+    used, burst = watch.gpu_seconds / 3600, watch.burst_seconds / 3600
+    ledger = (sum(r["used_gpu_hours"] for r in rows), sum(r["guaranteed_gpu_hours"] for r in rows),
+              sum(r["burst_gpu_hours"] for r in rows))
+    grain = 2 * WORKER_RESYNC_SECONDS * POOL_GPUS / 3600
+    report.check(f"{BORROWER.label}: the ledger splits its GPU-hours into guaranteed and burst, "
+                 "as bound",
+                 abs(ledger[0] - used) <= grain and abs(ledger[2] - burst) <= grain
+                 and abs(ledger[1] + ledger[2] - ledger[0]) < 1e-5 and ledger[2] > 0,
+                 f"ledger {ledger[1] * 60:.2f} guaranteed + {ledger[2] * 60:.2f} burst GPU-minutes;"
+                 f" the host's bound pods {(used - burst) * 60:.2f} + {burst * 60:.2f} "
+                 f"(grain {grain * 60:.1f})")
 
 
 def check_audit(report: Report, portal: Portal) -> None:

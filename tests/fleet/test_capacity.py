@@ -11,6 +11,8 @@ from sqlalchemy.orm import Session
 
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate
+from app.fleet.repository import HostClassFigures
+from app.fleet.service import lent_from_idle_guarantees
 from app.hosts.models import HostCluster
 from app.quotas import service as quotas
 from app.quotas.repository import BoundGpus
@@ -127,3 +129,10 @@ def test_the_page_shows_borrowed_and_lent(client: TestClient, db: Session,
     row = page.split('data-host="gpu-us-1"')[1].split("</tr>")[0]
     assert '<td class="borrowed">14</td><td class="lent">2</td>' in row
     assert "Lent from idle guarantees" in page
+
+
+def test_dedicated_gpus_are_not_there_to_borrow() -> None:
+    figures = HostClassFigures(host="h", region="", state="active", reachable=True,
+                               gpu_class="H100", display_name="H100", total=16, dedicated=8,
+                               not_ready=0, guaranteed=4, borrowed=6.0)
+    assert lent_from_idle_guarantees(figures) == 2.0  # 4 unguaranteed shared GPUs, 6 borrowed
