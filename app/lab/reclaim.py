@@ -32,6 +32,9 @@ BORROWER = Team("northwind", "Northwind Research", "sweep", H200, 2, "shared-poo
                 Workload(pods=(), gpus_each=1))
 OWNER = Team("contoso", "Contoso AI", "train", H200, 4, "shared-pool",
              Workload(pods=tuple(f"train-{i}" for i in range(4)), gpus_each=1))
+# Northwind's second cluster, guaranteed 1 more GPU once the pool is full.
+EVAL = Team("northwind", "Northwind Research", "eval", H200, 1, "shared-pool",
+            Workload(pods=("eval-0",), gpus_each=1))
 SWEEP = "sweep"
 RECLAIM_TIMEOUT = 180.0
 
@@ -175,6 +178,7 @@ def run(env: Mapping[str, str], folder: Path) -> Report:
             check_portal_sees_burst(report, portal,
                                     burst=POOL_GPUS - OWNER.gpus - BORROWER.gpus)
             check_audit(report, portal)
+            within_the_tenant(report, portal, admin, kubectl, folder, watch)
             check_ledger(report, portal, watch)
     except DemoError as error:
         report.check("the reclaim scenario ran to its end", False, str(error))
@@ -270,12 +274,35 @@ def check_portal_sees_burst(report: Report, portal: Portal, burst: int) -> None:
                  f"idle guarantees {found[5]:g}")
 
 
+def within_the_tenant(report: Report, portal: Portal, admin: KubernetesAdapter,
+                      kubectl: demo.Kubectl, folder: Path, watch: Watch) -> None:
+    """Northwind's new cluster, guaranteed 1 GPU, takes it from its own sweep's borrowed
+    GPUs (the sweep's leaf is over its quota, the new one under its own), not from contoso."""
+    print(f"== {BORROWER.tenant} gets 1 more GPU for a second cluster, {EVAL.label}",
+          flush=True)
+    demo.grant_quota(portal, EVAL)
+    demo.create_cluster(portal, EVAL)
+    demo.wait_ready(portal, EVAL)
+    before = len(watch.gone)
+    kubectl.apply(demo.issue_kubeconfig(portal, EVAL, folder), demo.workload_manifests(EVAL))
+    bound = demo.wait_until(lambda: _at_least(bound_pods(admin, EVAL), 1),
+                            f"{EVAL.label}'s pod to be bound", RECLAIM_TIMEOUT)
+    time.sleep(5.0)
+    sweep, owned = bound_pods(admin, BORROWER), bound_pods(admin, OWNER)
+    report.check(f"{EVAL.label}: its guarantee comes from its own tenant's borrowed GPUs",
+                 len(bound) == 1 and len(owned) == OWNER.gpus
+                 and len(watch.gone) - before == 1 and len(sweep) >= BORROWER.gpus,
+                 f"{EVAL.label} bound; {BORROWER.label} {len(sweep)} bound after "
+                 f"{len(watch.gone) - before} more reclaimed; {OWNER.label} keeps {len(owned)}")
+
+
 def check_ledger(report: Report, portal: Portal, watch: Watch) -> None:
-    """Today's GPU-hours of the borrower, guaranteed and burst, against the GPU-seconds its
-    bound pods held as watched from the host: the same within the sampling's grain (a
-    sample stands until the next one, two resyncs at most)."""
-    rows = [r for r in portal.call("GET", "/usage", query={"tenant": BORROWER.tenant})["rows"]
-            if r["gpu_class"] == H200]
+    """Today's GPU-hours of the borrowing cluster (the per-cluster report), guaranteed and
+    burst, against the GPU-seconds its bound pods held as watched from the host: the same
+    within the sampling's grain (a sample stands until the next one, two resyncs at most)."""
+    rows = [r for r in portal.call("GET", "/usage/clusters",
+                                   query={"tenant": BORROWER.tenant})["rows"]
+            if r["cluster"] == BORROWER.cluster]
     used, burst = watch.gpu_seconds / 3600, watch.burst_seconds / 3600
     ledger = (sum(r["used_gpu_hours"] for r in rows), sum(r["guaranteed_gpu_hours"] for r in rows),
               sum(r["burst_gpu_hours"] for r in rows))

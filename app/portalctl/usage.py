@@ -14,6 +14,15 @@ ROW_COLUMNS = ("period", "tenant", "gpu_class", "approved_gpu_hours", "allocated
                "dedicated_gpu_hours", "used_gpu_hours", "guaranteed_gpu_hours", "burst_gpu_hours")
 
 
+CLUSTER_COLUMNS = ("period", "tenant", "cluster", "gpu_class", "allocated_gpu_hours",
+                   "used_gpu_hours", "guaranteed_gpu_hours", "burst_gpu_hours")
+
+
+class By(StrEnum):
+    tenant = "tenant"
+    cluster = "cluster"
+
+
 class UsageFormat(StrEnum):
     table = "table"
     json = "json"
@@ -35,6 +44,8 @@ def usage(
         "--to", help="end, exclusive; default: the end of today (UTC)")] = None,
     group_by: Annotated[GroupBy, typer.Option(help="one row per day or per month")
                         ] = GroupBy.day,
+    by: Annotated[By, typer.Option(help="rows per tenant and class, or per cluster")
+                  ] = By.tenant,
     output: Annotated[UsageFormat, typer.Option("--output", "-o",
                                                 help="table, json, yaml or csv")
                       ] = UsageFormat.table,
@@ -45,15 +56,18 @@ def usage(
     Without --tenant, every tenant you may see (all of them for platform admins).
 
     Example: portalctl usage --tenant acme --from 2026-11-01 --group-by month -o csv > acme.csv
+    Per cluster, guaranteed and burst: portalctl usage --by cluster --tenant acme
     """
     params = {"tenant": tenant, "from": start, "to": end, "group_by": group_by.value}
+    path, columns = (("/api/v1/usage/clusters", CLUSTER_COLUMNS) if by is By.cluster
+                     else ("/api/v1/usage", ROW_COLUMNS))
     with api() as client:
         if output is UsageFormat.csv:
-            for chunk in client.download("/api/v1/usage.csv", **params):
+            for chunk in client.download(f"{path}.csv", **params):
                 typer.echo(chunk, nl=False)
             return
-        report = client.get("/api/v1/usage", **params)
+        report = client.get(path, **params)
     if output is UsageFormat.table:
-        emit(report["rows"], Format.table, ROW_COLUMNS)
+        emit(report["rows"], Format.table, columns)
     else:
-        emit(report, Format(output.value), ROW_COLUMNS)
+        emit(report, Format(output.value), columns)

@@ -12,8 +12,8 @@ from app.auth.deps import CurrentPrincipal
 from app.http.deps import DbSession
 from app.http.routing import UnitOfWorkRoute
 from app.usage import ledger, service
-from app.usage.csv_export import csv_chunks
-from app.usage.schemas import GroupBy, UsageFilters, UsageReport
+from app.usage.csv_export import cluster_csv_chunks, csv_chunks
+from app.usage.schemas import ClusterUsageReport, GroupBy, UsageFilters, UsageReport
 
 router = APIRouter(prefix="/api/v1", tags=["usage"], route_class=UnitOfWorkRoute)
 DEFAULT_DAYS = 30
@@ -50,5 +50,25 @@ def usage_csv(db: DbSession, principal: CurrentPrincipal, filters: Filters) -> S
     report = service.report(db, principal, filters)
     name = f"gpu-usage-{report.start:%Y%m%d}-{report.end:%Y%m%d}.csv"
     return StreamingResponse(csv_chunks(report.rows), media_type="text/csv; charset=utf-8",
+                             headers={"Content-Disposition": f'attachment; filename="{name}"',
+                                      "Cache-Control": "no-store"})
+
+
+@router.get("/usage/clusters", response_model=ClusterUsageReport)
+def usage_by_cluster(db: DbSession, principal: CurrentPrincipal,
+                     filters: Filters) -> ClusterUsageReport:
+    """GPU-hours per cluster, class and period: allocated, and in use split into guaranteed
+    and burst (burst may be charged at its own rate)."""
+    return service.cluster_report(db, principal, filters)
+
+
+@router.get("/usage/clusters.csv", response_class=StreamingResponse,
+            responses={200: {"content": {"text/csv": {}}, "description": "the rows as CSV"}})
+def usage_by_cluster_csv(db: DbSession, principal: CurrentPrincipal,
+                         filters: Filters) -> StreamingResponse:
+    report = service.cluster_report(db, principal, filters)
+    name = f"gpu-usage-clusters-{report.start:%Y%m%d}-{report.end:%Y%m%d}.csv"
+    return StreamingResponse(cluster_csv_chunks(report.rows),
+                             media_type="text/csv; charset=utf-8",
                              headers={"Content-Disposition": f'attachment; filename="{name}"',
                                       "Cache-Control": "no-store"})

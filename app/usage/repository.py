@@ -113,37 +113,49 @@ def allocated_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
 
 
 def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
-                 tenant_ids: Any = None) -> list[SecondsRow]:
+                 tenant_ids: Any = None, by_cluster: bool = False) -> list[SecondsRow]:
     """GPU-seconds in use (``used``) and of those burst (``burst``) per period, tenant and
     class: each raw sample over the span it stands for (up to now), and the folded hours'
-    integrals."""
+    integrals. ``by_cluster``: per cluster too, from the clusters' queues only (dedicated
+    nodes' pods belong to no cluster's queue)."""
     if not periods:
         return []
     cap = min(now_s, periods[-1].end_s)
     period = _periods_table(periods)
-    spans = sample_spans(tenant_ids=tenant_ids, sources=USED_SOURCES)
+    sources = ("queue",) if by_cluster else USED_SOURCES
+    spans = sample_spans(tenant_ids=tenant_ids, sources=sources)
     end = case((spans.c.end_s < cap, spans.c.end_s), else_=cap)
-    keys = [period.c.n, spans.c.tenant_id, spans.c.gpu_class_id]
+    keys = [period.c.n, spans.c.tenant_id, spans.c.gpu_class_id,
+            spans.c.subject_id if by_cluster else literal(None).label("subject_id")]
     overlap = _overlap(spans.c.start_s, end, period)
     raw = (select(*keys, func.sum(spans.c.used_gpus * overlap).label("seconds"),
                   func.sum(spans.c.burst_gpus * overlap).label("burst_seconds"))
            .join_from(spans, period, and_(spans.c.start_s < period.c.end_s,
                                           end > period.c.start_s))
            .where(spans.c.gpu_class_id.is_not(None), spans.c.start_s < cap)
-           .group_by(*keys))
-    hour_keys = [period.c.n, HourlyUsage.tenant_id, HourlyUsage.gpu_class_id]
+           .group_by(*keys[:3], *keys[3:] if by_cluster else ()))
+    hour_keys = [period.c.n, HourlyUsage.tenant_id, HourlyUsage.gpu_class_id,
+                 HourlyUsage.subject_id if by_cluster else literal(None).label("subject_id")]
     folded = (select(*hour_keys, func.sum(HourlyUsage.used_gpu_seconds).label("seconds"),
                      func.sum(HourlyUsage.burst_gpu_seconds).label("burst_seconds"))
               .join_from(HourlyUsage, period, and_(HourlyUsage.hour_s >= period.c.start_s,
                                                    HourlyUsage.hour_s < period.c.end_s))
-              .where(HourlyUsage.source.in_(USED_SOURCES),
+              .where(HourlyUsage.source.in_(sources),
                      HourlyUsage.gpu_class_id.is_not(None), HourlyUsage.hour_s < cap)
-              .group_by(*hour_keys))
+              .group_by(*hour_keys[:3], *hour_keys[3:] if by_cluster else ()))
     if tenant_ids is not None:
         folded = folded.where(HourlyUsage.tenant_id.in_(tenant_ids))
     rows = db.execute(union_all(raw, folded)).all()
-    return [SecondsRow(int(row[0]), row[1], row[2], kind, None, float(row[column] or 0))
-            for row in rows for kind, column in (("used", 3), ("burst", 4))]
+    return [SecondsRow(int(row[0]), row[1], row[2], kind, row[3], float(row[column] or 0))
+            for row in rows for kind, column in (("used", 4), ("burst", 5))]
+
+
+def cluster_names(db: Session, cluster_ids: set[int]) -> dict[int, str]:
+    """The names the ledger recorded for the clusters (a deleted cluster's too)."""
+    rows = db.execute(select(LedgerEntry.cluster_id, func.max(LedgerEntry.cluster_name))
+                      .where(LedgerEntry.cluster_id.in_(cluster_ids))
+                      .group_by(LedgerEntry.cluster_id))
+    return {row[0]: row[1] for row in rows if row[0] is not None}
 
 
 def tenant_slugs(db: Session, tenant_ids: set[int]) -> dict[int, str]:

@@ -50,3 +50,29 @@ class UsageReport(BaseModel):
     group_by: GroupBy
     tenant: str | None
     rows: list[UsageRow]
+
+
+class ClusterUsageRow(BaseModel):
+    """One cluster's GPU-hours of its class in one period (UTC), guaranteed and burst."""
+
+    tenant: str
+    cluster: str
+    gpu_class: str
+    period: str = Field(description="YYYY-MM-DD for days, YYYY-MM for months (UTC)")
+    period_start: datetime
+    period_end: datetime
+    allocated_gpu_hours: float = Field(description="GPU-hours of the cluster's approved GPUs")
+    used_gpu_hours: float = Field(
+        description="GPU-hours KAI allocated to the cluster's leaf queue, sampled each worker "
+                    "resync; guaranteed_gpu_hours + burst_gpu_hours")
+    guaranteed_gpu_hours: float = Field(description="of used_gpu_hours, within its quota")
+    burst_gpu_hours: float = Field(
+        description="of used_gpu_hours, beyond its quota: borrowed from idle GPUs, reclaimable")
+
+
+class ClusterUsageReport(BaseModel):
+    start: datetime
+    end: datetime
+    group_by: GroupBy
+    tenant: str | None
+    rows: list[ClusterUsageRow]

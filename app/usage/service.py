@@ -15,7 +15,14 @@ from app.tenants import access
 from app.tenants.models import Tenant
 from app.usage import ledger, repository
 from app.usage.repository import Period, SecondsRow
-from app.usage.schemas import GroupBy, UsageFilters, UsageReport, UsageRow
+from app.usage.schemas import (
+    ClusterUsageReport,
+    ClusterUsageRow,
+    GroupBy,
+    UsageFilters,
+    UsageReport,
+    UsageRow,
+)
 
 # Days are kept hourly for 400 days; months go back ten years.
 MAX_RANGE = {"day": timedelta(days=400), "month": timedelta(days=3660)}
@@ -84,12 +91,18 @@ def visible_tenant_ids(db: Session, principal: Principal, slug: str | None) -> A
 
 
 def report(db: Session, principal: Principal, filters: UsageFilters) -> UsageReport:
-    start, end = as_utc(filters.start), as_utc(filters.end)
-    check_range(start, end, filters.group_by)
-    tenant_ids = visible_tenant_ids(db, principal, filters.tenant)
+    start, end, tenant_ids = _range(db, principal, filters)
     rows = usage_rows(db, periods(start, end, filters.group_by), tenant_ids)
     return UsageReport(start=start, end=end, group_by=filters.group_by, tenant=filters.tenant,
                        rows=rows)
+
+
+def _range(db: Session, principal: Principal,
+           filters: UsageFilters) -> tuple[datetime, datetime, Any]:
+    """The filters' range, checked, and the tenants the principal may see in it."""
+    start, end = as_utc(filters.start), as_utc(filters.end)
+    check_range(start, end, filters.group_by)
+    return start, end, visible_tenant_ids(db, principal, filters.tenant)
 
 
 def usage_rows(db: Session, labelled: list[LabelledPeriod], tenant_ids: Any) -> list[UsageRow]:
@@ -107,6 +120,43 @@ def usage_rows(db: Session, labelled: list[LabelledPeriod], tenant_ids: Any) -> 
     rows = [_row(labelled[n], slugs[tenant], products[gpu_class], kinds)
             for (n, tenant, gpu_class), kinds in sums.items() if any(kinds.values())]
     return sorted(rows, key=lambda r: (r.period_start, r.tenant, r.gpu_class))
+
+
+def cluster_report(db: Session, principal: Principal,
+                   filters: UsageFilters) -> ClusterUsageReport:
+    """The same range per cluster: what each was given and used, guaranteed and burst."""
+    start, end, tenant_ids = _range(db, principal, filters)
+    labelled = periods(start, end, filters.group_by)
+    spans = [p.seconds() for p in labelled]
+    now_s = int(ledger.now_in_seconds().timestamp())
+    found = [row for row in repository.allocated_seconds(db, spans, now_s, tenant_ids=tenant_ids,
+                                                         by_cluster=True)
+             if row.kind == "cluster"]
+    found += repository.used_seconds(db, spans, now_s, tenant_ids=tenant_ids, by_cluster=True)
+    sums: dict[tuple[int, int, int, int], dict[str, float]] = {}
+    for row in found:
+        if row.cluster_id is not None:
+            key = (row.period, row.tenant_id, row.gpu_class_id, row.cluster_id)
+            sums.setdefault(key, dict.fromkeys(KINDS, 0.0))[row.kind] += row.seconds
+    slugs = repository.tenant_slugs(db, {key[1] for key in sums})
+    products = repository.class_products(db, {key[2] for key in sums})
+    names = repository.cluster_names(db, {key[3] for key in sums})
+    rows = [_cluster_row(labelled[n], slugs[tenant], names.get(cluster, str(cluster)),
+                         products[gpu_class], kinds)
+            for (n, tenant, gpu_class, cluster), kinds in sums.items() if any(kinds.values())]
+    rows.sort(key=lambda r: (r.period_start, r.tenant, r.cluster, r.gpu_class))
+    return ClusterUsageReport(start=start, end=end, group_by=filters.group_by,
+                              tenant=filters.tenant, rows=rows)
+
+
+def _cluster_row(period: LabelledPeriod, tenant: str, cluster: str, gpu_class: str,
+                 seconds: dict[str, float]) -> ClusterUsageRow:
+    used, burst = hours(seconds["used"]), hours(seconds["burst"])
+    return ClusterUsageRow(
+        tenant=tenant, cluster=cluster, gpu_class=gpu_class, period=period.label,
+        period_start=period.start, period_end=period.end,
+        allocated_gpu_hours=hours(seconds["cluster"]), used_gpu_hours=used,
+        guaranteed_gpu_hours=round(used - burst, 6), burst_gpu_hours=burst)
 
 
 def _row(period: LabelledPeriod, tenant: str, gpu_class: str,

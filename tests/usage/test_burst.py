@@ -183,3 +183,31 @@ def test_the_openapi_document_says_burst_may_be_reclaimed(client: TestClient) ->
     for field in ("guaranteed_gpu_hours", "burst_gpu_hours"):
         assert schemas["UsageRow"]["properties"][field]["description"]
     assert schemas["TenantQuotaOut"]["properties"]["burst_in_use_gpus"]["description"]
+
+
+def test_per_cluster_rows_split_each_clusters_hours_and_leave_dedicated_nodes_out(
+        client: TestClient, database: Database, clock: LedgerClock) -> None:
+    """acme's ``train`` (quota 4, given 6 then 3) and ``eval`` (quota 2, given 2): one row
+    each, the CSV the same; the dedicated node's pods belong to no cluster's row."""
+    t, node = acme_with_a_dedicated_node(database)
+    with database.transaction() as db:
+        create_cluster(db, t, "eval", 2)
+        viewer = headers(db, t.acme_viewer)
+    host = InMemoryKube()
+    host.seed(pod("a", node, 8))
+    for minute, allocated in ((0, "6"), (30, "6"), (60, "3"), (90, "3")):
+        host.seed(leaf_queue(allocated, 4))
+        host.seed(leaf_queue("2", 2, cluster="eval"))
+        clock.at(hours=10, minutes=minute)
+        sampler(database, host, resync=900).run_due("w")
+    clock.at(hours=12)
+    body = client.get("/api/v1/usage/clusters", params=DAY, headers=viewer).json()
+    rows = {r["cluster"]: (r["used_gpu_hours"], r["guaranteed_gpu_hours"], r["burst_gpu_hours"])
+            for r in body["rows"]}
+    assert rows == {"train": (9.0, 7.0, 2.0), "eval": (4.0, 4.0, 0.0)}
+    download = client.get("/api/v1/usage/clusters.csv", params=DAY, headers=viewer)
+    lines = list(csv.DictReader(io.StringIO(download.text)))
+    assert {r["cluster"]: (float(r["used_gpu_hours"]), float(r["burst_gpu_hours"]))
+            for r in lines} == {"train": (9.0, 2.0), "eval": (4.0, 0.0)}
+    assert client.get("/api/v1/usage/clusters", params={**DAY, "tenant": "globex"},
+                      headers=viewer).status_code == 404
