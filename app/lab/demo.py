@@ -456,11 +456,17 @@ def node_products(host: KubernetesAdapter) -> dict[str, str]:
 # ----- the whole walk
 
 
+def clients(env: Mapping[str, str]) -> tuple[Portal, KubernetesAdapter, Kubectl]:
+    """The portal with the admin's token, the host as its admin, kubectl through the lab's
+    proxy: what a walk reads and drives (the caller closes the host's client)."""
+    return (Portal(env["PORTAL_URL"], env["PORTAL_TOKEN"]),
+            KubernetesAdapter.from_kubeconfig(env["HOST_KUBECONFIG"]),
+            Kubectl(env["KUBECTL"], {"HTTPS_PROXY": env["HTTPS_PROXY"],
+                                     "NO_PROXY": env["NO_PROXY"]}))
+
+
 def run(env: Mapping[str, str], folder: Path, teams: tuple[Team, ...] = TEAMS) -> Report:
-    portal = Portal(env["PORTAL_URL"], env["PORTAL_TOKEN"])
-    host = KubernetesAdapter.from_kubeconfig(env["HOST_KUBECONFIG"])
-    kubectl = Kubectl(env["KUBECTL"], {"HTTPS_PROXY": env["HTTPS_PROXY"],
-                                       "NO_PROXY": env["NO_PROXY"]})
+    portal, host, kubectl = clients(env)
     folder.mkdir(parents=True, exist_ok=True)
     report = Report()
     try:

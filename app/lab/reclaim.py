@@ -156,10 +156,7 @@ def _has_class(portal: Portal) -> bool:
 
 
 def run(env: Mapping[str, str], folder: Path) -> Report:
-    portal = Portal(env["PORTAL_URL"], env["PORTAL_TOKEN"])
-    admin = KubernetesAdapter.from_kubeconfig(env["HOST_KUBECONFIG"])
-    kubectl = demo.Kubectl(env["KUBECTL"], {"HTTPS_PROXY": env["HTTPS_PROXY"],
-                                            "NO_PROXY": env["NO_PROXY"]})
+    portal, admin, kubectl = demo.clients(env)
     folder.mkdir(parents=True, exist_ok=True)
     report = Report()
     try:

@@ -43,10 +43,6 @@ class Burst:
     # The fields a platform admin set apart from the tier.
     overrides: tuple[str, ...] = ()
 
-    @property
-    def bursts(self) -> bool:
-        return self.burst_gpus != 0
-
     def as_dict(self) -> dict[str, Any]:
         return {"tier": self.tier, **{name: getattr(self, name) for name in FIELDS},
                 "overrides": list(self.overrides)}
