@@ -129,6 +129,9 @@ ROUTES += [
     Route("DELETE", "/api/v1/tenants/{tenant}/members/{member_id}", Access.TENANT_ADMIN,
           params=acme_member),
     Route("GET", "/api/v1/tenants/{tenant}/quota", Access.TENANT_VIEWER, params=acme),
+    Route("GET", "/api/v1/tenants/{tenant}/burst-policy", Access.TENANT_VIEWER, params=acme),
+    Route("PUT", "/api/v1/tenants/{tenant}/burst-policy", Access.PLATFORM_ADMIN, params=acme,
+          body=lambda _w: {"tier": "burst", "burst_gpus": 4}),
     Route("GET", "/api/v1/tenants/{tenant}/quota-requests", Access.TENANT_VIEWER, params=acme),
     Route("POST", "/api/v1/tenants/{tenant}/quota-requests", Access.TENANT_ADMIN, params=acme,
           body=quota_request_body),
@@ -170,6 +173,8 @@ ROUTES += [
     Route("GET", "/admin/tenants", Access.PLATFORM_ADMIN),
     Route("POST", "/admin/tenants", Access.PLATFORM_ADMIN,
           body=lambda _w: {"slug": "initech", "display_name": "Initech"}),
+    Route("POST", "/admin/tenants/{tenant}/burst-policy", Access.PLATFORM_ADMIN, params=acme,
+          body=lambda _w: {"tier": "burst", "burst_gpus": "4"}),
     Route("POST", "/admin/tenants/{tenant}", Access.PLATFORM_ADMIN, params=acme,
           body=lambda _w: {"state": "suspended"}),
     Route("GET", "/admin/gpu-classes", Access.PLATFORM_ADMIN),
@@ -297,6 +302,8 @@ ROUTES += [
 ROUTES += [
     Route("GET", "/api/v1/usage", Access.SIGNED_IN),
     Route("GET", "/api/v1/usage.csv", Access.SIGNED_IN),
+    Route("GET", "/api/v1/usage/clusters", Access.SIGNED_IN),
+    Route("GET", "/api/v1/usage/clusters.csv", Access.SIGNED_IN),
 ]
 ROUTES += [
     Route("GET", "/usage", Access.SIGNED_IN),  # a redirect to the caller's usage page
