@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
+from app.clusters import conditions as cond
 from app.clusters import repository
 from app.clusters.models import VirtualCluster
 from app.clusters.shapes import ClusterAddon
@@ -39,6 +41,11 @@ class DesiredCluster:
     tenant: TenantSpec
     policy: ManifestPolicy
     addons: tuple[ClusterAddon, ...] = field(default=())
+    # Asleep is wanted; slept: the worker put it to sleep (its Asleep condition is True).
+    asleep: bool = False
+    slept: bool = False
+    power_reason: str = ""
+    asleep_since: datetime | None = None
     # The tenant's teams (app.kube.manifests.team_queues): KAI queues inside the cluster.
     teams: tuple[str, ...] = field(default=())
 
@@ -117,9 +124,9 @@ def manifest_policy(settings: Settings) -> ManifestPolicy:
                           control_plane_node_selector=settings.control_plane_node_selector)
 
 
-def tenant_spec(db: Session, tenant: Tenant, region: str) -> TenantSpec:
+def tenant_spec(db: Session, tenant: Tenant, region: str, host_id: int) -> TenantSpec:
     """The tenant's parent queue on a host gets its approved quota of every class in the
-    host's region."""
+    host's region, less the GPUs of its clusters asleep there."""
     quotas = repository.tenant_quotas(db, tenant.id, region)
     products = repository.class_products(db, [q.gpu_class_id for q in quotas])
     burst = tenant_burst(db, tenant.id)
@@ -132,6 +139,7 @@ def tenant_spec(db: Session, tenant: Tenant, region: str) -> TenantSpec:
         over_quota_weight=burst.over_quota_weight,
         reclaim_min_runtime_s=burst.reclaim_min_runtime_s,
         preempt_min_runtime_s=burst.preempt_min_runtime_s,
+        asleep_gpus=repository.asleep_gpus(db, tenant.id, host_id),
     )
 
 
@@ -146,9 +154,10 @@ def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredClu
     teams = team_queues.teams(repository.group_roles(db, tenant.id)) if kai_inside else []
     host = repository.host_cluster(db, cluster.host_cluster_id)
     assert host is not None
-    tenant_wanted = tenant_spec(db, tenant, host.region)
+    tenant_wanted = tenant_spec(db, tenant, host.region, host.id)
     spec = cluster_spec(cluster, tenant, gpu_class, settings)
-    spec = replace(spec, gpu_limit=cluster_gpu_limit(tenant_wanted, spec.gpus, spec.placement))
+    spec = replace(spec, gpu_limit=cluster_gpu_limit(tenant_wanted, spec.gpus, spec.placement),
+                   asleep=cluster.power == "asleep")
     return DesiredCluster(
         cluster_id=cluster.id, tenant_id=tenant.id, generation=cluster.generation,
         deleting=cluster.deletion_requested_at is not None,
@@ -157,5 +166,7 @@ def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredClu
         last_of_tenant=not repository.other_clusters_exist(db, tenant.id, cluster.id,
                                                            cluster.host_cluster_id),
         spec=spec, tenant=tenant_wanted, policy=manifest_policy(settings),
-        addons=addons, teams=tuple(teams),
+        addons=addons, teams=tuple(teams), asleep=cluster.power == "asleep",
+        slept=cond.is_true(list(cluster.conditions or []), cond.ASLEEP),
+        power_reason=cluster.power_reason, asleep_since=cluster.asleep_since,
     )

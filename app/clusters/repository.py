@@ -295,6 +295,14 @@ def other_clusters_exist(db: Session, tenant_id: int, cluster_id: int,
     return db.scalar(query) is not None
 
 
+def asleep_gpus(db: Session, tenant_id: int, host_cluster_id: int) -> int:
+    """GPUs of the tenant's shared-pool clusters on the host that are to sleep: their
+    guarantee goes back to the pool."""
+    return int(db.scalar(select(func.coalesce(func.sum(VirtualCluster.gpus), 0)).where(
+        VirtualCluster.tenant_id == tenant_id, VirtualCluster.host_cluster_id == host_cluster_id,
+        VirtualCluster.placement == "shared-pool", VirtualCluster.power == "asleep")) or 0)
+
+
 def delete_cluster_row(db: Session, cluster_id: int) -> None:
     db.execute(delete(VirtualCluster).where(VirtualCluster.id == cluster_id))
 

@@ -66,7 +66,7 @@ def tenant_queue(tenant: TenantSpec, policy: ManifestPolicy) -> Manifest:
         "parentQueue": policy.kai_root_queue,
         "priority": policy.tenant_queue_priority,
         "resources": {
-            "gpu": _resource(tenant.total_gpus, UNLIMITED if ceiling is None else ceiling,
+            "gpu": _resource(tenant.guaranteed_gpus, UNLIMITED if ceiling is None else ceiling,
                              weight),
             "cpu": _resource(tenant.cpu_millicores, UNLIMITED, weight),
             "memory": _resource(tenant.memory_mb, UNLIMITED, weight),
@@ -87,7 +87,8 @@ def cluster_queue(cluster: ClusterSpec, policy: ManifestPolicy) -> Manifest:
     spec = {
         "parentQueue": tenant_queue_name(cluster.tenant),
         "resources": {
-            "gpu": _resource(cluster.gpus, UNLIMITED if ceiling is None else ceiling, weight),
+            "gpu": _resource(cluster.guaranteed_gpus, UNLIMITED if ceiling is None else ceiling,
+                             weight),
             "cpu": _resource(cluster.cpu_millicores, UNLIMITED, weight),
             "memory": _resource(mib_to_mb(cluster.memory_mib), UNLIMITED, weight),
         },

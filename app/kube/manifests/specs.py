@@ -52,6 +52,8 @@ class TenantSpec:
     gpu_quota: dict[str, int]
     cpu_millicores: int
     memory_mb: int
+    # GPUs of its clusters asleep on this host: their guarantee is given back to the pool.
+    asleep_gpus: int = 0
     # GPUs the tenant may borrow beyond its guarantee while others leave theirs idle (KAI
     # reclaims them when their owners come back): 0 none, None no ceiling but the pool.
     burst_gpus: int | None = 0
@@ -76,9 +78,14 @@ class TenantSpec:
         return sum(self.gpu_quota.values())
 
     @property
+    def guaranteed_gpus(self) -> int:
+        """Its quota on the host, less what its sleeping clusters gave back."""
+        return max(0, self.total_gpus - self.asleep_gpus)
+
+    @property
     def gpu_ceiling(self) -> int | None:
         """The most GPUs the tenant may hold at once, burst included; None: no ceiling."""
-        return None if self.burst_gpus is None else self.total_gpus + self.burst_gpus
+        return None if self.burst_gpus is None else self.guaranteed_gpus + self.burst_gpus
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,8 @@ class ClusterSpec:
     # The most GPUs the cluster may hold with burst (shared pool only): None its own GPUs (no
     # burst), UNLIMITED_GPUS no ceiling but KAI's; never below ``gpus``.
     gpu_limit: int | None = None
+    # Asleep: no GPU for its pods (it runs none) and no guarantee held in the pool.
+    asleep: bool = False
 
     def __post_init__(self) -> None:
         _require_slug(self.tenant, "tenant slug", TENANT_SLUG_MAX)
@@ -128,8 +137,14 @@ class ClusterSpec:
                  "only a shared-pool cluster bursts")
 
     @property
+    def guaranteed_gpus(self) -> int:
+        return 0 if self.asleep else self.gpus
+
+    @property
     def gpu_ceiling(self) -> int | None:
         """The most GPUs the cluster's pods may hold at once; None: no ceiling but KAI's."""
+        if self.asleep:
+            return 0
         if self.gpu_limit is None:
             return self.gpus
         return None if self.gpu_limit == UNLIMITED_GPUS else self.gpu_limit

@@ -21,7 +21,7 @@ from app.kube import manifests, quantities
 from app.kube.cache import ListCache
 from app.kube.errors import KubeError, TransientKubeError
 from app.kube.port import KubePort, Manifest, ObjectRef
-from app.reconcilers.clusters import addons, deletion
+from app.reconcilers.clusters import addons, deletion, sleeping
 from app.reconcilers.clusters.results import (
     ACTOR,
     NO_HOST_MESSAGE,
@@ -115,6 +115,8 @@ class ClusterRun:
             outcome = self._unreachable(down_until)
         elif self.wanted.deleting:
             outcome = deletion.delete(self)
+        elif self.wanted.asleep:
+            outcome = sleeping.sleep(self)
         else:
             outcome = self._provision()
         if outcome.reached:
@@ -167,24 +169,57 @@ class ClusterRun:
 
     def _provision(self) -> Pass:
         self._admission()
+        failed = self.host_steps()
+        if failed is not None:
+            return failed
+        try:
+            if self.wanted.slept:
+                sleeping.wake(self)
+            reason, message = self._release()
+        except (KubeError, InstallError, ValueError) as error:
+            return self.failed(cond.RELEASE_INSTALLED, error)
+        self.set(cond.RELEASE_INSTALLED, True, reason, message)
+        try:
+            outcome = self._ready()
+        except (KubeError, ValueError) as error:
+            return self.failed(cond.READY, error)
+        if not outcome.converged:
+            return outcome
+        sleeping.woke(self)
+        return addons.converge(self, outcome)
+
+    def host_steps(self) -> Pass | None:
+        """The namespace, its quota, network policies and queues, in order; None once all
+        are applied, else how the pass ends."""
         steps: list[tuple[str, Callable[[], tuple[str, str]]]] = [
             (cond.NAMESPACE_READY, self._namespace),
             (cond.QUOTA_APPLIED, self._quota),
             (cond.NETWORK_POLICY_APPLIED, self._network_policies),
             (cond.QUEUES_APPLIED, self._queues),
-            (cond.RELEASE_INSTALLED, self._release),
         ]
         for type_, step in steps:
             try:
                 reason, message = step()
-            except (KubeError, InstallError, ValueError) as error:
+            except (KubeError, ValueError) as error:
                 return self.failed(type_, error)
             self.set(type_, True, reason, message)
-        try:
-            outcome = self._ready()
-        except (KubeError, ValueError) as error:
-            return self.failed(cond.READY, error)
-        return addons.converge(self, outcome) if outcome.converged else outcome
+        return None
+
+    def fell_asleep(self) -> datetime:
+        """When the cluster fell asleep: recorded (and audited) by the pass that saw it."""
+        if self.wanted.asleep_since is not None:
+            return self.wanted.asleep_since
+        since = self.owner.clock()
+        with self.owner.database.transaction() as db:
+            self.write(db, asleep_since=since)
+            self.audit(db, "virtual_cluster.asleep", None,
+                       {"since": since.isoformat(), "reason": self.wanted.power_reason})
+        return since
+
+    def woke_up(self) -> None:
+        with self.owner.database.transaction() as db:
+            self.write(db, asleep_since=None)
+            self.audit(db, "virtual_cluster.awake", None, {"reason": self.wanted.power_reason})
 
     def _objects(self, *kinds: str) -> list[Manifest]:
         return [obj for obj in self.wanted.host_objects() if obj["kind"] in kinds]
@@ -358,9 +393,11 @@ class ClusterRun:
         attempts = self.failed_attempts + 1 if outcome.failure is not None else 0
         if attempts != self.failed_attempts:
             values["failed_attempts"] = attempts
-        became_ready = outcome.converged and self.observed_generation != self.wanted.generation
-        if became_ready:
+        observed = outcome.converged and self.observed_generation != self.wanted.generation
+        if observed:
             values["observed_generation"] = self.wanted.generation
+        # A cluster put to sleep has converged too, but is not ready.
+        became_ready = observed and cond.is_true(self.conditions, cond.READY)
         newly_failed = cond.is_true(self.conditions, cond.FAILED) and not cond.is_true(
             self.wanted.conditions, cond.FAILED)
         values.update(self.unsaved_conditions())
