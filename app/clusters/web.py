@@ -227,3 +227,19 @@ def delete_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
     service.delete_cluster(db, principal, tenant, cluster)
     return go_to(request, f"/t/{tenant}/clusters/{cluster}",
                  toast=f"Deleting cluster {cluster}: its kubeconfigs are revoked.")
+
+
+@router.post("/t/{tenant}/clusters/{cluster}/sleep", dependencies=STATE_CHANGING)
+def sleep_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
+                  principal: CurrentPrincipal) -> Response:
+    service.change_power(db, principal, tenant, cluster, "asleep")
+    return go_to(request, f"/t/{tenant}/clusters/{cluster}",
+                 toast=f"Cluster {cluster} is going to sleep: its GPUs go back to the pool.")
+
+
+@router.post("/t/{tenant}/clusters/{cluster}/wake", dependencies=STATE_CHANGING)
+def wake_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
+                 principal: CurrentPrincipal) -> Response:
+    service.change_power(db, principal, tenant, cluster, "awake")
+    return go_to(request, f"/t/{tenant}/clusters/{cluster}",
+                 toast=f"Cluster {cluster} is waking up.")

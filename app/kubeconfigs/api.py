@@ -10,7 +10,7 @@ from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from app.auth.deps import CurrentPrincipal
 from app.http.deps import DbSession, RowId
@@ -20,6 +20,7 @@ from app.kubeconfigs import service
 from app.kubeconfigs.schemas import GrantOut, IssuedKubeconfig, KubeconfigRequest
 from app.kubeconfigs.service import VirtualClusters
 
+WAKE_RETRY_SECONDS = 10
 router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters/{cluster}/kubeconfigs",
                    tags=["kubeconfigs"], route_class=UnitOfWorkRoute)
 YAML = "application/yaml"
@@ -47,11 +48,17 @@ def kubeconfig_response(issued: IssuedKubeconfig, *, attachment: bool = True) ->
 
 @router.post("", status_code=201, response_class=Response, responses={
     201: {"description": "the kubeconfig; its grant id in X-Kubeconfig-Grant",
-          "content": {YAML: {"schema": {"type": "string"}}}}})
+          "content": {YAML: {"schema": {"type": "string"}}}},
+    202: {"description": "the cluster was asleep (asking woke it) or is waking up: ask again "
+                         "once it is Ready (Retry-After)"}})
 def issue(tenant: str, cluster: str, payload: KubeconfigRequest, db: DbSession,
           principal: CurrentPrincipal, clusters: Clusters, request: Request) -> Response:
     issued = service.issue_kubeconfig(db, principal, clusters, request.app.state.settings,
                                       tenant, cluster, payload)
+    if issued is None:
+        return JSONResponse(status_code=202, headers={"Retry-After": str(WAKE_RETRY_SECONDS)},
+                            content={"detail": f"cluster {cluster} is waking up: ask again "
+                                               "once it is Ready", "phase": "Waking"})
     return kubeconfig_response(issued)
 
 

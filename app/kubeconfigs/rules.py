@@ -98,6 +98,12 @@ def cluster_for(db: Session, principal: Principal, slug: str,
     return tenant, cluster
 
 
+def is_waking(cluster: VirtualCluster) -> bool:
+    """Asked to wake, and not back yet (its Asleep condition is still True)."""
+    return cluster.power == "asleep" or any(
+        c.get("type") == "Asleep" and c.get("status") == "True" for c in cluster.conditions or [])
+
+
 def ensure_issuable(cluster: VirtualCluster) -> None:
     if cluster.deletion_requested_at is not None:
         raise Conflict(f"cluster {cluster.name!r} is being deleted")

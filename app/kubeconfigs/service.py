@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
+from app.clusters import service as cluster_service
 from app.clusters.models import VirtualCluster
 from app.database.concurrency import lock_row
 from app.database.core import utcnow
@@ -88,10 +89,14 @@ class VirtualClusters:
 
 def issue_kubeconfig(db: Session, principal: Principal, clusters: VirtualClusters,
                      settings: Settings, slug: str, name: str,
-                     payload: KubeconfigRequest) -> IssuedKubeconfig:
+                     payload: KubeconfigRequest) -> IssuedKubeconfig | None:
+    """The kubeconfig; None when the cluster sleeps or is still waking up: asking for one
+    wakes it (audited), and the caller asks again once it is Ready."""
     tenant, cluster = rules.cluster_for(db, principal, slug, name)
     rules.ensure_may_issue(principal, tenant, payload.role)
     rules.ensure_still_may_issue(db, principal, tenant, payload.role)
+    if cluster_service.wake_for_use(db, principal, cluster) or rules.is_waking(cluster):
+        return None
     lifetime = rules.lifetime(settings, payload.lifetime_seconds)
     rules.ensure_issuable(cluster)
     admin_yaml = clusters.admin_kubeconfig(cluster)

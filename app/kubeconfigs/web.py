@@ -69,6 +69,10 @@ def issue(request: Request, tenant: str, cluster: str, db: DbSession,
     except (ValidationFailed, Conflict) as error:
         return _panel(request, db, principal, tenant, cluster, form=payload,
                       errors=problem_errors(error), status_code=error.status)
+    if issued is None:
+        return _panel(request, db, principal, tenant, cluster, form=payload, status_code=202,
+                      errors={"form": f"Cluster {cluster} was asleep or is waking up: it wakes "
+                                      "now. Ask again once it is Ready (about a minute)."})
     if not is_htmx(request):
         return kubeconfig_response(issued)
     return _panel(request, db, principal, tenant, cluster, form=payload, issued=issued,

@@ -203,3 +203,41 @@ def clusters_delete(
     with api() as client:
         client.request("DELETE", f"{clusters_path(client, tenant)}/{name}")
     typer.echo(f"Cluster {name} is being deleted.")
+
+
+@clusters_app.command("sleep")
+def clusters_sleep(name: str, tenant: TenantOpt = None,
+                   output: Output = Format.table) -> None:
+    """Put a cluster to sleep (tenant admins): its pods leave the host and its GPUs go back
+    to the pool; its objects and kubeconfigs are kept.
+
+    Example: portalctl clusters sleep train
+    """
+    with api() as client:
+        asleep = client.request("POST", f"{clusters_path(client, tenant)}/{name}/sleep")
+    emit(asleep, output, CLUSTER_COLUMNS)
+
+
+@clusters_app.command("wake")
+def clusters_wake(
+    name: str,
+    wait: Annotated[bool, typer.Option(help="follow the conditions until Ready or Failed")
+                    ] = False,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits before giving up")
+                       ] = 600.0,
+    poll: Annotated[float, typer.Option(help="seconds between checks with --wait", hidden=True)
+                    ] = 2.0,
+    tenant: TenantOpt = None, output: Output = Format.table,
+) -> None:
+    """Wake a sleeping cluster; with --wait, exit 0 once it answers (Ready).
+
+    Example: portalctl clusters wake train --wait
+    """
+    with api() as client:
+        path = f"{clusters_path(client, tenant)}/{name}"
+        woken = client.request("POST", f"{path}/wake")
+        if wait:
+            woken = wait_for(lambda: client.get(path), timeout, poll)
+    emit(woken, output, CLUSTER_COLUMNS)
+    if wait and woken["phase"] != "Ready":
+        raise typer.Exit(1)

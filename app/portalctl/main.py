@@ -14,7 +14,7 @@ from app.portalctl import kubeconfig as kubeconfigs
 from app.portalctl.access import grants_app, members_app, tokens_app
 from app.portalctl.audit import audit
 from app.portalctl.client import ERROR, USAGE, ApiError, Client
-from app.portalctl.clusters import clusters_app, clusters_path
+from app.portalctl.clusters import clusters_app, clusters_path, wait_for
 from app.portalctl.common import Limit, Output, TenantOpt, api, fail, state, tenant_of
 from app.portalctl.fleet import fleet, gpu_classes_app, nodes_app
 from app.portalctl.hosts import hosts_app
@@ -323,6 +323,22 @@ def quota_set_burst(
 # ----- kubeconfigs
 
 
+def _issue(client: Client, cluster_path: str, body: dict[str, Any],
+           wait: float | None) -> str:
+    """The kubeconfig; a sleeping cluster wakes on asking (202): with ``wait``, follow it
+    until Ready and ask again; without, say so and stop."""
+    answer = client.send("POST", f"{cluster_path}/kubeconfigs", json=body)
+    if answer.status_code != 202:
+        return answer.text
+    if wait is None:
+        fail(f"{answer.json().get('detail', 'the cluster is waking up')}; "
+             "`--wait` waits for it", ERROR)
+    final = wait_for(lambda: client.get(cluster_path), wait, 2.0)
+    if final["phase"] != "Ready":
+        fail(f"cluster {final['name']} did not wake (phase {final['phase']})", ERROR)
+    return str(client.send("POST", f"{cluster_path}/kubeconfigs", json=body).text)
+
+
 @app.command("kubeconfig")
 def kubeconfig(
     cluster: str,
@@ -337,11 +353,16 @@ def kubeconfig(
     ] = False,
     use: Annotated[bool, typer.Option("--use", help="with --merge: switch to the context")
                    ] = False,
+    wait: Annotated[bool, typer.Option(
+        help="a sleeping cluster wakes on asking: wait until it answers, then issue")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits before giving up")
+                       ] = 600.0,
     tenant: TenantOpt = None,
 ) -> None:
     """Issue a kubeconfig for a Ready cluster: print it, write it, or merge it.
 
     Example: portalctl kubeconfig train --role edit --ttl 8h --merge --use
+    A sleeping cluster wakes: portalctl kubeconfig train --wait -f train.yaml
     """
     if file is not None and merge:
         fail("choose one of --file and --merge", USAGE)
@@ -354,8 +375,8 @@ def kubeconfig(
         except ValueError as error:
             fail(str(error), USAGE)
     with api() as client:
-        issued = client.send(
-            "POST", f"{clusters_path(client, tenant)}/{cluster}/kubeconfigs", json=body).text
+        issued = _issue(client, f"{clusters_path(client, tenant)}/{cluster}", body,
+                        timeout if wait else None)
     if merge:
         target = kubeconfigs.default_path()
         context = kubeconfigs.merge_into(target, issued, use=use)

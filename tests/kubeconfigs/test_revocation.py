@@ -65,6 +65,7 @@ def issue(db: Session, tenancy: Tenancy, clusters: VirtualClusters, settings: Se
     principal = tenancy.principal(getattr(tenancy, who))
     issued = service.issue_kubeconfig(db, principal, clusters, settings, "acme", "train",
                                       KubeconfigRequest(role=role, lifetime_seconds=3600))
+    assert issued is not None
     grant = db.get(KubeconfigGrant, issued.grant.id)
     assert grant is not None
     return grant
