@@ -281,6 +281,10 @@ ROUTES += [
           params=acme_cluster),
     Route("GET", "/api/v1/tenants/{tenant}/clusters/{cluster}/manifests", Access.TENANT_VIEWER,
           params=acme_cluster),
+    Route("POST", "/api/v1/tenants/{tenant}/clusters/{cluster}/sleep", Access.TENANT_ADMIN,
+          params=acme_cluster),
+    Route("POST", "/api/v1/tenants/{tenant}/clusters/{cluster}/wake", Access.TENANT_ADMIN,
+          params=acme_cluster),
     Route("GET", "/t/{tenant}/clusters", Access.TENANT_VIEWER, params=acme),
     Route("POST", "/t/{tenant}/clusters/validate", Access.TENANT_ADMIN, params=acme,
           body=lambda w: {k: str(v) for k, v in cluster_body(w).items()}),
@@ -296,6 +300,10 @@ ROUTES += [
                                                 "memory_mib": "16384"}),
     Route("POST", "/t/{tenant}/clusters/{cluster}/delete", Access.TENANT_ADMIN,
           params=acme_cluster, body=lambda w: {"confirm_name": w.cluster_name}),
+    Route("POST", "/t/{tenant}/clusters/{cluster}/sleep", Access.TENANT_ADMIN,
+          params=acme_cluster, body=lambda _w: {}),
+    Route("POST", "/t/{tenant}/clusters/{cluster}/wake", Access.TENANT_ADMIN,
+          params=acme_cluster, body=lambda _w: {}),
 ]
 
 # GPU usage (issue 15): without a tenant filter everyone signed in gets the tenants they see.
