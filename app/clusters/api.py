@@ -65,3 +65,20 @@ def cluster_manifests(tenant: str, cluster: str, db: DbSession, principal: Curre
                       settings: AppSettings) -> ClusterPreview:
     """The host objects and vcluster.yaml the worker applies, for review."""
     return service.preview(db, principal, settings, tenant, cluster)
+
+
+@router.post("/{cluster}/sleep", status_code=202, response_model=ClusterOut)
+def sleep_cluster(tenant: str, cluster: str, db: DbSession,
+                  principal: CurrentPrincipal) -> ClusterOut:
+    """Put the cluster to sleep (tenant admins): its pods leave the host, its control plane is
+    scaled to zero and its GPU guarantee goes back to the pool; its own objects and its
+    kubeconfigs are kept. Audited; asking again changes nothing."""
+    return service.change_power(db, principal, tenant, cluster, "asleep")
+
+
+@router.post("/{cluster}/wake", status_code=202, response_model=ClusterOut)
+def wake_cluster(tenant: str, cluster: str, db: DbSession,
+                 principal: CurrentPrincipal) -> ClusterOut:
+    """Wake a sleeping cluster (tenant admins): it comes back with everything it held, and its
+    guarantee with it. Audited; asking again changes nothing."""
+    return service.change_power(db, principal, tenant, cluster, "awake")

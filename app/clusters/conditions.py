@@ -20,6 +20,8 @@ READY = "Ready"
 FAILED = "Failed"
 # False while the cluster's host cluster cannot be reached: every other condition is then the
 # last one known (app/reconcilers/clusters/).
+# True once the worker has scaled the control plane to zero and removed the synced pods.
+ASLEEP = "Asleep"
 HOST_REACHABLE = "HostReachable"
 HOST_UNREACHABLE = "HostUnreachable"
 # Shared-pool clusters on the open-source vCluster and hardened clusters: False (reason
@@ -35,7 +37,7 @@ HARDENING_NEEDS = {
 # In display order: the provisioning steps, then the summary.
 STEP_TYPES = (NAMESPACE_READY, QUOTA_APPLIED, NETWORK_POLICY_APPLIED, QUEUES_APPLIED,
               RELEASE_INSTALLED)
-ORDER = (HOST_REACHABLE, POD_ADMISSION, *STEP_TYPES, READY, FAILED)
+ORDER = (HOST_REACHABLE, POD_ADMISSION, *STEP_TYPES, READY, ASLEEP, FAILED)
 # One condition per add-on installed into the virtual cluster, shown after Ready.
 ADDON_PREFIX = "AddonReady/"
 # KAI's team queues inside the virtual cluster, shown after the add-ons.
@@ -115,15 +117,19 @@ def statuses(conditions: list[Condition]) -> dict[str, str]:
     return {str(c.get("type")): str(c.get("status")) for c in reversed(conditions)}
 
 
-def phase_of(status: dict[str, str], deleting: bool) -> str:
-    """One word for lists, from ``statuses``: Deleting, Unreachable, Failed, Ready, or
-    Provisioning."""
+def phase_of(status: dict[str, str], deleting: bool, power: str = "awake") -> str:
+    """One word for lists, from ``statuses`` and the wanted power: Deleting, Unreachable,
+    Failed, Sleeping, Waking, Ready, or Provisioning."""
     if deleting:
         return "Deleting"
     if status.get(HOST_REACHABLE) == "False":
         return "Unreachable"
     if status.get(FAILED) == "True":
         return "Failed"
+    if power == "asleep":
+        return "Sleeping"
+    if status.get(ASLEEP) == "True":
+        return "Waking"
     if status.get(READY) == "True":
         return "Ready"
     return "Provisioning"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CheckConstraint, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import CheckConstraint, ForeignKey, Index, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.database.core import Base, utcnow
@@ -24,6 +24,11 @@ class VirtualCluster(Base):
         CheckConstraint("cpu_millicores >= 0", name="cpu_non_negative"),
         CheckConstraint("memory_mib >= 0", name="memory_non_negative"),
         CheckConstraint("generation >= 1", name="generation_positive"),
+        CheckConstraint("power IN ('awake', 'asleep')", name="power"),
+        CheckConstraint("sleep_after_idle_minutes IS NULL OR sleep_after_idle_minutes > 0",
+                        name="idle_minutes_positive"),
+        CheckConstraint("delete_after_sleep_days IS NULL OR delete_after_sleep_days > 0",
+                        name="delete_days_positive"),
         Index("ix_virtual_clusters_tenant_id_id", "tenant_id", "id"),  # a tenant's list
     )
 
@@ -60,6 +65,20 @@ class VirtualCluster(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     failed_attempts: Mapped[int] = mapped_column(default=0)
+    # Sleep (issue 28): what the cluster should be, why and since when it was asked; the
+    # worker sets asleep_since once the control plane is down and clears it once it is back.
+    power: Mapped[str] = mapped_column(String(10), default="awake", server_default="awake")
+    power_reason: Mapped[str] = mapped_column(String(20), default="", server_default="")
+    power_changed_at: Mapped[datetime | None]
+    asleep_since: Mapped[datetime | None]
+    # Sleep policy: never, after minutes without a GPU pod bound, on a schedule in a time zone,
+    # and deletion after days asleep (warned once, a set time before).
+    never_sleep: Mapped[bool] = mapped_column(default=False, server_default=false())
+    sleep_after_idle_minutes: Mapped[int | None]
+    sleep_schedule: Mapped[str | None] = mapped_column(String(200))
+    sleep_timezone: Mapped[str] = mapped_column(String(64), default="UTC", server_default="UTC")
+    delete_after_sleep_days: Mapped[int | None]
+    deletion_warned_at: Mapped[datetime | None]
 
 
 class ClusterGpuWait(Base):

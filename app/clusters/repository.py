@@ -47,6 +47,11 @@ LISTED_COLUMNS = (
     VirtualCluster.observed_generation, VirtualCluster.over_quota,
     VirtualCluster.deletion_requested_at, VirtualCluster.endpoint, VirtualCluster.conditions,
     VirtualCluster.created_at, VirtualCluster.updated_at, VirtualCluster.placement_reason,
+    VirtualCluster.power, VirtualCluster.power_reason, VirtualCluster.power_changed_at,
+    VirtualCluster.asleep_since, VirtualCluster.never_sleep,
+    VirtualCluster.sleep_after_idle_minutes, VirtualCluster.sleep_schedule,
+    VirtualCluster.sleep_timezone, VirtualCluster.delete_after_sleep_days,
+    VirtualCluster.deletion_warned_at,
 )
 
 

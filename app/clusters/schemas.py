@@ -78,6 +78,31 @@ class GpuWaitOut(BaseModel):
     observed_at: datetime
 
 
+class PowerOut(BaseModel):
+    """Whether the cluster should sleep, why, and whether it does."""
+
+    wanted: Literal["awake", "asleep"] = Field(
+        description="asleep: its control plane is scaled to zero, its pods removed from the "
+                    "host and its GPU guarantee given back to the pool; its own objects and "
+                    "kubeconfigs are kept")
+    reason: str = Field(description="manual, idle, schedule (sleep); manual, kubeconfig (wake)")
+    changed_at: datetime | None = Field(description="when it was asked")
+    asleep_since: datetime | None = Field(description="when it fell asleep; null while awake")
+
+
+class SleepPolicyOut(BaseModel):
+    never_sleep: bool = Field(description="no idle or scheduled sleep, no deletion")
+    sleep_after_idle_minutes: int | None = Field(
+        description="sleep after this many minutes without a GPU pod bound; null: never")
+    sleep_schedule: str | None = Field(
+        description='asleep in these hours, e.g. "weekdays 20:00-08:00, weekends"')
+    sleep_timezone: str = Field(description="the schedule's IANA time zone")
+    delete_after_sleep_days: int | None = Field(
+        description="deleted after this many days asleep (warned before); null: never")
+    deletion_warned_at: datetime | None = Field(
+        description="when the coming deletion was announced")
+
+
 class GpusInUseOut(BaseModel):
     """What KAI has allocated to the cluster's leaf queue, as the worker last read the host."""
 
@@ -123,6 +148,8 @@ class ClusterOut(BaseModel):
                     "GPUs may be reclaimed by KAI when their owners need their guarantee. Null "
                     "until the worker has read its queue (and for dedicated-nodes clusters, "
                     "which have none)")
+    power: PowerOut = Field(description="asleep or awake, as asked, and since when")
+    sleep_policy: SleepPolicyOut
     created_at: datetime
     updated_at: datetime
 

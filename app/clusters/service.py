@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz.scoping import Action
-from app.clusters import checks, desired, repository
+from app.clusters import checks, desired, power, repository
 from app.clusters import conditions as cond
 from app.clusters.installer import HelmInstaller
 from app.clusters.models import VirtualCluster
@@ -144,14 +144,22 @@ def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None, host: str,
         "pod_security": cluster.pod_security, "user_namespaces": cluster.user_namespaces,
         "generation": cluster.generation,
         "observed_generation": cluster.observed_generation,
-        "phase": cond.phase_of(status, deleting), "ready": status.get(cond.READY) == "True",
+        "phase": cond.phase_of(status, deleting, cluster.power),
+        "ready": status.get(cond.READY) == "True",
         "over_quota": cluster.over_quota, "deleting": deleting, "endpoint": cluster.endpoint,
         "region": region, "host_cluster": host, "placement_reason": cluster.placement_reason,
         "conditions": [{field: c[field] for field in _CONDITION_FIELDS} for c in conditions],
         "waiting_for_gpus": wait.model_dump() if wait else None,
         "gpus_in_use": in_use.model_dump() if in_use else None,
+        "power": {"wanted": cluster.power, "reason": cluster.power_reason,
+                  "changed_at": cluster.power_changed_at, "asleep_since": cluster.asleep_since},
+        "sleep_policy": {name: getattr(cluster, name) for name in SLEEP_POLICY_FIELDS},
         "created_at": cluster.created_at, "updated_at": cluster.updated_at,
     }
+
+
+SLEEP_POLICY_FIELDS = ("never_sleep", "sleep_after_idle_minutes", "sleep_schedule",
+                       "sleep_timezone", "delete_after_sleep_days", "deletion_warned_at")
 
 
 def list_clusters(db: Session, principal: Principal, slug: str,
@@ -338,6 +346,28 @@ def delete_cluster(db: Session, principal: Principal, slug: str, name: str) -> C
         _record(db, principal, "virtual_cluster.delete", cluster, _spec(cluster),
                 {"deletion_requested_at": cluster.deletion_requested_at.isoformat()})
     return cluster_out(db, cluster)
+
+
+# ----- sleep and wake
+
+
+def change_power(db: Session, principal: Principal, slug: str, name: str,
+                 wanted: str) -> ClusterOut:
+    """A tenant admin puts the cluster to sleep or wakes it (asking twice changes nothing)."""
+    found = cluster_for(db, principal, slug, name, "manage")
+    cluster = power.locked(db, found, slug)
+    power.request(db, cluster, wanted, "manual", actor_id=principal.user_id,
+                  actor_label=principal.label)
+    return cluster_out(db, cluster)
+
+
+def wake_for_use(db: Session, principal: Principal, cluster: VirtualCluster) -> bool:
+    """Someone who may use the cluster asked for a kubeconfig: a sleeping cluster wakes."""
+    if cluster.power != power.ASLEEP:
+        return False
+    row = power.locked(db, cluster, str(cluster.tenant_id))
+    return power.request(db, row, power.AWAKE, "kubeconfig", actor_id=principal.user_id,
+                         actor_label=principal.label)
 
 
 # ----- template upgrade
