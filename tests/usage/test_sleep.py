@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from datetime import timedelta
 
 import pytest
@@ -17,6 +18,7 @@ from app.clusters import service as clusters
 from app.clusters.models import VirtualCluster
 from app.usage.csv_export import CLUSTER_COLUMNS, COLUMNS
 from tests.support.tenancy import Tenancy, build_tenancy, headers
+from tests.support.web import HTML
 from tests.usage.support import (
     T0,
     LedgerClock,
@@ -155,3 +157,20 @@ def test_a_dedicated_nodes_cluster_asleep_frees_nothing(db: Session, clock: Ledg
     assert entries(db, "sleep") == []
     assert [e[2] for e in entries(db, "cluster")] == [4, 3]
     assert report(db, t.principal(t.platform_admin)).rows[0].slept_gpu_hours == 0.0
+
+
+def test_the_tenants_page_charts_and_lists_gpu_hours_freed_by_sleep(
+        client: TestClient, db: Session, clock: LedgerClock) -> None:
+    t = _acme_asleep_from_ten_to_one(db, clock)
+    page = client.get("/t/acme/usage", params=DAY,
+                      headers={**HTML, **headers(db, t.acme_viewer)}).text
+    chart = page.split('id="slept-chart"')[1].split("</figure>")[0]
+    assert "freed by sleep" in chart
+    assert re.findall(r'data-category="([\d-]+)" data-value="([\d.]+)"', chart) == [
+        ("2026-11-02", "12.0")]
+    assert re.search(r'data-period="2026-11-02".*?class="slept" data-value="12.0"', page,
+                     flags=re.S)
+    admin = client.get("/admin/usage", params=DAY,
+                       headers={**HTML, **headers(db, t.platform_admin)}).text
+    assert re.search(r'data-tenant="acme".*?class="slept" data-value="12.0"', admin, flags=re.S)
+
