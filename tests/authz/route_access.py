@@ -235,6 +235,8 @@ ROUTES += [
     Route("GET", "/admin/fleet", Access.PLATFORM_ADMIN),
     Route("GET", "/admin/fleet/hosts", Access.PLATFORM_ADMIN),
     Route("GET", "/api/v1/fleet/capacity", Access.PLATFORM_ADMIN),
+    Route("GET", "/admin/fleet/sleep", Access.PLATFORM_ADMIN),
+    Route("GET", "/api/v1/fleet/sleep", Access.PLATFORM_ADMIN),
     Route("GET", "/admin/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),
     Route("GET", "/live/admin/fleet", Access.PLATFORM_ADMIN),
     Route("GET", "/live/admin/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),
@@ -297,6 +299,8 @@ ROUTES += [
 ROUTES += [
     Route("GET", "/api/v1/usage", Access.SIGNED_IN),
     Route("GET", "/api/v1/usage.csv", Access.SIGNED_IN),
+    Route("GET", "/api/v1/usage/clusters", Access.SIGNED_IN),
+    Route("GET", "/api/v1/usage/clusters.csv", Access.SIGNED_IN),
 ]
 ROUTES += [
     Route("GET", "/usage", Access.SIGNED_IN),  # a redirect to the caller's usage page

@@ -10,12 +10,9 @@ from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.clusters import repository as cluster_rows
-from app.clusters import service as clusters
-from app.clusters.models import VirtualCluster
 from app.usage.csv_export import CLUSTER_COLUMNS, COLUMNS
 from tests.support.tenancy import Tenancy, build_tenancy, headers
 from tests.support.web import HTML
@@ -23,11 +20,14 @@ from tests.usage.support import (
     T0,
     LedgerClock,
     approve_quota,
+    cluster_named,
     create_cluster,
     delete_cluster,
     entries,
+    fall_asleep,
     fix_clock,
     report,
+    wake,
 )
 
 DAY = {"from": "2026-11-02T00:00:00Z", "to": "2026-11-03T00:00:00Z"}
@@ -36,27 +36,6 @@ DAY = {"from": "2026-11-02T00:00:00Z", "to": "2026-11-03T00:00:00Z"}
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> LedgerClock:
     return fix_clock(monkeypatch)
-
-
-def fall_asleep(db: Session, t: Tenancy, clock: LedgerClock, name: str, **at: float) -> None:
-    """A tenant admin asks a little before; the worker has the cluster asleep ``at``."""
-    clock.at(**{**at, "minutes": at.get("minutes", 0) - 5})
-    clusters.change_power(db, t.principal(t.acme_admin), "acme", name, "asleep")
-    clock.at(**at)
-    cluster = _cluster(db, name)
-    cluster.asleep_since = clock.now  # as the worker writes it, through the ORM
-    db.flush()
-
-
-def wake(db: Session, t: Tenancy, clock: LedgerClock, name: str, **at: float) -> None:
-    """Asked, then the worker has it awake ``at``: its status write, a bulk UPDATE."""
-    clusters.change_power(db, t.principal(t.acme_admin), "acme", name, "awake")
-    clock.at(**at)
-    cluster_rows.update_status(db, _cluster(db, name).id, asleep_since=None)
-
-
-def _cluster(db: Session, name: str) -> VirtualCluster:
-    return db.scalars(select(VirtualCluster).where(VirtualCluster.name == name)).one()
 
 
 def _acme_asleep_from_ten_to_one(db: Session, clock: LedgerClock) -> Tenancy:
@@ -147,7 +126,7 @@ def test_a_dedicated_nodes_cluster_asleep_frees_nothing(db: Session, clock: Ledg
     t = build_tenancy(db)
     approve_quota(db, t, 8)
     create_cluster(db, t, "train", 4)
-    dedicated = _cluster(db, "train")
+    dedicated = cluster_named(db, "train")
     dedicated.placement = "dedicated-nodes"  # as if made so: placement never changes
     clock.at(hours=1)
     dedicated.asleep_since = clock.now
