@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect, text
+from sqlalchemy import Connection, insert, inspect, text
+from sqlalchemy.exc import DBAPIError
 
 import app.process.all_models  # noqa: F401
+from app.clusters.models import VirtualCluster
 from app.database import migrate
 from app.database.core import Base, make_engine
+from app.gpu_classes.models import GpuClass
+from app.hosts.models import HostCluster
+from app.tenants.models import Tenant
 from tests.support import postgres
 
 
@@ -269,3 +275,49 @@ def test_0016_counts_no_burst_in_what_was_sampled_before_and_goes_down_again(
         assert "cluster_gpus_in_use" not in inspect(connection).get_table_names()
     engine.dispose()
     assert "burst_gpus" not in columns
+
+
+def _two_clusters_one_asleep(connection: Connection) -> None:
+    """acme's shared-pool ``train`` (4 GPUs) asleep since 10:00:00.5, and ``serve`` awake."""
+    connection.execute(insert(Tenant).values(slug="acme", display_name="Acme"))
+    connection.execute(insert(HostCluster).values(name="default"))
+    connection.execute(insert(GpuClass).values(product="H100", display_name="H100"))
+    asleep = datetime(2026, 12, 2, 10, 0, 0, 500000, tzinfo=UTC)
+    for name, since in (("train", asleep), ("serve", None)):
+        connection.execute(insert(VirtualCluster).values(
+            tenant_id=1, host_cluster_id=1, name=name, kubernetes_version="1.32.4",
+            placement="shared-pool", gpu_class_id=1, gpus=4, asleep_since=since))
+
+
+def test_0020_records_the_clusters_asleep_now_keeps_the_ledger_append_only_and_goes_down(
+        empty_url: str) -> None:
+    migrate.upgrade(empty_url, "0018")
+    engine = make_engine(empty_url)
+    with engine.begin() as connection:
+        _two_clusters_one_asleep(connection)
+    migrate.upgrade(empty_url, "0020")
+    with engine.connect() as connection:
+        assert connection.execute(text(
+            "SELECT kind, subject_id, cluster_id, cluster_name, gpus, at_s FROM usage_ledger"
+        )).all() == [("sleep", 1, 1, "train", 4,
+                      int(datetime(2026, 12, 2, 10, tzinfo=UTC).timestamp()))]
+    for statement in ("UPDATE usage_ledger SET gpus = 0", "DELETE FROM usage_ledger",
+                      "INSERT INTO usage_ledger (at, at_s, kind, subject_id, tenant_id, "
+                      "gpu_class_id, cluster_name, gpus) VALUES ('2026-12-02', 0, 'nap', 1, 1, "
+                      "1, '', 1)"):
+        with pytest.raises(DBAPIError), engine.begin() as connection:
+            connection.execute(text(statement))
+    migrate.downgrade(empty_url, "0018")
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM usage_ledger")).scalar_one() == 0
+    with pytest.raises(DBAPIError), engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO usage_ledger (at, at_s, kind, subject_id, tenant_id, gpu_class_id, "
+            "cluster_name, gpus) VALUES ('2026-12-02', 0, 'sleep', 1, 1, 1, '', 1)"))
+    with engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO usage_ledger (at, at_s, kind, subject_id, tenant_id, gpu_class_id, "
+            "cluster_name, gpus) VALUES ('2026-12-02', 0, 'cluster', 1, 1, 1, '', 1)"))
+    with pytest.raises(DBAPIError), engine.begin() as connection:
+        connection.execute(text("DELETE FROM usage_ledger"))
+    engine.dispose()

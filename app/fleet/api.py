@@ -1,4 +1,4 @@
-"""REST: the fleet's capacity per host, region and GPU class."""
+"""REST: the fleet's capacity per host, region and GPU class; GPU-hours freed by sleep."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from app.auth.deps import CurrentPrincipal
-from app.fleet import service
-from app.fleet.schemas import FleetCapacityOut
+from app.fleet import service, sleep
+from app.fleet.schemas import FleetCapacityOut, FleetSleepOut
 from app.http.deps import DbSession
 from app.http.routing import UnitOfWorkRoute
 
@@ -32,3 +32,15 @@ def fleet_capacity(db: DbSession, principal: CurrentPrincipal,
                    filters: Filters) -> FleetCapacityOut:
     """Capacity per host and class, and per region and class (platform admins)."""
     return service.capacity(db, principal, filters)
+
+
+SleepDays = Annotated[int, Query(ge=1, le=sleep.MAX_DAYS, description=(
+    "how many UTC days up to and with today; default: today and the 7 days before"))]
+
+
+@router.get("/fleet/sleep", response_model=FleetSleepOut)
+def fleet_sleep(db: DbSession, principal: CurrentPrincipal,
+                days: SleepDays = sleep.DEFAULT_DAYS) -> FleetSleepOut:
+    """GPU-hours sleeping clusters gave back to the shared pool, per GPU class and day over
+    all tenants (platform admins)."""
+    return sleep.freed_by_sleep(db, principal, days)

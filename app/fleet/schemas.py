@@ -1,6 +1,9 @@
-"""Shapes of the fleet's capacity on the API. Hosts by name and region: never credentials."""
+"""Shapes of the fleet's capacity and of the GPU-hours sleep freed on the API. Hosts by name
+and region: never credentials."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from pydantic import BaseModel, Field
 
@@ -42,3 +45,25 @@ class RegionCapacityOut(BaseModel):
 class FleetCapacityOut(BaseModel):
     hosts: list[HostCapacityOut] = Field(description="per host and class")
     regions: list[RegionCapacityOut] = Field(description="per region and class")
+
+
+class SleptDayOut(BaseModel):
+    day: str = Field(description="YYYY-MM-DD (UTC)")
+    slept_gpu_hours: float = Field(
+        description="GPU-hours of the class that sleeping clusters gave back to the shared "
+                    "pool that day, over all tenants (their usage reports' slept_gpu_hours)")
+
+
+class ClassSleepOut(BaseModel):
+    gpu_class: str
+    display_name: str
+    today_gpu_hours: float = Field(description="freed by sleep today (UTC), up to now")
+    total_gpu_hours: float = Field(description="freed by sleep over all the days")
+    days: list[SleptDayOut] = Field(description="oldest first, today last")
+
+
+class FleetSleepOut(BaseModel):
+    start: datetime = Field(description="midnight (UTC) of the first day")
+    end: datetime = Field(description="midnight (UTC) after today")
+    days: list[str] = Field(description="the days, oldest first, today last")
+    classes: list[ClassSleepOut] = Field(description="per GPU class, every class")

@@ -1,4 +1,5 @@
-"""HTML: capacity per host, region and GPU class, with region, host and class filters."""
+"""HTML: capacity per host, region and GPU class, with region, host and class filters; the
+GPU-hours sleep freed per class and day."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from markupsafe import Markup
 from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
-from app.fleet import service
-from app.fleet.api import Filters
-from app.fleet.schemas import HostCapacityOut, RegionCapacityOut
+from app.fleet import service, sleep
+from app.fleet.api import Filters, SleepDays
+from app.fleet.schemas import FleetSleepOut, HostCapacityOut, RegionCapacityOut
 from app.http.deps import DbSession
 from app.http.routing import UnitOfWorkRoute
+from app.web.charts import series as time_series
 from app.web.charts.bars import Group, stacked_bars
 from app.web.charts.svg import Series
 from app.web.templating import render
@@ -54,3 +56,20 @@ def _chart(chart_id: str, title: str,
                             f"guaranteed, {r.free} free, {r.not_ready} not ready"
                             for name, r in rows)
     return stacked_bars(chart_id, title, description, groups, SERIES, NOT_READY)
+
+
+@router.get("/admin/fleet/sleep")
+def fleet_sleep(request: Request, db: DbSession, principal: CurrentPrincipal,
+                days: SleepDays = sleep.DEFAULT_DAYS) -> Response:
+    freed = sleep.freed_by_sleep(db, principal, days)
+    return render(request, "fleet/sleep.html", {"freed": freed, "chart": _sleep_chart(freed)})
+
+
+def _sleep_chart(freed: FleetSleepOut) -> Markup:
+    return time_series.stacked_bars(
+        "GPU-hours freed by sleep per day by GPU class",
+        f"GPU-hours that sleeping clusters of every tenant gave back to the shared pool each "
+        f"day (UTC) from {freed.days[0]} to {freed.days[-1]} (today, so far), stacked by GPU "
+        "class. The table below lists the figures.", freed.days,
+        [time_series.Series(c.display_name, [d.slept_gpu_hours for d in c.days])
+         for c in freed.classes], "GPU-hours")

@@ -11,11 +11,13 @@ from app.portalctl.common import TenantOpt, api
 from app.portalctl.output import Format, emit
 
 ROW_COLUMNS = ("period", "tenant", "gpu_class", "approved_gpu_hours", "allocated_gpu_hours",
-               "dedicated_gpu_hours", "used_gpu_hours", "guaranteed_gpu_hours", "burst_gpu_hours")
+               "dedicated_gpu_hours", "used_gpu_hours", "guaranteed_gpu_hours", "burst_gpu_hours",
+               "slept_gpu_hours")
 
 
 CLUSTER_COLUMNS = ("period", "tenant", "cluster", "gpu_class", "allocated_gpu_hours",
-                   "used_gpu_hours", "guaranteed_gpu_hours", "burst_gpu_hours")
+                   "used_gpu_hours", "guaranteed_gpu_hours", "burst_gpu_hours",
+                   "slept_gpu_hours")
 
 
 class By(StrEnum):
@@ -51,7 +53,7 @@ def usage(
                       ] = UsageFormat.table,
 ) -> None:
     """GPU-hours of approved quota, clusters, dedicated nodes and pods (guaranteed and burst),
-    per period.
+    and of the clusters' guarantees freed by sleep (slept), per period.
 
     Without --tenant, every tenant you may see (all of them for platform admins).
 

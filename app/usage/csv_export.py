@@ -10,10 +10,11 @@ from app.usage.schemas import ClusterUsageRow, UsageRow
 
 COLUMNS = ("period", "period_start", "period_end", "tenant", "gpu_class", "approved_gpu_hours",
            "allocated_gpu_hours", "dedicated_gpu_hours", "used_gpu_hours",
-           "allocated_gpu_seconds", "guaranteed_gpu_hours", "burst_gpu_hours")
+           "allocated_gpu_seconds", "guaranteed_gpu_hours", "burst_gpu_hours",
+           "slept_gpu_hours")
 CLUSTER_COLUMNS = ("period", "period_start", "period_end", "tenant", "cluster", "gpu_class",
                    "allocated_gpu_hours", "used_gpu_hours", "guaranteed_gpu_hours",
-                   "burst_gpu_hours")
+                   "burst_gpu_hours", "slept_gpu_hours")
 # New columns go at the end: readers index the columns (app.lab.demo reads column 8).
 # A spreadsheet evaluates a cell that starts with one of these as a formula.
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -31,14 +32,15 @@ def _cells(row: UsageRow) -> list[str]:
             _number(row.approved_gpu_hours), _number(row.allocated_gpu_hours),
             _number(row.dedicated_gpu_hours), _number(row.used_gpu_hours),
             str(row.allocated_gpu_seconds), _number(row.guaranteed_gpu_hours),
-            _number(row.burst_gpu_hours)]
+            _number(row.burst_gpu_hours), _number(row.slept_gpu_hours)]
 
 
 def _cluster_cells(row: ClusterUsageRow) -> list[str]:
     return [neutralised(row.period), row.period_start.isoformat(), row.period_end.isoformat(),
             neutralised(row.tenant), neutralised(row.cluster), neutralised(row.gpu_class),
             _number(row.allocated_gpu_hours), _number(row.used_gpu_hours),
-            _number(row.guaranteed_gpu_hours), _number(row.burst_gpu_hours)]
+            _number(row.guaranteed_gpu_hours), _number(row.burst_gpu_hours),
+            _number(row.slept_gpu_hours)]
 
 
 def _number(value: float) -> str:

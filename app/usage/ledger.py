@@ -5,6 +5,8 @@ SQLAlchemy session events: after every flush (API, web, reconciler, expiry job a
 every bulk UPDATE or DELETE of a watched table. Either way the subject's current allocation is
 read and compared with its last ledger entry; a difference appends one entry. Comparing with the
 ledger rather than with the row's previous values also repairs a ledger that missed a change.
+A virtual cluster is two series: what it holds (``cluster``) and, while the worker has it
+asleep (``asleep_since``), what of that sleep gave back to the pool (``sleep``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from app.usage.models import LedgerEntry
 _TRACKED: dict[type[Any], frozenset[str]] = {
     TenantQuota: frozenset({"gpus", "tenant_id", "gpu_class_id"}),
     VirtualCluster: frozenset({"gpus", "tenant_id", "gpu_class_id", "deletion_requested_at",
-                               "name"}),
+                               "name", "asleep_since"}),
     NodeAssignment: frozenset({"ended_at", "tenant_id", "node_id"}),
     Node: frozenset({"gpu_count", "gpu_class_id", "gone_at"}),
 }
@@ -47,6 +49,8 @@ class Holding:
 
 
 Subject = tuple[str, int]  # (kind, subject id)
+# A virtual cluster is two subjects: what it holds, and what of that sleep has freed.
+CLUSTER_KINDS = ("cluster", "sleep")
 
 
 def now_in_seconds() -> datetime:
@@ -63,13 +67,22 @@ def _quota_holdings(row: TenantQuota | None) -> list[Holding]:
     return [Holding(row.tenant_id, row.gpu_class_id, row.gpus)]
 
 
-def _cluster_holdings(row: VirtualCluster | None) -> list[Holding]:
+def _cluster_holdings(kind: str, row: Any) -> list[Holding]:
+    """What a cluster (a mapped row or a selected one) holds as ``cluster`` or ``sleep``."""
     if row is None or row.gpu_class_id is None:
         return []
     # A deletion request ends the allocation: the tenant no longer has the use of it.
-    gpus = 0 if row.deletion_requested_at is not None else row.gpus
-    return [Holding(row.tenant_id, row.gpu_class_id, gpus, cluster_id=row.id,
-                    cluster_name=row.name)]
+    held = row.deletion_requested_at is None
+    if kind == "sleep":
+        held = held and _freed_by_sleep(row)
+    return [Holding(row.tenant_id, row.gpu_class_id, row.gpus if held else 0,
+                    cluster_id=row.id, cluster_name=row.name)]
+
+
+def _freed_by_sleep(row: Any) -> bool:
+    """Asleep on the host: a shared-pool cluster's guarantee is the pool's again (dedicated
+    nodes stay the tenant's, asleep or not)."""
+    return bool(row.asleep_since is not None and row.placement == "shared-pool")
 
 
 def _assignment_holdings(connection: Connection, assignment_id: int) -> list[Holding]:
@@ -92,15 +105,11 @@ def _current(connection: Connection, kind: str, subject_id: int) -> list[Holding
                    TenantQuota.gpus).where(TenantQuota.id == subject_id)).one_or_none()
         return [] if quota is None else [Holding(quota.tenant_id, quota.gpu_class_id,
                                                  quota.gpus)]
-    if kind == "cluster":
+    if kind in CLUSTER_KINDS:
         cluster = connection.execute(
             select(VirtualCluster.__table__).where(VirtualCluster.id == subject_id)
         ).one_or_none()
-        if cluster is None or cluster.gpu_class_id is None:
-            return []
-        gpus = 0 if cluster.deletion_requested_at is not None else cluster.gpus
-        return [Holding(cluster.tenant_id, cluster.gpu_class_id, gpus, cluster_id=cluster.id,
-                        cluster_name=cluster.name)]
+        return _cluster_holdings(kind, cluster)
     return _assignment_holdings(connection, subject_id)
 
 
@@ -128,7 +137,7 @@ def _entries(kind: str, subject_id: int, holdings: Iterable[Holding],
         entries.append({
             "at": at, "at_s": int(at.timestamp()), "kind": kind, "subject_id": subject_id,
             "tenant_id": key[0], "gpu_class_id": key[1], "gpus": holding.gpus,
-            "cluster_id": holding.cluster_id if kind == "cluster" else None,
+            "cluster_id": holding.cluster_id if kind in CLUSTER_KINDS else None,
             "cluster_name": holding.cluster_name, "node_id": holding.node_id,
         })
     return entries
@@ -173,7 +182,8 @@ def _subjects_of_rows(session: Session) -> dict[Subject, list[Holding] | None]:
         if isinstance(row, TenantQuota):
             changes[("quota", row.id)] = _quota_holdings(row)
         elif isinstance(row, VirtualCluster):
-            changes[("cluster", row.id)] = _cluster_holdings(row)
+            changes.update({(kind, row.id): _cluster_holdings(kind, row)
+                            for kind in CLUSTER_KINDS})
         elif isinstance(row, NodeAssignment):
             changes[("node", row.id)] = None
         elif isinstance(row, Node):
@@ -182,7 +192,7 @@ def _subjects_of_rows(session: Session) -> dict[Subject, list[Holding] | None]:
         if isinstance(row, TenantQuota):
             changes[("quota", row.id)] = []
         elif isinstance(row, VirtualCluster):
-            changes[("cluster", row.id)] = []
+            changes.update({(kind, row.id): [] for kind in CLUSTER_KINDS})
         elif isinstance(row, NodeAssignment):
             changes[("node", row.id)] = []
     if nodes:
@@ -229,7 +239,9 @@ def _subjects_of_ids(connection: Connection, model: type[Any],
                      ids: list[int]) -> dict[Subject, list[Holding] | None]:
     if model is Node:
         return {("node", a): None for a in _active_assignments(connection, ids)}
-    kind = {TenantQuota: "quota", VirtualCluster: "cluster", NodeAssignment: "node"}[model]
+    if model is VirtualCluster:
+        return {(kind, row_id): None for kind in CLUSTER_KINDS for row_id in ids}
+    kind = {TenantQuota: "quota", NodeAssignment: "node"}[model]
     return {(kind, row_id): None for row_id in ids}
 
 

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.database.core import Base, utcnow
 
-LEDGER_KINDS = ("quota", "cluster", "node")
+LEDGER_KINDS = ("quota", "cluster", "node", "sleep")
 SAMPLE_SOURCES = ("queue", "quota", "node")
 
 
@@ -17,17 +17,19 @@ class LedgerEntry(Base):
     """From ``at`` on, ``gpus`` GPUs of a class are held by one subject of a tenant.
 
     A subject is a tenant's quota of a class (``quota``), a virtual cluster (``cluster``) or a
-    dedicated node assignment (``node``). Each entry holds until the subject's next entry of
-    the same series (kind, subject, tenant, class); an interval is thus the gap between two
-    entries, and GPU-seconds are ``gpus`` times its length. ``at_s`` is ``at`` in whole Unix
-    seconds, so that the database does the arithmetic on every backend.
+    dedicated node assignment (``node``); ``sleep`` is a shared-pool cluster's GPUs freed by
+    sleep, from the moment it fell asleep (``asleep_since``) until it woke or was deleted,
+    while its ``cluster`` entries go on (the tenant still holds it). Each entry holds until
+    the subject's next entry of the same series (kind, subject, tenant, class); an interval is
+    thus the gap between two entries, and GPU-seconds are ``gpus`` times its length. ``at_s``
+    is ``at`` in whole Unix seconds, so that the database does the arithmetic on every backend.
     Cluster and node ids are no foreign keys: the ledger outlives the rows it describes.
     """
 
     __tablename__ = "usage_ledger"
     __table_args__ = (
         CheckConstraint("gpus >= 0", name="gpus_non_negative"),
-        CheckConstraint("kind IN ('quota', 'cluster', 'node')", name="kind"),
+        CheckConstraint("kind IN ('quota', 'cluster', 'node', 'sleep')", name="kind"),
         Index("ix_usage_ledger_tenant_id_at_s", "tenant_id", "at_s"),
         Index("ix_usage_ledger_at_s", "at_s"),
         Index("ix_usage_ledger_kind_subject_id_id", "kind", "subject_id", "id"),

@@ -84,6 +84,7 @@ def tenant_page(db: Session, principal: Principal, slug: str, chosen: Span) -> d
     classes = _classes_now(db, tenant, clusters)
     return {"tenant": tenant, "span": chosen, "rows": report.rows, "daily_chart": daily,
             "in_use_chart": _in_use_chart(tenant, report.rows, labels),
+            "slept_chart": _slept_chart(tenant, report.rows, labels),
             "clusters": clusters, "classes": classes,
             "products": repository.class_products(db, {c.gpu_class_id for c in clusters}),
             "now_chart": _now_chart(tenant, classes),
@@ -99,6 +100,16 @@ def _in_use_chart(tenant: Tenant, rows: list[UsageRow], labels: list[str]) -> Ma
         "guarantee. The table below lists the figures.", labels,
         [_total(rows, labels, "guaranteed_gpu_hours", "guaranteed"),
          _total(rows, labels, "burst_gpu_hours", "burst")], "GPU-hours")
+
+
+def _slept_chart(tenant: Tenant, rows: list[UsageRow], labels: list[str]) -> Markup:
+    return stacked_bars(
+        "GPU-hours freed by sleep per day by GPU class",
+        f"GPU-hours of {tenant.slug}'s cluster guarantees given back to the shared pool while "
+        f"the clusters were asleep, each day (UTC) from {labels[0]} to {labels[-1]}, stacked "
+        "by GPU class (part of the GPU-hours allocated: the clusters are still held). The "
+        "table below lists the figures.", labels,
+        _by_class(rows, labels, "slept_gpu_hours"), "GPU-hours")
 
 
 def _total(rows: list[UsageRow], labels: list[str], field: str, label: str) -> Series:

@@ -42,6 +42,12 @@ class UsageRow(BaseModel):
                     "another tenant needs its guarantee; an operator may charge them at their "
                     "own rate")
     allocated_gpu_seconds: int = Field(description="allocated, exact to the second")
+    slept_gpu_hours: float = Field(
+        description="GPU-hours of the shared-pool clusters' guarantees freed by sleep: from "
+                    "the moment a cluster fell asleep on the host until it woke or was "
+                    "deleted, its GPUs were the shared pool's again, free for other tenants. "
+                    "Part of allocated_gpu_hours (the tenant still holds the cluster); "
+                    "dedicated-nodes clusters free none")
 
 
 class UsageReport(BaseModel):
@@ -68,6 +74,11 @@ class ClusterUsageRow(BaseModel):
     guaranteed_gpu_hours: float = Field(description="of used_gpu_hours, within its quota")
     burst_gpu_hours: float = Field(
         description="of used_gpu_hours, beyond its quota: borrowed from idle GPUs, reclaimable")
+    slept_gpu_hours: float = Field(
+        description="GPU-hours of the cluster's guarantee freed by sleep: from the moment it "
+                    "fell asleep on the host until it woke or was deleted, its GPUs were the "
+                    "shared pool's again, free for other tenants. Part of allocated_gpu_hours "
+                    "(the tenant still holds it); dedicated-nodes clusters free none")
 
 
 class ClusterUsageReport(BaseModel):

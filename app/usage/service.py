@@ -26,7 +26,9 @@ from app.usage.schemas import (
 
 # Days are kept hourly for 400 days; months go back ten years.
 MAX_RANGE = {"day": timedelta(days=400), "month": timedelta(days=3660)}
-KINDS = ("quota", "cluster", "node", "used", "burst")
+KINDS = ("quota", "cluster", "node", "sleep", "used", "burst")
+# Per cluster: what it held, and of that what sleep freed.
+CLUSTER_LEDGER_KINDS = ("cluster", "sleep")
 
 
 @dataclass(frozen=True)
@@ -124,14 +126,15 @@ def usage_rows(db: Session, labelled: list[LabelledPeriod], tenant_ids: Any) -> 
 
 def cluster_report(db: Session, principal: Principal,
                    filters: UsageFilters) -> ClusterUsageReport:
-    """The same range per cluster: what each was given and used, guaranteed and burst."""
+    """The same range per cluster: what each was given and used, guaranteed and burst, and
+    what of what it was given sleep freed."""
     start, end, tenant_ids = _range(db, principal, filters)
     labelled = periods(start, end, filters.group_by)
     spans = [p.seconds() for p in labelled]
     now_s = int(ledger.now_in_seconds().timestamp())
     found = [row for row in repository.allocated_seconds(db, spans, now_s, tenant_ids=tenant_ids,
                                                          by_cluster=True)
-             if row.kind == "cluster"]
+             if row.kind in CLUSTER_LEDGER_KINDS]
     found += repository.used_seconds(db, spans, now_s, tenant_ids=tenant_ids, by_cluster=True)
     sums: dict[tuple[int, int, int, int], dict[str, float]] = {}
     for row in found:
@@ -156,7 +159,8 @@ def _cluster_row(period: LabelledPeriod, tenant: str, cluster: str, gpu_class: s
         tenant=tenant, cluster=cluster, gpu_class=gpu_class, period=period.label,
         period_start=period.start, period_end=period.end,
         allocated_gpu_hours=hours(seconds["cluster"]), used_gpu_hours=used,
-        guaranteed_gpu_hours=round(used - burst, 6), burst_gpu_hours=burst)
+        guaranteed_gpu_hours=round(used - burst, 6), burst_gpu_hours=burst,
+        slept_gpu_hours=hours(seconds["sleep"]))
 
 
 def _row(period: LabelledPeriod, tenant: str, gpu_class: str,
@@ -169,7 +173,8 @@ def _row(period: LabelledPeriod, tenant: str, gpu_class: str,
         allocated_gpu_hours=hours(seconds["cluster"]),
         dedicated_gpu_hours=hours(seconds["node"]),
         used_gpu_hours=used, guaranteed_gpu_hours=round(used - burst, 6),
-        burst_gpu_hours=burst, allocated_gpu_seconds=round(seconds["cluster"]))
+        burst_gpu_hours=burst, allocated_gpu_seconds=round(seconds["cluster"]),
+        slept_gpu_hours=hours(seconds["sleep"]))
 
 
 def gpus_in_use_by_class(db: Session, tenant_id: int) -> dict[int, float]:

@@ -240,6 +240,8 @@ ROUTES += [
     Route("GET", "/admin/fleet", Access.PLATFORM_ADMIN),
     Route("GET", "/admin/fleet/hosts", Access.PLATFORM_ADMIN),
     Route("GET", "/api/v1/fleet/capacity", Access.PLATFORM_ADMIN),
+    Route("GET", "/admin/fleet/sleep", Access.PLATFORM_ADMIN),
+    Route("GET", "/api/v1/fleet/sleep", Access.PLATFORM_ADMIN),
     Route("GET", "/admin/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),
     Route("GET", "/live/admin/fleet", Access.PLATFORM_ADMIN),
     Route("GET", "/live/admin/nodes/{node}", Access.PLATFORM_ADMIN, params=free_node),

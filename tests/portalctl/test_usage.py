@@ -76,3 +76,27 @@ def _api(portal: Portal, path: str, params: dict[str, str]) -> httpx.Response:
 def _json(result: Result, *, parse: bool = True) -> Any:
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout) if parse else result.stdout
+
+
+def test_usage_gives_the_gpu_hours_freed_by_sleep_per_tenant_and_per_cluster(
+        portal: Portal, portalctl: PortalCtl) -> None:
+    """old-train held 4 GPUs for a day and a half, asleep 10:00 to 13:00 on the first day."""
+    _four_gpus_for_a_day_and_a_half(portal)
+    with portal.database.transaction() as db:
+        acme = db.scalars(select(Tenant.id).where(Tenant.slug == "acme")).one()
+        for at, gpus in ((datetime(2025, 1, 1, 10, tzinfo=UTC), 4),
+                         (datetime(2025, 1, 1, 13, tzinfo=UTC), 0)):
+            db.add(LedgerEntry(at=at, at_s=int(at.timestamp()), kind="sleep", subject_id=9999,
+                               tenant_id=acme, gpu_class_id=portal.h100_id, cluster_id=9999,
+                               cluster_name="old-train", gpus=gpus))
+    portalctl.login(portal, "acme-admin")
+    report = _json(portalctl("usage", "--tenant", "acme", *RANGE, "-o", "json"))
+    assert [(r["period"], r["slept_gpu_hours"]) for r in report["rows"]] == [
+        ("2025-01-01", 12.0), ("2025-01-02", 0.0)]
+    table = portalctl("usage", "--tenant", "acme", *RANGE).stdout.splitlines()
+    assert table[0].split()[-1] == "SLEPT_GPU_HOURS" and table[1].split()[-1] == "12.0"
+    clusters = portalctl("usage", "--by", "cluster", "--tenant", "acme", *RANGE)
+    assert clusters.exit_code == 0, clusters.stderr
+    lines = clusters.stdout.splitlines()
+    assert lines[0].split()[-1] == "SLEPT_GPU_HOURS"
+    assert lines[1].split()[2] == "old-train" and lines[1].split()[-1] == "12.0"

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.clusters import conditions as cond
+from app.clusters import repository as cluster_rows
 from app.clusters import service as clusters
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate, ClusterResize
@@ -78,6 +79,27 @@ def resize_cluster(db: Session, t: Tenancy, name: str, gpus: int, slug: str = "a
 def delete_cluster(db: Session, t: Tenancy, name: str, slug: str = "acme",
                    principal: Principal | None = None) -> None:
     clusters.delete_cluster(db, principal or t.principal(t.acme_admin), slug, name)
+
+
+def fall_asleep(db: Session, t: Tenancy, clock: LedgerClock, name: str, **at: float) -> None:
+    """A tenant admin asks a little before; the worker has the cluster asleep ``at``."""
+    clock.at(**{**at, "minutes": at.get("minutes", 0) - 5})
+    clusters.change_power(db, t.principal(t.acme_admin), "acme", name, "asleep")
+    clock.at(**at)
+    cluster = cluster_named(db, name)
+    cluster.asleep_since = clock.now  # as the worker writes it, through the ORM
+    db.flush()
+
+
+def wake(db: Session, t: Tenancy, clock: LedgerClock, name: str, **at: float) -> None:
+    """Asked, then the worker has it awake ``at``: its status write, a bulk UPDATE."""
+    clusters.change_power(db, t.principal(t.acme_admin), "acme", name, "awake")
+    clock.at(**at)
+    cluster_rows.update_status(db, cluster_named(db, name).id, asleep_since=None)
+
+
+def cluster_named(db: Session, name: str) -> VirtualCluster:
+    return db.scalars(select(VirtualCluster).where(VirtualCluster.name == name)).one()
 
 
 def report(db: Session, principal: Principal, *, days: int = 1, tenant: str | None = None,

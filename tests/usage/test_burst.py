@@ -106,9 +106,9 @@ def test_json_csv_and_pages_give_guaranteed_and_burst(
         9.0, 7.0, 2.0)
     download = client.get("/api/v1/usage.csv", params=DAY, headers=viewer).text
     assert COLUMNS[8] == "used_gpu_hours"  # readers index the columns: new ones come last
-    assert COLUMNS[-2:] == ("guaranteed_gpu_hours", "burst_gpu_hours")
+    assert COLUMNS[10:12] == ("guaranteed_gpu_hours", "burst_gpu_hours")
     cells = list(csv.reader(io.StringIO(download)))[1]
-    assert (cells[8], cells[-2], cells[-1]) == ("9.000000", "7.000000", "2.000000")
+    assert (cells[8], cells[10], cells[11]) == ("9.000000", "7.000000", "2.000000")
 
     page = client.get("/t/acme/usage", params=DAY, headers={**HTML, **viewer}).text
     chart = page.split('id="in-use-chart"')[1].split("</figure>")[0]
