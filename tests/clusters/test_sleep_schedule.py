@@ -11,8 +11,8 @@ from app.clusters.sleep_schedule import asleep_at, parse, window_began, zone
 NIGHTS_AND_WEEKENDS = "weekdays 20:00-08:00, weekends"
 
 
-def utc(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)  # type: ignore[misc]
+def utc(year: int, month: int, day: int, hour: int, minute: int) -> datetime:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(("moment", "asleep"), [
