@@ -10,7 +10,13 @@ from starlette.responses import JSONResponse, Response
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.clusters import service
-from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterPreview, ClusterResize
+from app.clusters.schemas import (
+    ClusterCreate,
+    ClusterOut,
+    ClusterPreview,
+    ClusterResize,
+    SleepPolicyIn,
+)
 from app.clusters.shapes import TemplateResolver, template_resolver
 from app.http.deps import DbSession, get_settings_dep
 from app.http.json_body import page_response
@@ -82,3 +88,12 @@ def wake_cluster(tenant: str, cluster: str, db: DbSession,
     """Wake a sleeping cluster (tenant admins): it comes back with everything it held, and its
     guarantee with it. Audited; asking again changes nothing."""
     return service.change_power(db, principal, tenant, cluster, "awake")
+
+
+@router.put("/{cluster}/sleep-policy", response_model=ClusterOut)
+def set_sleep_policy(tenant: str, cluster: str, payload: SleepPolicyIn, db: DbSession,
+                     principal: CurrentPrincipal) -> ClusterOut:
+    """Set the cluster's whole sleep policy (tenant admins): sleep after idle minutes, on a
+    schedule in a time zone, deletion after days asleep (announced first), or never. What is
+    left out is off. Audited; the same policy again changes nothing."""
+    return service.change_sleep_policy(db, principal, tenant, cluster, payload)

@@ -51,7 +51,7 @@ LISTED_COLUMNS = (
     VirtualCluster.asleep_since, VirtualCluster.never_sleep,
     VirtualCluster.sleep_after_idle_minutes, VirtualCluster.sleep_schedule,
     VirtualCluster.sleep_timezone, VirtualCluster.delete_after_sleep_days,
-    VirtualCluster.deletion_warned_at,
+    VirtualCluster.deletion_warned_at, VirtualCluster.deletion_due_at,
 )
 
 

@@ -24,8 +24,9 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz.scoping import Action
-from app.clusters import checks, desired, power, repository
+from app.clusters import checks, deletion, desired, power, repository, sleep_policy
 from app.clusters import conditions as cond
+from app.clusters.deletion import spec_of as _spec
 from app.clusters.installer import HelmInstaller
 from app.clusters.models import VirtualCluster
 from app.clusters.placement import Placed
@@ -37,10 +38,10 @@ from app.clusters.schemas import (
     ConditionOut,
     GpusInUseOut,
     GpuWaitOut,
+    SleepPolicyIn,
 )
 from app.clusters.shapes import ResolvedCreate, TemplateResolver, TemplateUpgrade
 from app.database.concurrency import insert_or_conflict
-from app.database.core import utcnow
 from app.gpu_classes.models import GpuClass
 from app.http.pagination import Page, PageParams
 from app.kit.config import Settings
@@ -153,7 +154,8 @@ def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None, host: str,
         "gpus_in_use": in_use.model_dump() if in_use else None,
         "power": {"wanted": cluster.power, "reason": cluster.power_reason,
                   "changed_at": cluster.power_changed_at, "asleep_since": cluster.asleep_since},
-        "sleep_policy": {name: getattr(cluster, name) for name in SLEEP_POLICY_FIELDS},
+        "sleep_policy": {**{name: getattr(cluster, name) for name in SLEEP_POLICY_FIELDS},
+                         "deletes_at": sleep_policy.deletes_at(cluster)},
         "created_at": cluster.created_at, "updated_at": cluster.updated_at,
     }
 
@@ -338,13 +340,8 @@ def delete_cluster(db: Session, principal: Principal, slug: str, name: str) -> C
     cluster = repository.lock_cluster(db, found.id)
     if cluster is None:
         raise NotFound(f"no cluster {name!r} in tenant {slug!r}")
-    if cluster.deletion_requested_at is None:
-        cluster.deletion_requested_at = utcnow()
-        cluster.generation += 1
-        enqueue(db, CLUSTERS, cluster.id)
-        db.flush()
-        _record(db, principal, "virtual_cluster.delete", cluster, _spec(cluster),
-                {"deletion_requested_at": cluster.deletion_requested_at.isoformat()})
+    deletion.request_deletion(db, cluster, _spec(cluster), actor_id=principal.user_id,
+                              actor_label=principal.label)
     return cluster_out(db, cluster)
 
 
@@ -359,6 +356,14 @@ def change_power(db: Session, principal: Principal, slug: str, name: str,
     power.request(db, cluster, wanted, "manual", actor_id=principal.user_id,
                   actor_label=principal.label)
     return cluster_out(db, cluster)
+
+
+def change_sleep_policy(db: Session, principal: Principal, slug: str, name: str,
+                        payload: SleepPolicyIn) -> ClusterOut:
+    """A tenant admin sets the cluster's sleep policy (audited; the same again changes
+    nothing)."""
+    found = cluster_for(db, principal, slug, name, "manage")
+    return cluster_out(db, sleep_policy.change_policy(db, principal, found, slug, payload))
 
 
 def wake_for_use(db: Session, principal: Principal, cluster: VirtualCluster) -> bool:
@@ -462,16 +467,6 @@ def _kubeconfig_placeholder(db: Session, cluster: VirtualCluster,
     if host.credential_kind == "env" and not settings.kubeconfig:
         return None
     return f"<kubeconfig of host {host.name}>"
-
-
-def _spec(cluster: VirtualCluster) -> dict[str, Any]:
-    return {"name": cluster.name, "kubernetes_version": cluster.kubernetes_version,
-            "placement": cluster.placement, "gpu_class_id": cluster.gpu_class_id,
-            "gpus": cluster.gpus, "cpu_millicores": cluster.cpu_millicores,
-            "memory_mib": cluster.memory_mib, "generation": cluster.generation,
-            "template_version_id": cluster.template_version_id,
-            "pod_security": cluster.pod_security, "user_namespaces": cluster.user_namespaces,
-            "addons": [f"{a['name']} {a['chart']} {a['version']}" for a in cluster.addons or []]}
 
 
 def _record(db: Session, principal: Principal, action: str, cluster: VirtualCluster,
