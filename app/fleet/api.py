@@ -7,9 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from app.auth.deps import CurrentPrincipal
-from app.fleet import service
-from app.fleet.schemas import FleetCapacityOut
+from app.fleet import service, sleeping
+from app.fleet.schemas import FleetCapacityOut, SleepingClusterOut
 from app.http.deps import DbSession
+from app.http.pagination import Page, Paging
 from app.http.routing import UnitOfWorkRoute
 
 router = APIRouter(prefix="/api/v1", tags=["fleet"], route_class=UnitOfWorkRoute)
@@ -32,3 +33,11 @@ def fleet_capacity(db: DbSession, principal: CurrentPrincipal,
                    filters: Filters) -> FleetCapacityOut:
     """Capacity per host and class, and per region and class (platform admins)."""
     return service.capacity(db, principal, filters)
+
+
+@router.get("/admin/sleeping-clusters", response_model=Page[SleepingClusterOut])
+def sleeping_clusters(db: DbSession, principal: CurrentPrincipal,
+                      paging: Paging) -> Page[SleepingClusterOut]:
+    """Every cluster asleep or going to sleep, with its tenant, why, since when and when its
+    sleep policy deletes it (platform admins)."""
+    return sleeping.sleeping_clusters(db, principal, paging)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, Field
 
 
@@ -42,3 +44,18 @@ class RegionCapacityOut(BaseModel):
 class FleetCapacityOut(BaseModel):
     hosts: list[HostCapacityOut] = Field(description="per host and class")
     regions: list[RegionCapacityOut] = Field(description="per region and class")
+
+
+class SleepingClusterOut(BaseModel):
+    tenant: str
+    cluster: str
+    host_cluster: str
+    gpus: int = Field(description="its GPU guarantee, given back to the pool while it sleeps")
+    reason: str = Field(description="why it sleeps: manual, idle or schedule")
+    asked_at: datetime | None = Field(description="when it was put to sleep")
+    asleep_since: datetime | None = Field(
+        description="when its control plane was down; null while it is going to sleep")
+    deletion_warned_at: datetime | None = Field(
+        description="when its coming deletion was announced")
+    deletes_at: datetime | None = Field(
+        description="when its sleep policy deletes it; null: never")

@@ -9,10 +9,11 @@ from markupsafe import Markup
 from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
-from app.fleet import service
+from app.fleet import service, sleeping
 from app.fleet.api import Filters
 from app.fleet.schemas import HostCapacityOut, RegionCapacityOut
 from app.http.deps import DbSession
+from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
 from app.web.charts.bars import Group, stacked_bars
 from app.web.charts.svg import Series
@@ -54,3 +55,10 @@ def _chart(chart_id: str, title: str,
                             f"guaranteed, {r.free} free, {r.not_ready} not ready"
                             for name, r in rows)
     return stacked_bars(chart_id, title, description, groups, SERIES, NOT_READY)
+
+
+@router.get("/admin/fleet/sleeping")
+def sleeping_clusters(request: Request, db: DbSession, principal: CurrentPrincipal) -> Response:
+    page = sleeping.sleeping_clusters(db, principal, PageParams(limit=200))
+    return render(request, "fleet/sleeping.html", {"clusters": page.items,
+                                                   "more": page.next_cursor is not None})
