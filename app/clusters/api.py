@@ -26,6 +26,9 @@ from app.kit.config import Settings
 
 router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters", tags=["clusters"],
                    route_class=UnitOfWorkRoute)
+# Sleep and wake and the sleep policy: asked seldom, so tried after the hot routers.
+power_router = APIRouter(prefix="/api/v1/tenants/{tenant}/clusters", tags=["clusters"],
+                         route_class=UnitOfWorkRoute)
 AppSettings = Annotated[Settings, Depends(get_settings_dep)]
 Resolver = Annotated[TemplateResolver | None, Depends(template_resolver)]
 
@@ -73,7 +76,7 @@ def cluster_manifests(tenant: str, cluster: str, db: DbSession, principal: Curre
     return service.preview(db, principal, settings, tenant, cluster)
 
 
-@router.post("/{cluster}/sleep", status_code=202, response_model=ClusterOut)
+@power_router.post("/{cluster}/sleep", status_code=202, response_model=ClusterOut)
 def sleep_cluster(tenant: str, cluster: str, db: DbSession,
                   principal: CurrentPrincipal) -> ClusterOut:
     """Put the cluster to sleep (tenant admins): its pods leave the host, its control plane is
@@ -82,7 +85,7 @@ def sleep_cluster(tenant: str, cluster: str, db: DbSession,
     return service.change_power(db, principal, tenant, cluster, "asleep")
 
 
-@router.post("/{cluster}/wake", status_code=202, response_model=ClusterOut)
+@power_router.post("/{cluster}/wake", status_code=202, response_model=ClusterOut)
 def wake_cluster(tenant: str, cluster: str, db: DbSession,
                  principal: CurrentPrincipal) -> ClusterOut:
     """Wake a sleeping cluster (tenant admins): it comes back with everything it held, and its
@@ -90,7 +93,7 @@ def wake_cluster(tenant: str, cluster: str, db: DbSession,
     return service.change_power(db, principal, tenant, cluster, "awake")
 
 
-@router.put("/{cluster}/sleep-policy", response_model=ClusterOut)
+@power_router.put("/{cluster}/sleep-policy", response_model=ClusterOut)
 def set_sleep_policy(tenant: str, cluster: str, payload: SleepPolicyIn, db: DbSession,
                      principal: CurrentPrincipal) -> ClusterOut:
     """Set the cluster's whole sleep policy (tenant admins): sleep after idle minutes, on a
