@@ -260,13 +260,19 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
         pod_security=resolved.pod_security if resolved else None,
         user_namespaces=resolved.user_namespaces if resolved else False,
         addons=[a.as_json() for a in resolved.addons] if resolved else [],
+        **(resolved.sleep_policy if resolved else {}),
     )
     insert_or_conflict(db, cluster, _name_taken(payload.name))
     enqueue(db, CLUSTERS, cluster.id)
     _record(db, principal, "virtual_cluster.create", cluster, None,
             {**_spec(cluster), "host_cluster": placed.host_name, "region": placed.region,
-             "placement_reason": placed.reason})
+             "placement_reason": placed.reason, **_sleep_policy_given(resolved)})
     return cluster_out(db, cluster)
+
+
+def _sleep_policy_given(resolved: ResolvedCreate | None) -> dict[str, Any]:
+    """The template's sleep policy defaults, for the create's audit event (none: nothing)."""
+    return {"sleep_policy": resolved.sleep_policy} if resolved and resolved.sleep_policy else {}
 
 
 def _name_taken(name: str) -> Conflict:
