@@ -3,6 +3,8 @@ version's edit keeps them unless changed."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -14,7 +16,7 @@ from tests.support.tenancy import Tenancy, headers
 
 TEMPLATES = "/api/v1/cluster-templates"
 CLUSTERS = "/api/v1/tenants/acme/clusters"
-DEFAULTS = {"sleep_after_idle_minutes": 45, "sleep_schedule": "weekends",
+DEFAULTS: dict[str, Any] = {"sleep_after_idle_minutes": 45, "sleep_schedule": "weekends",
             "sleep_timezone": "Europe/Berlin", "delete_after_sleep_days": 30}
 
 
