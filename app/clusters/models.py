@@ -79,6 +79,8 @@ class VirtualCluster(Base):
     sleep_timezone: Mapped[str] = mapped_column(String(64), default="UTC", server_default="UTC")
     delete_after_sleep_days: Mapped[int | None]
     deletion_warned_at: Mapped[datetime | None]
+    # When the announced deletion happens (set with the warning, cleared on waking).
+    deletion_due_at: Mapped[datetime | None]
 
 
 class ClusterGpuWait(Base):

@@ -23,7 +23,7 @@ from app.workqueue import CLUSTERS, enqueue
 AWAKE: Final = "awake"
 ASLEEP: Final = "asleep"
 SLEEP_REASONS: Final = ("manual", "idle", "schedule")
-WAKE_REASONS: Final = ("manual", "kubeconfig")
+WAKE_REASONS: Final = ("manual", "kubeconfig", "schedule")
 
 
 def request(db: Session, cluster: VirtualCluster, power: str, reason: str, *,
@@ -37,7 +37,7 @@ def request(db: Session, cluster: VirtualCluster, power: str, reason: str, *,
     before = _power(cluster)
     cluster.power, cluster.power_reason, cluster.power_changed_at = power, reason, utcnow()
     if power == AWAKE:
-        cluster.deletion_warned_at = None
+        cluster.deletion_warned_at = cluster.deletion_due_at = None
     cluster.generation += 1
     enqueue(db, CLUSTERS, cluster.id)
     db.flush()
@@ -54,8 +54,8 @@ def _power(cluster: VirtualCluster) -> dict[str, str | None]:
             "changed_at": changed.isoformat() if changed else None}
 
 
-def locked(db: Session, cluster: VirtualCluster, slug: str) -> VirtualCluster:
+def locked(db: Session, cluster: VirtualCluster) -> VirtualCluster:
     row = repository.lock_cluster(db, cluster.id)
     if row is None:
-        raise NotFound(f"no cluster {cluster.name!r} in tenant {slug!r}")
+        raise NotFound(f"cluster {cluster.name!r} is gone")
     return row

@@ -51,7 +51,7 @@ LISTED_COLUMNS = (
     VirtualCluster.asleep_since, VirtualCluster.never_sleep,
     VirtualCluster.sleep_after_idle_minutes, VirtualCluster.sleep_schedule,
     VirtualCluster.sleep_timezone, VirtualCluster.delete_after_sleep_days,
-    VirtualCluster.deletion_warned_at,
+    VirtualCluster.deletion_warned_at, VirtualCluster.deletion_due_at,
 )
 
 
@@ -329,3 +329,16 @@ def update_status(db: Session, cluster_id: int, **values: Any) -> bool:
 
 def generation_of(db: Session, cluster_id: int) -> int | None:
     return db.scalar(select(VirtualCluster.generation).where(VirtualCluster.id == cluster_id))
+
+
+def sleep_policy_clusters(db: Session) -> list[VirtualCluster]:
+    """Live clusters a sleep policy may act on now: with idle minutes or a schedule, or asleep
+    with a schedule to wake them or days before deletion."""
+    asleep = VirtualCluster.power == "asleep"
+    return list(db.scalars(select(VirtualCluster).where(
+        VirtualCluster.deletion_requested_at.is_(None),
+        or_(VirtualCluster.sleep_after_idle_minutes.is_not(None),
+            VirtualCluster.sleep_schedule.is_not(None),
+            asleep & (VirtualCluster.power_reason == "schedule"),
+            asleep & VirtualCluster.delete_after_sleep_days.is_not(None)))
+        .order_by(VirtualCluster.id)))

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
+from app.clusters import sleep_schedule
 from app.kit.validation import MAX_ROW_ID, SingleLine, dns_label_problem
 from app.quotas.schemas import MAX_CPU_MILLICORES, MAX_GPUS, MAX_MEMORY_MIB
 
@@ -90,6 +91,50 @@ class PowerOut(BaseModel):
     asleep_since: datetime | None = Field(description="when it fell asleep; null while awake")
 
 
+# Idle minutes (5 minutes to a week) and days asleep before deletion (a day to a year).
+IDLE_MINUTES = (5, 7 * 24 * 60)
+DELETE_DAYS = (1, 365)
+
+
+class SleepPolicyIn(BaseModel):
+    """A cluster's whole sleep policy (what is left out takes its default: off)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    never_sleep: StrictBool = Field(
+        default=False, description="no idle or scheduled sleep and no deletion; a tenant "
+                                   "admin may still put it to sleep by hand")
+    sleep_after_idle_minutes: StrictInt | None = Field(
+        default=None, ge=IDLE_MINUTES[0], le=IDLE_MINUTES[1],
+        description="sleep after this many minutes without a GPU pod bound; null: never")
+    sleep_schedule: SingleLine | None = Field(
+        default=None, max_length=sleep_schedule.MAX_LENGTH,
+        description='asleep in these hours, e.g. "weekdays 20:00-08:00, weekends", '
+                    '"mon-fri 19:00-07:30", "daily 00:00-06:00", "sat,sun"; null or empty: '
+                    "none")
+    sleep_timezone: SingleLine = Field(
+        default="UTC", max_length=64, description="the schedule's IANA time zone")
+    delete_after_sleep_days: StrictInt | None = Field(
+        default=None, ge=DELETE_DAYS[0], le=DELETE_DAYS[1],
+        description="deleted after this many days asleep, warned a set time before; null: "
+                    "never")
+
+    @field_validator("sleep_schedule")
+    @classmethod
+    def _schedule(cls, value: str | None) -> str | None:
+        text = (value or "").strip()
+        if not text:
+            return None
+        sleep_schedule.parse(text)
+        return text
+
+    @field_validator("sleep_timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        sleep_schedule.zone(value)
+        return value
+
+
 class SleepPolicyOut(BaseModel):
     never_sleep: bool = Field(description="no idle or scheduled sleep, no deletion")
     sleep_after_idle_minutes: int | None = Field(
@@ -101,6 +146,9 @@ class SleepPolicyOut(BaseModel):
         description="deleted after this many days asleep (warned before); null: never")
     deletion_warned_at: datetime | None = Field(
         description="when the coming deletion was announced")
+    deletes_at: datetime | None = Field(
+        description="when the cluster will be deleted if it stays asleep; null while awake "
+                    "or without deletion")
 
 
 class GpusInUseOut(BaseModel):

@@ -24,8 +24,9 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz.scoping import Action
-from app.clusters import checks, desired, power, repository
+from app.clusters import checks, deletion, desired, power, repository, sleep_policy
 from app.clusters import conditions as cond
+from app.clusters.deletion import spec_of as _spec
 from app.clusters.installer import HelmInstaller
 from app.clusters.models import VirtualCluster
 from app.clusters.placement import Placed
@@ -37,10 +38,10 @@ from app.clusters.schemas import (
     ConditionOut,
     GpusInUseOut,
     GpuWaitOut,
+    SleepPolicyIn,
 )
 from app.clusters.shapes import ResolvedCreate, TemplateResolver, TemplateUpgrade
 from app.database.concurrency import insert_or_conflict
-from app.database.core import utcnow
 from app.gpu_classes.models import GpuClass
 from app.http.pagination import Page, PageParams
 from app.kit.config import Settings
@@ -153,7 +154,8 @@ def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None, host: str,
         "gpus_in_use": in_use.model_dump() if in_use else None,
         "power": {"wanted": cluster.power, "reason": cluster.power_reason,
                   "changed_at": cluster.power_changed_at, "asleep_since": cluster.asleep_since},
-        "sleep_policy": {name: getattr(cluster, name) for name in SLEEP_POLICY_FIELDS},
+        "sleep_policy": {**{name: getattr(cluster, name) for name in SLEEP_POLICY_FIELDS},
+                         "deletes_at": sleep_policy.deletes_at(cluster)},
         "created_at": cluster.created_at, "updated_at": cluster.updated_at,
     }
 
@@ -258,13 +260,19 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
         pod_security=resolved.pod_security if resolved else None,
         user_namespaces=resolved.user_namespaces if resolved else False,
         addons=[a.as_json() for a in resolved.addons] if resolved else [],
+        **(resolved.sleep_policy if resolved else {}),
     )
     insert_or_conflict(db, cluster, _name_taken(payload.name))
     enqueue(db, CLUSTERS, cluster.id)
     _record(db, principal, "virtual_cluster.create", cluster, None,
             {**_spec(cluster), "host_cluster": placed.host_name, "region": placed.region,
-             "placement_reason": placed.reason})
+             "placement_reason": placed.reason, **_sleep_policy_given(resolved)})
     return cluster_out(db, cluster)
+
+
+def _sleep_policy_given(resolved: ResolvedCreate | None) -> dict[str, Any]:
+    """The template's sleep policy defaults, for the create's audit event (none: nothing)."""
+    return {"sleep_policy": resolved.sleep_policy} if resolved and resolved.sleep_policy else {}
 
 
 def _name_taken(name: str) -> Conflict:
@@ -338,13 +346,8 @@ def delete_cluster(db: Session, principal: Principal, slug: str, name: str) -> C
     cluster = repository.lock_cluster(db, found.id)
     if cluster is None:
         raise NotFound(f"no cluster {name!r} in tenant {slug!r}")
-    if cluster.deletion_requested_at is None:
-        cluster.deletion_requested_at = utcnow()
-        cluster.generation += 1
-        enqueue(db, CLUSTERS, cluster.id)
-        db.flush()
-        _record(db, principal, "virtual_cluster.delete", cluster, _spec(cluster),
-                {"deletion_requested_at": cluster.deletion_requested_at.isoformat()})
+    deletion.request_deletion(db, cluster, _spec(cluster), actor_id=principal.user_id,
+                              actor_label=principal.label)
     return cluster_out(db, cluster)
 
 
@@ -355,17 +358,25 @@ def change_power(db: Session, principal: Principal, slug: str, name: str,
                  wanted: str) -> ClusterOut:
     """A tenant admin puts the cluster to sleep or wakes it (asking twice changes nothing)."""
     found = cluster_for(db, principal, slug, name, "manage")
-    cluster = power.locked(db, found, slug)
+    cluster = power.locked(db, found)
     power.request(db, cluster, wanted, "manual", actor_id=principal.user_id,
                   actor_label=principal.label)
     return cluster_out(db, cluster)
+
+
+def change_sleep_policy(db: Session, principal: Principal, slug: str, name: str,
+                        payload: SleepPolicyIn) -> ClusterOut:
+    """A tenant admin sets the cluster's sleep policy (audited; the same again changes
+    nothing)."""
+    found = cluster_for(db, principal, slug, name, "manage")
+    return cluster_out(db, sleep_policy.change_policy(db, principal, found, slug, payload))
 
 
 def wake_for_use(db: Session, principal: Principal, cluster: VirtualCluster) -> bool:
     """Someone who may use the cluster asked for a kubeconfig: a sleeping cluster wakes."""
     if cluster.power != power.ASLEEP:
         return False
-    row = power.locked(db, cluster, str(cluster.tenant_id))
+    row = power.locked(db, cluster)
     return power.request(db, row, power.AWAKE, "kubeconfig", actor_id=principal.user_id,
                          actor_label=principal.label)
 
@@ -462,16 +473,6 @@ def _kubeconfig_placeholder(db: Session, cluster: VirtualCluster,
     if host.credential_kind == "env" and not settings.kubeconfig:
         return None
     return f"<kubeconfig of host {host.name}>"
-
-
-def _spec(cluster: VirtualCluster) -> dict[str, Any]:
-    return {"name": cluster.name, "kubernetes_version": cluster.kubernetes_version,
-            "placement": cluster.placement, "gpu_class_id": cluster.gpu_class_id,
-            "gpus": cluster.gpus, "cpu_millicores": cluster.cpu_millicores,
-            "memory_mib": cluster.memory_mib, "generation": cluster.generation,
-            "template_version_id": cluster.template_version_id,
-            "pod_security": cluster.pod_security, "user_namespaces": cluster.user_namespaces,
-            "addons": [f"{a['name']} {a['chart']} {a['version']}" for a in cluster.addons or []]}
 
 
 def _record(db: Session, principal: Principal, action: str, cluster: VirtualCluster,

@@ -49,6 +49,8 @@ class ResolvedCreate:
     pod_security: str | None
     user_namespaces: bool
     addons: tuple[ClusterAddon, ...] = ()
+    # The template's sleep policy defaults the new cluster takes (field -> value).
+    sleep_policy: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz.scoping import TenantHidden
 from app.clusters import service
-from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize
+from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize, SleepPolicyIn
 from app.clusters.shapes import TemplateChoice, TemplateResolver, template_resolver
 from app.gpu_classes import service as gpu_classes
 from app.http.deps import DbSession, get_settings_dep
@@ -47,7 +47,9 @@ EVERYTHING = PageParams(limit=200)
 CREATE_FIELDS = ("name", "kubernetes_version", "placement", "region", "gpu_class_id", "gpus",
                  "cpu_millicores", "memory_mib", "template", "template_version")
 SIZE_FIELDS = ("gpus", "cpu_millicores", "memory_mib")
-POLLING_PHASES = ("Provisioning", "Deleting", "Unreachable")
+POLLING_PHASES = ("Provisioning", "Deleting", "Unreachable", "Sleeping", "Waking")
+POLICY_FIELDS = ("never_sleep", "sleep_after_idle_minutes", "sleep_schedule", "sleep_timezone",
+                 "delete_after_sleep_days")
 
 
 def _create_payload(fields: dict[str, str]) -> dict[str, Any]:
@@ -147,7 +149,8 @@ def create_cluster(request: Request, tenant: str, db: DbSession, principal: Curr
 def _detail(request: Request, db: DbSession, principal: Principal, settings: Settings,
             tenant: str, name: str, form: dict[str, Any] | None = None,
             errors: FieldErrors | None = None, status_code: int = 200,
-            delete_error: str = "") -> Response:
+            delete_error: str = "", policy: dict[str, Any] | None = None,
+            policy_errors: FieldErrors | None = None) -> Response:
     cluster = service.get_cluster(db, principal, tenant, name)
     row, can_manage = tenants_service.tenant_and_rights(db, principal, tenant)
     no_host = request.app.state.kube.host() is None
@@ -158,7 +161,13 @@ def _detail(request: Request, db: DbSession, principal: Principal, settings: Set
         "preview": service.preview(db, principal, settings, tenant, name),
         "form": form or {k: str(getattr(cluster, k)) for k in SIZE_FIELDS},
         "errors": errors or {},
+        "policy": policy or _policy_form(cluster), "policy_errors": policy_errors or {},
     }, status_code=status_code)
+
+
+def _policy_form(cluster: ClusterOut) -> dict[str, Any]:
+    shown = cluster.sleep_policy.model_dump(include=set(POLICY_FIELDS))
+    return {k: "" if v is None else v for k, v in shown.items()}
 
 
 @router.get("/t/{tenant}/clusters/{cluster}")
@@ -229,17 +238,33 @@ def delete_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
                  toast=f"Deleting cluster {cluster}: its kubeconfigs are revoked.")
 
 
-@router.post("/t/{tenant}/clusters/{cluster}/sleep", dependencies=STATE_CHANGING)
-def sleep_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
-                  principal: CurrentPrincipal) -> Response:
-    service.change_power(db, principal, tenant, cluster, "asleep")
+@router.post("/t/{tenant}/clusters/{cluster}/sleep-policy", dependencies=STATE_CHANGING)
+def set_sleep_policy(request: Request, tenant: str, cluster: str, db: DbSession,
+                     principal: CurrentPrincipal, settings: AppSettings,
+                     fields: FormFields) -> Response:
+    service.cluster_for(db, principal, tenant, cluster, "manage")  # who may, before what
+    payload = parse_form(fields, keys=POLICY_FIELDS, booleans=("never_sleep",),
+                         integers=("sleep_after_idle_minutes", "delete_after_sleep_days"))
+    try:
+        service.change_sleep_policy(db, principal, tenant, cluster,
+                                    SleepPolicyIn.model_validate(payload))
+    except ValidationError as error:
+        return _detail(request, db, principal, settings, tenant, cluster, status_code=422,
+                       policy=fields, policy_errors=validation_errors(error))
+    except (ValidationFailed, Conflict) as error:
+        return _detail(request, db, principal, settings, tenant, cluster,
+                       status_code=error.status, policy=fields,
+                       policy_errors=problem_errors(error))
     return go_to(request, f"/t/{tenant}/clusters/{cluster}",
-                 toast=f"Cluster {cluster} is going to sleep: its GPUs go back to the pool.")
+                 toast=f"Sleep policy of cluster {cluster} saved.")
 
 
-@router.post("/t/{tenant}/clusters/{cluster}/wake", dependencies=STATE_CHANGING)
-def wake_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
-                 principal: CurrentPrincipal) -> Response:
-    service.change_power(db, principal, tenant, cluster, "awake")
+@router.post("/t/{tenant}/clusters/{cluster}/power", dependencies=STATE_CHANGING)
+def change_power(request: Request, tenant: str, cluster: str, db: DbSession,
+                 principal: CurrentPrincipal, fields: FormFields) -> Response:
+    """Sleep now or wake now (tenant admins), as POST .../sleep and .../wake."""
+    wanted = "asleep" if fields.get("power") == "asleep" else "awake"
+    service.change_power(db, principal, tenant, cluster, wanted)
+    said = "going to sleep" if wanted == "asleep" else "waking up"
     return go_to(request, f"/t/{tenant}/clusters/{cluster}",
-                 toast=f"Cluster {cluster} is waking up.")
+                 toast=f"Cluster {cluster} is {said}.")

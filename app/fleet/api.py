@@ -7,9 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from app.auth.deps import CurrentPrincipal
-from app.fleet import service, sleep
-from app.fleet.schemas import FleetCapacityOut, FleetSleepOut
+from app.fleet import service, sleep, sleeping
+from app.fleet.schemas import FleetCapacityOut, FleetSleepOut, SleepingClusterOut
 from app.http.deps import DbSession
+from app.http.pagination import Page, Paging
 from app.http.routing import UnitOfWorkRoute
 
 router = APIRouter(prefix="/api/v1", tags=["fleet"], route_class=UnitOfWorkRoute)
@@ -44,3 +45,11 @@ def fleet_sleep(db: DbSession, principal: CurrentPrincipal,
     """GPU-hours sleeping clusters gave back to the shared pool, per GPU class and day over
     all tenants (platform admins)."""
     return sleep.freed_by_sleep(db, principal, days)
+
+
+@router.get("/admin/sleeping-clusters", response_model=Page[SleepingClusterOut])
+def sleeping_clusters(db: DbSession, principal: CurrentPrincipal,
+                      paging: Paging) -> Page[SleepingClusterOut]:
+    """Every cluster asleep or going to sleep, with its tenant, why, since when and when its
+    sleep policy deletes it (platform admins)."""
+    return sleeping.sleeping_clusters(db, principal, paging)

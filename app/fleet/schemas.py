@@ -67,3 +67,16 @@ class FleetSleepOut(BaseModel):
     end: datetime = Field(description="midnight (UTC) after today")
     days: list[str] = Field(description="the days, oldest first, today last")
     classes: list[ClassSleepOut] = Field(description="per GPU class, every class")
+class SleepingClusterOut(BaseModel):
+    tenant: str
+    cluster: str
+    host_cluster: str
+    gpus: int = Field(description="its GPU guarantee, given back to the pool while it sleeps")
+    reason: str = Field(description="why it sleeps: manual, idle or schedule")
+    asked_at: datetime | None = Field(description="when it was put to sleep")
+    asleep_since: datetime | None = Field(
+        description="when its control plane was down; null while it is going to sleep")
+    deletion_warned_at: datetime | None = Field(
+        description="when its coming deletion was announced")
+    deletes_at: datetime | None = Field(
+        description="when its sleep policy deletes it; null: never")

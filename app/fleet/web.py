@@ -10,10 +10,11 @@ from markupsafe import Markup
 from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
-from app.fleet import service, sleep
+from app.fleet import service, sleep, sleeping
 from app.fleet.api import Filters, SleepDays
 from app.fleet.schemas import FleetSleepOut, HostCapacityOut, RegionCapacityOut
 from app.http.deps import DbSession
+from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
 from app.web.charts import series as time_series
 from app.web.charts.bars import Group, stacked_bars
@@ -73,3 +74,10 @@ def _sleep_chart(freed: FleetSleepOut) -> Markup:
         "class. The table below lists the figures.", freed.days,
         [time_series.Series(c.display_name, [d.slept_gpu_hours for d in c.days])
          for c in freed.classes], "GPU-hours")
+
+
+@router.get("/admin/fleet/sleeping")
+def sleeping_clusters(request: Request, db: DbSession, principal: CurrentPrincipal) -> Response:
+    page = sleeping.sleeping_clusters(db, principal, PageParams(limit=200))
+    return render(request, "fleet/sleeping.html", {"clusters": page.items,
+                                                   "more": page.next_cursor is not None})

@@ -159,6 +159,12 @@ class Settings(BaseSettings):
         description="lifetime of the serving certificate; the worker rotates it with a third "
                     "left")
 
+    sleep_delete_warning_hours: float = Field(
+        default=24.0, ge=0, le=24 * 30,
+        description="how long before a sleeping cluster's deletion (its sleep policy's days "
+                    "asleep) the deletion is announced on its page and in the audit log; it "
+                    "is deleted no sooner than this long after the announcement")
+
     worker_poll_seconds: float = Field(
         default=2.0, description="how often an idle worker looks for due work")
     worker_resync_seconds: float = Field(

@@ -1,4 +1,5 @@
-"""A tenant's virtual clusters: list, show, create (and wait), resize, upgrade, delete."""
+"""A tenant's virtual clusters: list, show, create (and wait), resize, upgrade, sleep and wake,
+the sleep policy, delete."""
 
 from __future__ import annotations
 
@@ -185,6 +186,48 @@ def clusters_upgrade_template(
             "POST", f"{clusters_path(client, tenant)}/{name}/template-upgrade",
             json={"version": version})
     emit(upgraded, output, (*CLUSTER_COLUMNS, "template_version_id"))
+
+
+POLICY_FIELDS = ("never_sleep", "sleep_after_idle_minutes", "sleep_schedule", "sleep_timezone",
+                 "delete_after_sleep_days")
+POLICY_COLUMNS = (*POLICY_FIELDS, "deletion_warned_at", "deletes_at")
+
+
+@clusters_app.command("sleep-policy")
+def clusters_sleep_policy(
+    name: str,
+    idle_minutes: Annotated[int | None, typer.Option(
+        help="sleep after this many minutes without a GPU pod bound (5 to 10080; 0: never)",
+        min=0)] = None,
+    schedule: Annotated[str | None, typer.Option(
+        help='asleep in these hours, e.g. "weekdays 20:00-08:00, weekends" ("": none)')
+    ] = None,
+    timezone: Annotated[str | None, typer.Option(
+        help="the schedule's IANA time zone, e.g. Europe/Berlin")] = None,
+    delete_after_days: Annotated[int | None, typer.Option(
+        help="delete after this many days asleep, announced before (1 to 365; 0: never)",
+        min=0)] = None,
+    never_sleep: Annotated[bool | None, typer.Option(
+        "--never-sleep/--may-sleep", help="turn the whole policy off, or on again")] = None,
+    tenant: TenantOpt = None, output: Output = Format.table,
+) -> None:
+    """Show a cluster's sleep policy, or change it: what is left out keeps its value.
+
+    Example: portalctl clusters sleep-policy train --idle-minutes 60 --schedule "weekdays
+    20:00-08:00, weekends" --timezone Europe/Berlin --delete-after-days 30
+    """
+    changes = {"sleep_after_idle_minutes": idle_minutes, "sleep_schedule": schedule,
+               "sleep_timezone": timezone, "delete_after_sleep_days": delete_after_days,
+               "never_sleep": never_sleep}
+    given = {k: v for k, v in changes.items() if v is not None}
+    with api() as client:
+        path = f"{clusters_path(client, tenant)}/{name}"
+        policy = client.get(path)["sleep_policy"]
+        if given:
+            body = {k: policy[k] for k in POLICY_FIELDS} | {
+                k: None if v in (0, "") and k != "never_sleep" else v for k, v in given.items()}
+            policy = client.request("PUT", f"{path}/sleep-policy", json=body)["sleep_policy"]
+    emit(policy, output, POLICY_COLUMNS)
 
 
 @clusters_app.command("delete")

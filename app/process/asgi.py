@@ -82,7 +82,8 @@ API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api
                tenants_api.router, quotas_api.router, gpu_classes_api.router,
                kubeconfigs_api.router,
                nodes_api.router,
-               clusters_api.router, templates_api.router, templates_api.cluster_router,
+               clusters_api.router, clusters_api.power_router, templates_api.router,
+               templates_api.cluster_router,
                usage_api.router, hosts_api.router, fleet_api.router]
 WEB_ROUTERS = [home.router, auth_web.router, token_web.router, cli_login.router,
                audit_web.router,

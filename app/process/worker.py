@@ -14,6 +14,7 @@ from app.reconcilers.kubeconfigs import KubeconfigReconciler
 from app.reconcilers.nodes import NodeReconciler
 from app.reconcilers.quota_expiry import QuotaExpiryReconciler
 from app.reconcilers.runtime import Runtime
+from app.reconcilers.sleep_policy import SleepPolicyReconciler
 from app.reconcilers.template_validation import TemplateValidator
 from app.reconcilers.usage import UsageSampler
 from app.reconcilers.webhook import WebhookReconciler
@@ -28,6 +29,7 @@ def build_kinds(
     connect_hooks()
     charts = charts or ChartSources()
     return [QuotaExpiryReconciler(settings, database),
+            SleepPolicyReconciler(settings, database),
             KubeconfigReconciler.from_settings(settings, database, kube),
             NodeReconciler(settings, database, kube),
             ClusterReconciler(settings, database, kube, installer),

@@ -6,6 +6,8 @@ clusters domain's create endpoint and form go through templates without importin
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy.orm import Session
 
 from app.clusters.schemas import ClusterCreate
@@ -14,6 +16,15 @@ from app.kit.errors import ValidationFailed
 from app.templates import repository
 from app.templates.addons import cluster_addons
 from app.templates.models import DEFAULT_TEMPLATE, ClusterTemplate, ClusterTemplateVersion
+
+# The sleep policy a version may give its new clusters (app.clusters.sleep_policy).
+SLEEP_DEFAULTS = ("never_sleep", "sleep_after_idle_minutes", "sleep_schedule", "sleep_timezone",
+                  "delete_after_sleep_days")
+
+
+def sleep_defaults(row: ClusterTemplateVersion) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in SLEEP_DEFAULTS if getattr(row, name) is not None}
+
 
 # The settings a template may fix, as the cluster create request names them.
 FIXABLE = ("placement", "kubernetes_version", "gpu_class_id")
@@ -41,7 +52,8 @@ class TemplateCatalog:
         return ResolvedCreate(payload=payload.model_copy(update=update),
                               template_version_id=row.id, pod_security=row.pod_security,
                               user_namespaces=row.user_namespaces,
-                              addons=cluster_addons(row.addons or []))
+                              addons=cluster_addons(row.addons or []),
+                              sleep_policy=sleep_defaults(row))
 
     def choices(self, db: Session) -> list[TemplateChoice]:
         found: list[TemplateChoice] = []

@@ -40,6 +40,10 @@ class ClusterTemplateVersion(Base):
                         name="pod_security"),
         CheckConstraint("default_gpus >= 0", name="default_gpus_non_negative"),
         CheckConstraint("max_gpus IS NULL OR max_gpus >= default_gpus", name="max_gpus"),
+        CheckConstraint("sleep_after_idle_minutes IS NULL OR sleep_after_idle_minutes > 0",
+                        name="idle_minutes_positive"),
+        CheckConstraint("delete_after_sleep_days IS NULL OR delete_after_sleep_days > 0",
+                        name="delete_days_positive"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -61,5 +65,12 @@ class ClusterTemplateVersion(Base):
     validation_requested_at: Mapped[datetime | None] = mapped_column(index=True)
     offered_at: Mapped[datetime | None]
     retired_at: Mapped[datetime | None]
+    # Defaults of the sleep policy for the clusters made from this version (null: none);
+    # the tenant's admins may change a cluster's policy afterwards.
+    never_sleep: Mapped[bool | None]
+    sleep_after_idle_minutes: Mapped[int | None]
+    sleep_schedule: Mapped[str | None] = mapped_column(String(200))
+    sleep_timezone: Mapped[str | None] = mapped_column(String(64))
+    delete_after_sleep_days: Mapped[int | None]
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

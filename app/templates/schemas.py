@@ -16,7 +16,8 @@ from pydantic import (
     model_validator,
 )
 
-from app.clusters.schemas import Placement
+from app.clusters import sleep_schedule
+from app.clusters.schemas import DELETE_DAYS, IDLE_MINUTES, Placement
 from app.kit.validation import MAX_ROW_ID, SingleLine, dns_label_problem
 from app.quotas.schemas import MAX_GPUS
 from app.templates.addons import addon_values
@@ -105,6 +106,35 @@ class VersionSettings(BaseModel):
     user_namespaces: StrictBool = Field(
         default=False, description="pods run with hostUsers: false (the host must support it)")
     addons: list[AddonSpec] = Field(default_factory=list, max_length=MAX_ADDONS)
+    # Sleep policy defaults of the clusters made from the version (null: none); a cluster's
+    # tenant admins may change them afterwards.
+    never_sleep: StrictBool | None = Field(default=None, description="null: false")
+    sleep_after_idle_minutes: StrictInt | None = Field(
+        default=None, ge=IDLE_MINUTES[0], le=IDLE_MINUTES[1],
+        description="new clusters sleep after this many minutes without a GPU pod bound")
+    sleep_schedule: SingleLine | None = Field(
+        default=None, max_length=sleep_schedule.MAX_LENGTH,
+        description='new clusters sleep in these hours, e.g. "weekdays 20:00-08:00, weekends"')
+    sleep_timezone: SingleLine | None = Field(
+        default=None, max_length=64, description="the schedule's IANA time zone; null: UTC")
+    delete_after_sleep_days: StrictInt | None = Field(
+        default=None, ge=DELETE_DAYS[0], le=DELETE_DAYS[1],
+        description="new clusters are deleted after this many days asleep (announced first)")
+
+    @field_validator("sleep_schedule")
+    @classmethod
+    def _schedule(cls, value: str | None) -> str | None:
+        if value is not None and value.strip():
+            sleep_schedule.parse(value.strip())
+            return value.strip()
+        return None
+
+    @field_validator("sleep_timezone")
+    @classmethod
+    def _timezone(cls, value: str | None) -> str | None:
+        if value is not None:
+            sleep_schedule.zone(value)
+        return value
 
     @field_validator("kubernetes_version")
     @classmethod

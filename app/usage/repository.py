@@ -261,3 +261,39 @@ def sampled_tenants(db: Session, since_s: int, until_s: int) -> set[int]:
     hourly = select(HourlyUsage.tenant_id).where(HourlyUsage.hour_s >= since_s - HOUR,
                                                  HourlyUsage.hour_s < until_s)
     return set(db.scalars(union_all(raw, hourly)))
+
+
+# Per cluster: KAI's allocation to its queue (GPU pods bound), and its namespace quota's use
+# (GPU pods bound or waiting: the only figure of a dedicated-nodes cluster of its own).
+CLUSTER_SOURCES = ("queue", "quota")
+
+
+@dataclass(frozen=True)
+class ClusterGpuUse:
+    """When the cluster's use was last sampled, and last seen with GPUs (None: not since)."""
+
+    sampled_s: int
+    busy_s: int | None
+
+
+def cluster_gpu_use(db: Session, cluster_ids: Sequence[int],
+                    since_s: int) -> dict[int, ClusterGpuUse]:
+    """Each cluster's use since ``since_s`` from its raw samples and, where raw samples have
+    been folded already, its hourly rows (an hour with GPUs in use counts as busy to its end);
+    a cluster not sampled since is left out."""
+    if not cluster_ids:
+        return {}
+    raw = select(UsageSample.subject_id.label("cluster_id"),
+                 UsageSample.taken_s.label("sampled_s"),
+                 case((UsageSample.used_gpus > 0, UsageSample.taken_s)).label("busy_s")).where(
+        UsageSample.source.in_(CLUSTER_SOURCES), UsageSample.subject_id.in_(cluster_ids),
+        UsageSample.taken_s >= since_s)
+    hourly = select(HourlyUsage.subject_id, HourlyUsage.hour_s + HOUR - 1,
+                    case((HourlyUsage.peak_used_gpus > 0, HourlyUsage.hour_s + HOUR - 1))).where(
+        HourlyUsage.source.in_(CLUSTER_SOURCES), HourlyUsage.subject_id.in_(cluster_ids),
+        HourlyUsage.hour_s + HOUR > since_s)
+    both = union_all(raw, hourly).subquery("cluster_use")
+    rows = db.execute(select(both.c.cluster_id, func.max(both.c.sampled_s),
+                             func.max(both.c.busy_s)).group_by(both.c.cluster_id))
+    return {int(cluster_id): ClusterGpuUse(int(sampled), int(busy) if busy is not None else None)
+            for cluster_id, sampled, busy in rows}

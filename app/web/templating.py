@@ -9,7 +9,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from app.web.times import time_tag
+from app.web.times import exact, time_tag
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES_DIR = ROOT / "templates"
@@ -19,6 +19,7 @@ templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 templates.env.globals["htmx_script"] = "vendor/htmx-2.0.11.min.js"
 templates.env.globals["htmx_sse_script"] = "vendor/htmx-ext-sse-2.2.4.min.js"
 templates.env.filters["when"] = time_tag
+templates.env.filters["exact"] = exact
 
 
 def render(

@@ -12,11 +12,12 @@ from app.workqueue.kinds import (
     KUBECONFIGS,
     NODES,
     QUOTA_EXPIRY,
+    SLEEP_POLICY,
     TEMPLATE_VALIDATION,
     USAGE,
     WEBHOOK,
 )
 from app.workqueue.repository import enqueue, enqueue_many
 
-__all__ = ["ALL", "CLUSTERS", "HOSTS", "KUBECONFIGS", "NODES", "QUOTA_EXPIRY",
+__all__ = ["ALL", "CLUSTERS", "HOSTS", "KUBECONFIGS", "NODES", "QUOTA_EXPIRY", "SLEEP_POLICY",
            "TEMPLATE_VALIDATION", "USAGE", "WEBHOOK", "enqueue", "enqueue_many"]

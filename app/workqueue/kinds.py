@@ -7,6 +7,7 @@ WEBHOOK = "webhook"  # ALL: the webhook's certificate, and its configuration on 
 USAGE = "usage"  # a host cluster's id: GPU use samples; "retention": folding old samples
 KUBECONFIGS = "kubeconfigs"  # a kubeconfig grant's id whose Secret is to be removed
 QUOTA_EXPIRY = "quota-expiry"  # one key, ALL
+SLEEP_POLICY = "sleep-policy"  # one key, ALL: idle and scheduled sleep, deletion after sleep
 
 # The key of a kind with one object for the whole portal.
 ALL = "all"

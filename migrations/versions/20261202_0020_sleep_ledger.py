@@ -7,7 +7,7 @@ the table, which leaves its triggers behind: they are made again on the copy. A 
 removes the sleep entries, which needs the triggers out of the way for that one DELETE.
 
 Revision ID: 0020
-Revises: 0018 (another branch adds 0019 beside this one; the two are chained at merge)
+Revises: 0019
 Create Date: 2026-12-02 16:00:00
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0020"
-down_revision: str | None = "0018"
+down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
