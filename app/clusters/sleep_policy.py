@@ -83,9 +83,9 @@ def deletes_at(cluster: Any) -> datetime | None:
     return _due(cluster)
 
 
-def _due(cluster: Any) -> datetime:
+def _due(cluster: Any, speedup: float = 1.0) -> datetime:
     since: datetime = cluster.asleep_since
-    return since + timedelta(days=cluster.delete_after_sleep_days)
+    return since + timedelta(days=cluster.delete_after_sleep_days) / speedup
 
 
 # ----- what the policy asks now
@@ -100,6 +100,8 @@ class Moment:
     now: datetime
     busy: bool | None
     warning: timedelta
+    # Demonstrations and tests run the policies' durations faster (PORTAL_SLEEP_POLICY_SPEEDUP).
+    speedup: float = 1.0
 
 
 def decide(cluster: VirtualCluster, moment: Moment) -> Action | None:
@@ -123,8 +125,8 @@ def _asleep(cluster: VirtualCluster, moment: Moment) -> Action | None:
     if deletes_at(cluster) is None:
         return None
     if cluster.deletion_warned_at is None:
-        return "warn" if moment.now >= _due(cluster) - moment.warning else None
-    due = cluster.deletion_due_at or _due(cluster)
+        return "warn" if moment.now >= _due(cluster, moment.speedup) - moment.warning else None
+    due = cluster.deletion_due_at or _due(cluster, moment.speedup)
     warned_long_enough = moment.now >= cluster.deletion_warned_at + moment.warning
     return "delete" if moment.now >= due and warned_long_enough else None
 
@@ -158,7 +160,7 @@ def _idle(cluster: VirtualCluster, moment: Moment) -> bool:
     if minutes is None or moment.busy is not False:
         return False
     awake_since = max(cluster.created_at, cluster.power_changed_at or cluster.created_at)
-    return moment.now - awake_since >= timedelta(minutes=minutes)
+    return moment.now - awake_since >= timedelta(minutes=minutes) / moment.speedup
 
 
 # ----- carrying it out
@@ -181,7 +183,7 @@ def carry_out(db: Session, cluster: VirtualCluster, action: Action, moment: Mome
 
 def _warn(db: Session, cluster: VirtualCluster, moment: Moment) -> None:
     cluster.deletion_warned_at = moment.now
-    cluster.deletion_due_at = max(_due(cluster), moment.now + moment.warning)
+    cluster.deletion_due_at = max(_due(cluster, moment.speedup), moment.now + moment.warning)
     db.flush()
     audit.record(db, action="virtual_cluster.deletion_warning", actor_id=None,
                  actor_label=ACTOR, tenant_id=cluster.tenant_id,

@@ -164,6 +164,11 @@ class Settings(BaseSettings):
         description="how long before a sleeping cluster's deletion (its sleep policy's days "
                     "asleep) the deletion is announced on its page and in the audit log; it "
                     "is deleted no sooner than this long after the announcement")
+    sleep_policy_speedup: float = Field(
+        default=1.0, ge=1, le=1_000_000,
+        description="for demonstrations and tests only: the sleep policies' idle minutes, days "
+                    "asleep and deletion warning pass this many times faster (`portal lab` "
+                    "runs them 720 times faster); 1 in production")
 
     worker_poll_seconds: float = Field(
         default=2.0, description="how often an idle worker looks for due work")

@@ -1,12 +1,15 @@
-"""Sleep and wake on a running lab: a sleeping cluster's GPUs serve another tenant, and it
-comes back with everything it held.
+"""Sleep, wake and clean-up on a running lab: a sleeping cluster's GPUs serve another tenant,
+it comes back with everything it held, and one left asleep is deleted after a warning.
 
 A machine of 4 GPUs is shared by initrode (guaranteed 3, a ConfigMap and a Deployment of 3 GPU
-replicas in its cluster) and hooli (guaranteed 1, bursting, 3 pods: 1 runs, 2 wait). initrode's
-cluster goes to sleep: its pods leave the host, its control plane stops, its guarantee goes
+replicas in its cluster, a sleep policy of 5 idle minutes) and hooli (guaranteed 1, bursting,
+3 pods: 1 runs, 2 wait). At the end of initrode's day its Deployment is scaled to zero; idle,
+the cluster goes to sleep: its pods leave the host, its control plane stops, its guarantee goes
 back to the pool, and KAI binds hooli's 2 waiting pods. ``portalctl kubeconfig --wait`` wakes
-it: its ConfigMap and Deployment are there, and its pods are bound again (KAI takes hooli's
-borrowed GPUs back for them).
+it: its ConfigMap and Deployment are there, and scaled up again its pods are bound (KAI takes
+hooli's borrowed GPUs back for them). Put to sleep with "delete after 1 day asleep", it is
+announced, then deleted with its namespace, its kubeconfigs revoked. The lab runs the sleep
+policies 720 times faster (``app.lab.main.SLEEP_POLICY_SPEEDUP``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ DEPLOYMENT = "nightly-train"
 CONFIG = "nightly-settings"
 SLEEP_TIMEOUT = 120.0
 WAKE_TIMEOUT = 240.0
+# A day asleep is two minutes in the lab; the worker then removes the cluster.
+DELETE_TIMEOUT = 300.0
 
 
 def sleeper_objects() -> list[dict[str, Any]]:
@@ -64,8 +69,10 @@ def run(env: Mapping[str, str], folder: Path) -> Report:
         _wait_bound(admin, SLEEPER, SLEEPER.gpus)
         kubectl.apply(configs[NEIGHBOUR], demo.workload_manifests(NEIGHBOUR))
         _wait_bound(admin, NEIGHBOUR, NEIGHBOUR.gpus)
-        put_to_sleep(report, portal, admin)
-        wake_on_kubeconfig(report, env, admin, kubectl, folder)
+        sleep_on_idle(report, portal, admin, kubectl, configs[SLEEPER])
+        path = wake_on_kubeconfig(report, env, admin, kubectl, folder)
+        if path is not None:
+            delete_after_days_asleep(report, portal, admin)
     except DemoError as error:
         report.check("the sleep walk ran to its end", False, str(error))
     finally:
@@ -93,10 +100,15 @@ def set_up(portal: Portal, admin: KubernetesAdapter) -> None:
         demo.wait_ready(portal, team)
 
 
-def put_to_sleep(report: Report, portal: Portal, admin: KubernetesAdapter) -> None:
-    print(f"== {SLEEPER.label} goes to sleep", flush=True)
+def sleep_on_idle(report: Report, portal: Portal, admin: KubernetesAdapter,
+                  kubectl: demo.Kubectl, kubeconfig: Path) -> None:
+    print(f"== {SLEEPER.label} sleeps after 5 idle minutes; its day ends", flush=True)
+    # Set once the worker has seen its pods bound: the policy never finds it idle before.
+    demo.wait_until(lambda: _in_use(portal) == SLEEPER.gpus,
+                    f"the portal to see {SLEEPER.label}'s GPUs in use", 90.0)
+    _policy(portal, {"sleep_after_idle_minutes": 5})
     started = time.monotonic()
-    portal.call("POST", f"/tenants/{SLEEPER.tenant}/clusters/{SLEEPER.cluster}/sleep")
+    kubectl.run(kubeconfig, "scale", f"deployment/{DEPLOYMENT}", "--replicas=0")
     asleep = demo.wait_until(lambda: _asleep(portal), f"{SLEEPER.label} to sleep",
                              SLEEP_TIMEOUT)
     took = time.monotonic() - started
@@ -104,11 +116,12 @@ def put_to_sleep(report: Report, portal: Portal, admin: KubernetesAdapter) -> No
     control_plane = [p for p in demo.host_pods(admin, SLEEPER.namespace)
                      if p["metadata"]["name"] == f"{SLEEPER.cluster}-0"
                      and not p["metadata"].get("deletionTimestamp")]
-    report.check(f"{SLEEPER.label}: asleep, its pods off the host, its control plane stopped",
-                 not bound_pods(admin, SLEEPER) and not control_plane
-                 and asleep["phase"] == "Sleeping",
-                 f"asleep since {asleep['power']['asleep_since']} ({took:.1f} s); "
-                 f"{len(control_plane)} control-plane pods left")
+    report.check(f"{SLEEPER.label}: asleep on idle, its control plane stopped",
+                 not control_plane and asleep["phase"] == "Sleeping"
+                 and asleep["power"]["reason"] == "idle",
+                 f"asleep since {asleep['power']['asleep_since']}, {took:.1f} s after its "
+                 f"pods went ({asleep['power']['reason']})")
+    _policy(portal, {})
     lent = demo.wait_until(lambda: _at_least(bound_pods(admin, NEIGHBOUR), 3),
                            f"{NEIGHBOUR.label}'s waiting pods to be bound", SLEEP_TIMEOUT)
     report.check(f"{NEIGHBOUR.label}: the sleeping cluster's GPUs are bound to its pods",
@@ -117,7 +130,7 @@ def put_to_sleep(report: Report, portal: Portal, admin: KubernetesAdapter) -> No
 
 
 def wake_on_kubeconfig(report: Report, env: Mapping[str, str], admin: KubernetesAdapter,
-                       kubectl: demo.Kubectl, folder: Path) -> None:
+                       kubectl: demo.Kubectl, folder: Path) -> Path | None:
     print(f"== portalctl kubeconfig {SLEEPER.cluster} --wait wakes it", flush=True)
     path = folder / f"{SLEEPER.tenant}-{SLEEPER.cluster}-woken.kubeconfig"
     started = time.monotonic()
@@ -128,10 +141,11 @@ def wake_on_kubeconfig(report: Report, env: Mapping[str, str], admin: Kubernetes
                  done.returncode == 0 and path.is_file(),
                  f"exit {done.returncode} after {took:.1f} s: {done.stderr.strip()[-200:]}")
     if done.returncode != 0:
-        return
+        return None
     kept = kubectl.names(path, "configmaps") | kubectl.names(path, "deployments")
     report.check(f"{SLEEPER.label}: its ConfigMap and Deployment are still there",
                  {CONFIG, DEPLOYMENT} <= kept, f"{sorted(kept)}")
+    kubectl.run(path, "scale", f"deployment/{DEPLOYMENT}", f"--replicas={SLEEPER.gpus}")
     again = demo.wait_until(lambda: _at_least(bound_pods(admin, SLEEPER), SLEEPER.gpus),
                             f"{SLEEPER.label}'s pods to be bound again", WAKE_TIMEOUT)
     report.check(f"{SLEEPER.label}: its pods run again, its guarantee reclaimed for them",
@@ -139,6 +153,49 @@ def wake_on_kubeconfig(report: Report, env: Mapping[str, str], admin: Kubernetes
                  and len(bound_pods(admin, NEIGHBOUR)) == NEIGHBOUR.gpus,
                  f"{len(again)} bound; {NEIGHBOUR.label} back to "
                  f"{len(bound_pods(admin, NEIGHBOUR))}")
+    return path
+
+
+def delete_after_days_asleep(report: Report, portal: Portal,
+                             admin: KubernetesAdapter) -> None:
+    print(f"== {SLEEPER.label}: deleted after a day asleep (2 minutes here), announced first",
+          flush=True)
+    _policy(portal, {"delete_after_sleep_days": 1})
+    portal.call("POST", f"/tenants/{SLEEPER.tenant}/clusters/{SLEEPER.cluster}/sleep")
+    warned = demo.wait_until(lambda: _warned(portal), f"{SLEEPER.label}'s deletion to be "
+                             "announced", SLEEP_TIMEOUT)
+    report.check(f"{SLEEPER.label}: its deletion is announced before it happens",
+                 warned["deletes_at"] is not None,
+                 f"warned at {warned['deletion_warned_at']}, deleted at {warned['deletes_at']}")
+    demo.wait_until(lambda: _gone(portal), f"{SLEEPER.label} to be deleted", DELETE_TIMEOUT)
+    namespace = admin.get("v1", "Namespace", SLEEPER.namespace)
+    revoked = portal.call("GET", "/audit", query={"action": "kubeconfig.revoke",
+                                                 "tenant": SLEEPER.tenant})["items"]
+    report.check(f"{SLEEPER.label}: deleted with its namespace, its kubeconfigs revoked",
+                 (namespace is None or bool(namespace["metadata"].get("deletionTimestamp")))
+                 and len(revoked) >= 2,
+                 f"namespace {'gone' if namespace is None else 'terminating'}; "
+                 f"{len(revoked)} kubeconfigs revoked")
+
+
+def _policy(portal: Portal, policy: dict[str, Any]) -> None:
+    portal.call("PUT", f"/tenants/{SLEEPER.tenant}/clusters/{SLEEPER.cluster}/sleep-policy",
+                policy)
+
+
+def _in_use(portal: Portal) -> float | None:
+    in_use = portal.cluster(SLEEPER).get("gpus_in_use") or {}
+    return in_use.get("guaranteed")
+
+
+def _warned(portal: Portal) -> dict[str, Any] | None:
+    policy: dict[str, Any] = portal.cluster(SLEEPER)["sleep_policy"]
+    return policy if policy.get("deletion_warned_at") else None
+
+
+def _gone(portal: Portal) -> bool:
+    return portal.call("GET", f"/tenants/{SLEEPER.tenant}/clusters/{SLEEPER.cluster}",
+                       accept=frozenset({404})) is None
 
 
 def _portalctl(env: Mapping[str, str], folder: Path,

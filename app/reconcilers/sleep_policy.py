@@ -27,6 +27,7 @@ from app.kit.errors import Conflict
 from app.reconcilers.kind import DONE, GONE, Context, Outcome
 from app.reconcilers.runtime import RunsAlone
 from app.usage.repository import ClusterGpuUse, cluster_gpu_use
+from app.usage.sampling import sample_hold
 from app.workqueue import ALL, SLEEP_POLICY
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,10 @@ class SleepPolicyReconciler(RunsAlone):
         self.database = database
         self.now = clock
         self.resync_seconds = settings.worker_poll_seconds * 15
-        self.warning = timedelta(hours=settings.sleep_delete_warning_hours)
+        self.speedup = settings.sleep_policy_speedup
+        self.warning = timedelta(hours=settings.sleep_delete_warning_hours) / self.speedup
+        # A usage sample stands this long: a cluster not sampled since is not known to be idle.
+        self.sample_stands = timedelta(seconds=sample_hold(settings.worker_resync_seconds))
 
     def keys(self, db: Session) -> Iterable[str]:
         return [KEY]
@@ -60,14 +64,39 @@ class SleepPolicyReconciler(RunsAlone):
         """What the policies ask, read without locks."""
         with self.database.session() as db:
             clusters = repository.sleep_policy_clusters(db)
-            use = _use(db, clusters, now)
+            use = self._use(db, clusters, now)
             found = [(c.id, policy.decide(c, self._moment(c, now, use))) for c in clusters]
         return [(cluster_id, action) for cluster_id, action in found if action is not None]
 
+    def _use(self, db: Session, clusters: list[VirtualCluster],
+             now: datetime) -> dict[int, ClusterGpuUse]:
+        """The use of the awake clusters with idle minutes, read back over the longest idle
+        window, and at least a sample's standing."""
+        idle = [c for c in clusters
+                if c.sleep_after_idle_minutes is not None and c.power == power.AWAKE]
+        if not idle:
+            return {}
+        longest = max(c.sleep_after_idle_minutes or 0 for c in idle)
+        since = now - max(timedelta(minutes=longest) / self.speedup, self.sample_stands)
+        return cluster_gpu_use(db, [c.id for c in idle], int(since.timestamp()))
+
     def _moment(self, cluster: VirtualCluster, now: datetime,
                 use: dict[int, ClusterGpuUse]) -> policy.Moment:
-        return policy.Moment(now=now, busy=_busy(cluster, now, use.get(cluster.id)),
-                             warning=self.warning)
+        return policy.Moment(now=now, busy=self._busy(cluster, now, use.get(cluster.id)),
+                             warning=self.warning, speedup=self.speedup)
+
+    def _busy(self, cluster: VirtualCluster, now: datetime,
+              use: ClusterGpuUse | None) -> bool | None:
+        """Whether a GPU pod was bound in the cluster's idle window, or in the latest sample
+        (it stands until the next); None: not sampled lately (the worker could not read its
+        host), so not known to be idle."""
+        if cluster.sleep_after_idle_minutes is None:
+            return None
+        window = timedelta(minutes=cluster.sleep_after_idle_minutes) / self.speedup
+        if use is None or use.sampled_s < (now - max(window, self.sample_stands)).timestamp():
+            return None
+        since_s = min((now - window).timestamp(), use.sampled_s)
+        return use.busy_s is not None and use.busy_s >= since_s
 
     def _carry_out(self, cluster_id: int, action: policy.Action, now: datetime,
                    context: Context) -> None:
@@ -76,7 +105,7 @@ class SleepPolicyReconciler(RunsAlone):
             cluster = repository.lock_cluster(db, cluster_id)
             if cluster is None:
                 return
-            moment = self._moment(cluster, now, _use(db, [cluster], now))
+            moment = self._moment(cluster, now, self._use(db, [cluster], now))
             if policy.decide(cluster, moment) != action:
                 return  # changed since it was read: the next pass looks again
             try:
@@ -85,24 +114,3 @@ class SleepPolicyReconciler(RunsAlone):
                 log.info("cluster %d: %s not carried out: %s", cluster_id, action, error)
                 return
         log.info("cluster %d: sleep policy: %s", cluster_id, action)
-
-
-def _use(db: Session, clusters: list[VirtualCluster], now: datetime) -> dict[int, ClusterGpuUse]:
-    idle = [c for c in clusters
-            if c.sleep_after_idle_minutes is not None and c.power == power.AWAKE]
-    if not idle:
-        return {}
-    longest = max(c.sleep_after_idle_minutes or 0 for c in idle)
-    since_s = int((now - timedelta(minutes=longest)).timestamp())
-    return cluster_gpu_use(db, [c.id for c in idle], since_s)
-
-
-def _busy(cluster: VirtualCluster, now: datetime, use: ClusterGpuUse | None) -> bool | None:
-    """Whether a GPU pod was bound in the cluster's idle minutes; None: not sampled then (the
-    worker could not read its host), so not known to be idle."""
-    if cluster.sleep_after_idle_minutes is None:
-        return None
-    since_s = int((now - timedelta(minutes=cluster.sleep_after_idle_minutes)).timestamp())
-    if use is None or use.sampled_s < since_s:
-        return None
-    return use.busy_s is not None and use.busy_s >= since_s

@@ -13,7 +13,8 @@ def test_a_sleeping_clusters_gpus_serve_others_and_it_wakes_with_everything_it_h
     failures = "\n".join(f"{c.name}: {c.detail}" for c in report.failures())
     assert report.passed, f"the sleep walk failed:\n{failures}"
     names = [c.name for c in report.checks]
-    for claim in ("asleep, its pods off the host", "GPUs are bound to its pods",
+    for claim in ("asleep on idle", "GPUs are bound to its pods",
                   "portalctl kubeconfig woke it", "ConfigMap and Deployment are still there",
-                  "its pods run again"):
+                  "its pods run again", "its deletion is announced",
+                  "deleted with its namespace, its kubeconfigs revoked"):
         assert any(claim in name for name in names), claim

@@ -285,3 +285,20 @@ def test_waking_withdraws_the_announcement(db: Session) -> None:
 def test_the_worker_runs_the_kind(database: Database) -> None:
     kinds = build_kinds(Settings(env="test"), database, InMemoryConnector(None))
     assert SLEEP_POLICY in [k.name for k in kinds]
+
+
+def test_a_demonstration_runs_the_policies_faster_and_still_reads_the_latest_sample(
+    database: Database, clock: Clock
+) -> None:
+    """PORTAL_SLEEP_POLICY_SPEEDUP (the lab's 720): 5 idle minutes pass in under a second, and
+    a cluster whose latest sample (15 s old, standing until the next) shows a GPU pod bound is
+    busy, one whose latest sample shows none is idle."""
+    busy = make_cluster(database, "busy", sleep_after_idle_minutes=5,
+                        created_at=MONDAY_NOON - timedelta(minutes=1))
+    idle = make_cluster(database, "idle", sleep_after_idle_minutes=5,
+                        created_at=MONDAY_NOON - timedelta(minutes=1))
+    sample(database, busy, MONDAY_NOON - timedelta(seconds=15), 1)
+    sample(database, idle, MONDAY_NOON - timedelta(seconds=40), 1)
+    sample(database, idle, MONDAY_NOON - timedelta(seconds=15), 0)
+    kind(database, clock, sleep_policy_speedup=720, worker_resync_seconds=15).run_due("w")
+    assert (cluster(database, busy).power, cluster(database, idle).power) == ("awake", "asleep")
