@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: lab lab-demo lab-reclaim run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds postgres bench-tools bench
+.PHONY: lab lab-demo lab-reclaim lab-sleep run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds postgres bench-tools bench
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Every program the tests run is built from the Go module proxy by `make tools` into .cache/bin,
@@ -116,6 +116,10 @@ lab-demo: setup
 # Burst and reclaim on KAI: one tenant borrows a pool's idle GPUs, their owner takes them back.
 lab-reclaim: setup
 	$(SUDO) $(BIN)/portal lab-reclaim
+
+# Sleep on idle, wake on use, deletion after days asleep (policies 720 times faster).
+lab-sleep: setup
+	$(SUDO) $(BIN)/portal lab-sleep
 
 pytest: setup chromium oci-registry tools postgres
 	$(BIN)/python -m pytest

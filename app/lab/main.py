@@ -179,9 +179,9 @@ class Lab:
             "PORTAL_WEBHOOK_NAMESPACE": host.PORTAL_NAMESPACE,
             "PORTAL_WORKER_RESYNC_SECONDS": str(WORKER_RESYNC_SECONDS),
             # Sleep policies 720 times faster: 5 idle minutes pass in 0.4 s, a day asleep in
-            # 2 minutes, and a deletion is announced 2.5 s before.
+            # 2 minutes, and a deletion is announced a minute before (12 hours).
             "PORTAL_SLEEP_POLICY_SPEEDUP": str(SLEEP_POLICY_SPEEDUP),
-            "PORTAL_SLEEP_DELETE_WARNING_HOURS": "0.5",
+            "PORTAL_SLEEP_DELETE_WARNING_HOURS": "12",
             "HTTPS_PROXY": self.proxy.url,
             "NO_PROXY": f"127.0.0.1,localhost,{self.options.network.gateway}",
             "HOME": str(self.folder / "home"),
