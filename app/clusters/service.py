@@ -369,7 +369,7 @@ def change_sleep_policy(db: Session, principal: Principal, slug: str, name: str,
     """A tenant admin sets the cluster's sleep policy (audited; the same again changes
     nothing)."""
     found = cluster_for(db, principal, slug, name, "manage")
-    return cluster_out(db, sleep_policy.change_policy(db, principal, found, slug, payload))
+    return cluster_out(db, sleep_policy.change_policy(db, principal, found, payload))
 
 
 def wake_for_use(db: Session, principal: Principal, cluster: VirtualCluster) -> bool:

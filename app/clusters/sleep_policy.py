@@ -60,7 +60,7 @@ def set_policy(db: Session, cluster: VirtualCluster, payload: SleepPolicyIn, *,
     return True
 
 
-def change_policy(db: Session, principal: Principal, found: VirtualCluster, slug: str,
+def change_policy(db: Session, principal: Principal, found: VirtualCluster,
                   payload: SleepPolicyIn) -> VirtualCluster:
     cluster = power.locked(db, found)
     set_policy(db, cluster, payload, actor_id=principal.user_id, actor_label=principal.label)

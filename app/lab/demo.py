@@ -363,6 +363,16 @@ def check_over_quota(report: Report, team: Team, portal: Portal, kubectl: Kubect
                  f"{waiting.get('pods')} waiting: {waiting.get('reason')}")
 
 
+def has_class(portal: Portal, product: str) -> bool:
+    """Whether the portal's inventory shows the GPU class (the worker syncs nodes each resync)."""
+    return any(c["product"] == product for c in portal.call("GET", "/gpu-classes")["items"])
+
+
+def at_least(pods: list[dict[str, Any]], count: int) -> list[dict[str, Any]] | None:
+    """``pods`` once there are ``count`` of them (for ``wait_until``)."""
+    return pods if len(pods) >= count else None
+
+
 def _settled(read: Callable[[], T], done: Callable[[T], bool], timeout: float) -> T:
     """What ``read`` gives once ``done`` says so, or what it gave last."""
     deadline = time.monotonic() + timeout

@@ -140,7 +140,7 @@ def set_up(portal: Portal, admin: KubernetesAdapter) -> None:
     host.add_fleet(admin, [pool_node()])
     print(f"machine {POOL_NODE}: {POOL_GPUS} x {H200} joins the host", flush=True)
     # The worker reads the host's nodes each resync; the class appears with them.
-    demo.wait_until(lambda: _has_class(portal), f"the portal to see {H200}", 90.0)
+    demo.wait_until(lambda: demo.has_class(portal, H200), f"the portal to see {H200}", 90.0)
     teams = (BORROWER, OWNER)
     demo.create_tenants(portal, teams)
     portal.call("PUT", f"/tenants/{BORROWER.tenant}/burst-policy",
@@ -149,10 +149,6 @@ def set_up(portal: Portal, admin: KubernetesAdapter) -> None:
     for team in teams:
         demo.grant_quota(portal, team)
         demo.create_cluster(portal, team)
-
-
-def _has_class(portal: Portal) -> bool:
-    return any(c["product"] == H200 for c in portal.call("GET", "/gpu-classes")["items"])
 
 
 def run(env: Mapping[str, str], folder: Path) -> Report:
@@ -189,7 +185,7 @@ def burst_onto_idle_gpus(report: Report, admin: KubernetesAdapter, kubectl: demo
     print(f"== {BORROWER.tenant} runs {POOL_GPUS} pods on its guarantee of "
           f"{BORROWER.gpus}", flush=True)
     kubectl.apply(kubeconfig, [sweep_deployment(POOL_GPUS)])
-    bound = demo.wait_until(lambda: _at_least(bound_pods(admin, BORROWER), POOL_GPUS),
+    bound = demo.wait_until(lambda: demo.at_least(bound_pods(admin, BORROWER), POOL_GPUS),
                             f"{POOL_GPUS} of {BORROWER.label}'s pods to be bound",
                             demo.RUNNING_TIMEOUT)
     nodes = {p["spec"]["nodeName"] for p in bound}
@@ -207,7 +203,7 @@ def reclaim_for_the_owner(report: Report, admin: KubernetesAdapter, kubectl: dem
           f"{BORROWER.tenant}", flush=True)
     started = time.monotonic()
     kubectl.apply(kubeconfig, demo.workload_manifests(OWNER))
-    demo.wait_until(lambda: _at_least(bound_pods(admin, OWNER), OWNER.gpus),
+    demo.wait_until(lambda: demo.at_least(bound_pods(admin, OWNER), OWNER.gpus),
                     f"{OWNER.gpus} of {OWNER.label}'s pods to be bound", RECLAIM_TIMEOUT)
     took = time.monotonic() - started
     time.sleep(10.0)
@@ -282,7 +278,7 @@ def within_the_tenant(report: Report, portal: Portal, admin: KubernetesAdapter,
     demo.wait_ready(portal, EVAL)
     before = len(watch.gone)
     kubectl.apply(demo.issue_kubeconfig(portal, EVAL, folder), demo.workload_manifests(EVAL))
-    bound = demo.wait_until(lambda: _at_least(bound_pods(admin, EVAL), 1),
+    bound = demo.wait_until(lambda: demo.at_least(bound_pods(admin, EVAL), 1),
                             f"{EVAL.label}'s pod to be bound", RECLAIM_TIMEOUT)
     time.sleep(5.0)
     sweep, owned = bound_pods(admin, BORROWER), bound_pods(admin, OWNER)
@@ -337,6 +333,3 @@ def _pending(kubectl: demo.Kubectl, kubeconfig: Path, count: int) -> list[str] |
                and not p["metadata"].get("deletionTimestamp")]
     return pending if len(pending) >= count else None
 
-
-def _at_least(pods: list[dict[str, Any]], count: int) -> list[dict[str, Any]] | None:
-    return pods if len(pods) >= count else None

@@ -88,8 +88,7 @@ def set_up(portal: Portal, admin: KubernetesAdapter) -> None:
     for part in ("capacity", "allocatable"):
         node["status"][part]["nvidia.com/gpu"] = str(MACHINE_GPUS)
     host.add_fleet(admin, [node])
-    demo.wait_until(lambda: any(c["product"] == B200 for c in portal.call(
-        "GET", "/gpu-classes")["items"]), f"the portal to see {B200}", 90.0)
+    demo.wait_until(lambda: demo.has_class(portal, B200), f"the portal to see {B200}", 90.0)
     teams = (SLEEPER, NEIGHBOUR)
     demo.create_tenants(portal, teams)
     portal.call("PUT", f"/tenants/{NEIGHBOUR.tenant}/burst-policy", {"tier": "burst"})
@@ -122,7 +121,7 @@ def sleep_on_idle(report: Report, portal: Portal, admin: KubernetesAdapter,
                  f"asleep since {asleep['power']['asleep_since']}, {took:.1f} s after its "
                  f"pods went ({asleep['power']['reason']})")
     _policy(portal, {})
-    lent = demo.wait_until(lambda: _at_least(bound_pods(admin, NEIGHBOUR), 3),
+    lent = demo.wait_until(lambda: demo.at_least(bound_pods(admin, NEIGHBOUR), 3),
                            f"{NEIGHBOUR.label}'s waiting pods to be bound", SLEEP_TIMEOUT)
     report.check(f"{NEIGHBOUR.label}: the sleeping cluster's GPUs are bound to its pods",
                  len(lent) == len(NEIGHBOUR.workload.pods),
@@ -146,7 +145,7 @@ def wake_on_kubeconfig(report: Report, env: Mapping[str, str], admin: Kubernetes
     report.check(f"{SLEEPER.label}: its ConfigMap and Deployment are still there",
                  {CONFIG, DEPLOYMENT} <= kept, f"{sorted(kept)}")
     kubectl.run(path, "scale", f"deployment/{DEPLOYMENT}", f"--replicas={SLEEPER.gpus}")
-    again = demo.wait_until(lambda: _at_least(bound_pods(admin, SLEEPER), SLEEPER.gpus),
+    again = demo.wait_until(lambda: demo.at_least(bound_pods(admin, SLEEPER), SLEEPER.gpus),
                             f"{SLEEPER.label}'s pods to be bound again", WAKE_TIMEOUT)
     report.check(f"{SLEEPER.label}: its pods run again, its guarantee reclaimed for them",
                  len(again) == SLEEPER.gpus
@@ -218,9 +217,6 @@ def _asleep(portal: Portal) -> dict[str, Any] | None:
 
 
 def _wait_bound(admin: KubernetesAdapter, team: Team, count: int) -> None:
-    demo.wait_until(lambda: _at_least(bound_pods(admin, team), count),
+    demo.wait_until(lambda: demo.at_least(bound_pods(admin, team), count),
                     f"{count} of {team.label}'s pods to be bound", demo.RUNNING_TIMEOUT)
 
-
-def _at_least(pods: list[dict[str, Any]], count: int) -> list[dict[str, Any]] | None:
-    return pods if len(pods) >= count else None
