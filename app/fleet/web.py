@@ -16,16 +16,15 @@ from app.fleet.schemas import FleetSleepOut, HostCapacityOut, RegionCapacityOut
 from app.http.deps import DbSession
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
+from app.usage.pages import class_styles
+from app.web.charts import palette
 from app.web.charts import series as time_series
 from app.web.charts.bars import Group, stacked_bars
-from app.web.charts.svg import Series
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
-SERIES = (Series("dedicated", "Dedicated", "#1f4e8c", "solid"),
-          Series("guaranteed", "Guaranteed", "#2f6f4f", "hatch"),
-          Series("free", "Free", "#5b6675", "outline"))
-NOT_READY = Series("not-ready", "Not ready", "#a32020", "cross")
+SERIES = (palette.kind("dedicated"), palette.kind("guaranteed"), palette.kind("free"))
+NOT_READY = palette.kind("not-ready")
 
 
 @router.get("/admin/fleet/hosts")
@@ -38,9 +37,9 @@ def fleet_hosts(request: Request, db: DbSession, principal: CurrentPrincipal,
         "region_names": sorted({h.region for h in everything.hosts}),
         "host_names": sorted({h.host_cluster for h in everything.hosts}),
         "class_names": sorted({(h.gpu_class, h.display_name) for h in everything.hosts}),
-        "host_chart": _chart("host-capacity-chart", "Capacity per host and GPU class",
+        "host_chart": _chart("host-capacity-chart", "GPUs per host and GPU class",
                              [(f"{h.host_cluster} · {h.display_name}", h) for h in shown.hosts]),
-        "region_chart": _chart("region-capacity-chart", "Capacity per region and GPU class",
+        "region_chart": _chart("region-capacity-chart", "GPUs per region and GPU class",
                                [(f"{r.region or '(no region)'} · {r.display_name}", r)
                                 for r in shown.regions]),
     })
@@ -63,16 +62,19 @@ def _chart(chart_id: str, title: str,
 def fleet_sleep(request: Request, db: DbSession, principal: CurrentPrincipal,
                 days: SleepDays = sleep.DEFAULT_DAYS) -> Response:
     freed = sleep.freed_by_sleep(db, principal, days)
-    return render(request, "fleet/sleep.html", {"freed": freed, "chart": _sleep_chart(freed)})
+    return render(request, "fleet/sleep.html", {"freed": freed,
+                                                "chart": _sleep_chart(db, freed)})
 
 
-def _sleep_chart(freed: FleetSleepOut) -> Markup:
+def _sleep_chart(db: DbSession, freed: FleetSleepOut) -> Markup:
+    styles = class_styles(db)
     return time_series.stacked_bars(
-        "GPU-hours freed by sleep per day by GPU class",
+        "GPU-hours freed by sleep per day (UTC), by GPU class",
         f"GPU-hours that sleeping clusters of every tenant gave back to the shared pool each "
         f"day (UTC) from {freed.days[0]} to {freed.days[-1]} (today, so far), stacked by GPU "
         "class. The table below lists the figures.", freed.days,
-        [time_series.Series(c.display_name, [d.slept_gpu_hours for d in c.days])
+        [time_series.Series(c.display_name, [d.slept_gpu_hours for d in c.days],
+                            *styles.get(c.gpu_class, (None, None)))
          for c in freed.classes], "GPU-hours")
 
 

@@ -26,8 +26,8 @@ from app.nodes.api import Filters, SortQuery
 from app.nodes.repository import NodeFilters
 from app.nodes.schemas import AssignmentIn, SuggestionIn
 from app.web import live
+from app.web.charts import palette
 from app.web.charts.bars import Group, stacked_bars
-from app.web.charts.svg import Series
 from app.web.forms import (
     FieldErrors,
     FormFields,
@@ -72,10 +72,8 @@ def fleet(request: Request, db: DbSession, principal: CurrentPrincipal, filters:
 
 
 NODE_SORT_LABELS = {"name": "name", "rack": "rack, then name", "id": "first seen"}
-CAPACITY_SERIES = (Series("dedicated", "Dedicated", "#1f4e8c", "solid"),
-                   Series("guaranteed", "Guaranteed", "#2f6f4f", "hatch"),
-                   Series("free", "Free", "#5b6675", "outline"))
-NOT_READY = Series("not-ready", "Not ready", "#a32020", "cross")
+CAPACITY_SERIES = (palette.kind("dedicated"), palette.kind("guaranteed"), palette.kind("free"))
+NOT_READY = palette.kind("not-ready")
 
 
 def _capacity(db: DbSession, principal: Principal) -> dict[str, Any]:
@@ -93,8 +91,8 @@ def _capacity_chart(classes: Sequence[GpuClassOut]) -> Markup | None:
         f"{name}: {c.total} GPUs, {c.assigned} dedicated, {c.shared_guaranteed} guaranteed in "
         f"the shared pool, {c.free} free, {c.not_ready} on nodes not ready"
         for name, c in figures)
-    return stacked_bars("capacity-chart", "Fleet capacity per GPU class", description, groups,
-                        CAPACITY_SERIES, NOT_READY)
+    return stacked_bars("capacity-chart", "GPUs per GPU class: dedicated, guaranteed, free",
+                        description, groups, CAPACITY_SERIES, NOT_READY)
 
 
 def _filter_values(filters: NodeFilters) -> dict[str, str | None]:

@@ -21,8 +21,8 @@ from app.quotas import service as quota_service
 from app.quotas.schemas import TenantQuotaOut
 from app.quotas.web import burst_context
 from app.tenants import service
+from app.web.charts import palette
 from app.web.charts.bars import Group, grouped_bars
-from app.web.charts.svg import Series
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
@@ -44,9 +44,7 @@ def dashboard(request: Request, tenant: str, db: DbSession,
     })
 
 
-QUOTA_SERIES = (Series("approved", "Approved", "#2f6f4f", "solid"),
-                Series("allocated", "Allocated", "#1f4e8c", "hatch"),
-                Series("in-use", "In use", "#9a5b00", "dots"))
+QUOTA_SERIES = (palette.kind("approved"), palette.kind("allocated"), palette.kind("in-use"))
 
 
 def _quota_chart(tenant: str, quotas: Sequence[TenantQuotaOut]) -> Markup | None:
@@ -58,7 +56,7 @@ def _quota_chart(tenant: str, quotas: Sequence[TenantQuotaOut]) -> Markup | None
     description = "; ".join(f"{_label(q)}: {q.approved_gpus} approved, "
                             f"{q.allocated_gpus} allocated to clusters, "
                             f"{_in_use_text(q)}" for q in quotas)
-    return grouped_bars("quota-chart", f"GPU quota of {tenant} per class", description,
+    return grouped_bars("quota-chart", f"GPU quota of {tenant} per GPU class (GPUs)", description,
                         groups, QUOTA_SERIES)
 
 

@@ -4,6 +4,7 @@ charts and tables, the current utilisation, and the tenants leaving GPUs idle.""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,11 +14,13 @@ from sqlalchemy.orm import Session
 
 from app import authz
 from app.auth.principal import Principal
+from app.gpu_classes import service as gpu_classes
 from app.quotas.repository import BoundGpus
 from app.tenants import access
 from app.tenants.models import Tenant
 from app.usage import ledger, repository, service
 from app.usage.schemas import UsageFilters, UsageRow
+from app.web.charts import palette
 from app.web.charts.series import Series, grouped_bars, lines, stacked_bars
 
 DEFAULT_DAYS = 14
@@ -50,12 +53,25 @@ def _labels(chosen: Span) -> list[str]:
     return [p.label for p in service.periods(chosen.start, chosen.end, "day")]
 
 
-def _by_class(rows: list[UsageRow], labels: list[str], field: str) -> list[Series]:
+def class_styles(db: Session) -> dict[str, tuple[str, str]]:
+    """Each class's colour and pattern, the same on every chart of every page."""
+    return palette.class_styles((c.id, c.product) for c in gpu_classes.all_classes(db))
+
+
+def _by_class(db: Session, rows: list[UsageRow], labels: list[str],
+              field: str) -> list[Series]:
     values: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(labels, 0.0))
     for row in rows:
         values[row.gpu_class][row.period] += getattr(row, field)
-    return [Series(gpu_class, [round(v, 6) for v in by_day.values()])
+    styles = class_styles(db)
+    return [Series(gpu_class, [round(v, 6) for v in by_day.values()],
+                   *styles.get(gpu_class, (None, None)))
             for gpu_class, by_day in sorted(values.items())]
+
+
+def _kind(key: str, label: str, values: Sequence[float | None]) -> Series:
+    _name, colour, pattern = palette.KINDS[key]
+    return Series(label, values, colour, pattern)
 
 
 # ----- a tenant's page
@@ -76,15 +92,15 @@ def tenant_page(db: Session, principal: Principal, slug: str, chosen: Span) -> d
     report = service.report(db, principal, _filters(chosen, slug))
     labels = _labels(chosen)
     daily = stacked_bars(
-        "GPU-hours per day by GPU class",
+        "GPU-hours allocated to clusters per day (UTC), by GPU class",
         f"GPU-hours allocated to {tenant.slug}'s clusters each day (UTC) from "
         f"{labels[0]} to {labels[-1]}, stacked by GPU class. The table below lists the figures.",
-        labels, _by_class(report.rows, labels, "allocated_gpu_hours"), "GPU-hours")
+        labels, _by_class(db, report.rows, labels, "allocated_gpu_hours"), "GPU-hours")
     clusters = repository.clusters_now(db, tenant.id)
     classes = _classes_now(db, tenant, clusters)
     return {"tenant": tenant, "span": chosen, "rows": report.rows, "daily_chart": daily,
             "in_use_chart": _in_use_chart(tenant, report.rows, labels),
-            "slept_chart": _slept_chart(tenant, report.rows, labels),
+            "slept_chart": _slept_chart(db, tenant, report.rows, labels),
             "clusters": clusters, "classes": classes,
             "products": repository.class_products(db, {c.gpu_class_id for c in clusters}),
             "now_chart": _now_chart(tenant, classes),
@@ -93,7 +109,7 @@ def tenant_page(db: Session, principal: Principal, slug: str, chosen: Span) -> d
 
 def _in_use_chart(tenant: Tenant, rows: list[UsageRow], labels: list[str]) -> Markup:
     return stacked_bars(
-        "GPU-hours in use per day: guaranteed and burst",
+        "GPU-hours in use per day (UTC): guaranteed and burst, all GPU classes",
         f"GPU-hours bound to {tenant.slug}'s pods each day (UTC) from {labels[0]} to "
         f"{labels[-1]}, all GPU classes: within the clusters' guarantees, and burst, lent by "
         "KAI beyond them from idle GPUs and taken back when another tenant needs its "
@@ -102,21 +118,22 @@ def _in_use_chart(tenant: Tenant, rows: list[UsageRow], labels: list[str]) -> Ma
          _total(rows, labels, "burst_gpu_hours", "burst")], "GPU-hours")
 
 
-def _slept_chart(tenant: Tenant, rows: list[UsageRow], labels: list[str]) -> Markup:
+def _slept_chart(db: Session, tenant: Tenant, rows: list[UsageRow],
+                 labels: list[str]) -> Markup:
     return stacked_bars(
-        "GPU-hours freed by sleep per day by GPU class",
+        "GPU-hours freed by sleep per day (UTC), by GPU class",
         f"GPU-hours of {tenant.slug}'s cluster guarantees given back to the shared pool while "
         f"the clusters were asleep, each day (UTC) from {labels[0]} to {labels[-1]}, stacked "
         "by GPU class (part of the GPU-hours allocated: the clusters are still held). The "
         "table below lists the figures.", labels,
-        _by_class(rows, labels, "slept_gpu_hours"), "GPU-hours")
+        _by_class(db, rows, labels, "slept_gpu_hours"), "GPU-hours")
 
 
 def _total(rows: list[UsageRow], labels: list[str], field: str, label: str) -> Series:
     by_day = dict.fromkeys(labels, 0.0)
     for row in rows:
         by_day[row.period] += getattr(row, field)
-    return Series(label, [round(v, 6) for v in by_day.values()])
+    return _kind(label, label, [round(v, 6) for v in by_day.values()])
 
 
 def _classes_now(db: Session, tenant: Tenant,
@@ -138,14 +155,14 @@ def _classes_now(db: Session, tenant: Tenant,
 def _now_chart(tenant: Tenant, classes: list[ClassNow]) -> Markup:
     names = [c.gpu_class for c in classes]
     return grouped_bars(
-        "GPUs now: approved, allocated, in use and burst",
+        "GPUs now per GPU class: approved, allocated, in use and burst",
         f"Per GPU class of {tenant.slug}: GPUs approved as quota, allocated to clusters, "
         "bound to its pods at the last sample, and of those the burst KAI lent beyond the "
         "clusters' guarantees (reclaimable). The table below lists the figures.",
-        names, [Series("approved", [float(c.approved) for c in classes]),
-                Series("allocated", [float(c.allocated) for c in classes]),
-                Series("in use", [c.in_use for c in classes]),
-                Series("of which burst", [c.burst for c in classes])], "GPUs")
+        names, [_kind("approved", "approved", [float(c.approved) for c in classes]),
+                _kind("allocated", "allocated", [float(c.allocated) for c in classes]),
+                _kind("in-use", "in use", [c.in_use for c in classes]),
+                _kind("burst", "of which burst", [c.burst for c in classes])], "GPUs")
 
 
 # ----- the platform admins' page
@@ -194,24 +211,57 @@ def _mean_gpus(rows: list[UsageRow], labels: list[str], hours: list[float],
 
 def _class_charts(db: Session, rows: list[UsageRow], chosen: Span,
                   labels: list[str]) -> list[tuple[str, Markup, list[Series]]]:
-    capacity = repository.live_capacity(db)
-    products = repository.class_products(db, set(capacity))
     hours = _hours_elapsed(chosen)
+    capacity = _capacity_by_day(db, chosen)
     charts = []
-    for gpu_class in sorted({r.gpu_class for r in rows} | set(products.values())):
+    for gpu_class in sorted({r.gpu_class for r in rows} | set(capacity)):
         mine = [r for r in rows if r.gpu_class == gpu_class]
-        total = next((n for c, n in capacity.items() if products.get(c) == gpu_class), 0)
-        series = [Series("capacity (today)", [float(total)] * len(labels)),
-                  Series("guaranteed", _mean_gpus(mine, labels, hours, "approved_gpu_hours")),
-                  Series("in use", _mean_gpus(mine, labels, hours, "used_gpu_hours")),
-                  Series("of which burst", _mean_gpus(mine, labels, hours, "burst_gpu_hours"))]
-        chart = lines(f"{gpu_class}: capacity, guaranteed, in use and burst",
-                      f"Mean GPUs of {gpu_class} per day (UTC): the capacity of live nodes "
-                      "today, the quota guaranteed to tenants, the GPUs running pods "
-                      "requested, and of those the burst KAI lent beyond the clusters' "
-                      "guarantees. The table below lists the figures.", labels, series, "GPUs")
+        series = [_kind("capacity", "capacity", capacity.get(gpu_class, [None] * len(labels))),
+                  _kind("guaranteed", "guaranteed",
+                        _mean_gpus(mine, labels, hours, "approved_gpu_hours")),
+                  _kind("in-use", "in use", _mean_gpus(mine, labels, hours, "used_gpu_hours")),
+                  _kind("burst", "of which burst",
+                        _mean_gpus(mine, labels, hours, "burst_gpu_hours"))]
+        chart = lines(f"{gpu_class}: mean GPUs per day (UTC)",
+                      f"Mean GPUs of {gpu_class} per day (UTC): the capacity, GPUs on the "
+                      "nodes the inventory saw that day, over the part of the day it knew the "
+                      "class (none drawn before it first saw a node of it), "
+                      "the quota guaranteed to tenants, the GPUs running pods requested, and "
+                      "of those the burst KAI lent beyond the clusters' guarantees.",
+                      labels, series, "GPUs")
         charts.append((gpu_class, chart, series))
     return charts
+
+
+def _capacity_by_day(db: Session, chosen: Span) -> dict[str, list[float | None]]:
+    """Mean GPUs on each class's nodes per day, from when the inventory first saw each node
+    until it went; ``None`` for a day on which no node of the class was there (or to come)."""
+    now = ledger.now_in_seconds()
+    spans = repository.node_spans(db, chosen.start)
+    products = repository.class_products(db, {s.gpu_class_id for s in spans})
+    days = service.periods(chosen.start, chosen.end, "day")
+    found: dict[str, list[float | None]] = {}
+    for product in set(products.values()):
+        mine = [s for s in spans if products[s.gpu_class_id] == product]
+        found[product] = [_mean_on(mine, day.start, min(day.end, now)) for day in days]
+    return found
+
+
+def _mean_on(spans: list[repository.NodeSpan], start: datetime,
+             end: datetime) -> float | None:
+    """Mean GPUs from ``start`` (or from when the first node came, if later) to ``end``."""
+    gpu_seconds, known_from = 0.0, None
+    for span_ in spans:
+        since = service.as_utc(span_.first_seen_at)
+        until = service.as_utc(span_.gone_at) if span_.gone_at else end
+        overlap = (min(until, end) - max(since, start)).total_seconds()
+        if overlap > 0:
+            gpu_seconds += span_.gpus * overlap
+            came = max(since, start)
+            known_from = came if known_from is None else min(known_from, came)
+    if known_from is None or end <= known_from:
+        return None
+    return round(gpu_seconds / (end - known_from).total_seconds(), 3)
 
 
 def _idle(db: Session, rows: list[UsageRow], chosen: Span) -> list[IdleRow]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -22,6 +23,7 @@ from sqlalchemy import (
     cast,
     func,
     literal,
+    or_,
     select,
     union_all,
 )
@@ -252,6 +254,25 @@ def live_capacity(db: Session) -> dict[int, int]:
                       .where(Node.gone_at.is_(None), Node.gpu_class_id.is_not(None))
                       .group_by(Node.gpu_class_id))
     return {row[0]: int(row[1] or 0) for row in rows if row[0] is not None}
+
+
+@dataclass(frozen=True)
+class NodeSpan:
+    """A GPU node's class and GPUs from when the inventory first saw it until it went (None:
+    still there); the portal keeps no earlier record of the fleet."""
+
+    gpu_class_id: int
+    gpus: int
+    first_seen_at: datetime
+    gone_at: datetime | None
+
+
+def node_spans(db: Session, since: datetime) -> list[NodeSpan]:
+    """The GPU nodes present at some time since ``since``."""
+    rows = db.execute(select(Node.gpu_class_id, Node.gpu_count, Node.first_seen_at, Node.gone_at)
+                      .where(Node.gpu_class_id.is_not(None), Node.gpu_count > 0,
+                             or_(Node.gone_at.is_(None), Node.gone_at > since)))
+    return [NodeSpan(row[0], row[1], row[2], row[3]) for row in rows if row[0] is not None]
 
 
 def sampled_tenants(db: Session, since_s: int, until_s: int) -> set[int]:

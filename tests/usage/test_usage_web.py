@@ -4,19 +4,21 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
 from app.kube.usage import HostUsage, NamespaceUse, QueueUse
+from app.nodes.models import Node
 from app.usage.sampling import record_usage
 from app.web.charts.series import Series, grouped_bars, lines, stacked_bars
 from tests.support.tenancy import Tenancy, build_tenancy, headers
 from tests.support.web import HTML
-from tests.usage.support import LedgerClock, approve_quota, create_cluster, fix_clock
+from tests.usage.support import T0, LedgerClock, approve_quota, create_cluster, fix_clock
 
 DAYS = {"from": "2026-11-02", "to": "2026-11-04"}
 
@@ -101,18 +103,43 @@ def test_the_admin_page_has_a_chart_per_class_with_its_figures(
     client: TestClient, db: Session, clock: LedgerClock
 ) -> None:
     t = _tenancy(db, clock)
-    page = client.get("/admin/usage", params=DAYS, headers={**HTML, **headers(
-        db, t.platform_admin)}).text
-    figure = page.split(f'<figure class="chart-figure" data-gpu-class="{t.h100.product}">')[1]
-    figure = figure.split("</figure>")[0]
+    _nodes_first_seen(db, T0 - timedelta(days=1))
+    figure = _class_figure(client, db, t)
     points = re.findall(r'data-series="([\w ()]+)" data-category="2026-11-02" '
                         r'data-value="([\d.]+)"', figure)
-    # 64 GPUs on live nodes; guaranteed: acme's 8 all day, globex's 2 from 02:00, as a mean
-    assert points == [("capacity (today)", "64.0"),
+    # 64 GPUs on the nodes; guaranteed: acme's 8 all day, globex's 2 from 02:00, as a mean
+    assert points == [("capacity", "64.0"),
                       ("guaranteed", str(round((8 * 24 + 2 * 22) / 24, 3))), ("in use", "0.0"),
                       ("of which burst", "0.0")]
     assert "<details><summary>Figures for" in figure
+    assert f"{t.h100.product}: mean GPUs per day (UTC)</text>" in figure  # a visible title
+
+
+def _nodes_first_seen(db: Session, at: datetime) -> None:
+    db.execute(update(Node).values(first_seen_at=at))
+    db.commit()
+
+
+def _class_figure(client: TestClient, db: Session, t: Tenancy) -> str:
+    page = client.get("/admin/usage", params=DAYS, headers={**HTML, **headers(
+        db, t.platform_admin)}).text
     assert 'id="csv-download"' in page
+    figure = page.split(f'<figure class="chart-figure" data-gpu-class="{t.h100.product}">')[1]
+    return figure.split("</figure>")[0]
+
+
+def test_capacity_is_drawn_only_from_when_the_nodes_were_seen(
+    client: TestClient, db: Session, clock: LedgerClock
+) -> None:
+    """The fleet's nodes appeared on the second day: the first has no capacity point (not
+    today's 64 drawn back), and the second the 64 GPUs they had since they came."""
+    t = _tenancy(db, clock)  # the clock stands at 2026-11-03 06:00
+    _nodes_first_seen(db, T0 + timedelta(days=1, hours=3))
+    figure = _class_figure(client, db, t)
+    capacity = dict(re.findall(r'data-series="capacity" data-category="([\d-]+)" '
+                               r'data-value="([\d.]+)"', figure))
+    assert capacity == {"2026-11-03": "64.0"}
+    assert "capacity (GPUs): 2026-11-02 no record, 2026-11-03 64" in figure
 
 
 def _series(n: int) -> list[Series]:

@@ -1,6 +1,8 @@
 """Horizontal bar charts: bars side by side per group, or stacked into one bar per group.
 
-Horizontal, so that long class names fit on a phone; each bar is labelled with its number.
+Horizontal, so that long class names fit on a phone; each bar is labelled with its number (a
+stacked segment too narrow for its number is named after the bar's total instead), and the
+chart's title is drawn above its legend.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ from dataclasses import dataclass
 from markupsafe import Markup
 
 from app.web.charts.svg import Scale, Series, bar, defs, frame, legend, num, text, ticks
+from app.web.charts.svg import title as chart_title
 
-WIDTH = 640
+WIDTH = 760
 LABEL_WIDTH = 170
-PLOT_WIDTH = 400
-TOP = 40
+PLOT_WIDTH = 440  # and 150 px after it for the totals
+LEGEND_Y = 40
+TOP = 62
+NARROW = 24  # px: a segment narrower than this carries its number after the bar
 BAR = 14
 GAP = 3
 GROUP_GAP = 16
@@ -53,7 +58,8 @@ def grouped_bars(chart_id: str, title: str, description: str, groups: Sequence[G
     scale = _scale(groups, [s.key for s in series], stacked=False)
     group_height = len(series) * (BAR + GAP) + GROUP_GAP
     bottom = TOP + len(groups) * group_height
-    parts = [defs(chart_id, series), legend(chart_id, series, LABEL_WIDTH, 18),
+    parts = [chart_title(title), defs(chart_id, series),
+             legend(chart_id, series, LABEL_WIDTH, LEGEND_Y),
              _axis(scale, TOP - 4, bottom - GROUP_GAP + 4)]
     for index, group in enumerate(groups):
         y = TOP + index * group_height
@@ -80,26 +86,31 @@ def stacked_bars(chart_id: str, title: str, description: str, groups: Sequence[G
     group_height = BAR + thin + GAP + GROUP_GAP + (12 if apart else 0)
     bottom = TOP + len(groups) * group_height
     shown = [*stack, apart] if apart else list(stack)
-    parts = [defs(chart_id, shown), legend(chart_id, shown, LABEL_WIDTH - 160, 18),
+    parts = [chart_title(title), defs(chart_id, shown),
+             legend(chart_id, shown, LABEL_WIDTH - 160, LEGEND_Y),
              _axis(scale, TOP - 4, bottom - GROUP_GAP + 4)]
     for index, group in enumerate(groups):
         y = TOP + index * group_height
         parts.append(text(LABEL_WIDTH - 8, y + BAR - 2, group.label, anchor="end",
                           weight="bold"))
         x = float(LABEL_WIDTH)
+        unlabelled = []
         for item in stack:
             value = group.values.get(item.key, 0)
             width = scale(max(value, 0))
             parts.append(bar(chart_id, item, x, y, width, BAR,
                              {"group": group.label, "series": item.key, "value": value}))
-            if width >= 24:
+            if 0 < width < NARROW:
+                unlabelled.append(f"{value} {item.label.lower()}")
+            if width >= NARROW:
                 solid = item.pattern == "solid"
                 parts.append(text(x + width / 2, y + BAR - 3, value, anchor="middle", size=11,
                                   weight="bold", colour="#fff" if solid else "#1c2430",
                                   halo=not solid))
             x += width
         total = sum(group.values.get(k, 0) for k in keys)
-        parts.append(text(x + 5, y + BAR - 3, f"{total} total", size=11))
+        parts.append(text(x + 5, y + BAR - 3, " · ".join([f"{total} total", *unlabelled]),
+                          size=11))
         if apart:
             value = group.values.get(apart.key, 0)
             width = scale(value)

@@ -1,10 +1,11 @@
 """Server-rendered SVG time-series charts: stacked bars and lines over labelled periods.
 
-Accessible by construction: each chart is an ``img`` with a ``<title>`` and ``<desc>``; every
-series has its own fill pattern (bars) or dash and marker (lines) besides its colour, and a
-legend that names it, so nothing depends on telling colours apart. Each bar and point carries
-its series, period and exact value as ``data-*`` attributes, and pages put the same figures in a
-table next to the chart.
+Accessible by construction: each chart is an ``img`` with a ``<title>`` (also drawn as the
+chart's visible heading) and a ``<desc>`` that reads out every figure; every series has its own
+fill pattern (bars) or dash and marker (lines) besides its colour, and a legend that names it,
+so nothing depends on telling colours apart. Each bar and point carries its series, period and
+exact value as ``data-*`` attributes, and pages put the same figures in a table next to the
+chart. A period without a record (``None``) is a gap in a line, never a made-up value.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-WIDTH, HEIGHT = 720, 260
-LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 44
+WIDTH, HEIGHT = 640, 290
+LEFT, RIGHT, TOP, BOTTOM = 56, 12, 42, 44
+TITLE_Y = 20
 LEGEND_ROW = 18
 COLOURS = ("#2f6f4f", "#c47f17", "#3a5f9e", "#8c3b6b", "#5b6675", "#a32020")
 # Fill patterns for bars, one per series: solid, hatched, dotted, crossed, ...
@@ -29,8 +31,24 @@ _ids = itertools.count(1)
 
 @dataclass(frozen=True)
 class Series:
+    """One series; ``None`` is a period with no record. Without a colour and pattern of its
+    own (``app.web.charts.palette``) the n-th series takes the n-th default."""
+
     label: str
-    values: Sequence[float]
+    values: Sequence[float | None]
+    colour: str | None = None
+    pattern: str | None = None
+
+
+def _colour(series: Sequence[Series], n: int) -> str:
+    return series[n].colour or COLOURS[n % len(COLOURS)]
+
+
+def _pattern(series: Sequence[Series], n: int) -> str:
+    given = series[n].pattern
+    if given is None:
+        return PATTERNS[n % len(PATTERNS)]
+    return "grid" if given == "outline" else given
 
 
 @dataclass(frozen=True)
@@ -71,7 +89,7 @@ def number(value: float) -> str:
     return f"{value:,.2f}".rstrip("0").rstrip(".")
 
 
-def _defs(prefix: str, count: int) -> str:
+def _defs(prefix: str, series: Sequence[Series]) -> str:
     shapes = {
         "solid": "",
         "hatch": '<path d="M0,8 L8,0" stroke="#fff" stroke-width="2"/>',
@@ -81,8 +99,8 @@ def _defs(prefix: str, count: int) -> str:
         "grid": '<path d="M0,0 H8 V8" fill="none" stroke="#fff" stroke-width="1.5"/>',
     }
     patterns = []
-    for n in range(count):
-        colour, shape = COLOURS[n % len(COLOURS)], shapes[PATTERNS[n % len(PATTERNS)]]
+    for n in range(len(series)):
+        colour, shape = _colour(series, n), shapes[_pattern(series, n)]
         patterns.append(f'<pattern id="{prefix}-p{n}" width="8" height="8" '
                         f'patternUnits="userSpaceOnUse"><rect width="8" height="8" '
                         f'fill="{colour}"/>{shape}</pattern>')
@@ -133,9 +151,9 @@ def _legend(prefix: str, series: Sequence[Series], *, lines: bool) -> str:
         y = HEIGHT - 12 + row * LEGEND_ROW
         if lines:
             swatch = (f'<line x1="{x}" x2="{x + 22}" y1="{y - 4}" y2="{y - 4}" '
-                      f'stroke="{COLOURS[n % len(COLOURS)]}" stroke-width="2.5" '
+                      f'stroke="{_colour(series, n)}" stroke-width="2.5" '
                       f'stroke-dasharray="{DASHES[n % len(DASHES)]}"/>'
-                      + _marker(MARKERS[n % len(MARKERS)], x + 11, y - 4, n))
+                      + _marker(MARKERS[n % len(MARKERS)], x + 11, y - 4, _colour(series, n)))
         else:
             swatch = (f'<rect x="{x}" y="{y - 10}" width="14" height="12" '
                       f'fill="url(#{prefix}-p{n})" stroke="#1c2430" stroke-width=".5"/>')
@@ -144,12 +162,24 @@ def _legend(prefix: str, series: Sequence[Series], *, lines: bool) -> str:
     return "".join(items)
 
 
+def _figures(categories: Sequence[str], series: Sequence[Series], unit: str) -> str:
+    """Every figure in words, for the description."""
+    said = []
+    for one in series:
+        values = ", ".join(f"{category} {'no record' if value is None else number(value)}"
+                           for category, value in zip(categories, one.values, strict=True))
+        said.append(f"{one.label} ({unit}): {values}")
+    return " Figures: " + "; ".join(said) + "." if said else ""
+
+
 def _open(prefix: str, title: str, description: str, series: Sequence[Series]) -> str:
     return (f'<svg class="chart" viewBox="0 0 {WIDTH} {_height(series)}" role="img" '
             f'aria-labelledby="{prefix}-title {prefix}-desc" '
             f'xmlns="http://www.w3.org/2000/svg" font-family="system-ui, sans-serif">'
             f'<title id="{prefix}-title">{escape(title)}</title>'
-            f'<desc id="{prefix}-desc">{escape(description)}</desc>')
+            f'<desc id="{prefix}-desc">{escape(description)}</desc>'
+            f'<text class="chart-title" x="{LEFT}" y="{TITLE_Y}" font-size="14" '
+            f'font-weight="bold" fill="#1c2430" aria-hidden="true">{escape(title)}</text>')
 
 
 def _svg(*parts: str) -> Markup:
@@ -162,14 +192,14 @@ def stacked_bars(title: str, description: str, categories: Sequence[str],
                  series: Sequence[Series], unit: str) -> Markup:
     """One bar per category, the series stacked in order from the bottom."""
     prefix = f"chart{next(_ids)}"
-    totals = [sum(s.values[n] for s in series) for n in range(len(categories))]
+    totals = [sum(s.values[n] or 0.0 for s in series) for n in range(len(categories))]
     frame = _Frame(categories, nice_top(max(totals, default=0.0)))
     width = frame.slot() * 0.7
     bars = []
     for n, category in enumerate(categories):
         base = 0.0
         for k, one in enumerate(series):
-            value = one.values[n]
+            value = one.values[n] or 0.0
             if value <= 0:
                 continue
             top, bottom = frame.y(base + value), frame.y(base)
@@ -181,12 +211,12 @@ def stacked_bars(title: str, description: str, categories: Sequence[str],
                 f'<title>{escape(one.label)}, {escape(category)}: {number(value)} '
                 f'{escape(unit)}</title></rect>')
             base += value
-    return _svg(_open(prefix, title, description, series), _defs(prefix, len(series)),
-                _axes(frame, unit), *bars, _legend(prefix, series, lines=False))
+    return _svg(_open(prefix, title, description + _figures(categories, series, unit), series),
+                _defs(prefix, series), _axes(frame, unit), *bars,
+                _legend(prefix, series, lines=False))
 
 
-def _marker(shape: str, x: float, y: float, n: int) -> str:
-    colour = COLOURS[n % len(COLOURS)]
+def _marker(shape: str, x: float, y: float, colour: str) -> str:
     if shape == "square":
         return f'<rect x="{x - 3.5:.1f}" y="{y - 3.5:.1f}" width="7" height="7" fill="{colour}"/>'
     if shape == "diamond":
@@ -197,41 +227,57 @@ def _marker(shape: str, x: float, y: float, n: int) -> str:
     return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{colour}"/>'
 
 
+def _runs(points: Sequence[tuple[float, float] | None]) -> list[list[tuple[float, float]]]:
+    """The unbroken stretches of a line: a period without a record ends one."""
+    runs: list[list[tuple[float, float]]] = [[]]
+    for point in points:
+        if point is None:
+            runs.append([])
+        else:
+            runs[-1].append(point)
+    return [run for run in runs if run]
+
+
 def lines(title: str, description: str, categories: Sequence[str],
           series: Sequence[Series], unit: str) -> Markup:
-    """One line per series across the categories, each with its own dash and marker."""
+    """One line per series across the categories, each with its own dash and marker; a
+    series without a record for a period has a gap there."""
     prefix = f"chart{next(_ids)}"
-    largest = max((v for s in series for v in s.values), default=0.0)
+    largest = max((v for s in series for v in s.values if v is not None), default=0.0)
     frame = _Frame(categories, nice_top(largest))
     drawn = []
     for k, one in enumerate(series):
-        points = [(frame.x(n), frame.y(v)) for n, v in enumerate(one.values)]
-        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+        colour = _colour(series, k)
+        points = [None if v is None else (frame.x(n), frame.y(v))
+                  for n, v in enumerate(one.values)]
+        paths = "".join(
+            f'<polyline points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in run)}" fill="none" '
+            f'stroke-width="2" stroke="{colour}" stroke-dasharray="{DASHES[k % len(DASHES)]}"/>'
+            for run in _runs(points))
         marks = "".join(
             f'<g class="point" data-series="{escape(one.label)}" '
             f'data-category="{escape(categories[n])}" data-value="{one.values[n]!r}">'
-            f'{_marker(MARKERS[k % len(MARKERS)], x, y, k)}<title>{escape(one.label)}, '
-            f'{escape(categories[n])}: {number(one.values[n])} {escape(unit)}</title></g>'
-            for n, (x, y) in enumerate(points))
-        drawn.append(f'<polyline points="{path}" fill="none" stroke-width="2" '
-                     f'stroke="{COLOURS[k % len(COLOURS)]}" '
-                     f'stroke-dasharray="{DASHES[k % len(DASHES)]}"/>{marks}')
-    return _svg(_open(prefix, title, description, series), _axes(frame, unit), *drawn,
-                _legend(prefix, series, lines=True))
+            f'{_marker(MARKERS[k % len(MARKERS)], point[0], point[1], colour)}'
+            f'<title>{escape(one.label)}, {escape(categories[n])}: '
+            f'{number(one.values[n] or 0.0)} {escape(unit)}</title></g>'
+            for n, point in enumerate(points) if point is not None)
+        drawn.append(paths + marks)
+    return _svg(_open(prefix, title, description + _figures(categories, series, unit), series),
+                _axes(frame, unit), *drawn, _legend(prefix, series, lines=True))
 
 
 def grouped_bars(title: str, description: str, categories: Sequence[str],
                  series: Sequence[Series], unit: str) -> Markup:
     """Side by side bars per category, one per series (e.g. approved, allocated, in use)."""
     prefix = f"chart{next(_ids)}"
-    largest = max((v for s in series for v in s.values), default=0.0)
+    largest = max((v or 0.0 for s in series for v in s.values), default=0.0)
     frame = _Frame(categories, nice_top(largest))
     width = frame.slot() * 0.8 / max(len(series), 1)
     bars = []
     for n, category in enumerate(categories):
         start = frame.x(n) - width * len(series) / 2
         for k, one in enumerate(series):
-            value = one.values[n]
+            value = one.values[n] or 0.0
             top = frame.y(value)
             bars.append(
                 f'<rect class="bar" x="{start + k * width:.1f}" y="{top:.1f}" '
@@ -240,5 +286,6 @@ def grouped_bars(title: str, description: str, categories: Sequence[str],
                 f'data-series="{escape(one.label)}" data-category="{escape(category)}" '
                 f'data-value="{value!r}"><title>{escape(one.label)}, {escape(category)}: '
                 f'{number(value)} {escape(unit)}</title></rect>')
-    return _svg(_open(prefix, title, description, series), _defs(prefix, len(series)),
-                _axes(frame, unit), *bars, _legend(prefix, series, lines=False))
+    return _svg(_open(prefix, title, description + _figures(categories, series, unit), series),
+                _defs(prefix, series), _axes(frame, unit), *bars,
+                _legend(prefix, series, lines=False))

@@ -110,6 +110,12 @@ def text(x: float, y: float, content: object, *, anchor: str = "start", size: in
             f'font-weight="{weight}" fill="{colour}"{outline} {FONT}>{attr(content)}</text>')
 
 
+def title(content: str) -> str:
+    """The chart's title, drawn at its top (the <title> alone shows only on hover)."""
+    return (f'<text class="chart-title" x="10" y="16" font-size="14" font-weight="bold" '
+            f'fill="#1c2430" {FONT}>{attr(content)}</text>')
+
+
 def legend(chart_id: str, series: Sequence[Series], x: float, y: float) -> str:
     """Swatch and label per series, in a row."""
     parts, at = [], x

@@ -117,9 +117,50 @@ def test_the_condition_timeline_draws_one_lane_per_condition() -> None:
     assert lanes == [(c["type"], c["status"], c["lastTransitionTime"]) for c in CONDITIONS]
     desc = root.find(f"{SVG}desc")
     assert desc is not None and desc.text is not None
-    assert "Only the latest transition of each condition is stored" in desc.text
-    assert "Ready Unknown since 2026-11-30 11:58:00 UTC" in desc.text
-    assert "False since 11:33:00 (27 min ago)" in svg  # status in words, not only a pattern
+    assert "2026-11-30 11:58:00 UTC Ready became Unknown" in desc.text
+    assert "False since 11:33:00</text>" in svg  # status in words, not only a pattern
+
+
+def _flip(type_: str, status: str, minutes_ago: int, reason: str = "") -> dict[str, object]:
+    return {"type": type_, "status": status, "reason": reason,
+            "at": NOW - timedelta(minutes=minutes_ago)}
+
+
+def test_the_timeline_shows_each_kept_flip_not_only_the_latest() -> None:
+    """Ready went True, then False for a while, then True again: the table shows only "True
+    since 5 min", the timeline each status it held."""
+    current = [{"type": "Ready", "status": "True", "lastTransitionTime": _at(5)}]
+    history = [_flip("Ready", "True", 40), _flip("Ready", "False", 20, "HostUnreachable"),
+               _flip("Ready", "True", 5)]
+    svg = condition_timeline("conditions-chart", "train", current, NOW, history)
+    assert svg is not None
+    segments = [(b["data-status"], b["data-since"]) for b in _bars(svg)]
+    assert segments == [("True", _at(40)), ("False", _at(20)), ("True", _at(5))]
+    widths = [float(b["width"]) for b in _bars(svg)]
+    assert widths[0] == widths[1] * 4 / 3  # 20 min against 15 min
+    root = _accessible(str(svg), "conditions-chart")
+    desc = root.find(f"{SVG}desc")
+    assert desc is not None and desc.text is not None
+    assert "2026-11-30 11:40:00 UTC Ready became False (HostUnreachable)" in desc.text
+
+
+def test_every_chart_shows_its_title() -> None:
+    """The title is drawn as text at the top, not only kept in <title> for screen readers."""
+    charts = [grouped_bars("q", "GPU quota of Acme (GPUs)", "d", QUOTA, QUOTA_SERIES),
+              stacked_bars("c", "GPUs per GPU class", "d", FLEET, CAPACITY_SERIES, NOT_READY),
+              condition_timeline("t", "train", CONDITIONS, NOW)]
+    for chart, title in zip(charts, ["GPU quota of Acme (GPUs)", "GPUs per GPU class",
+                                     "Conditions of train over time (UTC)"], strict=True):
+        root = ET.fromstring(str(chart))  # noqa: S314 - made by this test
+        drawn = [t.text for t in root.iter(f"{SVG}text")]
+        assert drawn[0] == title
+
+
+def test_a_segment_too_narrow_for_its_number_is_named_after_the_total() -> None:
+    groups = [Group("GB200", {"dedicated": 1, "guaranteed": 3, "free": 60, "not-ready": 0})]
+    svg = str(stacked_bars("c", "t", "d", groups, CAPACITY_SERIES, NOT_READY))
+    assert "64 total · 1 dedicated · 3 guaranteed" in svg
+    assert ">60</text>" in svg  # wide enough: its number sits inside
 
 
 def test_no_conditions_no_timeline() -> None:
