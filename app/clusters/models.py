@@ -111,3 +111,21 @@ class ClusterGpusInUse(Base):
     guaranteed_gpus: Mapped[float]
     burst_gpus: Mapped[float]
     observed_at: Mapped[datetime]
+
+
+class ConditionTransition(Base):
+    """One change of one of a cluster's conditions (a new status, or its first one), as the
+    worker wrote it: the cluster page draws the latest of them (``KEPT_TRANSITIONS``) as a
+    timeline; the conditions themselves hold only the latest of each type."""
+
+    __tablename__ = "condition_transitions"
+    __table_args__ = (Index("ix_condition_transitions_cluster_id_id", "cluster_id", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(
+        ForeignKey("virtual_clusters.id", ondelete="CASCADE"))
+    type: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(10))
+    reason: Mapped[str] = mapped_column(String(200), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[datetime]

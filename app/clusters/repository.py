@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -23,7 +23,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from app.clusters.models import ClusterGpusInUse, ClusterGpuWait, VirtualCluster
+from app.clusters.models import (
+    ClusterGpusInUse,
+    ClusterGpuWait,
+    ConditionTransition,
+    VirtualCluster,
+)
 from app.database.concurrency import lock_row, upsert
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
@@ -316,7 +321,10 @@ def every_cluster_id(db: Session) -> list[int]:
 
 def update_status(db: Session, cluster_id: int, **values: Any) -> bool:
     """Writes the worker's view of a cluster (conditions, credential, counters) without moving
-    ``updated_at`` unless asked; False when the row is gone."""
+    ``updated_at`` unless asked; False when the row is gone. New conditions, and conditions
+    whose status flipped, are kept as transitions too."""
+    if "conditions" in values:
+        _record_transitions(db, cluster_id, values["conditions"])
     values.setdefault("updated_at", VirtualCluster.updated_at)
     result = db.execute(
         update(VirtualCluster)
@@ -325,6 +333,51 @@ def update_status(db: Session, cluster_id: int, **values: Any) -> bool:
         .execution_options(synchronize_session=False)
     )
     return isinstance(result, CursorResult) and result.rowcount == 1
+
+
+# A cluster's page draws its latest transitions; older ones are dropped as new ones come.
+KEPT_TRANSITIONS = 20
+
+
+def _record_transitions(db: Session, cluster_id: int, conditions: list[Any]) -> None:
+    before = db.scalar(select(VirtualCluster.conditions).where(VirtualCluster.id == cluster_id))
+    known = {_transition_key(c) for c in before or []}
+    new = sorted((c for c in conditions if _transition_key(c) not in known),
+                 key=lambda c: str(c.get("lastTransitionTime", "")))
+    if before is None or not new:
+        return
+    db.add_all(ConditionTransition(
+        cluster_id=cluster_id, type=str(c.get("type", ""))[:200],
+        status=str(c.get("status", ""))[:10], reason=str(c.get("reason", ""))[:200],
+        message=str(c.get("message", "")), at=_transition_time(c)) for c in new)
+    db.flush()
+    oldest_kept = db.scalar(select(ConditionTransition.id)
+                            .where(ConditionTransition.cluster_id == cluster_id)
+                            .order_by(ConditionTransition.id.desc())
+                            .offset(KEPT_TRANSITIONS - 1).limit(1))
+    if oldest_kept is not None:
+        db.execute(delete(ConditionTransition).where(
+            ConditionTransition.cluster_id == cluster_id, ConditionTransition.id < oldest_kept))
+
+
+def _transition_key(condition: Any) -> tuple[str, str, str]:
+    return (str(condition.get("type")), str(condition.get("status")),
+            str(condition.get("lastTransitionTime")))
+
+
+def _transition_time(condition: Any) -> datetime:
+    stamp = str(condition.get("lastTransitionTime", ""))
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.now(UTC)
+
+
+def condition_transitions(db: Session, cluster_id: int) -> list[ConditionTransition]:
+    """The cluster's kept transitions, oldest first."""
+    return list(db.scalars(select(ConditionTransition)
+                           .where(ConditionTransition.cluster_id == cluster_id)
+                           .order_by(ConditionTransition.id)))
 
 
 def generation_of(db: Session, cluster_id: int) -> int | None:

@@ -186,6 +186,13 @@ def get_cluster(db: Session, principal: Principal, slug: str, name: str) -> Clus
     return cluster_out(db, cluster_for(db, principal, slug, name))
 
 
+def condition_history(db: Session, cluster: ClusterOut) -> list[dict[str, Any]]:
+    """The kept condition transitions of a cluster the caller was shown (``get_cluster``),
+    oldest first."""
+    return [{"type": t.type, "status": t.status, "reason": t.reason, "message": t.message,
+             "at": t.at} for t in repository.condition_transitions(db, cluster.id)]
+
+
 def cluster_version(db: Session, principal: Principal, slug: str, name: str) -> str:
     """Moves whenever the cluster page's status would: the live stream's fingerprint."""
     cluster = cluster_for(db, principal, slug, name)

@@ -157,7 +157,7 @@ def _detail(request: Request, db: DbSession, principal: Principal, settings: Set
     return render(request, "clusters/detail.html", {
         "tenant": row, "can_manage": can_manage, "cluster": cluster,
         "polling": cluster.phase in POLLING_PHASES, "no_host": no_host,
-        "timeline": _timeline(cluster), "delete_error": delete_error,
+        "timeline": _timeline(db, cluster), "delete_error": delete_error,
         "preview": service.preview(db, principal, settings, tenant, name),
         "form": form or {k: str(getattr(cluster, k)) for k in SIZE_FIELDS},
         "errors": errors or {},
@@ -189,12 +189,13 @@ def cluster_status(request: Request, tenant: str, cluster: str, db: DbSession,
         return go_to(request, f"/t/{tenant}/clusters")
     return render(request, "clusters/_status.html", {
         "tenant_slug": tenant, "cluster": found, "polling": found.phase in POLLING_PHASES,
-        "timeline": _timeline(found)})
+        "timeline": _timeline(db, found)})
 
 
-def _timeline(cluster: ClusterOut) -> Markup | None:
+def _timeline(db: DbSession, cluster: ClusterOut) -> Markup | None:
     return condition_timeline("conditions-chart", cluster.name,
-                              [c.model_dump() for c in cluster.conditions], datetime.now(UTC))
+                              [c.model_dump() for c in cluster.conditions], datetime.now(UTC),
+                              service.condition_history(db, cluster))
 
 
 @router.get(live.PREFIX + "/t/{tenant}/clusters/{cluster}")
