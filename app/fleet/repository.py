@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
@@ -12,6 +13,7 @@ from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import GpusInUse, TenantQuota
+from app.tenants.models import Tenant
 
 
 @dataclass
@@ -79,3 +81,16 @@ def region_quotas(db: Session) -> dict[tuple[str, str], int]:
                       .join(GpuClass, GpuClass.id == TenantQuota.gpu_class_id)
                       .group_by(TenantQuota.region, GpuClass.product))
     return {(region, product): int(gpus or 0) for region, product, gpus in rows}
+
+
+def live_cluster_states(db: Session) -> list[Any]:
+    """Every cluster not being deleted, with its tenant, host, conditions and power: the
+    admin home derives from them which fail or are stuck waking."""
+    return list(db.execute(
+        select(VirtualCluster.id, Tenant.slug.label("tenant"), VirtualCluster.name,
+               HostCluster.name.label("host_cluster"), VirtualCluster.conditions,
+               VirtualCluster.power, VirtualCluster.power_changed_at)
+        .join(Tenant, Tenant.id == VirtualCluster.tenant_id)
+        .join(HostCluster, HostCluster.id == VirtualCluster.host_cluster_id)
+        .where(VirtualCluster.deletion_requested_at.is_(None))
+        .order_by(Tenant.slug, VirtualCluster.name)))

@@ -1,4 +1,5 @@
-"""The landing page and the signed-in dashboard."""
+"""The landing page and the signed-in dashboard; a platform admin's opens on what needs them
+now (app.fleet.attention)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.auth.deps import MaybePrincipal
+from app.fleet.attention import attention
 from app.http.deps import DbSession
 from app.http.routing import UnitOfWorkRoute
 from app.tenants.access import tenants_visible_to
@@ -23,4 +25,5 @@ def home(request: Request, db: DbSession, principal: MaybePrincipal) -> Response
         tenants = [
             (t, principal.roles.get(t.id, "platform admin")) for t in rows
         ]
-    return render(request, "home.html", {"tenants": tenants})
+    needs = attention(db, principal) if principal and principal.is_platform_admin else None
+    return render(request, "home.html", {"tenants": tenants, "attention": needs})

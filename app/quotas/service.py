@@ -209,6 +209,14 @@ def queue(
     return Page(items=_queue_items(db, rows, gpu_classes.recent_capacities), next_cursor=cursor)
 
 
+def pending_requests(db: Session, principal: Principal) -> tuple[int, QueueItem | None]:
+    """How many requests wait for a decision, and the one waiting longest."""
+    ensure_platform_admin(principal)
+    _count, _newest, pending, _decided = repository.queue_version(db)
+    oldest = queue(db, principal, PageParams(limit=1), state="pending").items
+    return pending, oldest[0] if oldest else None
+
+
 def queue_version(db: Session, principal: Principal) -> str:
     """The approval queue's fingerprint, for its live stream."""
     ensure_platform_admin(principal)

@@ -8,6 +8,19 @@ document.addEventListener("click", (event) => {
     copy.textContent = "Copied";
   }
 });
+// The admin menu (a <details>): closes on a click elsewhere and on Escape.
+document.addEventListener("click", (event) => {
+  document.querySelectorAll("details[data-menu][open]").forEach((menu) => {
+    if (!menu.contains(event.target)) menu.open = false;
+  });
+});
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "Escape") return;
+  document.querySelectorAll("details[data-menu][open]").forEach((menu) => {
+    menu.open = false;
+    menu.querySelector("summary").focus();
+  });
+});
 document.addEventListener("submit", (event) => {
   const message = event.target.dataset && event.target.dataset.confirm;
   if (message && !window.confirm(message)) event.preventDefault();
