@@ -248,14 +248,6 @@ def approved_now(db: Session, tenant_id: int) -> dict[int, int]:
     return {row[0]: int(row[1] or 0) for row in rows}
 
 
-def live_capacity(db: Session) -> dict[int, int]:
-    """GPUs on live nodes per class: the capacity today."""
-    rows = db.execute(select(Node.gpu_class_id, func.sum(Node.gpu_count))
-                      .where(Node.gone_at.is_(None), Node.gpu_class_id.is_not(None))
-                      .group_by(Node.gpu_class_id))
-    return {row[0]: int(row[1] or 0) for row in rows if row[0] is not None}
-
-
 @dataclass(frozen=True)
 class NodeSpan:
     """A GPU node's class and GPUs from when the inventory first saw it until it went (None:
