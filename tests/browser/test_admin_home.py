@@ -96,6 +96,17 @@ def test_the_navigation_fits_one_line_at_1440_px(
     expect(page.get_by_role("heading", level=1)).to_contain_text("Host clusters")
 
 
+@pytest.mark.parametrize("width", [1024, 390])
+def test_narrower_screens_wrap_the_navigation_without_scrolling_sideways(
+    browser: Browser, simulated_portal: SimulatedPortal, screenshots: Screenshots, width: int,
+) -> None:
+    page = _admin_at(browser, simulated_portal.url, {"width": width, "height": 800})
+    assert _nav_rows(page)["overflow"] <= 0
+    page.get_by_role("navigation", name="Main").get_by_text("Admin", exact=True).click()
+    expect(page.get_by_role("link", name="Cluster templates")).to_be_visible()
+    screenshots(page, f"admin-home-{width}px")
+
+
 def test_the_admin_home_counts_what_needs_them(
     browser: Browser, simulated_portal: SimulatedPortal, screenshots: Screenshots,
 ) -> None:
