@@ -45,7 +45,9 @@ def test_the_capacity_chart_shows_the_tables_numbers(synced: Synced, client: Tes
     page = client.get("/admin/fleet", headers=HTML).text
     charted = chart_values(page, "capacity-chart")
     assert charted and charted == table_values(page, "fleet-capacity", COLUMNS)
-    assert '<title id="capacity-chart-title">Fleet capacity per GPU class</title>' in page
+    title = "GPUs per GPU class: dedicated, guaranteed, free"
+    assert f'<title id="capacity-chart-title">{title}</title>' in page
+    assert f">{title}</text>" in page  # drawn, not only announced
     assert 'sse-connect="/live/admin/fleet"' in page
     # The live stream refreshes the capacity section alone.
     section = client.get("/admin/fleet", headers={**htmx(csrf_of(page)),
