@@ -22,28 +22,32 @@ SUGGESTED_COLUMNS = ("name", "gpus", "zone", "rack", "clique")
 GPU_CLASS_COLUMNS = ("id", "product", "display_name", "memory_mib", "gpus_per_node")
 
 
-HOST_CAPACITY_COLUMNS = ("host_cluster", "region", "state", "gpu_class", "total", "dedicated",
-                         "guaranteed", "free", "not_ready", "borrowed",
-                         "lent_from_idle_guarantees")
-REGION_CAPACITY_COLUMNS = ("region", "gpu_class", "hosts", "total", "dedicated", "guaranteed",
-                           "free", "not_ready")
+# The figures of app/gpu_classes/capacity.py, in the API's words and order.
+FIGURE_COLUMNS = ("total", "ready", "not_ready", "dedicated", "guaranteed", "shared_guaranteed",
+                  "free", "in_use", "borrowed", "lent_from_idle_guarantees")
+HOST_CAPACITY_COLUMNS = ("host_cluster", "region", "state", "gpu_class", *FIGURE_COLUMNS)
+REGION_CAPACITY_COLUMNS = ("region", "gpu_class", "hosts", *FIGURE_COLUMNS)
+CLASS_CAPACITY_COLUMNS = ("gpu_class", *FIGURE_COLUMNS)
 
 
 class FleetBy(StrEnum):
     host = "host"
     region = "region"
+    gpu_class = "class"
 
 
 def fleet(
-    by: Annotated[FleetBy, typer.Option(help="one row per host and class, or per region")
-                  ] = FleetBy.host,
+    by: Annotated[FleetBy, typer.Option(help="one row per host and class, per region and "
+                                             "class, or per class")] = FleetBy.host,
     region: Annotated[str | None, typer.Option(help="only this region")] = None,
     host_cluster: Annotated[str | None, typer.Option(help="only this host cluster")] = None,
     gpu_class: Annotated[str | None, typer.Option(help="GPU product")] = None,
     output: Output = Format.table,
 ) -> None:
-    """GPU capacity per host (or region) and class: dedicated, guaranteed, free, not ready;
-    per host also the burst in use (borrowed) and what of it idle guarantees lent.
+    """GPU capacity per host, region or class: total (ready + not ready), dedicated,
+    guaranteed (of it in the shared pool), free, in use, borrowed (burst) and what of it idle
+    guarantees lent. The same figures as the web pages and the API (docs/operator.md,
+    "Capacity figures").
 
     Example: portalctl fleet --by region --gpu-class NVIDIA-H100-80GB-HBM3
     """
@@ -52,9 +56,11 @@ def fleet(
                            gpu_class=gpu_class)
     if by is FleetBy.host:
         emit(found["hosts"], output, HOST_CAPACITY_COLUMNS)
-    else:
+    elif by is FleetBy.region:
         rows = [{**row, "hosts": ",".join(row["hosts"])} for row in found["regions"]]
         emit(rows, output, REGION_CAPACITY_COLUMNS)
+    else:
+        emit(found["classes"], output, CLASS_CAPACITY_COLUMNS)
 
 
 class NodeSort(StrEnum):

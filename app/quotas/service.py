@@ -258,7 +258,7 @@ def approve(db: Session, principal: Principal, request_id: int, payload: Approve
         where = f" in region {request.region}" if request.region else ""
         raise Conflict(
             f"approving {granted} {gpu_class.display_name} GPUs would guarantee "
-            f"{capacity.guaranteed + granted} of {capacity.total}{where} "
+            f"{capacity.guaranteed + granted} of the {capacity.ready} ready{where} "
             f"({max(capacity.free, 0)} free); confirm the overcommit to approve anyway",
             errors=[{"field": "overcommit", "message": "needs an explicit overcommit"}],
         )

@@ -80,9 +80,11 @@ def test_assign_the_suggested_nodes_and_tenants_see_only_theirs(
 
     classes = client.get("/api/v1/gpu-classes", headers=who.admin).json()["items"]
     [h100] = [c["capacity"] for c in classes if c["product"] == H100]
-    assert {k: h100[k] for k in ("total", "assigned", "shared_guaranteed", "free",
+    # free: the 56 ready, less the 16 dedicated and the 8 guaranteed in the shared pool
+    assert {k: h100[k] for k in ("total", "ready", "dedicated", "shared_guaranteed", "free",
                                  "not_ready")} == {
-        "total": 64, "assigned": 16, "shared_guaranteed": 8, "free": 40, "not_ready": 8}
+        "total": 64, "ready": 56, "dedicated": 16, "shared_guaranteed": 8, "free": 32,
+        "not_ready": 8}
 
 
 def test_assignments_beyond_quota_are_refused_and_write_nothing(
