@@ -119,7 +119,8 @@ def test_a_node_belongs_to_one_tenant_at_a_time(
     assert [(a["tenant"], a["ended_at"] is None) for a in history] == [
         ("globex", True), ("acme", False)]
     actions = list(db.scalars(select(AuditEvent.action).where(
-        AuditEvent.target_id == "default/h100-r1-n1", AuditEvent.action.like("node.%assign"))))
+        AuditEvent.target_id == "default/h100-r1-n1", AuditEvent.action.like("node.%assign")
+    ).order_by(AuditEvent.id)))
     assert actions == ["node.assign", "node.unassign", "node.assign"]
 
 
