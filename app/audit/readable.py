@@ -81,11 +81,18 @@ def changes(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list
     fields = list(before) + [name for name in after if name not in before]
     listed = []
     for name in fields:
+        if _named_elsewhere(name, fields):
+            continue
         old = _shown(before.get(name, _ABSENT))
         new = _shown(after.get(name, _ABSENT))
         if old != new:
             listed.append(Change(name.replace("_", " "), old, new))
     return listed
+
+
+def _named_elsewhere(field: str, fields: list[str]) -> bool:
+    """An id the event also records by name (``user_id`` beside ``user``): the name says it."""
+    return field.endswith("_id") and field.removesuffix("_id") in fields
 
 
 def _shown(value: Any) -> str:

@@ -269,8 +269,11 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
     )
     insert_or_conflict(db, cluster, _name_taken(payload.name))
     enqueue(db, CLUSTERS, cluster.id)
+    # The class the checks read: in the session already.
+    gpu_class = db.get(GpuClass, cluster.gpu_class_id) if cluster.gpu_class_id else None
     _record(db, principal, "virtual_cluster.create", cluster, None,
-            {**_spec(cluster), "host_cluster": placed.host_name, "region": placed.region,
+            {**_spec(cluster), "gpu_class": gpu_class.display_name if gpu_class else None,
+             "host_cluster": placed.host_name, "region": placed.region,
              "placement_reason": placed.reason, **_sleep_policy_given(resolved)})
     return cluster_out(db, cluster)
 

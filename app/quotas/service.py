@@ -190,7 +190,8 @@ def create_request(
     db.add(request)
     db.flush()
     _record(db, Actor.of(principal), "quota_request.create", request, None,
-            {**payload.model_dump(mode="json"), "region": region})
+            {**payload.model_dump(mode="json"), "gpu_class": gpu_class.display_name,
+             "region": region})
     # From what is at hand: the class read above (the session keeps no unreferenced row) and
     # the caller's own email, rather than reading both again.
     return QuotaRequestOut(**_request_fields(request, tenant.slug, gpu_class.product,
@@ -324,7 +325,7 @@ def _change_quota(
                           region=request.region, gpus=0, cpu_millicores=0, memory_mib=0)
         db.add(row)
     else:
-        before = _quota_figures(row)
+        before = _quota_figures(db, row)
     row.gpus = max(0, row.gpus + gpus)
     row.cpu_millicores = max(0, row.cpu_millicores + cpu)
     row.memory_mib = max(0, row.memory_mib + memory)
@@ -334,12 +335,15 @@ def _change_quota(
     events.quota_changed.fire(db, events.QuotaChanged(request.tenant_id, request.gpu_class_id,
                                                       request.region))
     _record(db, actor, "tenant_quota.change", row, before,
-            {**_quota_figures(row), "quota_request_id": request.id})
+            {**_quota_figures(db, row), "quota_request_id": request.id})
     return row
 
 
-def _quota_figures(row: TenantQuota) -> dict[str, Any]:
-    return {"gpu_class_id": row.gpu_class_id, "region": row.region, "gpus": row.gpus,
+def _quota_figures(db: Session, row: TenantQuota) -> dict[str, Any]:
+    gpu_class = db.get(GpuClass, row.gpu_class_id)
+    return {"gpu_class_id": row.gpu_class_id,
+            "gpu_class": gpu_class.display_name if gpu_class else None,
+            "region": row.region, "gpus": row.gpus,
             "cpu_millicores": row.cpu_millicores, "memory_mib": row.memory_mib}
 
 

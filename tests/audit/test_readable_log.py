@@ -78,7 +78,14 @@ def test_targets_are_named_as_people_say_them(client: TestClient, db: Session) -
     # The membership is gone; its events still say whose it was.
     assert _target_of(_row_of(page, "membership.delete")) == "bo@acme.example in acme"
     assert _target_of(_row_of(page, "membership.create")) == "bo@acme.example in acme"
-    assert "Acme Research" in _row_of(page, "quota_request.create")
+    created = _row_of(page, "quota_request.create")
+    assert "Acme Research" in created
+    # The class by its name; its id, which the event also records, stays out of the way.
+    assert (
+        '<li data-field="gpu class"><span class="field">gpu class</span>: <ins>H100 80GB</ins>'
+        in (created)
+    )
+    assert "gpu class id" not in created
     assert ">quota_request 1<" not in page and ">tenant_quota " not in page
 
     listed = client.get("/api/v1/audit?action=quota_request.approve", headers=platform).json()
