@@ -124,8 +124,8 @@ def member_label(email: str, tenant_slug: str) -> str:
     return f"{email} in {tenant_slug}"
 
 
-def cluster_label(name: str, tenant_slug: str = "") -> str:
-    return f"cluster {name} ({tenant_slug})" if tenant_slug else f"cluster {name}"
+def cluster_label(name: str) -> str:
+    return f"cluster {name}"
 
 
 def quota_request_label(gpu_class: str, request_id: int, tenant_slug: str) -> str:

@@ -25,22 +25,17 @@ from app.tenants.access import tenant_for
 router = APIRouter(prefix="/api/v1/audit", tags=["audit"], route_class=UnitOfWorkRoute)
 
 
-async def common_filters(
+async def audit_filters(
     tenant: Annotated[str | None, Query(max_length=30)] = None,
     actor: Annotated[str | None, Query(max_length=320, description="actor email")] = None,
     action: Annotated[str | None, Query(max_length=100, description="'quota.' = family")] = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    sign_ins: Annotated[bool, Query(description="include successful sign-ins "
+                                                "(auth.sign_in)")] = True,
 ) -> AuditFilters:
-    """The filters the API and the page share (the page leaves sign-ins out by default)."""
-    return AuditFilters(tenant=tenant, actor=actor, action=action, since=since, until=until)
-
-
-async def audit_filters(
-    common: Annotated[AuditFilters, Depends(common_filters)],
-    sign_ins: Annotated[bool, Query(description="include successful sign-ins")] = True,
-) -> AuditFilters:
-    return common.model_copy(update={"sign_ins": sign_ins})
+    return AuditFilters(tenant=tenant, actor=actor, action=action, since=since, until=until,
+                        sign_ins=sign_ins)
 
 
 @router.get("", response_model=Page[AuditEventOut])

@@ -1,5 +1,5 @@
-"""HTML: the audit log, filterable by plain links or by its form (htmx swaps the rows only),
-paged with htmx; sign-ins are left out unless asked for."""
+"""HTML: the audit log, filterable by plain links or by its form (htmx swaps the results in
+place), paged with htmx or plain links; sign-ins are left out unless asked for."""
 
 from __future__ import annotations
 
