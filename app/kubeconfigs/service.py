@@ -404,8 +404,8 @@ def _audit(db: Session, actor_id: int | None, actor_label: str, tenant_id: int, 
 
 
 def _grant_label(db: Session, grant: KubeconfigGrant) -> str:
-    """"view kubeconfig #7 of alice@example.com for cluster train" (the session holds both
-    rows already wherever a grant changes)."""
+    """The grant as people say it: "view kubeconfig #7 of alice@example.com for cluster
+    train" (the session holds both rows already wherever a grant changes)."""
     user, cluster = db.get(User, grant.user_id), db.get(VirtualCluster, grant.cluster_id)
     whose = f" of {user.email}" if user else ""
     where = f" for {readable.cluster_label(cluster.name)}" if cluster else ""
