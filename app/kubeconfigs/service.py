@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
@@ -399,7 +400,16 @@ def _audit(db: Session, actor_id: int | None, actor_label: str, tenant_id: int, 
            after: dict[str, Any] | None = None) -> None:
     audit.record(db, action=action, actor_id=actor_id, actor_label=actor_label,
                  tenant_id=tenant_id, target_type="kubeconfig_grant", target_id=grant.id,
-                 before=before, after=after)
+                 target_label=_grant_label(db, grant), before=before, after=after)
+
+
+def _grant_label(db: Session, grant: KubeconfigGrant) -> str:
+    """The grant as people say it: "view kubeconfig #7 of alice@example.com for cluster
+    train" (the session holds both rows already wherever a grant changes)."""
+    user, cluster = db.get(User, grant.user_id), db.get(VirtualCluster, grant.cluster_id)
+    whose = f" of {user.email}" if user else ""
+    where = f" for {readable.cluster_label(cluster.name)}" if cluster else ""
+    return f"{grant.role} kubeconfig #{grant.id}{whose}{where}"
 
 
 # ----- what the cluster page's kubeconfig panel shows
