@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 
 from app.portalctl import browser_login, profiles
@@ -324,19 +325,19 @@ def quota_set_burst(
 
 
 def _issue(client: Client, cluster_path: str, body: dict[str, Any],
-           wait: float | None) -> str:
-    """The kubeconfig; a sleeping cluster wakes on asking (202): with ``wait``, follow it
-    until Ready and ask again; without, say so and stop."""
+           wait: float | None) -> httpx.Response:
+    """The kubeconfig's answer; a sleeping cluster wakes on asking (202): with ``wait``,
+    follow it until Ready and ask again; without, say so and stop."""
     answer = client.send("POST", f"{cluster_path}/kubeconfigs", json=body)
     if answer.status_code != 202:
-        return answer.text
+        return answer
     if wait is None:
         fail(f"{answer.json().get('detail', 'the cluster is waking up')}; "
              "`--wait` waits for it", ERROR)
     final = wait_for(lambda: client.get(cluster_path), wait, 2.0)
     if final["phase"] != "Ready":
         fail(f"cluster {final['name']} did not wake (phase {final['phase']})", ERROR)
-    return str(client.send("POST", f"{cluster_path}/kubeconfigs", json=body).text)
+    return client.send("POST", f"{cluster_path}/kubeconfigs", json=body)
 
 
 @app.command("kubeconfig")
@@ -353,6 +354,9 @@ def kubeconfig(
     ] = False,
     use: Annotated[bool, typer.Option("--use", help="with --merge: switch to the context")
                    ] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", "--overwrite", help="with --merge: replace entries of the same name that "
+                                       "point at another cluster or user")] = False,
     wait: Annotated[bool, typer.Option(
         help="a sleeping cluster wakes on asking: wait until it answers, then issue")] = False,
     timeout: Annotated[float, typer.Option(help="seconds --wait waits before giving up")
@@ -361,13 +365,18 @@ def kubeconfig(
 ) -> None:
     """Issue a kubeconfig for a Ready cluster: print it, write it, or merge it.
 
+    Its context is named TENANT-CLUSTER-ROLE, so a view and an admin kubeconfig of one
+    cluster merge side by side. --merge refuses, changing nothing, to replace a context,
+    user or cluster of the same name that is someone else's (--force replaces them).
+
     Example: portalctl kubeconfig train --role edit --ttl 8h --merge --use
+
     A sleeping cluster wakes: portalctl kubeconfig train --wait -f train.yaml
     """
     if file is not None and merge:
         fail("choose one of --file and --merge", USAGE)
-    if use and not merge:
-        fail("--use goes with --merge", USAGE)
+    if (use or force) and not merge:
+        fail(f"{'--use' if use else '--force'} goes with --merge", USAGE)
     body: dict[str, Any] = {"role": role}
     if ttl is not None:
         try:
@@ -375,18 +384,40 @@ def kubeconfig(
         except ValueError as error:
             fail(str(error), USAGE)
     with api() as client:
-        issued = _issue(client, f"{clusters_path(client, tenant)}/{cluster}", body,
-                        timeout if wait else None)
-    if merge:
-        target = kubeconfigs.default_path()
-        context = kubeconfigs.merge_into(target, issued, use=use)
-        switched = " and switched to it" if use else ""
-        typer.echo(f"Context {context} merged into {target}{switched}.", err=True)
-    elif file is not None:
-        kubeconfigs.write_private(file, issued)
+        path = f"{clusters_path(client, tenant)}/{cluster}"
+        issued = _issue(client, path, body, timeout if wait else None)
+        if merge:
+            _merge(client, path, issued, use=use, force=force)
+    if file is not None:
+        kubeconfigs.write_private(file, issued.text)
         typer.echo(f"Kubeconfig written to {file}.", err=True)
-    else:
-        typer.echo(issued, nl=False)
+    elif not merge:
+        typer.echo(issued.text, nl=False)
+
+
+def _merge(client: Client, cluster_path: str, issued: httpx.Response, *, use: bool,
+           force: bool) -> None:
+    """Into the user's kubeconfig; on a conflict the kubeconfig just issued is revoked, so
+    no credential is left that nobody holds."""
+    target = kubeconfigs.default_path()
+    try:
+        context = kubeconfigs.merge_into(target, issued.text, use=use, force=force)
+    except kubeconfigs.Conflict as conflict:
+        listed = "".join(f"\n  {line}" for line in conflict.found)
+        fail(f"not merged: {target} already has entries of these names for something else:"
+             f"{listed}\nNothing was changed; {_revoke_unused(client, cluster_path, issued)}. "
+             "--force replaces them; -f FILE writes a file of its own.", ERROR)
+    switched = " and switched to it" if use else ""
+    typer.echo(f"Context {context} merged into {target}{switched}.", err=True)
+
+
+def _revoke_unused(client: Client, cluster_path: str, issued: httpx.Response) -> str:
+    grant = issued.headers.get("X-Kubeconfig-Grant", "")
+    try:
+        client.request("DELETE", f"{cluster_path}/kubeconfigs/{grant}")
+    except ApiError as error:
+        return f"the kubeconfig just issued (grant {grant}) is not revoked: {error.message}"
+    return "the kubeconfig just issued is revoked"
 
 
 def run() -> None:
