@@ -75,12 +75,17 @@ def login(
 
     By default through the browser: the portal shows the API token it will make for this
     command line, and once you confirm it hands the token to portalctl on 127.0.0.1.
-    Headless, paste a token made on the portal's API tokens page with --token-stdin.
+    Headless, paste a token made on the portal's API tokens page with --token-stdin; without
+    it, a standard input that is not a terminal stops the command at once.
 
     Example: portalctl login --url https://portal.example.com
 
     Example: echo "$TOKEN" | portalctl login --url https://portal.example.com --token-stdin
     """
+    if not token_stdin and not sys.stdin.isatty():
+        fail("standard input is not a terminal: to sign in with a token piped in, add "
+             "--token-stdin (echo \"$TOKEN\" | portalctl login --url URL --token-stdin); "
+             "to sign in through a browser, run portalctl login in a terminal", USAGE)
     if token_stdin:
         token = sys.stdin.readline().strip()
         if not token:

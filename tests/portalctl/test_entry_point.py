@@ -12,7 +12,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from app.portalctl.main import app
-from tests.portalctl.conftest import Portal
+from tests.portalctl.conftest import Portal, PortalCtl
 
 PORTALCTL = Path(sys.executable).parent / "portalctl"
 
@@ -35,6 +35,23 @@ def test_the_installed_script_signs_in_and_lists_clusters_as_json(
                              capture_output=True, text=True, check=False)
     assert missing.returncode == 3
     assert missing.stderr.startswith("error: ") and "Traceback" not in missing.stderr
+
+
+def test_a_token_piped_in_without_token_stdin_stops_at_once_saying_what_to_pass(
+    portalctl: PortalCtl,
+) -> None:
+    """It stops before listening for the browser or printing a sign-in link."""
+    environment = {"PATH": os.environ.get("PATH", ""),
+                   "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+                   **{k: v for k, v in portalctl.env.items() if v is not None}}
+    piped = subprocess.run([str(PORTALCTL), "login", "--url", "http://127.0.0.1:9",
+                            "--timeout", "30"], input="gtp_secret\n", env=environment,
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert piped.returncode == 2
+    assert "--token-stdin" in piped.stderr and "not a terminal" in piped.stderr
+    assert "cli/login" not in piped.stderr and "Waiting" not in piped.stderr
+    assert "gtp_secret" not in piped.stderr + piped.stdout
+    assert not (portalctl.home / ".config" / "portalctl" / "config.toml").exists()
 
 
 def test_every_command_has_an_example_in_its_help() -> None:
