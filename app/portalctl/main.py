@@ -16,7 +16,17 @@ from app.portalctl.access import grants_app, members_app, tokens_app
 from app.portalctl.audit import audit
 from app.portalctl.client import ERROR, USAGE, ApiError, Client
 from app.portalctl.clusters import clusters_app, clusters_path, wait_for
-from app.portalctl.common import Limit, Output, TenantOpt, api, fail, state, tenant_of
+from app.portalctl.common import (
+    Limit,
+    Output,
+    RequiredGpuClass,
+    TenantOpt,
+    api,
+    fail,
+    resolve_gpu_class,
+    state,
+    tenant_of,
+)
 from app.portalctl.fleet import fleet, gpu_classes_app, nodes_app
 from app.portalctl.hosts import hosts_app
 from app.portalctl.output import Format, emit
@@ -208,7 +218,7 @@ def quota_requests(tenant: TenantOpt = None, output: Output = Format.table,
 
 @quota_app.command("request")
 def quota_request(
-    gpu_class_id: Annotated[int, typer.Option("--gpu-class", help="the GPU class's id")],
+    gpu_class: RequiredGpuClass,
     gpus: Annotated[int, typer.Option(help="whole GPUs")],
     reason: Annotated[str, typer.Option(help="why the tenant needs them")],
     cpu_millicores: Annotated[int, typer.Option(help="CPU, in millicores")] = 0,
@@ -221,14 +231,15 @@ def quota_request(
 ) -> None:
     """Ask the platform admins for GPU quota, in one region.
 
-    Example: portalctl quota request --gpu-class 1 --gpus 8 --region eu --reason "May runs"
+    Example: portalctl quota request --gpu-class NVIDIA-H100-80GB-HBM3 --gpus 8 --region eu
+    --reason "May runs"
     """
-    body: dict[str, Any] = {"gpu_class_id": gpu_class_id, "gpus": gpus, "reason": reason,
-                            "cpu_millicores": cpu_millicores, "memory_mib": memory_mib,
-                            "region": region}
+    body: dict[str, Any] = {"gpus": gpus, "reason": reason, "cpu_millicores": cpu_millicores,
+                            "memory_mib": memory_mib, "region": region}
     if ends_at:
         body["ends_at"] = ends_at
     with api() as client:
+        body["gpu_class_id"] = resolve_gpu_class(client, gpu_class)["id"]
         slug = tenant_of(client, tenant)
         created = client.request("POST", f"/api/v1/tenants/{slug}/quota-requests", json=body,
                                  create=True)
