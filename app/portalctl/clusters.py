@@ -16,13 +16,14 @@ from app.portalctl.common import (
     Output,
     TenantOpt,
     api,
+    command_group,
     fail,
     resolve_gpu_class,
     tenant_of,
 )
 from app.portalctl.output import Format, emit
 
-clusters_app = typer.Typer(help="A tenant's virtual clusters.", no_args_is_help=True)
+clusters_app = command_group("A tenant's virtual clusters.")
 
 CLUSTER_COLUMNS = ("name", "phase", "region", "host_cluster", "placement", "gpu_class", "gpus",
                    "cpu_millicores", "memory_mib", "kubernetes_version")

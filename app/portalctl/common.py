@@ -39,6 +39,12 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
+def command_group(help_text: str) -> typer.Typer:
+    """A group of commands. Its help takes Click's plain layout: at 80 columns Rich's option
+    table cuts long option names short and shows every flag as ``<bool>``."""
+    return typer.Typer(help=help_text, no_args_is_help=True, rich_markup_mode=None)
+
+
 @contextmanager
 def api() -> Iterator[Client]:
     """A client for the chosen profile; API errors end the command with their exit code."""

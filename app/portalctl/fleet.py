@@ -14,14 +14,13 @@ from app.portalctl.common import (
     Output,
     RequiredGpuClass,
     api,
+    command_group,
     resolve_gpu_class,
 )
 from app.portalctl.output import Format, emit
 
-nodes_app = typer.Typer(help="GPU nodes and dedicating them to tenants (platform admins).",
-                        no_args_is_help=True)
-gpu_classes_app = typer.Typer(help="GPU classes: the kinds of GPU quota is asked in.",
-                              no_args_is_help=True)
+nodes_app = command_group("GPU nodes and dedicating them to tenants (platform admins).")
+gpu_classes_app = command_group("GPU classes: the kinds of GPU quota is asked in.")
 
 HostCluster = Annotated[str | None, typer.Option(
     help="the host cluster's name (default: the default one)")]

@@ -22,6 +22,7 @@ from app.portalctl.common import (
     RequiredGpuClass,
     TenantOpt,
     api,
+    command_group,
     fail,
     resolve_gpu_class,
     state,
@@ -35,10 +36,10 @@ from app.portalctl.usage import usage
 
 EXIT_CODES = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 forbidden or not signed in."
 app = typer.Typer(help=f"The GPU Tenant Portal from a terminal.\n\n{EXIT_CODES}",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
-tenants_app = typer.Typer(help="Tenants you belong to (all of them for platform admins).",
-                          no_args_is_help=True)
-quota_app = typer.Typer(help="A tenant's GPU quota and quota requests.", no_args_is_help=True)
+                  no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None)
+tenants_app = command_group("Tenants you belong to (all of them for platform admins).")
+quota_app = command_group("A tenant's GPU quota and quota requests.")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(quota_app, name="quota")
 app.add_typer(clusters_app, name="clusters")

@@ -8,11 +8,11 @@ from typing import Annotated, Any
 import typer
 
 from app.portalctl.client import USAGE, Client
-from app.portalctl.common import GpuClassOpt, Output, api, fail, resolve_gpu_class
+from app.portalctl.common import GpuClassOpt, Output, api, command_group, fail, resolve_gpu_class
 from app.portalctl.output import Format, emit
 from app.templates.addon_lines import FIELDS, parse_line, parse_setting
 
-templates_app = typer.Typer(help="Cluster templates and their versions.", no_args_is_help=True)
+templates_app = command_group("Cluster templates and their versions.")
 
 PATH = "/api/v1/cluster-templates"
 TEMPLATE_COLUMNS = ("name", "description", "latest_offered", "versions")

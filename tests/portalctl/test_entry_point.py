@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from typer.main import get_command
 from typer.testing import CliRunner
@@ -54,19 +56,35 @@ def test_a_token_piped_in_without_token_stdin_stops_at_once_saying_what_to_pass(
     assert not (portalctl.home / ".config" / "portalctl" / "config.toml").exists()
 
 
-def test_every_command_has_an_example_in_its_help() -> None:
-    def leaves(command: object, path: tuple[str, ...]) -> list[tuple[str, ...]]:
-        children = getattr(command, "commands", None)
-        if not children:
-            return [path]
-        return [leaf for name, child in children.items() for leaf in leaves(child, (*path, name))]
+def _commands(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """Every command and group under ``command``, itself first."""
+    children = getattr(command, "commands", None) or {}
+    return [(path, command), *(found for name, child in children.items()
+                               for found in _commands(child, (*path, name)))]
 
-    commands = leaves(get_command(app), ())
+
+def test_every_command_has_an_example_in_its_help() -> None:
+    commands = [path for path, command in _commands(get_command(app))
+                if not getattr(command, "commands", None)]
     assert len(commands) == 58
     for path in commands:
         result = CliRunner().invoke(app, [*path, "--help"])
         assert result.exit_code == 0, (path, result.stderr)
         assert "Example:" in result.stdout, path
+
+
+def test_every_help_reads_at_80_columns_with_whole_option_names_and_flags_as_flags() -> None:
+    for path, command in _commands(get_command(app)):
+        result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
+        assert result.exit_code == 0, (path, result.stderr)
+        shown = result.stdout
+        assert "<bool>" not in shown, path
+        assert "\N{HORIZONTAL ELLIPSIS}" not in shown, path
+        assert max(len(line) for line in shown.splitlines()) <= 80, path
+        names = [name for param in command.params if not getattr(param, "hidden", False)
+                 for name in (*param.opts, *param.secondary_opts) if name.startswith("-")]
+        for name in names:
+            assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", shown), (path, name)
 
 
 def test_the_shell_completion_script_is_shown_and_completes_subcommands(tmp_path: Path) -> None:
