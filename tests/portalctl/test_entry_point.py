@@ -17,6 +17,7 @@ from app.portalctl.main import app
 from tests.portalctl.conftest import Portal, PortalCtl
 
 PORTALCTL = Path(sys.executable).parent / "portalctl"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_installed_script_signs_in_and_lists_clusters_as_json(
@@ -54,6 +55,17 @@ def test_a_token_piped_in_without_token_stdin_stops_at_once_saying_what_to_pass(
     assert "cli/login" not in piped.stderr and "Waiting" not in piped.stderr
     assert "gtp_secret" not in piped.stderr + piped.stdout
     assert not (portalctl.home / ".config" / "portalctl" / "config.toml").exists()
+
+
+def test_the_readme_and_make_run_say_where_portalctl_is_from_its_first_mention() -> None:
+    readme = (ROOT / "README.md").read_text()
+    first = readme.index("portalctl")
+    paragraph = readme[readme.rindex("\n\n", 0, first):readme.index("\n\n", first)]
+    assert ".venv/bin/portalctl" in paragraph and "pipx install ." in paragraph
+    dry_run = subprocess.run(["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True,
+                             check=True)
+    said = [line for line in dry_run.stdout.splitlines() if line.startswith("echo ")]
+    assert any(f"{ROOT}/.venv/bin/portalctl" in line for line in said), dry_run.stdout
 
 
 def _commands(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
