@@ -92,7 +92,7 @@ def take_and_revoke_kubeconfig(page: Page, shots: Screenshots) -> None:
     text = page.locator("#kubeconfig-yaml").inner_text()
     assert text.startswith("# SIMULATED HOST")
     assert "server: https://train.demo.simulated-host.invalid" in text
-    assert "current-context: demo-train-simulated" in text
+    assert "current-context: demo-train-view-simulated" in text
     shots(page, "kubeconfig-issued")
     grants = page.get_by_role("row").filter(has_text="alice@example.com")
     expect(grants).to_have_count(1)
