@@ -15,6 +15,7 @@ from app.quotas import read_models as quota_reads
 
 READ_MODELS = [audit_repository.tenants, auth_repository.memberships, gpu_class_reads.nodes,
                gpu_class_reads.node_assignments, gpu_class_reads.tenant_quotas,
+               gpu_class_reads.virtual_clusters, gpu_class_reads.gpus_in_use,
                quota_reads.virtual_clusters]
 
 

@@ -1,5 +1,5 @@
-"""Shapes of the fleet's capacity and of the GPU-hours sleep freed on the API. Hosts by name
-and region: never credentials."""
+"""Shapes of the fleet's capacity (each figure as ``app.gpu_classes.capacity`` defines it) and of
+the GPU-hours sleep freed on the API. Hosts by name and region: never credentials."""
 
 from __future__ import annotations
 
@@ -7,44 +7,42 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from app.gpu_classes.schemas import CapacityFigures
 
-class HostCapacityOut(BaseModel):
+
+class HostCapacityOut(CapacityFigures):
+    """A host's GPUs of one class; ``shared_guaranteed`` is what the shared-pool clusters placed
+    on it hold."""
+
     host_cluster: str
     region: str
     state: str = Field(description="active, cordoned or draining")
     reachable: bool | None = Field(description="the host's last health check; null: never run")
     gpu_class: str
     display_name: str
-    total: int = Field(description="whole GPUs on live nodes of the class on the host")
-    dedicated: int = Field(description="of those, on nodes dedicated to tenants")
-    guaranteed: int = Field(description="held by the shared-pool clusters placed on the host")
-    free: int = Field(description="total - dedicated - guaranteed")
-    not_ready: int = Field(description="on nodes that are not ready (part of the total)")
-    borrowed: float = Field(
-        description="burst GPUs in use: what KAI allocated to the leaf queues on the host "
-                    "beyond their quotas, summed over tenants, as the worker last read the host")
-    lent_from_idle_guarantees: float = Field(
-        description="of borrowed, what the ready GPUs nobody is guaranteed cannot cover: "
-                    "max(0, borrowed - (total - not_ready - guaranteed)). KAI lent these from "
-                    "guarantees their owners leave idle and reclaims them when the owners need "
-                    "their guarantee")
 
 
-class RegionCapacityOut(BaseModel):
+class RegionCapacityOut(CapacityFigures):
+    """A region's GPUs of one class: its hosts' figures with the tenants' quota there."""
+
     region: str
     gpu_class: str
     display_name: str
     hosts: list[str]
-    total: int
-    dedicated: int
-    guaranteed: int = Field(description="the tenants' approved quota of the class in the region")
-    free: int = Field(description="total - dedicated - the quota dedicated nodes do not cover")
-    not_ready: int
+
+
+class ClassCapacityOut(CapacityFigures):
+    """A class's GPUs over the regions shown: the sums of their figures."""
+
+    gpu_class: str
+    display_name: str
 
 
 class FleetCapacityOut(BaseModel):
     hosts: list[HostCapacityOut] = Field(description="per host and class")
     regions: list[RegionCapacityOut] = Field(description="per region and class")
+    classes: list[ClassCapacityOut] = Field(
+        description="per class, over the regions listed (the sums of their rows)")
 
 
 class SleptDayOut(BaseModel):

@@ -1,9 +1,8 @@
-"""The fleet's capacity per host, region and GPU class, for platform admins.
+"""The fleet's capacity per host, region and GPU class, for platform admins: the figures of
+``app.gpu_classes.capacity``, the one definition every page, the API and the CLI show.
 
-Per host, ``guaranteed`` is what the shared-pool clusters placed on it hold (placement draws
-quota there). Per region, ``guaranteed`` is the tenants' approved quota of the class there and
-``free`` is the nodes' GPUs less the dedicated ones and the quota they do not cover: the
-figures quota approvals in the region are checked against (``app.gpu_classes.service``).
+Filters keep the hosts asked for; a region's row stays its whole region's (quota is approved
+per region, not per host), and a class's row sums the regions listed.
 """
 
 from __future__ import annotations
@@ -15,9 +14,14 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
-from app.fleet import repository
-from app.fleet.schemas import FleetCapacityOut, HostCapacityOut, RegionCapacityOut
-from app.gpu_classes import service as gpu_classes
+from app.fleet.schemas import (
+    ClassCapacityOut,
+    FleetCapacityOut,
+    HostCapacityOut,
+    RegionCapacityOut,
+)
+from app.gpu_classes import capacity as figures
+from app.gpu_classes.models import GpuClass
 
 
 @dataclass(frozen=True)
@@ -29,44 +33,46 @@ class FleetFilters:
 
 def capacity(db: Session, principal: Principal, filters: FleetFilters) -> FleetCapacityOut:
     ensure_platform_admin(principal)
-    hosts = [_host_out(f) for f in repository.host_class_figures(db) if _kept(f, filters)]
-    return FleetCapacityOut(hosts=hosts, regions=_regions(db, hosts))
+    fleet = figures.fleet(db)
+    hosts = [row for row in fleet.hosts if _host_kept(row, filters)]
+    shown = {(row.host.region, row.gpu_class.id) for row in hosts}
+    if filters.host_cluster is None:  # a region's quota counts even where no node is yet
+        shown |= {(row.region, row.gpu_class.id) for row in fleet.regions
+                  if _kept(row.region, row.gpu_class, filters)}
+    regions = [row for row in fleet.regions if (row.region, row.gpu_class.id) in shown]
+    return FleetCapacityOut(hosts=[_host_out(row) for row in hosts],
+                            regions=[_region_out(row) for row in regions],
+                            classes=_classes_out(regions))
 
 
-def _kept(figures: repository.HostClassFigures, filters: FleetFilters) -> bool:
-    return ((filters.region is None or figures.region == filters.region)
-            and (filters.host_cluster is None or figures.host == filters.host_cluster)
-            and (filters.gpu_class is None or figures.gpu_class == filters.gpu_class))
+def _kept(region: str, gpu_class: GpuClass, filters: FleetFilters) -> bool:
+    return ((filters.region is None or region == filters.region)
+            and (filters.gpu_class is None or gpu_class.product == filters.gpu_class))
 
 
-def _host_out(f: repository.HostClassFigures) -> HostCapacityOut:
+def _host_kept(row: figures.HostRow, filters: FleetFilters) -> bool:
+    return (_kept(row.host.region, row.gpu_class, filters)
+            and (filters.host_cluster is None or row.host.name == filters.host_cluster))
+
+
+def _host_out(row: figures.HostRow) -> HostCapacityOut:
     return HostCapacityOut(
-        host_cluster=f.host, region=f.region, state=f.state, reachable=f.reachable,
-        gpu_class=f.gpu_class, display_name=f.display_name, total=f.total,
-        dedicated=f.dedicated, guaranteed=f.guaranteed,
-        free=f.total - f.dedicated - f.guaranteed, not_ready=f.not_ready,
-        borrowed=f.borrowed, lent_from_idle_guarantees=lent_from_idle_guarantees(f))
+        **row.sums.figures(), host_cluster=row.host.name, region=row.host.region,
+        state=row.host.state, reachable=row.host.health_reachable,
+        gpu_class=row.gpu_class.product, display_name=row.gpu_class.display_name)
 
 
-def lent_from_idle_guarantees(f: repository.HostClassFigures) -> float:
-    """Burst beyond the ready shared GPUs no shared-pool cluster is guaranteed: KAI can only
-    have taken the rest from guarantees their owners left idle, and gives it back when they
-    ask. Dedicated nodes are no one's to borrow (their taints keep KAI's pods off)."""
-    unguaranteed = f.total - f.not_ready - f.dedicated - f.guaranteed
-    return max(0.0, f.borrowed - unguaranteed)
+def _region_out(row: figures.RegionRow) -> RegionCapacityOut:
+    return RegionCapacityOut(
+        **row.sums.figures(), region=row.region, gpu_class=row.gpu_class.product,
+        display_name=row.gpu_class.display_name, hosts=sorted(row.hosts))
 
 
-def _regions(db: Session, hosts: list[HostCapacityOut]) -> list[RegionCapacityOut]:
-    grouped: dict[tuple[str, str], list[HostCapacityOut]] = defaultdict(list)
-    for row in hosts:
-        grouped[row.region, row.gpu_class].append(row)
-    class_ids = {c.product: c.id for c in gpu_classes.all_classes(db)}
-    out = []
-    for (region, product), rows in sorted(grouped.items()):
-        figures = gpu_classes.capacity(db, class_ids[product], region)
-        out.append(RegionCapacityOut(
-            region=region, gpu_class=product, display_name=rows[0].display_name,
-            hosts=sorted({r.host_cluster for r in rows}), total=figures.total,
-            dedicated=figures.assigned, guaranteed=figures.guaranteed, free=figures.free,
-            not_ready=figures.not_ready))
-    return out
+def _classes_out(regions: list[figures.RegionRow]) -> list[ClassCapacityOut]:
+    sums: dict[str, figures.Sums] = defaultdict(figures.Sums)
+    names: dict[str, str] = {}
+    for row in regions:
+        sums[row.gpu_class.product].add(row.sums)
+        names[row.gpu_class.product] = row.gpu_class.display_name
+    return [ClassCapacityOut(**sums[product].figures(), gpu_class=product,
+                             display_name=names[product]) for product in sorted(sums)]

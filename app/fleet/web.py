@@ -3,8 +3,6 @@ GPU-hours sleep freed per class and day."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from fastapi import APIRouter, Request
 from markupsafe import Markup
 from starlette.responses import Response
@@ -12,50 +10,37 @@ from starlette.responses import Response
 from app.auth.deps import CurrentPrincipal
 from app.fleet import service, sleep, sleeping
 from app.fleet.api import Filters, SleepDays
-from app.fleet.schemas import FleetSleepOut, HostCapacityOut, RegionCapacityOut
+from app.fleet.schemas import FleetSleepOut
+from app.gpu_classes.charts import capacity_chart
 from app.http.deps import DbSession
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
 from app.usage.pages import class_styles
-from app.web.charts import palette
 from app.web.charts import series as time_series
-from app.web.charts.bars import Group, stacked_bars
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
-SERIES = (palette.kind("dedicated"), palette.kind("guaranteed"), palette.kind("free"))
-NOT_READY = palette.kind("not-ready")
 
 
 @router.get("/admin/fleet/hosts")
 def fleet_hosts(request: Request, db: DbSession, principal: CurrentPrincipal,
                 filters: Filters) -> Response:
     everything = service.capacity(db, principal, service.FleetFilters())
-    shown = service.capacity(db, principal, filters)
+    shown = (everything if filters == service.FleetFilters()
+             else service.capacity(db, principal, filters))
     return render(request, "fleet/hosts.html", {
         "filters": filters, "hosts": shown.hosts, "regions": shown.regions,
+        "classes": shown.classes,
         "region_names": sorted({h.region for h in everything.hosts}),
         "host_names": sorted({h.host_cluster for h in everything.hosts}),
         "class_names": sorted({(h.gpu_class, h.display_name) for h in everything.hosts}),
-        "host_chart": _chart("host-capacity-chart", "GPUs per host and GPU class",
-                             [(f"{h.host_cluster} · {h.display_name}", h) for h in shown.hosts]),
-        "region_chart": _chart("region-capacity-chart", "GPUs per region and GPU class",
-                               [(f"{r.region or '(no region)'} · {r.display_name}", r)
-                                for r in shown.regions]),
+        "host_chart": capacity_chart(
+            "host-capacity-chart", "GPUs per host and GPU class",
+            [(f"{h.host_cluster} · {h.display_name}", h) for h in shown.hosts]),
+        "region_chart": capacity_chart(
+            "region-capacity-chart", "GPUs per region and GPU class",
+            [(f"{r.region or '(no region)'} · {r.display_name}", r) for r in shown.regions]),
     })
-
-
-def _chart(chart_id: str, title: str,
-           rows: Sequence[tuple[str, HostCapacityOut | RegionCapacityOut]]) -> Markup | None:
-    if not rows:
-        return None
-    groups = [Group(name, {"dedicated": r.dedicated, "guaranteed": r.guaranteed,
-                           "free": max(r.free, 0), "not-ready": r.not_ready})
-              for name, r in rows]
-    description = "; ".join(f"{name}: {r.total} GPUs, {r.dedicated} dedicated, {r.guaranteed} "
-                            f"guaranteed, {r.free} free, {r.not_ready} not ready"
-                            for name, r in rows)
-    return stacked_bars(chart_id, title, description, groups, SERIES, NOT_READY)
 
 
 @router.get("/admin/fleet/sleep")

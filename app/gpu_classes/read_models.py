@@ -1,14 +1,14 @@
 """Read models of the tables above GPU classes whose figures a class's capacity sums.
 
-GPU classes are below quotas and nodes (a quota and a node are each of a class), so the
-capacity queries read those domains' tables through these column lists, never through their
-models. Only the columns read are listed; ``tests/test_read_models.py`` checks each against the
-table its domain maps.
+GPU classes are below quotas, nodes and clusters (a quota, a node and a cluster are each of a
+class), so the capacity queries read those domains' tables through these column lists, never
+through their models. Only the columns read are listed; ``tests/test_read_models.py`` checks
+each against the table its domain maps.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Boolean, Integer, String, column, table
+from sqlalchemy import JSON, Boolean, Double, Integer, String, column, table
 
 from app.database.core import UTCDateTime
 
@@ -29,4 +29,16 @@ tenant_quotas = table(
     "tenant_quotas",
     column("tenant_id", Integer), column("gpu_class_id", Integer), column("region", String),
     column("gpus", Integer),
+)
+
+virtual_clusters = table(
+    "virtual_clusters",
+    column("host_cluster_id", Integer), column("gpu_class_id", Integer),
+    column("placement", String), column("gpus", Integer),
+)
+
+gpus_in_use = table(
+    "quota_gpus_in_use",
+    column("host_cluster_id", Integer), column("gpu_class_id", Integer), column("gpus", Double),
+    column("burst_gpus", Double),
 )

@@ -1,16 +1,23 @@
-"""SQL for GPU classes and the capacity figures drawn from the node inventory."""
+"""SQL for GPU classes and the sums their capacity figures are drawn from (``capacity``)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, Integer, Select, and_, case, cast, func, select, true
 from sqlalchemy.orm import Session
 
 from app.gpu_classes.models import GpuClass
-from app.gpu_classes.read_models import node_assignments, nodes, tenant_quotas
+from app.gpu_classes.read_models import (
+    gpus_in_use,
+    node_assignments,
+    nodes,
+    tenant_quotas,
+    virtual_clusters,
+)
 from app.hosts.models import HostCluster
 from app.hosts.repository import hosts_in
 
@@ -21,14 +28,6 @@ def classes_query() -> Select[GpuClass]:
 
 def class_by_product(db: Session, product: str) -> GpuClass | None:
     return db.scalar(select(GpuClass).where(GpuClass.product == product))
-
-
-def total_gpus(db: Session, gpu_class_id: int) -> int:
-    """GPUs on nodes of the class that the inventory has not seen vanish."""
-    query = select(func.coalesce(func.sum(nodes.c.gpu_count), 0)).where(
-        nodes.c.gpu_class_id == gpu_class_id, nodes.c.gone_at.is_(None)
-    )
-    return int(db.scalar(query) or 0)
 
 
 def assigned_gpus(db: Session, gpu_class_id: int, tenant_id: int | None = None,
@@ -46,91 +45,129 @@ def assigned_gpus(db: Session, gpu_class_id: int, tenant_id: int | None = None,
     return int(db.scalar(query) or 0)
 
 
-def guaranteed_gpus(db: Session, gpu_class_id: int) -> int:
-    """The sum of every tenant's approved quota of the class."""
-    query = select(func.coalesce(func.sum(tenant_quotas.c.gpus), 0)).where(
-        tenant_quotas.c.gpu_class_id == gpu_class_id
-    )
-    return int(db.scalar(query) or 0)
-
-
 @dataclass
-class CapacityFigures:
-    """A class's capacity inputs, each summed by the database."""
+class HostSums:
+    """One host's GPUs of one class, each summed by the database (see ``capacity``)."""
 
     total: int = 0
     not_ready: int = 0
-    assigned: int = 0
-    guaranteed: int = 0
-    shared_guaranteed: int = 0
-    mig_resources: dict[str, int] = field(default_factory=dict)
+    dedicated: int = 0
+    dedicated_not_ready: int = 0
+    placed_shared: int = 0
+    in_use: float = 0.0
+    borrowed: float = 0.0
 
 
-def capacity_figures(db: Session, class_ids: Sequence[int],
-                     region: str | None = None) -> dict[int, CapacityFigures]:
-    """Capacity inputs of many classes in three aggregate queries, whatever the fleet's size:
-    over the whole fleet, or in one region (the nodes of its hosts, the quotas for it)."""
-    figures = {class_id: CapacityFigures() for class_id in class_ids}
-    if not figures:
-        return figures
-    ids = list(figures)
-    for class_id, total, not_ready, assigned in db.execute(_node_totals(ids, region)):
-        row = figures[class_id]
-        row.total, row.not_ready, row.assigned = int(total), int(not_ready), int(assigned)
-    for class_id, guaranteed, shared in db.execute(_quota_totals(ids, region)):
-        figures[class_id].guaranteed, figures[class_id].shared_guaranteed = (
-            int(guaranteed), int(shared))
-    for class_id, name, count in db.execute(_mig_totals(db, ids, region)):
-        figures[class_id].mig_resources[str(name)] = int(count)
-    return figures
+def host_sums(db: Session, class_ids: Sequence[int] | None = None,
+              region: str | None = None) -> dict[tuple[int, int], HostSums]:
+    """(host id, class id) -> the host's sums: nodes, placed clusters and GPUs in use each in
+    one aggregate query, whatever the fleet's size; of some classes, or of one region's hosts."""
+    sums: dict[tuple[int, int], HostSums] = defaultdict(HostSums)
+    for host_id, class_id, total, not_ready, dedicated, dedicated_not_ready in db.execute(
+            _node_totals(class_ids, region)):
+        row = sums[host_id, class_id]
+        row.total, row.not_ready = int(total or 0), int(not_ready or 0)
+        row.dedicated, row.dedicated_not_ready = int(dedicated or 0), int(dedicated_not_ready or 0)
+    for host_id, class_id, gpus in db.execute(_placed_shared(class_ids, region)):
+        sums[host_id, class_id].placed_shared = int(gpus or 0)
+    for host_id, class_id, in_use, borrowed in db.execute(_in_use(class_ids, region)):
+        sums[host_id, class_id].in_use = float(in_use or 0)
+        sums[host_id, class_id].borrowed = float(borrowed or 0)
+    return dict(sums)
 
 
-def _in_region(region: str | None) -> ColumnElement[bool]:
+def uncovered_quota(db: Session, class_ids: Sequence[int] | None = None,
+                    region: str | None = None) -> dict[tuple[str, int], int]:
+    """(region, class id) -> the tenants' approved quota there that their dedicated nodes in
+    the region do not cover, in one aggregate query."""
+    return {(str(region_of), class_id): int(uncovered or 0)
+            for region_of, class_id, uncovered in db.execute(_quota_totals(class_ids, region))}
+
+
+def mig_sums(db: Session, class_ids: Sequence[int],
+             region: str | None = None) -> dict[int, dict[str, int]]:
+    """class id -> MIG slices per profile on its nodes in a MIG mode."""
+    found: dict[int, dict[str, int]] = defaultdict(dict)
+    if class_ids:
+        for class_id, name, count in db.execute(_mig_totals(db, list(class_ids), region)):
+            found[class_id][str(name)] = int(count)
+    return dict(found)
+
+
+def _of_classes(column: Any, class_ids: Sequence[int] | None) -> ColumnElement[bool]:
+    return true() if class_ids is None else column.in_(list(class_ids))
+
+
+def _in_region(region: str | None, column: Any = nodes.c.host_cluster_id) -> ColumnElement[bool]:
     if region is None:
         return true()
-    return nodes.c.host_cluster_id.in_(hosts_in(region))
+    in_region: ColumnElement[bool] = column.in_(hosts_in(region))
+    return in_region
 
 
 def _active_assignment() -> ColumnElement[bool]:
     return and_(node_assignments.c.node_id == nodes.c.id, node_assignments.c.ended_at.is_(None))
 
 
-def _node_totals(class_ids: list[int],
-                 region: str | None) -> Select[int | None, int, Any, Any]:
-    """Whole GPUs on live nodes per class: all, on nodes not ready, on dedicated nodes."""
-    not_ready = case((nodes.c.ready.is_(False), nodes.c.gpu_count), else_=0)
-    dedicated = case((node_assignments.c.id.is_not(None), nodes.c.gpu_count), else_=0)
-    return (select(nodes.c.gpu_class_id, func.sum(nodes.c.gpu_count), func.sum(not_ready),
-                   func.sum(dedicated))
+def _node_totals(class_ids: Sequence[int] | None, region: str | None) -> Select[Any]:
+    """Whole GPUs on live nodes per host and class: all, not ready, dedicated, both."""
+    is_dedicated = node_assignments.c.id.is_not(None)
+    is_not_ready = nodes.c.ready.is_(False)
+    not_ready = case((is_not_ready, nodes.c.gpu_count), else_=0)
+    dedicated = case((is_dedicated, nodes.c.gpu_count), else_=0)
+    both = case((and_(is_dedicated, is_not_ready), nodes.c.gpu_count), else_=0)
+    return (select(nodes.c.host_cluster_id, nodes.c.gpu_class_id, func.sum(nodes.c.gpu_count),
+                   func.sum(not_ready), func.sum(dedicated), func.sum(both))
             .outerjoin(node_assignments, _active_assignment())
-            .where(nodes.c.gpu_class_id.in_(class_ids), nodes.c.gone_at.is_(None),
-                   _in_region(region))
-            .group_by(nodes.c.gpu_class_id))
+            .where(nodes.c.gpu_class_id.is_not(None), nodes.c.gone_at.is_(None),
+                   _of_classes(nodes.c.gpu_class_id, class_ids), _in_region(region))
+            .group_by(nodes.c.host_cluster_id, nodes.c.gpu_class_id))
 
 
-def _quota_totals(class_ids: list[int], region: str | None) -> Select[int, int, Any]:
-    """Per class: the tenants' quota, and the part of it their dedicated nodes do not cover
-    (nodes cover the quota of their own host's region)."""
+def _placed_shared(class_ids: Sequence[int] | None, region: str | None) -> Select[Any]:
+    """GPUs of the shared-pool clusters placed on each host: their queues' quotas there."""
+    clusters = virtual_clusters.c
+    return (select(clusters.host_cluster_id, clusters.gpu_class_id, func.sum(clusters.gpus))
+            .where(clusters.gpu_class_id.is_not(None), clusters.gpus > 0,
+                   clusters.placement == "shared-pool",
+                   _of_classes(clusters.gpu_class_id, class_ids),
+                   _in_region(region, clusters.host_cluster_id))
+            .group_by(clusters.host_cluster_id, clusters.gpu_class_id))
+
+
+def _in_use(class_ids: Sequence[int] | None, region: str | None) -> Select[Any]:
+    """GPUs bound to pods on each host, and of them the burst, as the worker last read it."""
+    used = gpus_in_use.c
+    return (select(used.host_cluster_id, used.gpu_class_id, func.sum(used.gpus),
+                   func.sum(used.burst_gpus))
+            .where(_of_classes(used.gpu_class_id, class_ids),
+                   _in_region(region, used.host_cluster_id))
+            .group_by(used.host_cluster_id, used.gpu_class_id))
+
+
+def _quota_totals(class_ids: Sequence[int] | None, region: str | None) -> Select[Any]:
+    """Per region and class: the tenants' quota that their dedicated nodes do not cover (nodes
+    cover the quota of their own host's region)."""
     dedicated = (select(node_assignments.c.tenant_id, nodes.c.gpu_class_id,
                         HostCluster.region.label("region"),
                         func.sum(nodes.c.gpu_count).label("gpus"))
                  .join(nodes, _active_assignment())
                  .join(HostCluster, HostCluster.id == nodes.c.host_cluster_id)
-                 .where(nodes.c.gpu_class_id.in_(class_ids), nodes.c.gone_at.is_(None),
+                 .where(_of_classes(nodes.c.gpu_class_id, class_ids), nodes.c.gone_at.is_(None),
                         _in_region(region))
                  .group_by(node_assignments.c.tenant_id, nodes.c.gpu_class_id,
                            HostCluster.region)
                  .subquery())
-    in_region = true() if region is None else tenant_quotas.c.region == region
-    on_nodes = func.coalesce(dedicated.c.gpus, 0)
-    uncovered = case((tenant_quotas.c.gpus > on_nodes, tenant_quotas.c.gpus - on_nodes), else_=0)
     quotas = tenant_quotas.c
-    return (select(quotas.gpu_class_id, func.sum(quotas.gpus), func.sum(uncovered))
-            .outerjoin(dedicated, and_(dedicated.c.tenant_id == tenant_quotas.c.tenant_id,
-                                       dedicated.c.gpu_class_id == tenant_quotas.c.gpu_class_id,
-                                       dedicated.c.region == tenant_quotas.c.region))
-            .where(tenant_quotas.c.gpu_class_id.in_(class_ids), in_region)
-            .group_by(tenant_quotas.c.gpu_class_id))
+    in_region = true() if region is None else quotas.region == region
+    on_nodes = func.coalesce(dedicated.c.gpus, 0)
+    uncovered = case((quotas.gpus > on_nodes, quotas.gpus - on_nodes), else_=0)
+    return (select(quotas.region, quotas.gpu_class_id, func.sum(uncovered))
+            .outerjoin(dedicated, and_(dedicated.c.tenant_id == quotas.tenant_id,
+                                       dedicated.c.gpu_class_id == quotas.gpu_class_id,
+                                       dedicated.c.region == quotas.region))
+            .where(_of_classes(quotas.gpu_class_id, class_ids), in_region)
+            .group_by(quotas.region, quotas.gpu_class_id))
 
 
 def _mig_totals(db: Session, class_ids: list[int], region: str | None) -> Select[Any]:

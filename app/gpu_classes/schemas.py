@@ -41,16 +41,42 @@ class GpuClassUpdate(BaseModel):
     display_name: SingleLine = Field(min_length=1, max_length=100)
 
 
-class Capacity(BaseModel):
-    """GPUs of one class: on live nodes, dedicated to tenants, guaranteed by quota, left."""
+class CapacityFigures(BaseModel):
+    """GPUs of one class, over the fleet, a region or a host, each figure as defined once in
+    ``app.gpu_classes.capacity`` (and docs/operator.md, "Capacity figures")."""
 
-    total: int = Field(description="whole GPUs on live nodes, ready or not")
-    assigned: int = Field(description="GPUs on nodes dedicated to tenants")
-    guaranteed: int = Field(description="the sum of tenant quotas (dedicated nodes included)")
+    total: int = Field(description="whole GPUs on live nodes, ready or not: ready + not_ready")
+    ready: int = Field(description="of total, on nodes that are Ready")
+    not_ready: int = Field(description="of total, on nodes that are not Ready")
+    dedicated: int = Field(description="of total, on nodes dedicated to tenants (ready or not)")
+    guaranteed: int = Field(
+        description="promised to tenants: dedicated + shared_guaranteed (per class and region "
+                    "the approved quota, while no tenant holds more dedicated GPUs than its "
+                    "quota)")
     shared_guaranteed: int = Field(
-        default=0, description="quota not on dedicated nodes: guaranteed in the shared pool")
-    free: int = Field(description="total - assigned - shared_guaranteed")
-    not_ready: int = Field(default=0, description="GPUs of total on nodes that are not ready")
+        description="guaranteed in the shared pool: per class and region the approved quota "
+                    "that dedicated nodes do not cover; per host the GPUs of the shared-pool "
+                    "clusters placed there")
+    free: int = Field(
+        description="ready GPUs of the shared pool nobody is guaranteed: ready - ready "
+                    "dedicated - shared_guaranteed; what approvals are checked against; "
+                    "negative when overcommitted")
+    in_use: float = Field(
+        description="GPUs bound to pods now (fractions included, burst included), as the "
+                    "worker last read the hosts")
+    borrowed: float = Field(
+        description="of in_use, the burst: what KAI allocated to the leaf queues beyond their "
+                    "quotas")
+    lent_from_idle_guarantees: float = Field(
+        description="of borrowed, what the free GPUs cannot cover, per host: max(0, borrowed "
+                    "- max(free, 0)), summed over hosts. KAI lent these from guarantees their "
+                    "owners leave idle and reclaims them when the owners need them")
+
+
+class Capacity(CapacityFigures):
+    """A GPU class's figures over the fleet or in one region, with its MIG slices."""
+
+    assigned: int = Field(deprecated=True, description="the same as dedicated")
     mig_resources: dict[str, int] = Field(
         default_factory=dict,
         description="MIG slices (nvidia.com/mig-*) on nodes in MIG mixed mode; not in total")

@@ -1,14 +1,7 @@
 """GPU classes: declared by platform admins until the node inventory brings them, and the
-capacity figures that quota approvals are checked against.
-
-Capacity of a class: ``total`` is the whole GPUs on its nodes that are not gone (``not_ready``
-of them on nodes that are not ready, shown apart); ``guaranteed`` is the sum of tenant quotas.
-Dedicated node assignments are part of the tenant's quota: ``assigned`` is the GPUs on
-dedicated nodes, ``shared_guaranteed`` the quota they do not cover (each tenant's quota minus
-its dedicated GPUs), and ``free = total - assigned - shared_guaranteed``, which is
-``total - guaranteed`` while no tenant holds more dedicated GPUs than its quota. MIG slices are
-listed apart, never counted as whole GPUs. A declared class without nodes has a total of 0, so
-every approval for it needs an explicit overcommit.
+capacity figures that quota approvals are checked against, each defined once in
+``app.gpu_classes.capacity``. A declared class without nodes has a total of 0, so every
+approval for it needs an explicit overcommit.
 """
 
 from __future__ import annotations
@@ -21,6 +14,7 @@ from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz import ensure_platform_writer
 from app.database.concurrency import insert_or_conflict, lock_row
+from app.gpu_classes import capacity as capacity_figures
 from app.gpu_classes import capacity_cache
 from app.gpu_classes import repository as repository
 from app.gpu_classes.models import GpuClass
@@ -38,13 +32,9 @@ def capacity(db: Session, gpu_class_id: int, region: str | None = None) -> Capac
 
 def capacities(db: Session, gpu_class_ids: Sequence[int],
                region: str | None = None) -> dict[int, Capacity]:
-    """The capacity of each class, over the fleet or in one region (its hosts' nodes, its
-    quotas), summed in SQL: a constant number of queries for any fleet."""
-    return {class_id: Capacity(
-        total=f.total, assigned=f.assigned, guaranteed=f.guaranteed,
-        shared_guaranteed=f.shared_guaranteed, free=f.total - f.assigned - f.shared_guaranteed,
-        not_ready=f.not_ready, mig_resources=dict(sorted(f.mig_resources.items())))
-        for class_id, f in repository.capacity_figures(db, gpu_class_ids, region).items()}
+    """The capacity of each class, over the fleet or in one region, summed afresh in SQL: a
+    constant number of queries for any fleet."""
+    return capacity_figures.class_capacities(db, gpu_class_ids, region)
 
 
 def to_out(db: Session, principal: Principal, row: GpuClass) -> GpuClassOut:
@@ -113,7 +103,7 @@ def declare_class(db: Session, principal: Principal, payload: GpuClassCreate) ->
     insert_or_conflict(db, row, taken)
     audit.record(db, action="gpu_class.declare", actor_id=principal.user_id,
                  actor_label=principal.label, target_type="gpu_class", target_id=row.id,
-                 after=payload.model_dump())
+                 target_label=f"GPU class {row.display_name}", after=payload.model_dump())
     return to_out(db, principal, row)
 
 
@@ -126,6 +116,7 @@ def update_class(
     row.display_name = payload.display_name
     audit.record(db, action="gpu_class.update", actor_id=principal.user_id,
                  actor_label=principal.label, target_type="gpu_class", target_id=row.id,
-                 before=before, after={"display_name": row.display_name})
+                 target_label=f"GPU class {row.display_name}", before=before,
+                 after={"display_name": row.display_name})
     db.flush()
     return to_out(db, principal, row)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, Request
-from markupsafe import Markup
 from pydantic import ValidationError
 from starlette.responses import Response
 
@@ -16,7 +14,7 @@ from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz import ensure_platform_writer
 from app.gpu_classes import service as gpu_classes
-from app.gpu_classes.schemas import GpuClassOut
+from app.gpu_classes.charts import capacity_chart
 from app.http.deps import DbSession
 from app.http.pagination import PageParams, Paging
 from app.http.routing import UnitOfWorkRoute
@@ -26,8 +24,6 @@ from app.nodes.api import Filters, SortQuery
 from app.nodes.repository import NodeFilters
 from app.nodes.schemas import AssignmentIn, SuggestionIn
 from app.web import live
-from app.web.charts import palette
-from app.web.charts.bars import Group, stacked_bars
 from app.web.forms import (
     FieldErrors,
     FormFields,
@@ -72,27 +68,13 @@ def fleet(request: Request, db: DbSession, principal: CurrentPrincipal, filters:
 
 
 NODE_SORT_LABELS = {"name": "name", "rack": "rack, then name", "id": "first seen"}
-CAPACITY_SERIES = (palette.kind("dedicated"), palette.kind("guaranteed"), palette.kind("free"))
-NOT_READY = palette.kind("not-ready")
 
 
 def _capacity(db: DbSession, principal: Principal) -> dict[str, Any]:
     classes = gpu_classes.list_classes(db, principal, PageParams(limit=200)).items
-    return {"classes": classes, "capacity_chart": _capacity_chart(classes)}
-
-
-def _capacity_chart(classes: Sequence[GpuClassOut]) -> Markup | None:
-    figures = [(c.display_name, c.capacity) for c in classes if c.capacity is not None]
-    if not figures:
-        return None
-    groups = [Group(name, {"dedicated": c.assigned, "guaranteed": c.shared_guaranteed,
-                           "free": c.free, "not-ready": c.not_ready}) for name, c in figures]
-    description = "; ".join(
-        f"{name}: {c.total} GPUs, {c.assigned} dedicated, {c.shared_guaranteed} guaranteed in "
-        f"the shared pool, {c.free} free, {c.not_ready} on nodes not ready"
-        for name, c in figures)
-    return stacked_bars("capacity-chart", "GPUs per GPU class: dedicated, guaranteed, free",
-                        description, groups, CAPACITY_SERIES, NOT_READY)
+    chart = capacity_chart("capacity-chart", "GPUs per GPU class: dedicated, guaranteed, free",
+                           [(c.display_name, c.capacity) for c in classes if c.capacity])
+    return {"classes": classes, "capacity_chart": chart}
 
 
 def _filter_values(filters: NodeFilters) -> dict[str, str | None]:

@@ -7,13 +7,20 @@ from typing import Annotated, Any
 
 import typer
 
-from app.portalctl.common import Limit, Output, api
+from app.portalctl.client import Client
+from app.portalctl.common import (
+    GpuClassOpt,
+    Limit,
+    Output,
+    RequiredGpuClass,
+    api,
+    command_group,
+    resolve_gpu_class,
+)
 from app.portalctl.output import Format, emit
 
-nodes_app = typer.Typer(help="GPU nodes and dedicating them to tenants (platform admins).",
-                        no_args_is_help=True)
-gpu_classes_app = typer.Typer(help="GPU classes: the kinds of GPU quota is asked in.",
-                              no_args_is_help=True)
+nodes_app = command_group("GPU nodes and dedicating them to tenants (platform admins).")
+gpu_classes_app = command_group("GPU classes: the kinds of GPU quota is asked in.")
 
 HostCluster = Annotated[str | None, typer.Option(
     help="the host cluster's name (default: the default one)")]
@@ -22,39 +29,45 @@ SUGGESTED_COLUMNS = ("name", "gpus", "zone", "rack", "clique")
 GPU_CLASS_COLUMNS = ("id", "product", "display_name", "memory_mib", "gpus_per_node")
 
 
-HOST_CAPACITY_COLUMNS = ("host_cluster", "region", "state", "gpu_class", "total", "dedicated",
-                         "guaranteed", "free", "not_ready", "borrowed",
-                         "lent_from_idle_guarantees")
-REGION_CAPACITY_COLUMNS = ("region", "gpu_class", "hosts", "total", "dedicated", "guaranteed",
-                           "free", "not_ready")
+# The figures of app/gpu_classes/capacity.py, in the API's words and order.
+FIGURE_COLUMNS = ("total", "ready", "not_ready", "dedicated", "guaranteed", "shared_guaranteed",
+                  "free", "in_use", "borrowed", "lent_from_idle_guarantees")
+HOST_CAPACITY_COLUMNS = ("host_cluster", "region", "state", "gpu_class", *FIGURE_COLUMNS)
+REGION_CAPACITY_COLUMNS = ("region", "gpu_class", "hosts", *FIGURE_COLUMNS)
+CLASS_CAPACITY_COLUMNS = ("gpu_class", *FIGURE_COLUMNS)
 
 
 class FleetBy(StrEnum):
     host = "host"
     region = "region"
+    gpu_class = "class"
 
 
 def fleet(
-    by: Annotated[FleetBy, typer.Option(help="one row per host and class, or per region")
-                  ] = FleetBy.host,
+    by: Annotated[FleetBy, typer.Option(help="one row per host and class, per region and "
+                                             "class, or per class")] = FleetBy.host,
     region: Annotated[str | None, typer.Option(help="only this region")] = None,
     host_cluster: Annotated[str | None, typer.Option(help="only this host cluster")] = None,
-    gpu_class: Annotated[str | None, typer.Option(help="GPU product")] = None,
+    gpu_class: GpuClassOpt = None,
     output: Output = Format.table,
 ) -> None:
-    """GPU capacity per host (or region) and class: dedicated, guaranteed, free, not ready;
-    per host also the burst in use (borrowed) and what of it idle guarantees lent.
+    """GPU capacity per host, region or class: total (ready + not ready), dedicated,
+    guaranteed (of it in the shared pool), free, in use, borrowed (burst) and what of it idle
+    guarantees lent. The same figures as the web pages and the API (docs/operator.md,
+    "Capacity figures").
 
     Example: portalctl fleet --by region --gpu-class NVIDIA-H100-80GB-HBM3
     """
     with api() as client:
         found = client.get("/api/v1/fleet/capacity", region=region, host_cluster=host_cluster,
-                           gpu_class=gpu_class)
+                           gpu_class=_product(client, gpu_class))
     if by is FleetBy.host:
         emit(found["hosts"], output, HOST_CAPACITY_COLUMNS)
-    else:
+    elif by is FleetBy.region:
         rows = [{**row, "hosts": ",".join(row["hosts"])} for row in found["regions"]]
         emit(rows, output, REGION_CAPACITY_COLUMNS)
+    else:
+        emit(found["classes"], output, CLASS_CAPACITY_COLUMNS)
 
 
 class NodeSort(StrEnum):
@@ -68,8 +81,7 @@ class NodeSort(StrEnum):
 
 @nodes_app.command("list")
 def nodes_list(
-    gpu_class: Annotated[str | None, typer.Option(help="GPU product, e.g. NVIDIA-H100-80GB-HBM3")
-                         ] = None,
+    gpu_class: GpuClassOpt = None,
     zone: Annotated[str | None, typer.Option()] = None,
     rack: Annotated[str | None, typer.Option()] = None,
     tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="dedicated to")] = None,
@@ -85,10 +97,11 @@ def nodes_list(
     Example: portalctl nodes list --gpu-class NVIDIA-H100-80GB-HBM3 --not-ready
     """
     filters: dict[str, Any] = {
-        "gpu_class": gpu_class, "zone": zone, "rack": rack, "tenant": tenant,
+        "zone": zone, "rack": rack, "tenant": tenant,
         "ready": None if ready is None else str(ready).lower(),
         "include_gone": include_gone or None, "sort": sort.value, "host_cluster": host_cluster}
     with api() as client:
+        filters["gpu_class"] = _product(client, gpu_class)
         emit(list(client.items("/api/v1/nodes", limit, **filters)), output, NODE_COLUMNS)
 
 
@@ -111,7 +124,7 @@ def nodes_show(node: str, host_cluster: HostCluster = None,
 @nodes_app.command("suggest")
 def nodes_suggest(
     tenant: Annotated[str, typer.Option("--tenant", "-t", help="the tenant to dedicate to")],
-    gpu_class: Annotated[str, typer.Option(help="GPU product, e.g. NVIDIA-H100-80GB-HBM3")],
+    gpu_class: RequiredGpuClass,
     gpus: Annotated[int, typer.Option(help="GPUs wanted (whole nodes are suggested)")],
     host_cluster: HostCluster = None, output: Output = Format.table,
 ) -> None:
@@ -119,8 +132,8 @@ def nodes_suggest(
 
     Example: portalctl nodes suggest --tenant acme --gpu-class NVIDIA-H100-80GB-HBM3 --gpus 16
     """
-    body = {"tenant": tenant, "gpu_class": gpu_class, "gpus": gpus}
     with api() as client:
+        body = {"tenant": tenant, "gpu_class": _product(client, gpu_class), "gpus": gpus}
         suggestion = client.request("POST", "/api/v1/node-suggestions", json=body,
                                     params=_present(host_cluster=host_cluster))
     emit(suggestion, output, ("tenant", "gpu_class", "gpus_requested", "gpus", "quota_gpus",
@@ -157,6 +170,11 @@ def nodes_unassign(node: str, host_cluster: HostCluster = None) -> None:
         client.request("DELETE", f"/api/v1/nodes/{node}/assignment",
                        params=_present(host_cluster=host_cluster))
     typer.echo(f"Node {node} is back in the shared pool.")
+
+
+def _product(client: Client, gpu_class: str | None) -> str | None:
+    """The product the API filters by, for a class named any way portalctl takes one."""
+    return None if gpu_class is None else str(resolve_gpu_class(client, gpu_class)["product"])
 
 
 def _present(**params: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@ per cluster), which the cluster page draws as a timeline; before, only the lates
 of each condition was known. Clusters start with their conditions' current transitions.
 
 Revision ID: 0025
-Revises: 0020
+Revises: 0023
 Create Date: 2026-12-02 18:00:00
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0025"
-down_revision: str | None = "0020"
+down_revision: str | None = "0023"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -23,9 +23,10 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 TENANT_PAGES = ("/", f"/t/{DEMO_TENANT}", f"/t/{DEMO_TENANT}/quota-requests/new",
                 f"/t/{DEMO_TENANT}/clusters", f"/t/{DEMO_TENANT}/clusters/train", "/audit",
                 "/tokens", f"/t/{DEMO_TENANT}/usage", "/t/no-such-tenant")
-ADMIN_PAGES = ("/", "/admin/quota-requests", "/admin/fleet", "/admin/fleet/hosts",
-               "/admin/nodes/h100-r1-n1", "/admin/fleet/suggest", "/admin/tenants",
-               "/admin/gpu-classes", "/admin/usage", "/admin/hosts", "/admin/hosts/local", "/audit")
+ADMIN_PAGES = ("/", "/admin/quota-requests", "/admin/fleet", "/admin/nodes/h100-r1-n1",
+               "/admin/fleet/hosts", "/admin/fleet/suggest", "/admin/tenants",
+               "/admin/gpu-classes", "/admin/usage",
+               "/admin/hosts", "/admin/hosts/local", "/audit")
 
 
 def seed_work(portal: SimulatedPortal) -> None:

@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate
-from app.fleet.repository import HostClassFigures
-from app.fleet.service import lent_from_idle_guarantees
+from app.gpu_classes.capacity import of_host
+from app.gpu_classes.repository import HostSums
 from app.hosts.models import HostCluster
 from app.quotas import service as quotas
 from app.quotas.repository import BoundGpus
@@ -48,17 +48,21 @@ def test_capacity_per_host_and_region(client: TestClient, db: Session) -> None:
     tenancy = _fleet(db)
     found = client.get(URL, headers=headers(db, tenancy.platform_admin)).json()
     hosts = {h["host_cluster"]: h for h in found["hosts"]}
-    assert {k: hosts["gpu-eu-1"][k] for k in ("region", "total", "dedicated", "guaranteed",
-                                              "free", "not_ready")} == {
-        "region": "eu", "total": 80, "dedicated": 8, "guaranteed": 0, "free": 72,
-        "not_ready": 8}
-    assert {k: hosts["gpu-us-1"][k] for k in ("total", "dedicated", "guaranteed", "free")} == {
-        "total": 16, "dedicated": 0, "guaranteed": 4, "free": 12}
+    assert {k: hosts["gpu-eu-1"][k] for k in ("region", "total", "ready", "dedicated",
+                                              "guaranteed", "shared_guaranteed", "free",
+                                              "not_ready")} == {
+        "region": "eu", "total": 80, "ready": 72, "dedicated": 8, "guaranteed": 8,
+        "shared_guaranteed": 0, "free": 64, "not_ready": 8}
+    assert {k: hosts["gpu-us-1"][k] for k in ("total", "dedicated", "guaranteed",
+                                              "shared_guaranteed", "free")} == {
+        "total": 16, "dedicated": 0, "guaranteed": 4, "shared_guaranteed": 4, "free": 12}
     regions = {r["region"]: r for r in found["regions"]}
     assert (regions["us"]["hosts"], regions["us"]["total"], regions["us"]["guaranteed"],
             regions["us"]["free"]) == (["gpu-us-1"], 16, 8, 8)
-    # acme's 8 in eu are all on its dedicated node: nothing more of eu's pool is guaranteed
-    assert (regions["eu"]["guaranteed"], regions["eu"]["free"]) == (8, 72)
+    # acme's 8 in eu are all on its dedicated node: nothing more of eu's pool is guaranteed,
+    # and the 8 GPUs not ready are not free
+    assert (regions["eu"]["guaranteed"], regions["eu"]["shared_guaranteed"],
+            regions["eu"]["free"]) == (8, 0, 64)
     only_us = client.get(URL, params={"region": "us"},
                          headers=headers(db, tenancy.platform_admin)).json()
     assert [h["host_cluster"] for h in only_us["hosts"]] == ["gpu-us-1"]
@@ -132,7 +136,13 @@ def test_the_page_shows_borrowed_and_lent(client: TestClient, db: Session,
 
 
 def test_dedicated_gpus_are_not_there_to_borrow() -> None:
-    figures = HostClassFigures(host="h", region="", state="active", reachable=True,
-                               gpu_class="H100", display_name="H100", total=16, dedicated=8,
-                               not_ready=0, guaranteed=4, borrowed=6.0)
-    assert lent_from_idle_guarantees(figures) == 2.0  # 4 unguaranteed shared GPUs, 6 borrowed
+    figures = of_host(HostSums(total=16, dedicated=8, placed_shared=4, borrowed=6.0))
+    assert figures.free == 4
+    assert figures.lent == 2.0  # 4 unguaranteed shared GPUs, 6 borrowed
+
+
+def test_gpus_not_ready_are_not_there_to_borrow() -> None:
+    """A node not ready, dedicated or not, lends nothing: its GPUs are not free."""
+    figures = of_host(HostSums(total=24, not_ready=16, dedicated=8, dedicated_not_ready=8,
+                               placed_shared=4, borrowed=6.0))
+    assert (figures.free, figures.lent) == (4, 2.0)

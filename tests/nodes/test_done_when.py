@@ -62,7 +62,7 @@ def test_fleet_from_the_server_and_two_h100_nodes_dedicated(
     assert sorted(fleet_capacity) == ["NVIDIA-A100-SXM4-80GB", "NVIDIA-GB200", H100,
                                       "NVIDIA-L40S"]
     totals = {p: (c["total"], c["not_ready"], c["free"]) for p, c in fleet_capacity.items()}
-    assert totals == {H100: (64, 8, 48), "NVIDIA-GB200": (16, 0, 16),
+    assert totals == {H100: (64, 8, 40), "NVIDIA-GB200": (16, 0, 16),
                       "NVIDIA-L40S": (12, 0, 12), "NVIDIA-A100-SXM4-80GB": (0, 0, 0)}
     assert fleet_capacity["NVIDIA-A100-SXM4-80GB"]["mig_resources"] == {
         "nvidia.com/mig-1g.10gb": 14, "nvidia.com/mig-3g.40gb": 4, "nvidia.com/mig-7g.80gb": 2}

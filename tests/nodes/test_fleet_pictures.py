@@ -15,8 +15,8 @@ from tests.nodes.test_fleet_web import _acme_with_h100_quota
 from tests.support import oidc
 from tests.support.web import HTML, csrf_of, htmx
 
-COLUMNS = {"dedicated": "assigned", "guaranteed": "shared", "free": "free",
-           "not-ready": "not-ready"}
+COLUMNS = {"dedicated": "dedicated", "shared-guaranteed": "shared-guaranteed", "free": "free",
+           "total": "total", "guaranteed": "guaranteed"}
 
 
 def chart_values(page: str, chart_id: str) -> dict[tuple[str, str], int]:
@@ -38,13 +38,25 @@ def table_values(page: str, table_id: str, columns: dict[str, str]) -> dict[tupl
     return values
 
 
+def charted_from(table: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    """What the chart stacks, from the table: each GPU once, ending at the total."""
+    charted = {}
+    for name in {name for name, _ in table}:
+        row = {series: value for (group, series), value in table.items() if group == name}
+        charted.update({(name, "dedicated"): row["dedicated"],
+                        (name, "shared-guaranteed"): row["shared-guaranteed"],
+                        (name, "free"): row["free"],
+                        (name, "pool-not-ready"): row["total"] - row["guaranteed"] - row["free"]})
+    return charted
+
+
 def test_the_capacity_chart_shows_the_tables_numbers(synced: Synced, client: TestClient,
                                                      db: Session) -> None:
     _acme_with_h100_quota(db, gpus=24)
     oidc.sign_in(client, "admin@example.com")
     page = client.get("/admin/fleet", headers=HTML).text
     charted = chart_values(page, "capacity-chart")
-    assert charted and charted == table_values(page, "fleet-capacity", COLUMNS)
+    assert charted and charted == charted_from(table_values(page, "fleet-capacity", COLUMNS))
     title = "GPUs per GPU class: dedicated, guaranteed, free"
     assert f'<title id="capacity-chart-title">{title}</title>' in page
     assert f">{title}</text>" in page  # drawn, not only announced

@@ -65,7 +65,8 @@ def test_sync_builds_classes_and_fleet_totals(synced: Synced, db: Session) -> No
                                                                          81559, 8)
     figures = {product: capacity(db, _class(db, product).id) for product in
                (H100, "NVIDIA-GB200", "NVIDIA-L40S", "NVIDIA-A100-SXM4-80GB")}
-    assert (figures[H100].total, figures[H100].not_ready, figures[H100].free) == (64, 8, 64)
+    assert (figures[H100].total, figures[H100].ready, figures[H100].not_ready,
+            figures[H100].free) == (64, 56, 8, 56)
     assert (figures["NVIDIA-GB200"].total, figures["NVIDIA-L40S"].total) == (16, 12)
     mig = figures["NVIDIA-A100-SXM4-80GB"]
     assert mig.total == 0

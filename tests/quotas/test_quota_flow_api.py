@@ -34,9 +34,10 @@ def test_tenant_admin_asks_for_8_and_platform_admin_approves_6(
     [item] = [i for i in queue["items"] if i["id"] == request_id]
     assert item["tenant"] == "acme"
     assert (item["tenant_quota_gpus"], item["tenant_allocated_gpus"]) == (0, 0)
-    assert item["capacity"] == {"total": 64, "assigned": 0, "guaranteed": 0,
-                                "shared_guaranteed": 0, "free": 64, "not_ready": 0,
-                                "mig_resources": {}}
+    assert item["capacity"] == {
+        "total": 64, "ready": 64, "not_ready": 0, "dedicated": 0, "assigned": 0,
+        "guaranteed": 0, "shared_guaranteed": 0, "free": 64, "in_use": 0.0, "borrowed": 0.0,
+        "lent_from_idle_guarantees": 0.0, "mig_resources": {}}
 
     approved = client.post(f"/api/v1/quota-requests/{request_id}/approve",
                            headers=platform_admin, json={"gpus": 6, "note": "6 for now"})
@@ -121,7 +122,7 @@ def test_approving_past_free_capacity_needs_an_explicit_overcommit(
         "gpu_class_id": t.h100.id, "gpus": 10, "reason": "big"}).json()["id"]
     refused = client.post(f"/api/v1/quota-requests/{rid}/approve", headers=pa, json={})
     assert refused.status_code == 409
-    assert "would guarantee 10 of 8 (8 free)" in refused.json()["detail"]
+    assert "would guarantee 10 of the 8 ready (8 free)" in refused.json()["detail"]
     assert refused.json()["errors"][0]["field"] == "overcommit"
     partial = client.post(f"/api/v1/quota-requests/{rid}/approve", headers=pa, json={"gpus": 8})
     assert partial.status_code == 200
@@ -134,9 +135,10 @@ def test_approving_past_free_capacity_needs_an_explicit_overcommit(
                          json={"overcommit": True, "note": "burst"})
     assert forced.status_code == 200
     assert forced.json()["overcommitted"] is True
-    assert forced.json()["capacity"] == {"total": 8, "assigned": 0, "guaranteed": 9,
-                                         "shared_guaranteed": 9, "free": -1, "not_ready": 0,
-                                         "mig_resources": {}}
+    assert forced.json()["capacity"] == {
+        "total": 8, "ready": 8, "not_ready": 0, "dedicated": 0, "assigned": 0, "guaranteed": 9,
+        "shared_guaranteed": 9, "free": -1, "in_use": 0.0, "borrowed": 0.0,
+        "lent_from_idle_guarantees": 0.0, "mig_resources": {}}
     db.expire_all()
     stored = db.get(QuotaRequest, rid2)
     assert stored is not None and stored.overcommitted

@@ -15,6 +15,7 @@ from app.quotas.models import QuotaRequest
 from app.tenants.models import Tenant
 from tests import factories
 from tests.support import oidc
+from tests.support.capacity import queue_rows_of
 from tests.support.web import HTML, csrf_of, htmx
 
 
@@ -49,7 +50,8 @@ def test_ask_for_8_approve_6_see_6(client: TestClient, db: Session, oidc_issuer:
     oidc.sign_in(client, "admin@example.com")
     queue = client.get("/admin/quota-requests", headers=HTML)
     assert queue.status_code == 200
-    assert "16 total / 0 guaranteed / 16 free" in queue.text
+    [capacity] = queue_rows_of(queue.text).values()
+    assert (capacity["total"], capacity["guaranteed"], capacity["free"]) == (16, 0, 16)
     request_id = db.scalars(select(QuotaRequest.id)).one()
     row = client.post(f"/admin/quota-requests/{request_id}/approve",
                       headers=htmx(csrf_of(queue.text)),

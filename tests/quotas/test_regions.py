@@ -42,7 +42,7 @@ def test_an_approval_is_checked_against_the_regions_capacity(client: TestClient,
     refused = client.post(f"/api/v1/quota-requests/{request.id}/approve", json={},
                           headers=platform)
     assert refused.status_code == 409
-    assert "would guarantee 16 of 8 in region us (8 free)" in refused.json()["detail"]
+    assert "would guarantee 16 of the 8 ready in region us (8 free)" in refused.json()["detail"]
     queue = client.get("/api/v1/quota-requests", headers=platform).json()["items"]
     assert [(q["region"], q["capacity"]["total"]) for q in queue] == [("us", 8)]
     approved = client.post(f"/api/v1/quota-requests/{request.id}/approve",

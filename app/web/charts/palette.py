@@ -35,10 +35,10 @@ CLASS_COLOURS = (
 CLASS_PATTERNS = ("solid", "hatch", "dots", "cross", "backhatch", "grid")
 
 
-def kind(key: str, label: str | None = None) -> Series:
-    """The series of one kind of figure, optionally under a more precise label."""
-    name, colour, pattern = KINDS[key]
-    return Series(key, label or name, colour, pattern)
+def kind(kind_: str, label: str | None = None, key: str | None = None) -> Series:
+    """The series of one kind of figure, optionally under a more precise label and key."""
+    name, colour, pattern = KINDS[kind_]
+    return Series(key or kind_, label or name, colour, pattern)
 
 
 def class_styles(classes: Iterable[tuple[int, str]]) -> dict[str, tuple[str, str]]:

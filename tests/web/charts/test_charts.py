@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from app.nodes.web import CAPACITY_SERIES, NOT_READY
+from app.gpu_classes.charts import SERIES as CAPACITY_SERIES
 from app.pages.dashboard import QUOTA_SERIES
 from app.web.charts.bars import Group, grouped_bars, stacked_bars
 from app.web.charts.svg import ticks
@@ -24,8 +24,9 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 QUOTA = [Group("H100 80GB", {"approved": 16, "allocated": 12, "in-use": 12}),
          Group("L40S", {"approved": 4, "allocated": 0, "in-use": 0})]
-FLEET = [Group("H100 80GB", {"dedicated": 16, "guaranteed": 24, "free": 24, "not-ready": 8}),
-         Group("GB200", {"dedicated": 0, "guaranteed": 4, "free": 32, "not-ready": 0})]
+FLEET = [Group("H100 80GB", {"dedicated": 16, "shared-guaranteed": 24, "free": 16,
+                             "pool-not-ready": 8}),
+         Group("GB200", {"dedicated": 0, "shared-guaranteed": 4, "free": 32, "pool-not-ready": 0})]
 
 
 def _at(minutes_ago: int) -> str:
@@ -75,19 +76,19 @@ def test_quota_bars_match_the_golden_rendering() -> None:
 
 def test_fleet_capacity_stacks_match_the_golden_rendering() -> None:
     svg = stacked_bars("capacity-chart", "Fleet capacity", "H100: 64 GPUs", FLEET,
-                       CAPACITY_SERIES, NOT_READY)
+                       CAPACITY_SERIES)
     check_golden("capacity.svg", str(svg))
     _accessible(str(svg), "capacity-chart")
     h100 = [b for b in _bars(svg) if b["data-group"] == "H100 80GB"]
     widths = {b["data-series"]: float(b["width"]) for b in h100}
-    # The stack is proportional: 16 + 24 + 24 end to end, and not-ready beneath on its own.
-    assert widths["guaranteed"] == widths["free"] == 1.5 * widths["dedicated"]
-    assert widths["not-ready"] == widths["dedicated"] / 2
+    # The stack is proportional: 16 + 24 + 16 + 8 end to end, each GPU once, to the total.
+    assert widths["shared-guaranteed"] == 1.5 * widths["dedicated"]
+    assert widths["free"] == widths["dedicated"] == 2 * widths["pool-not-ready"]
     assert "64 total" in svg and "36 total" in svg
 
 
 def test_series_differ_by_pattern_not_colour_alone() -> None:
-    svg = str(stacked_bars("c", "t", "d", FLEET, CAPACITY_SERIES, NOT_READY))
+    svg = str(stacked_bars("c", "t", "d", FLEET, CAPACITY_SERIES))
     fills = {b["data-series"]: b["fill"] for b in _bars(svg)}
     assert len(set(fills.values())) == 4
     patterned = [f for f in fills.values() if f.startswith("url(#")]
@@ -95,7 +96,7 @@ def test_series_differ_by_pattern_not_colour_alone() -> None:
     for fill in patterned:
         assert f'<pattern id="{fill[5:-1]}"' in svg
     legend = re.findall(r'data-legend="([^"]+)"', svg)
-    assert legend == ["dedicated", "guaranteed", "free", "not-ready"]
+    assert legend == ["dedicated", "shared-guaranteed", "free", "pool-not-ready"]
 
 
 def test_labels_and_descriptions_are_escaped() -> None:
@@ -147,7 +148,7 @@ def test_the_timeline_shows_each_kept_flip_not_only_the_latest() -> None:
 def test_every_chart_shows_its_title() -> None:
     """The title is drawn as text at the top, not only kept in <title> for screen readers."""
     charts = [grouped_bars("q", "GPU quota of Acme (GPUs)", "d", QUOTA, QUOTA_SERIES),
-              stacked_bars("c", "GPUs per GPU class", "d", FLEET, CAPACITY_SERIES, NOT_READY),
+              stacked_bars("c", "GPUs per GPU class", "d", FLEET, CAPACITY_SERIES),
               condition_timeline("t", "train", CONDITIONS, NOW)]
     for chart, title in zip(charts, ["GPU quota of Acme (GPUs)", "GPUs per GPU class",
                                      "Conditions of train over time (UTC)"], strict=True):
@@ -157,9 +158,10 @@ def test_every_chart_shows_its_title() -> None:
 
 
 def test_a_segment_too_narrow_for_its_number_is_named_after_the_total() -> None:
-    groups = [Group("GB200", {"dedicated": 1, "guaranteed": 3, "free": 60, "not-ready": 0})]
-    svg = str(stacked_bars("c", "t", "d", groups, CAPACITY_SERIES, NOT_READY))
-    assert "64 total · 1 dedicated · 3 guaranteed" in svg
+    groups = [Group("GB200", {"dedicated": 1, "shared-guaranteed": 3, "free": 60,
+                              "pool-not-ready": 0})]
+    svg = str(stacked_bars("c", "t", "d", groups, CAPACITY_SERIES))
+    assert "64 total · 1 dedicated · 3 guaranteed in shared pool" in svg
     assert ">60</text>" in svg  # wide enough: its number sits inside
 
 
