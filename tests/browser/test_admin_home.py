@@ -36,34 +36,56 @@ def _troubles(portal: SimulatedPortal) -> None:
     queued for the worker, so it stays failed while the test looks."""
     with portal.database.transaction() as db:
         demo = db.scalars(select(Tenant).where(Tenant.slug == DEMO_TENANT)).one()
-        h100 = db.scalars(select(GpuClass).where(GpuClass.product == "NVIDIA-H100-80GB-HBM3")
-                          ).one()
+        h100 = db.scalars(select(GpuClass).where(GpuClass.product == "NVIDIA-H100-80GB-HBM3")).one()
         for gpus in (8, 16):
             factories.quota_request(db, demo, h100, gpus=gpus)
         sick = factories.host_cluster(db, "gpu-eu-2", region="eu")
         sick.health_reachable = False
         factories.quota(db, demo, h100, 8)
         local = db.scalars(select(HostCluster).where(HostCluster.is_default)).one()
-        db.add(VirtualCluster(
-            tenant_id=demo.id, host_cluster_id=local.id, name="broken", gpu_class_id=h100.id,
-            gpus=4, kubernetes_version="1.32.4", placement="shared-pool",
-            conditions=[{"type": cond.FAILED, "status": "True", "reason": "InstallFailed",
-                         "message": "helm: the release could not be installed",
-                         "lastTransitionTime": "2026-12-01T08:00:00Z",
-                         "observedGeneration": 1}]))
+        db.add(
+            VirtualCluster(
+                tenant_id=demo.id,
+                host_cluster_id=local.id,
+                name="broken",
+                gpu_class_id=h100.id,
+                gpus=4,
+                kubernetes_version="1.32.4",
+                placement="shared-pool",
+                conditions=[
+                    {
+                        "type": cond.FAILED,
+                        "status": "True",
+                        "reason": "InstallFailed",
+                        "message": "helm: the release could not be installed",
+                        "lastTransitionTime": "2026-12-01T08:00:00Z",
+                        "observedGeneration": 1,
+                    }
+                ],
+            )
+        )
 
 
 def _unhealthy_hosts(portal: SimulatedPortal) -> int:
     with portal.database.transaction() as db:
-        return sum(1 for host in db.scalars(select(HostCluster))
-                   if host.health_reachable is False
-                   or any(not c.get("passed") for c in host.health_checks or []))
+        return sum(
+            1
+            for host in db.scalars(select(HostCluster))
+            if host.health_reachable is False
+            or any(not c.get("passed") for c in host.health_checks or [])
+        )
 
 
 def _pending(portal: SimulatedPortal) -> int:
     with portal.database.transaction() as db:
-        return int(db.scalar(select(func.count()).select_from(QuotaRequest)
-                             .where(QuotaRequest.state == "pending")) or 0)
+        return int(
+            db.scalar(
+                select(func.count())
+                .select_from(QuotaRequest)
+                .where(QuotaRequest.state == "pending")
+            )
+            or 0
+        )
 
 
 def _nav_rows(page: Page) -> Any:
@@ -77,7 +99,9 @@ def _nav_rows(page: Page) -> Any:
 
 
 def test_the_navigation_fits_one_line_at_1440_px(
-    browser: Browser, simulated_portal: SimulatedPortal, screenshots: Screenshots,
+    browser: Browser,
+    simulated_portal: SimulatedPortal,
+    screenshots: Screenshots,
 ) -> None:
     page = _admin_at(browser, simulated_portal.url, WIDE)
     rows = _nav_rows(page)
@@ -98,7 +122,10 @@ def test_the_navigation_fits_one_line_at_1440_px(
 
 @pytest.mark.parametrize("width", [1024, 390])
 def test_narrower_screens_wrap_the_navigation_without_scrolling_sideways(
-    browser: Browser, simulated_portal: SimulatedPortal, screenshots: Screenshots, width: int,
+    browser: Browser,
+    simulated_portal: SimulatedPortal,
+    screenshots: Screenshots,
+    width: int,
 ) -> None:
     page = _admin_at(browser, simulated_portal.url, {"width": width, "height": 800})
     assert _nav_rows(page)["overflow"] <= 0
@@ -108,7 +135,9 @@ def test_narrower_screens_wrap_the_navigation_without_scrolling_sideways(
 
 
 def test_the_admin_home_counts_what_needs_them(
-    browser: Browser, simulated_portal: SimulatedPortal, screenshots: Screenshots,
+    browser: Browser,
+    simulated_portal: SimulatedPortal,
+    screenshots: Screenshots,
 ) -> None:
     _troubles(simulated_portal)
     page = _admin_at(browser, simulated_portal.url, WIDE)
@@ -123,7 +152,8 @@ def test_the_admin_home_counts_what_needs_them(
     clusters = page.locator("#attention-clusters")
     expect(clusters).to_have_attribute("data-count", "1")
     expect(clusters.locator(f"[data-cluster='{DEMO_TENANT}/broken']")).to_contain_text(
-        "the release could not be installed")
+        "the release could not be installed"
+    )
     capacity = page.locator("#attention-capacity")
     expect(capacity.get_by_role("row").filter(has_text="NVIDIA-H100-80GB-HBM3")).to_be_visible()
     content = page.locator("main").bounding_box()
@@ -134,32 +164,40 @@ def test_the_admin_home_counts_what_needs_them(
 
 
 def _chart_fills_its_card(page: Page, figure: str) -> None:
-    sizes = page.evaluate("""(selector) => {
+    sizes = page.evaluate(
+        """(selector) => {
         const figure = document.querySelector(selector);
         const svg = figure.querySelector('svg');
         return {figure: figure.clientWidth, svg: svg.getBoundingClientRect().width};
-    }""", figure)
+    }""",
+        figure,
+    )
     padding = 2 * 12
     assert sizes["svg"] >= sizes["figure"] - padding - 2, sizes
 
 
 def test_usage_and_fleet_charts_have_titles_and_fill_their_cards(
-    browser: Browser, simulated_portal: SimulatedPortal, screenshots: Screenshots,
+    browser: Browser,
+    simulated_portal: SimulatedPortal,
+    screenshots: Screenshots,
 ) -> None:
     _troubles(simulated_portal)
     base = simulated_portal.url
     page = _admin_at(browser, base, WIDE)
     page.goto(base + "/admin/fleet")
     expect(page.get_by_role("row").filter(has_text="gb200-c1-n1")).to_be_visible(
-        timeout=NODES_TIMEOUT_MS)
+        timeout=NODES_TIMEOUT_MS
+    )
     page.reload()
     expect(page.locator("#capacity-chart text.chart-title")).to_have_text(
-        "GPUs per GPU class: dedicated, guaranteed, free")
+        "GPUs per GPU class: dedicated, guaranteed, free"
+    )
     _chart_fills_its_card(page, "#fleet-capacity-section .chart-figure")
     screenshots(page, "fleet-nodes-and-classes")
     page.goto(base + "/admin/fleet/hosts")
     expect(page.locator("#region-capacity-chart text.chart-title")).to_have_text(
-        "GPUs per region and GPU class")
+        "GPUs per region and GPU class"
+    )
     screenshots(page, "fleet-by-host-and-region")
     page.goto(base + "/admin/fleet/sleep")
     screenshots(page, "fleet-freed-by-sleep")
@@ -167,12 +205,14 @@ def test_usage_and_fleet_charts_have_titles_and_fill_their_cards(
     page.goto(base + "/admin/usage")
     figure = page.locator("figure[data-gpu-class='NVIDIA-H100-80GB-HBM3']")
     expect(figure.locator("text.chart-title")).to_have_text(
-        "NVIDIA-H100-80GB-HBM3: mean GPUs per day (UTC)")
+        "NVIDIA-H100-80GB-HBM3: mean GPUs per day (UTC)"
+    )
     _chart_fills_its_card(page, "figure[data-gpu-class='NVIDIA-H100-80GB-HBM3']")
     screenshots(page, "usage-admin-charts")
     page.goto(f"{base}/t/{DEMO_TENANT}/usage")
     expect(page.locator("#daily-chart text.chart-title")).to_have_text(
-        "GPU-hours allocated to clusters per day (UTC), by GPU class")
+        "GPU-hours allocated to clusters per day (UTC), by GPU class"
+    )
     for chart in ("#now-chart", "#daily-chart", "#in-use-chart"):
         _chart_fills_its_card(page, chart)
     screenshots(page, "usage-tenant-charts")

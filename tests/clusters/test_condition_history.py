@@ -21,19 +21,29 @@ from tests.support.web import HTML
 START = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
 
 
-def _write(db: Session, cluster_id: int, current: list[cond.Condition], ready: bool,
-           minutes: int, reason: str = "Checked") -> list[cond.Condition]:
+def _write(
+    db: Session,
+    cluster_id: int,
+    current: list[cond.Condition],
+    ready: bool,
+    minutes: int,
+    reason: str = "Checked",
+) -> list[cond.Condition]:
     """What a reconcile does: set a condition (its time moves only when its status flips) and
     write the cluster's conditions."""
-    updated = cond.set_condition(current, cond.READY, ready, reason, "", 1,
-                                 START + timedelta(minutes=minutes))
+    updated = cond.set_condition(
+        current, cond.READY, ready, reason, "", 1, START + timedelta(minutes=minutes)
+    )
     assert repository.update_status(db, cluster_id, conditions=updated)
     return updated
 
 
 def _kept(db: Session, cluster_id: int) -> list[tuple[str, str]]:
-    rows = db.scalars(select(ConditionTransition).where(
-        ConditionTransition.cluster_id == cluster_id).order_by(ConditionTransition.id))
+    rows = db.scalars(
+        select(ConditionTransition)
+        .where(ConditionTransition.cluster_id == cluster_id)
+        .order_by(ConditionTransition.id)
+    )
     return [(row.status, row.reason) for row in rows]
 
 
@@ -45,8 +55,12 @@ def test_each_flip_is_kept_and_a_rewrite_of_the_same_status_is_not(db: Session) 
     now = _write(db, cluster.id, now, True, 2, "Ready")
     now = _write(db, cluster.id, now, False, 30, "HostUnreachable")
     _write(db, cluster.id, now, True, 40, "Ready")
-    assert _kept(db, cluster.id) == [("False", "Installing"), ("True", "Ready"),
-                                     ("False", "HostUnreachable"), ("True", "Ready")]
+    assert _kept(db, cluster.id) == [
+        ("False", "Installing"),
+        ("True", "Ready"),
+        ("False", "HostUnreachable"),
+        ("True", "Ready"),
+    ]
 
 
 def test_only_the_latest_transitions_are_kept(db: Session) -> None:
@@ -64,16 +78,18 @@ def test_only_the_latest_transitions_are_kept(db: Session) -> None:
     assert db.scalar(select(func.count()).select_from(ConditionTransition)) == 21
 
 
-def test_the_cluster_page_draws_each_status_a_condition_held(client: TestClient,
-                                                             db: Session) -> None:
+def test_the_cluster_page_draws_each_status_a_condition_held(
+    client: TestClient, db: Session
+) -> None:
     t = build_tenancy(db)
     cluster = factories.cluster(db, t.acme, factories.env_host(db))
     now = _write(db, cluster.id, [], True, 0, "Ready")
     now = _write(db, cluster.id, now, False, 30, "HostUnreachable")
     _write(db, cluster.id, now, True, 40, "Ready")
     db.commit()
-    page = client.get("/t/acme/clusters/train/status",
-                      headers={**HTML, **headers(db, t.acme_viewer)}).text
+    page = client.get(
+        "/t/acme/clusters/train/status", headers={**HTML, **headers(db, t.acme_viewer)}
+    ).text
     lane = re.findall(r'data-condition="Ready" data-status="(\w+)"', page)
     assert lane == ["True", "False", "True"]  # the table shows only the last
     assert "Ready became False (HostUnreachable)" in page

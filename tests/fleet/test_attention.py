@@ -21,9 +21,14 @@ NOW = datetime.now(UTC).replace(microsecond=0)
 
 
 def _condition(type_: str, status: bool, reason: str, message: str = "") -> cond.Condition:
-    return {"type": type_, "status": "True" if status else "False", "reason": reason,
-            "message": message, "lastTransitionTime": cond.timestamp(NOW - timedelta(hours=1)),
-            "observedGeneration": 1}
+    return {
+        "type": type_,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": cond.timestamp(NOW - timedelta(hours=1)),
+        "observedGeneration": 1,
+    }
 
 
 def _troubled_fleet(db: Session) -> Tenancy:
@@ -35,18 +40,35 @@ def _troubled_fleet(db: Session) -> Tenancy:
     host = factories.env_host(db)
     sick = factories.host_cluster(db, "gpu-eu-2", region="eu")
     sick.health_reachable = False
-    sick.health_checks = [{"name": "kai-queue-crd", "passed": False,
-                           "message": "no Queue CRD"}]
-    factories.cluster(db, t.acme, host, "broken", conditions=[
-        _condition(cond.FAILED, True, "InstallFailed", "helm: chart not found")])
-    factories.cluster(db, t.acme, host, "dozy", power="awake",
-                      power_changed_at=NOW - timedelta(minutes=30),
-                      conditions=[_condition(cond.ASLEEP, True, "ScaledDown")])
-    factories.cluster(db, t.acme, host, "waking-now", power="awake",
-                      power_changed_at=NOW - timedelta(minutes=1),
-                      conditions=[_condition(cond.ASLEEP, True, "ScaledDown")])
-    factories.cluster(db, t.globex, host, "fine",
-                      conditions=[_condition(cond.READY, True, "Ready")])
+    sick.health_checks = [{"name": "kai-queue-crd", "passed": False, "message": "no Queue CRD"}]
+    factories.cluster(
+        db,
+        t.acme,
+        host,
+        "broken",
+        conditions=[_condition(cond.FAILED, True, "InstallFailed", "helm: chart not found")],
+    )
+    factories.cluster(
+        db,
+        t.acme,
+        host,
+        "dozy",
+        power="awake",
+        power_changed_at=NOW - timedelta(minutes=30),
+        conditions=[_condition(cond.ASLEEP, True, "ScaledDown")],
+    )
+    factories.cluster(
+        db,
+        t.acme,
+        host,
+        "waking-now",
+        power="awake",
+        power_changed_at=NOW - timedelta(minutes=1),
+        conditions=[_condition(cond.ASLEEP, True, "ScaledDown")],
+    )
+    factories.cluster(
+        db, t.globex, host, "fine", conditions=[_condition(cond.READY, True, "Ready")]
+    )
     db.commit()
     return t
 
@@ -76,19 +98,27 @@ def test_the_admin_home_says_what_needs_them_now(client: TestClient, db: Session
     assert "waking-now" not in clusters and "globex/fine" not in clusters
 
 
-def test_the_home_counts_capacity_as_the_gpu_class_service_does(client: TestClient,
-                                                                 db: Session) -> None:
+def test_the_home_counts_capacity_as_the_gpu_class_service_does(
+    client: TestClient, db: Session
+) -> None:
     t = _troubled_fleet(db)
     page = client.get("/", headers={**HTML, **headers(db, t.platform_admin)}).text
     row = _section(page, "attention-capacity").split(f'data-gpu-class="{t.h100.product}"')[1]
     row = row.split("</tr>")[0]
     shown = dict(re.findall(r'<td class="([\w-]+)">(?:<strong>)?(-?\d+)', row))
-    capacity = gpu_classes.list_classes(db, t.principal(t.platform_admin),
-                                        PageParams(limit=10)).items[0].capacity
+    capacity = (
+        gpu_classes.list_classes(db, t.principal(t.platform_admin), PageParams(limit=10))
+        .items[0]
+        .capacity
+    )
     assert capacity is not None
-    assert shown == {"total": str(capacity.total), "not-ready": str(capacity.not_ready),
-                     "assigned": str(capacity.assigned),
-                     "shared": str(capacity.shared_guaranteed), "free": str(capacity.free)}
+    assert shown == {
+        "total": str(capacity.total),
+        "not-ready": str(capacity.not_ready),
+        "assigned": str(capacity.assigned),
+        "shared": str(capacity.shared_guaranteed),
+        "free": str(capacity.free),
+    }
     assert shown["total"] == "64"
 
 

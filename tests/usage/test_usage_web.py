@@ -121,7 +121,7 @@ def _nodes_first_seen(db: Session, at: datetime) -> None:
 
 
 def _class_figure(client: TestClient, db: Session, t: Tenancy) -> str:
-    page = client.get("/admin/usage", params=DAYS, headers={**HTML, **headers(
+    page: str = client.get("/admin/usage", params=DAYS, headers={**HTML, **headers(
         db, t.platform_admin)}).text
     assert 'id="csv-download"' in page
     figure = page.split(f'<figure class="chart-figure" data-gpu-class="{t.h100.product}">')[1]
