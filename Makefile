@@ -127,4 +127,4 @@ pytest: setup chromium oci-registry tools postgres
 test: lint typecheck pytest
 
 clean:
-	rm -rf $(VENV) .cache portal-dev.db* .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .cache portal.db* .mypy_cache .ruff_cache .pytest_cache
