@@ -35,6 +35,7 @@ from app.http.pagination import Page, PageParams, paginate
 from app.kit.config import Settings
 from app.kit.crypto import SecretBox, UnreadableSecret
 from app.kit.errors import Conflict, NotFound, ValidationFailed
+from app.kit.webhook_address import called_url
 from app.kube.connector import HostTarget, KubeConnector, probe
 from app.workqueue import ALL, HOSTS, NODES, USAGE, WEBHOOK, enqueue
 
@@ -71,7 +72,7 @@ def host_out(row: HostCluster) -> HostOut:
 
 def webhook_endpoint(row: HostCluster) -> str:
     if row.webhook_url:
-        return row.webhook_url.rstrip("/") + host_path(row.id)
+        return called_url(row.webhook_url, host_path(row.id))
     return "environment" if row.is_default and row.credential_kind == "env" else ""
 
 
