@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from app.hosts.webhook_route import WebhookRoute
 from app.kit.config import Settings
+from app.kit.words import plural
 from app.kube.errors import KubeError
 from app.kube.manifests.admission import (
     HARDENING_WEBHOOK_NAME,
@@ -151,7 +152,7 @@ def _route_problem(live: dict[str, Any], expected: str, settings: Settings) -> s
     stale = [call for call in calls if call != expected]
     if not missing and not stale:
         return None
-    found = (f"lacks webhook(s) {', '.join(missing)}" if missing
+    found = (f"lacks {plural(len(missing), 'webhook')} {', '.join(missing)}" if missing
              else f"calls {', '.join(stale)}")
     return (f"{WEBHOOK_CONFIGURATION_KIND[1]} {WEBHOOK_CONFIGURATION_NAME} {found}, but the "
             f"portal expects this host's API server to call {expected}: the worker rewrites "

@@ -9,6 +9,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from app.kit.words import counted, plural
 from app.web.times import exact, time_tag
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,6 +21,9 @@ templates.env.globals["htmx_script"] = "vendor/htmx-2.0.11.min.js"
 templates.env.globals["htmx_sse_script"] = "vendor/htmx-ext-sse-2.2.4.min.js"
 templates.env.filters["when"] = time_tag
 templates.env.filters["exact"] = exact
+# {{ n | counted("node") }} is "1 node" or "4 nodes"; {{ n | plural("day") }} the noun alone.
+templates.env.filters["counted"] = counted
+templates.env.filters["plural"] = plural
 
 
 def render(
