@@ -176,8 +176,14 @@ def _present(port: KubePort, kind: tuple[str, str], check: str, name: str, missi
                                                              f"{kind[1]} {name} is present")
 
 
+SIMULATED_CHART = ("not applicable: the simulated host of `portal dev` installs no chart (its "
+                   "virtual clusters start in memory), so the chart repository is not asked")
+
+
 def _vcluster_chart(settings: Settings, charts: ChartProbe | None) -> CheckResult:
     where = f"vcluster {settings.vcluster_chart_version} from {settings.vcluster_chart_repo}"
+    if settings.simulated_host:
+        return CheckResult(VCLUSTER_CHART, True, SIMULATED_CHART)
     if charts is None:
         return CheckResult(VCLUSTER_CHART, False, "not checked: no chart resolver")
     try:

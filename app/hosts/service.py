@@ -235,10 +235,26 @@ def checks_of(target: HostTarget, settings: Settings, connector: KubeConnector,
 
 
 def store_health(row: HostCluster, results: list[CheckResult]) -> None:
+    _log_changed_checks(row, results)
     row.health_checks = [r.as_json() for r in results]
     row.health_reachable = next((r.passed for r in results if r.name == "api-reachable"),
                                 False)
     row.health_checked_at = utcnow()
+
+
+def _log_changed_checks(row: HostCluster, results: list[CheckResult]) -> None:
+    """A check that starts failing (or fails for another reason) is a warning in the log, once:
+    an operator reading the log learns what the host's page says, without a line every resync."""
+    before = {str(c.get("name")): c for c in row.health_checks or []}
+    for result in results:
+        earlier = before.get(result.name)
+        if not result.passed and (earlier is None or earlier.get("passed")
+                                  or earlier.get("message") != result.message):
+            log.warning("host cluster %s: check %s failed: %s", row.name, result.name,
+                        result.message)
+        elif result.passed and earlier is not None and not earlier.get("passed"):
+            log.info("host cluster %s: check %s passes again: %s", row.name, result.name,
+                     result.message)
 
 
 # ----- placement's part: which host a new cluster may go to
