@@ -208,6 +208,9 @@ ROUTES += [
     Route("GET", KUBECONFIG_PANEL, Access.TENANT_VIEWER, params=acme_kubeconfigs),
     Route("POST", KUBECONFIG_PANEL, Access.TENANT_VIEWER, params=acme_kubeconfigs,
           body=lambda _w: {"role": "view", "lifetime_seconds": "3600"}),
+    # Asks in the page whether to revoke: changes nothing, so whoever sees the panel may ask.
+    Route("GET", KUBECONFIG_PANEL + "/{grant_id}/revoke", Access.TENANT_VIEWER,
+          params=acme_grant),
     Route("POST", KUBECONFIG_PANEL + "/{grant_id}/revoke", Access.TENANT_MEMBER,
           params=acme_grant),
 ]
