@@ -50,6 +50,7 @@ ROUTES: list[Route] = [
     Route("GET", "/", Access.PUBLIC),
     Route("GET", "/healthz", Access.PUBLIC),
     Route("GET", "/readyz", Access.PUBLIC),
+    Route("GET", "/favicon.ico", Access.PUBLIC),
     Route("GET", "/auth/login", Access.PUBLIC),
     Route("GET", "/auth/callback", Access.PUBLIC, also_ok=(400,)),
     # Anonymous callers have no session, hence no CSRF token to send: 403.
