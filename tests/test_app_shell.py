@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 from fastapi.testclient import TestClient
 
@@ -80,6 +82,17 @@ def test_pages_link_the_portals_own_icon_and_favicon_ico_answers(client: TestCli
         assert icon.status_code == 200, path
         assert icon.headers["content-type"].startswith("image/svg+xml")
         assert icon.text.startswith("<svg") and "<title>GPU Tenant Portal</title>" in icon.text
+
+
+def test_the_portal_starts_without_deprecation_warnings() -> None:
+    """Importing what `portal dev` runs (the OIDC client, the local IdP, the app) warns of
+    nothing: no AuthlibDeprecationWarning on a newcomer's first screen."""
+    code = ("import app.process.cli, app.process.asgi, app.process.devmode; "
+            "app.process.asgi.create_app")
+    started = subprocess.run([sys.executable, "-W", "default", "-c", code],
+                             capture_output=True, text=True, timeout=120, check=False)
+    assert started.returncode == 0, started.stderr
+    assert "Warning" not in started.stderr, started.stderr
 
 
 def test_pages_send_security_headers(client: TestClient) -> None:
