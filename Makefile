@@ -55,6 +55,7 @@ upgrade-deps: setup
 setup: $(BIN)/.installed
 
 run: $(BIN)/.runtime
+	@echo "portalctl, the command-line client: $(abspath $(BIN))/portalctl (to have it on PATH: pipx install .)"
 	$(BIN)/portal dev
 
 # ruff, then the direction of app/'s packages (import-linter's contracts in pyproject.toml).

@@ -174,7 +174,7 @@ def test_quota_nodes_cluster_ready_kubeconfig_issued_and_revoked(dev_portal: Dev
     assert issued.text.startswith("# SIMULATED HOST")
     config = yaml.safe_load(issued.text)
     assert config["clusters"][0]["cluster"]["server"] == f"https://train.demo.{SIMULATED_DOMAIN}"
-    assert config["current-context"] == "demo-train-simulated"
+    assert config["current-context"] == "demo-train-view-simulated"
     token = config["users"][0]["user"]["token"]
     virtual = virtual_cluster(dev_portal.simulation, "t-demo--train", "train")
     assert virtual.token_valid(token)

@@ -29,6 +29,9 @@ class AuditEvent(Base):
     action: Mapped[str] = mapped_column(String(100))
     target_type: Mapped[str] = mapped_column(String(50), default="")
     target_id: Mapped[str] = mapped_column(String(255), default="")
+    # What the target was called when the event happened: it reads well after a rename or a
+    # deletion, and a listed page needs no lookup per kind of target.
+    target_label: Mapped[str] = mapped_column(String(300), default="", server_default="")
     before: Mapped[dict[str, Any] | None]
     after: Mapped[dict[str, Any] | None]
     request_id: Mapped[str] = mapped_column(String(64), default="")

@@ -13,9 +13,14 @@ from sqlalchemy.orm import Session
 from app.audit.models import AuditEvent
 from app.http.pagination import KeysetPage, PageParams
 
-# A read model of the tenants domain's table: the slug a listed event shows (the audit trail
-# is below every domain that records into it, tenants included).
-tenants = table("tenants", column("id", Integer), column("slug", String))
+# A read model of the tenants domain's table: the slug and name a listed event shows (the audit
+# trail is below every domain that records into it, tenants included).
+tenants = table("tenants", column("id", Integer), column("slug", String),
+                column("display_name", String))
+
+# Every sign-in records one event: the log hides them unless asked, so that they do not bury
+# the changes. A failed sign-in is not among them: it stays in view.
+SIGN_IN = "auth.sign_in"
 
 
 def events_query(
@@ -25,8 +30,9 @@ def events_query(
     action: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    sign_ins: bool = True,
 ) -> Select[AuditEvent]:
-    shape = _shape_of(tenant_ids, actor, action, since, until)
+    shape = _shape_of(tenant_ids, actor, action, since, until, sign_ins)
     return _events(shape, tenant_ids, actor.lower() if actor else None, action, since, until)
 
 
@@ -39,16 +45,17 @@ class _Shape:
     action: Literal["family", "exact"] | None
     since: bool
     until: bool
+    sign_ins: bool
 
 
 def _shape_of(tenant_ids: list[int] | None, actor: str | None, action: str | None,
-              since: datetime | None, until: datetime | None) -> _Shape:
+              since: datetime | None, until: datetime | None, sign_ins: bool) -> _Shape:
     # A trailing dot filters a family: "quota." matches every quota action.
     family: Literal["family", "exact"] | None = None
     if action:
         family = "family" if action.endswith(".") else "exact"
     return _Shape(tenant_ids is not None, bool(actor), family, since is not None,
-                  until is not None)
+                  until is not None, sign_ins)
 
 
 def _events(shape: _Shape, tenant_ids: Any, actor: Any, action: Any, since: Any,
@@ -67,30 +74,33 @@ def _events(shape: _Shape, tenant_ids: Any, actor: Any, action: Any, since: Any,
         query = query.where(AuditEvent.occurred_at >= since)
     if shape.until:
         query = query.where(AuditEvent.occurred_at < until)
+    if not shape.sign_ins:
+        query = query.where(AuditEvent.action != SIGN_IN)
     return query
 
 
 def listed(query: Select[AuditEvent]) -> Select[*tuple[Any, ...]]:
-    """Events as the columns a list shows (no entities to build), with their tenant's slug
-    joined as ``slug``: a page in one statement."""
+    """Events as the columns a list shows (no entities to build), with their tenant's slug and
+    name joined as ``slug`` and ``tenant_name``: a page in one statement."""
     return query.with_only_columns(
         AuditEvent.id, AuditEvent.occurred_at, AuditEvent.actor_label, AuditEvent.action,
-        AuditEvent.target_type, AuditEvent.target_id, AuditEvent.before, AuditEvent.after,
-        AuditEvent.request_id, tenants.c.slug,
+        AuditEvent.target_type, AuditEvent.target_id, AuditEvent.target_label,
+        AuditEvent.before, AuditEvent.after, AuditEvent.request_id, tenants.c.slug,
+        tenants.c.display_name.label("tenant_name"),
     ).outerjoin(tenants, tenants.c.id == AuditEvent.tenant_id)
 
 
-# One per combination of filters (at most 48), built on first use.
+# One per combination of filters (at most 96), built on first use.
 _PAGES: dict[_Shape, KeysetPage] = {}
 
 
 def listed_page(db: Session, params: PageParams, *, tenant_ids: list[int] | None,
                 actor: str | None = None, action: str | None = None,
-                since: datetime | None = None,
-                until: datetime | None = None) -> tuple[Sequence[Any], str | None]:
+                since: datetime | None = None, until: datetime | None = None,
+                sign_ins: bool = True) -> tuple[Sequence[Any], str | None]:
     """A page of ``listed(events_query(...))``, newest first, its statement built once per
     combination of filters (see ``app.http.pagination.KeysetPage``)."""
-    shape = _shape_of(tenant_ids, actor, action, since, until)
+    shape = _shape_of(tenant_ids, actor, action, since, until, sign_ins)
     page = _PAGES.get(shape)
     if page is None:
         query = _events(shape, bindparam("tenant_ids", expanding=True), bindparam("actor"),

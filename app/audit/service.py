@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.audit import repository
+from app.audit import readable, repository
 from app.audit.models import AuditEvent
 from app.audit.schemas import AuditFilters
 from app.http.pagination import PageParams
@@ -23,6 +23,7 @@ _SECRET_KEYS = frozenset(
 
 
 TARGET_ID_MAX = 255  # the column's width
+TARGET_LABEL_MAX = 300
 
 
 def scrub(values: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -40,6 +41,7 @@ def record(
     tenant_id: int | None = None,
     target_type: str = "",
     target_id: str | int = "",
+    target_label: str = "",
     before: dict[str, Any] | None = None,
     after: dict[str, Any] | None = None,
 ) -> AuditEvent:
@@ -51,6 +53,7 @@ def record(
         target_type=target_type,
         # A denial's target is the request path, which a caller can make any length.
         target_id=str(target_id)[:TARGET_ID_MAX],
+        target_label=target_label[:TARGET_LABEL_MAX],
         before=scrub(before),
         after=scrub(after),
         request_id=request_id_var.get(),
@@ -60,14 +63,24 @@ def record(
 
 
 def page_of_events(db: Session, tenant_ids: list[int] | None, filters: AuditFilters,
-                   params: PageParams) -> tuple[list[dict[str, Any]], str | None]:
+                   params: PageParams, *, for_reading: bool = False,
+                   ) -> tuple[list[dict[str, Any]], str | None]:
     """A page of the events of these tenants (None: all), newest first, as ``AuditEventOut``
-    fields."""
+    fields; ``for_reading`` adds what the page shows: the tenant's name, the target's name and
+    the changed fields."""
     rows, cursor = repository.listed_page(
         db, params, tenant_ids=tenant_ids, actor=filters.actor, action=filters.action,
-        since=filters.since, until=filters.until,
+        since=filters.since, until=filters.until, sign_ins=filters.sign_ins,
     )
+    if for_reading:
+        return [_readable_fields(row) for row in rows], cursor
     return [event_fields(row, row.slug) for row in rows], cursor
+
+
+def _readable_fields(row: Any) -> dict[str, Any]:
+    return {**event_fields(row, row.slug), "tenant_name": row.tenant_name,
+            "target": readable.target_name(row.target_type, row.target_id, row.target_label),
+            "changes": readable.changes(row.before, row.after)}
 
 
 def event_fields(event: Any, slug: str | None) -> dict[str, Any]:
@@ -75,4 +88,5 @@ def event_fields(event: Any, slug: str | None) -> dict[str, Any]:
     return {"id": event.id, "occurred_at": event.occurred_at,
             "actor": event.actor_label or "system", "tenant": slug, "action": event.action,
             "target_type": event.target_type, "target_id": event.target_id,
+            "target_label": event.target_label,
             "before": event.before, "after": event.after, "request_id": event.request_id}

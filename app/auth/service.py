@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.auth import events, repository, tokens
 from app.auth.models import ApiToken, User
@@ -63,7 +64,8 @@ def sign_in(db: Session, identity: Identity, admin_group: str) -> User:
     events.signed_in.fire(db, user, identity.groups)
     audit.record(
         db, action="auth.sign_in", actor_id=user.id, actor_label=user.email,
-        target_type="user", target_id=user.id, before=before,
+        target_type="user", target_id=user.id,
+        target_label=readable.user_label(user.email, user.name), before=before,
         after={"is_platform_admin": user.is_platform_admin, "groups": list(identity.groups)},
     )
     return user
@@ -79,7 +81,8 @@ def user_for_email(
         db.add(user)
         db.flush()
         audit.record(db, action="user.create", actor_id=actor_id, actor_label=actor_label,
-                     target_type="user", target_id=user.id, after={"email": email})
+                     target_type="user", target_id=user.id, target_label=email,
+                     after={"email": email})
     return user
 
 
@@ -88,7 +91,8 @@ def grant_platform_admin(db: Session, email: str, actor_label: str) -> User:
     before = {"admin_granted": user.admin_granted}
     user.admin_granted = True
     audit.record(db, action="user.make_admin", actor_id=None, actor_label=actor_label,
-                 target_type="user", target_id=user.id, before=before,
+                 target_type="user", target_id=user.id,
+                 target_label=readable.user_label(user.email, user.name), before=before,
                  after={"admin_granted": True})
     return user
 
@@ -119,7 +123,7 @@ def issue_api_token(
     db.flush()
     audit.record(
         db, action="api_token.create", actor_id=user.id, actor_label=actor_label,
-        target_type="api_token", target_id=token.id,
+        target_type="api_token", target_id=token.id, target_label=f"API token {name}",
         after={"name": name, "scopes": token.scopes, "expires_at": _iso(expires_at)},
     )
     return token, secret

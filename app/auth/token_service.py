@@ -66,5 +66,6 @@ def _revoke(db: Session, principal: Principal, token: ApiToken) -> None:
         token.revoked_at = utcnow()
         audit.record(db, action="api_token.revoke", actor_id=principal.user_id,
                      actor_label=principal.label, target_type="api_token", target_id=token.id,
+                     target_label=f"API token {token.name}",
                      before={"revoked_at": None},
                      after={"revoked_at": token.revoked_at.isoformat()})

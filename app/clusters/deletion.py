@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.clusters.models import VirtualCluster
 from app.database.core import utcnow
@@ -25,7 +26,8 @@ def request_deletion(db: Session, cluster: VirtualCluster, before: dict[str, Any
     db.flush()
     audit.record(db, action="virtual_cluster.delete", actor_id=actor_id,
                  actor_label=actor_label, tenant_id=cluster.tenant_id,
-                 target_type="virtual_cluster", target_id=cluster.id, before=before,
+                 target_type="virtual_cluster", target_id=cluster.id,
+                 target_label=readable.cluster_label(cluster.name), before=before,
                  after={"deletion_requested_at": cluster.deletion_requested_at.isoformat()})
     return True
 

@@ -13,6 +13,7 @@ from typing import Final
 
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.clusters import repository
 from app.clusters.models import VirtualCluster
@@ -44,7 +45,8 @@ def request(db: Session, cluster: VirtualCluster, power: str, reason: str, *,
     action = "virtual_cluster.sleep" if power == ASLEEP else "virtual_cluster.wake"
     audit.record(db, action=action, actor_id=actor_id, actor_label=actor_label,
                  tenant_id=cluster.tenant_id, target_type="virtual_cluster",
-                 target_id=cluster.id, before=before, after=_power(cluster))
+                 target_id=cluster.id, target_label=readable.cluster_label(cluster.name),
+                 before=before, after=_power(cluster))
     return True
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.clusters import repository
 from app.quotas import events as quota_events
@@ -24,6 +25,7 @@ def flag_clusters_over_quota(db: Session, event: quota_events.QuotaShrunk) -> No
         audit.record(db, action="virtual_cluster.over_quota", actor_id=event.actor_id,
                      actor_label=event.actor_label, tenant_id=event.tenant_id,
                      target_type="virtual_cluster", target_id=cluster.id,
+                     target_label=readable.cluster_label(cluster.name),
                      before={"over_quota": False},
                      after={"over_quota": True, "gpus": cluster.gpus,
                             "quota_gpus": event.quota_gpus, "region": event.region})

@@ -65,10 +65,13 @@ IN_USE_COLUMNS = (ClusterGpusInUse.guaranteed_gpus.label("in_use_guaranteed"),
 
 def listed_rows_query(tenant_id: int | BindParameter[int]) -> Select[*tuple[Any, ...]]:
     """What a cluster list shows, as plain columns (no entities to build): a page in one
-    statement, the GPU class's product joined as ``product``, the host's name and region as
+    statement, the GPU class's product and name joined as ``product`` and ``gpu_class_name``,
+    the host's name and region as
     ``host_name`` and ``host_region``, the pods waiting for GPUs as ``WAIT_COLUMNS``, the GPUs
     in use as ``IN_USE_COLUMNS``."""
-    return (select(*LISTED_COLUMNS, GpuClass.product, HostCluster.name.label("host_name"),
+    return (select(*LISTED_COLUMNS, GpuClass.product,
+                   GpuClass.display_name.label("gpu_class_name"),
+                   HostCluster.name.label("host_name"),
                    HostCluster.region.label("host_region"), *WAIT_COLUMNS, *IN_USE_COLUMNS)
             .outerjoin(GpuClass, GpuClass.id == VirtualCluster.gpu_class_id)
             .join(HostCluster, HostCluster.id == VirtualCluster.host_cluster_id)
@@ -284,6 +287,13 @@ def group_roles(db: Session, tenant_id: int) -> list[tuple[str, str]]:
 def class_products(db: Session, class_ids: list[int]) -> dict[int, str]:
     rows = db.execute(select(GpuClass.id, GpuClass.product).where(GpuClass.id.in_(class_ids)))
     return dict(rows.all())
+
+
+def class_names(db: Session, class_ids: list[int]) -> dict[int, tuple[str, str]]:
+    """Each class's product and display name."""
+    rows = db.execute(select(GpuClass.id, GpuClass.product, GpuClass.display_name)
+                      .where(GpuClass.id.in_(class_ids)))
+    return {row.id: (row.product, row.display_name) for row in rows}
 
 
 def other_clusters_exist(db: Session, tenant_id: int, cluster_id: int,

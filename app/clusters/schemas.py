@@ -172,6 +172,7 @@ class ClusterOut(BaseModel):
     placement: str
     gpu_class_id: int | None
     gpu_class: str | None
+    gpu_class_name: str | None = Field(description="the class's display name, as pages show it")
     gpus: int
     cpu_millicores: int
     memory_mib: int

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz.scoping import Action
@@ -70,11 +71,12 @@ def cluster_out(db: Session, cluster: VirtualCluster) -> ClusterOut:
 def cluster_outs(db: Session, clusters: Sequence[VirtualCluster]) -> list[ClusterOut]:
     """One query for the GPU classes of a whole page, not one per row."""
     class_ids = sorted({c.gpu_class_id for c in clusters if c.gpu_class_id is not None})
-    products = repository.class_products(db, class_ids) if class_ids else {}
-    return [_cluster_out(db, c, products.get(c.gpu_class_id or 0)) for c in clusters]
+    names = repository.class_names(db, class_ids) if class_ids else {}
+    return [_cluster_out(db, c, names.get(c.gpu_class_id or 0, (None, None))) for c in clusters]
 
 
-def _cluster_out(db: Session, cluster: VirtualCluster, gpu_class: str | None) -> ClusterOut:
+def _cluster_out(db: Session, cluster: VirtualCluster,
+                 gpu_class: tuple[str | None, str | None]) -> ClusterOut:
     tenant = db.get(Tenant, cluster.tenant_id)
     host = repository.host_cluster(db, cluster.host_cluster_id)
     assert tenant is not None and host is not None
@@ -128,18 +130,20 @@ def record_gpus_in_use(db: Session, in_use: Mapping[int, tuple[float, float] | N
 _CONDITION_FIELDS = tuple(ConditionOut.model_fields)
 
 
-def cluster_fields(cluster: Any, tenant: str, gpu_class: str | None, host: str,
-                   region: str, wait: GpuWaitOut | None,
+def cluster_fields(cluster: Any, tenant: str, gpu_class: tuple[str | None, str | None],
+                   host: str, region: str, wait: GpuWaitOut | None,
                    in_use: GpusInUseOut | None) -> dict[str, Any]:
-    """``ClusterOut``'s fields, from a cluster or a row of its columns, as plain values. The
-    host's name and region, never how the portal reaches it."""
+    """``ClusterOut``'s fields, from a cluster or a row of its columns, as plain values;
+    ``gpu_class`` is its product and display name. The host's name and region, never how the
+    portal reaches it."""
     conditions = list(cluster.conditions or [])
     deleting = cluster.deletion_requested_at is not None
     status = cond.statuses(conditions)
     return {
         "id": cluster.id, "tenant": tenant, "name": cluster.name,
         "kubernetes_version": cluster.kubernetes_version, "placement": cluster.placement,
-        "gpu_class_id": cluster.gpu_class_id, "gpu_class": gpu_class,
+        "gpu_class_id": cluster.gpu_class_id, "gpu_class": gpu_class[0],
+        "gpu_class_name": gpu_class[1],
         "gpus": cluster.gpus, "cpu_millicores": cluster.cpu_millicores,
         "memory_mib": cluster.memory_mib, "template_version_id": cluster.template_version_id,
         "pod_security": cluster.pod_security, "user_namespaces": cluster.user_namespaces,
@@ -175,7 +179,8 @@ def list_cluster_fields(db: Session, principal: Principal, slug: str,
     """A page of the tenant's clusters as ``ClusterOut`` fields, read as plain columns."""
     tenant = tenant_for(db, principal, slug)
     rows, cursor = repository.listed_page(db, tenant.id, params)
-    return [cluster_fields(row, tenant.slug, row.product, row.host_name, row.host_region,
+    return [cluster_fields(row, tenant.slug, (row.product, row.gpu_class_name), row.host_name,
+                           row.host_region,
                            gpu_wait(row.wait_pods, row.wait_reason, row.wait_observed_at),
                            gpus_in_use(row.in_use_guaranteed, row.in_use_burst,
                                        row.in_use_observed_at))
@@ -264,8 +269,11 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
     )
     insert_or_conflict(db, cluster, _name_taken(payload.name))
     enqueue(db, CLUSTERS, cluster.id)
+    # The class the checks read: in the session already.
+    gpu_class = db.get(GpuClass, cluster.gpu_class_id) if cluster.gpu_class_id else None
     _record(db, principal, "virtual_cluster.create", cluster, None,
-            {**_spec(cluster), "host_cluster": placed.host_name, "region": placed.region,
+            {**_spec(cluster), "gpu_class": gpu_class.display_name if gpu_class else None,
+             "host_cluster": placed.host_name, "region": placed.region,
              "placement_reason": placed.reason, **_sleep_policy_given(resolved)})
     return cluster_out(db, cluster)
 
@@ -479,4 +487,5 @@ def _record(db: Session, principal: Principal, action: str, cluster: VirtualClus
             before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
     audit.record(db, action=action, actor_id=principal.user_id, actor_label=principal.label,
                  tenant_id=cluster.tenant_id, target_type="virtual_cluster",
-                 target_id=cluster.id, before=before, after=after)
+                 target_id=cluster.id, target_label=readable.cluster_label(cluster.name),
+                 before=before, after=after)

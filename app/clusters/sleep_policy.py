@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.clusters import deletion, power, sleep_schedule
@@ -55,7 +56,8 @@ def set_policy(db: Session, cluster: VirtualCluster, payload: SleepPolicyIn, *,
     enqueue(db, SLEEP_POLICY, ALL)  # a schedule's window may have begun already
     audit.record(db, action="virtual_cluster.sleep_policy", actor_id=actor_id,
                  actor_label=actor_label, tenant_id=cluster.tenant_id,
-                 target_type="virtual_cluster", target_id=cluster.id, before=before,
+                 target_type="virtual_cluster", target_id=cluster.id,
+                 target_label=readable.cluster_label(cluster.name), before=before,
                  after=policy_of(cluster))
     return True
 
@@ -187,7 +189,8 @@ def _warn(db: Session, cluster: VirtualCluster, moment: Moment) -> None:
     db.flush()
     audit.record(db, action="virtual_cluster.deletion_warning", actor_id=None,
                  actor_label=ACTOR, tenant_id=cluster.tenant_id,
-                 target_type="virtual_cluster", target_id=cluster.id, before=None,
+                 target_type="virtual_cluster", target_id=cluster.id,
+                 target_label=readable.cluster_label(cluster.name), before=None,
                  after={"deletes_at": cluster.deletion_due_at.isoformat(),
                         "asleep_since": _iso(cluster.asleep_since),
                         "delete_after_sleep_days": cluster.delete_after_sleep_days})

@@ -113,7 +113,7 @@ def declare_class(db: Session, principal: Principal, payload: GpuClassCreate) ->
     insert_or_conflict(db, row, taken)
     audit.record(db, action="gpu_class.declare", actor_id=principal.user_id,
                  actor_label=principal.label, target_type="gpu_class", target_id=row.id,
-                 after=payload.model_dump())
+                 target_label=f"GPU class {row.display_name}", after=payload.model_dump())
     return to_out(db, principal, row)
 
 
@@ -126,6 +126,7 @@ def update_class(
     row.display_name = payload.display_name
     audit.record(db, action="gpu_class.update", actor_id=principal.user_id,
                  actor_label=principal.label, target_type="gpu_class", target_id=row.id,
-                 before=before, after={"display_name": row.display_name})
+                 target_label=f"GPU class {row.display_name}", before=before,
+                 after={"display_name": row.display_name})
     db.flush()
     return to_out(db, principal, row)

@@ -354,4 +354,5 @@ def _look_now(db: Session, row: HostCluster) -> None:
 def _record(db: Session, principal: Principal, action: str, row: HostCluster,
             before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
     audit.record(db, action=action, actor_id=principal.user_id, actor_label=principal.label,
-                 target_type=TARGET_TYPE, target_id=row.id, before=before, after=after)
+                 target_type=TARGET_TYPE, target_id=row.id, target_label=f"host {row.name}",
+                 before=before, after=after)

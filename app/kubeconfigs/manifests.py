@@ -69,6 +69,7 @@ class GrantSpec:
 class KubeconfigSpec:
     """What a tenant's kubeconfig names: one cluster, one user, one context."""
 
+    cluster: str
     context: str
     server: str
     ca_data: str | None
@@ -156,10 +157,10 @@ def kubeconfig(spec: KubeconfigSpec) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": spec.context, "cluster": cluster}],
+        "clusters": [{"name": spec.cluster, "cluster": cluster}],
         "users": [{"name": spec.user, "user": {"token": spec.token}}],
         "contexts": [{"name": spec.context, "context": {
-            "cluster": spec.context, "user": spec.user, "namespace": spec.namespace}}],
+            "cluster": spec.cluster, "user": spec.user, "namespace": spec.namespace}}],
         "current-context": spec.context,
         "preferences": {},
     }

@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
@@ -108,23 +109,26 @@ def issue_kubeconfig(db: Session, principal: Principal, clusters: VirtualCluster
     _audit(db, principal.user_id, principal.label, tenant.id, "kubeconfig.issue", grant,
            after=_grant_facts(grant, cluster, principal.email))
     server, ca_data = manifests.admin_endpoint(admin_yaml)
-    context, notice = _context_and_notice(settings, tenant, cluster)
+    cluster_entry, context, notice = _names_and_notice(settings, tenant, cluster, grant.role)
     text = manifests.kubeconfig_yaml(KubeconfigSpec(
-        context=context, server=cluster.endpoint or server, ca_data=ca_data,
-        user=f"{context}-{grant.role}", token=token, notice=notice))
-    log.info("kubeconfig grant %d issued: %s %s for user %d until %s", grant.id, context,
-             grant.role, grant.user_id, grant.expires_at.isoformat())
+        cluster=cluster_entry, context=context, server=cluster.endpoint or server,
+        ca_data=ca_data, user=context, token=token, notice=notice))
+    log.info("kubeconfig grant %d issued: %s for user %d until %s", grant.id, context,
+             grant.user_id, grant.expires_at.isoformat())
     return IssuedKubeconfig(grant=_grant_out(grant, cluster, principal.user),
-                            yaml=text, filename=f"{context}-{grant.role}.kubeconfig.yaml")
+                            yaml=text, filename=f"{context}.kubeconfig.yaml")
 
 
-def _context_and_notice(settings: Settings, tenant: Tenant,
-                        cluster: VirtualCluster) -> tuple[str, tuple[str, ...]]:
-    """The context's name; on the simulated host it says so, and so does the file's header."""
-    context = f"{tenant.slug}-{cluster.name}"
-    if settings.simulated_host:
-        return f"{context}-simulated", SIMULATED_NOTICE
-    return context, ()
+def _names_and_notice(settings: Settings, tenant: Tenant, cluster: VirtualCluster,
+                      role: str) -> tuple[str, str, tuple[str, ...]]:
+    """The cluster entry's name and the context's (the user's too), and the file's header.
+
+    The role is in the context and user names, so a view and an admin kubeconfig of one
+    cluster merged into one file sit side by side instead of one repointing the other; on the
+    simulated host the names and the header say so."""
+    suffix, notice = ("-simulated", SIMULATED_NOTICE) if settings.simulated_host else ("", ())
+    base = f"{tenant.slug}-{cluster.name}"
+    return f"{base}{suffix}", f"{base}-{role}{suffix}", notice
 
 
 def _new_grant(db: Session, principal: Principal, cluster: VirtualCluster, role: str,
@@ -399,7 +403,16 @@ def _audit(db: Session, actor_id: int | None, actor_label: str, tenant_id: int, 
            after: dict[str, Any] | None = None) -> None:
     audit.record(db, action=action, actor_id=actor_id, actor_label=actor_label,
                  tenant_id=tenant_id, target_type="kubeconfig_grant", target_id=grant.id,
-                 before=before, after=after)
+                 target_label=_grant_label(db, grant), before=before, after=after)
+
+
+def _grant_label(db: Session, grant: KubeconfigGrant) -> str:
+    """The grant as people say it: "view kubeconfig #7 of alice@example.com for cluster
+    train" (the session holds both rows already wherever a grant changes)."""
+    user, cluster = db.get(User, grant.user_id), db.get(VirtualCluster, grant.cluster_id)
+    whose = f" of {user.email}" if user else ""
+    where = f" for {readable.cluster_label(cluster.name)}" if cluster else ""
+    return f"{grant.role} kubeconfig #{grant.id}{whose}{where}"
 
 
 # ----- what the cluster page's kubeconfig panel shows

@@ -175,9 +175,10 @@ def free_node_topology(db: Session, host_cluster_id: int,
     return list(db.execute(query).all())
 
 
-def tenant_nodes_query(tenant_id: int) -> Select[Node, str | None]:
-    """A tenant's dedicated nodes with their class's product."""
-    return (select(Node, GpuClass.product).join(NodeAssignment, NodeAssignment.node_id == Node.id)
+def tenant_nodes_query(tenant_id: int) -> Select[Node, str | None, str | None]:
+    """A tenant's dedicated nodes with their class's product and display name."""
+    return (select(Node, GpuClass.product, GpuClass.display_name)
+            .join(NodeAssignment, NodeAssignment.node_id == Node.id)
             .outerjoin(GpuClass, GpuClass.id == Node.gpu_class_id)
             .where(NodeAssignment.tenant_id == tenant_id, NodeAssignment.ended_at.is_(None)))
 

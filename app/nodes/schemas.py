@@ -96,5 +96,6 @@ class TenantNodeOut(BaseModel):
 
     name: str
     gpu_class: str | None
+    gpu_class_name: str | None = Field(description="the class's display name, as pages show it")
     gpus: int
     ready: bool

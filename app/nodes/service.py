@@ -128,7 +128,8 @@ def tenant_nodes(db: Session, principal: Principal, slug: str,
     tenant = tenant_for(db, principal, slug)
     rows, cursor = paginate_rows(db, repository.tenant_nodes_query(tenant.id), Node.id, params)
     items = [TenantNodeOut(name=row.name, gpus=row.gpu_count, ready=row.ready and not row.gone_at,
-                           gpu_class=product) for row, product in rows]
+                           gpu_class=product, gpu_class_name=name)
+             for row, product, name in rows]
     return Page(items=items, next_cursor=cursor)
 
 
@@ -256,7 +257,8 @@ def _assign(db: Session, principal: Principal, cluster: HostCluster, row: Node,
     enqueue(db, NODES, cluster.id)  # the worker labels and taints the node now
     audit.record(db, action="node.assign", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=tenant.id, target_type="node",
-                 target_id=f"{cluster.name}/{row.name}", before=None,
+                 target_id=f"{cluster.name}/{row.name}",
+                 target_label=f"node {row.name} on {cluster.name}", before=None,
                  after={"tenant": tenant.slug, "gpu_class": gpu_class.product,
                         "gpus": row.gpu_count})
 
@@ -307,6 +309,7 @@ def end_assignment(db: Session, principal: Principal, name: str,
     audit.record(db, action="node.unassign", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=current.tenant_id, target_type="node",
                  target_id=f"{cluster.name}/{row.name}",
+                 target_label=f"node {row.name} on {cluster.name}",
                  before={"tenant": tenant.slug if tenant else None}, after={"tenant": None})
     return _detail(db, cluster, row)
 

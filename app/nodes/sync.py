@@ -116,6 +116,8 @@ def _audit(db: Session, cluster: HostCluster, report: SyncReport) -> None:
     events += [("node.return", "node", name) for name in report.returned]
     for action, target_type, name in events:
         target = name if target_type == "gpu_class" else f"{cluster.name}/{name}"
+        label = (f"GPU class {display_name(name)}" if target_type == "gpu_class"
+                 else f"node {name} on {cluster.name}")
         audit.record(db, action=action, actor_id=None, actor_label=ACTOR,
-                     target_type=target_type, target_id=target,
+                     target_type=target_type, target_id=target, target_label=label,
                      after={"host_cluster": cluster.name, "name": name})

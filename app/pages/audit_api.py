@@ -31,8 +31,11 @@ async def audit_filters(
     action: Annotated[str | None, Query(max_length=100, description="'quota.' = family")] = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    sign_ins: Annotated[bool, Query(description="include successful sign-ins "
+                                                "(auth.sign_in)")] = True,
 ) -> AuditFilters:
-    return AuditFilters(tenant=tenant, actor=actor, action=action, since=since, until=until)
+    return AuditFilters(tenant=tenant, actor=actor, action=action, since=since, until=until,
+                        sign_ins=sign_ins)
 
 
 @router.get("", response_model=Page[AuditEventOut])
@@ -44,20 +47,15 @@ def list_audit_events(
     return page_response(*list_event_fields(db, principal, filters, params))
 
 
-def list_events(
-    db: Session, principal: Principal, filters: AuditFilters, params: PageParams
-) -> tuple[list[AuditEventOut], str | None]:
-    items, cursor = list_event_fields(db, principal, filters, params)
-    return [AuditEventOut.model_validate(item) for item in items], cursor
-
-
 def list_event_fields(
-    db: Session, principal: Principal, filters: AuditFilters, params: PageParams
+    db: Session, principal: Principal, filters: AuditFilters, params: PageParams,
+    *, for_reading: bool = False,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """A page of the events the caller may see, newest first, as ``AuditEventOut`` fields."""
+    """A page of the events the caller may see, newest first, as ``AuditEventOut`` fields (and
+    with ``for_reading``, what the page shows besides)."""
     tenant_ids = tenant_ids_managed_by(principal)
     if filters.tenant:
         tenant_ids = [tenant_for(db, principal, filters.tenant, "manage").id]
     elif tenant_ids == []:
         raise Forbidden("the audit log is for tenant admins and platform admins")
-    return service.page_of_events(db, tenant_ids, filters, params)
+    return service.page_of_events(db, tenant_ids, filters, params, for_reading=for_reading)

@@ -8,15 +8,12 @@ from typing import Annotated, Any
 import typer
 
 from app.portalctl.client import NOT_FOUND, Client
-from app.portalctl.common import Limit, Output, TenantOpt, api, fail, tenant_of
+from app.portalctl.common import Limit, Output, TenantOpt, api, command_group, fail, tenant_of
 from app.portalctl.output import Format, emit
 
-members_app = typer.Typer(help="A tenant's members and their roles (tenant admins).",
-                          no_args_is_help=True)
-grants_app = typer.Typer(help="Kubeconfigs issued for a tenant's clusters, and revoking them.",
-                         no_args_is_help=True)
-tokens_app = typer.Typer(help="Your API tokens (for scripts, CI and portalctl itself).",
-                         no_args_is_help=True)
+members_app = command_group("A tenant's members and their roles (tenant admins).")
+grants_app = command_group("Kubeconfigs issued for a tenant's clusters, and revoking them.")
+tokens_app = command_group("Your API tokens (for scripts, CI and portalctl itself).")
 
 
 class Role(StrEnum):

@@ -10,10 +10,20 @@ from typing import Annotated, Any
 import typer
 
 from app.portalctl.client import USAGE, Client
-from app.portalctl.common import Limit, Output, TenantOpt, api, fail, tenant_of
+from app.portalctl.common import (
+    GpuClassOpt,
+    Limit,
+    Output,
+    TenantOpt,
+    api,
+    command_group,
+    fail,
+    resolve_gpu_class,
+    tenant_of,
+)
 from app.portalctl.output import Format, emit
 
-clusters_app = typer.Typer(help="A tenant's virtual clusters.", no_args_is_help=True)
+clusters_app = command_group("A tenant's virtual clusters.")
 
 CLUSTER_COLUMNS = ("name", "phase", "region", "host_cluster", "placement", "gpu_class", "gpus",
                    "cpu_millicores", "memory_mib", "kubernetes_version")
@@ -69,8 +79,7 @@ def _gpus_in_use(in_use: dict[str, Any] | None) -> str:
 @clusters_app.command("create")
 def clusters_create(
     name: str,
-    gpu_class_id: Annotated[int | None, typer.Option("--gpu-class", help="GPU class id")
-                            ] = None,
+    gpu_class: GpuClassOpt = None,
     gpus: Annotated[int, typer.Option(help="whole GPUs from the tenant's quota")] = 0,
     cpu_millicores: Annotated[int, typer.Option(help="CPU, in millicores")] = 4000,
     memory_mib: Annotated[int, typer.Option(help="memory, in MiB")] = 16384,
@@ -98,7 +107,7 @@ def clusters_create(
 ) -> None:
     """Create a virtual cluster; with --wait, exit 0 when Ready, 1 when Failed or timed out.
 
-    Example: portalctl clusters create train --gpu-class 1 --gpus 4 --wait
+    Example: portalctl clusters create train --gpu-class NVIDIA-H100-80GB-HBM3 --gpus 4 --wait
 
     Example: portalctl clusters create train --template training --template-version 2 --gpus 8
     """
@@ -106,11 +115,13 @@ def clusters_create(
         fail("--template-version goes with --template", USAGE)
     body: dict[str, Any] = {"name": name, "gpus": gpus, "cpu_millicores": cpu_millicores,
                             "memory_mib": memory_mib}
-    optional = {"placement": placement, "region": region, "gpu_class_id": gpu_class_id,
+    optional = {"placement": placement, "region": region,
                 "kubernetes_version": kubernetes_version, "template": template,
                 "template_version": template_version}
     body.update({k: v for k, v in optional.items() if v is not None})
     with api() as client:
+        if gpu_class is not None:
+            body["gpu_class_id"] = resolve_gpu_class(client, gpu_class)["id"]
         path = clusters_path(client, tenant)
         created = client.request("POST", path, json=body, create=True,
                                  idempotency_key=idempotency_key)

@@ -7,13 +7,20 @@ from typing import Annotated, Any
 
 import typer
 
-from app.portalctl.common import Limit, Output, api
+from app.portalctl.client import Client
+from app.portalctl.common import (
+    GpuClassOpt,
+    Limit,
+    Output,
+    RequiredGpuClass,
+    api,
+    command_group,
+    resolve_gpu_class,
+)
 from app.portalctl.output import Format, emit
 
-nodes_app = typer.Typer(help="GPU nodes and dedicating them to tenants (platform admins).",
-                        no_args_is_help=True)
-gpu_classes_app = typer.Typer(help="GPU classes: the kinds of GPU quota is asked in.",
-                              no_args_is_help=True)
+nodes_app = command_group("GPU nodes and dedicating them to tenants (platform admins).")
+gpu_classes_app = command_group("GPU classes: the kinds of GPU quota is asked in.")
 
 HostCluster = Annotated[str | None, typer.Option(
     help="the host cluster's name (default: the default one)")]
@@ -39,7 +46,7 @@ def fleet(
                   ] = FleetBy.host,
     region: Annotated[str | None, typer.Option(help="only this region")] = None,
     host_cluster: Annotated[str | None, typer.Option(help="only this host cluster")] = None,
-    gpu_class: Annotated[str | None, typer.Option(help="GPU product")] = None,
+    gpu_class: GpuClassOpt = None,
     output: Output = Format.table,
 ) -> None:
     """GPU capacity per host (or region) and class: dedicated, guaranteed, free, not ready;
@@ -49,7 +56,7 @@ def fleet(
     """
     with api() as client:
         found = client.get("/api/v1/fleet/capacity", region=region, host_cluster=host_cluster,
-                           gpu_class=gpu_class)
+                           gpu_class=_product(client, gpu_class))
     if by is FleetBy.host:
         emit(found["hosts"], output, HOST_CAPACITY_COLUMNS)
     else:
@@ -68,8 +75,7 @@ class NodeSort(StrEnum):
 
 @nodes_app.command("list")
 def nodes_list(
-    gpu_class: Annotated[str | None, typer.Option(help="GPU product, e.g. NVIDIA-H100-80GB-HBM3")
-                         ] = None,
+    gpu_class: GpuClassOpt = None,
     zone: Annotated[str | None, typer.Option()] = None,
     rack: Annotated[str | None, typer.Option()] = None,
     tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="dedicated to")] = None,
@@ -85,10 +91,11 @@ def nodes_list(
     Example: portalctl nodes list --gpu-class NVIDIA-H100-80GB-HBM3 --not-ready
     """
     filters: dict[str, Any] = {
-        "gpu_class": gpu_class, "zone": zone, "rack": rack, "tenant": tenant,
+        "zone": zone, "rack": rack, "tenant": tenant,
         "ready": None if ready is None else str(ready).lower(),
         "include_gone": include_gone or None, "sort": sort.value, "host_cluster": host_cluster}
     with api() as client:
+        filters["gpu_class"] = _product(client, gpu_class)
         emit(list(client.items("/api/v1/nodes", limit, **filters)), output, NODE_COLUMNS)
 
 
@@ -111,7 +118,7 @@ def nodes_show(node: str, host_cluster: HostCluster = None,
 @nodes_app.command("suggest")
 def nodes_suggest(
     tenant: Annotated[str, typer.Option("--tenant", "-t", help="the tenant to dedicate to")],
-    gpu_class: Annotated[str, typer.Option(help="GPU product, e.g. NVIDIA-H100-80GB-HBM3")],
+    gpu_class: RequiredGpuClass,
     gpus: Annotated[int, typer.Option(help="GPUs wanted (whole nodes are suggested)")],
     host_cluster: HostCluster = None, output: Output = Format.table,
 ) -> None:
@@ -119,8 +126,8 @@ def nodes_suggest(
 
     Example: portalctl nodes suggest --tenant acme --gpu-class NVIDIA-H100-80GB-HBM3 --gpus 16
     """
-    body = {"tenant": tenant, "gpu_class": gpu_class, "gpus": gpus}
     with api() as client:
+        body = {"tenant": tenant, "gpu_class": _product(client, gpu_class), "gpus": gpus}
         suggestion = client.request("POST", "/api/v1/node-suggestions", json=body,
                                     params=_present(host_cluster=host_cluster))
     emit(suggestion, output, ("tenant", "gpu_class", "gpus_requested", "gpus", "quota_gpus",
@@ -157,6 +164,11 @@ def nodes_unassign(node: str, host_cluster: HostCluster = None) -> None:
         client.request("DELETE", f"/api/v1/nodes/{node}/assignment",
                        params=_present(host_cluster=host_cluster))
     typer.echo(f"Node {node} is back in the shared pool.")
+
+
+def _product(client: Client, gpu_class: str | None) -> str | None:
+    """The product the API filters by, for a class named any way portalctl takes one."""
+    return None if gpu_class is None else str(resolve_gpu_class(client, gpu_class)["product"])
 
 
 def _present(**params: Any) -> dict[str, Any]:

@@ -13,11 +13,11 @@ from typing import Annotated, Any
 import typer
 
 from app.portalctl.client import USAGE
-from app.portalctl.common import Limit, Output, api, fail
+from app.portalctl.common import Limit, Output, api, command_group, fail
 from app.portalctl.output import Format, emit
 
-hosts_app = typer.Typer(help="Host clusters: the GPU clusters tenants' clusters run on "
-                             "(platform admins).", no_args_is_help=True)
+hosts_app = command_group("Host clusters: the GPU clusters tenants' clusters run on "
+                          "(platform admins).")
 
 PATH = "/api/v1/host-clusters"
 COLUMNS = ("name", "region", "state", "health", "credentials", "checked_at")

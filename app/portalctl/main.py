@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 
 from app.portalctl import browser_login, profiles
@@ -15,7 +16,18 @@ from app.portalctl.access import grants_app, members_app, tokens_app
 from app.portalctl.audit import audit
 from app.portalctl.client import ERROR, USAGE, ApiError, Client
 from app.portalctl.clusters import clusters_app, clusters_path, wait_for
-from app.portalctl.common import Limit, Output, TenantOpt, api, fail, state, tenant_of
+from app.portalctl.common import (
+    Limit,
+    Output,
+    RequiredGpuClass,
+    TenantOpt,
+    api,
+    command_group,
+    fail,
+    resolve_gpu_class,
+    state,
+    tenant_of,
+)
 from app.portalctl.fleet import fleet, gpu_classes_app, nodes_app
 from app.portalctl.hosts import hosts_app
 from app.portalctl.output import Format, emit
@@ -24,10 +36,10 @@ from app.portalctl.usage import usage
 
 EXIT_CODES = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 forbidden or not signed in."
 app = typer.Typer(help=f"The GPU Tenant Portal from a terminal.\n\n{EXIT_CODES}",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
-tenants_app = typer.Typer(help="Tenants you belong to (all of them for platform admins).",
-                          no_args_is_help=True)
-quota_app = typer.Typer(help="A tenant's GPU quota and quota requests.", no_args_is_help=True)
+                  no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None)
+tenants_app = command_group("Tenants you belong to (all of them for platform admins).")
+quota_app = command_group("A tenant's GPU quota and quota requests.")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(quota_app, name="quota")
 app.add_typer(clusters_app, name="clusters")
@@ -74,12 +86,17 @@ def login(
 
     By default through the browser: the portal shows the API token it will make for this
     command line, and once you confirm it hands the token to portalctl on 127.0.0.1.
-    Headless, paste a token made on the portal's API tokens page with --token-stdin.
+    Headless, paste a token made on the portal's API tokens page with --token-stdin; without
+    it, a standard input that is not a terminal stops the command at once.
 
     Example: portalctl login --url https://portal.example.com
 
     Example: echo "$TOKEN" | portalctl login --url https://portal.example.com --token-stdin
     """
+    if not token_stdin and not sys.stdin.isatty():
+        fail("standard input is not a terminal: to sign in with a token piped in, add "
+             "--token-stdin (echo \"$TOKEN\" | portalctl login --url URL --token-stdin); "
+             "to sign in through a browser, run portalctl login in a terminal", USAGE)
     if token_stdin:
         token = sys.stdin.readline().strip()
         if not token:
@@ -202,7 +219,7 @@ def quota_requests(tenant: TenantOpt = None, output: Output = Format.table,
 
 @quota_app.command("request")
 def quota_request(
-    gpu_class_id: Annotated[int, typer.Option("--gpu-class", help="the GPU class's id")],
+    gpu_class: RequiredGpuClass,
     gpus: Annotated[int, typer.Option(help="whole GPUs")],
     reason: Annotated[str, typer.Option(help="why the tenant needs them")],
     cpu_millicores: Annotated[int, typer.Option(help="CPU, in millicores")] = 0,
@@ -215,14 +232,15 @@ def quota_request(
 ) -> None:
     """Ask the platform admins for GPU quota, in one region.
 
-    Example: portalctl quota request --gpu-class 1 --gpus 8 --region eu --reason "May runs"
+    Example: portalctl quota request --gpu-class NVIDIA-H100-80GB-HBM3 --gpus 8 --region eu
+    --reason "May runs"
     """
-    body: dict[str, Any] = {"gpu_class_id": gpu_class_id, "gpus": gpus, "reason": reason,
-                            "cpu_millicores": cpu_millicores, "memory_mib": memory_mib,
-                            "region": region}
+    body: dict[str, Any] = {"gpus": gpus, "reason": reason, "cpu_millicores": cpu_millicores,
+                            "memory_mib": memory_mib, "region": region}
     if ends_at:
         body["ends_at"] = ends_at
     with api() as client:
+        body["gpu_class_id"] = resolve_gpu_class(client, gpu_class)["id"]
         slug = tenant_of(client, tenant)
         created = client.request("POST", f"/api/v1/tenants/{slug}/quota-requests", json=body,
                                  create=True)
@@ -324,19 +342,19 @@ def quota_set_burst(
 
 
 def _issue(client: Client, cluster_path: str, body: dict[str, Any],
-           wait: float | None) -> str:
-    """The kubeconfig; a sleeping cluster wakes on asking (202): with ``wait``, follow it
-    until Ready and ask again; without, say so and stop."""
+           wait: float | None) -> httpx.Response:
+    """The kubeconfig's answer; a sleeping cluster wakes on asking (202): with ``wait``,
+    follow it until Ready and ask again; without, say so and stop."""
     answer = client.send("POST", f"{cluster_path}/kubeconfigs", json=body)
     if answer.status_code != 202:
-        return answer.text
+        return answer
     if wait is None:
         fail(f"{answer.json().get('detail', 'the cluster is waking up')}; "
              "`--wait` waits for it", ERROR)
     final = wait_for(lambda: client.get(cluster_path), wait, 2.0)
     if final["phase"] != "Ready":
         fail(f"cluster {final['name']} did not wake (phase {final['phase']})", ERROR)
-    return str(client.send("POST", f"{cluster_path}/kubeconfigs", json=body).text)
+    return client.send("POST", f"{cluster_path}/kubeconfigs", json=body)
 
 
 @app.command("kubeconfig")
@@ -353,6 +371,9 @@ def kubeconfig(
     ] = False,
     use: Annotated[bool, typer.Option("--use", help="with --merge: switch to the context")
                    ] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", "--overwrite", help="with --merge: replace entries of the same name that "
+                                       "point at another cluster or user")] = False,
     wait: Annotated[bool, typer.Option(
         help="a sleeping cluster wakes on asking: wait until it answers, then issue")] = False,
     timeout: Annotated[float, typer.Option(help="seconds --wait waits before giving up")
@@ -361,13 +382,18 @@ def kubeconfig(
 ) -> None:
     """Issue a kubeconfig for a Ready cluster: print it, write it, or merge it.
 
+    Its context is named TENANT-CLUSTER-ROLE, so a view and an admin kubeconfig of one
+    cluster merge side by side. --merge refuses, changing nothing, to replace a context,
+    user or cluster of the same name that is someone else's (--force replaces them).
+
     Example: portalctl kubeconfig train --role edit --ttl 8h --merge --use
+
     A sleeping cluster wakes: portalctl kubeconfig train --wait -f train.yaml
     """
     if file is not None and merge:
         fail("choose one of --file and --merge", USAGE)
-    if use and not merge:
-        fail("--use goes with --merge", USAGE)
+    if (use or force) and not merge:
+        fail(f"{'--use' if use else '--force'} goes with --merge", USAGE)
     body: dict[str, Any] = {"role": role}
     if ttl is not None:
         try:
@@ -375,18 +401,40 @@ def kubeconfig(
         except ValueError as error:
             fail(str(error), USAGE)
     with api() as client:
-        issued = _issue(client, f"{clusters_path(client, tenant)}/{cluster}", body,
-                        timeout if wait else None)
-    if merge:
-        target = kubeconfigs.default_path()
-        context = kubeconfigs.merge_into(target, issued, use=use)
-        switched = " and switched to it" if use else ""
-        typer.echo(f"Context {context} merged into {target}{switched}.", err=True)
-    elif file is not None:
-        kubeconfigs.write_private(file, issued)
+        path = f"{clusters_path(client, tenant)}/{cluster}"
+        issued = _issue(client, path, body, timeout if wait else None)
+        if merge:
+            _merge(client, path, issued, use=use, force=force)
+    if file is not None:
+        kubeconfigs.write_private(file, issued.text)
         typer.echo(f"Kubeconfig written to {file}.", err=True)
-    else:
-        typer.echo(issued, nl=False)
+    elif not merge:
+        typer.echo(issued.text, nl=False)
+
+
+def _merge(client: Client, cluster_path: str, issued: httpx.Response, *, use: bool,
+           force: bool) -> None:
+    """Into the user's kubeconfig; on a conflict the kubeconfig just issued is revoked, so
+    no credential is left that nobody holds."""
+    target = kubeconfigs.default_path()
+    try:
+        context = kubeconfigs.merge_into(target, issued.text, use=use, force=force)
+    except kubeconfigs.Conflict as conflict:
+        listed = "".join(f"\n  {line}" for line in conflict.found)
+        fail(f"not merged: {target} already has entries of these names for something else:"
+             f"{listed}\nNothing was changed; {_revoke_unused(client, cluster_path, issued)}. "
+             "--force replaces them; -f FILE writes a file of its own.", ERROR)
+    switched = " and switched to it" if use else ""
+    typer.echo(f"Context {context} merged into {target}{switched}.", err=True)
+
+
+def _revoke_unused(client: Client, cluster_path: str, issued: httpx.Response) -> str:
+    grant = issued.headers.get("X-Kubeconfig-Grant", "")
+    try:
+        client.request("DELETE", f"{cluster_path}/kubeconfigs/{grant}")
+    except ApiError as error:
+        return f"the kubeconfig just issued (grant {grant}) is not revoked: {error.message}"
+    return "the kubeconfig just issued is revoked"
 
 
 def run() -> None:

@@ -7,12 +7,12 @@ from typing import Annotated, Any
 
 import typer
 
-from app.portalctl.client import USAGE
-from app.portalctl.common import Output, api, fail
+from app.portalctl.client import USAGE, Client
+from app.portalctl.common import GpuClassOpt, Output, api, command_group, fail, resolve_gpu_class
 from app.portalctl.output import Format, emit
 from app.templates.addon_lines import FIELDS, parse_line, parse_setting
 
-templates_app = typer.Typer(help="Cluster templates and their versions.", no_args_is_help=True)
+templates_app = command_group("Cluster templates and their versions.")
 
 PATH = "/api/v1/cluster-templates"
 TEMPLATE_COLUMNS = ("name", "description", "latest_offered", "versions")
@@ -25,7 +25,6 @@ Addons = Annotated[list[str] | None, typer.Option(
 NoAddons = Annotated[bool, typer.Option("--no-addons", help="a version without add-ons")]
 Placement = Annotated[str | None, typer.Option(help="shared-pool or dedicated-nodes")]
 K8sVersion = Annotated[str | None, typer.Option(help="MAJOR.MINOR.PATCH the template fixes")]
-GpuClass = Annotated[int | None, typer.Option("--gpu-class", help="GPU class id it fixes")]
 DefaultGpus = Annotated[int | None, typer.Option(help="GPUs a cluster gets by default")]
 MaxGpus = Annotated[int | None, typer.Option(help="the most GPUs a cluster may have")]
 PodSecurity = Annotated[str | None, typer.Option(help="restricted or baseline")]
@@ -33,18 +32,20 @@ UserNamespaces = Annotated[bool | None, typer.Option(
     "--user-namespaces/--no-user-namespaces", help="pods run with hostUsers: false")]
 
 
-def _settings(placement: str | None, kubernetes_version: str | None, gpu_class: int | None,
-              default_gpus: int | None, max_gpus: int | None, pod_security: str | None,
-              user_namespaces: bool | None, addons: list[str] | None,
-              no_addons: bool) -> dict[str, Any]:
+def _settings(client: Client, placement: str | None, kubernetes_version: str | None,
+              gpu_class: str | None, default_gpus: int | None, max_gpus: int | None,
+              pod_security: str | None, user_namespaces: bool | None,
+              addons: list[str] | None, no_addons: bool) -> dict[str, Any]:
     """The settings given on the command line; those left out are not sent."""
     if addons and no_addons:
         fail("--addon and --no-addons exclude each other", USAGE)
     given: dict[str, Any] = {
         "placement": placement, "kubernetes_version": kubernetes_version,
-        "gpu_class_id": gpu_class, "default_gpus": default_gpus, "max_gpus": max_gpus,
+        "default_gpus": default_gpus, "max_gpus": max_gpus,
         "pod_security": pod_security, "user_namespaces": user_namespaces}
     settings = {k: v for k, v in given.items() if v is not None}
+    if gpu_class is not None:
+        settings["gpu_class_id"] = resolve_gpu_class(client, gpu_class)["id"]
     if addons:
         settings["addons"] = [_addon(line) for line in addons]
     if no_addons:
@@ -64,19 +65,20 @@ def templates_create(
     name: str,
     description: Annotated[str, typer.Option(help="one line tenants read")] = "",
     placement: Placement = None, kubernetes_version: K8sVersion = None,
-    gpu_class: GpuClass = None, default_gpus: DefaultGpus = None, max_gpus: MaxGpus = None,
+    gpu_class: GpuClassOpt = None, default_gpus: DefaultGpus = None, max_gpus: MaxGpus = None,
     pod_security: PodSecurity = None, user_namespaces: UserNamespaces = None,
     addon: Addons = None, output: Output = Format.table,
 ) -> None:
     """Create a template; version 1 is a draft to validate and offer (platform admins).
 
-    Example: portalctl templates create training --placement dedicated-nodes --gpu-class 1
-    --default-gpus 8 --max-gpus 16 --addon 'kai-scheduler oci://ghcr.io/nvidia/kai-scheduler
-    kai-scheduler v0.9.3 scheduler.replicas=2'
+    Example: portalctl templates create training --placement dedicated-nodes
+    --gpu-class NVIDIA-H100-80GB-HBM3 --default-gpus 8 --max-gpus 16
+    --addon 'kai-scheduler oci://ghcr.io/nvidia/kai-scheduler kai-scheduler v0.9.3
+    scheduler.replicas=2'
     """
-    settings = _settings(placement, kubernetes_version, gpu_class, default_gpus, max_gpus,
-                         pod_security, user_namespaces, addon, False)
     with api() as client:
+        settings = _settings(client, placement, kubernetes_version, gpu_class, default_gpus,
+                             max_gpus, pod_security, user_namespaces, addon, False)
         created = client.request("POST", PATH, create=True, json={
             "name": name, "description": description, "settings": settings})
     emit({**created, "versions": _versions_summary(created["versions"])}
@@ -87,7 +89,7 @@ def templates_create(
 def templates_new_version(
     name: str,
     placement: Placement = None, kubernetes_version: K8sVersion = None,
-    gpu_class: GpuClass = None, default_gpus: DefaultGpus = None, max_gpus: MaxGpus = None,
+    gpu_class: GpuClassOpt = None, default_gpus: DefaultGpus = None, max_gpus: MaxGpus = None,
     pod_security: PodSecurity = None, user_namespaces: UserNamespaces = None,
     addon: Addons = None, no_addons: NoAddons = False,
     set_: Annotated[list[str] | None, typer.Option(
@@ -99,9 +101,9 @@ def templates_new_version(
 
     Example: portalctl templates new-version training --set kai-scheduler:scheduler.replicas=3
     """
-    settings = _settings(placement, kubernetes_version, gpu_class, default_gpus, max_gpus,
-                         pod_security, user_namespaces, addon, no_addons)
     with api() as client:
+        settings = _settings(client, placement, kubernetes_version, gpu_class, default_gpus,
+                             max_gpus, pod_security, user_namespaces, addon, no_addons)
         if set_:
             if "addons" in settings:
                 fail("--set changes the newest version's add-ons; with --addon, write the "

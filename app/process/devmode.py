@@ -17,6 +17,7 @@ from authlib.deprecate import AuthlibDeprecationWarning
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.auth import service as auth_service
 from app.clusters import repository as cluster_repository
@@ -116,6 +117,7 @@ def seed_demo(db: Session) -> None:
         db.flush()
         audit.record(db, action="tenant.create", actor_id=None, actor_label="portal dev",
                      tenant_id=tenant.id, target_type="tenant", target_id=tenant.slug,
+                     target_label=readable.tenant_label(tenant.slug, tenant.display_name),
                      after={"slug": tenant.slug, "display_name": tenant.display_name})
     for email, role in ((DEMO_TENANT_ADMIN, "admin"), (DEMO_MEMBER, "member")):
         user = auth_service.user_for_email(db, email)

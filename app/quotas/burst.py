@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
@@ -98,7 +99,9 @@ def set_burst(db: Session, principal: Principal, slug: str, tier: str,
     events.burst_changed.fire(db, events.BurstChanged(tenant.id))
     audit.record(db, action="tenant.burst_policy_change", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=tenant.id, target_type="tenant",
-                 target_id=tenant.id, before=before, after=after.as_dict())
+                 target_id=tenant.id,
+                 target_label=readable.tenant_label(tenant.slug, tenant.display_name),
+                 before=before, after=after.as_dict())
     return after
 
 

@@ -81,6 +81,7 @@ class QuotaRequestOut(BaseModel):
     tenant: str
     gpu_class_id: int
     gpu_class: str
+    gpu_class_name: str = Field(description="the class's display name, as pages show it")
     region: str
     gpus: int
     cpu_millicores: int

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
@@ -57,11 +58,23 @@ class Actor:
         return cls(principal.user_id, principal.label)
 
 
-def _record(db: Session, actor: Actor, action: str, tenant_id: int, target_type: str,
-            target_id: int, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+def _record(db: Session, actor: Actor, action: str, target: QuotaRequest | TenantQuota,
+            before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+    target_type = "quota_request" if isinstance(target, QuotaRequest) else "tenant_quota"
     audit.record(db, action=action, actor_id=actor.id, actor_label=actor.label,
-                 tenant_id=tenant_id, target_type=target_type, target_id=target_id,
-                 before=before, after=after)
+                 tenant_id=target.tenant_id, target_type=target_type, target_id=target.id,
+                 target_label=_label(db, target), before=before, after=after)
+
+
+def _label(db: Session, target: QuotaRequest | TenantQuota) -> str:
+    """The request or quota as people say it: "H100 80GB HBM3 quota request #1 (demo)"."""
+    tenant = db.get(Tenant, target.tenant_id)
+    gpu_class = db.get(GpuClass, target.gpu_class_id)
+    slug = tenant.slug if tenant else ""
+    class_name = gpu_class.display_name if gpu_class else "GPU"
+    if isinstance(target, QuotaRequest):
+        return readable.quota_request_label(class_name, target.id, slug)
+    return readable.quota_label(class_name, slug, target.region or "")
 
 
 def _email(db: Session, user_id: int | None) -> str | None:
@@ -75,15 +88,16 @@ def request_out(db: Session, request: QuotaRequest) -> QuotaRequestOut:
     gpu_class = db.get(GpuClass, request.gpu_class_id)
     assert tenant is not None and gpu_class is not None
     return QuotaRequestOut(**_request_fields(
-        request, tenant.slug, gpu_class.product, _email(db, request.requested_by_id),
-        _email(db, request.decided_by_id)))
+        request, tenant.slug, gpu_class.product, gpu_class.display_name,
+        _email(db, request.requested_by_id), _email(db, request.decided_by_id)))
 
 
-def _request_fields(request: QuotaRequest, tenant: str, gpu_class: str,
+def _request_fields(request: QuotaRequest, tenant: str, gpu_class: str, gpu_class_name: str,
                     requested_by: str | None, decided_by: str | None) -> dict[str, Any]:
     return {
         "id": request.id, "tenant": tenant, "gpu_class_id": request.gpu_class_id,
-        "gpu_class": gpu_class, "region": request.region, "gpus": request.gpus,
+        "gpu_class": gpu_class, "gpu_class_name": gpu_class_name, "region": request.region,
+        "gpus": request.gpus,
         "cpu_millicores": request.cpu_millicores, "memory_mib": request.memory_mib,
         "reason": request.reason, "ends_at": request.ends_at, "state": request.state,
         "requested_by": requested_by, "created_at": request.created_at,
@@ -175,12 +189,14 @@ def create_request(
     )
     db.add(request)
     db.flush()
-    _record(db, Actor.of(principal), "quota_request.create", tenant.id, "quota_request",
-            request.id, None, {**payload.model_dump(mode="json"), "region": region})
+    _record(db, Actor.of(principal), "quota_request.create", request, None,
+            {**payload.model_dump(mode="json"), "gpu_class": gpu_class.display_name,
+             "region": region})
     # From what is at hand: the class read above (the session keeps no unreferenced row) and
     # the caller's own email, rather than reading both again.
     return QuotaRequestOut(**_request_fields(request, tenant.slug, gpu_class.product,
-                                             principal.user.email, None))
+                                             gpu_class.display_name, principal.user.email,
+                                             None))
 
 
 def cancel_request(
@@ -191,8 +207,8 @@ def cancel_request(
     before = _decision_state(request)
     _claim(db, request, "pending", state="cancelled", decided_by_id=principal.user_id,
            decided_at=utcnow())
-    _record(db, Actor.of(principal), "quota_request.cancel", tenant.id, "quota_request",
-            request.id, before, _decision_state(request))
+    _record(db, Actor.of(principal), "quota_request.cancel", request, before,
+            _decision_state(request))
     return request_out(db, request)
 
 
@@ -230,10 +246,10 @@ def _queue_items(db: Session, rows: Sequence[Any],
         ids = sorted({row[0].gpu_class_id for row in rows if row[0].region == region})
         for class_id, figures in figures_of(db, ids, region).items():
             capacity[class_id, region] = figures
-    return [QueueItem(**_request_fields(request, slug, product, requested_by, decided_by),
+    return [QueueItem(**_request_fields(request, slug, product, name, requested_by, decided_by),
                       tenant_quota_gpus=quota or 0, tenant_allocated_gpus=allocated,
                       capacity=capacity[request.gpu_class_id, request.region])
-            for request, slug, product, requested_by, decided_by, quota, allocated in rows]
+            for request, slug, product, name, requested_by, decided_by, quota, allocated in rows]
 
 
 def get_queue_item(db: Session, principal: Principal, request_id: int) -> QueueItem:
@@ -267,8 +283,7 @@ def approve(db: Session, principal: Principal, request_id: int, payload: Approve
            overcommitted=overcommitted, decided_by_id=principal.user_id, decided_at=utcnow(),
            decision_note=payload.note)
     actor = Actor.of(principal)
-    _record(db, actor, "quota_request.approve", request.tenant_id, "quota_request", request.id,
-            before, _decision_state(request))
+    _record(db, actor, "quota_request.approve", request, before, _decision_state(request))
     _change_quota(db, actor, request, granted, request.cpu_millicores, request.memory_mib)
     return queue_item(db, request)
 
@@ -279,8 +294,8 @@ def reject(db: Session, principal: Principal, request_id: int, payload: RejectIn
     before = _decision_state(request)
     _claim(db, request, "pending", state="rejected", decided_by_id=principal.user_id,
            decided_at=utcnow(), decision_note=payload.note)
-    _record(db, Actor.of(principal), "quota_request.reject", request.tenant_id,
-            "quota_request", request.id, before, _decision_state(request))
+    _record(db, Actor.of(principal), "quota_request.reject", request, before,
+            _decision_state(request))
     return queue_item(db, request)
 
 
@@ -310,7 +325,7 @@ def _change_quota(
                           region=request.region, gpus=0, cpu_millicores=0, memory_mib=0)
         db.add(row)
     else:
-        before = _quota_figures(row)
+        before = _quota_figures(db, row)
     row.gpus = max(0, row.gpus + gpus)
     row.cpu_millicores = max(0, row.cpu_millicores + cpu)
     row.memory_mib = max(0, row.memory_mib + memory)
@@ -319,13 +334,16 @@ def _change_quota(
     # In this transaction: the hosts learn of it within seconds, or of nothing if it rolls back.
     events.quota_changed.fire(db, events.QuotaChanged(request.tenant_id, request.gpu_class_id,
                                                       request.region))
-    _record(db, actor, "tenant_quota.change", request.tenant_id, "tenant_quota", row.id,
-            before, {**_quota_figures(row), "quota_request_id": request.id})
+    _record(db, actor, "tenant_quota.change", row, before,
+            {**_quota_figures(db, row), "quota_request_id": request.id})
     return row
 
 
-def _quota_figures(row: TenantQuota) -> dict[str, Any]:
-    return {"gpu_class_id": row.gpu_class_id, "region": row.region, "gpus": row.gpus,
+def _quota_figures(db: Session, row: TenantQuota) -> dict[str, Any]:
+    gpu_class = db.get(GpuClass, row.gpu_class_id)
+    return {"gpu_class_id": row.gpu_class_id,
+            "gpu_class": gpu_class.display_name if gpu_class else None,
+            "region": row.region, "gpus": row.gpus,
             "cpu_millicores": row.cpu_millicores, "memory_mib": row.memory_mib}
 
 
@@ -357,8 +375,7 @@ def _expire_one(db: Session, actor: Actor, request_id: int, now: datetime) -> Ex
     before = _decision_state(request)
     if not repository.claim_request(db, request.id, "approved", state="expired"):
         return None
-    _record(db, actor, "quota_request.expire", request.tenant_id, "quota_request", request.id,
-            before, _decision_state(request))
+    _record(db, actor, "quota_request.expire", request, before, _decision_state(request))
     gpus = request.approved_gpus or 0
     quota = _change_quota(db, actor, request, -gpus, -request.cpu_millicores,
                           -request.memory_mib)

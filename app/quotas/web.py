@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from app.audit import readable
 from app.auth.csrf import STATE_CHANGING
 from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
@@ -173,7 +174,8 @@ def _decided(request: Request, db: DbSession, principal: Principal, request_id: 
     if not is_htmx(request):
         return go_to(request, "/admin/quota-requests")
     response = render(request, "admin/_queue_row.html", {"item": item, "error": ""})
-    return with_toast(response, f"Request {item.id} of {item.tenant} {item.state}.")
+    named = readable.quota_request_label(item.gpu_class_name, item.id, item.tenant)
+    return with_toast(response, f"{named} {item.state}.")
 
 
 def _needs_overcommit(problem: ProblemError) -> bool:

@@ -93,7 +93,8 @@ class HostHealthReconciler(RunsAlone):
                 log.warning("host cluster %s is %s: %s", row.name, action, reachable.message)
                 audit.record(db, action=f"host_cluster.{action}", actor_id=None,
                              actor_label=ACTOR, target_type=service.TARGET_TYPE,
-                             target_id=row.id, before={"reachable": was},
+                             target_id=row.id, target_label=f"host {row.name}",
+                             before={"reachable": was},
                              after={"reachable": row.health_reachable,
                                     "message": reachable.message})
         return DONE

@@ -258,7 +258,8 @@ class WebhookReconciler(RunsAlone):
     def _audit_host(self, target: HostTarget, action: str, after: dict[str, Any]) -> None:
         with self.database.transaction() as db:
             audit.record(db, action=action, actor_id=None, actor_label=ACTOR, tenant_id=None,
-                         target_type="host_cluster", target_id=target.host_id, before=None,
+                         target_type="host_cluster", target_id=target.host_id,
+                         target_label=f"host {target.name}", before=None,
                          after={"host_cluster": target.name, **after})
 
 def _described(pair: certs.ServingCertificate | None) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from starlette.responses import Response
 
 from app import authz
+from app.audit import readable
 from app.audit import service as audit
 from app.auth import events as auth_events
 from app.auth.deps import CurrentPrincipal
@@ -81,7 +82,8 @@ def _change(
     db.flush()
     audit.record(db, action="membership.sync_from_group", actor_id=user.id,
                  actor_label=user.email, tenant_id=membership.tenant_id,
-                 target_type="user", target_id=user.id, before=before,
+                 target_type="user", target_id=user.id,
+                 target_label=readable.user_label(user.email, user.name), before=before,
                  after={"role": role, "source": "group"} if role else None)
     if not created:
         events.membership_changed.fire(db, events.MembershipChanged(
@@ -130,7 +132,8 @@ def add_mapping(
     db.flush()
     audit.record(db, action="group_mapping.create", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=row.id, target_type="group_mapping",
-                 target_id=mapping.id, after={"group": payload.group, "role": payload.role})
+                 target_id=mapping.id, target_label=f"group {payload.group} → {row.slug}",
+                 after={"group": payload.group, "role": payload.role})
     return mapping
 
 
@@ -145,7 +148,8 @@ def remove_mapping(db: Session, principal: Principal, tenant: str, mapping_id: R
         raise NotFound(f"no group mapping {mapping_id} in {tenant!r}")
     audit.record(db, action="group_mapping.delete", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=row.id, target_type="group_mapping",
-                 target_id=mapping.id, before={"group": mapping.group_name, "role": mapping.role})
+                 target_id=mapping.id, target_label=f"group {mapping.group_name} → {row.slug}",
+                 before={"group": mapping.group_name, "role": mapping.role})
     db.delete(mapping)
     db.flush()
     granted = db.scalars(select(User).join(Membership, Membership.user_id == User.id).where(

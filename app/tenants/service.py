@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.auth import service as auth_service
 from app.auth.models import User
@@ -40,10 +41,12 @@ def tenant_fields(principal: Principal, tenant: Any) -> dict[str, Any]:
 
 def _audit(db: Session, principal: Principal, action: str, tenant: Tenant, target_type: str,
            target_id: int | str, before: dict[str, Any] | None = None,
-           after: dict[str, Any] | None = None) -> None:
+           after: dict[str, Any] | None = None, *, member_email: str = "") -> None:
+    label = (readable.member_label(member_email, tenant.slug) if member_email
+             else readable.tenant_label(tenant.slug, tenant.display_name))
     audit.record(db, action=action, actor_id=principal.user_id, actor_label=principal.label,
                  tenant_id=tenant.id, target_type=target_type, target_id=target_id,
-                 before=before, after=after)
+                 target_label=label, before=before, after=after)
 
 
 def list_tenants(db: Session, principal: Principal, params: PageParams,
@@ -148,7 +151,8 @@ def _add_membership(
     membership = Membership(tenant_id=tenant.id, user_id=user.id, role=payload.role)
     insert_or_conflict(db, membership, taken)
     _audit(db, principal, "membership.create", tenant, "membership", membership.id,
-           after={"email": user.email, "user_id": user.id, "role": payload.role})
+           after={"email": user.email, "user_id": user.id, "role": payload.role},
+           member_email=user.email)
     return membership
 
 
@@ -179,8 +183,9 @@ def change_role(
             _ensure_keeps_an_admin(db, tenant, membership)
         before = {"role": membership.role}
         membership.role = payload.role
+        user = db.get(User, membership.user_id)
         _audit(db, principal, "membership.update", tenant, "membership", membership.id,
-               before, {"role": membership.role})
+               before, {"role": membership.role}, member_email=user.email if user else "")
         db.flush()
         events.membership_changed.fire(db, events.MembershipChanged(
             tenant.id, membership.user_id, membership.role, _actor(principal)))
@@ -195,7 +200,8 @@ def remove_member(db: Session, principal: Principal, slug: str, member_id: int) 
                                                                          "user_id"})
     db.delete(membership)
     db.flush()
-    _audit(db, principal, "membership.delete", tenant, "membership", member_id, before=before)
+    _audit(db, principal, "membership.delete", tenant, "membership", member_id, before=before,
+           member_email=before["email"])
     on_member_removed(db, principal, tenant, membership.user_id)
 
 

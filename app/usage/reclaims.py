@@ -10,6 +10,7 @@ from typing import Final
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.kube.evictions import Eviction
 from app.kube.manifests.names import host_namespace_name
@@ -27,8 +28,9 @@ WHY: Final = {
 def record_evictions(db: Session, host_id: int, evictions: Sequence[Eviction]) -> int:
     """Each eviction of a pod of a cluster on the host, once (KAI keeps its events an hour;
     the worker reads them each resync); returns how many were new."""
-    owners = {host_namespace_name(tenant, name): owner
-              for (tenant, name), owner in samples.clusters_by_name(db, host_id).items()}
+    placed = samples.clusters_by_name(db, host_id)
+    owners = {host_namespace_name(tenant, name): owner for (tenant, name), owner in placed.items()}
+    names = {host_namespace_name(tenant, name): name for tenant, name in placed}
     ours = [e for e in evictions if e.namespace in owners and e.uid]
     if not ours:
         return 0
@@ -43,6 +45,7 @@ def record_evictions(db: Session, host_id: int, evictions: Sequence[Eviction]) -
         audit.record(db, action="cluster.gpu_reclaimed", actor_id=None, actor_label=ACTOR,
                      tenant_id=owner.tenant_id, target_type="cluster",
                      target_id=owner.subject_id,
+                     target_label=readable.cluster_label(names[found.namespace]),
                      after={"pod": found.virtual_pod, "action": found.action,
                             "why": WHY.get(found.action, found.action),
                             "queue": found.queue_line, "at": found.at})

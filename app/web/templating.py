@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from app.kit.words import counted, plural
+from app.web.names import gpu_class_label, gpu_class_text
 from app.web.times import exact, time_tag
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +25,8 @@ templates.env.filters["exact"] = exact
 # {{ n | counted("node") }} is "1 node" or "4 nodes"; {{ n | plural("day") }} the noun alone.
 templates.env.filters["counted"] = counted
 templates.env.filters["plural"] = plural
+templates.env.globals["gpu_class_label"] = gpu_class_label
+templates.env.globals["gpu_class_text"] = gpu_class_text
 
 
 def render(

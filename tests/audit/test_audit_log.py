@@ -94,7 +94,7 @@ def test_filters_and_pagination(client: TestClient, db: Session) -> None:
 
 def test_the_audit_page_lists_events_for_a_tenant_admin(client: TestClient, db: Session) -> None:
     oidc.sign_in(client, "admin@example.com")
-    page = client.get("/audit", headers={"accept": "text/html"})
+    page = client.get("/audit?sign_ins=true", headers={"accept": "text/html"})
     assert page.status_code == 200
     assert "auth.sign_in" in page.text
 

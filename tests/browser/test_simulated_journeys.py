@@ -92,7 +92,7 @@ def take_and_revoke_kubeconfig(page: Page, shots: Screenshots) -> None:
     text = page.locator("#kubeconfig-yaml").inner_text()
     assert text.startswith("# SIMULATED HOST")
     assert "server: https://train.demo.simulated-host.invalid" in text
-    assert "current-context: demo-train-simulated" in text
+    assert "current-context: demo-train-view-simulated" in text
     shots(page, "kubeconfig-issued")
     active = page.locator("#kubeconfig-grants")
     grants = active.get_by_role("row").filter(has_text="alice@example.com")
@@ -149,8 +149,51 @@ def test_newcomer_journey_from_quota_to_a_revoked_kubeconfig(
                    "kubeconfig.revoke"):
         expect(alice.get_by_role("cell", name=action, exact=True).first).to_be_visible()
     screenshots(alice, "audit-trail")
+    audit_log_reads_well(alice, base, screenshots)
+    audit_log_filters(admin, base, screenshots)
     alice.goto(f"{base}/t/{DEMO_TENANT}")
     screenshots(alice, "alice-dashboard-with-cluster")
+
+
+def fits_the_width(page: Page) -> bool:
+    """Neither the page nor the audit table scrolls sideways."""
+    return bool(page.evaluate("""() => {
+        const wrap = document.querySelector('#audit-results .table-wrap');
+        const root = document.documentElement;
+        return root.scrollWidth <= root.clientWidth && wrap.scrollWidth <= wrap.clientWidth;
+    }"""))
+
+
+def audit_log_reads_well(page: Page, base: str, shots: Screenshots) -> None:
+    approved = page.get_by_role("row").filter(
+        has=page.get_by_role("cell", name="quota_request.approve", exact=True))
+    expect(approved.get_by_role("cell", name=re.compile(
+        r"^H100 80GB quota request #\d+ \(demo\)$"))).to_be_visible()
+    expect(approved.locator("li[data-field=state]")).to_have_text("state: pending → approved")
+    for narrow in (1280, 800):
+        page.set_viewport_size({"width": narrow, "height": 900})
+        assert fits_the_width(page), f"the audit log runs off the right edge at {narrow} px"
+    shots(page, "audit-log-narrow")
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+
+def audit_log_filters(page: Page, base: str, shots: Screenshots) -> None:
+    page.goto(f"{base}/audit")
+    sign_ins = page.get_by_role("cell", name="auth.sign_in", exact=True)
+    expect(sign_ins).to_have_count(0)
+    shots(page, "admin-audit-log")
+    page.get_by_role("link", name="Show sign-ins").click()
+    expect(sign_ins.first).to_be_visible()
+    shots(page, "admin-audit-log-with-sign-ins")
+    page.get_by_role("link", name="Clear").click()
+    page.get_by_label("What").select_option(label="Clusters")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"action=virtual_cluster\."))  # htmx keeps the URL
+    actions = page.locator("#audit-rows tr[data-action]")
+    expect(actions.first).to_be_visible()
+    assert all(a.startswith("virtual_cluster.") for a in actions.evaluate_all(
+        "rows => rows.map(r => r.dataset.action)"))
+    shots(page, "admin-audit-log-clusters")
 
 
 def add_viewer(portal: SimulatedPortal, issuer: str, email: str) -> None:

@@ -96,7 +96,7 @@ def test_a_member_downloads_a_one_hour_view_kubeconfig_bound_to_its_own_secret_a
     assert Path(loaded.ssl_ca_cert).read_bytes() == virtual_api.ca.cert_pem
     assert loaded.auth_settings()["BearerToken"]["value"] == f"Bearer {issued.token}"
     config = yaml.safe_load(response.text)
-    assert [c["name"] for c in config["contexts"]] == ["acme-train"]
+    assert [c["name"] for c in config["contexts"]] == ["acme-train-view"]
     assert train.admin_kubeconfig_encrypted is not None
     admin_yaml = SecretBox(DEV_ENCRYPTION_KEY).open(train.admin_kubeconfig_encrypted)
     admin = yaml.safe_load(admin_yaml)["users"][0]["user"]

@@ -46,8 +46,9 @@ def test_golden_grant_objects() -> None:
 
 def test_golden_kubeconfig() -> None:
     text = kubeconfig_yaml(KubeconfigSpec(
-        context="acme-train", server="https://train.acme.vc.example.com",
-        ca_data=TEST_CA_DATA, user="acme-train-view", token="header.claims.signature"))
+        cluster="acme-train", context="acme-train-view",
+        server="https://train.acme.vc.example.com", ca_data=TEST_CA_DATA, user="acme-train-view",
+        token="header.claims.signature"))
     check_golden("kubeconfig.yaml", text)
 
 

@@ -8,6 +8,7 @@ The lab needs root (network namespaces) and ``make tools``; it uses a network of
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -40,12 +41,12 @@ def test_three_teams_run_gpu_pods_in_their_own_clusters_within_their_quota(
         assert any(claim in name for name in names), claim
 
 
-def kubectl(lab: Lab, team: demo.Team, *args: str) -> str:
+def kubectl(lab: Lab, team: demo.Team, *args: str, stdin: str | None = None) -> str:
     env = demo.read_env(lab.folder / "env")
     tool = demo.Kubectl(env["KUBECTL"], {"HTTPS_PROXY": env["HTTPS_PROXY"],
                                          "NO_PROXY": env["NO_PROXY"]})
     return tool.run(lab.folder / "kubeconfigs" / f"{team.tenant}-{team.cluster}.kubeconfig",
-                    *args)
+                    *args, stdin=stdin)
 
 
 def condition(lab: Lab, team: demo.Team, type_: str) -> dict[str, Any]:
@@ -77,8 +78,12 @@ def test_pods_created_while_kais_scheduler_is_down_are_bound_once_it_is_back(
     host = lab.server.adapter()
     lab.gpus.kill("scheduler")
     try:
-        # One GPU freed: the pod that waited for it is synced, and waits for KAI.
+        # GPUs freed, and the pod that waited for one gone: vCluster retries a pod the host's
+        # quota refused with a growing delay (minutes, late in the walk), so a pod created now
+        # is the one synced at once; it waits for KAI.
+        kubectl(lab, ACME, "delete", "job", "eval", "--wait=true")
         kubectl(lab, ACME, "delete", "pod", "trainer-0", "--wait=true")
+        kubectl(lab, ACME, "apply", "-f", "-", stdin=json.dumps(_late_pod()))
         waiting = wait_for(lambda: _unbound(host, ACME), "a synced acme pod waiting for KAI",
                            timeout=90.0)
     finally:
@@ -91,6 +96,12 @@ def test_pods_created_while_kais_scheduler_is_down_are_bound_once_it_is_back(
     assert bound["spec"]["nodeName"].startswith("h100-")
     assert used <= ACME.gpus
     host.close()
+
+
+def _late_pod() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "late-0", "namespace": "default", "labels": {"team": "acme"}},
+            "spec": {"containers": [demo.gpu_container(1)]}}
 
 
 def _unbound(host: KubernetesAdapter, team: demo.Team) -> dict[str, Any] | None:

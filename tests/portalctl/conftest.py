@@ -110,27 +110,36 @@ class BrowserLogin:
 
     process: subprocess.Popen[str]
     link: str
+    terminal: int  # our end of the pseudo-terminal that is its standard input
 
     def finish(self) -> Result:
-        stdout, stderr = self.process.communicate(timeout=60)
+        try:
+            stdout, stderr = self.process.communicate(timeout=60)
+        finally:
+            os.close(self.terminal)
         return Result(self.process.returncode, stdout, stderr)
 
 
 def start_browser_login(portalctl: PortalCtl, url: str, *args: str,
                         env: dict[str, str] | None = None) -> BrowserLogin:
-    """Runs the installed script as a terminal would, with no display: it prints the link."""
+    """Runs the installed script as a terminal would (its standard input a pseudo-terminal),
+    with no display: it prints the link."""
     environment = {"PATH": os.environ.get("PATH", ""),
+                   "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
                    **{k: v for k, v in portalctl.env.items() if v is not None}, **(env or {})}
+    ours, its = os.openpty()
     process = subprocess.Popen([str(PORTALCTL), "login", "--url", url, *args],
-                               env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               env=environment, stdin=its, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    os.close(its)
     assert process.stderr is not None
     printed = []
     for line in process.stderr:
         printed.append(line)
         if line.startswith("  http"):
-            return BrowserLogin(process, line.strip())
+            return BrowserLogin(process, line.strip(), ours)
     process.wait()
+    os.close(ours)
     raise AssertionError(f"portalctl printed no link: {''.join(printed)}")
 
 

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from typer.main import get_command
 from typer.testing import CliRunner
 
 from app.portalctl.main import app
-from tests.portalctl.conftest import Portal
+from tests.portalctl.conftest import Portal, PortalCtl
 
 PORTALCTL = Path(sys.executable).parent / "portalctl"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_installed_script_signs_in_and_lists_clusters_as_json(
@@ -37,19 +40,63 @@ def test_the_installed_script_signs_in_and_lists_clusters_as_json(
     assert missing.stderr.startswith("error: ") and "Traceback" not in missing.stderr
 
 
-def test_every_command_has_an_example_in_its_help() -> None:
-    def leaves(command: object, path: tuple[str, ...]) -> list[tuple[str, ...]]:
-        children = getattr(command, "commands", None)
-        if not children:
-            return [path]
-        return [leaf for name, child in children.items() for leaf in leaves(child, (*path, name))]
+def test_a_token_piped_in_without_token_stdin_stops_at_once_saying_what_to_pass(
+    portalctl: PortalCtl,
+) -> None:
+    """It stops before listening for the browser or printing a sign-in link."""
+    environment = {"PATH": os.environ.get("PATH", ""),
+                   "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+                   **{k: v for k, v in portalctl.env.items() if v is not None}}
+    piped = subprocess.run([str(PORTALCTL), "login", "--url", "http://127.0.0.1:9",
+                            "--timeout", "30"], input="gtp_secret\n", env=environment,
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert piped.returncode == 2
+    assert "--token-stdin" in piped.stderr and "not a terminal" in piped.stderr
+    assert "cli/login" not in piped.stderr and "Waiting" not in piped.stderr
+    assert "gtp_secret" not in piped.stderr + piped.stdout
+    assert not (portalctl.home / ".config" / "portalctl" / "config.toml").exists()
 
-    commands = leaves(get_command(app), ())
+
+def test_the_readme_and_make_run_say_where_portalctl_is_from_its_first_mention() -> None:
+    readme = (ROOT / "README.md").read_text()
+    first = readme.index("portalctl")
+    paragraph = readme[readme.rindex("\n\n", 0, first):readme.index("\n\n", first)]
+    assert ".venv/bin/portalctl" in paragraph and "pipx install ." in paragraph
+    dry_run = subprocess.run(["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True,
+                             check=True)
+    said = [line for line in dry_run.stdout.splitlines() if line.startswith("echo ")]
+    assert any(f"{ROOT}/.venv/bin/portalctl" in line for line in said), dry_run.stdout
+
+
+def _commands(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """Every command and group under ``command``, itself first."""
+    children = getattr(command, "commands", None) or {}
+    return [(path, command), *(found for name, child in children.items()
+                               for found in _commands(child, (*path, name)))]
+
+
+def test_every_command_has_an_example_in_its_help() -> None:
+    commands = [path for path, command in _commands(get_command(app))
+                if not getattr(command, "commands", None)]
     assert len(commands) == 58
     for path in commands:
         result = CliRunner().invoke(app, [*path, "--help"])
         assert result.exit_code == 0, (path, result.stderr)
         assert "Example:" in result.stdout, path
+
+
+def test_every_help_reads_at_80_columns_with_whole_option_names_and_flags_as_flags() -> None:
+    for path, command in _commands(get_command(app)):
+        result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
+        assert result.exit_code == 0, (path, result.stderr)
+        shown = result.stdout
+        assert "<bool>" not in shown, path
+        assert "\N{HORIZONTAL ELLIPSIS}" not in shown, path
+        assert max(len(line) for line in shown.splitlines()) <= 80, path
+        names = [name for param in command.params if not getattr(param, "hidden", False)
+                 for name in (*param.opts, *param.secondary_opts) if name.startswith("-")]
+        for name in names:
+            assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", shown), (path, name)
 
 
 def test_the_shell_completion_script_is_shown_and_completes_subcommands(tmp_path: Path) -> None:

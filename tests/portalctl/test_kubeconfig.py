@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,9 @@ import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as _k8s_config
 
-from app.portalctl.kubeconfig import merge, ttl_seconds
-from tests.portalctl.conftest import Portal, PortalCtl
+from app.kube.memory import fake_service_account_token
+from app.portalctl.kubeconfig import conflicts, merge, ttl_seconds
+from tests.portalctl.conftest import Portal, PortalCtl, Result
 
 # The official loader has no type hints.
 k8s_config: Any = _k8s_config
@@ -57,6 +59,71 @@ def test_merge_adds_a_context_the_official_loader_reads_and_keeps_the_others(
     assert [c["name"] for c in config["contexts"]] == ["home", added]  # replaced, not doubled
 
 
+def test_a_view_and_an_admin_kubeconfig_merge_side_by_side(
+    portal_with_ready_cluster: Portal, portalctl: PortalCtl, tmp_path: Path
+) -> None:
+    kubeconfig = tmp_path / "config"
+    portalctl.env["KUBECONFIG"] = str(kubeconfig)
+    portalctl.login(portal_with_ready_cluster, "acme-admin")
+    for role in ("view", "admin", "view"):
+        merged = portalctl("kubeconfig", "train", "--role", role, "--merge")
+        assert merged.exit_code == 0, merged.stderr
+        assert f"Context acme-train-{role} merged" in merged.stderr
+
+    config = yaml.safe_load(kubeconfig.read_text())
+    assert {c["name"]: c["context"]["user"] for c in config["contexts"]} == {
+        "acme-train-view": "acme-train-view", "acme-train-admin": "acme-train-admin"}
+    assert [c["name"] for c in config["clusters"]] == ["acme-train"]
+    users = {u["name"]: u["user"]["token"] for u in config["users"]}
+    for role in ("view", "admin"):
+        configuration = k8s_client.Configuration()
+        k8s_config.load_kube_config(config_file=str(kubeconfig), context=f"acme-train-{role}",
+                                    client_configuration=configuration)
+        assert configuration.api_key["BearerToken"] == f"Bearer {users[f'acme-train-{role}']}"
+    assert config["current-context"] == "acme-train-view"  # the first merge into an empty file
+
+
+def test_merge_never_repoints_someone_elses_entry_without_force(
+    portal_with_ready_cluster: Portal, portalctl: PortalCtl, tmp_path: Path
+) -> None:
+    kubeconfig = tmp_path / "config"
+    theirs = {**THEIRS, "contexts": [
+        *THEIRS["contexts"], {"name": "acme-train-view", "context": {"cluster": "home",
+                                                                     "user": "me"}}]}
+    kubeconfig.write_text(yaml.safe_dump(theirs))
+    before = kubeconfig.read_text()
+    portalctl.env["KUBECONFIG"] = str(kubeconfig)
+    portalctl.login(portal_with_ready_cluster, "acme-admin")
+
+    refused = portalctl("kubeconfig", "train", "--merge", "--use")
+    assert refused.exit_code == 1
+    assert "context 'acme-train-view' points at cluster 'home' and user 'me'" in refused.stderr
+    assert "--force" in refused.stderr and "is revoked" in refused.stderr
+    assert kubeconfig.read_text() == before
+    assert _json(portalctl("grants", "list", "train", "-o", "json")) == []
+
+    forced = portalctl("kubeconfig", "train", "--merge", "--use", "--force")
+    assert forced.exit_code == 0, forced.stderr
+    config = yaml.safe_load(kubeconfig.read_text())
+    assert {c["name"]: c["context"]["user"] for c in config["contexts"]} == {
+        "home": "me", "acme-train-view": "acme-train-view"}
+    assert portalctl("kubeconfig", "train", "--force").exit_code == 2  # only with --merge
+
+
+def test_a_user_entry_is_the_same_user_when_its_token_acts_as_the_same_account() -> None:
+    def issued(account: str) -> dict[str, Any]:
+        token = fake_service_account_token("gpu-tenant-portal", account, None, 600)
+        return {"users": [{"name": "acme-train-view", "user": {"token": token}}]}
+
+    first = issued("user-3-view")
+    assert conflicts(first, issued("user-3-view")) == []  # a fresh token of the same account
+    assert conflicts(first, issued("user-4-view")) == [
+        "user 'acme-train-view' holds another credential"]
+    certificate = {"users": [{"name": "acme-train-view",
+                              "user": {"client-certificate-data": "Zm9v"}}]}
+    assert conflicts(certificate, issued("user-3-view")) != []
+
+
 def test_a_kubeconfig_is_printed_or_written_to_a_private_file(
     portal_with_ready_cluster: Portal, portalctl: PortalCtl, tmp_path: Path
 ) -> None:
@@ -89,3 +156,8 @@ def test_durations_and_merging_by_name() -> None:
     assert fresh["current-context"] == "a" and fresh["kind"] == "Config"
     again = merge(fresh, issued, use=False)
     assert again["clusters"] == issued["clusters"]
+
+
+def _json(result: Result) -> Any:
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)

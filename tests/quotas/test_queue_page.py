@@ -28,7 +28,7 @@ def test_the_queue_is_live_filterable_and_toasts_decisions(client: TestClient,
     decided = client.post(f"/admin/quota-requests/{first.id}/reject", headers=htmx(csrf),
                           data={"note": "not now"})
     toast = json.loads(decided.headers["HX-Trigger"])["toast"]["message"]
-    assert toast == f"Request {first.id} of acme rejected."
+    assert toast == f"H100 80GB quota request #{first.id} (acme) rejected."
 
     pending = client.get("/admin/quota-requests?state=pending", headers=htmx(csrf)).text
     assert pending.lstrip().startswith('<div id="queue-table"')  # the table alone

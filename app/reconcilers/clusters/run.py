@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit import service as audit
 from app.clusters import conditions as cond
 from app.clusters import desired, repository
@@ -419,7 +420,9 @@ class ClusterRun:
                after: dict[str, Any] | None) -> None:
         audit.record(db, action=action, actor_id=None, actor_label=ACTOR,
                      tenant_id=self.wanted.tenant_id, target_type="virtual_cluster",
-                     target_id=self.wanted.cluster_id, before=before, after=after)
+                     target_id=self.wanted.cluster_id,
+                     target_label=readable.cluster_label(self.wanted.spec.name),
+                     before=before, after=after)
 
 
 def _current(conditions: list[dict[str, Any]], type_: str, generation: int) -> bool:

@@ -1,0 +1,29 @@
+"""How every page names things it shows in many places, so that they read alike everywhere."""
+
+from __future__ import annotations
+
+from markupsafe import Markup
+
+
+def gpu_class_text(display_name: str | None, product: str | None) -> str:
+    """A GPU class where only text fits (a menu option, a title): its display name, then the
+    product label GPU Feature Discovery gives its nodes."""
+    name = display_name or product or ""
+    if product and product != name:
+        return f"{name} ({product})"
+    return name
+
+
+def gpu_class_label(display_name: str | None, product: str | None) -> Markup:
+    """A GPU class on a page: its display name, and the product label below it in a smaller
+    line (and as its title), for operators who match it against node labels."""
+    name = display_name or product or ""
+    if not name:
+        return Markup('<span class="gpu-class gpu-class-none">no GPU class</span>')
+    secondary = ""
+    if product and product != name:
+        secondary = Markup('<code class="gpu-class-product">{}</code>').format(product)
+    return Markup(
+        '<span class="gpu-class" title="{product}">'
+        '<span class="gpu-class-name">{name}</span>{secondary}</span>'
+    ).format(product=product or name, name=name, secondary=secondary)
