@@ -28,22 +28,33 @@ LDFLAGS_kube := -X k8s.io/component-base/version.gitVersion=v1.32.13 \
 	-X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=32
 LDFLAGS_helm := -X helm.sh/helm/v3/internal/version.version=v3.19.5
 
+# Two stamps: `make run` needs only the portal (.runtime); the tests, lint and type checks
+# also need the test extras (.installed), which include the runtime, so either stamp is enough
+# for `make run`.
+$(BIN)/.runtime: pyproject.toml constraints.txt
+	@if [ -f $(BIN)/.installed ] && [ $(BIN)/.installed -nt pyproject.toml ] && \
+		[ $(BIN)/.installed -nt constraints.txt ]; then touch $@; else \
+		$(PYTHON) -m venv $(VENV) && \
+		$(BIN)/python -m pip install --quiet --upgrade pip && \
+		$(BIN)/python -m pip install --quiet -c constraints.txt -e . && \
+		touch $@; fi
+
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
-	touch $@
+	touch $@ $(BIN)/.runtime
 
 # The newest releases pyproject.toml's ranges allow, written back into constraints.txt.
 upgrade-deps: setup
 	$(BIN)/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[test]'
 	{ sed -n '/^#/p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable; } \
 		> constraints.txt.new && mv constraints.txt.new constraints.txt
-	touch $(BIN)/.installed
+	touch $(BIN)/.installed $(BIN)/.runtime
 
 setup: $(BIN)/.installed
 
-run: setup
+run: $(BIN)/.runtime
 	@echo "portalctl, the command-line client: $(abspath $(BIN))/portalctl (to have it on PATH: pipx install .)"
 	$(BIN)/portal dev
 
@@ -128,4 +139,4 @@ pytest: setup chromium oci-registry tools postgres
 test: lint typecheck pytest
 
 clean:
-	rm -rf $(VENV) .cache portal-dev.db* .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .cache portal.db* .mypy_cache .ruff_cache .pytest_cache

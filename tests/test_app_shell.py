@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 from fastapi.testclient import TestClient
 
 from app.database.core import Database
@@ -66,6 +70,29 @@ def test_htmx_is_vendored_and_served_locally(client: TestClient) -> None:
     script = client.get("/static/vendor/htmx-2.0.11.min.js")
     assert script.status_code == 200
     assert "htmx" in script.text[:200]
+
+
+def test_pages_link_the_portals_own_icon_and_favicon_ico_answers(client: TestClient) -> None:
+    page = client.get("/", headers={"accept": "text/html"})
+    head = page.text.split("<body")[0]
+    assert re.search(r'<link rel="icon" href="[^"]*/static/favicon\.svg" type="image/svg\+xml">',
+                     head)
+    for path in ("/favicon.ico", "/static/favicon.svg"):
+        icon = client.get(path)
+        assert icon.status_code == 200, path
+        assert icon.headers["content-type"].startswith("image/svg+xml")
+        assert icon.text.startswith("<svg") and "<title>GPU Tenant Portal</title>" in icon.text
+
+
+def test_the_portal_starts_without_deprecation_warnings() -> None:
+    """Importing what `portal dev` runs (the OIDC client, the local IdP, the app) warns of
+    nothing: no AuthlibDeprecationWarning on a newcomer's first screen."""
+    code = ("import app.process.cli, app.process.asgi, app.process.devmode; "
+            "app.process.asgi.create_app")
+    started = subprocess.run([sys.executable, "-W", "default", "-c", code],
+                             capture_output=True, text=True, timeout=120, check=False)
+    assert started.returncode == 0, started.stderr
+    assert "Warning" not in started.stderr, started.stderr
 
 
 def test_pages_send_security_headers(client: TestClient) -> None:

@@ -26,16 +26,18 @@ from tests.support.web import free_port
 PORTAL = [sys.executable, "-m", "app.process.cli"]
 
 
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+def _env(tmp_path: Path, *, default_database: bool = False, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PORTAL_")}
-    env["PORTAL_DATABASE_URL"] = f"sqlite:///{tmp_path / 'cli.db'}"
+    if not default_database:
+        env["PORTAL_DATABASE_URL"] = f"sqlite:///{tmp_path / 'cli.db'}"
     env.update(extra)
     return env
 
 
-def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PORTAL, *args], env=_env(tmp_path), cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, check=False)
+def _run(tmp_path: Path, *args: str,
+         default_database: bool = False) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PORTAL, *args], env=_env(tmp_path, default_database=default_database),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
 
 
 
@@ -117,6 +119,42 @@ def test_worker_starts_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     assert "stopped" in worker.stderr.read()
 
 
+def test_tokens_create_after_make_run_uses_the_database_portal_dev_migrated(
+    tmp_path: Path,
+) -> None:
+    with running_dev(tmp_path, default_database=True) as (base, process):
+        assert httpx.get(f"{base}/readyz").status_code == 200
+        stop(process)
+    result = _run(tmp_path, "tokens", "create", "alice@example.com", "--scope", "read",
+                  default_database=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().startswith("gtp_")
+    assert sorted(path.name for path in tmp_path.glob("*.db")) == ["portal.db"]
+
+
+@pytest.mark.parametrize("command", [
+    ["tokens", "create", "ops@example.com", "--scope", "read"],
+    ["users", "make-admin", "ops@example.com"],
+])
+def test_a_missing_database_is_one_line_saying_what_to_run_and_no_file(
+    tmp_path: Path, command: list[str],
+) -> None:
+    result = _run(tmp_path, *command, default_database=True)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "run `portal db upgrade`" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "portal.db").exists()
+
+
+def test_an_unmigrated_database_file_is_one_line_saying_what_to_run(tmp_path: Path) -> None:
+    (tmp_path / "cli.db").touch()
+    result = _run(tmp_path, "tokens", "create", "ops@example.com", "--scope", "read")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "cli.db is missing or not migrated: run `portal db upgrade`" in result.stderr
+
+
 def test_webhook_without_a_host_cluster_says_so(tmp_path: Path) -> None:
     result = _run(tmp_path, "webhook", "--port", str(free_port()))
     assert result.returncode == 2
@@ -124,13 +162,13 @@ def test_webhook_without_a_host_cluster_says_so(tmp_path: Path) -> None:
 
 
 @contextmanager
-def running_dev(tmp_path: Path, *args: str,
+def running_dev(tmp_path: Path, *args: str, default_database: bool = False,
                 **env: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     port, idp_port = free_port(), free_port()
     process = subprocess.Popen(
         [*PORTAL, "dev", "--port", str(port), "--idp-port", str(idp_port), *args],
-        env=_env(tmp_path, **env), cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
+        env=_env(tmp_path, default_database=default_database, **env), cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -189,7 +227,7 @@ def test_dev_serves_the_portal_with_working_sign_in_and_stops_on_ctrl_c(
         assert browser.get(callback).status_code == 303
         me = browser.get("/api/v1/me").json()
     assert me["memberships"] == [{"tenant": "demo", "role": "admin"}]
-    assert (tmp_path / "portal-dev.db").exists()
+    assert (tmp_path / "cli.db").exists()
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=30)
     assert process.returncode == 0, output

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from app.kit.words import counted, plural
 from app.kube.manifests import labels as lbl
 
 ACTIVE = "active"
@@ -188,13 +189,17 @@ def _reason(chosen: HostFacts, request: PlacementRequest, fitting: list[HostFact
              else f"region {region} chosen by the portal")
     class_id = request.gpu_class_id if request.gpus > 0 else None
     if class_id is None:
-        what = f"{chosen.free_of(None)} free GPUs"
+        what = f"{chosen.free_of(None)} free {plural(chosen.free_of(None), 'GPU')}"
     elif request.placement == DEDICATED:
-        what = (f"{chosen.tenant_node_gpus.get(class_id, 0)} GPUs free on the tenant's "
-                f"dedicated {request.gpu_class_name} nodes")
+        what = (f"{counted(chosen.tenant_node_gpus.get(class_id, 0), 'GPU')} free on the "
+                f"tenant's dedicated {request.gpu_class_name} nodes")
     else:
-        what = f"{chosen.free_of(class_id)} free {request.gpu_class_name} GPUs"
+        free = chosen.free_of(class_id)
+        what = f"{free} free {request.gpu_class_name} {plural(free, 'GPU')}"
     others = len(fitting) - 1
-    among = (f"the only one of {registered} hosts that fits" if others == 0
-             else f"most free capacity of {len(fitting)} fitting hosts, then name")
+    if others == 0:
+        among = ("the only host" if registered == 1
+                 else f"the only one of {registered} hosts that fits")
+    else:
+        among = f"most free capacity of {len(fitting)} fitting hosts, then name"
     return f"{chosen.name}: {where}; {what}; {among}"

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from app.hosts.webhook_route import WebhookRoute
 from app.kit.config import Settings
+from app.kit.words import plural
 from app.kube.errors import KubeError
 from app.kube.manifests.admission import (
     HARDENING_WEBHOOK_NAME,
@@ -151,7 +152,7 @@ def _route_problem(live: dict[str, Any], expected: str, settings: Settings) -> s
     stale = [call for call in calls if call != expected]
     if not missing and not stale:
         return None
-    found = (f"lacks webhook(s) {', '.join(missing)}" if missing
+    found = (f"lacks {plural(len(missing), 'webhook')} {', '.join(missing)}" if missing
              else f"calls {', '.join(stale)}")
     return (f"{WEBHOOK_CONFIGURATION_KIND[1]} {WEBHOOK_CONFIGURATION_NAME} {found}, but the "
             f"portal expects this host's API server to call {expected}: the worker rewrites "
@@ -175,8 +176,14 @@ def _present(port: KubePort, kind: tuple[str, str], check: str, name: str, missi
                                                              f"{kind[1]} {name} is present")
 
 
+SIMULATED_CHART = ("not applicable: the simulated host of `portal dev` installs no chart (its "
+                   "virtual clusters start in memory), so the chart repository is not asked")
+
+
 def _vcluster_chart(settings: Settings, charts: ChartProbe | None) -> CheckResult:
     where = f"vcluster {settings.vcluster_chart_version} from {settings.vcluster_chart_repo}"
+    if settings.simulated_host:
+        return CheckResult(VCLUSTER_CHART, True, SIMULATED_CHART)
     if charts is None:
         return CheckResult(VCLUSTER_CHART, False, "not checked: no chart resolver")
     try:

@@ -34,9 +34,10 @@ def _webhook_url(value: str | None) -> str | None:
     return value.strip()
 
 
-WEBHOOK_URL_HELP = ("the https:// address at which this host's API server reaches `portal "
-                    "webhook` (e.g. https://webhook.gpu-eu-2.example.com:9443); the portal "
-                    "registers the webhook there with the path /mutate-pods/hosts/<id>. "
+WEBHOOK_URL_HELP = ("the https:// base address at which this host's API server reaches `portal "
+                    "webhook` (e.g. https://webhook.gpu-eu-2.example.com:9443), without a "
+                    "path of the webhook's own: the portal registers it with the path "
+                    "/mutate-pods/hosts/<id>. "
                     "Unset: the environment's host uses PORTAL_WEBHOOK_URL or the in-cluster "
                     "Service, any other host gets no webhook (and no shared-pool clusters)")
 

@@ -35,6 +35,7 @@ from app.http.pagination import Page, PageParams, paginate
 from app.kit.config import Settings
 from app.kit.crypto import SecretBox, UnreadableSecret
 from app.kit.errors import Conflict, NotFound, ValidationFailed
+from app.kit.webhook_address import called_url
 from app.kube.connector import HostTarget, KubeConnector, probe
 from app.workqueue import ALL, HOSTS, NODES, USAGE, WEBHOOK, enqueue
 
@@ -71,7 +72,7 @@ def host_out(row: HostCluster) -> HostOut:
 
 def webhook_endpoint(row: HostCluster) -> str:
     if row.webhook_url:
-        return row.webhook_url.rstrip("/") + host_path(row.id)
+        return called_url(row.webhook_url, host_path(row.id))
     return "environment" if row.is_default and row.credential_kind == "env" else ""
 
 
@@ -234,10 +235,26 @@ def checks_of(target: HostTarget, settings: Settings, connector: KubeConnector,
 
 
 def store_health(row: HostCluster, results: list[CheckResult]) -> None:
+    _log_changed_checks(row, results)
     row.health_checks = [r.as_json() for r in results]
     row.health_reachable = next((r.passed for r in results if r.name == "api-reachable"),
                                 False)
     row.health_checked_at = utcnow()
+
+
+def _log_changed_checks(row: HostCluster, results: list[CheckResult]) -> None:
+    """A check that starts failing (or fails for another reason) is a warning in the log, once:
+    an operator reading the log learns what the host's page says, without a line every resync."""
+    before = {str(c.get("name")): c for c in row.health_checks or []}
+    for result in results:
+        earlier = before.get(result.name)
+        if not result.passed and (earlier is None or earlier.get("passed")
+                                  or earlier.get("message") != result.message):
+            log.warning("host cluster %s: check %s failed: %s", row.name, result.name,
+                        result.message)
+        elif result.passed and earlier is not None and not earlier.get("passed"):
+            log.info("host cluster %s: check %s passes again: %s", row.name, result.name,
+                     result.message)
 
 
 # ----- placement's part: which host a new cluster may go to

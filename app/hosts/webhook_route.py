@@ -1,10 +1,12 @@
 """Where a host's API server calls the portal's admission webhook.
 
-The environment's host calls it as before: PORTAL_WEBHOOK_URL, else the in-cluster Service,
-at ``/mutate-pods``, and the webhook reads namespaces with the environment's credentials.
-Any host with a ``webhook_url`` calls ``<webhook_url>/mutate-pods/hosts/<host id>``: the path
-tells the webhook which host's namespaces to read (the id, not the name: a rename does not
-break calls in flight). A host other than the environment's without one gets no webhook.
+One rule for every address (app/kit/webhook_address.py): an admin gives the https:// base
+address, the portal adds the path. The environment's host calls ``<PORTAL_WEBHOOK_URL>/mutate-pods``
+(without PORTAL_WEBHOOK_URL, the in-cluster Service at ``/mutate-pods``), and the webhook reads
+namespaces with the environment's credentials. Any host with a ``webhook_url`` calls
+``<webhook_url>/mutate-pods/hosts/<host id>``: the path tells the webhook which host's
+namespaces to read (the id, not the name: a rename does not break calls in flight). A host
+other than the environment's without one gets no webhook.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from app.kit.config import Settings
+from app.kit.webhook_address import called_url
+from app.kit.webhook_address import webhook_url_problem as webhook_url_problem
 from app.kube.connector import HostTarget
 from app.kube.manifests.admission import WEBHOOK_PATH
 
@@ -31,24 +35,6 @@ class WebhookRoute:
         return urlsplit(self.url).hostname if self.url else None
 
 
-def webhook_url_problem(url: str) -> str | None:
-    """Why the API server could not call ``url`` as a webhook (None when it can)."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        return "is not a URL"
-    if parts.scheme != "https":
-        return "must start with https://"
-    if not parts.hostname:
-        return "names no host"
-    if parts.username is not None or parts.password is not None:
-        return "must not carry a user name or password"
-    if parts.query or parts.fragment or url.endswith(("?", "#")):
-        return "must not carry a query or a fragment"
-    return None
-
-
 def host_path(host_id: int) -> str:
     return f"{HOST_PATH_PREFIX}{host_id}"
 
@@ -64,10 +50,15 @@ def host_id_of(path: str) -> int | None:
 def route_of(target: HostTarget, settings: Settings) -> WebhookRoute | None:
     """How ``target``'s API server reaches the webhook; None: it cannot (no URL set)."""
     if target.webhook_url:
-        return WebhookRoute(target.webhook_url.rstrip("/") + host_path(target.host_id))
+        return WebhookRoute(called_url(target.webhook_url, host_path(target.host_id)))
     if target.from_environment:
-        return WebhookRoute(settings.webhook_url)
+        return environment_route(settings)
     return None
+
+
+def environment_route(settings: Settings) -> WebhookRoute:
+    """The environment's host: PORTAL_WEBHOOK_URL and the path, else the in-cluster Service."""
+    return WebhookRoute(called_url(settings.webhook_url) if settings.webhook_url else None)
 
 
 def routed(target: HostTarget) -> bool:

@@ -11,6 +11,8 @@ from cryptography.fernet import Fernet
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.kit.webhook_address import webhook_url_problem
+
 DEV_SECRET_KEY = "dev-only-secret-key-change-me"  # noqa: S105 - a marker, refused in production
 # A valid Fernet key that is public on purpose: only for development, refused in production.
 DEV_ENCRYPTION_KEY = "ZGV2LW9ubHktZW5jcnlwdGlvbi1rZXktMzItYnl0ZXM="
@@ -145,10 +147,11 @@ class Settings(BaseSettings):
         default="gpu-tenant-portal-webhook",
         description="the Service (port 443) through which the API server calls `portal webhook`")
     webhook_url: str | None = Field(
-        default=None, pattern=r"^https://",
-        description="an `https://` URL for a webhook outside the cluster; the environment's "
-                    "host calls it instead of the Service (other hosts: each host's webhook "
-                    "URL)")
+        default=None,
+        description="the `https://` base address of a webhook outside the cluster, such as "
+                    "`https://webhook.example.com:9443`; the portal adds the path "
+                    "(`/mutate-pods`) and the environment's host calls it instead of the "
+                    "Service (other hosts: each host's webhook URL, the same rule)")
     webhook_hosts: list[str] = Field(
         default=[],
         description="JSON list of the names and IPs in the serving certificate; empty: the "
@@ -202,6 +205,14 @@ class Settings(BaseSettings):
 
     log_level: str = Field(
         default="INFO", description="log level; every line carries the request id")
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook_url_is_a_base_address(cls, url: str | None) -> str | None:
+        problem = None if url is None else webhook_url_problem(url)
+        if problem:
+            raise ValueError(f"PORTAL_WEBHOOK_URL {problem}")
+        return url
 
     @field_validator("encryption_old_keys", mode="before")
     @classmethod

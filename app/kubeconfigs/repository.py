@@ -34,6 +34,17 @@ def active_grants_query(cluster_id: int, now: datetime,
     return query
 
 
+def revoked_grants(db: Session, cluster_id: int, user_id: int | None,
+                   limit: int) -> Sequence[KubeconfigGrant]:
+    """The latest revoked grants of a cluster, newest first (one user's when ``user_id``)."""
+    query = select(KubeconfigGrant).where(KubeconfigGrant.cluster_id == cluster_id,
+                                          KubeconfigGrant.revoked_at.is_not(None))
+    if user_id is not None:
+        query = query.where(KubeconfigGrant.user_id == user_id)
+    order = (KubeconfigGrant.revoked_at.desc(), KubeconfigGrant.id.desc())
+    return db.scalars(query.order_by(*order).limit(limit)).all()
+
+
 def unrevoked_grants(db: Session, *, cluster_ids: Sequence[int],
                      user_id: int | None = None) -> Sequence[KubeconfigGrant]:
     """Grants not yet revoked (expired ones included: their Secrets still need deleting)."""

@@ -420,6 +420,25 @@ def _grant_label(db: Session, grant: KubeconfigGrant) -> str:
 LIFETIME_PRESETS = (600, 3600, 4 * 3600, 8 * 3600, 12 * 3600, 24 * 3600, 7 * 24 * 3600)
 
 
+# How many revoked grants the panel keeps in sight (the audit log has them all).
+REVOKED_SHOWN = 20
+# Why the portal revoked a grant that nobody revoked by hand (reason "user").
+REVOKED_BECAUSE = {
+    "member-removed": "its holder left the tenant",
+    "role-changed": "its holder's role changed",
+    "tenant-suspended": "the tenant was suspended",
+    "cluster-deleted": "the cluster was deleted",
+}
+
+
+@dataclass(frozen=True)
+class RevokedGrant:
+    grant: GrantOut
+    revoked_at: datetime
+    revoked_by: str
+    because: str
+
+
 @dataclass(frozen=True)
 class KubeconfigPanel:
     tenant: str
@@ -432,6 +451,7 @@ class KubeconfigPanel:
     grants: list[GrantOut]
     revoke_any: bool
     user_id: int
+    revoked: list[RevokedGrant]
 
 
 def kubeconfig_panel(db: Session, principal: Principal, settings: Settings, slug: str,
@@ -450,4 +470,23 @@ def kubeconfig_panel(db: Session, principal: Principal, settings: Settings, slug
         tenant=tenant.slug, cluster=cluster.name, issuable=not why_not, why_not=why_not,
         roles=rules.allowed_roles(principal, tenant), lifetimes=tuple(lifetimes),
         default_lifetime=default, grants=grants,
-        revoke_any=rules.is_tenant_admin(principal, tenant), user_id=principal.user_id)
+        revoke_any=rules.is_tenant_admin(principal, tenant), user_id=principal.user_id,
+        revoked=_recently_revoked(db, principal, tenant, cluster))
+
+
+def _recently_revoked(db: Session, principal: Principal, tenant: Tenant,
+                      cluster: VirtualCluster) -> list[RevokedGrant]:
+    """What was revoked lately, and by whom: everyone's for a tenant admin, else one's own."""
+    only_user = None if rules.is_tenant_admin(principal, tenant) else principal.user_id
+    rows = repository.revoked_grants(db, cluster.id, only_user, REVOKED_SHOWN)
+    people = {g.user_id for g in rows} | {g.revoked_by_id for g in rows if g.revoked_by_id}
+    users = repository.users_by_id(db, people)
+    return [RevokedGrant(grant=_grant_out(g, cluster, users[g.user_id]),
+                         revoked_at=cast(datetime, g.revoked_at),
+                         revoked_by=_revoker(g, users),
+                         because=REVOKED_BECAUSE.get(g.revoke_reason or "", "")) for g in rows]
+
+
+def _revoker(grant: KubeconfigGrant, users: dict[int, User]) -> str:
+    revoker = users.get(grant.revoked_by_id) if grant.revoked_by_id else None
+    return (revoker.name or revoker.email) if revoker is not None else "the portal"

@@ -26,6 +26,7 @@ from app.web.forms import (
     is_htmx,
     problem_errors,
     validation_errors,
+    with_toast,
 )
 from app.web.templating import render
 
@@ -35,11 +36,13 @@ PANEL = "/t/{tenant}/clusters/{cluster}/kubeconfigs"
 
 def _panel(request: Request, db: DbSession, principal: Principal, tenant: str, cluster: str,
            *, form: dict[str, Any] | None = None, errors: FieldErrors | None = None,
-           issued: IssuedKubeconfig | None = None, status_code: int = 200) -> Response:
+           issued: IssuedKubeconfig | None = None, confirming: int | None = None,
+           status_code: int = 200) -> Response:
     panel = service.kubeconfig_panel(db, principal, request.app.state.settings, tenant, cluster)
     template = "kubeconfigs/_panel.html" if is_htmx(request) else "kubeconfigs/page.html"
     response = render(request, template, {
         "panel": panel, "form": form or {}, "errors": errors or {}, "issued": issued,
+        "confirming": confirming,
         "issued_b64": base64.b64encode(issued.yaml.encode()).decode() if issued else "",
     }, status_code=status_code)
     if issued is not None:
@@ -79,10 +82,18 @@ def issue(request: Request, tenant: str, cluster: str, db: DbSession,
                   status_code=201)
 
 
+@router.get(PANEL + "/{grant_id}/revoke")
+def confirm_revoke(request: Request, tenant: str, cluster: str, grant_id: RowId, db: DbSession,
+                   principal: CurrentPrincipal) -> Response:
+    """The panel asking, in the grant's row, whether to revoke it (no browser dialog)."""
+    return _panel(request, db, principal, tenant, cluster, confirming=grant_id)
+
+
 @router.post(PANEL + "/{grant_id}/revoke", dependencies=STATE_CHANGING)
 def revoke(request: Request, tenant: str, cluster: str, grant_id: RowId, db: DbSession,
            principal: CurrentPrincipal, clusters: Clusters) -> Response:
-    service.revoke_grant(db, principal, clusters, tenant, cluster, grant_id)
+    grant = service.revoke_grant(db, principal, clusters, tenant, cluster, grant_id)
+    done = f"Revoked the {grant.role} kubeconfig of {grant.user_email}: it no longer works."
     if not is_htmx(request):
         return go_to(request, PANEL.format(tenant=tenant, cluster=cluster))
-    return _panel(request, db, principal, tenant, cluster)
+    return with_toast(_panel(request, db, principal, tenant, cluster), done)

@@ -25,7 +25,6 @@ from pathlib import Path
 import httpx
 from cryptography.fernet import Fernet
 
-from app.kube.manifests.admission import WEBHOOK_PATH
 from app.lab import charts, host, network
 from app.lab.control_plane import ApiServer, free_port
 from app.lab.gpu import GpuScheduling
@@ -152,7 +151,7 @@ class Lab:
             self.host.apply(obj, force=True)
         webhook_port = free_port()
         (self.folder / "webhook-certs").mkdir(mode=0o700)
-        webhook_url = f"https://127.0.0.1:{webhook_port}{WEBHOOK_PATH}"
+        webhook_url = f"https://127.0.0.1:{webhook_port}"
         self.portal_url = f"http://127.0.0.1:{self.options.port}"
         self.env = self._portal_env(chart_repo, webhook_url)
         self._spawn("webhook", ["webhook", "--host", "127.0.0.1", "--port", str(webhook_port),

@@ -74,6 +74,7 @@ from app.tenants.access import cache_tenants
 from app.usage import api as usage_api
 from app.usage import web as usage_web
 from app.web import live
+from app.web.favicon import router as favicon_router
 from app.web.templating import STATIC_DIR, render, templates
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ HOT_ROUTERS = [audit_api.router, me_api.router, nodes_api.router, clusters_api.r
 
 def all_routers() -> list[APIRouter]:
     rest = [r for r in [*API_ROUTERS, *WEB_ROUTERS] if r not in HOT_ROUTERS]
-    return [health_router, *HOT_ROUTERS, *rest]
+    return [health_router, favicon_router, *HOT_ROUTERS, *rest]
 
 
 def create_app(
@@ -148,7 +149,8 @@ def create_app(
                        always_secure=settings.env == "production")
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(LoadSheddingMiddleware, limit=settings.web_max_in_flight,
-                       exempt=("/healthz", "/readyz", "/static/", f"{live.PREFIX}/"))
+                       exempt=("/healthz", "/readyz", "/static/", "/favicon.ico",
+                               f"{live.PREFIX}/"))
     app.add_middleware(ControlCharacterGuardMiddleware)
     app.add_middleware(RequestIdMiddleware)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

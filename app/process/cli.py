@@ -64,6 +64,22 @@ def _settings() -> Settings:
     return settings
 
 
+def _require_migrated(settings: Settings) -> None:
+    """For a command that needs the schema: a database that is missing or behind is one line
+    saying what to run, not a traceback (and no empty SQLite file left behind)."""
+    if not migrate.is_migrated(settings.database_url):
+        typer.echo(f"error: the database {migrate.displayed(settings.database_url)} is missing "
+                   "or not migrated: run `portal db upgrade` (or `portal dev`, which migrates "
+                   "it) with the same PORTAL_DATABASE_URL", err=True)
+        raise typer.Exit(2)
+
+
+def _migrated_settings() -> Settings:
+    settings = _settings()
+    _require_migrated(settings)
+    return settings
+
+
 @cli.command()
 def serve(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
@@ -74,6 +90,7 @@ def serve(
 
     settings = _settings()
     _refuse_simulated_host(settings)
+    _require_migrated(settings)
     app = create_app(settings)
     settle_heap()
     uvicorn.run(app, host=host, port=port, log_config=None, proxy_headers=True)
@@ -101,6 +118,7 @@ def worker() -> None:
     """Run the reconcile loop until SIGTERM or Ctrl-C."""
     settings = _settings()
     _refuse_simulated_host(settings)
+    _require_migrated(settings)
     loop = build_worker(settings, Database(settings.database_url))
     _stop_on_signals(loop.stop)
     loop.run()
@@ -181,7 +199,7 @@ def db_downgrade(revision: str) -> None:
 @users_cli.command("make-admin")
 def make_admin(email: str) -> None:
     """Make EMAIL a platform admin (the user record is created if needed)."""
-    settings = _settings()
+    settings = _migrated_settings()
     with Database(settings.database_url).transaction() as db:
         auth_service.grant_platform_admin(db, email, actor_label="cli")
     typer.echo(f"{email} is a platform admin", err=True)
@@ -206,7 +224,7 @@ def create_token(
     name: Annotated[str, typer.Option(help="a label to recognise the token")] = "cli",
 ) -> None:
     """Mint an API token for EMAIL and print it, alone, on stdout."""
-    settings = _settings()
+    settings = _migrated_settings()
     expires_at = utcnow() + parse_duration(expires_in)
     try:
         with Database(settings.database_url).transaction() as db:
@@ -236,7 +254,7 @@ def rotate_keys(
     Credentials sealed with a key in PORTAL_ENCRYPTION_OLD_KEYS are re-encrypted; running it
     again changes nothing. Exits 1 when some credential opens with none of the keys.
     """
-    settings = _settings()
+    settings = _migrated_settings()
     database = Database(settings.database_url)
     try:
         report = keys_service.rotate_stored_secrets(
@@ -263,7 +281,9 @@ def config_reference() -> None:
 def dev(
     port: Annotated[int, typer.Option(help="portal port")] = 8000,
     idp_port: Annotated[int, typer.Option(help="local OIDC provider port")] = 8900,
-    database: Annotated[Path, typer.Option(help="SQLite file")] = Path("portal-dev.db"),
+    database: Annotated[Path | None, typer.Option(
+        help="SQLite file (default: PORTAL_DATABASE_URL, itself ./portal.db by default, the "
+             "database every other command uses)")] = None,
     simulate: Annotated[bool, typer.Option(
         "--simulate/--no-simulate",
         help="simulate a host cluster with a demo GPU fleet (ignored with PORTAL_KUBECONFIG)")
@@ -276,7 +296,7 @@ def dev(
 
     base = _settings()
     _refuse_in_production(base, "portal dev", "signs in anyone as a demo user")
-    url = f"sqlite:///{database.resolve()}"
+    url = f"sqlite:///{database.resolve()}" if database is not None else base.database_url
     simulation = simulated_host_for(base, simulate=simulate)
     installer = SimulatedInstaller(simulation) if simulation is not None else None
     with local_oidc_provider(demo_users(base.oidc_admin_group), port=idp_port) as issuer:

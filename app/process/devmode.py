@@ -8,11 +8,12 @@ PORTAL_KUBECONFIG (or in-cluster config) at a real host.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import oidc_provider_mock
 import werkzeug.serving
+from authlib.deprecate import AuthlibDeprecationWarning
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -27,6 +28,13 @@ from app.kube.connector import real_host_configured
 from app.kube.simulated import SIMULATED_ENDPOINT_TEMPLATE, SimulatedHost, demo_nodes
 from app.tenants.models import Membership, Tenant
 from app.workqueue import CLUSTERS, NODES, enqueue_many
+
+# The local demo IdP (oidc-provider-mock, development only) imports authlib.jose, which Authlib
+# deprecates: the cause is in that package, so only that one warning of its import is silenced.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="authlib.jose module is deprecated",
+                            category=AuthlibDeprecationWarning)
+    import oidc_provider_mock
 
 DEMO_ADMIN = "admin@example.com"
 DEMO_TENANT_ADMIN = "alice@example.com"

@@ -16,6 +16,7 @@ from app.http.deps import DbSession, RowId
 from app.http.pagination import Paging
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import Conflict, ProblemError, ValidationFailed
+from app.kit.words import counted
 from app.quotas import burst, service
 from app.quotas.schemas import REQUEST_STATES, ApproveIn, BurstIn, QuotaRequestCreate, RejectIn
 from app.web import live
@@ -102,7 +103,7 @@ def cancel_request(request: Request, tenant: str, request_id: RowId, db: DbSessi
         return go_to(request, f"/t/{tenant}")
     response = render(request, "quotas/_request_row.html",
                       {"item": item, "tenant_slug": tenant, "can_manage": True})
-    return with_toast(response, f"Request for {item.gpus} GPUs cancelled.")
+    return with_toast(response, f"Request for {counted(item.gpus, 'GPU')} cancelled.")
 
 
 # ----- burst

@@ -43,7 +43,7 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.database.core import Database, utcnow
 from app.hosts import service as hosts_service
-from app.hosts.webhook_route import WebhookRoute, route_of
+from app.hosts.webhook_route import WebhookRoute, environment_route, route_of
 from app.kit.config import Settings
 from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import ApplyConflictError, KubeError, PermanentKubeError, TransientKubeError
@@ -166,7 +166,7 @@ class WebhookReconciler(RunsAlone):
                 written += wrote + others.ensure(bundle)
                 check()
                 written += self._ensure_configuration(
-                    host, bundle, here or WebhookRoute(self.settings.webhook_url))
+                    host, bundle, here or environment_route(self.settings))
             except ApplyConflictError:
                 continue  # another worker wrote the Secret since we read it: start over
             if self._secret_version(host) == stored.resource_version:

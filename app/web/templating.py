@@ -9,6 +9,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from app.kit.words import counted, plural
 from app.web.names import gpu_class_label, gpu_class_text
 from app.web.times import exact, time_tag
 
@@ -21,6 +22,9 @@ templates.env.globals["htmx_script"] = "vendor/htmx-2.0.11.min.js"
 templates.env.globals["htmx_sse_script"] = "vendor/htmx-ext-sse-2.2.4.min.js"
 templates.env.filters["when"] = time_tag
 templates.env.filters["exact"] = exact
+# {{ n | counted("node") }} is "1 node" or "4 nodes"; {{ n | plural("day") }} the noun alone.
+templates.env.filters["counted"] = counted
+templates.env.filters["plural"] = plural
 templates.env.globals["gpu_class_label"] = gpu_class_label
 templates.env.globals["gpu_class_text"] = gpu_class_text
 

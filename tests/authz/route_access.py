@@ -50,6 +50,7 @@ ROUTES: list[Route] = [
     Route("GET", "/", Access.PUBLIC),
     Route("GET", "/healthz", Access.PUBLIC),
     Route("GET", "/readyz", Access.PUBLIC),
+    Route("GET", "/favicon.ico", Access.PUBLIC),
     Route("GET", "/auth/login", Access.PUBLIC),
     Route("GET", "/auth/callback", Access.PUBLIC, also_ok=(400,)),
     # Anonymous callers have no session, hence no CSRF token to send: 403.
@@ -208,6 +209,9 @@ ROUTES += [
     Route("GET", KUBECONFIG_PANEL, Access.TENANT_VIEWER, params=acme_kubeconfigs),
     Route("POST", KUBECONFIG_PANEL, Access.TENANT_VIEWER, params=acme_kubeconfigs,
           body=lambda _w: {"role": "view", "lifetime_seconds": "3600"}),
+    # Asks in the page whether to revoke: changes nothing, so whoever sees the panel may ask.
+    Route("GET", KUBECONFIG_PANEL + "/{grant_id}/revoke", Access.TENANT_VIEWER,
+          params=acme_grant),
     Route("POST", KUBECONFIG_PANEL + "/{grant_id}/revoke", Access.TENANT_MEMBER,
           params=acme_grant),
 ]

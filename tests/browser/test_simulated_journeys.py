@@ -94,15 +94,33 @@ def take_and_revoke_kubeconfig(page: Page, shots: Screenshots) -> None:
     assert "server: https://train.demo.simulated-host.invalid" in text
     assert "current-context: demo-train-view-simulated" in text
     shots(page, "kubeconfig-issued")
-    grants = page.get_by_role("row").filter(has_text="alice@example.com")
+    active = page.locator("#kubeconfig-grants")
+    grants = active.get_by_role("row").filter(has_text="alice@example.com")
     expect(grants).to_have_count(1)
+    dialogs: list[str] = []
 
-    def accept(dialog: Dialog) -> None:
-        dialog.accept()
+    def refuse(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
 
-    page.once("dialog", accept)
-    grants.get_by_role("button", name="Revoke").click()
-    expect(page.get_by_role("row").filter(has_text="alice@example.com")).to_have_count(0)
+    page.on("dialog", refuse)
+    grants.get_by_role("link", name="Revoke…").click()
+    confirm = active.get_by_role("row").filter(has_text="Anyone using it loses access")
+    expect(confirm).to_contain_text("Revoke the view kubeconfig of alice@example.com?")
+    expect(confirm.get_by_role("button", name="Revoke it")).to_be_focused()
+    shots(page, "kubeconfig-revoke-confirm")
+    confirm.get_by_role("link", name="Keep it").click()
+    expect(grants).to_have_count(1)
+    grants.get_by_role("link", name="Revoke…").click()
+    active.get_by_role("button", name="Revoke it").click()
+    expect(page.locator("#toasts")).to_contain_text(
+        "Revoked the view kubeconfig of alice@example.com")
+    expect(page.locator("#kubeconfig-grants")).to_have_count(0)
+    history = page.locator("#revoked-grants").get_by_role("row").filter(
+        has_text="alice@example.com")
+    expect(history).to_have_count(1)
+    expect(history).to_contain_text("Alice Example")  # who revoked it
+    assert dialogs == []  # no browser dialog on the way
     shots(page, "kubeconfig-revoked")
 
 

@@ -139,6 +139,13 @@ def test_the_reason_names_the_host_region_and_why() -> None:
     assert "8 GPUs free on the tenant's dedicated H100 nodes" in dedicated.reason
 
 
+def test_the_reason_counts_one_gpu_and_one_host_in_the_singular() -> None:
+    placed = place([host("eu-1", h100=1)], ask(gpus=1))
+    assert isinstance(placed, Placed)
+    assert placed.reason == ("eu-1: region eu chosen by the portal; 1 free H100 GPU; "
+                             "the only host")
+
+
 def test_a_host_the_portal_cannot_reach_takes_no_new_clusters() -> None:
     silent = HostFacts(id=1, name="a", region="eu", state="active", class_gpus={H100: 64},
                        free_gpus={H100: 64}, tenant_node_gpus={}, answers=False)

@@ -166,7 +166,7 @@ def test_the_environments_host_is_expected_to_call_the_service_with_both_webhook
         bare.apply(old, force=True)
         passed, message = check()
         assert passed is False and message.startswith(
-            f"MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} lacks webhook(s) "
+            f"MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} lacks webhook "
             f"{HARDENING_WEBHOOK_NAME}")
         bare.apply(_configuration(None, settings), force=True)
         assert check() == (True, f"MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} "

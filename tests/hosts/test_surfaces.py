@@ -165,6 +165,11 @@ def test_an_admin_sets_and_removes_a_hosts_webhook_url(client: TestClient, db: S
     assert kept.json()["webhook_url"] == "https://webhook.gpu-eu-2.example.com:9443"
     removed = client.patch(f"{API}/gpu-eu-2", json={"webhook_url": ""}, headers=auth).json()
     assert (removed["webhook_url"], removed["webhook_endpoint"]) == (None, "")
+    with_path = client.patch(f"{API}/gpu-eu-2", json={
+        "webhook_url": "https://webhook.gpu-eu-2.example.com:9443/mutate-pods"}, headers=auth)
+    assert with_path.status_code == 422
+    assert with_path.json()["errors"][0]["field"] == "webhook_url"
+    assert "the portal adds the path" in with_path.json()["errors"][0]["message"]
     trail = client.get("/api/v1/audit", params={"action": "host_cluster.update"},
                        headers=auth).json()["items"]
     urls = [(e["before"]["webhook_url"], e["after"]["webhook_url"]) for e in trail]

@@ -4,6 +4,7 @@ real kube-apiserver standing in for the virtual cluster (``virtual_api``)."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 
 import pytest
@@ -73,10 +74,30 @@ def test_a_member_gets_a_kubeconfig_to_copy_and_download_then_revokes_it(
     assert bound_secret_name(kubeconfig.claims()) == grant.secret_name
     assert f'id="grant-{grant.id}"' in issued.text
 
+    asked = client.get(f"{PANEL}/{grant.id}/revoke", headers=htmx(csrf))
+    assert asked.status_code == 200 and f'id="confirm-revoke-{grant.id}"' in asked.text
+    assert "Revoke the view kubeconfig of member-web@acme.example?" in asked.text
+    assert "hx-confirm" not in asked.text  # asked in the page, not in a browser dialog
+    assert db.scalars(select(KubeconfigGrant)).one().revoked_at is None  # asking changes nothing
+
     revoked = client.post(f"{PANEL}/{grant.id}/revoke", headers=htmx(csrf))
     assert revoked.status_code == 200 and f'id="grant-{grant.id}"' not in revoked.text
     assert token not in revoked.text
+    assert json.loads(revoked.headers["hx-trigger"]) == {"toast": {"message": (
+        "Revoked the view kubeconfig of member-web@acme.example: it no longer works.")}}
+    history = revoked.text.split('id="revoked-grants"')[1]
+    assert f'id="revoked-{grant.id}"' in history and "member-web@acme.example" in history
     assert virtual.get("v1", "Secret", grant.secret_name, "gpu-tenant-portal") is None
+
+
+def test_the_lifetime_menu_counts_in_words(
+    client: TestClient, db: Session, oidc_issuer: str, virtual_api: ApiServer,
+) -> None:
+    sign_in_to_acme(client, db, oidc_issuer, virtual_api, "member")
+    menu = client.get(PANEL, headers=HTML).text.split('name="lifetime_seconds"')[1]
+    choices = [" ".join(c.split()) for c in re.findall(r"<option[^>]*>([^<]+)</option>", menu)]
+    assert "1 hour" in choices and "10 minutes" in choices and "24 hours" in choices
+    assert not [choice for choice in choices if choice.startswith("1 ") and choice.endswith("s")]
 
 
 def test_a_plain_form_post_downloads_the_file(

@@ -100,7 +100,7 @@ def webhook(host_api: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> It
         env="test", database_url=url,
         kubeconfig=str(host_api.write_admin_kubeconfig(folder / "kubeconfig")),
         webhook_namespace=_unique("gtp-webhook-"),
-        webhook_url=f"https://127.0.0.1:{port}/mutate-pods")
+        webhook_url=f"https://127.0.0.1:{port}")
     kube, database = host_api.adapter(), Database(url)
     backstop = [o for o in platform_objects(ManifestPolicy()) if o["kind"] != "Queue"]
     handle: Webhook | None = None

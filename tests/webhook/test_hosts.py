@@ -142,7 +142,7 @@ def test_serving_hosts_add_each_hosts_url_host() -> None:
         "gpu-tenant-portal-webhook.gpu-tenant-portal.svc",
         "gpu-tenant-portal-webhook.gpu-tenant-portal.svc.cluster.local", "10.1.2.3"]
     assert route_of(ap, settings()) is None
-    with_url = settings(webhook_url="https://hook.example:9443/mutate-pods")
+    with_url = settings(webhook_url="https://hook.example:9443")
     env_route = route_of(env, with_url)
     assert env_route is not None and env_route.url == "https://hook.example:9443/mutate-pods"
 
@@ -152,7 +152,9 @@ def test_serving_hosts_add_each_hosts_url_host() -> None:
     ("http://hook.example", "must start with https://"),
     ("https://user:pw@hook.example", "must not carry a user name or password"),
     ("https://hook.example/?a=1", "must not carry a query or a fragment"),
-    ("https://hook.example:port", "is not a URL"), ("https://", "names no host")])
+    ("https://hook.example:port", "is not a URL"), ("https://", "names no host"),
+    ("https://hook.example:9443/mutate-pods/hosts/2", "must be the base address, without "
+     "/mutate-pods: the portal adds the path (e.g. https://hook.example:9443)")])
 def test_webhook_urls_the_api_server_could_call(url: str, problem: str | None) -> None:
     assert webhook_url_problem(url) == problem
 

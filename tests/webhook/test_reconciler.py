@@ -179,7 +179,7 @@ def test_two_workers_rotating_at_once_leave_secret_and_ca_bundle_agreeing(
 
 
 def test_a_url_puts_its_host_in_the_certificate_and_the_configuration() -> None:
-    extra = {"webhook_url": "https://10.0.0.5:9443/mutate-pods"}
+    extra = {"webhook_url": "https://10.0.0.5:9443"}
     assert serving_hosts(settings(**extra)) == ["10.0.0.5"]
     assert serving_hosts(settings()) == [
         "gpu-tenant-portal-webhook.gpu-tenant-portal.svc",
@@ -187,9 +187,26 @@ def test_a_url_puts_its_host_in_the_certificate_and_the_configuration() -> None:
     assert serving_hosts(settings(webhook_hosts=["hook.example.com"])) == ["hook.example.com"]
 
 
-def test_a_url_that_is_not_https_is_refused() -> None:
-    with pytest.raises(ValueError, match="webhook_url"):
-        settings(webhook_url="http://10.0.0.5:9443/mutate-pods")
+def test_the_base_address_the_docs_ask_for_is_registered_with_the_webhooks_path(
+        sqlite_database: Database) -> None:
+    kube, clock = PreconditionKube(), Clock()
+    worker = reconciler(kube, sqlite_database, clock,
+                        webhook_url="https://webhook.example.com:9443")
+    worker.run_due("w1")
+    config = kube.objects("MutatingWebhookConfiguration")[0]
+    assert {hook["clientConfig"]["url"] for hook in config["webhooks"]} == {
+        "https://webhook.example.com:9443/mutate-pods"}
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("http://10.0.0.5:9443", "must start with https://"),
+    ("https://10.0.0.5:9443/mutate-pods", "must be the base address, without /mutate-pods"),
+    ("https://10.0.0.5:9443/mutate-pods/hosts/1", "must be the base address, without /mut"),
+    ("https://10.0.0.5:9443/?a=1", "must not carry a query or a fragment"),
+    ("https://10.0.0.5:9443/#top", "must not carry a query or a fragment")])
+def test_a_webhook_url_that_cannot_work_is_refused_at_startup(url: str, why: str) -> None:
+    with pytest.raises(ValueError, match=f"PORTAL_WEBHOOK_URL {why}"):
+        settings(webhook_url=url)
 
 
 def test_without_a_host_cluster_nothing_happens(sqlite_database: Database) -> None:

@@ -67,7 +67,7 @@ def served(sqlite_database: Database) -> Iterator[Served]:
                                           lbl.PLACEMENT: "shared-pool", lbl.QUEUE: "acme--train"}}})
     port = free_port()
     settings = Settings(env="test", database_url="sqlite://",
-                        webhook_url=f"https://127.0.0.1:{port}/mutate-pods")
+                        webhook_url=f"https://127.0.0.1:{port}")
     handle = Served(kube, WebhookServer(kube, NAMESPACE, port=port), settings, sqlite_database)
     handle.rotate(datetime.now(UTC) - timedelta(days=61))
     handle.server.start()

@@ -91,7 +91,7 @@ def two_hosts(host_api: ApiServer, us_api: ApiServer, own_pg_database: Database,
         env="test", database_url="sqlite://",
         kubeconfig=str(host_api.write_admin_kubeconfig(tmp_path / "kubeconfig")),
         webhook_namespace=f"gtp-hooks-{secrets.token_hex(3)}",
-        webhook_url=f"https://127.0.0.1:{port}/mutate-pods")
+        webhook_url=f"https://127.0.0.1:{port}")
     with own_pg_database.transaction() as db:
         factories.env_host(db)
         admin = Principal(user=factories.user(db, admin=True), via="token")

@@ -27,6 +27,7 @@ hardened must still take the syncer's updates.
 import base64
 from typing import Any
 
+from app.kit.webhook_address import WEBHOOK_PATH as WEBHOOK_PATH
 from app.kube.manifests import labels as lbl
 
 Manifest = dict[str, Any]
@@ -37,7 +38,6 @@ WEBHOOK_CONFIGURATION_NAME = "gpu-tenant-portal-kai-queue"
 WEBHOOK_CONFIGURATION_KIND = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
 WEBHOOK_NAME = "kai-queue.gpu-tenant-portal.io"
 HARDENING_WEBHOOK_NAME = "user-namespaces.gpu-tenant-portal.io"
-WEBHOOK_PATH = "/mutate-pods"
 WEBHOOK_SERVICE_PORT = 443
 _API_VERSION = "admissionregistration.k8s.io/v1"
 
