@@ -226,7 +226,7 @@ def test_an_unknown_token_with_odd_text_in_it_or_the_path_is_refused_and_audited
     nul = client.get("/api/v1/tenants/a%00b", headers=headers)
     odd = client.get("/api/v1/tenants/a%ED%A0%80b", headers=headers)
     odd_token = client.get("/api/v1/tenants/acme", headers={
-        b"Authorization": b"Bearer gtp_\x00\x01\xff"})
+        "Authorization": b"Bearer gtp_\x00\x01\xff"})
     assert nul.status_code == 422
     assert odd.status_code == 401
     assert odd_token.status_code == 401

@@ -4,8 +4,8 @@ come from another site; reads and API tokens need neither."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
@@ -20,9 +20,6 @@ from app.quotas.models import QuotaRequest
 from tests.authz.route_access import ROUTES, Route
 from tests.authz.world import World
 from tests.support.kube import InMemoryConnector
-
-if TYPE_CHECKING:
-    import httpx2  # the test client's responses (Starlette's client runs on httpx2)
 
 OWN_ORIGIN = "http://testserver"
 EVIL = "https://evil.example"
@@ -50,7 +47,7 @@ def _token(world: World) -> dict[str, str]:
     return {"x-csrf-token": world.callers["acme_admin"].csrf}
 
 
-def _assert_refused(response: httpx2.Response) -> None:
+def _assert_refused(response: httpx.Response) -> None:
     assert response.status_code == 403, response.text
     assert response.headers["content-type"] == "application/problem+json"
 

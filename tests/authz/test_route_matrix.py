@@ -6,8 +6,7 @@ The route list comes from the app itself, so a new route without an entry in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+import httpx
 import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
@@ -23,9 +22,6 @@ from app.kit.config import Settings
 from app.process.asgi import all_routers, create_app
 from tests.authz.route_access import ROUTES, Access, Route
 from tests.authz.world import PRINCIPALS, Caller, World
-
-if TYPE_CHECKING:
-    import httpx2  # the test client's responses (Starlette's client runs on httpx2)
 
 TENANT_ROLES = {
     Access.TENANT_VIEWER: {"acme_viewer", "acme_member", "acme_admin"},
@@ -84,7 +80,7 @@ def _state_changes(db: Session) -> int:
         AuditEvent.action != "authz.denied")) or 0
 
 
-def call(client: TestClient, route: Route, world: World, caller: Caller) -> httpx2.Response:
+def call(client: TestClient, route: Route, world: World, caller: Caller) -> httpx.Response:
     path = route.path.format(**route.params(world))
     headers = {"accept": "application/json"}
     if route.path.startswith("/api/"):
@@ -96,7 +92,7 @@ def call(client: TestClient, route: Route, world: World, caller: Caller) -> http
             headers["x-csrf-token"] = caller.csrf
     body = route.body(world) if route.body else None
     as_json = route.path.startswith("/api/")
-    response: httpx2.Response = client.request(
+    response: httpx.Response = client.request(
         route.method, path, headers=headers, follow_redirects=False,
         json=body if as_json else None, data=None if as_json else body,
     )

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 from fastapi.testclient import TestClient
-
-if TYPE_CHECKING:
-    import httpx2  # the test client's responses (Starlette's client runs on httpx2)
 
 
 def register_user(issuer: str, sub: str, **claims: object) -> None:
@@ -38,13 +34,13 @@ def deny(authorize_url: str) -> str:
     return response.headers["location"]
 
 
-def finish(client: TestClient, callback_url: str) -> httpx2.Response:
+def finish(client: TestClient, callback_url: str) -> httpx.Response:
     parts = urlsplit(callback_url)
-    response: httpx2.Response = client.get(f"{parts.path}?{parts.query}", follow_redirects=False)
+    response: httpx.Response = client.get(f"{parts.path}?{parts.query}", follow_redirects=False)
     return response
 
 
-def sign_in(client: TestClient, sub: str, next_path: str = "/") -> httpx2.Response:
+def sign_in(client: TestClient, sub: str, next_path: str = "/") -> httpx.Response:
     response = finish(client, consent(start_login(client, next_path), sub))
     assert response.status_code == 303, response.text
     return response

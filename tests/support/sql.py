@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from fastapi.testclient import TestClient
+from httpx import Response
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from app.database.core import Database
-
-if TYPE_CHECKING:
-    from httpx2 import Response  # the test client's responses (Starlette's client runs on httpx2)
 
 WRITES = ("INSERT", "UPDATE", "DELETE")
 SAVEPOINTS = ("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
