@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from authlib.integrations.starlette_client import OAuth
+import warnings
+
+from authlib.deprecate import AuthlibDeprecationWarning
 
 from app.kit.config import Settings
+
+# Authlib's client prefers the httpx2 fork and warns when it falls back to httpx, the HTTP client
+# this project's stack pins (Starlette's TestClient and portalctl use it too); moving to httpx2
+# is a stack decision, not a side effect of an import, so only that one warning is silenced.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="The httpx module is deprecated",
+                            category=AuthlibDeprecationWarning)
+    from authlib.integrations.starlette_client import OAuth
 
 CLIENT_NAME = "idp"
 

@@ -29,11 +29,12 @@ from app.kube.simulated import SIMULATED_ENDPOINT_TEMPLATE, SimulatedHost, demo_
 from app.tenants.models import Membership, Tenant
 from app.workqueue import CLUSTERS, NODES, enqueue_many
 
-# The local demo IdP (oidc-provider-mock, development only) imports authlib.jose, which Authlib
-# deprecates: the cause is in that package, so only that one warning of its import is silenced.
+# The local demo IdP (oidc-provider-mock, development only) imports authlib.jose and Authlib's
+# httpx client, which Authlib deprecates (see app.auth.oidc for httpx): the causes are in that
+# package and in the stack's pinned httpx, so only those two warnings of its import are silenced.
 with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="authlib.jose module is deprecated",
-                            category=AuthlibDeprecationWarning)
+    for message in ("authlib.jose module is deprecated", "The httpx module is deprecated"):
+        warnings.filterwarnings("ignore", message=message, category=AuthlibDeprecationWarning)
     import oidc_provider_mock
 
 DEMO_ADMIN = "admin@example.com"
