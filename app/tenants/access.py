@@ -52,7 +52,8 @@ class Contact(NamedTuple):
     email: str
 
     def __str__(self) -> str:
-        return f"{self.name} <{self.email}>" if self.name else self.email
+        named = self.name and self.name != self.email
+        return f"{self.name} <{self.email}>" if named else self.email
 
 
 def admins_of(db: Session, tenant: Tenant) -> list[Contact]:

@@ -65,7 +65,7 @@ def test_a_nul_in_the_name_comes_back_inside_the_form_with_what_was_typed(
     alice.goto(portal_with_quota + "/t/demo/clusters")
     _create(alice, "in\x00fer", "3")
     form = alice.locator("#cluster-form")
-    expect(alice.locator("#name-error")).to_contain_text("DNS-1123 label")
+    expect(alice.locator("#name-error")).to_contain_text("holds a control character")
     expect(form.locator("input[name=gpus]")).to_have_value("3")
     expect(form.locator("select[name=gpu_class_id]")).to_have_value(
         form.locator("select[name=gpu_class_id] option").nth(1).get_attribute("value") or "")
