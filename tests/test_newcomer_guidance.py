@@ -115,7 +115,7 @@ def test_a_request_for_more_than_the_fleet_has_goes_through_with_a_warning(
     by_id = {item["id"]: item["warnings"] for item in queue["items"]}
     assert by_id[modest.json()["id"]] == []
     assert by_id[asked.json()["id"]] == [
-        "asks for 1000 NVIDIA-H100-80GB-HBM3 GPUs while the fleet has 64: approving all of it "
+        "asks for 1000 H100 80GB GPUs while the fleet has 64: approving all of it "
         "would need an overcommit"]
     page = client.get("/admin/quota-requests", headers={**HTML, **headers(db, t.platform_admin)})
     assert "while the fleet has 64" in page.text
