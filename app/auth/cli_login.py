@@ -50,7 +50,7 @@ def listener_url(port: int) -> str:
 
 def cli_scopes(principal: Principal) -> list[str]:
     """The user's own powers: admin only means something for platform admins."""
-    return ["read", "write", "admin"] if principal.is_platform_admin else ["read", "write"]
+    return list(token_service.scopes_offered(principal))
 
 
 @router.get("/login")

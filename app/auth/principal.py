@@ -36,5 +36,10 @@ class Principal:
     def is_platform_admin(self) -> bool:
         return self._user_is_admin and "admin" in self.scopes
 
+    @property
+    def user_is_platform_admin(self) -> bool:
+        """The user's own standing, whatever this request's token may do."""
+        return self._user_is_admin
+
     def can_write(self) -> bool:
         return "write" in self.scopes or "admin" in self.scopes

@@ -12,7 +12,7 @@ from app.audit import service as audit
 from app.auth.models import ApiToken
 from app.auth.principal import Principal
 from app.auth.service import issue_api_token
-from app.auth.tokens import hash_token
+from app.auth.tokens import SCOPES, hash_token
 from app.database.core import utcnow
 from app.http.pagination import PageParams, paginate
 from app.kit.errors import Forbidden, NotFound, ValidationFailed
@@ -25,11 +25,24 @@ def list_tokens(
     return paginate(db, query, ApiToken.id, params, newest_first=True)
 
 
+def scopes_offered(principal: Principal) -> tuple[str, ...]:
+    """The scopes the user's tokens can use: "admin" only acts for platform admins."""
+    if principal.user_is_platform_admin:
+        return SCOPES
+    return tuple(scope for scope in SCOPES if scope != "admin")
+
+
 def create_token(
     db: Session, principal: Principal, *, name: str, scopes: list[str], expires_in_days: int
 ) -> tuple[ApiToken, str]:
     if not principal.can_write():
         raise Forbidden("a read-only token cannot create tokens")
+    offered = scopes_offered(principal)
+    beyond = sorted(set(scopes) - set(offered))
+    if beyond:
+        raise ValidationFailed.on_field(
+            "scopes", f"{', '.join(beyond)}: only platform admins can hold that scope; "
+                      f"your tokens can have {' and '.join(offered)}")
     if principal.via == "token" and not set(scopes) <= principal.scopes:
         raise Forbidden("a token cannot create a token with more scopes than its own")
     return issue_api_token(

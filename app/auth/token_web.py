@@ -18,7 +18,8 @@ from app.auth.schemas import TokenCreate
 from app.http.deps import DbSession, RowId
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
-from app.web.forms import validation_errors
+from app.kit.errors import ValidationFailed
+from app.web.forms import problem_errors, validation_errors
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
@@ -30,7 +31,8 @@ def _page(
     request: Request, db: Session, principal: Principal, status_code: int = 200, **extra: object
 ) -> Response:
     tokens, _ = token_service.list_tokens(db, principal, PageParams(limit=200))
-    return render(request, "auth/tokens.html", {"tokens": tokens, **extra},
+    return render(request, "auth/tokens.html",
+                  {"tokens": tokens, "scopes": token_service.scopes_offered(principal), **extra},
                   status_code=status_code)
 
 
@@ -45,17 +47,21 @@ def create_token(
     name: Annotated[str, Form()] = "", scopes: Annotated[list[str] | None, Form()] = None,
     expires_in_days: Annotated[str, Form()] = "30",
 ) -> Response:
+    typed = {"name": name, "scopes": scopes or [], "expires": expires_in_days}
     try:
         payload = TokenCreate.model_validate(
             {"name": name, "scopes": scopes or [], "expires_in_days": _int_or_raw(expires_in_days)}
         )
+        token, secret = token_service.create_token(
+            db, principal, name=payload.name, scopes=list(payload.scopes),
+            expires_in_days=payload.expires_in_days,
+        )
     except ValidationError as error:
         return _page(request, db, principal, errors=validation_errors(error), status_code=422,
-                     form={"name": name, "scopes": scopes or [], "expires": expires_in_days})
-    token, secret = token_service.create_token(
-        db, principal, name=payload.name, scopes=list(payload.scopes),
-        expires_in_days=payload.expires_in_days,
-    )
+                     form=typed)
+    except ValidationFailed as error:
+        return _page(request, db, principal, errors=problem_errors(error), status_code=422,
+                     form=typed)
     response = _page(request, db, principal, created=token, secret=secret)
     response.headers["Cache-Control"] = "no-store"
     return response

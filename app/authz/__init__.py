@@ -1,5 +1,6 @@
 from app.authz.scoping import (
     Action,
+    RoleForbidden,
     ScopedTenant,
     TenantHidden,
     ensure_allowed,
@@ -8,5 +9,5 @@ from app.authz.scoping import (
     tenant_ids_managed_by,
 )
 
-__all__ = ["Action", "ScopedTenant", "TenantHidden", "ensure_allowed", "ensure_platform_admin",
-           "ensure_platform_writer", "tenant_ids_managed_by"]
+__all__ = ["Action", "RoleForbidden", "ScopedTenant", "TenantHidden", "ensure_allowed",
+           "ensure_platform_admin", "ensure_platform_writer", "tenant_ids_managed_by"]

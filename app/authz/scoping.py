@@ -19,6 +19,17 @@ class TenantHidden(NotFound):
     """A tenant the caller may not see: a 404 so slugs cannot be probed, audited as a denial."""
 
 
+class RoleForbidden(Forbidden):
+    """The caller's role in a tenant it belongs to does not allow the action: the tenants
+    domain adds who can help (its admins), which only the tenant's own people may learn."""
+
+    def __init__(self, role: str, tenant_slug: str, action: str) -> None:
+        super().__init__(f"your role {role!r} in {tenant_slug!r} may not {action} here")
+        self.role = role
+        self.tenant_slug = tenant_slug
+        self.action = action
+
+
 class ScopedTenant(Protocol):
     """What the rules read of a tenant (``app.tenants.models.Tenant``)."""
 
@@ -49,7 +60,7 @@ def ensure_allowed(principal: Principal, tenant: ScopedTenant, action: Action) -
     if role is None:
         raise TenantHidden(f"no tenant {tenant.slug!r}")
     if action not in _ROLE_ACTIONS[role]:
-        raise Forbidden(f"your role {role!r} in {tenant.slug!r} may not {action} here")
+        raise RoleForbidden(role, tenant.slug, action)
     if action != "read" and tenant.state == "suspended":
         raise Forbidden(f"tenant {tenant.slug!r} is suspended: read-only until reactivated")
 

@@ -19,12 +19,12 @@ from app.authz.scoping import TenantHidden
 from app.clusters import service
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize, SleepPolicyIn
 from app.clusters.shapes import TemplateChoice, TemplateResolver, template_resolver
-from app.gpu_classes import service as gpu_classes
 from app.http.deps import DbSession, get_settings_dep
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
 from app.kit.config import Settings
 from app.kit.errors import Conflict, NotFound, ValidationFailed
+from app.quotas import service as quotas
 from app.tenants import service as tenants_service
 from app.web import live
 from app.web.charts.timeline import condition_timeline
@@ -63,11 +63,12 @@ def _create_payload(fields: dict[str, str]) -> dict[str, Any]:
     return payload
 
 
-def _form_context(request: Request, db: DbSession, settings: Settings, tenant: str,
+def _form_context(request: Request, db: DbSession, principal: Principal, settings: Settings,
+                  tenant: str,
                   fields: dict[str, str], errors: FieldErrors,
                   resolver: TemplateResolver | None) -> dict[str, Any]:
     choices = resolver.choices(db) if resolver is not None else []
-    return {"tenant_slug": tenant, "classes": gpu_classes.all_classes(db),
+    return {"tenant_slug": tenant, "classes": quotas.room_per_class(db, principal, tenant),
             "regions": service.region_choices(db),
             "versions": settings.kubernetes_versions, "form": fields, "errors": errors,
             "template_choices": choices, "chosen": _chosen(choices, fields.get("template"))}
@@ -81,12 +82,14 @@ def _chosen(choices: list[TemplateChoice], name: str | None) -> TemplateChoice |
 def _create_form(request: Request, db: DbSession, principal: Principal, settings: Settings,
                  tenant: str, fields: dict[str, str], errors: FieldErrors, status_code: int,
                  whole_page: bool = False, resolver: TemplateResolver | None = None) -> Response:
-    context = _form_context(request, db, settings, tenant, fields, errors, resolver)
+    context = _form_context(request, db, principal, settings, tenant, fields, errors, resolver)
     if not whole_page:
         return render(request, "clusters/_create_form.html", context, status_code=status_code)
     row, can_manage = tenants_service.tenant_and_rights(db, principal, tenant)
     context.update(tenant=row, can_manage=can_manage,
-                   clusters=service.list_clusters(db, principal, tenant, EVERYTHING).items)
+                   clusters=service.list_clusters(db, principal, tenant, EVERYTHING).items,
+                   admins=[] if can_manage else tenants_service.admins_to_ask(db, principal,
+                                                                              tenant))
     return render(request, "clusters/list.html", context, status_code=status_code)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from urllib.parse import unquote_to_bytes
+from urllib.parse import parse_qsl, unquote_to_bytes, urlencode
 
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
@@ -105,12 +105,20 @@ class LoadSheddingMiddleware:
 
 class ControlCharacterGuardMiddleware:
     """Control characters in the path or query, and NUL or a lone surrogate in a JSON or form
-    body, are a 422 before any handler sees them.
+    body, are a 422 before any handler sees them; except in a page's form, see below.
 
     Why here and not per parameter: PostgreSQL refuses NUL in text and psycopg cannot encode a
     lone surrogate, so such a string reaching a query (a slug in a path, a filter, a free-text
     field, the audit of a refusal quoting the path) would end in a 500. No name or filter the
     portal knows contains a control character. Invalid UTF-8 in a URL arrives as U+FFFD.
+
+    A browser's form post to a page (urlencoded, sent by htmx or asking for HTML) is handed on
+    with each such character replaced by U+001A (SUB), a control character every text rule of
+    the portal refuses and the database can hold: the form's own handler then answers inside
+    the form, in its words, with what the user typed, instead of raw problem+json replacing it.
+    The refusal waits in the request's state (``REFUSED_TEXT``): a handler that answers
+    anything but its form's 422 is undone and the refusal answered instead
+    (``app.http.routing``), so the substitute is never kept.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -125,8 +133,13 @@ class ControlCharacterGuardMiddleware:
         if error is None and scope["method"] not in _BODILESS:
             check = _BODY_CHECKS.get(_media_type(scope))
         if check is not None:
-            body, receive = await _buffered(receive)
+            body, replay = await _buffered(receive)
             error = await check(scope, body)
+            if error is not None and _is_page_form(scope):
+                scope, replay = _with_body(scope, receive, _substituted_form(body))
+                scope.setdefault("state", {})[REFUSED_TEXT] = error
+                error = None
+            receive = replay
         if error is not None:
             await _problem(scope, send, error, [])
             return
@@ -163,6 +176,39 @@ def _media_type(scope: Scope) -> bytes:
     content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
     media_type = content_type.split(b";")[0].strip().lower()
     return b"application/json" if media_type.endswith(b"+json") else media_type
+
+
+def _is_page_form(scope: Scope) -> bool:
+    headers = dict(scope["headers"])
+    from_page = (headers.get(b"hx-request") == b"true"
+                 or b"text/html" in headers.get(b"accept", b""))
+    return (from_page and _media_type(scope) == b"application/x-www-form-urlencoded"
+            and not scope["path"].startswith("/api/"))
+
+
+# The request state's key for the refusal a page's form post carries to its handler.
+REFUSED_TEXT = "refused_text"
+# Stands in for a character the database cannot hold; refused by every text rule.
+SUBSTITUTE = "\x1a"
+
+
+def _substituted_form(body: bytes) -> bytes:
+    """Decoded as Starlette decodes a urlencoded form (UTF-8, invalid bytes as U+FFFD)."""
+    fields = parse_qsl(body.decode("latin-1"), keep_blank_values=True)
+    return urlencode([(_UNSTORABLE.sub(SUBSTITUTE, key), _UNSTORABLE.sub(SUBSTITUTE, value))
+                      for key, value in fields]).encode()
+
+
+def _with_body(scope: Scope, receive: Receive, body: bytes) -> tuple[Scope, Receive]:
+    """The request with ``body`` in place of the one already read from ``receive``."""
+    headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+    headers.append((b"content-length", str(len(body)).encode()))
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replaced() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return {**scope, "headers": headers}, replaced
 
 
 async def _buffered(receive: Receive) -> tuple[bytes, Receive]:

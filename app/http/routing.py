@@ -18,6 +18,8 @@ from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
 
 from app.http import hop
+from app.http.middleware import REFUSED_TEXT
+from app.kit.errors import ProblemError
 
 _REQUEST = "unit_of_work_request_"
 
@@ -41,7 +43,8 @@ def in_one_hop(function: Callable[..., Any]) -> Callable[..., Any]:
         session: Session | None = getattr(request.state, "db", None)
         if session is not None and not getattr(request.state, "db_writes", True):
             session = None  # a read session: nothing to commit, the dependency closes it
-        return await hop.run_sync(_run_and_commit, function, arguments, session)
+        refused: ProblemError | None = getattr(request.state, REFUSED_TEXT, None)
+        return await hop.run_sync(_run_and_commit, function, arguments, session, refused)
 
     parameters = list(signature.parameters.values())
     if request_parameter is None:
@@ -54,9 +57,20 @@ def in_one_hop(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _run_and_commit(function: Callable[..., Any], arguments: dict[str, Any],
-                    session: Session | None) -> Any:
-    """The request's session, if any, commits here; on an error the dependency rolls back."""
-    result = function(**arguments)
+                    session: Session | None, refused: ProblemError | None = None) -> Any:
+    """The request's session, if any, commits here; on an error the dependency rolls back.
+
+    A form that held text the database cannot store (``refused``) must come back as the
+    form's 422; any other answer is undone and the refusal raised in its place.
+    """
+    try:
+        result = function(**arguments)
+    except ProblemError:
+        if refused is None:
+            raise
+        raise refused from None
+    if refused is not None and getattr(result, "status_code", None) != 422:
+        raise refused
     if session is not None and session.in_transaction():
         session.commit()
     return result

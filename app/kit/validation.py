@@ -56,7 +56,8 @@ def dns_label_problem(value: str, max_length: int) -> str | None:
     if len(value) > max_length:
         return f"at most {max_length} characters (this one has {len(value)})"
     if not _DNS_1123_LABEL.match(value):
-        return ("a DNS-1123 label: lower-case letters, digits and '-', "
+        hidden = "holds a control character; " if _ANY_CONTROL.search(value) else ""
+        return (f"{hidden}a DNS-1123 label: lower-case letters, digits and '-', "
                 "starting and ending with a letter or digit")
     if HOST_NAME_SEPARATOR in value:
         return "'--' is reserved: it separates tenant and cluster in names on the host"

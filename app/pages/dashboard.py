@@ -36,6 +36,7 @@ def dashboard(request: Request, tenant: str, db: DbSession,
     quotas = quota_service.tenant_quota(db, principal, tenant, EVERYTHING).items
     return render(request, "tenants/dashboard.html", {
         "tenant": row, "can_manage": can_manage,
+        "admins": [] if can_manage else service.admins_to_ask(db, principal, tenant),
         "clusters": cluster_service.list_clusters(db, principal, tenant, EVERYTHING).items,
         "quotas": quotas, "quota_chart": _quota_chart(row.display_name, quotas),
         "requests": quota_service.tenant_requests(db, principal, tenant,

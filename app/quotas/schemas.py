@@ -96,6 +96,10 @@ class QuotaRequestOut(BaseModel):
     decided_by: str | None
     decided_at: datetime | None
     decision_note: str
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what the requester and the approver should know, such as a request for "
+                    "more GPUs than the fleet has of the class; the request stands all the same")
 
 
 class QueueItem(QuotaRequestOut):

@@ -29,6 +29,7 @@ from app.database.core import utcnow
 from app.gpu_classes import capacity_cache
 from app.gpu_classes import service as gpu_classes
 from app.gpu_classes.models import GpuClass
+from app.gpu_classes.schemas import Capacity
 from app.http.pagination import Page, PageParams, paginate_rows
 from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.quotas import events, regions, repository
@@ -129,6 +130,36 @@ def tenant_quota(
         for row, gpu_class, allocated, dedicated, in_use, burst in rows], next_cursor=cursor)
 
 
+@dataclass(frozen=True)
+class ClassRoom:
+    """What a tenant has left of one GPU class for new clusters, all regions together."""
+
+    gpu_class_id: int
+    product: str
+    display_name: str
+    approved: int
+    left: int
+
+
+ALL_QUOTA_ROWS = PageParams(limit=1000)
+
+
+def room_per_class(db: Session, principal: Principal, slug: str) -> list[ClassRoom]:
+    """The classes the tenant holds approved quota of, and how many of those GPUs its
+    clusters do not hold yet: what a create form offers."""
+    approved: dict[int, int] = {}
+    held: dict[int, int] = {}
+    names: dict[int, tuple[str, str]] = {}
+    for row in tenant_quota(db, principal, slug, ALL_QUOTA_ROWS).items:
+        approved[row.gpu_class_id] = approved.get(row.gpu_class_id, 0) + row.approved_gpus
+        held[row.gpu_class_id] = held.get(row.gpu_class_id, 0) + row.allocated_gpus
+        names[row.gpu_class_id] = (row.gpu_class, row.display_name)
+    return [ClassRoom(class_id, *names[class_id], approved[class_id],
+                      max(approved[class_id] - held[class_id], 0))
+            for class_id in sorted(approved, key=lambda c: names[c][1])
+            if approved[class_id] > 0]
+
+
 def record_gpus_in_use(db: Session, host_id: int,
                        gpus: Mapping[tuple[int, int], repository.BoundGpus],
                        observed_at: datetime) -> None:
@@ -177,6 +208,43 @@ def _checked_request(
     return tenant, gpu_class, regions.resolve(db, payload.region)
 
 
+def request_warnings(db: Session, principal: Principal, slug: str, gpu_class_id: int,
+                     gpus: int, region: str) -> list[str]:
+    """What the requester should know before sending, for the form as it is filled in: only
+    the class, the count and the region need to be valid."""
+    tenant_for(db, principal, slug, "manage")
+    gpu_class = db.get(GpuClass, gpu_class_id)
+    if gpu_class is None:
+        return []
+    try:
+        concrete = regions.resolve(db, region)
+    except ValidationFailed:
+        return []
+    return _warnings_for_requester(db, principal, gpu_class, concrete, gpus)
+
+
+def _warnings_for_requester(db: Session, principal: Principal, gpu_class: GpuClass,
+                            region: str, gpus: int) -> list[str]:
+    """Tenants are not shown the fleet's figures; platform admins are."""
+    total = gpu_classes.capacity(db, gpu_class.id, region).total
+    if principal.is_platform_admin:
+        return _beyond_fleet(gpus, gpu_class.display_name, region, total)
+    if gpus <= total:
+        return []
+    where = f" in region {region}" if region else ""
+    return [f"{gpus} {gpu_class.display_name} GPUs is more than the whole fleet has{where}: "
+            "the request can be sent, but expect a platform admin to approve fewer"]
+
+
+def _beyond_fleet(gpus: int, display_name: str, region: str, total: int) -> list[str]:
+    """The approver's warning when a request asks for more GPUs than the fleet has."""
+    if gpus <= total:
+        return []
+    where = f" in region {region}" if region else ""
+    return [f"asks for {gpus} {display_name} GPUs while the fleet has {total}{where}: "
+            "approving all of it would need an overcommit"]
+
+
 def create_request(
     db: Session, principal: Principal, slug: str, payload: QuotaRequestCreate
 ) -> QuotaRequestOut:
@@ -196,7 +264,9 @@ def create_request(
     # the caller's own email, rather than reading both again.
     return QuotaRequestOut(**_request_fields(request, tenant.slug, gpu_class.product,
                                              gpu_class.display_name, principal.user.email,
-                                             None))
+                                             None),
+                           warnings=_warnings_for_requester(db, principal, gpu_class, region,
+                                                            payload.gpus))
 
 
 def cancel_request(
@@ -256,8 +326,16 @@ def _queue_items(db: Session, rows: Sequence[Any],
             capacity[class_id, region] = figures
     return [QueueItem(**_request_fields(request, slug, product, name, requested_by, decided_by),
                       tenant_quota_gpus=quota or 0, tenant_allocated_gpus=allocated,
-                      capacity=capacity[request.gpu_class_id, request.region])
+                      capacity=capacity[request.gpu_class_id, request.region],
+                      warnings=_queue_warnings(request, name,
+                                               capacity[request.gpu_class_id, request.region]))
             for request, slug, product, name, requested_by, decided_by, quota, allocated in rows]
+
+
+def _queue_warnings(request: QuotaRequest, class_name: str, capacity: Capacity) -> list[str]:
+    if request.state != "pending":
+        return []
+    return _beyond_fleet(request.gpus, class_name, request.region, capacity.total)
 
 
 def get_queue_item(db: Session, principal: Principal, request_id: int) -> QueueItem:

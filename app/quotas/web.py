@@ -16,9 +16,17 @@ from app.http.deps import DbSession, RowId
 from app.http.pagination import Paging
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import Conflict, ProblemError, ValidationFailed
+from app.kit.validation import MAX_ROW_ID
 from app.kit.words import counted
 from app.quotas import burst, service
-from app.quotas.schemas import REQUEST_STATES, ApproveIn, BurstIn, QuotaRequestCreate, RejectIn
+from app.quotas.schemas import (
+    MAX_GPUS,
+    REQUEST_STATES,
+    ApproveIn,
+    BurstIn,
+    QuotaRequestCreate,
+    RejectIn,
+)
 from app.web import live
 from app.web.forms import (
     FieldErrors,
@@ -45,25 +53,38 @@ def _request_payload(fields: dict[str, str]) -> dict[str, Any]:
 
 def _request_form(request: Request, db: DbSession, principal: Principal, tenant: str,
                   fields: dict[str, str], errors: FieldErrors, status_code: int,
-                  whole_page: bool = False) -> Response:
+                  whole_page: bool = False, warnings: list[str] | None = None) -> Response:
     template = "quotas/request_page.html" if whole_page else "quotas/_request_form.html"
     return render(request, template, {
         "tenant_slug": tenant, "classes": service.classes_to_request(db, principal, tenant),
         "regions": service.regions_to_request(db),
         "form": fields, "errors": errors, "checked": not errors and bool(fields),
+        "warnings": warnings or [],
     }, status_code=status_code)
 
 
-def _checked(db: DbSession, principal: Principal, tenant: str,
-             fields: dict[str, str]) -> tuple[QuotaRequestCreate | None, FieldErrors, int]:
+def _checked(db: DbSession, principal: Principal, tenant: str, fields: dict[str, str]
+             ) -> tuple[QuotaRequestCreate | None, FieldErrors, int, list[str]]:
+    """The request if it can be sent, the errors if not, and the warnings either way."""
+    typed = _request_payload(fields)
+    warnings = _warnings(db, principal, tenant, typed)
     try:
-        payload = QuotaRequestCreate.model_validate(_request_payload(fields))
+        payload = QuotaRequestCreate.model_validate(typed)
         service.check_request(db, principal, tenant, payload)
     except ValidationError as error:
-        return None, validation_errors(error), 422
+        return None, validation_errors(error), 422, warnings
     except ValidationFailed as error:
-        return None, problem_errors(error), 422
-    return payload, {}, 200
+        return None, problem_errors(error), 422, warnings
+    return payload, {}, 200, warnings
+
+
+def _warnings(db: DbSession, principal: Principal, tenant: str,
+              typed: dict[str, Any]) -> list[str]:
+    class_id, gpus, region = typed.get("gpu_class_id"), typed.get("gpus"), typed.get("region")
+    if not (isinstance(class_id, int) and isinstance(gpus, int) and 0 < class_id <= MAX_ROW_ID
+            and 0 < gpus <= MAX_GPUS):
+        return []
+    return service.request_warnings(db, principal, tenant, class_id, gpus, str(region or ""))
 
 
 @router.get("/t/{tenant}/quota-requests/new")
@@ -75,24 +96,25 @@ def new_request(request: Request, tenant: str, db: DbSession,
 @router.post("/t/{tenant}/quota-requests/validate", dependencies=STATE_CHANGING)
 def validate_request(request: Request, tenant: str, db: DbSession,
                      principal: CurrentPrincipal, fields: FormFields) -> Response:
-    _payload, errors, _status = _checked(db, principal, tenant, fields)
+    _payload, errors, _status, warnings = _checked(db, principal, tenant, fields)
     # While the form is being filled in, speak only of fields touched so far.
     touched = {request.headers.get("hx-trigger-name", "")} | {k for k, v in fields.items() if v}
     errors = {field: message for field, message in errors.items() if field in touched}
     return _request_form(request, db, principal, tenant, fields, errors,
-                         422 if errors else 200)
+                         422 if errors else 200, warnings=warnings)
 
 
 @router.post("/t/{tenant}/quota-requests", dependencies=STATE_CHANGING)
 def create_request(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
                    fields: FormFields) -> Response:
-    payload, errors, status_code = _checked(db, principal, tenant, fields)
+    payload, errors, status_code, _warnings = _checked(db, principal, tenant, fields)
     if payload is None:
         return _request_form(request, db, principal, tenant, fields, errors, status_code,
                              whole_page=not is_htmx(request))
-    service.create_request(db, principal, tenant, payload)
+    created = service.create_request(db, principal, tenant, payload)
     return go_to(request, f"/t/{tenant}",
-                 toast="Quota request sent: a platform admin decides it.")
+                 toast=" ".join(["Quota request sent: a platform admin decides it.",
+                                 *created.warnings]))
 
 
 @router.post("/t/{tenant}/quota-requests/{request_id}/cancel", dependencies=STATE_CHANGING)

@@ -25,6 +25,7 @@ from app.database.core import utcnow
 from app.gpu_classes.models import GpuClass
 from app.kit.config import Settings
 from app.kit.errors import Conflict, NotFound, ValidationFailed
+from app.kit.wording import in_our_words
 from app.kube.port import HostProbe
 from app.templates import repository
 from app.templates.addons import cluster_addons
@@ -143,7 +144,7 @@ def _merged(base: dict[str, Any], changes: dict[str, Any]) -> VersionSettings:
         return VersionSettings.model_validate({**base, **changes})
     except ValidationError as error:
         problems = [{"field": ".".join(str(p) for p in e["loc"]) or "settings",
-                     "message": str(e["msg"]).removeprefix("Value error, ")}
+                     "message": in_our_words(e)}
                     for e in error.errors()]
         raise ValidationFailed("; ".join(p["message"] for p in problems),
                                errors=problems) from error

@@ -18,8 +18,10 @@ from sqlalchemy.orm.util import identity_key
 
 from app.auth.principal import Principal
 from app.auth.principal_cache import ExpiringCache, changes_pending, watch
-from app.authz import Action, TenantHidden, ensure_allowed
+from app.authz import Action, RoleForbidden, TenantHidden, ensure_allowed
 from app.database.core import Database
+from app.kit.errors import Forbidden
+from app.tenants import repository
 from app.tenants.models import Membership, Tenant
 
 # A commit touching these empties the caches of tenants and of who callers are (their roles).
@@ -38,8 +40,37 @@ def tenant_for(db: Session, principal: Principal, slug: str, action: Action = "r
     tenant = _visible_tenant(db, principal, slug)
     if tenant is None:
         raise TenantHidden(f"no tenant {slug!r}")
-    ensure_allowed(principal, tenant, action)
+    try:
+        ensure_allowed(principal, tenant, action)
+    except RoleForbidden as refused:
+        raise Forbidden(f"{refused.detail}; {who_can_help(db, tenant, refused.action)}") from None
     return tenant
+
+
+class Contact(NamedTuple):
+    name: str | None
+    email: str
+
+    def __str__(self) -> str:
+        named = self.name and self.name != self.email
+        return f"{self.name} <{self.email}>" if named else self.email
+
+
+def admins_of(db: Session, tenant: Tenant) -> list[Contact]:
+    """A tenant's admins: for its own members only (callers have passed ``tenant_for``)."""
+    return [Contact(name, email) for name, email in repository.admin_contacts(db, tenant.id)]
+
+
+_ASK_FOR = {"manage": "to do it for you, or to make you an admin",
+            "operate": "to do it for you, or for the member role"}
+
+
+def who_can_help(db: Session, tenant: Tenant, action: str) -> str:
+    admins = admins_of(db, tenant)
+    if not admins:
+        return f"{tenant.slug!r} has no admin yet: ask a platform admin"
+    ask_for = _ASK_FOR.get(action, "to do it for you")
+    return f"ask an admin of {tenant.slug!r} ({', '.join(map(str, admins))}) {ask_for}"
 
 
 def _visible_tenant(db: Session, principal: Principal, slug: str) -> Tenant | None:

@@ -52,6 +52,14 @@ def membership_of(db: Session, tenant_id: int, user_id: int) -> Membership | Non
     )
 
 
+def admin_contacts(db: Session, tenant_id: int) -> list[tuple[str | None, str]]:
+    """(name, email) of the tenant's admins."""
+    query = (select(User.name, User.email).join(Membership, Membership.user_id == User.id)
+             .where(Membership.tenant_id == tenant_id, Membership.role == "admin")
+             .order_by(User.email))
+    return [(name, email) for name, email in db.execute(query)]
+
+
 def admin_count(db: Session, tenant_id: int) -> int:
     query = select(func.count()).select_from(Membership).where(
         Membership.tenant_id == tenant_id, Membership.role == "admin"

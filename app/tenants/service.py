@@ -16,7 +16,7 @@ from app.database.concurrency import insert_or_conflict, lock_row
 from app.http.pagination import Page, PageParams, paginate_rows
 from app.kit.errors import Conflict, NotFound, ProblemError
 from app.tenants import events, repository
-from app.tenants.access import tenant_for, tenants_visible_to
+from app.tenants.access import Contact, admins_of, tenant_for, tenants_visible_to
 from app.tenants.models import Membership, Tenant
 from app.tenants.schemas import (
     MemberCreate,
@@ -75,6 +75,12 @@ def tenant_and_rights(db: Session, principal: Principal, slug: str) -> tuple[Ten
     except ProblemError:
         return tenant_out(principal, tenant), False
     return tenant_out(principal, tenant), True
+
+
+def admins_to_ask(db: Session, principal: Principal, slug: str) -> list[Contact]:
+    """Whom a member asks for what their role does not allow: the tenant's admins, shown only
+    to those who see the tenant."""
+    return admins_of(db, tenant_for(db, principal, slug))
 
 
 def create_tenant(db: Session, principal: Principal, payload: TenantCreate) -> TenantOut:

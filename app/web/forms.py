@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from starlette.responses import RedirectResponse, Response
 
 from app.kit.errors import ProblemError, ValidationFailed
+from app.kit.wording import in_our_words
 
 _INTEGER = re.compile(r"^[+-]?\d{1,18}$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -61,10 +62,12 @@ def form_payload(
 
 
 def validation_errors(error: ValidationError) -> FieldErrors:
+    """The schema's refusals in the portal's own words, one per field: every form shows
+    these, never Pydantic's ("Input should be ...")."""
     errors: FieldErrors = {}
     for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "form"
-        errors.setdefault(field, str(item["msg"]).removeprefix("Value error, "))
+        field = ".".join(str(part) for part in item["loc"] if not isinstance(part, int))
+        errors.setdefault(field or "form", in_our_words(item))
     return errors
 
 

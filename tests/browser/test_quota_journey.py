@@ -26,7 +26,7 @@ def test_request_eight_approve_six_dashboard_shows_six(browser: Browser, live_po
     form = tenant_admin.locator("#quota-request-form")
     form.locator("input[name=gpus]").fill("0")
     form.locator("input[name=gpus]").dispatch_event("change")
-    expect(tenant_admin.locator("#gpus-error")).to_contain_text("greater than")
+    expect(tenant_admin.locator("#gpus-error")).to_have_text("at least 1")
     tenant_admin.locator("input[name=gpus]").fill("8")
     tenant_admin.locator("input[name=gpus]").dispatch_event("change")
     expect(tenant_admin.locator("#gpus-error")).to_be_empty()

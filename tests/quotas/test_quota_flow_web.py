@@ -85,7 +85,7 @@ def test_the_form_validates_inline_and_writes_nothing_on_error(
                           headers={**htmx(csrf), "HX-Trigger-Name": "gpus"},
                           data={"gpu_class_id": str(gpu_id), "gpus": "1.5"})
     assert checked.status_code == 422
-    assert "valid integer" in _error_of(checked.text, "gpus")
+    assert _error_of(checked.text, "gpus") == "a whole number, such as 4"
     assert _error_of(checked.text, "reason") == ""  # not touched yet
     fine = client.post("/t/acme/quota-requests/validate", headers=htmx(csrf),
                        data={"gpu_class_id": str(gpu_id), "gpus": "2", "reason": "ok"})
