@@ -11,8 +11,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import flask
 import oidc_provider_mock
 import werkzeug.serving
+from jinja2 import BaseLoader, ChoiceLoader, FileSystemLoader
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -26,6 +28,7 @@ from app.kit.config import Settings
 from app.kube.connector import real_host_configured
 from app.kube.simulated import SIMULATED_ENDPOINT_TEMPLATE, SimulatedHost, demo_nodes
 from app.tenants.models import Membership, Tenant
+from app.web.templating import STATIC_DIR, TEMPLATES_DIR
 from app.workqueue import CLUSTERS, NODES, enqueue_many
 
 DEMO_ADMIN = "admin@example.com"
@@ -56,7 +59,7 @@ def local_oidc_provider(
     users: list[oidc_provider_mock.User], host: str = "127.0.0.1", port: int = 0
 ) -> Iterator[str]:
     """Serves a real OIDC provider on loopback; yields its issuer URL."""
-    app = oidc_provider_mock.app(user_claims=users, require_nonce=True)
+    app = local_oidc_app(users)
     server = werkzeug.serving.make_server(host, port, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                               daemon=True, name="local-oidc")
@@ -67,6 +70,18 @@ def local_oidc_provider(
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def local_oidc_app(users: list[oidc_provider_mock.User]) -> flask.Flask:
+    """The provider, its page styled without internet: its template links Pico CSS from a CDN,
+    ours (``templates/local_idp/``) the same file vendored from npm, from its own /static."""
+    app: flask.Flask = oidc_provider_mock.app(user_claims=users, require_nonce=True)
+    app.static_folder = str(STATIC_DIR)
+    loaders: list[BaseLoader] = [FileSystemLoader(TEMPLATES_DIR / "local_idp")]
+    if app.jinja_loader is not None:
+        loaders.append(app.jinja_loader)  # the provider's own templates, for the rest
+    app.jinja_loader = ChoiceLoader(loaders)
+    return app
 
 
 def simulated_host_for(settings: Settings, *, simulate: bool) -> SimulatedHost | None:
