@@ -48,7 +48,7 @@ def list_audit_events(
 ) -> Response:
     """Who changed what, newest first: actor, tenant, action, target and before/after. Tenant
     admins see their tenants' events, platform admins all of them. Filter by tenant, actor
-    email, action (`quota.` for a family) and a time range."""
+    email, action (`quota.` for a family) and a time range; sign-ins only with `sign_ins`."""
     return page_response(*list_event_fields(db, principal, filters, params))
 
 
