@@ -6,13 +6,15 @@ from collections.abc import Hashable
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from app.auth import repository
 from app.auth.models import ApiToken, User
 from app.auth.principal import Principal
 from app.auth.principal_cache import PrincipalCache, watch
+from app.auth.sessions import PLAIN_COOKIE, SECURE_COOKIE
 from app.auth.tokens import active_token, hash_token
 from app.database.core import Database
 from app.http import hop
@@ -115,5 +117,27 @@ async def require_principal(request: Request) -> Principal:
     return principal
 
 
-CurrentPrincipal = Annotated[Principal, Depends(require_principal)]
+# What the OpenAPI document offers under "Authorize"; the caller is resolved above, from the
+# same header and cookie, whichever of them these read.
+api_token = HTTPBearer(
+    auto_error=False, scheme_name="apiToken",
+    description="An API token: `portal tokens create EMAIL` (operators), `portalctl tokens "
+                "create` or the API tokens page (`/tokens`). Sent as `Authorization: Bearer "
+                "<token>`; a token's scopes (`read`, `write`, `admin`) bound what it may do.")
+session_cookie = APIKeyCookie(
+    name=PLAIN_COOKIE, auto_error=False, scheme_name="sessionCookie",
+    description=f"The browser's session after signing in with SSO (`{SECURE_COOKIE}` in "
+                "production). A state change signed in by it also needs the session's "
+                "`X-CSRF-Token` header; scripts should use an API token.")
+
+
+async def authenticated_principal(
+    request: Request,
+    _token: Annotated[HTTPAuthorizationCredentials | None, Security(api_token)],
+    _cookie: Annotated[str | None, Security(session_cookie)],
+) -> Principal:
+    return await require_principal(request)
+
+
+CurrentPrincipal = Annotated[Principal, Depends(authenticated_principal)]
 MaybePrincipal = Annotated[Principal | None, Depends(optional_principal)]

@@ -11,6 +11,7 @@ from app.fleet import service, sleep, sleeping
 from app.fleet.schemas import FleetCapacityOut, FleetSleepOut, SleepingClusterOut
 from app.http.deps import DbSession
 from app.http.pagination import Page, Paging
+from app.http.problems import problems
 from app.http.routing import UnitOfWorkRoute
 
 router = APIRouter(prefix="/api/v1", tags=["fleet"], route_class=UnitOfWorkRoute)
@@ -28,10 +29,12 @@ async def fleet_filters(
 Filters = Annotated[service.FleetFilters, Depends(fleet_filters)]
 
 
-@router.get("/fleet/capacity", response_model=FleetCapacityOut)
+@router.get("/fleet/capacity", response_model=FleetCapacityOut,
+            summary="Fleet capacity", responses=problems(403))
 def fleet_capacity(db: DbSession, principal: CurrentPrincipal,
                    filters: Filters) -> FleetCapacityOut:
-    """Capacity per host and class, and per region and class (platform admins)."""
+    """GPU capacity per host and class, and per region and class: total, dedicated, guaranteed,
+    free, in use and borrowed (platform admins)."""
     return service.capacity(db, principal, filters)
 
 
@@ -39,17 +42,19 @@ SleepDays = Annotated[int, Query(ge=1, le=sleep.MAX_DAYS, description=(
     "how many UTC days up to and with today; default: today and the 7 days before"))]
 
 
-@router.get("/fleet/sleep", response_model=FleetSleepOut)
+@router.get("/fleet/sleep", response_model=FleetSleepOut,
+            summary="GPU-hours freed by sleep", responses=problems(403))
 def fleet_sleep(db: DbSession, principal: CurrentPrincipal,
                 days: SleepDays = sleep.DEFAULT_DAYS) -> FleetSleepOut:
-    """GPU-hours sleeping clusters gave back to the shared pool, per GPU class and day over
-    all tenants (platform admins)."""
+    """GPU-hours sleeping clusters gave back to the shared pool, per GPU class and day over all
+    tenants (platform admins)."""
     return sleep.freed_by_sleep(db, principal, days)
 
 
-@router.get("/admin/sleeping-clusters", response_model=Page[SleepingClusterOut])
+@router.get("/admin/sleeping-clusters", response_model=Page[SleepingClusterOut],
+            summary="List sleeping clusters", responses=problems(403))
 def sleeping_clusters(db: DbSession, principal: CurrentPrincipal,
                       paging: Paging) -> Page[SleepingClusterOut]:
-    """Every cluster asleep or going to sleep, with its tenant, why, since when and when its
-    sleep policy deletes it (platform admins)."""
+    """Every cluster asleep or going to sleep, with its tenant, why, since when and when its sleep
+    policy deletes it (platform admins)."""
     return sleeping.sleeping_clusters(db, principal, paging)

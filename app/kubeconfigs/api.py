@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from app.auth.deps import CurrentPrincipal
 from app.http.deps import DbSession, RowId
 from app.http.pagination import Page, Paging
+from app.http.problems import problems
 from app.http.routing import UnitOfWorkRoute
 from app.kubeconfigs import service
 from app.kubeconfigs.schemas import GrantOut, IssuedKubeconfig, KubeconfigRequest
@@ -46,13 +47,20 @@ def kubeconfig_response(issued: IssuedKubeconfig, *, attachment: bool = True) ->
     return Response(issued.yaml, status_code=201, media_type=YAML, headers=headers)
 
 
-@router.post("", status_code=201, response_class=Response, responses={
+@router.post("", status_code=201, response_class=Response, summary="Get a kubeconfig", responses={
     201: {"description": "the kubeconfig; its grant id in X-Kubeconfig-Grant",
           "content": {YAML: {"schema": {"type": "string"}}}},
     202: {"description": "the cluster was asleep (asking woke it) or is waking up: ask again "
-                         "once it is Ready (Retry-After)"}})
+                         "once it is Ready (Retry-After)"},
+    **problems(403, 404, 409)})
 def issue(tenant: str, cluster: str, payload: KubeconfigRequest, db: DbSession,
           principal: CurrentPrincipal, clusters: Clusters, request: Request) -> Response:
+    """Issues a kubeconfig for the cluster with a role (`admin`, `edit` or `view`) and a lifetime,
+    as `application/yaml`; its grant id is in `X-Kubeconfig-Grant` and its expiry in
+    `X-Kubeconfig-Expires-At`. 403 for a role yours does not allow or a suspended tenant;
+    409 while the cluster is not Ready or is being deleted; 202 when it is asleep or waking
+    (asking wakes it): ask again once it is Ready. The token is never stored, so ask again
+    rather than replay. Audited."""
     issued = service.issue_kubeconfig(db, principal, clusters, request.app.state.settings,
                                       tenant, cluster, payload)
     if issued is None:
@@ -62,15 +70,20 @@ def issue(tenant: str, cluster: str, payload: KubeconfigRequest, db: DbSession,
     return kubeconfig_response(issued)
 
 
-@router.get("", response_model=Page[GrantOut])
+@router.get("", response_model=Page[GrantOut],
+            summary="List kubeconfig grants", responses=problems(404))
 def list_grants(tenant: str, cluster: str, db: DbSession, principal: CurrentPrincipal,
                 paging: Paging) -> Page[GrantOut]:
-    """Active grants: all of them for tenant admins, one's own for everyone else."""
+    """The cluster's active kubeconfig grants: all of them for tenant admins, your own for
+    everyone else."""
     return service.list_active_grants(db, principal, tenant, cluster, paging)
 
 
-@router.delete("/{grant_id}", status_code=204)
+@router.delete("/{grant_id}", status_code=204,
+               summary="Revoke a kubeconfig", responses=problems(403, 404))
 def revoke(tenant: str, cluster: str, grant_id: RowId, db: DbSession,
            principal: CurrentPrincipal, clusters: Clusters) -> Response:
+    """Revokes a kubeconfig: its token stops working at once. Your own, or anyone's for tenant
+    admins. Audited."""
     service.revoke_grant(db, principal, clusters, tenant, cluster, grant_id)
     return Response(status_code=204)

@@ -18,6 +18,7 @@ from app.authz import tenant_ids_managed_by
 from app.http.deps import DbSession
 from app.http.json_body import page_response
 from app.http.pagination import Page, PageParams, Paging
+from app.http.problems import problems
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import Forbidden
 from app.tenants.access import tenant_for
@@ -38,12 +39,16 @@ async def audit_filters(
                         sign_ins=sign_ins)
 
 
-@router.get("", response_model=Page[AuditEventOut])
+@router.get("", response_model=Page[AuditEventOut],
+            summary="List audit events", responses=problems(403, 404))
 def list_audit_events(
     principal: CurrentPrincipal, db: DbSession,
     filters: Annotated[AuditFilters, Depends(audit_filters)],
     params: Paging,
 ) -> Response:
+    """Who changed what, newest first: actor, tenant, action, target and before/after. Tenant
+    admins see their tenants' events, platform admins all of them. Filter by tenant, actor
+    email, action (`quota.` for a family) and a time range; sign-ins only with `sign_ins`."""
     return page_response(*list_event_fields(db, principal, filters, params))
 
 

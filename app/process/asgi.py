@@ -44,6 +44,7 @@ from app.http.middleware import (
     RequestIdMiddleware,
     SecurityHeadersMiddleware,
 )
+from app.http.problems import PortalApi, problems
 from app.kit.config import Settings, get_settings
 from app.kit.errors import (
     PROBLEM_JSON,
@@ -73,7 +74,7 @@ from app.tenants import web as tenants_web
 from app.tenants.access import cache_tenants
 from app.usage import api as usage_api
 from app.usage import web as usage_web
-from app.web import live
+from app.web import api_docs, live
 from app.web.favicon import router as favicon_router
 from app.web.templating import STATIC_DIR, render, templates
 
@@ -92,9 +93,32 @@ WEB_ROUTERS = [home.router, auth_web.router, token_web.router, cli_login.router,
                kubeconfigs_web.router,
                nodes_web.router,
                clusters_web.router, templates_web.router, usage_web.router, hosts_web.router,
-               fleet_web.router]
+               fleet_web.router, api_docs.router]
 
 
+
+API_DESCRIPTION = """\
+Tenants, GPU quota, dedicated GPU nodes and virtual clusters, as the portal's pages and
+`portalctl` use them.
+
+**Signing in.** Scripts send an API token as `Authorization: Bearer <token>`; make one on the
+API tokens page (`/tokens`), with `portalctl tokens create`, or as an operator with
+`portal tokens create EMAIL`. A browser signed in with SSO is also accepted (its session
+cookie); its state changes need the session's `X-CSRF-Token` header. Use "Authorize" here to try
+operations with a token.
+
+**Errors** are `application/problem+json` (RFC 9457): `title`, `status`, a `detail` to read,
+the `request_id` to quote, and for a 422 the invalid fields in `errors`. A tenant you may not
+see answers 404, as one that does not exist.
+
+**Lists** are pages: `?limit=` (at most 200) and the `next_cursor` of the last page as
+`?cursor=`. **Creates** take an `Idempotency-Key` header: the same key and body again replay the
+first answer instead of creating twice.
+
+```sh
+curl -H "Authorization: Bearer $PORTAL_TOKEN" https://portal.example.com/api/v1/me
+```
+"""
 
 # Every API route: a cookie-authenticated state change must come with the CSRF header.
 API_GUARDS = [Depends(verify_api_csrf)]
@@ -122,13 +146,15 @@ def create_app(
     settings = settings or get_settings()
     database = database or Database(settings.database_url, **_pool_for(settings))
     connect_hooks()
-    app = FastAPI(
+    app = PortalApi(
         lifespan=_worker_threads(settings.web_threads),
         # Not wired to a collector: FastAPI's own OpenTelemetry hooks would only cost time.
         telemetry={"tracing": False, "metrics": False, "logs": False},
         title="GPU Tenant Portal",
         version="0.1.0",
-        description="Tenants, GPU quota, dedicated GPU nodes and virtual clusters.",
+        description=API_DESCRIPTION,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.database = database
@@ -155,7 +181,10 @@ def create_app(
     app.add_middleware(RequestIdMiddleware)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in all_routers():
-        app.include_router(router, dependencies=API_GUARDS if router in API_ROUTERS else None)
+        if router in API_ROUTERS:
+            app.include_router(router, dependencies=API_GUARDS, responses=problems(401))
+        else:
+            app.include_router(router)
     _add_error_handlers(app)
     return app
 

@@ -12,8 +12,10 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import flask
 import werkzeug.serving
 from authlib.deprecate import AuthlibDeprecationWarning
+from jinja2 import BaseLoader, ChoiceLoader, FileSystemLoader
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -27,6 +29,7 @@ from app.kit.config import Settings
 from app.kube.connector import real_host_configured
 from app.kube.simulated import SIMULATED_ENDPOINT_TEMPLATE, SimulatedHost, demo_nodes
 from app.tenants.models import Membership, Tenant
+from app.web.templating import STATIC_DIR, TEMPLATES_DIR
 from app.workqueue import CLUSTERS, NODES, enqueue_many
 
 # The local demo IdP (oidc-provider-mock, development only) imports authlib.jose and Authlib's
@@ -65,7 +68,7 @@ def local_oidc_provider(
     users: list[oidc_provider_mock.User], host: str = "127.0.0.1", port: int = 0
 ) -> Iterator[str]:
     """Serves a real OIDC provider on loopback; yields its issuer URL."""
-    app = oidc_provider_mock.app(user_claims=users, require_nonce=True)
+    app = local_oidc_app(users)
     server = werkzeug.serving.make_server(host, port, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                               daemon=True, name="local-oidc")
@@ -76,6 +79,18 @@ def local_oidc_provider(
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def local_oidc_app(users: list[oidc_provider_mock.User]) -> flask.Flask:
+    """The provider, its page styled without internet: its template links Pico CSS from a CDN,
+    ours (``templates/local_idp/``) the same file vendored from npm, from its own /static."""
+    app: flask.Flask = oidc_provider_mock.app(user_claims=users, require_nonce=True)
+    app.static_folder = str(STATIC_DIR)
+    loaders: list[BaseLoader] = [FileSystemLoader(TEMPLATES_DIR / "local_idp")]
+    if app.jinja_loader is not None:
+        loaders.append(app.jinja_loader)  # the provider's own templates, for the rest
+    app.jinja_loader = ChoiceLoader(loaders)
+    return app
 
 
 def simulated_host_for(settings: Settings, *, simulate: bool) -> SimulatedHost | None:

@@ -25,6 +25,7 @@ from app.auth.models import User
 from app.auth.principal import Principal
 from app.database.concurrency import lock_row
 from app.http.deps import DbSession, RowId
+from app.http.problems import problems
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import Conflict, NotFound
 from app.kit.validation import SingleLine
@@ -94,26 +95,35 @@ router = APIRouter(prefix="/api/v1/tenants/{tenant}/group-mappings", tags=["memb
                    route_class=UnitOfWorkRoute)
 
 
-@router.get("", response_model=list[GroupMappingOut])
+@router.get("", response_model=list[GroupMappingOut],
+            summary="List IdP group mappings", responses=problems(403, 404))
 def list_mappings(tenant: str, principal: CurrentPrincipal, db: DbSession) -> list[GroupMappingOut]:
+    """The IdP groups mapped to a role in this tenant: members of such a group get the role at
+    their next sign-in (tenant admins and platform admins)."""
     row = access.tenant_for(db, principal, tenant, "manage")
     mappings = db.scalars(select(GroupMapping).where(GroupMapping.tenant_id == row.id)
                           .order_by(GroupMapping.id))
     return [GroupMappingOut(id=m.id, group=m.group_name, role=m.role) for m in mappings]
 
 
-@router.post("", status_code=201, response_model=GroupMappingOut)
+@router.post("", status_code=201, response_model=GroupMappingOut,
+             summary="Map an IdP group to a role", responses=problems(403, 404, 409))
 def create_mapping(
     tenant: str, payload: GroupMappingIn, principal: CurrentPrincipal, db: DbSession
 ) -> GroupMappingOut:
+    """Members of the IdP group get this role in the tenant at their next sign-in; a direct
+    membership always wins (platform admins). 409 when the group is mapped already.
+    Audited."""
     mapping = add_mapping(db, principal, tenant, payload)
     return GroupMappingOut(id=mapping.id, group=mapping.group_name, role=mapping.role)
 
 
-@router.delete("/{mapping_id}", status_code=204)
+@router.delete("/{mapping_id}", status_code=204,
+               summary="Delete an IdP group mapping", responses=problems(403, 404))
 def delete_mapping(
     tenant: str, mapping_id: RowId, principal: CurrentPrincipal, db: DbSession
 ) -> Response:
+    """Removes the mapping; memberships it granted go at once (platform admins). Audited."""
     remove_mapping(db, principal, tenant, mapping_id)
     return Response(status_code=204)
 

@@ -83,7 +83,6 @@ ROUTES: list[Route] = [
     Route("GET", "/api/v1/audit", Access.ANY_TENANT_ADMIN),
     Route("GET", "/audit", Access.ANY_TENANT_ADMIN),
     Route("GET", "/docs", Access.PUBLIC),
-    Route("GET", "/docs/oauth2-redirect", Access.PUBLIC),
     Route("GET", "/redoc", Access.PUBLIC),
 ]
 

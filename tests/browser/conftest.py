@@ -70,9 +70,9 @@ class Screenshots:
         self.folder = folder
         self.taken: list[Path] = []
 
-    def __call__(self, page: Page, name: str) -> Path:
+    def __call__(self, page: Page, name: str, *, full_page: bool = True) -> Path:
         path = self.folder / f"{len(self.taken) + 1:02d}-{name}.png"
-        page.screenshot(path=str(path), full_page=True)
+        page.screenshot(path=str(path), full_page=full_page)
         self.taken.append(path)
         return path
 
