@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -287,3 +288,23 @@ def test_serve_and_worker_refuse_the_simulated_host(tmp_path: Path, command: str
                             check=False)
     assert result.returncode == 2
     assert "use `portal dev`" in result.stderr
+
+
+def _subcommands(command: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    children = getattr(command, "commands", None) or {}
+    return [path, *(found for name, child in children.items()
+                    for found in _subcommands(child, (*path, name)))]
+
+
+def test_every_portal_help_reads_at_80_columns_with_flags_as_flags() -> None:
+    from typer.main import get_command
+    from typer.testing import CliRunner
+
+    from app.process.cli import cli
+
+    for path in _subcommands(get_command(cli)):
+        shown = CliRunner().invoke(cli, [*path, "--help"], env={"COLUMNS": "80"})
+        assert shown.exit_code == 0, (path, shown.stderr)
+        assert "<bool>" not in shown.stdout, path
+        assert "\N{HORIZONTAL ELLIPSIS}" not in shown.stdout, path
+        assert max(len(line) for line in shown.stdout.splitlines()) <= 80, path

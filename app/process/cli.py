@@ -40,12 +40,21 @@ from app.process.worker import build_worker
 if TYPE_CHECKING:
     from app.lab.demo import Report
 
-cli = typer.Typer(help="GPU Tenant Portal", no_args_is_help=True, add_completion=False)
-db_cli = typer.Typer(help="Database migrations", no_args_is_help=True)
-users_cli = typer.Typer(help="Users (operator bootstrap)", no_args_is_help=True)
-tokens_cli = typer.Typer(help="API tokens (operator bootstrap)", no_args_is_help=True)
-keys_cli = typer.Typer(help="Keys", no_args_is_help=True)
-config_cli = typer.Typer(help="Configuration", no_args_is_help=True)
+
+
+def _commands(help_text: str) -> typer.Typer:
+    """Click's plain help layout, as portalctl's: Rich's table shows flags as ``<bool>`` and
+    cuts long option names at 80 columns."""
+    return typer.Typer(help=help_text, no_args_is_help=True, add_completion=False,
+                       rich_markup_mode=None)
+
+
+cli = _commands("GPU Tenant Portal")
+db_cli = _commands("Database migrations")
+users_cli = _commands("Users (operator bootstrap)")
+tokens_cli = _commands("API tokens (operator bootstrap)")
+keys_cli = _commands("Keys")
+config_cli = _commands("Configuration")
 cli.add_typer(db_cli, name="db")
 cli.add_typer(users_cli, name="users")
 cli.add_typer(tokens_cli, name="tokens")
