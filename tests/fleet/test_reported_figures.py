@@ -31,7 +31,7 @@ def _gb200_with_4_dedicated(db: Session) -> tuple[Tenancy, GpuClass]:
 def _page(client: TestClient, db: Session, tenancy: Tenancy, path: str) -> str:
     page = client.get(path, headers={**headers(db, tenancy.platform_admin), **HTML})
     assert page.status_code == 200, page.text
-    return page.text
+    return str(page.text)
 
 
 def test_the_by_region_chart_counts_dedicated_gpus_once(client: TestClient,

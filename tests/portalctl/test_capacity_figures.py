@@ -64,7 +64,7 @@ def _fleet(portal: Portal) -> None:
         factories.cluster(db, globex, us, "serve", gpu_class_id=h100.id, gpus=4)
         factories.cluster(db, acme, eu2, "big", placement="dedicated-nodes",
                           gpu_class_id=gb200.id, gpus=4)
-        for tenant, host, gpus, burst in ((acme, eu1, 10.0, 4.0), (globex, us, 9.0, 5.0)):
+        for tenant, host, gpus, burst in ((acme, eu1, 10, 4), (globex, us, 9, 5)):
             db.add(GpusInUse(tenant_id=tenant.id, gpu_class_id=h100.id,
                              host_cluster_id=host.id, gpus=gpus, burst_gpus=burst,
                              observed_at=now))

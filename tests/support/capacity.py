@@ -26,7 +26,7 @@ def rows_of(page: str, table_id: str, keys: Sequence[str]) -> dict[tuple[str, ..
     every figure whose cell (or span) it holds."""
     start = page.index(f'id="{table_id}"')
     table = page[start:page.index("</table>", start)]
-    found = {}
+    found: dict[tuple[str, ...], dict[str, float]] = {}
     for attributes, cells in re.findall(r"<tr ([^>]*data-[^>]*)>(.*?)</tr>", table, re.S):
         data = {name: html.unescape(value)
                 for name, value in re.findall(r'data-([\w-]+)="([^"]*)"', attributes)}
@@ -40,7 +40,7 @@ def queue_rows_of(page: str) -> dict[tuple[str, ...], Figures]:
     """The approval queue: each request's class capacity line, by class and region."""
     start = page.index('id="queue"')
     table = page[start:page.index("</table>", start)]
-    found = {}
+    found: dict[tuple[str, ...], dict[str, float]] = {}
     for attributes, cells in re.findall(r'<tr (id="queue-[^>]*)>(.*?)</tr>', table, re.S):
         data = dict(re.findall(r'data-([\w-]+)="([^"]*)"', attributes))
         line = re.search(r'class="figures capacity">(.*?)</td>', cells, re.S)
