@@ -17,7 +17,10 @@ from tests import factories
 from tests.support.tenancy import Tenancy, build_tenancy, headers
 from tests.support.web import HTML
 
-NOW = datetime.now(UTC).replace(microsecond=0)
+
+def _now() -> datetime:
+    """Read when a test runs, not when the module is collected (a full run takes minutes)."""
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 def _condition(type_: str, status: bool, reason: str, message: str = "") -> cond.Condition:
@@ -26,7 +29,7 @@ def _condition(type_: str, status: bool, reason: str, message: str = "") -> cond
         "status": "True" if status else "False",
         "reason": reason,
         "message": message,
-        "lastTransitionTime": cond.timestamp(NOW - timedelta(hours=1)),
+        "lastTransitionTime": cond.timestamp(_now() - timedelta(hours=1)),
         "observedGeneration": 1,
     }
 
@@ -34,7 +37,7 @@ def _condition(type_: str, status: bool, reason: str, message: str = "") -> cond
 def _troubled_fleet(db: Session) -> Tenancy:
     t = build_tenancy(db)
     oldest = factories.quota_request(db, t.acme, t.h100, gpus=4)
-    oldest.created_at = NOW - timedelta(days=2)
+    oldest.created_at = _now() - timedelta(days=2)
     factories.quota_request(db, t.globex, t.h100, gpus=2)
     factories.quota_request(db, t.globex, t.h100, gpus=1, state="approved")
     host = factories.env_host(db)
@@ -54,7 +57,7 @@ def _troubled_fleet(db: Session) -> Tenancy:
         host,
         "dozy",
         power="awake",
-        power_changed_at=NOW - timedelta(minutes=30),
+        power_changed_at=_now() - timedelta(minutes=30),
         conditions=[_condition(cond.ASLEEP, True, "ScaledDown")],
     )
     factories.cluster(
@@ -63,7 +66,7 @@ def _troubled_fleet(db: Session) -> Tenancy:
         host,
         "waking-now",
         power="awake",
-        power_changed_at=NOW - timedelta(minutes=1),
+        power_changed_at=_now() - timedelta(minutes=1),
         conditions=[_condition(cond.ASLEEP, True, "ScaledDown")],
     )
     factories.cluster(
