@@ -18,7 +18,7 @@ from app.portalctl.common import Output, api
 from app.portalctl.output import Format, emit
 
 AUDIT_PATH = "/api/v1/audit"
-COLUMNS = ("id", "occurred_at", "actor", "tenant", "action", "target_type", "target_id")
+COLUMNS = ("id", "occurred_at", "actor", "tenant", "action", "target")
 # Each poll also looks back over this many already-shown events: an event whose transaction
 # commits late has an id below newer ones, and would otherwise be skipped.
 LOOK_BACK = 50
@@ -32,6 +32,8 @@ def audit(
     since: Annotated[str | None, typer.Option(help="ISO 8601, e.g. 2026-11-30T08:00Z")] = None,
     until: Annotated[str | None, typer.Option(help="ISO 8601")] = None,
     limit: Annotated[int, typer.Option(help="at most this many events (newest)", min=1)] = 50,
+    sign_ins: Annotated[bool, typer.Option(
+        "--sign-ins/--no-sign-ins", help="with or without sign-in events")] = True,
     follow: Annotated[bool, typer.Option(
         "--follow", "-f", help="then print new events as they happen, until Ctrl-C")] = False,
     interval: Annotated[float, typer.Option(help="seconds between polls with --follow",
@@ -46,11 +48,12 @@ def audit(
     Example: portalctl audit --tenant acme --action quota_request. --follow
     """
     filters = {"tenant": tenant, "actor": actor, "action": action, "since": since,
-               "until": until}
+               "until": until, "sign_ins": None if sign_ins else False}
     with api() as client:
         newest = list(client.items(AUDIT_PATH, limit, **filters))
         if not follow:
-            emit(newest, output, COLUMNS)
+            emit(newest if output is not Format.table else [_row(e) for e in newest], output,
+                 COLUMNS)
             return
         with _until_ctrl_c() as stopped:
             _follow(client, filters, list(reversed(newest)), interval, output, stopped)
@@ -124,5 +127,11 @@ def _print_stream(events: list[dict[str, Any]], output: Format) -> None:
         elif output is Format.yaml:
             typer.echo("---\n" + yaml.safe_dump(event, sort_keys=False), nl=False)
         else:
-            typer.echo("  ".join("-" if event.get(c) is None else str(event[c])
-                                 for c in COLUMNS))
+            row = _row(event)
+            typer.echo("  ".join("-" if row.get(c) is None else str(row[c]) for c in COLUMNS))
+
+
+def _row(event: dict[str, Any]) -> dict[str, Any]:
+    """A table row: the target by the name recorded with the event, else its kind and id."""
+    label = event.get("target_label") or f"{event['target_type']} {event['target_id']}"
+    return {**event, "target": label}

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.audit import service as audit_service
 from app.portalctl import audit as audit_command
 from app.portalctl.audit import Cursor
 from app.portalctl.output import Format
@@ -38,6 +39,10 @@ def test_filters_pick_the_events_and_json_is_the_apis(portal: Portal, portalctl:
     assert _json(by_someone_else) == []
     table = portalctl("audit", "--tenant", "acme").stdout.splitlines()
     assert table[0].split()[:3] == ["ID", "OCCURRED_AT", "ACTOR"]
+    request_rows = [line for line in table if "quota_request.create" in line]
+    # The target as people say it, not "quota_request 7".
+    assert len(request_rows) == 2 and all("quota request #" in line and "(acme)" in line
+                                          for line in request_rows)
     bad_time = portalctl("audit", "--since", "yesterday")
     assert bad_time.exit_code == 1 and "since" in bad_time.stderr
 
@@ -148,3 +153,16 @@ def _ids(events: list[dict[str, Any]]) -> list[int]:
 def _json(result: Result) -> Any:
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def test_sign_ins_are_listed_unless_left_out(portal: Portal, portalctl: PortalCtl) -> None:
+    with portal.database.session() as db:
+        audit_service.record(db, action="auth.sign_in", actor_id=None,
+                             actor_label="carol@example.com", target_type="user", target_id=9)
+        db.commit()
+    portalctl.login(portal, "platform-admin")
+    _request_quota(portal, 1)
+    everything = {e["action"] for e in _json(portalctl("audit", "-o", "json"))}
+    assert {"auth.sign_in", "quota_request.create"} <= everything
+    quiet = {e["action"] for e in _json(portalctl("audit", "--no-sign-ins", "-o", "json"))}
+    assert "auth.sign_in" not in quiet and "quota_request.create" in quiet
