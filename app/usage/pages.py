@@ -53,6 +53,11 @@ def _labels(chosen: Span) -> list[str]:
     return [p.label for p in service.periods(chosen.start, chosen.end, "day")]
 
 
+def class_names(db: Session) -> dict[str, str]:
+    """Each class's display name by its product, as the usage rows name classes."""
+    return {c.product: c.display_name for c in gpu_classes.all_classes(db)}
+
+
 def class_styles(db: Session) -> dict[str, tuple[str, str]]:
     """Each class's colour and pattern, the same on every chart of every page."""
     return palette.class_styles((c.id, c.product) for c in gpu_classes.all_classes(db))
@@ -103,7 +108,7 @@ def tenant_page(db: Session, principal: Principal, slug: str, chosen: Span) -> d
             "slept_chart": _slept_chart(db, tenant, report.rows, labels),
             "clusters": clusters, "classes": classes,
             "products": repository.class_products(db, {c.gpu_class_id for c in clusters}),
-            "now_chart": _now_chart(tenant, classes),
+            "now_chart": _now_chart(tenant, classes), "class_names": class_names(db),
             "csv_query": chosen.query(tenant=tenant.slug)}
 
 
@@ -191,7 +196,7 @@ def admin_page(db: Session, principal: Principal, chosen: Span) -> dict[str, Any
     labels = _labels(chosen)
     return {"span": chosen, "rows": report.rows, "labels": labels, "class_charts": _class_charts(
         db, report.rows, chosen, labels), "idle": _idle(db, report.rows, chosen),
-        "csv_query": chosen.query()}
+        "class_names": class_names(db), "csv_query": chosen.query()}
 
 
 def _hours_elapsed(chosen: Span) -> list[float]:

@@ -27,6 +27,7 @@ def test_every_admin_page_names_a_class_alike(client: TestClient, db: Session) -
     factories.assignment(db, factories.node(db, host, gpu, gpu_count=4), acme)
     factories.quota(db, acme, gpu, 2)
     factories.quota_request(db, acme, gpu, gpus=2)
+    factories.cluster(db, acme, host, "train", gpu_class_id=gpu.id, gpus=2)
     db.commit()
     oidc.sign_in(client, "admin@example.com")
     for path in (
@@ -37,6 +38,7 @@ def test_every_admin_page_names_a_class_alike(client: TestClient, db: Session) -
         "/admin/fleet/hosts",
         "/t/acme",
         "/t/acme/nodes",
+        "/t/acme/usage",
     ):
         page = client.get(path, headers=HTML)
         assert page.status_code == 200, path
