@@ -80,7 +80,7 @@ def test_create_a_cluster_watch_it_turn_ready_and_take_a_kubeconfig(
     page.goto(portal_on_real_host + "/t/demo/clusters")
     form = page.locator("#cluster-form")
     form.locator("input[name=name]").fill("train")
-    h100 = "H100 80GB (NVIDIA-H100-80GB-HBM3)"
+    h100 = "H100 80GB (NVIDIA-H100-80GB-HBM3): 8 of 8 GPUs left"
     form.locator("select[name=gpu_class_id]").select_option(label=h100)
     form.locator("input[name=gpus]").fill("4")
     form.get_by_role("button", name="Create cluster").click()
