@@ -363,9 +363,11 @@ def check_over_quota(report: Report, team: Team, portal: Portal, kubectl: Kubect
                  f"{waiting.get('pods')} waiting: {waiting.get('reason')}")
 
 
-def has_class(portal: Portal, product: str) -> bool:
-    """Whether the portal's inventory shows the GPU class (the worker syncs nodes each resync)."""
-    return any(c["product"] == product for c in portal.call("GET", "/gpu-classes")["items"])
+def has_ready_gpus(portal: Portal, product: str) -> bool:
+    """Whether the portal's inventory shows Ready GPUs of the class (the worker syncs nodes each
+    resync): quota is approved against Ready GPUs, and a node joins before kwok makes it Ready."""
+    return any(c["product"] == product and (c.get("capacity") or {}).get("ready", 0) > 0
+               for c in portal.call("GET", "/gpu-classes")["items"])
 
 
 def at_least(pods: list[dict[str, Any]], count: int) -> list[dict[str, Any]] | None:

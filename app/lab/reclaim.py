@@ -140,7 +140,8 @@ def set_up(portal: Portal, admin: KubernetesAdapter) -> None:
     host.add_fleet(admin, [pool_node()])
     print(f"machine {POOL_NODE}: {POOL_GPUS} x {H200} joins the host", flush=True)
     # The worker reads the host's nodes each resync; the class appears with them.
-    demo.wait_until(lambda: demo.has_class(portal, H200), f"the portal to see {H200}", 90.0)
+    demo.wait_until(lambda: demo.has_ready_gpus(portal, H200),
+                    f"the portal to see Ready {H200} GPUs", 90.0)
     teams = (BORROWER, OWNER)
     demo.create_tenants(portal, teams)
     portal.call("PUT", f"/tenants/{BORROWER.tenant}/burst-policy",

@@ -88,7 +88,8 @@ def set_up(portal: Portal, admin: KubernetesAdapter) -> None:
     for part in ("capacity", "allocatable"):
         node["status"][part]["nvidia.com/gpu"] = str(MACHINE_GPUS)
     host.add_fleet(admin, [node])
-    demo.wait_until(lambda: demo.has_class(portal, B200), f"the portal to see {B200}", 90.0)
+    demo.wait_until(lambda: demo.has_ready_gpus(portal, B200),
+                    f"the portal to see Ready {B200} GPUs", 90.0)
     teams = (SLEEPER, NEIGHBOUR)
     demo.create_tenants(portal, teams)
     portal.call("PUT", f"/tenants/{NEIGHBOUR.tenant}/burst-policy", {"tier": "burst"})
