@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 # The families of actions the log can be filtered by (an action prefix ending in "."), in the
@@ -88,6 +89,38 @@ def changes(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list
         if old != new:
             listed.append(Change(name.replace("_", " "), old, new))
     return listed
+
+
+# What a row counting repeated denials adds to their fields (``app.audit.denials``).
+TALLY_FIELDS = ("count", "window_start", "window_end")
+
+
+def without_tally(after: dict[str, Any] | None) -> dict[str, Any] | None:
+    if after is None or "count" not in after:
+        return after
+    return {name: value for name, value in after.items() if name not in TALLY_FIELDS}
+
+
+def tally(after: dict[str, Any] | None) -> str:
+    """How many requests a counting row stands for and when: "57 times on 2026-12-02 from
+    14:02:10 to 14:03:10 UTC"; "" for any other event."""
+    if not after or not isinstance(after.get("count"), int):
+        return ""
+    times = "once" if after["count"] == 1 else f"{after['count']} times"
+    start, end = _moment(after.get("window_start")), _moment(after.get("window_end"))
+    if start is None or end is None:
+        return times
+    if start.date() == end.date():
+        return f"{times} on {start:%Y-%m-%d} from {start:%H:%M:%S} to {end:%H:%M:%S} UTC"
+    return f"{times} from {start:%Y-%m-%d %H:%M:%S} to {end:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _moment(value: Any) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return moment.astimezone(UTC) if moment and moment.tzinfo else moment
 
 
 def _named_elsewhere(field: str, fields: list[str]) -> bool:

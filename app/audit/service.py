@@ -80,7 +80,8 @@ def page_of_events(db: Session, tenant_ids: list[int] | None, filters: AuditFilt
 def _readable_fields(row: Any) -> dict[str, Any]:
     return {**event_fields(row, row.slug), "tenant_name": row.tenant_name,
             "target": readable.target_name(row.target_type, row.target_id, row.target_label),
-            "changes": readable.changes(row.before, row.after)}
+            "changes": readable.changes(row.before, readable.without_tally(row.after)),
+            "tally": readable.tally(row.after)}
 
 
 def event_fields(event: Any, slug: str | None) -> dict[str, Any]:

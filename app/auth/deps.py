@@ -15,6 +15,7 @@ from app.auth.models import ApiToken, User
 from app.auth.principal import Principal
 from app.auth.principal_cache import PrincipalCache, watch
 from app.auth.sessions import PLAIN_COOKIE, SECURE_COOKIE
+from app.auth.throttle import FailedAuthThrottle
 from app.auth.tokens import active_token, hash_token
 from app.database.core import Database
 from app.http import hop
@@ -46,6 +47,11 @@ def _resolve_principal(request: Request) -> tuple[Principal | None, datetime | N
     """In a transaction of its own: a connection is never held from one thread hop to the next
     (threads waiting for connections held by requests waiting for threads would deadlock), and
     a token's last-use write commits at once instead of holding its row for the request."""
+    if _bearer_secret(request) is not None:
+        # Again here, on the thread: requests queued for one passed the middleware's check
+        # before the failures ahead of them were counted.
+        throttle: FailedAuthThrottle = request.app.state.auth_throttle
+        throttle.refuse_if_blocked(request.scope)
     database: Database = request.app.state.database
     with database.transaction() as db:
         return _principal_for(db, request)
@@ -100,7 +106,11 @@ async def optional_principal(request: Request) -> Principal | None:
     key = _principal_key(request)
     principal = cache.get(key) if key is not None else None
     if principal is None and key is not None:
-        principal, valid_until = await hop.run_sync(_resolve_principal, request)
+        try:
+            principal, valid_until = await hop.run_sync(_resolve_principal, request)
+        except Unauthenticated:
+            request.app.state.auth_throttle.note_failure(request.scope)
+            raise
         if principal is not None:
             cache.put(key, principal, valid_until)
     request.scope[_RESOLVED] = principal

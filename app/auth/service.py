@@ -117,7 +117,7 @@ def issue_api_token(
     secret = tokens.new_token_secret()
     token = ApiToken(
         user_id=user.id, name=name, token_hash=tokens.hash_token(secret),
-        prefix=secret[:10], scopes=sorted(set(scopes)), expires_at=expires_at,
+        prefix=tokens.token_prefix(secret), scopes=sorted(set(scopes)), expires_at=expires_at,
     )
     db.add(token)
     db.flush()

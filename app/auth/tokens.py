@@ -14,6 +14,8 @@ from app.auth.principal_cache import AUTH_UNCHANGED
 from app.database.core import utcnow
 
 TOKEN_PREFIX = "gtp_"  # noqa: S105 - a public marker, not a secret
+# The start of a token its owner sees in lists (``gtp_`` and 6 characters): not enough to use it.
+SHOWN_PREFIX_LENGTH = 10
 SCOPES = ("read", "write", "admin")
 # How precisely a token's last use is kept (shown to its owner, e.g. "2 minutes ago").
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -21,6 +23,10 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 def new_token_secret() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def token_prefix(secret: str) -> str:
+    return secret[:SHOWN_PREFIX_LENGTH]
 
 
 def hash_token(secret: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -84,6 +85,24 @@ class Settings(BaseSettings):
         description="how long a replica keeps who a token or signed-in user is (their roles "
                     "included); a change made through this replica applies at once, one made "
                     "through another after at most this long; `0` turns it off")
+
+    auth_failures_per_minute: int = Field(
+        default=60, ge=0,
+        description="failed API tokens a minute from one client address (IPv6: its /64) or "
+                    "with one token prefix, past which requests with an API token from there "
+                    "or with that prefix are answered 429 with `Retry-After` until the minute "
+                    "is over, unread; counted per web process; `0` turns it off")
+    audit_denial_window_seconds: float = Field(
+        default=60.0, gt=0, le=3600,
+        description="refused requests of one kind (status, caller, route) are audited once "
+                    "per this long; the rest of the window's are counted and written as one "
+                    "`authz.denied` row with `count` when it closes")
+    trusted_proxies: str | None = Field(
+        default=None,
+        description="comma-separated addresses or networks of the proxies in front of "
+                    "`portal serve` whose `X-Forwarded-For` names the client (the address "
+                    "failed API tokens are counted by); unset: uvicorn's `FORWARDED_ALLOW_IPS`, "
+                    "else `127.0.0.1,::1`")
 
     session_idle_minutes: int = Field(
         default=60, description="a browser session ends after this long without a request")
@@ -213,6 +232,18 @@ class Settings(BaseSettings):
         if problem:
             raise ValueError(f"PORTAL_WEBHOOK_URL {problem}")
         return url
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_are_addresses(cls, value: str | None) -> str | None:
+        """uvicorn would take a mistyped entry as a name no connection ever has."""
+        for entry in (value or "").split(","):
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"PORTAL_TRUSTED_PROXIES: {entry.strip()!r} is not an IP "
+                                 "address or network") from None
+        return value
 
     @field_validator("encryption_old_keys", mode="before")
     @classmethod

@@ -73,3 +73,12 @@ class ValidationFailed(ProblemError):
 class ServiceUnavailable(ProblemError):
     status = 503
     title = "Service unavailable"
+
+
+class TooManyRequests(ProblemError):
+    status = 429
+    title = "Too many requests"
+
+    def __init__(self, detail: str = "", *, retry_after: int = 1) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after

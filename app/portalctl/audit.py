@@ -132,6 +132,10 @@ def _print_stream(events: list[dict[str, Any]], output: Format) -> None:
 
 
 def _row(event: dict[str, Any]) -> dict[str, Any]:
-    """A table row: the target by the name recorded with the event, else its kind and id."""
+    """A table row: the target by the name recorded with the event, else its kind and id; a
+    row counting repeated denials says how many and until when."""
     label = event.get("target_label") or f"{event['target_type']} {event['target_id']}"
+    after = event.get("after") or {}
+    if isinstance(after.get("count"), int):
+        label += f" ({after['count']} times until {after.get('window_end', '?')})"
     return {**event, "target": label}

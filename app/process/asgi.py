@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -18,13 +19,15 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from app.audit import service as audit
+from app.audit import denials as denial_rows
+from app.audit.denials import Denial, DenialLog
 from app.auth import cli_login, token_api, token_web
 from app.auth import web as auth_web
 from app.auth.csrf import verify_api_csrf
 from app.auth.oidc import make_oauth
 from app.auth.principal_cache import PrincipalCache
 from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
+from app.auth.throttle import FailedAuthThrottle, FailedAuthThrottleMiddleware, throttled_denial
 from app.authz.scoping import TenantHidden
 from app.clusters import api as clusters_api
 from app.clusters import web as clusters_web
@@ -36,6 +39,7 @@ from app.gpu_classes import web as gpu_classes_web
 from app.hosts import api as hosts_api
 from app.hosts import web as hosts_web
 from app.http import hop
+from app.http.clients import client_address
 from app.http.health import router as health_router
 from app.http.middleware import (
     RETRY_AFTER_SECONDS,
@@ -51,6 +55,7 @@ from app.kit.errors import (
     Forbidden,
     ProblemError,
     ServiceUnavailable,
+    TooManyRequests,
     Unauthenticated,
     ValidationFailed,
 )
@@ -147,7 +152,7 @@ def create_app(
     database = database or Database(settings.database_url, **_pool_for(settings))
     connect_hooks()
     app = PortalApi(
-        lifespan=_worker_threads(settings.web_threads),
+        lifespan=_lifespan(settings.web_threads),
         # Not wired to a collector: FastAPI's own OpenTelemetry hooks would only cost time.
         telemetry={"tracing": False, "metrics": False, "logs": False},
         title="GPU Tenant Portal",
@@ -161,6 +166,8 @@ def create_app(
     app.state.oauth = make_oauth(settings)
     app.state.kube = kube or ClientConnector(settings)
     app.state.principals = PrincipalCache(settings.auth_cache_seconds)
+    app.state.auth_throttle = FailedAuthThrottle(settings.auth_failures_per_minute)
+    app.state.denials = DenialLog(settings.audit_denial_window_seconds)
     cache_tenants(database, settings.auth_cache_seconds)
     # Deployed templates do not change: no stat() of each template file on every render.
     templates.env.auto_reload = settings.env != "production"
@@ -173,6 +180,9 @@ def create_app(
     store = SessionStore(database, policy)
     app.add_middleware(ServerSideSessionMiddleware, store_factory=lambda: store,
                        always_secure=settings.env == "production")
+    # Outside the session (a throttled caller costs no session lookup), inside the headers.
+    app.add_middleware(FailedAuthThrottleMiddleware, throttle=app.state.auth_throttle,
+                       denials=app.state.denials)
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(LoadSheddingMiddleware, limit=settings.web_max_in_flight,
                        exempt=("/healthz", "/readyz", "/static/", "/favicon.ico",
@@ -197,17 +207,43 @@ def _pool_for(settings: Settings) -> dict[str, int]:
     return {"pool_size": settings.web_threads, "max_overflow": 4, "pool_timeout": 5}
 
 
-def _worker_threads(count: int) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+def _lifespan(threads: int) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Sync endpoints run on this many threads (anyio's default is 40); more only contend for
-    the GIL and for database connections."""
+    the GIL and for database connections. Counted denials are written as their windows close,
+    and all of them when the process stops."""
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        to_thread.current_default_thread_limiter().total_tokens = count
-        hop.set_threads(count)
-        yield
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        to_thread.current_default_thread_limiter().total_tokens = threads
+        hop.set_threads(threads)
+        flusher = asyncio.create_task(_flush_denials(app))
+        try:
+            yield
+        finally:
+            flusher.cancel()
+            await asyncio.gather(flusher, return_exceptions=True)
+            _write_denials(app, app.state.denials.drain())
 
     return lifespan
+
+
+async def _flush_denials(app: FastAPI) -> None:
+    denials: DenialLog = app.state.denials
+    while True:
+        await asyncio.sleep(denials.window_seconds)
+        tallies = denials.due()
+        if tallies:
+            await hop.run_sync(_write_denials, app, tallies)
+
+
+def _write_denials(app: FastAPI, tallies: list[denial_rows.Tally]) -> None:
+    if not tallies:
+        return
+    try:
+        denial_rows.write(app.state.database, tallies)
+    except Exception:
+        log.exception("%d counted denied requests could not be written to the audit log",
+                      sum(tally.count for tally in tallies))
 
 
 def _wants_problem_json(request: Request) -> bool:
@@ -229,18 +265,25 @@ def _problem_response(request: Request, error: ProblemError) -> Response:
 
 
 def _audit_denial(request: Request, error: ProblemError) -> None:
-    """Failed authorizations are audited in their own transaction: the request's rolled back."""
+    """Failed authorizations are audited in their own transaction (the request's rolled back),
+    the first of a kind at once and the window's others counted (``app.audit.denials``)."""
     actor: tuple[int, str] | None = getattr(request.state, "actor", None)
     if isinstance(error, Unauthenticated) and actor is None and not _sent_token(request):
         return  # plain anonymous visits are not worth an audit row each
-    database: Database = request.app.state.database
-    with database.transaction() as db:
-        audit.record(
-            db, action="authz.denied", actor_id=actor[0] if actor else None,
-            actor_label=actor[1] if actor else "anonymous",
-            target_type="route", target_id=f"{request.method} {request.url.path}",
-            after={"status": error.status, "detail": error.detail},
-        )
+    denials: DenialLog = request.app.state.denials
+    denial = _denial_of(request, error, actor)
+    first = denial if denials.admit(denial) else None
+    tallies = denials.due()
+    if first is not None or tallies:
+        denial_rows.write(request.app.state.database, tallies, first)
+
+
+def _denial_of(request: Request, error: ProblemError, actor: tuple[int, str] | None) -> Denial:
+    route = getattr(request.scope.get("route"), "path", request.url.path)
+    who = actor[1] if actor else f"anonymous ({client_address(request.scope)})"
+    return Denial(status=error.status, who=who, actor_id=actor[0] if actor else None,
+                  route=f"{request.method} {route}",
+                  path=f"{request.method} {request.url.path}", detail=error.detail)
 
 
 def _sent_token(request: Request) -> bool:
@@ -252,7 +295,11 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def handle_problem(request: Request, error: ProblemError) -> Response:
         if isinstance(error, Forbidden | TenantHidden | Unauthenticated):
             await hop.run_sync(_audit_denial, request, error)
-        return _problem_response(request, error)
+        response = _problem_response(request, error)
+        if isinstance(error, TooManyRequests):
+            request.app.state.denials.count_only(throttled_denial(request.scope))
+            response.headers["Retry-After"] = str(error.retry_after)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def handle_validation(request: Request, error: RequestValidationError) -> Response:

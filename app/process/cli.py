@@ -102,7 +102,10 @@ def serve(
     _require_migrated(settings)
     app = create_app(settings)
     settle_heap()
-    uvicorn.run(app, host=host, port=port, log_config=None, proxy_headers=True)
+    # The client address (failed API tokens are counted by it) comes from X-Forwarded-For
+    # only when a trusted proxy sent it; anyone else's header is ignored.
+    uvicorn.run(app, host=host, port=port, log_config=None, proxy_headers=True,
+                forwarded_allow_ips=settings.trusted_proxies)
 
 
 # Young objects collected once per this many allocations (CPython's default: 700).

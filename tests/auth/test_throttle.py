@@ -1,0 +1,184 @@
+"""Failed API tokens are throttled per client address and per token prefix, and refusals are
+audited once per window and kind, the rest counted into one row (issue 30, item 5)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit.models import AuditEvent
+from app.database import core
+from app.database.core import Database
+from app.kit.config import Settings
+from app.process.asgi import create_app
+from tests import factories
+from tests.support.principals import bearer
+
+ATTACKER, OTHER = "203.0.113.7", "198.51.100.20"
+SECURITY_HEADERS = ("content-security-policy", "x-frame-options", "x-content-type-options",
+                    "referrer-policy")
+
+
+def bad_token(prefix: str = "") -> dict[str, str]:
+    secret = prefix or f"gtp_{secrets.token_urlsafe(4)}"
+    return {"Authorization": f"Bearer {secret}{secrets.token_urlsafe(32)}"}
+
+
+def from_address(app: FastAPI, address: str) -> TestClient:
+    return TestClient(app, client=(address, 40000))
+
+
+def denials(db: Session) -> list[AuditEvent]:
+    db.expire_all()
+    return list(db.scalars(select(AuditEvent).where(AuditEvent.action == "authz.denied")
+                           .order_by(AuditEvent.id)))
+
+
+def later_by(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    moved = core.monotonic() + seconds
+    monkeypatch.setattr(core, "monotonic", lambda: moved)
+
+
+@pytest.fixture
+def app_with_limit(settings: Settings, database: Database) -> Callable[[int], FastAPI]:
+    def make(limit: int) -> FastAPI:
+        return create_app(settings.model_copy(update={"auth_failures_per_minute": limit}),
+                          database)
+    return make
+
+
+def test_a_burst_of_bad_tokens_gets_429_after_the_limit_and_a_few_audit_rows(
+    settings: Settings, database: Database, db: Session
+) -> None:
+    """The issue's 2,000 requests with a bad token, at the default limit."""
+    app = create_app(settings, database)
+    limit = settings.auth_failures_per_minute
+    headers = bad_token()
+    with from_address(app, ATTACKER) as attacker:
+        answers = [attacker.get("/api/v1/me", headers=headers) for _ in range(2000)]
+        rows_meanwhile = len(denials(db))
+    assert [a.status_code for a in answers] == [401] * limit + [429] * (2000 - limit)
+    throttled = answers[-1]
+    assert throttled.headers["content-type"] == "application/problem+json"
+    assert 1 <= int(throttled.headers["retry-after"]) <= 60
+    assert throttled.json()["status"] == 429
+    assert rows_meanwhile == 1
+    # Written when the app stopped: one row per kind of refusal, counting the rest.
+    rows = denials(db)
+    assert len(rows) == 3
+    assert sum((row.after or {}).get("count", 1) for row in rows) == 2000
+    first, repeated, refused = rows
+    assert first.target_id == "GET /api/v1/me"
+    assert first.actor_label == f"anonymous ({ATTACKER})"
+    assert (repeated.after or {})["count"] == limit - 1
+    assert ((refused.after or {})["status"], (refused.after or {})["count"]) == (429, 2000 - limit)
+
+
+def test_the_429_carries_the_security_headers(app_with_limit: Callable[[int], FastAPI]) -> None:
+    attacker = from_address(app_with_limit(2), ATTACKER)
+    for _ in range(2):
+        attacker.get("/api/v1/me", headers=bad_token())
+    throttled = attacker.get("/api/v1/me", headers=bad_token())
+    assert throttled.status_code == 429
+    for header in SECURITY_HEADERS:
+        assert header in throttled.headers, header
+
+
+def test_one_token_prefix_is_throttled_from_every_address(
+    app_with_limit: Callable[[int], FastAPI]
+) -> None:
+    app = app_with_limit(5)
+    guessed = "gtp_Ab3dE_"
+    for n in range(5):
+        answer = from_address(app, f"192.0.2.{n}").get("/api/v1/me", headers=bad_token(guessed))
+        assert answer.status_code == 401
+    elsewhere = from_address(app, "192.0.2.99")
+    assert elsewhere.get("/api/v1/me", headers=bad_token(guessed)).status_code == 429
+    assert elsewhere.get("/api/v1/me", headers=bad_token()).status_code == 401
+
+
+def test_a_good_token_from_another_address_works_and_from_the_same_after_the_window(
+    app_with_limit: Callable[[int], FastAPI], db: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = app_with_limit(3)
+    good = bearer(db, factories.user(db))
+    attacker = from_address(app, ATTACKER)
+    for _ in range(3):
+        attacker.get("/api/v1/me", headers=bad_token())
+    assert from_address(app, OTHER).get("/api/v1/me", headers=good).status_code == 200
+    # Refused unread: the portal does not look a token up for a blocked address.
+    assert attacker.get("/api/v1/me", headers=good).status_code == 429
+    later_by(monkeypatch, 61)
+    assert attacker.get("/api/v1/me", headers=good).status_code == 200
+    assert attacker.get("/api/v1/me", headers=bad_token()).status_code == 401
+
+
+def test_successes_never_count_and_browsers_are_not_held_back(
+    app_with_limit: Callable[[int], FastAPI], db: Session
+) -> None:
+    app = app_with_limit(2)
+    good = bearer(db, factories.user(db))
+    attacker = from_address(app, ATTACKER)
+    assert all(attacker.get("/api/v1/me", headers=good).status_code == 200 for _ in range(5))
+    attacker.get("/api/v1/me", headers=bad_token())
+    assert attacker.get("/api/v1/me", headers=good).status_code == 200
+    attacker.get("/api/v1/me", headers=bad_token())
+    assert attacker.get("/api/v1/me", headers=good).status_code == 429
+    # No API token, nothing to refuse unread: a signed-out visit is answered as ever.
+    assert attacker.get("/api/v1/me").status_code == 401
+
+
+def test_an_ipv6_caller_is_counted_by_its_64_network(
+    app_with_limit: Callable[[int], FastAPI]
+) -> None:
+    app = app_with_limit(2)
+    for host in ("2001:db8:1:2::a", "2001:db8:1:2::b"):
+        from_address(app, host).get("/api/v1/me", headers=bad_token())
+    neighbour = from_address(app, "2001:db8:1:2:ffff::1")
+    assert neighbour.get("/api/v1/me", headers=bad_token()).status_code == 429
+    other_network = from_address(app, "2001:db8:1:3::1")
+    assert other_network.get("/api/v1/me", headers=bad_token()).status_code == 401
+
+
+def test_a_member_walking_other_tenants_makes_one_row_and_a_count_per_window(
+    app_with_limit: Callable[[int], FastAPI], db: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = app_with_limit(60)
+    outsider = factories.user(db)
+    caller = from_address(app, ATTACKER)
+    headers = bearer(db, outsider)
+    for n in range(20):
+        assert caller.get(f"/api/v1/tenants/t{n}", headers=headers).status_code == 404
+    assert [row.target_id for row in denials(db)] == ["GET /api/v1/tenants/t0"]
+    later_by(monkeypatch, 61)
+    caller.get("/api/v1/tenants/t20", headers=headers)
+    _first, counted, next_window = denials(db)
+    assert counted.actor_id == outsider.id
+    assert counted.target_id == "GET /api/v1/tenants/{tenant}"
+    after: dict[str, Any] = counted.after or {}
+    assert after["count"] == 19 and after["status"] == 404
+    assert after["window_start"] < after["window_end"]
+    assert next_window.target_id == "GET /api/v1/tenants/t20"
+
+
+def test_the_audit_page_says_how_many_a_row_counts(
+    app_with_limit: Callable[[int], FastAPI], db: Session
+) -> None:
+    app = app_with_limit(3)
+    with from_address(app, ATTACKER) as attacker:
+        for _ in range(10):
+            attacker.get("/api/v1/me", headers=bad_token())
+    admin = from_address(app, OTHER)
+    page = admin.get("/audit?action=authz.", headers={**bearer(db, factories.user(db, admin=True)),
+                                                      "accept": "text/html"})
+    assert page.status_code == 200
+    assert "7 times on " in page.text  # the throttled ones
+    assert "2 times on " in page.text  # the refused ones after the first
+    assert "any route" in page.text
