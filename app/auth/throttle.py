@@ -13,8 +13,8 @@ it saw (in a screenshot of the tokens page, say) is held back by the prefix.
 
 The counts live in this process only (a few dicts, the oldest key out first past
 ``max_keys``): with several processes, a caller gets ``limit`` failures a minute from each.
-The check on a request is one truthiness test while nobody is blocked, and a few dict reads
-otherwise; only a failure takes the lock.
+The check on a request is one truthiness test while nobody is blocked (no lock, no database);
+only failures, and requests with a token while someone is blocked, take the lock.
 """
 
 from __future__ import annotations
@@ -64,11 +64,12 @@ class FailedAuthThrottle:
         secret = bearer_secret(scope)
         if secret is None:
             return None
+        keys = _keys(scope, secret)
         now = core.monotonic()
-        if next(iter(self._blocked.values()), now) <= now:
-            with self._lock:
-                self._forget_expired(now)
-        until = max(self._blocked.get(key, 0.0) for key in _keys(scope, secret))
+        # Only while someone is blocked; the threads read what the event loop writes.
+        with self._lock:
+            self._forget_expired(now)
+            until = max(self._blocked.get(key, 0.0) for key in keys)
         return math.ceil(until - now) if until > now else None
 
     def refuse_if_blocked(self, scope: Scope) -> None:

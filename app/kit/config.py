@@ -237,11 +237,11 @@ class Settings(BaseSettings):
     @classmethod
     def _proxies_are_addresses(cls, value: str | None) -> str | None:
         """uvicorn would take a mistyped entry as a name no connection ever has."""
-        for entry in (value or "").split(","):
+        for entry in filter(None, (item.strip() for item in (value or "").split(","))):
             try:
-                ipaddress.ip_network(entry.strip(), strict=False)
+                ipaddress.ip_network(entry, strict=False)
             except ValueError:
-                raise ValueError(f"PORTAL_TRUSTED_PROXIES: {entry.strip()!r} is not an IP "
+                raise ValueError(f"PORTAL_TRUSTED_PROXIES: {entry!r} is not an IP "
                                  "address or network") from None
         return value
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -182,3 +183,10 @@ def test_the_audit_page_says_how_many_a_row_counts(
     assert "7 times on " in page.text  # the throttled ones
     assert "2 times on " in page.text  # the refused ones after the first
     assert "any route" in page.text
+
+
+def test_a_mistyped_trusted_proxy_is_refused_at_start() -> None:
+    """uvicorn would silently never match it, and count every caller as the proxy."""
+    with pytest.raises(ValidationError, match="'ingress' is not an IP address or network"):
+        Settings(database_url="sqlite://", trusted_proxies="10.0.0.0/8, ingress")
+    assert Settings(database_url="sqlite://", trusted_proxies="10.0.0.0/8, ::1").trusted_proxies
