@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
+from app.auth.throttle import FailedAuthThrottle, FailedAuthThrottleMiddleware
 from app.database import core
 from app.database.core import Database
 from app.kit.config import Settings
@@ -183,6 +184,26 @@ def test_the_audit_page_says_how_many_a_row_counts(
     assert "7 times on " in page.text  # the throttled ones
     assert "2 times on " in page.text  # the refused ones after the first
     assert "any route" in page.text
+
+
+def test_a_request_that_passed_the_gate_before_the_block_is_still_refused_unread(
+    app_with_limit: Callable[[int], FastAPI], db: Session
+) -> None:
+    """As requests queued for a thread are when the failures ahead of them make the block:
+    here the middleware's gate never blocks, so the refusal is the token lookup's own check."""
+    app = app_with_limit(2)
+    for middleware in app.user_middleware:
+        if getattr(middleware, "cls", None) is FailedAuthThrottleMiddleware:
+            middleware.kwargs["throttle"] = FailedAuthThrottle(limit=0)
+    attacker = from_address(app, ATTACKER)
+    for _ in range(2):
+        attacker.get("/api/v1/me", headers=bad_token())
+    refused = attacker.get("/api/v1/me", headers=bearer(db, factories.user(db)))
+    assert refused.status_code == 429
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    for header in SECURITY_HEADERS:
+        assert header in refused.headers, header
 
 
 def test_a_mistyped_trusted_proxy_is_refused_at_start() -> None:
