@@ -23,7 +23,7 @@ from app.auth import cli_login, token_api, token_web
 from app.auth import web as auth_web
 from app.auth.csrf import verify_api_csrf
 from app.auth.oidc import make_oauth
-from app.auth.principal_cache import PrincipalCache
+from app.auth.principal_cache import PrincipalCache, listen_for_changes
 from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
 from app.authz.scoping import TenantHidden
 from app.clusters import api as clusters_api
@@ -142,12 +142,14 @@ def create_app(
     settings: Settings | None = None,
     database: Database | None = None,
     kube: KubeConnector | None = None,
+    serving: bool = False,
 ) -> FastAPI:
+    """``serving``: one of `portal serve`'s processes, which hears the others' changes."""
     settings = settings or get_settings()
     database = database or Database(settings.database_url, **_pool_for(settings))
     connect_hooks()
     app = PortalApi(
-        lifespan=_worker_threads(settings.web_threads),
+        lifespan=_lifespan(settings.web_threads, database if serving else None),
         # Not wired to a collector: FastAPI's own OpenTelemetry hooks would only cost time.
         telemetry={"tracing": False, "metrics": False, "logs": False},
         title="GPU Tenant Portal",
@@ -197,15 +199,22 @@ def _pool_for(settings: Settings) -> dict[str, int]:
     return {"pool_size": settings.web_threads, "max_overflow": 4, "pool_timeout": 5}
 
 
-def _worker_threads(count: int) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Sync endpoints run on this many threads (anyio's default is 40); more only contend for
-    the GIL and for database connections."""
+def _lifespan(threads: int, database: Database | None
+              ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Sync endpoints run on ``threads`` threads (anyio's default is 40; more only contend for
+    the GIL and for database connections). Given a ``database``, the process hears of other
+    processes' changes to callers while it serves."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        to_thread.current_default_thread_limiter().total_tokens = count
-        hop.set_threads(count)
-        yield
+        to_thread.current_default_thread_limiter().total_tokens = threads
+        hop.set_threads(threads)
+        listener = listen_for_changes(database) if database is not None else None
+        try:
+            yield
+        finally:
+            if listener is not None:
+                listener.stop()
 
     return lifespan
 
