@@ -128,7 +128,9 @@ class Portal:
     def command(self) -> list[str]:
         script = Path(sys.executable).with_name("portal")
         program = [str(script)] if script.exists() else [sys.executable, "-m", "app.process.cli"]
-        return [*program, "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        # One process: the CPU and memory figures read this process alone.
+        return [*program, "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                "--workers", "1"]
 
     def start(self, wait_s: float = 60) -> None:
         self._log = self.log_path.open("ab")

@@ -308,3 +308,29 @@ def test_every_portal_help_reads_at_80_columns_with_flags_as_flags() -> None:
         assert "<bool>" not in shown.stdout, path
         assert "\N{HORIZONTAL ELLIPSIS}" not in shown.stdout, path
         assert max(len(line) for line in shown.stdout.splitlines()) <= 80, path
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    ({"cpu.max": "150000 100000\n"}, 2),  # a container limited to 1.5 CPUs: 2 processes
+    ({"cpu.max": "50000 100000\n"}, 1),
+    ({"cpu.max": "max 100000\n"}, None),  # no limit: every CPU it may run on
+    ({"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),  # cgroup v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({}, None),
+])
+def test_serve_runs_one_process_per_cpu_the_container_may_use(
+        tmp_path: Path, files: dict[str, str], expected: int | None) -> None:
+    from app.process.cli import usable_cpus
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    cpus = len(os.sched_getaffinity(0))
+    assert usable_cpus(tmp_path) == min(expected, cpus) if expected else cpus
+
+
+def test_serve_runs_one_process_on_sqlite() -> None:
+    from app.kit.config import Settings
+    from app.process.cli import serving_processes
+
+    assert serving_processes(Settings(database_url="sqlite:///portal.db")) == 1

@@ -6,8 +6,11 @@ Why: resolving the caller costs three queries (token, user, memberships) on ever
 third of a list request's time at fleet scale. How long a cached answer may be stale:
 - in this process, not at all: a commit that changes a user, an API token or a membership
   empties the cache (SQLAlchemy session events, so no service has to remember to);
-- in another replica, at most ``PORTAL_AUTH_CACHE_SECONDS`` (5 s by default; 0 turns the cache
-  off). Kubernetes' own webhook token cache keeps answers for 2 minutes.
+- in another process or replica on PostgreSQL, within a second: such a commit also sends a
+  ``NOTIFY`` that every process's listener (``listen_for_changes``) answers by emptying its
+  caches; while a process's listener is not connected, at most ``PORTAL_AUTH_CACHE_SECONDS``
+  (5 s by default; 0 turns the cache off), the bound on SQLite too. Kubernetes' own webhook
+  token cache keeps answers for 2 minutes.
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ from sqlalchemy import event
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
 
 from app.auth.principal import Principal
-from app.database.core import utcnow
+from app.database.core import Database, utcnow
+from app.database.notify import Listener, announce, is_postgresql, transaction_ended
 
 # Pass as an execution option on a bulk UPDATE that changes nothing about who a caller is
 # (a token's last use), so that it does not empty the cache.
 AUTH_UNCHANGED = "auth_unchanged"
 _CHANGED = "principal_cache.changed"
+# Where commits that empty the caches are announced to the other processes.
+CHANNEL = "portal_callers_changed"
 
 V = TypeVar("V")
 
@@ -109,7 +115,7 @@ def changes_pending(session: Session) -> bool:
 def _note_flushed_changes(session: Session, _flush: UOWTransaction) -> None:
     touched = (*session.new, *session.dirty, *session.deleted)
     if any(isinstance(row, _watched) for row in touched):
-        session.info[_CHANGED] = True
+        _note_change(session)
 
 
 @event.listens_for(Session, "do_orm_execute")
@@ -118,15 +124,32 @@ def _note_bulk_changes(state: ORMExecuteState) -> None:
         return
     mapper = state.bind_mapper
     if mapper is not None and issubclass(mapper.class_, _watched):
-        state.session.info[_CHANGED] = True
+        _note_change(state.session)
+
+
+def _note_change(session: Session) -> None:
+    session.info[_CHANGED] = True
+    announce(session, CHANNEL)
 
 
 @event.listens_for(Session, "after_commit")
 def _forget_on_commit(session: Session) -> None:
+    transaction_ended(session)
     if session.info.pop(_CHANGED, False):
         forget_everyone()
 
 
 @event.listens_for(Session, "after_soft_rollback")
 def _keep_on_rollback(session: Session, _previous: Any) -> None:
+    transaction_ended(session)
     session.info.pop(_CHANGED, None)
+
+
+def listen_for_changes(database: Database) -> Listener | None:
+    """Started: a thread that empties this process's caches whenever another process commits
+    a change to who a caller is. None off PostgreSQL (no such signal there)."""
+    if not is_postgresql(database.engine):
+        return None
+    listener = Listener(database.engine, CHANNEL, forget_everyone)
+    listener.start()
+    return listener

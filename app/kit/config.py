@@ -70,10 +70,14 @@ class Settings(BaseSettings):
     oidc_scopes: str = Field(
         default="openid email profile", description="scopes asked for at sign-in")
 
+    web_workers: int | None = Field(
+        default=None, ge=1, le=256,
+        description="processes `portal serve` runs (`--workers` overrides it); unset: one per "
+                    "CPU the container may use, on SQLite one")
     web_threads: int = Field(
         default=8, ge=1, le=200,
-        description="worker threads for `portal serve`'s endpoints, with as many database "
-                    "connections (+4)")
+        description="worker threads for each of `portal serve`'s processes, with as many "
+                    "database connections (+4)")
     # Requests in flight past which the portal answers 503 + Retry-After at once; below it, the
     # ones waiting for a thread form a bounded queue (shedding early only feeds retry loops).
     web_max_in_flight: int = Field(
@@ -82,9 +86,10 @@ class Settings(BaseSettings):
                     "`Retry-After` (probes are never turned away)")
     auth_cache_seconds: float = Field(
         default=5.0, ge=0, le=60,
-        description="how long a replica keeps who a token or signed-in user is (their roles "
-                    "included); a change made through this replica applies at once, one made "
-                    "through another after at most this long; `0` turns it off")
+        description="how long a process keeps who a token or signed-in user is (their roles "
+                    "included) and tenants; a change applies at once in the process that made "
+                    "it, in the others within a second on PostgreSQL (`NOTIFY`), else after at "
+                    "most this long; `0` turns it off")
 
     auth_failures_per_minute: int = Field(
         default=60, ge=0,

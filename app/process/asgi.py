@@ -25,7 +25,7 @@ from app.auth import cli_login, token_api, token_web
 from app.auth import web as auth_web
 from app.auth.csrf import verify_api_csrf
 from app.auth.oidc import make_oauth
-from app.auth.principal_cache import PrincipalCache
+from app.auth.principal_cache import PrincipalCache, listen_for_changes
 from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
 from app.auth.throttle import FailedAuthThrottle, FailedAuthThrottleMiddleware, throttled_denial
 from app.authz.scoping import TenantHidden
@@ -147,12 +147,14 @@ def create_app(
     settings: Settings | None = None,
     database: Database | None = None,
     kube: KubeConnector | None = None,
+    serving: bool = False,
 ) -> FastAPI:
+    """``serving``: one of `portal serve`'s processes, which hears the others' changes."""
     settings = settings or get_settings()
     database = database or Database(settings.database_url, **_pool_for(settings))
     connect_hooks()
     app = PortalApi(
-        lifespan=_lifespan(settings.web_threads),
+        lifespan=_lifespan(settings.web_threads, database if serving else None),
         # Not wired to a collector: FastAPI's own OpenTelemetry hooks would only cost time.
         telemetry={"tracing": False, "metrics": False, "logs": False},
         title="GPU Tenant Portal",
@@ -207,19 +209,24 @@ def _pool_for(settings: Settings) -> dict[str, int]:
     return {"pool_size": settings.web_threads, "max_overflow": 4, "pool_timeout": 5}
 
 
-def _lifespan(threads: int) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Sync endpoints run on this many threads (anyio's default is 40); more only contend for
-    the GIL and for database connections. Counted denials are written as their windows close,
-    and all of them when the process stops."""
+def _lifespan(threads: int, database: Database | None
+              ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Sync endpoints run on ``threads`` threads (anyio's default is 40; more only contend for
+    the GIL and for database connections). Counted denials are written as their windows close,
+    and all of them when the process stops. Given a ``database``, the process hears of other
+    processes' changes to callers while it serves."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         to_thread.current_default_thread_limiter().total_tokens = threads
         hop.set_threads(threads)
         flusher = asyncio.create_task(_flush_denials(app))
+        listener = listen_for_changes(database) if database is not None else None
         try:
             yield
         finally:
+            if listener is not None:
+                listener.stop()
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)
             _write_denials(app, app.state.denials.drain())

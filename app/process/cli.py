@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
+import os
 import re
 import signal
 import threading
@@ -38,6 +40,8 @@ from app.process.wiring import connect_hooks
 from app.process.worker import build_worker
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from app.lab.demo import Report
 
 
@@ -93,19 +97,63 @@ def _migrated_settings() -> Settings:
 def serve(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    workers: Annotated[int | None, typer.Option(
+        min=1, help="processes serving requests (default: PORTAL_WEB_WORKERS, else the CPUs "
+                    "this process may use; 1 on SQLite)")] = None,
 ) -> None:
     """Serve the web UI and the REST API."""
-    from app.process.asgi import create_app
-
     settings = _settings()
     _refuse_simulated_host(settings)
     _require_migrated(settings)
-    app = create_app(settings)
-    settle_heap()
+    processes = workers or settings.web_workers or serving_processes(settings)
     # The client address (failed API tokens are counted by it) comes from X-Forwarded-For
     # only when a trusted proxy sent it; anyone else's header is ignored.
-    uvicorn.run(app, host=host, port=port, log_config=None, proxy_headers=True,
-                forwarded_allow_ips=settings.trusted_proxies)
+    if processes == 1:
+        uvicorn.run(serving_app(settings), host=host, port=port, log_config=None,
+                    proxy_headers=True, forwarded_allow_ips=settings.trusted_proxies)
+    else:
+        uvicorn.run(f"{__name__}:serving_app", factory=True, workers=processes, host=host,
+                    port=port, log_config=None, proxy_headers=True,
+                    forwarded_allow_ips=settings.trusted_proxies)
+
+
+def serving_app(settings: Settings | None = None) -> FastAPI:
+    """The application one serving process runs (each of ``--workers`` makes its own)."""
+    from app.process.asgi import create_app
+
+    if settings is None:
+        settings = _settings()
+    app = create_app(settings, serving=True)
+    settle_heap()
+    return app
+
+
+def serving_processes(settings: Settings) -> int:
+    """One process per CPU it may use: a process runs Python on one core at a time. SQLite
+    takes one writer at a time, so there one process."""
+    return 1 if settings.is_sqlite else usable_cpus()
+
+
+def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """The CPUs this process may run on, within its container's CPU limit (cgroup v2
+    ``cpu.max``, or v1's CFS quota), rounded up."""
+    count = len(os.sched_getaffinity(0))
+    limit = _cgroup_cpu_limit(cgroup)
+    return max(1, min(count, math.ceil(limit))) if limit else count
+
+
+def _cgroup_cpu_limit(cgroup: Path) -> float | None:
+    try:
+        quota, period = (cgroup / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        try:
+            quota = (cgroup / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (cgroup / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    if quota in ("max", "-1") or not quota.lstrip("-").isdigit() or not period.isdigit():
+        return None
+    return int(quota) / int(period) if int(period) > 0 else None
 
 
 # Young objects collected once per this many allocations (CPython's default: 700).

@@ -1,0 +1,125 @@
+"""Two `portal serve` processes on one PostgreSQL database: a change made through one (a revoked
+token, a removed member, a suspended tenant) is honoured by the other within a bound, although
+each keeps callers and tenants cached for a minute here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+from sqlalchemy.orm import Session
+
+from app.database.core import Database
+from tests import factories
+from tests.support.principals import bearer
+from tests.support.waiting import wait_for
+from tests.support.web import free_port
+
+# What operator.md promises: a change applies in every process within this long.
+BOUND_SECONDS = 2.0
+CACHED_FOR_SECONDS = "60"
+
+
+@contextmanager
+def serving(database: Database, *args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PORTAL_")}
+    env.update(PORTAL_DATABASE_URL=database.engine.url.render_as_string(hide_password=False),
+               PORTAL_AUTH_CACHE_SECONDS=CACHED_FOR_SECONDS)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.process.cli", "serve", "--port", str(port), *args],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        # Starting takes a few seconds; far longer on a machine busy with other tests.
+        wait_for(lambda: _ready(base), f"portal serve on {base}", timeout=180)
+        yield base, process
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _ready(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@pytest.fixture
+def world(own_pg_database: Database) -> dict[str, dict[str, str]]:
+    """acme with an admin and a member; a platform admin; one bearer token each."""
+    with own_pg_database.session() as db:
+        headers = _people(db)
+        db.commit()
+    return headers
+
+
+def _people(db: Session) -> dict[str, dict[str, str]]:
+    acme = factories.tenant(db, "acme")
+    admin = factories.user(db, "platform@example.com")
+    admin.is_platform_admin = True
+    people = {"platform": admin}
+    for role in ("admin", "member"):
+        people[role] = factories.user(db, f"{role}@acme.example")
+        factories.membership(db, acme, people[role], role)
+    return {name: bearer(db, user) for name, user in people.items()}
+
+
+def _within_bound(check: Callable[[], bool], what: str) -> float:
+    """Seconds until ``check()`` held, failing past the bound."""
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < BOUND_SECONDS, f"{what} after {BOUND_SECONDS} s"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def test_changes_made_through_one_process_apply_in_the_other(
+        own_pg_database: Database, world: dict[str, dict[str, str]]) -> None:
+    with serving(own_pg_database) as (one, _p1), serving(own_pg_database) as (other, _p2):
+        member, platform = world["member"], world["platform"]
+        for base in (one, other):  # both cache the member, the admin and acme
+            assert httpx.get(f"{base}/api/v1/tenants/acme", headers=member).status_code == 200
+            assert httpx.get(f"{base}/api/v1/me", headers=platform).status_code == 200
+
+        suspended = httpx.patch(f"{one}/api/v1/tenants/acme", headers=platform,
+                                json={"state": "suspended"})
+        assert suspended.status_code == 200, suspended.text
+        _within_bound(lambda: httpx.get(f"{other}/api/v1/tenants/acme", headers=member)
+                      .json()["state"] == "suspended", "the other process still shows acme active")
+
+        members = httpx.get(f"{one}/api/v1/tenants/acme/members", headers=platform).json()
+        member_id = next(m["id"] for m in members["items"] if m["email"] == "member@acme.example")
+        removed = httpx.delete(f"{one}/api/v1/tenants/acme/members/{member_id}", headers=platform)
+        assert removed.status_code == 204, removed.text
+        _within_bound(lambda: httpx.get(f"{other}/api/v1/tenants/acme", headers=member)
+                      .status_code == 404, "the other process still lets the removed member in")
+
+        revoked = httpx.delete(f"{one}/api/v1/tokens/current", headers=platform)
+        assert revoked.status_code == 204, revoked.text
+        _within_bound(lambda: httpx.get(f"{other}/api/v1/me", headers=platform)
+                      .status_code == 401, "the other process still takes the revoked token")
+
+
+def test_serve_runs_the_processes_asked_for(own_pg_database: Database,
+                                            world: dict[str, dict[str, str]]) -> None:
+    with serving(own_pg_database, "--workers", "2") as (base, supervisor):
+        children = wait_for(lambda: _children(supervisor.pid, want=2),
+                            "two serving processes under `portal serve --workers 2`")
+        assert httpx.get(f"{base}/api/v1/me", headers=world["member"]).status_code == 200
+    assert len(children) == 2
+
+
+def _children(pid: int, want: int) -> list[int] | None:
+    listed = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(pid)],
+                            capture_output=True, text=True, check=False).stdout.splitlines()
+    # uvicorn's workers are spawned Python processes; a resource tracker may sit beside them.
+    workers = [int(line.split()[0]) for line in listed if "resource_tracker" not in line]
+    return workers if len(workers) >= want else None
