@@ -11,6 +11,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.database.core import Base, utcnow
 
+# As wide as an email: a user invited by email is named by the address until they sign in.
+USER_NAME_MAX = 320
+
 
 class User(Base):
     """A person known by the IdP's issuer + subject; pre-created by email until first sign-in."""
@@ -25,7 +28,7 @@ class User(Base):
     # Whether the IdP vouched for the address at the last sign-in; an invitation or an admin
     # grant by email only ever lands on a verified (or not yet signed-in) user.
     email_verified: Mapped[bool] = mapped_column(default=False, server_default=sa_false())
-    name: Mapped[str] = mapped_column(String(200), default="")
+    name: Mapped[str] = mapped_column(String(USER_NAME_MAX), default="")
     # From the IdP's admin group at each sign-in.
     is_platform_admin: Mapped[bool] = mapped_column(default=False)
     # Granted by an operator with `portal users make-admin`; survives sign-ins.

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from app.audit import readable
 from app.audit import service as audit
 from app.auth import events, repository, tokens
-from app.auth.models import ApiToken, User
+from app.auth.models import USER_NAME_MAX, ApiToken, User
 from app.database.core import utcnow
 from app.kit.errors import ValidationFailed
 
@@ -35,7 +35,8 @@ def identity_from_claims(issuer: str, claims: dict[str, Any], groups_claim: str)
         issuer=issuer,
         subject=str(claims["sub"]),
         email=email,
-        name=str(claims.get("name") or email),
+        # A display name only: one longer than the column is cut, not a failed sign-in.
+        name=str(claims.get("name") or email)[:USER_NAME_MAX],
         groups=groups,
         email_verified=str(claims.get("email_verified", True)).lower() != "false",
     )
