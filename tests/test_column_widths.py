@@ -156,7 +156,7 @@ WRITTEN_BY_THE_SERVER: dict[str, str] = {
     "usage_ledger.cluster_name": "a cluster's name (virtual_clusters.name, 40)",
     "usage_samples.source": "fixed sources",
     "users.issuer": "the configured IdP's issuer URL",
-    "users.subject": "the IdP's subject (OpenID Connect: at most 255 ASCII characters)",
+    "users.subject": "the IdP's subject: a longer one is a refused sign-in",
     "virtual_clusters.placement": "a Literal of the schema",
     "virtual_clusters.pod_security": "a template's Literal",
     "virtual_clusters.endpoint": "the operator's configured endpoint and a cluster's name",
@@ -314,6 +314,7 @@ def test_the_longest_names_and_emails_go_through_every_create_that_labels_them(
         (f"/api/v1/tenants/{slug}/group-mappings", {"group": "g" * 255, "role": "viewer"},
          admin),
         ("/api/v1/tokens", {"name": "T" * 100, "scopes": ["read"]}, as_first_admin),
+        (f"/api/v1/tenants/{slug}/clusters", {"name": "k" * 40}, as_first_admin),
         ("/api/v1/cluster-templates", {"name": "c" * 40, "description": "d" * 500}, admin),
     ):
         answer = client.post(path, headers=auth, json=body)
