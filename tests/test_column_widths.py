@@ -198,12 +198,18 @@ def _max_length(field: FieldInfo) -> int | None:
     return min(lengths) if lengths else None
 
 
-def _limited_text_fields() -> Iterator[tuple[Field, int]]:
+def _text_fields() -> Iterator[tuple[Field, int | None]]:
+    """Every text field of every schema, with its ``max_length`` (None: any length)."""
     for schema in _all_schemas():
         for name, field in schema.model_fields.items():
-            limit = _max_length(field)
-            if limit is not None and _holds_text(field.annotation):
-                yield (schema, name), limit
+            if _holds_text(field.annotation):
+                yield (schema, name), _max_length(field)
+
+
+def _limited_text_fields() -> Iterator[tuple[Field, int]]:
+    for field, limit in _text_fields():
+        if limit is not None:
+            yield field, limit
 
 
 @pytest.fixture(scope="module")
@@ -241,12 +247,13 @@ def test_every_column_is_as_wide_as_the_longest_value_its_fields_take(
     widths: dict[str, int | None],
 ) -> None:
     too_narrow = []
-    for field, limit in _limited_text_fields():
+    for field, limit in _text_fields():
         longest = NARROWED.get(field, limit)
         for column in _written_columns(field, widths):
             width = widths[column]
-            if width is not None and width < longest:
-                too_narrow.append(f"{column} is {width} wide, {_named(field)} takes {longest}")
+            if width is not None and (longest is None or width < longest):
+                takes = "any length" if longest is None else longest
+                too_narrow.append(f"{column} is {width} wide, {_named(field)} takes {takes}")
     assert too_narrow == []
 
 
