@@ -11,6 +11,12 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.database.core import Base, utcnow
 
+# The widths of what an IdP asserts about a user. A name is as wide as an email: a user invited
+# by email is named by the address until they sign in.
+USER_EMAIL_MAX = 320
+USER_NAME_MAX = USER_EMAIL_MAX
+USER_SUBJECT_MAX = 255  # OpenID Connect's own limit
+
 
 class User(Base):
     """A person known by the IdP's issuer + subject; pre-created by email until first sign-in."""
@@ -20,12 +26,12 @@ class User(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     issuer: Mapped[str | None] = mapped_column(String(500))
-    subject: Mapped[str | None] = mapped_column(String(255))
-    email: Mapped[str] = mapped_column(String(320), index=True)
+    subject: Mapped[str | None] = mapped_column(String(USER_SUBJECT_MAX))
+    email: Mapped[str] = mapped_column(String(USER_EMAIL_MAX), index=True)
     # Whether the IdP vouched for the address at the last sign-in; an invitation or an admin
     # grant by email only ever lands on a verified (or not yet signed-in) user.
     email_verified: Mapped[bool] = mapped_column(default=False, server_default=sa_false())
-    name: Mapped[str] = mapped_column(String(200), default="")
+    name: Mapped[str] = mapped_column(String(USER_NAME_MAX), default="")
     # From the IdP's admin group at each sign-in.
     is_platform_admin: Mapped[bool] = mapped_column(default=False)
     # Granted by an operator with `portal users make-admin`; survives sign-ins.

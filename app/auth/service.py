@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from app.audit import readable
 from app.audit import service as audit
 from app.auth import events, repository, tokens
-from app.auth.models import ApiToken, User
+from app.auth.models import USER_EMAIL_MAX, USER_NAME_MAX, USER_SUBJECT_MAX, ApiToken, User
 from app.database.core import utcnow
 from app.kit.errors import ValidationFailed
 
@@ -35,10 +35,21 @@ def identity_from_claims(issuer: str, claims: dict[str, Any], groups_claim: str)
         issuer=issuer,
         subject=str(claims["sub"]),
         email=email,
-        name=str(claims.get("name") or email),
+        # A display name only: one longer than the column is cut, not a failed sign-in.
+        name=str(claims.get("name") or email)[:USER_NAME_MAX],
         groups=groups,
         email_verified=str(claims.get("email_verified", True)).lower() != "false",
     )
+
+
+def identity_problem(identity: Identity) -> str | None:
+    """Why the portal cannot keep this identity as the IdP asserts it, or None when it can."""
+    for claim, value, limit in (("email address", identity.email, USER_EMAIL_MAX),
+                                ("subject", identity.subject, USER_SUBJECT_MAX)):
+        if len(value) > limit:
+            return (f"The identity provider's {claim} is longer than the portal can hold "
+                    f"({limit} characters).")
+    return None
 
 
 def sign_in(db: Session, identity: Identity, admin_group: str) -> User:

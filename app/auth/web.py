@@ -56,23 +56,28 @@ async def callback(request: Request) -> Response:
     try:
         token = await client.authorize_access_token(request)
     except OAuthError as error:
-        await hop.run_sync(_audit_failed_sign_in, request, error.error or "oauth_error")
-        log.info("sign-in refused: %s", error.error)
-        return render(
-            request, "error.html",
-            {"title": "Sign-in failed", "detail": _refusal_message(error)}, status_code=400,
-        )
+        return await _refused(request, error.error or "oauth_error", _refusal_message(error))
     claims = dict(token.get("userinfo") or {})
     metadata = await client.load_server_metadata()
     identity = service.identity_from_claims(
         str(metadata["issuer"]), claims, settings.oidc_groups_claim
     )
+    problem = service.identity_problem(identity)
+    if problem:
+        return await _refused(request, "identity_too_long", problem)
     user_id = await hop.run_sync(_sign_in, request, identity, settings.oidc_admin_group)
     next_path = _safe_next(request.session.get("next"))
     request.session.clear()
     rotate_session(request)
     request.session.update({"uid": user_id, "csrf": secrets.token_urlsafe(32)})
     return RedirectResponse(next_path, status_code=303)
+
+
+async def _refused(request: Request, reason: str, detail: str) -> Response:
+    await hop.run_sync(_audit_failed_sign_in, request, reason)
+    log.info("sign-in refused: %s", reason)
+    return render(request, "error.html", {"title": "Sign-in failed", "detail": detail},
+                  status_code=400)
 
 
 def _refusal_message(error: OAuthError) -> str:

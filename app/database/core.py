@@ -18,6 +18,8 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
+from app.kit.validation import clamped_to_calendar
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_N_label)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -42,7 +44,9 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime given; use timezone-aware UTC")
-        return value.astimezone(UTC)
+        # Stored moments are refused off the calendar before they get here (``UtcMoment``); a
+        # filter's bound there is the calendar's edge, as ``FilterMoment`` makes it.
+        return clamped_to_calendar(value)
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:

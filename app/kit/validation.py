@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, AwareDatetime
 
 _ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Free text (reasons, notes) may span lines; other control characters are still refused.
@@ -32,9 +33,39 @@ def email_address(value: str) -> str:
     return value
 
 
+# The calendar Python (and so the portal) can hold: years 1 to 9999, in UTC.
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+LATEST = datetime.max.replace(tzinfo=UTC)
+
+
+def in_utc(value: datetime) -> datetime:
+    """An aware moment in UTC; one whose offset takes it off the calendar is refused."""
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("must lie between 0001-01-01 and 9999-12-31 in UTC") from None
+
+
+def clamped_to_calendar(value: datetime) -> datetime:
+    """A bound of a time filter in UTC (no offset: UTC). One that an offset takes off the
+    calendar is the calendar's edge: nothing lies beyond it to filter either way."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        # Only an offset east of UTC can take a moment before the first day, west past the last.
+        east = (value.utcoffset() or timedelta(0)) > timedelta(0)
+        return EARLIEST if east else LATEST
+
+
 SingleLine = Annotated[str, AfterValidator(single_line)]
 MultiLine = Annotated[str, AfterValidator(multi_line)]
 EmailAddress = Annotated[str, AfterValidator(email_address)]
+# A moment a request asks the portal to keep (an end date): an offset is required.
+UtcMoment = Annotated[AwareDatetime, AfterValidator(in_utc)]
+# A bound of a time filter in a query string: no offset means UTC.
+FilterMoment = Annotated[datetime, AfterValidator(clamped_to_calendar)]
 
 
 # The largest id a row can have on every backend (PostgreSQL integer).

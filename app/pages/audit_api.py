@@ -3,7 +3,6 @@ admins)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -21,6 +20,7 @@ from app.http.pagination import Page, PageParams, Paging
 from app.http.problems import problems
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import Forbidden
+from app.kit.validation import FilterMoment
 from app.tenants.access import tenant_for
 
 router = APIRouter(prefix="/api/v1/audit", tags=["audit"], route_class=UnitOfWorkRoute)
@@ -30,8 +30,10 @@ async def audit_filters(
     tenant: Annotated[str | None, Query(max_length=30)] = None,
     actor: Annotated[str | None, Query(max_length=320, description="actor email")] = None,
     action: Annotated[str | None, Query(max_length=100, description="'quota.' = family")] = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: Annotated[FilterMoment | None, Query(description=(
+        "events at or after (ISO 8601; UTC when no offset)"))] = None,
+    until: Annotated[FilterMoment | None, Query(description=(
+        "events before (ISO 8601; UTC when no offset)"))] = None,
     sign_ins: Annotated[bool, Query(description="include successful sign-ins "
                                                 "(auth.sign_in)")] = True,
 ) -> AuditFilters:

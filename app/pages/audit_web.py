@@ -19,12 +19,13 @@ from app.http.deps import DbSession
 from app.http.pagination import Paging
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import ValidationFailed
+from app.kit.validation import FilterMoment
 from app.pages.audit_api import list_event_fields
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
 
-_MOMENT = TypeAdapter(datetime)
+_MOMENT: TypeAdapter[datetime] = TypeAdapter(FilterMoment)
 # The time ranges offered as links, newest first.
 RECENT = (
     ("last hour", timedelta(hours=1)),
@@ -38,10 +39,9 @@ def _moment(field: str, value: str | None) -> datetime | None:
     if not value:
         return None
     try:
-        moment = _MOMENT.validate_python(value)
+        return _MOMENT.validate_python(value)
     except ValidationError as error:
         raise ValidationFailed.on_field(field, "a date and time, e.g. 2026-12-01T08:00") from error
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 async def page_filters(
@@ -103,10 +103,16 @@ def _query(filters: AuditFilters, **extra: str) -> str:
     for name in ("since", "until"):
         moment = getattr(filters, name)
         if moment is not None:
-            values[name] = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M")
+            values[name] = form_moment(moment)
     if filters.sign_ins:
         values["sign_ins"] = "true"
     return urlencode({**values, **extra})
+
+
+def form_moment(moment: datetime) -> str:
+    """A moment as a ``datetime-local`` field sends it, in UTC (``strftime`` writes year 1 as
+    "1", which would not read back)."""
+    return moment.astimezone(UTC).isoformat(timespec="minutes")[:16]
 
 
 def _kinds(action: str | None) -> list[tuple[str, str]]:

@@ -6,7 +6,6 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -17,7 +16,7 @@ from pydantic import (
 
 from app.database.core import utcnow
 from app.gpu_classes.schemas import Capacity
-from app.kit.validation import MAX_ROW_ID, MultiLine, SingleLine
+from app.kit.validation import MAX_ROW_ID, MultiLine, SingleLine, UtcMoment
 
 MAX_GPUS = 10_000
 MAX_CPU_MILLICORES = 100_000_000
@@ -41,7 +40,7 @@ class QuotaRequestCreate(BaseModel):
     cpu_millicores: StrictInt = Field(default=0, ge=0, le=MAX_CPU_MILLICORES)
     memory_mib: StrictInt = Field(default=0, ge=0, le=MAX_MEMORY_MIB)
     reason: MultiLine = Field(min_length=1, max_length=MAX_TEXT)
-    ends_at: AwareDatetime | None = Field(
+    ends_at: UtcMoment | None = Field(
         default=None, description="when the quota expires; none for open-ended"
     )
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
@@ -12,7 +11,8 @@ from app.auth.deps import CurrentPrincipal
 from app.http.deps import DbSession
 from app.http.problems import problems
 from app.http.routing import UnitOfWorkRoute
-from app.usage import ledger, service
+from app.kit.validation import FilterMoment
+from app.usage import service
 from app.usage.csv_export import cluster_csv_chunks, csv_chunks
 from app.usage.schemas import ClusterUsageReport, GroupBy, UsageFilters, UsageReport
 
@@ -23,19 +23,15 @@ CSV_ROWS = {200: {"content": {"text/csv": {}}, "description": "the rows as CSV"}
 
 
 async def usage_filters(
-    start: Annotated[datetime | None, Query(alias="from", description=(
+    start: Annotated[FilterMoment | None, Query(alias="from", description=(
         "start, inclusive (ISO 8601; UTC when no offset); default: 30 days before 'to'"))] = None,
-    end: Annotated[datetime | None, Query(alias="to", description=(
+    end: Annotated[FilterMoment | None, Query(alias="to", description=(
         "end, exclusive; default: the end of today (UTC)"))] = None,
     tenant: Annotated[str | None, Query(max_length=30, description=(
         "one tenant's slug; default: every tenant you may see"))] = None,
     group_by: Annotated[GroupBy, Query(description="one row per day or per month (UTC)")] = "day",
 ) -> UsageFilters:
-    if end is None:
-        today = ledger.now_in_seconds().replace(hour=0, minute=0, second=0)
-        end = today + timedelta(days=1)
-    if start is None:
-        start = service.as_utc(end) - timedelta(days=DEFAULT_DAYS)
+    start, end = service.asked_range(start, end, DEFAULT_DAYS)
     return UsageFilters(start=start, end=end, tenant=tenant, group_by=group_by)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from markupsafe import Markup
@@ -37,12 +37,7 @@ class Span:
 
 def span(start: datetime | None, end: datetime | None) -> Span:
     """The pages' range: the last two weeks up to the end of today (UTC) unless given."""
-    if end is None:
-        today = ledger.now_in_seconds().replace(hour=0, minute=0, second=0)
-        end = today + timedelta(days=1)
-    end = service.as_utc(end)
-    start = service.as_utc(start) if start else end - timedelta(days=DEFAULT_DAYS)
-    return Span(start, end)
+    return Span(*service.asked_range(start, end, DEFAULT_DAYS))
 
 
 def _filters(chosen: Span, tenant: str | None) -> UsageFilters:

@@ -47,6 +47,33 @@ def as_utc(moment: datetime) -> datetime:
     return aware.replace(microsecond=0)
 
 
+# Reports are cut into UTC days and months: the calendar must hold the period after the last
+# one, and nothing was kept before the Unix epoch.
+REPORT_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+REPORT_LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def reportable(field: str, moment: datetime) -> datetime:
+    """``moment`` in UTC, refused (422) outside the years a report can cover."""
+    moment = as_utc(moment)
+    if not REPORT_EARLIEST <= moment <= REPORT_LATEST:
+        raise ValidationFailed.on_field(
+            field, f"'{field}' must lie between 1970-01-01 and 9999-01-01 (UTC)")
+    return moment
+
+
+def asked_range(start: datetime | None, end: datetime | None,
+                default_days: int) -> tuple[datetime, datetime]:
+    """The range a report was asked for: to the end of today (UTC) and ``default_days``
+    before its end unless given, each checked before any arithmetic on it."""
+    if end is None:
+        today = ledger.now_in_seconds().replace(hour=0, minute=0, second=0)
+        end = today + timedelta(days=1)
+    end = reportable("to", end)
+    start = reportable("from", start) if start else end - timedelta(days=default_days)
+    return start, end
+
+
 def check_range(start: datetime, end: datetime, group_by: GroupBy) -> None:
     if start >= end:
         raise ValidationFailed.on_field("from", "'from' must be before 'to'")

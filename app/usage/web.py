@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -11,12 +10,13 @@ from starlette.responses import RedirectResponse, Response
 from app.auth.deps import CurrentPrincipal
 from app.http.deps import DbSession
 from app.http.routing import UnitOfWorkRoute
+from app.kit.validation import FilterMoment
 from app.usage import pages
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
-From = Annotated[datetime | None, Query(alias="from")]
-To = Annotated[datetime | None, Query(alias="to")]
+From = Annotated[FilterMoment | None, Query(alias="from")]
+To = Annotated[FilterMoment | None, Query(alias="to")]
 
 
 @router.get("/usage")

@@ -77,6 +77,20 @@ def test_refused_consent_signs_nobody_in_and_is_audited(
     assert [event.after for event in failures] == [{"reason": "access_denied"}]
 
 
+def test_an_identity_the_portal_cannot_hold_is_refused_and_audited(
+    client: TestClient, oidc_issuer: str, db: Session
+) -> None:
+    """An IdP asserting an address longer than any address (320) signs nobody in, with a
+    reason, instead of a 500."""
+    oidc.register_user(oidc_issuer, "overlong", email="o" * 330 + "@example.com")
+    response = oidc.finish(client, oidc.consent(oidc.start_login(client), "overlong"))
+    assert response.status_code == 400
+    assert "longer than the portal can hold" in response.text
+    assert client.get("/api/v1/me").status_code == 401
+    failures = db.scalars(select(AuditEvent).where(AuditEvent.action == "auth.sign_in_failed"))
+    assert [event.after for event in failures] == [{"reason": "identity_too_long"}]
+
+
 def test_a_forged_state_is_refused(client: TestClient) -> None:
     callback = oidc.consent(oidc.start_login(client), "bob@example.com")
     forged = callback.replace("state=", "state=forged")

@@ -53,6 +53,26 @@ def test_an_invitation_never_lands_on_an_account_with_an_unverified_email(
     assert added.json()["pending"] is True
 
 
+def test_the_longest_email_the_api_takes_adds_a_member_and_makes_a_tenant(
+    client: TestClient, db: Session
+) -> None:
+    """320 characters, the most an address may have: the pending user is named by it in full
+    (their name was 200 characters wide, and such an address was a 500)."""
+    t = build_tenancy(db)
+    longest = "m" * 308 + "@example.com"
+    added = client.post("/api/v1/tenants/acme/members", headers=headers(db, t.acme_admin),
+                        json={"email": longest, "role": "viewer"})
+    assert added.status_code == 201, added.text
+    assert (added.json()["email"], added.json()["name"]) == (longest, longest)
+    first_admin = "n" * 308 + "@example.com"
+    made = client.post("/api/v1/tenants", headers=headers(db, t.platform_admin),
+                       json={"slug": "wide", "display_name": "Wide", "admin_email": first_admin})
+    assert made.status_code == 201, made.text
+    members = client.get("/api/v1/tenants/wide/members",
+                         headers=headers(db, t.platform_admin)).json()["items"]
+    assert [(m["email"], m["role"]) for m in members] == [(first_admin, "admin")]
+
+
 def test_bad_member_input_is_a_field_error(client: TestClient, db: Session) -> None:
     t = build_tenancy(db)
     auth = headers(db, t.acme_admin)
