@@ -290,7 +290,8 @@ def _url_part(value: Any) -> str:
 
 
 def _url_texts(value: Any) -> list[str]:
-    """Past 8 kB a URL never reaches the app (servers refuse it); 600 characters (at most 7,200 bytes encoded) are past every limit."""
+    """Past 8 kB a URL never reaches the app (servers refuse it); 600 characters (at most
+    7,200 bytes encoded) are past every limit."""
     return [text[:URL_TEXT_LIMIT] for text in _texts(value)]
 
 

@@ -34,8 +34,9 @@ async def usage_filters(
     if end is None:
         today = ledger.now_in_seconds().replace(hour=0, minute=0, second=0)
         end = today + timedelta(days=1)
-    if start is None:
-        start = service.as_utc(end) - timedelta(days=DEFAULT_DAYS)
+    end = service.report_bound(end, "to")
+    start = end - timedelta(days=DEFAULT_DAYS) if start is None else service.report_bound(
+        start, "from")
     return UsageFilters(start=start, end=end, tenant=tenant, group_by=group_by)
 
 

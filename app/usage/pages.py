@@ -40,8 +40,8 @@ def span(start: datetime | None, end: datetime | None) -> Span:
     if end is None:
         today = ledger.now_in_seconds().replace(hour=0, minute=0, second=0)
         end = today + timedelta(days=1)
-    end = service.as_utc(end)
-    start = service.as_utc(start) if start else end - timedelta(days=DEFAULT_DAYS)
+    end = service.report_bound(end, "to")
+    start = service.report_bound(start, "from") if start else end - timedelta(days=DEFAULT_DAYS)
     return Span(start, end)
 
 

@@ -47,6 +47,26 @@ def as_utc(moment: datetime) -> datetime:
     return aware.replace(microsecond=0)
 
 
+# A report's bounds stay inside the calendar Python holds (years 1 to 9999) by a margin: the
+# default span before 'to', and the month after the boundary that ends the periods, must be
+# dates too.
+FIRST_BOUND = datetime(1, 2, 1, tzinfo=UTC)
+LAST_BOUND = datetime(9999, 11, 1, tzinfo=UTC)
+
+
+def report_bound(moment: datetime, field: str) -> datetime:
+    """A report's 'from' or 'to' in UTC; one an offset or the calendar's edge makes
+    unreportable is the caller's to correct (422), not an overflow."""
+    try:
+        aware = as_utc(moment)
+    except OverflowError:
+        aware = None
+    if aware is None or not FIRST_BOUND <= aware <= LAST_BOUND:
+        raise ValidationFailed.on_field(
+            field, "must lie between 0001-02-01 and 9999-11-01 (UTC)")
+    return aware
+
+
 def check_range(start: datetime, end: datetime, group_by: GroupBy) -> None:
     if start >= end:
         raise ValidationFailed.on_field("from", "'from' must be before 'to'")
