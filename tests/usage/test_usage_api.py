@@ -119,6 +119,20 @@ def test_bounds_at_the_calendars_edge_are_422_with_the_field(
     assert [e["field"] for e in answer.json()["errors"]] == [field]
 
 
+@pytest.mark.parametrize("params", [
+    {"from": "0001-02-01T00:00:00Z", "to": "0001-02-03T00:00:00Z"},
+    {"from": "9999-09-15T00:00:00Z", "to": "9999-11-01T00:00:00Z", "group_by": "month"},
+])
+@pytest.mark.parametrize("path", ["/api/v1/usage", "/api/v1/usage/clusters"])
+def test_reports_up_to_the_calendars_edge_have_no_rows(
+    client: TestClient, db: Session, path: str, params: dict[str, str]
+) -> None:
+    admin = factories.user(db, admin=True)
+    answer = client.get(path, params=params, headers=headers(db, admin))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["rows"] == []
+
+
 @pytest.mark.parametrize("params", [{"from": "yesterday"}, {"group_by": "week"},
                                     {"tenant": "x" * 31}])
 def test_unreadable_filters_are_422(client: TestClient, db: Session,
