@@ -25,6 +25,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import pytest
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
@@ -32,7 +34,7 @@ from hypothesis import strategies as st
 from app.auth.sessions import PLAIN_COOKIE
 from app.database.core import Database
 from app.kit.config import Settings
-from app.process.asgi import create_app
+from app.process.asgi import all_routers, create_app
 from tests.authz.route_access import ROUTES, Route
 from tests.authz.world import World
 from tests.support.kube import InMemoryConnector
@@ -181,6 +183,28 @@ def page_form_posts(world: World) -> list[Operation]:
     return operations
 
 
+def page_reads() -> list[Operation]:
+    """Every page GET that takes a path or query parameter (filters such as the audit log's
+    and the usage pages' dates), with the query parameters FastAPI reads for it."""
+    queries = {route.path: _query_names(route.dependant)
+               for router in all_routers() for route in router.routes
+               if isinstance(route, APIRoute) and "GET" in (route.methods or set())}
+    operations = []
+    for route in ROUTES:
+        if route.method != "GET" or route.path.startswith(("/api/", "/openapi", "/auth/")):
+            continue
+        slots = [Slot("path", name, {}) for name in re.findall(r"\{(\w+)\}", route.path)]
+        slots += [Slot("query", name, {}) for name in queries.get(route.path, [])]
+        if slots:
+            operations.append(Operation("GET", route.path, route, tuple(slots), json_body=False))
+    return operations
+
+
+def _query_names(dependant: Dependant) -> list[str]:
+    names = [param.alias for param in dependant.query_params]
+    return names + [name for inner in dependant.dependencies for name in _query_names(inner)]
+
+
 def _route(method: str, path: str) -> Route:
     return next(r for r in ROUTES if r.method == method and r.path == path)
 
@@ -253,7 +277,7 @@ def build_request(operation: Operation, world: World, caller: str,
     if operation.json_body:
         headers["content-type"] = "application/json"
         content = _json(whole if whole is not None else {**base, **fields})
-    elif operation.path.startswith("/api/"):
+    elif operation.path.startswith("/api/") or operation.method == "GET":
         content = b""
     else:
         headers["content-type"] = "application/x-www-form-urlencoded"
@@ -395,3 +419,14 @@ def test_no_hostile_page_form_post_gets_a_server_error_or_loses_its_headers(
     failures = _run(client, world, operations)
     assert not failures, "\n".join(failures)
 
+
+
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+def test_no_hostile_page_query_gets_a_server_error_or_loses_its_headers(
+    client: TestClient, world: World
+) -> None:
+    operations = page_reads()
+    assert len(operations) > 15
+    assert {"since", "until"} <= {slot.name for o in operations for slot in o.slots}
+    failures = _run(client, world, operations)
+    assert not failures, "\n".join(failures)
