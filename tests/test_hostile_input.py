@@ -17,6 +17,7 @@ operation and caller, so a failure reproduces; all failures are listed together 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import zlib
@@ -351,21 +352,42 @@ def _json(value: Any) -> bytes:
 # ----- the sweep
 
 
-def answer_problem(client: TestClient, request: Request) -> str | None:
+class ServerError(Exception):
+    """An answer of 500 or more: Hypothesis shrinks the request that got it."""
+
+
+def answer(client: TestClient, request: Request) -> tuple[str | None, str | None]:
+    """What is wrong with the answer: (a server error, security headers missing)."""
     client.cookies.clear()
     response = client.request(request.method, request.url, headers=request.headers,
                               content=request.content, follow_redirects=False)
+    error = None
     if response.status_code >= 500:
-        return f"{response.status_code} {response.text[:200]!r}"
+        error = f"{response.status_code} {response.text[:200]!r}"
     missing = [name for name in SECURITY_HEADERS if name not in response.headers]
-    if missing:
-        return f"{response.status_code} without {', '.join(missing)}"
-    return None
+    lacking = f"{response.status_code} without {', '.join(missing)}" if missing else None
+    return error, lacking
 
 
-def sweep(portal: Portal, operation: Operation, caller: str) -> str | None:
-    """The first (shrunk) failure of this operation for this caller, or None."""
-    found: list[str] = []
+def sweep(portal: Portal, operation: Operation, caller: str) -> list[str]:
+    """This operation's failures for this caller: the first server error (shrunk to its
+    simplest request), and the smallest request whose answer lacked a security header.
+
+    Only a server error stops the search, so that answers without the headers (such as one
+    kind of refusal everywhere) do not hide the server errors behind them."""
+    errors: list[str] = []
+    lacking: dict[int, str] = {}
+
+    def sent(values: dict[Slot, Any]) -> None:
+        request = build_request(operation, portal.world, caller, values)
+        error, missing = answer(portal.client, request)
+        where = f"{operation.label} as {caller}"
+        if missing is not None:
+            size = len(request.url) + len(request.content)
+            lacking.setdefault(size, f"{where}: {missing}\n    {request}")
+        if error is not None:
+            errors[:] = [f"{where}: {error}\n    {request}"]
+            raise ServerError(error)
 
     @seed(zlib.crc32(f"{operation.label} {caller}".encode()))
     @settings(max_examples=portal.examples, deadline=None, database=None, derandomize=False,
@@ -373,19 +395,11 @@ def sweep(portal: Portal, operation: Operation, caller: str) -> str | None:
               phases=(Phase.generate, Phase.shrink))
     @given(values=replacements(operation))
     def check(values: dict[Slot, Any]) -> None:
-        request = build_request(operation, portal.world, caller, values)
-        problem = answer_problem(portal.client, request)
-        if problem is not None:
-            found[:] = [f"{operation.label} as {caller}: {problem}\n    {request}"]
-            raise AssertionError(problem)
+        sent(values)
 
-    if not operation.slots:
-        return answer_problem(portal.client, build_request(operation, portal.world, caller, {}))
-    try:
-        check()
-    except AssertionError:
-        return found[0]
-    return None
+    with contextlib.suppress(ServerError):
+        check() if operation.slots else sent({})
+    return [*errors, lacking[min(lacking)]] if lacking else errors
 
 
 @dataclass
@@ -414,7 +428,7 @@ def _run(portal: Portal, operations: list[Operation]) -> list[str]:
     ordered = sorted(operations, key=lambda o: o.method == "DELETE")
     return [problem for operation in ordered for caller in CALLERS
             if (operation.method, operation.path) not in NO_INPUT_THAT_SIGNS_OUT
-            and (problem := sweep(portal, operation, caller)) is not None]
+            for problem in sweep(portal, operation, caller)]
 
 
 @pytest.mark.filterwarnings("ignore:Generating overly large repr")
