@@ -130,7 +130,8 @@ def _edges(schema: dict[str, Any]) -> list[Any]:
     if schema.get("format") == "email" or "email" in schema.get("title", "").lower():
         edges += list(EMAILS)
     edges += list(schema.get("enum", []))[:1]
-    return edges or [*EMAILS[:2], 2**63]
+    # A field without a schema (a page's form field) gets a few bounds of every kind.
+    return edges or [*EMAILS[:2], 2**31, 2**63, -1, *CALENDAR_EDGES[:2], "x" * 10_000]
 
 
 # ----- where the values go
