@@ -72,13 +72,19 @@ def _period_row(n: int, period: Period) -> Any:
                   cast(literal(period.end_s), BigInteger).label("end_s"))
 
 
+def _seconds(value: int) -> ColumnElement[int]:
+    """Seconds since the epoch as a bound value: a plain int compared with an expression is
+    bound as a 32-bit INTEGER, which ends in January 2038."""
+    return literal(value, BigInteger)
+
+
 def _overlap(start: Any, end: Any, period: Any) -> ColumnElement[Any]:
     low = case((start > period.c.start_s, start), else_=period.c.start_s)
     high = case((end < period.c.end_s, end), else_=period.c.end_s)
     return high - low
 
 
-def _ledger_intervals(tenant_ids: Any, until_s: int) -> Any:
+def _ledger_intervals(tenant_ids: Any, until_s: ColumnElement[int]) -> Any:
     series = (LedgerEntry.kind, LedgerEntry.subject_id, LedgerEntry.tenant_id,
               LedgerEntry.gpu_class_id)
     following = func.lead(LedgerEntry.at_s).over(partition_by=series,
@@ -97,7 +103,7 @@ def allocated_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
     """GPU-seconds held per period, tenant, class and kind (and cluster, if asked)."""
     if not periods:
         return []
-    cap = min(now_s, periods[-1].end_s)
+    cap = _seconds(min(now_s, periods[-1].end_s))
     period = _periods_table(periods)
     spans = _ledger_intervals(tenant_ids, cap)
     ended = func.coalesce(spans.c.end_s, cap)
@@ -108,7 +114,7 @@ def allocated_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
              .join_from(spans, period, and_(spans.c.start_s < period.c.end_s,
                                             end > period.c.start_s))
              # Intervals over before the range are dropped before pairing with the periods.
-             .where(spans.c.gpus > 0, end > periods[0].start_s)
+             .where(spans.c.gpus > 0, end > _seconds(periods[0].start_s))
              .group_by(*keys, *([spans.c.cluster_id] if by_cluster else [])))
     return [SecondsRow(int(row[0]), row[1], row[2], row[3], row[4], float(row[5] or 0))
             for row in db.execute(query)]
@@ -122,7 +128,7 @@ def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
     nodes' pods belong to no cluster's queue)."""
     if not periods:
         return []
-    cap = min(now_s, periods[-1].end_s)
+    cap = _seconds(min(now_s, periods[-1].end_s))
     period = _periods_table(periods)
     sources = ("queue",) if by_cluster else USED_SOURCES
     spans = sample_spans(tenant_ids=tenant_ids, sources=sources)

@@ -102,6 +102,37 @@ def test_bad_ranges_are_422_with_the_field(client: TestClient, db: Session, path
     assert [e["field"] for e in answer.json()["errors"]] == [field]
 
 
+@pytest.mark.parametrize(("params", "field"), [
+    ({"from": "0001-01-01T00:00:00+01:00"}, "from"),  # an offset takes it before year 1
+    ({"to": "9999-12-31T23:59:59-01:00"}, "to"),  # past year 9999
+    ({"to": "0001-01-05T00:00:00Z"}, "to"),  # the default 30 days before it are not dates
+    ({"from": "9999-12-30T00:00:00Z", "to": "9999-12-31T23:59:59Z"}, "to"),  # nor the next day
+])
+@pytest.mark.parametrize("path", ["/api/v1/usage", "/api/v1/usage.csv", "/api/v1/usage/clusters",
+                                  "/api/v1/usage/clusters.csv"])
+def test_bounds_at_the_calendars_edge_are_422_with_the_field(
+    client: TestClient, db: Session, path: str, params: dict[str, str], field: str
+) -> None:
+    admin = factories.user(db, admin=True)
+    answer = client.get(path, params=params, headers=headers(db, admin))
+    assert answer.status_code == 422, answer.text
+    assert [e["field"] for e in answer.json()["errors"]] == [field]
+
+
+@pytest.mark.parametrize("params", [
+    {"from": "0001-02-01T00:00:00Z", "to": "0001-02-03T00:00:00Z"},
+    {"from": "9999-09-15T00:00:00Z", "to": "9999-11-01T00:00:00Z", "group_by": "month"},
+])
+@pytest.mark.parametrize("path", ["/api/v1/usage", "/api/v1/usage/clusters"])
+def test_reports_up_to_the_calendars_edge_have_no_rows(
+    client: TestClient, db: Session, path: str, params: dict[str, str]
+) -> None:
+    admin = factories.user(db, admin=True)
+    answer = client.get(path, params=params, headers=headers(db, admin))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["rows"] == []
+
+
 @pytest.mark.parametrize("params", [{"from": "yesterday"}, {"group_by": "week"},
                                     {"tenant": "x" * 31}])
 def test_unreadable_filters_are_422(client: TestClient, db: Session,

@@ -99,6 +99,17 @@ def test_a_bad_range_on_a_page_is_a_422(client: TestClient, db: Session,
     assert "before" in answer.text
 
 
+@pytest.mark.parametrize("params", [{"from": "0001-01-01T00:00:00+01:00"},
+                                    {"to": "9999-12-31T23:59:59-01:00"}])
+def test_a_range_off_the_calendar_on_a_page_is_a_422(client: TestClient, db: Session,
+                                                      params: dict[str, str]) -> None:
+    t = build_tenancy(db)
+    answer = client.get("/t/acme/usage", params=params,
+                        headers={**HTML, **headers(db, t.acme_viewer)})
+    assert answer.status_code == 422
+    assert "must lie between 0001-02-01 and 9999-11-01" in answer.text
+
+
 def test_the_admin_page_has_a_chart_per_class_with_its_figures(
     client: TestClient, db: Session, clock: LedgerClock
 ) -> None:
