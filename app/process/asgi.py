@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.types import ASGIApp
 
 from app.audit import service as audit
 from app.auth import cli_login, token_api, token_web
@@ -138,6 +139,15 @@ def all_routers() -> list[APIRouter]:
     return [health_router, favicon_router, *HOT_ROUTERS, *rest]
 
 
+class _Portal(PortalApi):
+    """The request id and the security headers wrap the whole stack, Starlette's outermost
+    ServerErrorMiddleware included: every answer carries them, the 500 of an unexpected error
+    and the middlewares' own 422 and 503 as much as the routes'."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return RequestIdMiddleware(SecurityHeadersMiddleware(super().build_middleware_stack()))
+
+
 def create_app(
     settings: Settings | None = None,
     database: Database | None = None,
@@ -146,7 +156,7 @@ def create_app(
     settings = settings or get_settings()
     database = database or Database(settings.database_url, **_pool_for(settings))
     connect_hooks()
-    app = PortalApi(
+    app = _Portal(
         lifespan=_worker_threads(settings.web_threads),
         # Not wired to a collector: FastAPI's own OpenTelemetry hooks would only cost time.
         telemetry={"tracing": False, "metrics": False, "logs": False},
@@ -173,12 +183,10 @@ def create_app(
     store = SessionStore(database, policy)
     app.add_middleware(ServerSideSessionMiddleware, store_factory=lambda: store,
                        always_secure=settings.env == "production")
-    app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(LoadSheddingMiddleware, limit=settings.web_max_in_flight,
                        exempt=("/healthz", "/readyz", "/static/", "/favicon.ico",
                                f"{live.PREFIX}/"))
     app.add_middleware(ControlCharacterGuardMiddleware)
-    app.add_middleware(RequestIdMiddleware)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in all_routers():
         if router in API_ROUTERS:
