@@ -1,6 +1,6 @@
 """Every answer carries the security headers and the request id: those the middlewares give
-themselves (a control character's 422, the load shedder's 503) and the 500 of an unexpected
-error, over https with HSTS."""
+themselves (a control character's 422, a body's 413, the load shedder's 503) and the 500 of
+an unexpected error, over https with HSTS."""
 
 from __future__ import annotations
 
@@ -46,6 +46,14 @@ def https_client(app: FastAPI) -> Iterator[TestClient]:
 def test_a_control_characters_422_carries_them(https_client: TestClient) -> None:
     response = https_client.get(CONTROL_CHARACTER)
     assert response.status_code == 422
+    assert_security_headers(response)
+
+
+def test_a_too_large_bodys_413_carries_them(https_client: TestClient,
+                                           settings: Settings) -> None:
+    response = https_client.post("/api/v1/tenants", content=b"{" * (settings.max_body_bytes + 1),
+                                 headers={"content-type": "application/json"})
+    assert response.status_code == 413
     assert_security_headers(response)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
@@ -40,6 +41,7 @@ from app.http import hop
 from app.http.health import router as health_router
 from app.http.middleware import (
     RETRY_AFTER_SECONDS,
+    BodyLimits,
     ControlCharacterGuardMiddleware,
     LoadSheddingMiddleware,
     RequestIdMiddleware,
@@ -139,10 +141,15 @@ def all_routers() -> list[APIRouter]:
     return [health_router, favicon_router, *HOT_ROUTERS, *rest]
 
 
+# Where a host cluster's credentials are uploaded (API and pages): these bodies may reach
+# PORTAL_MAX_UPLOAD_BYTES, every other one PORTAL_MAX_BODY_BYTES.
+CREDENTIAL_UPLOADS = re.compile(r"/(api/v1/host-clusters|admin/hosts)(/[^/]+/credentials)?/?$")
+
+
 class _Portal(PortalApi):
     """The request id and the security headers wrap the whole stack, Starlette's outermost
     ServerErrorMiddleware included: every answer carries them, the 500 of an unexpected error
-    and the middlewares' own 422 and 503 as much as the routes'."""
+    and the middlewares' own 413, 422 and 503 as much as the routes'."""
 
     def build_middleware_stack(self) -> ASGIApp:
         return RequestIdMiddleware(SecurityHeadersMiddleware(super().build_middleware_stack()))
@@ -186,7 +193,10 @@ def create_app(
     app.add_middleware(LoadSheddingMiddleware, limit=settings.web_max_in_flight,
                        exempt=("/healthz", "/readyz", "/static/", "/favicon.ico",
                                f"{live.PREFIX}/"))
-    app.add_middleware(ControlCharacterGuardMiddleware)
+    app.add_middleware(ControlCharacterGuardMiddleware, limits=BodyLimits(
+        default=settings.max_body_bytes,
+        upload=max(settings.max_upload_bytes, settings.max_body_bytes),
+        upload_paths=CREDENTIAL_UPLOADS))
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in all_routers():
         if router in API_ROUTERS:
