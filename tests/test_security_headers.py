@@ -1,6 +1,6 @@
 """Every answer carries the security headers and the request id: those the middlewares give
-themselves (a control character's 422, a body's 413, the load shedder's 503) and the 500 of
-an unexpected error, over https with HSTS."""
+themselves (a control character's 422, a too deeply nested body's 422, a body's 413, the
+load shedder's 503) and the 500 of an unexpected error, over https with HSTS."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tests.support.kube import InMemoryConnector
 from tests.support.serving import serving
 
 CONTROL_CHARACTER = "/api/v1/tenants/a%01b"
+DEEP_WITH_NUL = "[" * 5_000 + '"\\u0000"' + "]" * 5_000
 
 
 def assert_security_headers(response: httpx.Response, *, https: bool = True) -> None:
@@ -45,6 +46,13 @@ def https_client(app: FastAPI) -> Iterator[TestClient]:
 
 def test_a_control_characters_422_carries_them(https_client: TestClient) -> None:
     response = https_client.get(CONTROL_CHARACTER)
+    assert response.status_code == 422
+    assert_security_headers(response)
+
+
+def test_a_too_deeply_nested_bodys_422_carries_them(https_client: TestClient) -> None:
+    response = https_client.post("/api/v1/tenants", content=DEEP_WITH_NUL,
+                                 headers={"content-type": "application/json"})
     assert response.status_code == 422
     assert_security_headers(response)
 

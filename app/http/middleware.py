@@ -297,6 +297,8 @@ async def _json_problem(scope: Scope, body: bytes) -> ValidationFailed | None:
         return None
     try:
         document = json.loads(body)
+    except RecursionError:
+        return too_deeply_nested()
     except ValueError:
         return None  # not JSON: the route's own parsing answers
     found = _unstorable_text(document, ())
@@ -324,27 +326,61 @@ async def _form_problem(scope: Scope, body: bytes) -> ValidationFailed | None:
         await form.close()
 
 
+# Python's parser reads JSON nested up to about its recursion limit (1,000) less the frames
+# below it; at least this deep, whatever calls it.
+READABLE_JSON_DEPTH = 500
+
+
+def too_deeply_nested() -> ValidationFailed:
+    """The answer to a JSON body nested deeper than the parser goes, wherever it is parsed."""
+    return ValidationFailed(f"the JSON body is nested too deeply to read (the portal reads "
+                            f"bodies nested up to {READABLE_JSON_DEPTH} levels)")
+
+
 def _field_problem(field: str, character: str) -> ValidationFailed:
     return ValidationFailed.on_field(field, f"must not contain {_code(character)}")
 
 
 def _unstorable_text(value: object, path: tuple[str, ...]) -> tuple[str, str] | None:
-    """The first string (or key) holding NUL or a lone surrogate: its dotted path and that."""
-    if isinstance(value, str):
-        character = _UNSTORABLE.search(value)
-        return (".".join(path), character.group()) if character else None
-    items: list[tuple[object, object]] = []
-    if isinstance(value, dict):
-        items = list(value.items())
-    elif isinstance(value, list):
-        items = list(enumerate(value))
-    for key, item in items:
-        inner = (*path, str(key))
-        found = _unstorable_text(key, inner) if isinstance(key, str) else None
-        found = found or _unstorable_text(item, inner)
-        if found is not None:
-            return found
+    """The first string (or key) holding NUL or a lone surrogate: its dotted path and that.
+
+    Walked with a stack of its own, not by recursion: a document nested about as deep as the
+    parser reads would otherwise run out of the interpreter's recursion limit. Each entry
+    links to its parent's path, spelled out only for the string found.
+    """
+    pending: list[tuple[object, _Path | None]] = [(value, None)]
+    while pending:
+        value, where = pending.pop()
+        if isinstance(value, str):
+            character = _UNSTORABLE.search(value)
+            if character:
+                return ".".join((*path, *_names(where))), character.group()
+            continue
+        items: list[tuple[object, object]] = []
+        if isinstance(value, dict):
+            items = list(value.items())
+        elif isinstance(value, list):
+            items = list(enumerate(value))
+        inner: list[tuple[object, _Path | None]] = []
+        for key, item in items:
+            item_where = (str(key), where)
+            if isinstance(key, str):
+                inner.append((key, item_where))
+            inner.append((item, item_where))
+        pending.extend(reversed(inner))  # popped in document order
     return None
+
+
+# Where in the document: (the last key or index, where its parent is); the root is None.
+_Path = tuple[str, "_Path | None"]
+
+
+def _names(where: _Path | None) -> list[str]:
+    names: list[str] = []
+    while where is not None:
+        names.append(where[0])
+        where = where[1]
+    return names[::-1]
 
 
 _BODY_CHECKS = {

@@ -46,6 +46,7 @@ from app.http.middleware import (
     LoadSheddingMiddleware,
     RequestIdMiddleware,
     SecurityHeadersMiddleware,
+    too_deeply_nested,
 )
 from app.http.problems import PortalApi, problems
 from app.kit.config import Settings, get_settings
@@ -283,6 +284,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def handle_http(request: Request, error: StarletteHTTPException) -> Response:
+        if isinstance(error.__cause__, RecursionError):  # FastAPI's JSON parsing gave up
+            return _problem_response(request, too_deeply_nested())
         title = HTTPStatus(error.status_code).phrase
         problem = ProblemError.with_status(error.status_code, title, str(error.detail))
         return _problem_response(request, problem)
