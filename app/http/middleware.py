@@ -160,7 +160,9 @@ class ControlCharacterGuardMiddleware:
                             ) -> tuple[Scope, Receive, ProblemError | None]:
         """The request as the app gets it, or the problem with its body."""
         media_type, length = _framing(scope)
-        limit = self.limits.for_path(scope["path"])
+        limit = self.limits.default
+        if length is None or length > limit:  # only then can the path's limit matter
+            limit = self.limits.for_path(scope["path"])
         if length is not None and length > limit:
             return scope, receive, _too_large(limit)
         check = _BODY_CHECKS.get(media_type)
