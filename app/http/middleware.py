@@ -1,10 +1,11 @@
-"""ASGI middleware: request ids and security headers."""
+"""ASGI middleware: request ids, security headers, load shedding and the request guard."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
+from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote_to_bytes, urlencode
 
 from starlette.datastructures import MutableHeaders
@@ -103,9 +104,23 @@ class LoadSheddingMiddleware:
             self.in_flight -= 1
 
 
+@dataclass(frozen=True)
+class BodyLimits:
+    """The most bytes a request body may have: ``default``, or ``upload`` on the paths that
+    take uploaded credentials (``upload_paths``)."""
+
+    default: int
+    upload: int
+    upload_paths: re.Pattern[str]
+
+    def for_path(self, path: str) -> int:
+        return self.upload if self.upload_paths.match(path) else self.default
+
+
 class ControlCharacterGuardMiddleware:
     """Control characters in the path or query, and NUL or a lone surrogate in a JSON or form
-    body, are a 422 before any handler sees them; except in a page's form, see below.
+    body, are a 422 before any handler sees them; except in a page's form, see below. A body
+    over its limit (``BodyLimits``) is a 413 before it is read.
 
     Why here and not per parameter: PostgreSQL refuses NUL in text and psycopg cannot encode a
     lone surrogate, so such a string reaching a query (a slug in a path, a filter, a free-text
@@ -119,31 +134,49 @@ class ControlCharacterGuardMiddleware:
     The refusal waits in the request's state (``REFUSED_TEXT``): a handler that answers
     anything but its form's 422 is undone and the refusal answered instead
     (``app.http.routing``), so the substitute is never kept.
+
+    The size limit lives here because this is where bodies are read: a ``Content-Length``
+    over the limit is refused at once, and a body without one (chunked) is read only up to
+    the limit, so nothing, here or in a handler, ever holds more than the limit.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, limits: BodyLimits) -> None:
         self.app = app
+        self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        error = _url_problem(scope)
-        check = None
+        error: ProblemError | None = _url_problem(scope)
         if error is None and scope["method"] not in _BODILESS:
-            check = _BODY_CHECKS.get(_media_type(scope))
-        if check is not None:
-            body, replay = await _buffered(receive)
-            error = await check(scope, body)
-            if error is not None and _is_page_form(scope):
-                scope, replay = _with_body(scope, receive, _substituted_form(body))
-                scope.setdefault("state", {})[REFUSED_TEXT] = error
-                error = None
-            receive = replay
+            scope, receive, error = await self._checked_body(scope, receive)
         if error is not None:
             await _problem(scope, send, error, [])
             return
         await self.app(scope, receive, send)
+
+    async def _checked_body(self, scope: Scope, receive: Receive
+                            ) -> tuple[Scope, Receive, ProblemError | None]:
+        """The request as the app gets it, or the problem with its body."""
+        media_type, length = _framing(scope)
+        limit = self.limits.default
+        if length is None or length > limit:  # only then can the path's limit matter
+            limit = self.limits.for_path(scope["path"])
+        if length is not None and length > limit:
+            return scope, receive, _too_large(limit)
+        check = _BODY_CHECKS.get(media_type)
+        if check is None and length is not None:
+            return scope, receive, None  # its length is within the limit: the app reads it
+        body, replay = await _buffered(receive, limit)
+        if body is None:
+            return scope, receive, _too_large(limit)
+        error = None if check is None else await check(scope, body)
+        if error is not None and _is_page_form(scope):
+            scope, replay = _with_body(scope, receive, _substituted_form(body))
+            scope.setdefault("state", {})[REFUSED_TEXT] = error
+            error = None
+        return scope, replay, error
 
 
 _CONTROL_IN_PATH = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -174,8 +207,38 @@ _BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 def _media_type(scope: Scope) -> bytes:
     content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
+    return _media_type_of(content_type)
+
+
+def _media_type_of(content_type: bytes) -> bytes:
     media_type = content_type.split(b";")[0].strip().lower()
     return b"application/json" if media_type.endswith(b"+json") else media_type
+
+
+def _framing(scope: Scope) -> tuple[bytes, int | None]:
+    """The body's media type and its length, unless it comes chunked (no trusted length)."""
+    content_type, length, chunked = b"", None, False
+    for key, value in scope["headers"]:
+        if key == b"content-type":
+            content_type = value
+        elif key == b"content-length":
+            length = int(value) if value.isdigit() else None
+        elif key == b"transfer-encoding":
+            chunked = True
+    return _media_type_of(content_type), None if chunked else length
+
+
+def _too_large(limit: int) -> ProblemError:
+    return ProblemError.with_status(
+        413, "Content too large",
+        f"the request body is larger than this route's limit of {_size(limit)}")
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale and count % scale == 0:
+            return f"{count // scale} {unit} ({count} bytes)"
+    return f"{count} bytes"
 
 
 def _is_page_form(scope: Scope) -> bool:
@@ -211,12 +274,17 @@ def _with_body(scope: Scope, receive: Receive, body: bytes) -> tuple[Scope, Rece
     return {**scope, "headers": headers}, replaced
 
 
-async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
-    """The whole body, and a ``receive`` that hands the same messages on to the app."""
+async def _buffered(receive: Receive, limit: int) -> tuple[bytes | None, Receive]:
+    """The whole body, and a ``receive`` that hands the same messages on to the app; no body
+    once more than ``limit`` bytes came (the rest is never read)."""
     messages: list[Message] = []
+    size = 0
     while True:
         message = await receive()
         messages.append(message)
+        size += len(message.get("body", b""))
+        if size > limit:
+            return None, receive
         if message["type"] != "http.request" or not message.get("more_body", False):
             break
 
@@ -231,6 +299,8 @@ async def _json_problem(scope: Scope, body: bytes) -> ValidationFailed | None:
         return None
     try:
         document = json.loads(body)
+    except RecursionError:
+        return too_deeply_nested()
     except ValueError:
         return None  # not JSON: the route's own parsing answers
     found = _unstorable_text(document, ())
@@ -258,27 +328,61 @@ async def _form_problem(scope: Scope, body: bytes) -> ValidationFailed | None:
         await form.close()
 
 
+# Python's parser reads JSON nested up to about its recursion limit (1,000) less the frames
+# below it; at least this deep, whatever calls it.
+READABLE_JSON_DEPTH = 500
+
+
+def too_deeply_nested() -> ValidationFailed:
+    """The answer to a JSON body nested deeper than the parser goes, wherever it is parsed."""
+    return ValidationFailed(f"the JSON body is nested too deeply to read (the portal reads "
+                            f"bodies nested up to {READABLE_JSON_DEPTH} levels)")
+
+
 def _field_problem(field: str, character: str) -> ValidationFailed:
     return ValidationFailed.on_field(field, f"must not contain {_code(character)}")
 
 
 def _unstorable_text(value: object, path: tuple[str, ...]) -> tuple[str, str] | None:
-    """The first string (or key) holding NUL or a lone surrogate: its dotted path and that."""
-    if isinstance(value, str):
-        character = _UNSTORABLE.search(value)
-        return (".".join(path), character.group()) if character else None
-    items: list[tuple[object, object]] = []
-    if isinstance(value, dict):
-        items = list(value.items())
-    elif isinstance(value, list):
-        items = list(enumerate(value))
-    for key, item in items:
-        inner = (*path, str(key))
-        found = _unstorable_text(key, inner) if isinstance(key, str) else None
-        found = found or _unstorable_text(item, inner)
-        if found is not None:
-            return found
+    """The first string (or key) holding NUL or a lone surrogate: its dotted path and that.
+
+    Walked with a stack of its own, not by recursion: a document nested about as deep as the
+    parser reads would otherwise run out of the interpreter's recursion limit. Each entry
+    links to its parent's path, spelled out only for the string found.
+    """
+    pending: list[tuple[object, _Path | None]] = [(value, None)]
+    while pending:
+        value, where = pending.pop()
+        if isinstance(value, str):
+            character = _UNSTORABLE.search(value)
+            if character:
+                return ".".join((*path, *_names(where))), character.group()
+            continue
+        items: list[tuple[object, object]] = []
+        if isinstance(value, dict):
+            items = list(value.items())
+        elif isinstance(value, list):
+            items = list(enumerate(value))
+        inner: list[tuple[object, _Path | None]] = []
+        for key, item in items:
+            item_where = (str(key), where)
+            if isinstance(key, str):
+                inner.append((key, item_where))
+            inner.append((item, item_where))
+        pending.extend(reversed(inner))  # popped in document order
     return None
+
+
+# Where in the document: (the last key or index, where its parent is); the root is None.
+_Path = tuple[str, "_Path | None"]
+
+
+def _names(where: _Path | None) -> list[str]:
+    names: list[str] = []
+    while where is not None:
+        names.append(where[0])
+        where = where[1]
+    return names[::-1]
 
 
 _BODY_CHECKS = {

@@ -84,6 +84,17 @@ class Settings(BaseSettings):
         default=256, ge=1,
         description="requests in flight past which `portal serve` answers 503 with "
                     "`Retry-After` (probes are never turned away)")
+    max_body_bytes: int = Field(
+        default=256 * 1024, ge=1024,
+        description="the largest request body the portal takes, in bytes (default 256 KiB, "
+                    "many times any form or JSON body it expects); a larger one is a 413 "
+                    "before it is read. Host clusters' credentials take "
+                    "`PORTAL_MAX_UPLOAD_BYTES`")
+    max_upload_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=1024,
+        description="the largest body, in bytes, of a host cluster's registration or new "
+                    "credentials, on the API and the hosts pages (default 4 MiB: a kubeconfig, "
+                    "token and CA certificate take up to 256 KiB of text each)")
     auth_cache_seconds: float = Field(
         default=5.0, ge=0, le=60,
         description="how long a process keeps who a token or signed-in user is (their roles "

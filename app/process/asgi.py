@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
@@ -18,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.types import ASGIApp
 
 from app.audit import denials as denial_rows
 from app.audit.denials import Denial, DenialLog
@@ -43,10 +45,12 @@ from app.http.clients import client_address
 from app.http.health import router as health_router
 from app.http.middleware import (
     RETRY_AFTER_SECONDS,
+    BodyLimits,
     ControlCharacterGuardMiddleware,
     LoadSheddingMiddleware,
     RequestIdMiddleware,
     SecurityHeadersMiddleware,
+    too_deeply_nested,
 )
 from app.http.problems import PortalApi, problems
 from app.kit.config import Settings, get_settings
@@ -143,6 +147,20 @@ def all_routers() -> list[APIRouter]:
     return [health_router, favicon_router, *HOT_ROUTERS, *rest]
 
 
+# Where a host cluster's credentials are uploaded (API and pages): these bodies may reach
+# PORTAL_MAX_UPLOAD_BYTES, every other one PORTAL_MAX_BODY_BYTES.
+CREDENTIAL_UPLOADS = re.compile(r"/(api/v1/host-clusters|admin/hosts)(/[^/]+/credentials)?/?$")
+
+
+class _Portal(PortalApi):
+    """The request id and the security headers wrap the whole stack, Starlette's outermost
+    ServerErrorMiddleware included: every answer carries them, the 500 of an unexpected error
+    and the middlewares' own 413, 422 and 503 as much as the routes'."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return RequestIdMiddleware(SecurityHeadersMiddleware(super().build_middleware_stack()))
+
+
 def create_app(
     settings: Settings | None = None,
     database: Database | None = None,
@@ -153,7 +171,7 @@ def create_app(
     settings = settings or get_settings()
     database = database or Database(settings.database_url, **_pool_for(settings))
     connect_hooks()
-    app = PortalApi(
+    app = _Portal(
         lifespan=_lifespan(settings.web_threads, database if serving else None),
         # Not wired to a collector: FastAPI's own OpenTelemetry hooks would only cost time.
         telemetry={"tracing": False, "metrics": False, "logs": False},
@@ -185,12 +203,13 @@ def create_app(
     # Outside the session (a throttled caller costs no session lookup), inside the headers.
     app.add_middleware(FailedAuthThrottleMiddleware, throttle=app.state.auth_throttle,
                        denials=app.state.denials)
-    app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(LoadSheddingMiddleware, limit=settings.web_max_in_flight,
                        exempt=("/healthz", "/readyz", "/static/", "/favicon.ico",
                                f"{live.PREFIX}/"))
-    app.add_middleware(ControlCharacterGuardMiddleware)
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(ControlCharacterGuardMiddleware, limits=BodyLimits(
+        default=settings.max_body_bytes,
+        upload=max(settings.max_upload_bytes, settings.max_body_bytes),
+        upload_paths=CREDENTIAL_UPLOADS))
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in all_routers():
         if router in API_ROUTERS:
@@ -320,6 +339,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def handle_http(request: Request, error: StarletteHTTPException) -> Response:
+        if isinstance(error.__cause__, RecursionError):  # FastAPI's JSON parsing gave up
+            return _problem_response(request, too_deeply_nested())
         title = HTTPStatus(error.status_code).phrase
         problem = ProblemError.with_status(error.status_code, title, str(error.detail))
         return _problem_response(request, problem)
