@@ -11,11 +11,17 @@ import re
 
 import pytest
 from fastapi.testclient import TestClient
+from markupsafe import Markup
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth.sessions import PLAIN_COOKIE
-from app.kit.validation import email_address, multi_line, single_line
+from app.kit.validation import (
+    email_address,
+    multi_line,
+    single_line,
+    visible_format_characters,
+)
 from app.tenants.models import Tenant
 from tests.authz.world import World
 
@@ -93,3 +99,27 @@ def test_the_page_shows_the_refusal_under_the_field_and_stores_nothing(
     field = form.split('name="display_name"', 1)[1].split("</label>", 1)[0]
     assert f'<span class="field-error">{RLO_REFUSAL}</span>' in field
     assert _tenants(db) == before
+
+
+def test_text_stored_before_the_rule_shows_its_format_characters_instead_of_obeying_them(
+        client: TestClient, world: World, db: Session) -> None:
+    acme = db.scalars(select(Tenant).where(Tenant.slug == "acme")).one()
+    acme.display_name = "Acme \u202egnp.exe"  # as a row from before the rule could hold
+    db.commit()
+    caller = world.callers["platform_admin"]
+    client.cookies.set(PLAIN_COOKIE, caller.cookie or "")
+    for url in ("/admin/tenants", "/t/acme"):
+        page = client.get(url)
+        assert page.status_code == 200
+        assert "Acme [U+202E]gnp.exe" in page.text and "\u202e" not in page.text
+
+
+def test_text_that_holds_no_format_character_is_shown_unchanged() -> None:
+    for text in [*SHOWN_AS_TYPED, "line one\nline two"]:
+        assert visible_format_characters(text) == text
+    assert visible_format_characters("a\u200db\U000e0041") == "a[U+200D]b[U+E0041]"
+
+
+def test_markup_stays_markup_with_its_format_characters_written_out() -> None:
+    shown = visible_format_characters(Markup("<b>Acme\u202e</b>"))
+    assert isinstance(shown, Markup) and shown == Markup("<b>Acme[U+202E]</b>")

@@ -22,10 +22,27 @@ def format_character_problem(value: str) -> str | None:
     spaces and joiners, soft hyphens, tag characters, ...) are invisible, yet reorder or hide
     what is shown: "acme\u202egnp.exe" reads as "acmeexe.png". All are refused, ZWJ and ZWNJ
     too (README, "Decisions worth knowing")."""
-    for character in value:
-        if unicodedata.category(character) == "Cf":
-            return f"must not contain {describe(character)}, an invisible formatting character"
+    hidden = _first_format_character(value)
+    if hidden:
+        return f"must not contain {describe(hidden)}, an invisible formatting character"
     return None
+
+
+def visible_format_characters(text: str) -> str:
+    """``text`` with each format character written out ("acme[U+202E]gnp.exe"): for text
+    the rules never saw (stored before them, or from an IdP or a host)."""
+    if text.isprintable():  # fast: printable text holds no format character
+        return text
+    # replace() keeps the type: markupsafe's Markup stays Markup, escaping what it inserts.
+    for hidden in {c for c in text if unicodedata.category(c) == "Cf"}:
+        text = text.replace(hidden, f"[U+{ord(hidden):04X}]")
+    return text
+
+
+def _first_format_character(value: str) -> str | None:
+    if value.isprintable():
+        return None
+    return next((c for c in value if unicodedata.category(c) == "Cf"), None)
 
 
 def describe(character: str) -> str:
@@ -105,5 +122,5 @@ def dns_label_problem(value: str, max_length: int) -> str | None:
 
 
 def _hidden_format_character(value: str) -> str:
-    hidden = next((c for c in value if unicodedata.category(c) == "Cf"), None)
+    hidden = _first_format_character(value)
     return f"holds {describe(hidden)}, an invisible formatting character; " if hidden else ""
