@@ -7,6 +7,7 @@ naming the character; tests/test_control_characters.py walks every field of ever
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -16,12 +17,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth.sessions import PLAIN_COOKIE
-from app.kit.validation import (
-    email_address,
-    multi_line,
-    single_line,
-    visible_format_characters,
-)
+from app.kit.format_characters import visible_format_characters
+from app.kit.validation import email_address, multi_line, single_line
+from app.portalctl.output import Format, emit
 from app.tenants.models import Tenant
 from tests.authz.world import World
 
@@ -123,3 +121,12 @@ def test_text_that_holds_no_format_character_is_shown_unchanged() -> None:
 def test_markup_stays_markup_with_its_format_characters_written_out() -> None:
     shown = visible_format_characters(Markup("<b>Acme\u202e</b>"))
     assert isinstance(shown, Markup) and shown == Markup("<b>Acme[U+202E]</b>")
+
+
+def test_portalctl_tables_write_format_characters_out_and_json_keeps_them(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    tenant = {"slug": "acme", "display_name": "Acme \u202egnp.exe"}
+    emit([tenant], Format.table, ["slug", "display_name"])
+    assert "Acme [U+202E]gnp.exe" in capsys.readouterr().out
+    emit(tenant, Format.json, ["slug", "display_name"])
+    assert json.loads(capsys.readouterr().out) == tenant

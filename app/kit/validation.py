@@ -4,10 +4,11 @@ strings."""
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
+
+from app.kit.format_characters import describe, first_format_character
 
 _ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Free text (reasons, notes) may span lines; other control characters are still refused.
@@ -20,35 +21,12 @@ def format_character_problem(value: str) -> str | None:
 
     Unicode format characters (category Cf: bidirectional overrides and isolates, zero-width
     spaces and joiners, soft hyphens, tag characters, ...) are invisible, yet reorder or hide
-    what is shown: "acme\u202egnp.exe" reads as "acmeexe.png". All are refused, ZWJ and ZWNJ
-    too (README, "Decisions worth knowing")."""
-    hidden = _first_format_character(value)
+    what is shown: "acme", U+202E, "gnp.exe" reads as "acmeexe.png". All are refused, ZWJ
+    and ZWNJ too (README, "Decisions worth knowing")."""
+    hidden = first_format_character(value)
     if hidden:
         return f"must not contain {describe(hidden)}, an invisible formatting character"
     return None
-
-
-def visible_format_characters(text: str) -> str:
-    """``text`` with each format character written out ("acme[U+202E]gnp.exe"): for text
-    the rules never saw (stored before them, or from an IdP or a host)."""
-    if text.isprintable():  # fast: printable text holds no format character
-        return text
-    # replace() keeps the type: markupsafe's Markup stays Markup, escaping what it inserts.
-    for hidden in {c for c in text if unicodedata.category(c) == "Cf"}:
-        text = text.replace(hidden, f"[U+{ord(hidden):04X}]")
-    return text
-
-
-def _first_format_character(value: str) -> str | None:
-    if value.isprintable():
-        return None
-    return next((c for c in value if unicodedata.category(c) == "Cf"), None)
-
-
-def describe(character: str) -> str:
-    """``U+202E (RIGHT-TO-LEFT OVERRIDE)``: a character named so that anyone can look it up."""
-    name = unicodedata.name(character, "")
-    return f"U+{ord(character):04X}" + (f" ({name})" if name else "")
 
 
 def single_line(value: str) -> str:
@@ -122,5 +100,5 @@ def dns_label_problem(value: str, max_length: int) -> str | None:
 
 
 def _hidden_format_character(value: str) -> str:
-    hidden = _first_format_character(value)
+    hidden = first_format_character(value)
     return f"holds {describe(hidden)}, an invisible formatting character; " if hidden else ""
