@@ -52,7 +52,7 @@ class HostCredentialsIn(BaseModel):
                                    description="kind kubeconfig: the whole file, inline "
                                                "certificates and token or client key")
     server: SingleLine | None = Field(default=None, max_length=500,
-                               description="kind token: the API server's https:// URL")
+                                      description="kind token: the API server's https:// URL")
     token: str | None = Field(default=None, max_length=MAX_CREDENTIAL_TEXT,
                               description="kind token: a ServiceAccount token")
     ca_certificate: str | None = Field(default=None, max_length=MAX_CREDENTIAL_TEXT,

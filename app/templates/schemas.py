@@ -94,8 +94,8 @@ class VersionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     placement: Placement | None = None
-    kubernetes_version: SingleLine | None = Field(default=None, max_length=20,
-                                           description="MAJOR.MINOR.PATCH; null: tenant picks")
+    kubernetes_version: SingleLine | None = Field(
+        default=None, max_length=20, description="MAJOR.MINOR.PATCH; null: tenant picks")
     gpu_class_id: StrictInt | None = Field(default=None, ge=1, le=MAX_ROW_ID,
                                            description="null: tenant picks")
     default_gpus: StrictInt = Field(default=0, ge=0, le=MAX_GPUS)
