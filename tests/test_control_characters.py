@@ -9,6 +9,7 @@ write's body (JSON for the API, form fields for the HTML pages).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -268,3 +269,164 @@ def test_text_that_only_looks_like_an_escaped_nul_is_kept(
         "reason": "see \\u0000 and \U0001f680"})
     assert response.status_code == 201, response.text
     assert response.json()["reason"] == "see \\u0000 and \U0001f680"
+
+
+# Unicode format characters (category Cf) are invisible but reorder or hide what is shown, so
+# no text that people read may hold one. Secrets are never shown, and are checked for what
+# they are (app/hosts/credentials.py).
+FORMAT_CHARACTER = "\u202e"
+NEVER_SHOWN = frozenset({("HostCredentialsIn", name)
+                         for name in ("kubeconfig", "token", "ca_certificate")})
+
+
+def _options(schema: dict[str, Any], prop: dict[str, Any]) -> list[dict[str, Any]]:
+    prop = _resolve(schema, prop)
+    return [_resolve(schema, option) for option in prop.get("anyOf", [prop])]
+
+
+def _is_free_text(prop: dict[str, Any]) -> bool:
+    """A string people type, not a choice (enum) or a parsed format (date-time, ...)."""
+    return prop.get("type") == "string" and "enum" not in prop and "const" not in prop and (
+        "format" not in prop)
+
+
+def _free_text_fields(schema: dict[str, Any], node: dict[str, Any],
+                      prefix: str = "") -> Iterator[tuple[str, bool]]:
+    """(dotted field, takes a list) for each free-text field of a body, nested ones too (a
+    list of objects through its first item, ``addons.0.name``)."""
+    model = _resolve(schema, node)
+    for name, prop in model.get("properties", {}).items():
+        dotted = f"{prefix}{name}"
+        if (model.get("title"), name) in NEVER_SHOWN:
+            continue
+        for option in _options(schema, prop):
+            items = _options(schema, option.get("items", {}))
+            if "properties" in option:
+                yield from _free_text_fields(schema, option, f"{dotted}.")
+            elif _is_free_text(option):
+                yield dotted, False
+            elif any("properties" in item for item in items):
+                yield from (found for item in items if "properties" in item
+                            for found in _free_text_fields(schema, item, f"{dotted}.0."))
+            elif any(_is_free_text(item) for item in items):
+                yield dotted, True
+            elif isinstance(values := option.get("additionalProperties"), dict) and any(
+                    _is_free_text(value) for value in _options(schema, values)):
+                yield f"{dotted}.key", False  # a map's values (settings.key)
+
+
+def _with_format_character(valid: object) -> str:
+    """The valid value with the character inside it, so it is the only thing wrong."""
+    text = valid if isinstance(valid, str) and valid else "ab"
+    return text[:1] + FORMAT_CHARACTER + text[1:]
+
+
+def _set(body: dict[str, Any], dotted: str, is_list: bool) -> dict[str, Any]:
+    parts = dotted.split(".")
+    node: Any = body
+    for here, after in itertools.pairwise(parts):
+        if isinstance(node, list):
+            node.extend({} for _ in range(int(here) + 1 - len(node)))
+            node = node[int(here)]
+        else:
+            node = node.setdefault(here, [] if after.isdigit() else {})
+    valid = node.get(parts[-1])
+    if is_list:
+        first = valid[0] if isinstance(valid, list) and valid else None
+        node[parts[-1]] = [_with_format_character(first)]
+    else:
+        node[parts[-1]] = _with_format_character(valid)
+    return body
+
+
+def _format_character_bodies(client: TestClient, world: World
+                             ) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    schema: dict[str, Any] = client.app.openapi()  # type: ignore[attr-defined]
+    for method, path, operation in _operations(client):
+        body_schema = operation.get("requestBody", {}).get("content", {}).get(
+            "application/json", {}).get("schema")
+        if body_schema is None:
+            continue
+        route = _route(method, path)
+        assert route.body is not None
+        url = _fill(path, route.params(world))
+        for dotted, is_list in dict.fromkeys(_free_text_fields(schema, body_schema)):
+            yield method, url, dotted, _set(route.body(world), dotted, is_list)
+
+
+def _audit_rows(db: Session) -> int:
+    db.expire_all()
+    return len(db.scalars(select(AuditEvent.id)).all())
+
+
+def test_every_text_field_of_every_api_write_refuses_format_characters_naming_them(
+    client: TestClient, world: World, db: Session
+) -> None:
+    headers = world.callers["platform_admin"].headers
+    cases = list(_format_character_bodies(client, world))
+    assert len(cases) > 40
+    missed = []
+    for method, url, field, body in cases:
+        before = _audit_rows(db)
+        response = client.request(method, url, headers=headers, json=body)
+        errors = response.json().get("errors") or [] if response.status_code == 422 else []
+        named = [e for e in errors if e["field"].split(".")[:len(field.split("."))]
+                 == field.split(".") and "U+202E (RIGHT-TO-LEFT OVERRIDE)" in e["message"]]
+        if not named or _audit_rows(db) != before:
+            missed.append(f"{method} {url} {field}: {response.status_code} "
+                          f"{response.text[:200]}")
+    assert not missed, "\n".join(missed)
+
+
+# Form fields that are not text: numbers, choices, check boxes and names typed to confirm.
+# Each refuses or ignores the character (nothing is stored) without naming it.
+NOT_TEXT = frozenset({
+    "burst_gpus", "confirm_name", "cpu_millicores", "decision", "expires_in_days",
+    "gpu_class_id", "gpus", "kind", "lifetime_seconds", "max_gpus", "memory_mib", "node",
+    "overcommit", "placement", "port", "power", "role", "scopes", "sleep_after_idle_minutes",
+    "state", "tenant", "tier"})
+SECRET_FORM_FIELDS = frozenset({"kubeconfig", "token", "ca_certificate"})
+# Optional text fields of the forms, beyond the bodies route_access sends (a valid value each).
+FORM_TEXT_BEYOND_ROUTE_BODIES: dict[str, dict[str, str]] = {
+    "/admin/tenants": {"admin_email": "ann@example.com"},
+    "/admin/tenants/{tenant}": {"display_name": "Acme Research"},
+    "/admin/quota-requests/{request_id}/approve": {"note": "granted"},
+    "/t/{tenant}/clusters": {"region": "eu-west", "template": "default"},
+    "/t/{tenant}/clusters/{cluster}/sleep-policy": {"sleep_schedule": "weekdays 20:00-08:00"},
+    "/admin/cluster-templates": {
+        "description": "for training",
+        "addons": "kai oci://ghcr.io/nvidia/kai-scheduler kai-scheduler v0.9.3 tag=latest"},
+    "/admin/cluster-templates/{name}/versions": {
+        "kubernetes_version": "1.32.4",
+        "addons": "kai oci://ghcr.io/nvidia/kai-scheduler kai-scheduler v0.9.3 tag=latest"},
+    "/admin/hosts": {"region": "eu-west", "description": "hall 2",
+                     "webhook_url": "https://webhook.example.com:9443"},
+    "/admin/hosts/{name}": {"region": "eu-west",
+                            "webhook_url": "https://webhook.example.com:9443"},
+}
+
+
+def test_every_text_field_of_every_html_form_refuses_format_characters_naming_them(
+    client: TestClient, world: World, db: Session
+) -> None:
+    caller = world.callers["platform_admin"]
+    client.cookies.set(PLAIN_COOKIE, caller.cookie or "")
+    headers = {"accept": "text/html", "x-csrf-token": caller.csrf}
+    missed = []
+    for route in WEB_WRITES:
+        url = _fill(route.path, route.params(world))
+        assert route.body is not None
+        fields = {**route.body(world), **FORM_TEXT_BEYOND_ROUTE_BODIES.get(route.path, {})}
+        for field, valid in fields.items():
+            if field in SECRET_FORM_FIELDS:
+                continue
+            before = _audit_rows(db)
+            response = client.post(url, headers=headers, data={
+                **route.body(world), field: _with_format_character(valid)})
+            named = "U+202E (RIGHT-TO-LEFT OVERRIDE)" in response.text
+            stored = _audit_rows(db) != before
+            if stored or (field not in NOT_TEXT and (response.status_code != 422
+                                                     or not named)):
+                missed.append(f"POST {url} {field}: {response.status_code} named={named} "
+                              f"stored={stored}")
+    assert not missed, "\n".join(missed)

@@ -21,7 +21,7 @@ class ClusterCreate(BaseModel):
 
     name: str = Field(min_length=1, max_length=NAME_MAX,
                       description="DNS-1123 label: lowercase letters, digits and '-'")
-    kubernetes_version: str | None = Field(
+    kubernetes_version: SingleLine | None = Field(
         default=None, max_length=20, description="one of the operator's versions; default first"
     )
     placement: Placement = "shared-pool"
@@ -33,7 +33,7 @@ class ClusterCreate(BaseModel):
     gpus: StrictInt = Field(default=0, ge=0, le=MAX_GPUS)
     cpu_millicores: StrictInt = Field(default=4000, ge=0, le=MAX_CPU_MILLICORES)
     memory_mib: StrictInt = Field(default=16384, ge=0, le=MAX_MEMORY_MIB)
-    template: str | None = Field(
+    template: SingleLine | None = Field(
         default=None, max_length=40,
         description='an offered cluster template; default "default". Settings the template '
                     "fixes (placement, GPU class, Kubernetes version) must then be left out")

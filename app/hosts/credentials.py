@@ -6,12 +6,17 @@ Messages name what is wrong, never echo what was sent: the input is a secret.
 from __future__ import annotations
 
 import base64
+import binascii
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 from app.kit.errors import ValidationFailed
 from app.kube.connector import kubeconfig_problem
@@ -38,6 +43,10 @@ def from_kubeconfig(text: str, field_name: str = "credentials.kubeconfig") -> Ch
     if any(key in cluster for key in _FILE_KEYS):
         raise _invalid(field_name, "the cluster must carry certificate-authority-data "
                                    "inline, not a file path")
+    if cluster.get("certificate-authority-data"):
+        where = f"{field_name} (certificate-authority-data)"
+        _check_ca(_pem_of(cluster["certificate-authority-data"], where).decode(errors="replace"),
+                  where)
     user = _named(config, "users", str(context.get("user") or ""), "user", field_name)
     if any(key in user for key in _FILE_KEYS):
         raise _invalid(field_name, "the user's credentials must be inline (…-data, token), "
@@ -45,6 +54,7 @@ def from_kubeconfig(text: str, field_name: str = "credentials.kubeconfig") -> Ch
     if any(key in user for key in _PROGRAM_KEYS):
         raise _invalid(field_name, "exec and auth-provider plugins are not supported: use a "
                                    "ServiceAccount token or a client certificate")
+    _check_client_certificate(user, field_name)
     unusable = kubeconfig_problem(text)
     if unusable:
         raise _invalid(field_name, f"{unusable}: check the certificate, key and token data")
@@ -135,6 +145,68 @@ def _check_ca(text: str, field_name: str) -> str:
     if not certificates:
         raise _invalid(field_name, "a PEM CA certificate (-----BEGIN CERTIFICATE-----)")
     return text.strip() + "\n"
+
+
+def _check_client_certificate(user: dict[str, Any], field_name: str) -> None:
+    """A client certificate and its key parse and belong together: otherwise the first call to
+    the host fails, long after the admin who typed them has gone."""
+    given = [key for key in _CLIENT_KEYS if user.get(key)]
+    if not given:
+        return  # token credentials
+    if len(given) == 1:
+        missing = next(key for key in _CLIENT_KEYS if key not in given)
+        raise _invalid(f"{field_name} ({missing})",
+                       "a client certificate needs both client-certificate-data and "
+                       "client-key-data")
+    certificate = _client_certificate(user["client-certificate-data"], field_name)
+    key = _client_key(user["client-key-data"], field_name)
+    if _public_der(key) != certificate.public_key().public_bytes(*_SPKI):
+        raise _invalid(f"{field_name} (client-key-data)",
+                       "the client key does not belong to the client certificate")
+    expired = certificate.not_valid_after_utc
+    if expired <= datetime.now(UTC):
+        raise _invalid(f"{field_name} (client-certificate-data)",
+                       f"the client certificate expired on {expired:%Y-%m-%d %H:%M} UTC: "
+                       "issue a new one")
+
+
+_CLIENT_KEYS = ("client-certificate-data", "client-key-data")
+_SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _client_certificate(data: object, field_name: str) -> x509.Certificate:
+    where = f"{field_name} (client-certificate-data)"
+    try:
+        # The first certificate is the client's own; any after it are intermediates.
+        return x509.load_pem_x509_certificates(_pem_of(data, where))[0]
+    except (ValueError, IndexError):
+        raise _invalid(where, "not a certificate: base64 of a PEM certificate "
+                              "(-----BEGIN CERTIFICATE-----)") from None
+
+
+def _client_key(data: object, field_name: str) -> PrivateKeyTypes:
+    where = f"{field_name} (client-key-data)"
+    try:
+        return serialization.load_pem_private_key(_pem_of(data, where), password=None)
+    except TypeError:
+        raise _invalid(where, "the client key is encrypted: give it without a passphrase"
+                       ) from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise _invalid(where, "not a private key: base64 of a PEM RSA, EC or Ed25519 key "
+                              "(PKCS#1, PKCS#8 or SEC1)") from None
+
+
+def _pem_of(data: object, where: str) -> bytes:
+    """Kubeconfigs carry certificates and keys as base64 of their PEM text."""
+    try:
+        return base64.b64decode("".join(str(data).split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise _invalid(where, "not base64 (a kubeconfig carries the PEM text base64-encoded)"
+                       ) from None
+
+
+def _public_der(key: PrivateKeyTypes) -> bytes:
+    return key.public_key().public_bytes(*_SPKI)
 
 
 def _invalid(field_name: str, message: str) -> ValidationFailed:

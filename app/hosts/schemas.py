@@ -51,8 +51,8 @@ class HostCredentialsIn(BaseModel):
     kubeconfig: str | None = Field(default=None, max_length=MAX_CREDENTIAL_TEXT,
                                    description="kind kubeconfig: the whole file, inline "
                                                "certificates and token or client key")
-    server: str | None = Field(default=None, max_length=500,
-                               description="kind token: the API server's https:// URL")
+    server: SingleLine | None = Field(default=None, max_length=500,
+                                      description="kind token: the API server's https:// URL")
     token: str | None = Field(default=None, max_length=MAX_CREDENTIAL_TEXT,
                               description="kind token: a ServiceAccount token")
     ca_certificate: str | None = Field(default=None, max_length=MAX_CREDENTIAL_TEXT,
@@ -71,8 +71,8 @@ class HostRegister(BaseModel):
     kube_burst: int | None = Field(default=None, ge=1, le=100000,
                                    description="burst above kube_qps; unset: "
                                                "PORTAL_KUBE_BURST")
-    webhook_url: str | None = Field(default=None, max_length=MAX_WEBHOOK_URL,
-                                    description=WEBHOOK_URL_HELP)
+    webhook_url: SingleLine | None = Field(default=None, max_length=MAX_WEBHOOK_URL,
+                                           description=WEBHOOK_URL_HELP)
     credentials: HostCredentialsIn
 
     @field_validator("name")
@@ -101,8 +101,9 @@ class HostUpdate(BaseModel):
     description: MultiLine | None = Field(default=None, max_length=500)
     kube_qps: float | None = Field(default=None, gt=0, le=10000)
     kube_burst: int | None = Field(default=None, ge=1, le=100000)
-    webhook_url: str | None = Field(default=None, max_length=MAX_WEBHOOK_URL,
-                                    description=WEBHOOK_URL_HELP + "; null or '' removes it")
+    webhook_url: SingleLine | None = Field(default=None, max_length=MAX_WEBHOOK_URL,
+                                           description=WEBHOOK_URL_HELP
+                                           + "; null or '' removes it")
 
     @field_validator("name")
     @classmethod

@@ -14,7 +14,7 @@ from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
 from app.hosts import service
 from app.hosts.api import AppSettings, Charts, Connector, HostName
-from app.hosts.schemas import HostCredentialsIn, HostRegister, HostUpdate
+from app.hosts.schemas import HostCredentialsIn, HostRegister, HostUpdate, StateChange
 from app.http.deps import DbSession
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import Conflict, NotFound, ValidationFailed
@@ -127,8 +127,11 @@ def change_state(request: Request, name: HostName, action: str, db: DbSession,
                  principal: CurrentPrincipal, fields: FormFields) -> Response:
     if action not in STATES:
         raise NotFound(f"no host action {action!r}")
-    reason = fields.get("reason", "").strip()[:500]
-    service.set_state(db, principal, name, STATES[action], reason)
+    try:
+        change = StateChange.model_validate({"reason": fields.get("reason", "")})
+    except ValidationError as error:
+        return _detail_page(request, db, principal, name, None, validation_errors(error), 422)
+    service.set_state(db, principal, name, STATES[action], change.reason)
     return go_to(request, f"/admin/hosts/{name}", f"{name}: {action} done")
 
 

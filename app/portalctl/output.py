@@ -10,6 +10,8 @@ from typing import Any
 import typer
 import yaml
 
+from app.kit.format_characters import visible_format_characters
+
 
 class Format(StrEnum):
     table = "table"
@@ -44,4 +46,6 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return str(value)
+    # A terminal obeys a right-to-left override as a page would: write it out (JSON and YAML
+    # stay the API's objects verbatim).
+    return visible_format_characters(str(value))

@@ -18,14 +18,14 @@ from pydantic import (
 
 from app.clusters import sleep_schedule
 from app.clusters.schemas import DELETE_DAYS, IDLE_MINUTES, Placement
-from app.kit.validation import MAX_ROW_ID, SingleLine, dns_label_problem
+from app.kit.validation import MAX_ROW_ID, SingleLine, Visible, dns_label_problem
 from app.quotas.schemas import MAX_GPUS
 from app.templates.addons import addon_values
 
 NAME_MAX = 40
 MAX_ADDONS = 10
 MAX_ADDON_SETTINGS = 20
-AddonSetting = StrictBool | StrictInt | str
+AddonSetting = StrictBool | StrictInt | Visible
 _SETTING_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}(\.[A-Za-z][A-Za-z0-9_-]{0,62}){0,7}$")
 PodSecurity = Literal["restricted", "baseline"]
 State = Literal["draft", "offered", "retired"]
@@ -46,12 +46,12 @@ class AddonSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=40, description="DNS-1123 label")
-    repo: str = Field(max_length=300, description="the chart repository: an https URL (a Helm "
-                      "repository with index.yaml) or oci://registry/path (the chart is "
-                      "<repo>/<chart> in the registry)")
-    chart: str = Field(min_length=1, max_length=100)
-    version: str = Field(max_length=60, description="the pinned chart version (SemVer)")
+    name: SingleLine = Field(min_length=1, max_length=40, description="DNS-1123 label")
+    repo: SingleLine = Field(max_length=300, description=(
+        "the chart repository: an https URL (a Helm repository with index.yaml) or "
+        "oci://registry/path (the chart is <repo>/<chart> in the registry)"))
+    chart: SingleLine = Field(min_length=1, max_length=100)
+    version: SingleLine = Field(max_length=60, description="the pinned chart version (SemVer)")
     settings: dict[str, AddonSetting] = Field(
         default_factory=dict, max_length=MAX_ADDON_SETTINGS,
         description="Helm values the portal sets, as dotted keys (scheduler.replicas); "
@@ -94,8 +94,8 @@ class VersionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     placement: Placement | None = None
-    kubernetes_version: str | None = Field(default=None, max_length=20,
-                                           description="MAJOR.MINOR.PATCH; null: tenant picks")
+    kubernetes_version: SingleLine | None = Field(
+        default=None, max_length=20, description="MAJOR.MINOR.PATCH; null: tenant picks")
     gpu_class_id: StrictInt | None = Field(default=None, ge=1, le=MAX_ROW_ID,
                                            description="null: tenant picks")
     default_gpus: StrictInt = Field(default=0, ge=0, le=MAX_GPUS)

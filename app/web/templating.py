@@ -9,6 +9,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from app.kit.format_characters import visible_format_characters
 from app.kit.words import counted, plural
 from app.web.names import gpu_class_label, gpu_class_text
 from app.web.times import exact, time_tag
@@ -17,7 +18,17 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES_DIR = ROOT / "templates"
 STATIC_DIR = ROOT / "static"
 
+
+
+def _format_characters_shown(value: object) -> object:
+    """Every {{ ... }} of every page: an invisible format character the input rules never saw
+    (text stored before them, a name from the IdP, a message from a host) is written out
+    rather than obeyed, so it cannot reorder or hide what a page shows."""
+    return visible_format_characters(value) if isinstance(value, str) else value
+
+
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
+templates.env.finalize = _format_characters_shown
 templates.env.globals["htmx_script"] = "vendor/htmx-2.0.11.min.js"
 templates.env.globals["htmx_sse_script"] = "vendor/htmx-ext-sse-2.2.4.min.js"
 templates.env.filters["when"] = time_tag

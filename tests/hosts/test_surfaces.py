@@ -4,6 +4,7 @@ scanned for the secret after registering and replacing it."""
 
 from __future__ import annotations
 
+import base64
 import logging
 
 import pytest
@@ -11,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.hosts.models import HostCluster
-from app.lab.pki import CertificateAuthority
+from app.lab.pki import CertificateAuthority, KeyPair
 from app.process.devmode import DEMO_ADMIN
 from tests import factories
 from tests.support import oidc
@@ -196,3 +197,54 @@ def test_the_host_page_sets_the_webhook_url(client: TestClient, db: Session,
     cleared = client.post("/admin/hosts/gpu-eu-2", data={
         "csrf_token": csrf, "name": "gpu-eu-2", "webhook_url": ""})
     assert "<strong>none</strong>" in cleared.text
+
+
+def _with_mismatched_client_key() -> tuple[str, str]:
+    """A kubeconfig whose client key belongs to another certificate, and that key's base64."""
+    own, other = CA.client("portal"), CA.client("someone-else")
+    text = kubeconfig_yaml("https://gpu-eu-2.example.com:6443", CA.cert_pem,
+                           client=KeyPair(own.cert_pem, other.key_pem))
+    return text, base64.b64encode(other.key_pem).decode()
+
+
+def _key_lines(key_base64: str) -> list[str]:
+    return [key_base64, *base64.b64decode(key_base64).decode().splitlines()[1:-1]]
+
+
+def test_a_client_key_that_does_not_match_its_certificate_is_a_422_and_nothing_is_stored(
+        client: TestClient, db: Session, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    auth = bearer(db, factories.user(db, admin=True))
+    db.commit()
+    registered = client.post(API, json=register_body(), headers=auth)
+    assert registered.status_code == 201
+    text, key = _with_mismatched_client_key()
+    response = client.put(f"{API}/gpu-eu-2/credentials", headers=auth,
+                          json={"kind": "kubeconfig", "kubeconfig": text})
+    assert response.status_code == 422
+    assert response.json()["errors"] == [{
+        "field": "credentials.kubeconfig (client-key-data)",
+        "message": "the client key does not belong to the client certificate"}]
+    for line in _key_lines(key):
+        assert line not in response.text and line not in caplog.text
+    kept = client.get(f"{API}/gpu-eu-2", headers=auth).json()["credentials"]
+    assert kept == registered.json()["credentials"]
+
+
+def test_the_credentials_form_says_under_the_field_that_the_key_is_not_the_certificates(
+        client: TestClient, db: Session, oidc_issuer: str) -> None:
+    oidc.sign_in(client, DEMO_ADMIN)
+    csrf = csrf_of(client.get("/admin/hosts").text)
+    assert client.post("/admin/hosts", data={
+        "csrf_token": csrf, "name": "gpu-eu-2", "kind": "kubeconfig",
+        "kubeconfig": kubeconfig()}).status_code == 200
+    text, key = _with_mismatched_client_key()
+    refused = client.post("/admin/hosts/gpu-eu-2/credentials", data={
+        "csrf_token": csrf, "kind": "kubeconfig", "kubeconfig": text})
+    assert refused.status_code == 422
+    form = refused.text.split('id="host-credentials"', 1)[1].split("</form>", 1)[0]
+    textarea_onwards = form.split('name="kubeconfig"', 1)[1].split("</label>", 1)[0]
+    assert ('<span class="field-error">the client key does not belong to the client '
+            'certificate</span>') in textarea_onwards
+    for line in _key_lines(key):
+        assert line not in refused.text
