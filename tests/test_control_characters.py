@@ -133,9 +133,9 @@ def _takes_text(schema: dict[str, Any], prop: dict[str, Any]) -> bool:
 NUMBERS_ONLY = {("POST", "/api/v1/tenants/{tenant}/clusters/{cluster}/template-upgrade")}
 
 
-def _json_bodies(client: TestClient, world: World) -> Iterator[tuple[str, str, str, bytes]]:
-    """(method, url, field, body) with one string field set to a control text."""
-    schema: dict[str, Any] = client.app.openapi()  # type: ignore[attr-defined]
+def _operations_with_json_bodies(client: TestClient, world: World
+                                 ) -> Iterator[tuple[str, str, str, Any, dict[str, Any]]]:
+    """(method, path, url, route, body schema) of each operation taking a JSON body."""
     for method, path, operation in _operations(client):
         body_schema = operation.get("requestBody", {}).get("content", {}).get(
             "application/json", {}).get("schema")
@@ -143,7 +143,13 @@ def _json_bodies(client: TestClient, world: World) -> Iterator[tuple[str, str, s
             continue
         route = _route(method, path)
         assert route.body is not None, f"{method} {path} takes a body; route_access has none"
-        url = _fill(path, route.params(world))
+        yield method, path, _fill(path, route.params(world)), route, body_schema
+
+
+def _json_bodies(client: TestClient, world: World) -> Iterator[tuple[str, str, str, bytes]]:
+    """(method, url, field, body) with one string field set to a control text."""
+    schema: dict[str, Any] = client.app.openapi()  # type: ignore[attr-defined]
+    for method, path, url, route, body_schema in _operations_with_json_bodies(client, world):
         fields = _string_fields(schema, body_schema)
         assert fields or method == "PATCH" or (method, path) in NUMBERS_ONLY, (
             f"{method} {path}: no text fields found")
@@ -342,14 +348,7 @@ def _set(body: dict[str, Any], dotted: str, is_list: bool) -> dict[str, Any]:
 def _format_character_bodies(client: TestClient, world: World
                              ) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
     schema: dict[str, Any] = client.app.openapi()  # type: ignore[attr-defined]
-    for method, path, operation in _operations(client):
-        body_schema = operation.get("requestBody", {}).get("content", {}).get(
-            "application/json", {}).get("schema")
-        if body_schema is None:
-            continue
-        route = _route(method, path)
-        assert route.body is not None
-        url = _fill(path, route.params(world))
+    for method, _path, url, route, body_schema in _operations_with_json_bodies(client, world):
         for dotted, is_list in dict.fromkeys(_free_text_fields(schema, body_schema)):
             yield method, url, dotted, _set(route.body(world), dotted, is_list)
 
