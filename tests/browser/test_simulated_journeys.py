@@ -84,6 +84,15 @@ def create_cluster(page: Page, base: str, shots: Screenshots) -> None:
     shots(page, "cluster-ready")
 
 
+# The user clicks outside the cluster's status, which then refreshes as its live stream or its
+# polling does; resolves once the page settled.
+STATUS_REFRESHED = """new Promise((settled) => {
+  document.activeElement.blur();
+  document.body.addEventListener("htmx:afterSettle", () => settled(true), {once: true});
+  htmx.trigger("#cluster-status", "livepoll");
+})"""
+
+
 def take_and_revoke_kubeconfig(page: Page, shots: Screenshots) -> None:
     panel = page.locator("#kubeconfigs")
     panel.get_by_label("Role").select_option("view")
@@ -108,6 +117,10 @@ def take_and_revoke_kubeconfig(page: Page, shots: Screenshots) -> None:
     confirm = active.get_by_role("row").filter(has_text="Anyone using it loses access")
     expect(confirm).to_contain_text("Revoke the view kubeconfig of alice@example.com?")
     expect(confirm.get_by_role("button", name="Revoke it")).to_be_focused()
+    # The status around the panel refreshes by itself (the cluster changed, or the page
+    # polls) while the user looks elsewhere: the confirmation stays.
+    page.evaluate(STATUS_REFRESHED)
+    expect(confirm.get_by_role("button", name="Revoke it")).to_be_visible()
     shots(page, "kubeconfig-revoke-confirm")
     confirm.get_by_role("link", name="Keep it").click()
     expect(grants).to_have_count(1)
