@@ -16,7 +16,7 @@ from app.auth.principal import Principal
 from app.auth.principal_cache import PrincipalCache, watch
 from app.auth.sessions import PLAIN_COOKIE, SECURE_COOKIE
 from app.auth.throttle import FailedAuthThrottle
-from app.auth.tokens import active_token, hash_token
+from app.auth.tokens import active_token, bearer_secret, hash_token
 from app.database.core import Database
 from app.http import hop
 from app.kit.errors import Unauthenticated
@@ -26,17 +26,12 @@ from app.kit.errors import Unauthenticated
 watch(User, ApiToken)
 
 
-def _bearer_secret(request: Request) -> str | None:
-    authorization = request.headers.get("authorization", "")
-    return authorization[7:].strip() if authorization.lower().startswith("bearer ") else None
-
-
 def _session_user_id(request: Request) -> int | None:
     return request.session.get("uid") if "session" in request.scope else None
 
 
 def _principal_key(request: Request) -> tuple[Hashable, ...] | None:
-    secret = _bearer_secret(request)
+    secret = bearer_secret(request.scope)
     if secret is not None:
         return ("token", hash_token(secret))
     user_id = _session_user_id(request)
@@ -47,7 +42,7 @@ def _resolve_principal(request: Request) -> tuple[Principal | None, datetime | N
     """In a transaction of its own: a connection is never held from one thread hop to the next
     (threads waiting for connections held by requests waiting for threads would deadlock), and
     a token's last-use write commits at once instead of holding its row for the request."""
-    if _bearer_secret(request) is not None:
+    if bearer_secret(request.scope) is not None:
         # Again here, on the thread: requests queued for one passed the middleware's check
         # before the failures ahead of them were counted.
         throttle: FailedAuthThrottle = request.app.state.auth_throttle
@@ -59,7 +54,7 @@ def _resolve_principal(request: Request) -> tuple[Principal | None, datetime | N
 
 def _principal_for(db: Session, request: Request) -> tuple[Principal | None, datetime | None]:
     """The caller, and until when that answer holds at most (a token's expiry)."""
-    secret = _bearer_secret(request)
+    secret = bearer_secret(request.scope)
     if secret is not None:
         token = active_token(db, secret)
         if token is None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.audit.denials import Denial, DenialLog
-from app.auth.tokens import token_prefix
+from app.auth.tokens import bearer_secret, token_prefix
 from app.database import core
 from app.http.clients import client_address
 from app.kit.errors import PROBLEM_JSON, TooManyRequests
@@ -110,14 +110,6 @@ class FailedAuthThrottle:
     def _keep_at_most(self, entries: OrderedDict[str, _Window] | OrderedDict[str, float]) -> None:
         while len(entries) > self.max_keys:
             entries.popitem(last=False)
-
-
-def bearer_secret(scope: Scope) -> str | None:
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            text = value.decode("latin-1")
-            return text[7:].strip() if text[:7].lower() == "bearer " else None
-    return None
 
 
 def _keys(scope: Scope, secret: str) -> tuple[str, str]:

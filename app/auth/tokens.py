@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
+from starlette.types import Scope
 
 from app.auth.models import ApiToken
 from app.auth.principal_cache import AUTH_UNCHANGED
@@ -27,6 +28,15 @@ def new_token_secret() -> str:
 
 def token_prefix(secret: str) -> str:
     return secret[:SHOWN_PREFIX_LENGTH]
+
+
+def bearer_secret(scope: Scope) -> str | None:
+    """The secret of an ``Authorization: Bearer`` header, or None without one."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            text = value.decode("latin-1")
+            return text[7:].strip() if text[:7].lower() == "bearer " else None
+    return None
 
 
 def hash_token(secret: str) -> str:

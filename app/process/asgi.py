@@ -30,6 +30,7 @@ from app.auth.oidc import make_oauth
 from app.auth.principal_cache import PrincipalCache, listen_for_changes
 from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
 from app.auth.throttle import FailedAuthThrottle, FailedAuthThrottleMiddleware, throttled_denial
+from app.auth.tokens import bearer_secret
 from app.authz.scoping import TenantHidden
 from app.clusters import api as clusters_api
 from app.clusters import web as clusters_web
@@ -295,7 +296,8 @@ async def _audit_denial(request: Request, error: ProblemError) -> None:
     the first of a kind at once and the window's others counted (``app.audit.denials``): a
     counted one costs no thread hop and no database."""
     actor: tuple[int, str] | None = getattr(request.state, "actor", None)
-    if isinstance(error, Unauthenticated) and actor is None and not _sent_token(request):
+    anonymous = actor is None and bearer_secret(request.scope) is None
+    if isinstance(error, Unauthenticated) and anonymous:
         return  # plain anonymous visits are not worth an audit row each
     denials: DenialLog = request.app.state.denials
     denial = _denial_of(request, error, actor)
@@ -311,10 +313,6 @@ def _denial_of(request: Request, error: ProblemError, actor: tuple[int, str] | N
     return Denial(status=error.status, who=who, actor_id=actor[0] if actor else None,
                   route=f"{request.method} {route}",
                   path=f"{request.method} {request.url.path}", detail=error.detail)
-
-
-def _sent_token(request: Request) -> bool:
-    return request.headers.get("authorization", "").lower().startswith("bearer ")
 
 
 def _add_error_handlers(app: FastAPI) -> None:

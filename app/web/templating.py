@@ -19,7 +19,6 @@ TEMPLATES_DIR = ROOT / "templates"
 STATIC_DIR = ROOT / "static"
 
 
-
 def _format_characters_shown(value: object) -> object:
     """Every {{ ... }} of every page: an invisible format character the input rules never saw
     (text stored before them, a name from the IdP, a message from a host) is written out
