@@ -4,6 +4,7 @@ writes), the tenant's dedicated nodes, and a host that fits (``place``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -11,10 +12,12 @@ from sqlalchemy.orm import Session
 from app.clusters import desired, placement, repository
 from app.clusters.models import VirtualCluster
 from app.clusters.placement import Placed, PlacementRequest, Unplaceable
+from app.clusters.repository import QuotaRoom
 from app.clusters.schemas import ClusterCreate
 from app.gpu_classes.models import GpuClass
 from app.kit.config import Settings
 from app.kit.errors import Conflict, ValidationFailed
+from app.nodes import fleet_gpus
 from app.quotas import regions
 from app.tenants.models import Tenant
 
@@ -22,21 +25,23 @@ DEDICATED = "dedicated-nodes"
 
 
 def place(db: Session, settings: Settings, tenant: Tenant, payload: ClusterCreate,
-          gpu_class: GpuClass | None, hardened: str | None) -> Placed:
-    """The host placement picks for the request. Too little quota or too few dedicated GPUs
-    anywhere the request may go is the tenant's to fix (422 on gpus); any other refusal is a
-    409 naming each host's reasons."""
+          gpu_class: GpuClass | None, hardened: str | None,
+          rooms: Mapping[str, QuotaRoom]) -> Placed:
+    """The host placement picks for the request, given the tenant's quota ``rooms`` of the
+    class by region. Too little quota or too few dedicated GPUs anywhere the request may go is
+    the tenant's to fix (422 on gpus); any other refusal is a 409 naming each host's
+    reasons."""
     if payload.region:
         regions.resolve(db, payload.region)  # 422 on a region no host is in
     request = PlacementRequest(
         placement=payload.placement, gpu_class_id=gpu_class.id if gpu_class else None,
         gpu_class_name=gpu_class.display_name if gpu_class else "",
         gpus=payload.gpus if gpu_class else 0, region=payload.region or None,
-        quota_free=repository.quota_room(db, tenant.id, gpu_class.id) if gpu_class else {},
+        quota_free={region: room.free for region, room in rooms.items()},
         needs_webhook=(payload.placement == "shared-pool"
                        and settings.vcluster_edition == "oss"),
         hardening=hardened)
-    hosts = host_facts(db, tenant.id, gpu_class)
+    hosts = host_facts(db, tenant.id, request)
     if gpu_class is not None and request.gpus > 0:
         check_room(db, tenant, gpu_class, request, hosts)
     result = placement.place(hosts, request)
@@ -74,26 +79,31 @@ def check_room(db: Session, tenant: Tenant, gpu_class: GpuClass, request: Placem
 
 
 def host_facts(db: Session, tenant_id: int,
-               gpu_class: GpuClass | None) -> list[placement.HostFacts]:
-    """What placement needs to know of every host: a handful of aggregate queries."""
-    repository.ensure_a_host(db)
-    on_nodes = repository.class_gpus_per_host(db)
-    shared = repository.shared_gpus_per_host(db)
+               request: PlacementRequest) -> list[placement.HostFacts]:
+    """What placement needs to know of every host for ``request``: a handful of aggregate
+    queries. The free GPUs are of the requested class only when GPUs are asked (else of every
+    class), and the tenant's dedicated nodes are read only for a dedicated-nodes request."""
+    hosts = repository.host_rows(db)
+    if not hosts:
+        repository.ensure_a_host(db)
+        hosts = repository.host_rows(db)
+    only = request.gpu_class_id if request.gpus > 0 else None
+    on_nodes = fleet_gpus.per_host_and_class(db)
+    shared = repository.shared_gpus_per_host(db, only)
     tenant_nodes: dict[int, int] = {}
-    if gpu_class is not None:
-        held = repository.tenant_dedicated_held(db, tenant_id, gpu_class.id)
+    if request.gpu_class_id is not None and request.placement == DEDICATED:
+        held = repository.tenant_dedicated_held(db, tenant_id, request.gpu_class_id)
         tenant_nodes = {host: gpus - held.get(host, 0) for host, gpus in
-                        repository.tenant_node_gpus(db, tenant_id, gpu_class.id).items()}
-    facts = []
-    for host in repository.host_rows(db):
-        classes = {c: total for (h, c), (total, _) in on_nodes.items() if h == host.id}
-        free = {c: total - dedicated - shared.get((h, c), 0)
-                for (h, c), (total, dedicated) in on_nodes.items() if h == host.id}
-        mine = {gpu_class.id: tenant_nodes.get(host.id, 0)} if gpu_class is not None else {}
-        facts.append(placement.HostFacts(host.id, host.name, host.region, host.state, classes,
-                                         free, mine, host.has_credentials, host.answers,
-                                         host.has_webhook))
-    return facts
+                        repository.tenant_node_gpus(db, tenant_id,
+                                                    request.gpu_class_id).items()}
+    return [placement.HostFacts(
+        host.id, host.name, host.region, host.state,
+        {c: total for (h, c), (total, _) in on_nodes.items() if h == host.id},
+        {c: total - dedicated - shared.get((h, c), 0)
+         for (h, c), (total, dedicated) in on_nodes.items() if h == host.id and only in (None, c)},
+        {request.gpu_class_id: tenant_nodes.get(host.id, 0)}
+        if request.gpu_class_id is not None else {},
+        host.has_credentials, host.answers, host.has_webhook) for host in hosts]
 
 
 class NoHostFits(Conflict):
@@ -138,6 +148,26 @@ def check_spec(db: Session, settings: Settings, tenant: Tenant, payload: Cluster
         raise ValidationFailed.on_field("name", str(error)) from error
 
 
+def check_placed(db: Session, tenant: Tenant, gpu_class: GpuClass, payload: ClusterCreate,
+                 placed: Placed, rooms: Mapping[str, QuotaRoom]) -> None:
+    """The quota's room in the region placement chose, as ``rooms`` read it (under its lock
+    for a create), and for dedicated nodes the tenant's nodes on the chosen host."""
+    room = rooms.get(placed.region, QuotaRoom(0, 0))
+    if payload.gpus == 0:
+        return
+    _refuse_beyond_quota(gpu_class, placed.region, payload.gpus, room)
+    if payload.placement == DEDICATED:
+        check_dedicated(db, tenant, gpu_class, payload.gpus, placed.host_id, None)
+
+
+def _refuse_beyond_quota(gpu_class: GpuClass, region: str, gpus: int, room: QuotaRoom) -> None:
+    if gpus > room.free:
+        where = f" in region {region}" if region else ""
+        raise ValidationFailed.on_field(
+            "gpus", f"{max(room.free, 0)} of the tenant's {room.approved} "
+                    f"{gpu_class.display_name} GPUs{where} are free; request more quota first")
+
+
 def check_quota(db: Session, tenant: Tenant, gpu_class: GpuClass, region: str, placement: str,
                 gpus: int, *, lock: bool, host_cluster_id: int,
                 excluding: int | None = None) -> None:
@@ -150,13 +180,8 @@ def check_quota(db: Session, tenant: Tenant, gpu_class: GpuClass, region: str, p
                       if q.gpu_class_id == gpu_class.id), None)
     if gpus == 0:
         return
-    approved = quota.gpus if quota else 0
     held = repository.allocated_gpus(db, tenant.id, gpu_class.id, region, excluding=excluding)
-    if gpus > approved - held:
-        where = f" in region {region}" if region else ""
-        raise ValidationFailed.on_field(
-            "gpus", f"{max(approved - held, 0)} of the tenant's {approved} "
-                    f"{gpu_class.display_name} GPUs{where} are free; request more quota first")
+    _refuse_beyond_quota(gpu_class, region, gpus, QuotaRoom(quota.gpus if quota else 0, held))
     if placement == DEDICATED:
         check_dedicated(db, tenant, gpu_class, gpus, host_cluster_id, excluding)
 

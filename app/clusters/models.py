@@ -5,7 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CheckConstraint, ForeignKey, Index, String, Text, UniqueConstraint, false
+from sqlalchemy import (
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.database.core import Base, utcnow
@@ -30,6 +39,10 @@ class VirtualCluster(Base):
         CheckConstraint("delete_after_sleep_days IS NULL OR delete_after_sleep_days > 0",
                         name="delete_days_positive"),
         Index("ix_virtual_clusters_tenant_id_id", "tenant_id", "id"),  # a tenant's list
+        # Placement's sum of the shared pool's GPUs of a class per host, from the index alone.
+        Index("ix_virtual_clusters_shared_pool_gpus", "gpu_class_id", "host_cluster_id",
+              postgresql_include=["gpus"], postgresql_where=text("placement = 'shared-pool'"),
+              sqlite_where=text("placement = 'shared-pool'")),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)

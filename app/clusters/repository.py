@@ -14,7 +14,6 @@ from sqlalchemy import (
     Integer,
     Select,
     bindparam,
-    case,
     delete,
     func,
     or_,
@@ -29,7 +28,7 @@ from app.clusters.models import (
     ConditionTransition,
     VirtualCluster,
 )
-from app.database.concurrency import lock_row, upsert
+from app.database.concurrency import lock_row, lock_rows, upsert
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.hosts.repository import ensure_default_host, hosts_in
@@ -173,13 +172,32 @@ def tenant_quotas(db: Session, tenant_id: int, region: str | None = None) -> lis
     return list(db.scalars(query.order_by(TenantQuota.id)))
 
 
-def quota_room(db: Session, tenant_id: int, gpu_class_id: int,
-               excluding: int | None = None) -> dict[str, int]:
-    """region -> GPUs of the class the tenant's quota there still has room for."""
-    return {quota.region: quota.gpus - allocated_gpus(db, tenant_id, gpu_class_id, quota.region,
-                                                      excluding=excluding)
-            for quota in tenant_quotas(db, tenant_id)
-            if quota.gpu_class_id == gpu_class_id}
+@dataclass(frozen=True)
+class QuotaRoom:
+    """The tenant's quota of a class in a region, and the GPUs its clusters hold there."""
+
+    approved: int
+    held: int
+
+    @property
+    def free(self) -> int:
+        return self.approved - self.held
+
+
+def quota_rooms(db: Session, tenant_id: int, gpu_class_id: int, *,
+                lock: bool = False) -> dict[str, QuotaRoom]:
+    """region -> the tenant's quota of the class there and what its clusters hold; with
+    ``lock``, under the lock of every quota row of the class (in id order), which a create
+    takes before it knows its region."""
+    query = (select(TenantQuota.region, TenantQuota.gpus)
+             .where(TenantQuota.tenant_id == tenant_id, TenantQuota.gpu_class_id == gpu_class_id)
+             .order_by(TenantQuota.id))
+    if lock:
+        lock_rows(db, TenantQuota, TenantQuota.tenant_id == tenant_id,
+                  TenantQuota.gpu_class_id == gpu_class_id)
+        query = query.with_for_update()
+    return {region: QuotaRoom(gpus, allocated_gpus(db, tenant_id, gpu_class_id, region))
+            for region, gpus in db.execute(query)}
 
 
 # ----- what placement sees of each host
@@ -220,28 +238,16 @@ def host_webhook_reach(db: Session, host_cluster_id: int) -> tuple[str, bool]:
     return row[0], bool(row[1])
 
 
-def class_gpus_per_host(db: Session) -> dict[tuple[int, int], tuple[int, int]]:
-    """(host, class) -> (GPUs on live nodes, of those on nodes dedicated to a tenant)."""
-    dedicated = case((NodeAssignment.id.is_not(None), Node.gpu_count), else_=0)
-    rows = db.execute(
-        select(Node.host_cluster_id, Node.gpu_class_id, func.sum(Node.gpu_count),
-               func.sum(dedicated))
-        .outerjoin(NodeAssignment, (NodeAssignment.node_id == Node.id)
-                   & NodeAssignment.ended_at.is_(None))
-        .where(Node.gone_at.is_(None), Node.gpu_class_id.is_not(None))
-        .group_by(Node.host_cluster_id, Node.gpu_class_id))
-    return {(row[0], row[1] or 0): (int(row[2] or 0), int(row[3] or 0)) for row in rows}
-
-
-def shared_gpus_per_host(db: Session) -> dict[tuple[int, int], int]:
-    """(host, class) -> GPUs held by shared-pool clusters there."""
-    rows = db.execute(
-        select(VirtualCluster.host_cluster_id, VirtualCluster.gpu_class_id,
-               func.sum(VirtualCluster.gpus))
-        .where(VirtualCluster.gpu_class_id.is_not(None),
-               VirtualCluster.placement == "shared-pool")
-        .group_by(VirtualCluster.host_cluster_id, VirtualCluster.gpu_class_id))
-    return {(row[0], row[1] or 0): int(row[2] or 0) for row in rows}
+def shared_gpus_per_host(db: Session, gpu_class_id: int | None) -> dict[tuple[int, int], int]:
+    """(host, class) -> GPUs held by shared-pool clusters there; of one class when given (read
+    from ``ix_virtual_clusters_shared_pool_gpus`` alone)."""
+    query = (select(VirtualCluster.host_cluster_id, VirtualCluster.gpu_class_id,
+                    func.sum(VirtualCluster.gpus))
+             .where(VirtualCluster.placement == "shared-pool")
+             .group_by(VirtualCluster.gpu_class_id, VirtualCluster.host_cluster_id))
+    query = query.where(VirtualCluster.gpu_class_id.is_not(None) if gpu_class_id is None
+                        else VirtualCluster.gpu_class_id == gpu_class_id)
+    return {(row[0], row[1] or 0): int(row[2] or 0) for row in db.execute(query)}
 
 
 def tenant_node_gpus(db: Session, tenant_id: int, gpu_class_id: int, *,

@@ -2,8 +2,9 @@
 
 Quota rule: the GPUs of a class held by a tenant's clusters (those being deleted included, as
 they still hold them) never exceed the tenant's approved quota of that class. Creates and
-resizes lock the tenant's quota row of the class first, then check and write, so parallel
-requests queue on that row and cannot both pass. Lock order is quota row, then cluster row,
+resizes lock the tenant's quota rows of the class first (a create every region's, before it
+knows its region; a resize its region's), then check and write, so parallel requests queue on
+those rows and cannot both pass. Lock order is quota row, then cluster row,
 the same as quota expiry, so the two never deadlock.
 
 Dedicated-nodes clusters must also fit the tenant's dedicated nodes: their GPUs of a class,
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -219,10 +221,20 @@ def tenant_to_create_in(db: Session, principal: Principal, slug: str) -> Tenant:
     return tenant_for(db, principal, slug, "manage")
 
 
+@dataclass(frozen=True)
+class CreateChecked:
+    """What a create passed its checks with."""
+
+    tenant: Tenant
+    resolved: ResolvedCreate | None
+    placed: Placed
+    gpu_class: GpuClass | None
+
+
 def check_create(
     db: Session, principal: Principal, settings: Settings, slug: str, payload: ClusterCreate,
     *, lock: bool = False, resolver: TemplateResolver | None = None,
-) -> tuple[Tenant, ResolvedCreate | None, Placed]:
+) -> CreateChecked:
     """Everything ``create_cluster`` checks, and the host placement picks; without ``lock`` it
     writes and locks nothing.
 
@@ -240,11 +252,11 @@ def check_create(
     checks.check_spec(db, settings, tenant, payload, gpu_class)
     hardened = desired.hardening(settings, resolved.pod_security if resolved else None,
                                  resolved.user_namespaces if resolved else False)
-    placed = checks.place(db, settings, tenant, payload, gpu_class, hardened)
+    rooms = repository.quota_rooms(db, tenant.id, gpu_class.id, lock=lock) if gpu_class else {}
+    placed = checks.place(db, settings, tenant, payload, gpu_class, hardened, rooms)
     if gpu_class is not None:
-        checks.check_quota(db, tenant, gpu_class, placed.region, payload.placement,
-                           payload.gpus, lock=lock, host_cluster_id=placed.host_id)
-    return tenant, resolved, placed
+        checks.check_placed(db, tenant, gpu_class, payload, placed, rooms)
+    return CreateChecked(tenant, resolved, placed, gpu_class)
 
 
 def region_choices(db: Session) -> list[str]:
@@ -255,8 +267,9 @@ def region_choices(db: Session) -> list[str]:
 def create_cluster(db: Session, principal: Principal, settings: Settings, slug: str,
                    payload: ClusterCreate,
                    resolver: TemplateResolver | None = None) -> ClusterOut:
-    tenant, resolved, placed = check_create(db, principal, settings, slug, payload, lock=True,
-                                            resolver=resolver)
+    checked = check_create(db, principal, settings, slug, payload, lock=True, resolver=resolver)
+    tenant, resolved, placed, gpu_class = (checked.tenant, checked.resolved, checked.placed,
+                                           checked.gpu_class)
     if resolved is not None:
         payload = resolved.payload
     cluster = VirtualCluster(
@@ -276,13 +289,14 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
     )
     insert_or_conflict(db, cluster, _name_taken(payload.name))
     enqueue(db, CLUSTERS, cluster.id)
-    # The class the checks read: in the session already.
-    gpu_class = db.get(GpuClass, cluster.gpu_class_id) if cluster.gpu_class_id else None
     _record(db, principal, "virtual_cluster.create", cluster, None,
             {**_spec(cluster), "gpu_class": gpu_class.display_name if gpu_class else None,
              "host_cluster": placed.host_name, "region": placed.region,
              "placement_reason": placed.reason, **_sleep_policy_given(resolved)})
-    return cluster_out(db, cluster)
+    # New: the worker has neither seen it wait for GPUs nor read its queue.
+    return ClusterOut.model_validate(cluster_fields(
+        cluster, tenant.slug, (gpu_class.product, gpu_class.display_name) if gpu_class
+        else (None, None), placed.host_name, placed.region, None, None))
 
 
 def _sleep_policy_given(resolved: ResolvedCreate | None) -> dict[str, Any]:

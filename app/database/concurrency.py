@@ -14,6 +14,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from app.database.core import Base
 from app.kit.errors import Conflict
@@ -28,6 +29,15 @@ def lock_row(db: Session, model: type[M], row_id: int, *, shared: bool = False) 
         db.execute(update(model).where(primary_key == row_id).values({primary_key.name: row_id}))
     query = select(model).where(primary_key == row_id).with_for_update(read=shared)
     return db.scalar(query.execution_options(populate_existing=True))
+
+
+def lock_rows(db: Session, model: type[M], *where: ColumnElement[bool]) -> None:
+    """On SQLite, the write lock that ``FOR UPDATE`` of the rows ``where`` selects stands for on
+    PostgreSQL (a no-op write, as ``lock_row`` makes); nothing on PostgreSQL."""
+    if db.get_bind().dialect.name != "sqlite":
+        return
+    primary_key: Any = model.__mapper__.primary_key[0]
+    db.execute(update(model).where(*where).values({primary_key.name: primary_key}))
 
 
 def insert_or_conflict(db: Session, row: Base, conflict: Conflict) -> None:

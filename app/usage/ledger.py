@@ -11,7 +11,7 @@ asleep (``asleep_since``), what of that sleep gave back to the pool (``sleep``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -143,17 +143,19 @@ def _entries(kind: str, subject_id: int, holdings: Iterable[Holding],
     return entries
 
 
-def record(connection: Connection, changes: Mapping[Subject, list[Holding] | None]) -> int:
+def record(connection: Connection, changes: Mapping[Subject, list[Holding] | None],
+           new: Collection[Subject] = ()) -> int:
     """Appends an entry for each (tenant, class) whose holding differs from the ledger's last.
 
-    ``None`` as a subject's holdings means: read them from the database now.
+    ``None`` as a subject's holdings means: read them from the database now. Subjects in
+    ``new`` were inserted by this flush: the ledger has nothing of them to compare with.
     """
     at = now_in_seconds()
     rows = []
     for (kind, subject_id), holdings in sorted(changes.items()):
         current = _current(connection, kind, subject_id) if holdings is None else holdings
-        rows += _entries(kind, subject_id, current, _last_levels(connection, kind, subject_id),
-                         at)
+        last = {} if (kind, subject_id) in new else _last_levels(connection, kind, subject_id)
+        rows += _entries(kind, subject_id, current, last, at)
     if rows:
         connection.execute(insert(LedgerEntry), rows)
     return len(rows)
@@ -201,11 +203,17 @@ def _subjects_of_rows(session: Session) -> dict[Subject, list[Holding] | None]:
     return changes
 
 
+def _new_clusters(session: Session) -> set[Subject]:
+    """The subjects of clusters this flush inserted (a reused SQLite id's ledger ends at 0)."""
+    return {(kind, row.id) for row in session.new if isinstance(row, VirtualCluster)
+            for kind in CLUSTER_KINDS}
+
+
 @event.listens_for(Session, "after_flush")
 def _record_flushed_changes(session: Session, _flush: UOWTransaction) -> None:
     changes = _subjects_of_rows(session)
     if changes:
-        record(session.connection(), changes)
+        record(session.connection(), changes, _new_clusters(session))
 
 
 def _assigned_columns(statement: Update) -> set[str] | None:
