@@ -21,6 +21,7 @@ from app.lab.machines import (
     BOOTSTRAPPERS,
     KUBELET_DEFAULTS,
     LAB_HARDWARE,
+    MACHINES_NAMESPACE,
     BootConfig,
     BootError,
     MachineBoots,
@@ -28,6 +29,7 @@ from app.lab.machines import (
     bootstrap_rbac,
     join,
 )
+from app.lab.main import Lab
 from tests.support.kube_server import ApiServer
 from tests.support.metal3 import (
     bare_metal_host,
@@ -175,3 +177,34 @@ def test_a_provisioned_host_boots_into_a_node_which_goes_when_it_is_deprovisione
         admin.apply(registered)
         wait_for(node_gone, "the Node to go once the host is deprovisioning")
     admin.delete("v1", "Secret", token_secret["metadata"]["name"], "kube-system")
+
+
+# ----- in the lab
+
+
+def test_in_the_lab_a_provisioned_machine_becomes_a_ready_gpu_node_and_leaves_on_release(
+        lab: Lab) -> None:
+    token_secret, token = bootstrap_token(timedelta(minutes=10))
+    lab.host.apply(token_secret)
+    host_name, node = "lab-h100-01", "lab-h100-01"
+    user_data = cloud_config(lab.server.kubeconfig_for(token=token), host_name, node)
+    lab.host.apply(bmc_secret("lab-h100-01-bmc", MACHINES_NAMESPACE))
+    lab.host.apply({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "lab-h100-01-user-data",
+                                 "namespace": MACHINES_NAMESPACE},
+                    "stringData": {"userData": user_data}})
+    registered = bare_metal_host(host_name, MACHINES_NAMESPACE, mac=H100_MAC,
+                                 credentials="lab-h100-01-bmc")
+    lab.host.apply({**registered, "spec": {
+        **registered["spec"], "online": True, "image": IMAGE,
+        "userData": {"name": "lab-h100-01-user-data", "namespace": MACHINES_NAMESPACE}}})
+
+    def ready() -> bool:
+        conditions = ((lab.host.get("v1", "Node", node) or {}).get("status") or {}).get(
+            "conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    wait_for(ready, "the provisioned machine's Node to be Ready", timeout=60)
+    lab.host.apply(registered)
+    wait_for(lambda: lab.host.get("v1", "Node", node) is None,
+             "the deprovisioned machine's Node to go", timeout=60)
