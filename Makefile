@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: lab lab-demo lab-reclaim lab-sleep run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds postgres bench-tools bench
+.PHONY: lab lab-demo lab-reclaim lab-sleep run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds metal3-crds postgres bench-tools bench
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Every program the tests run is built from the Go module proxy by `make tools` into .cache/bin,
@@ -13,14 +13,16 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # fail under CI=true).
 GO ?= go
 TOOLS_BIN := .cache/bin
-TOOL_MODULES := kube helm kwok kai vcluster kine
+TOOL_MODULES := kube helm kwok kai vcluster kine metal3
 KUBEBUILDER_ASSETS ?= $(abspath $(TOOLS_BIN))
 PORTAL_TOOLS_BIN ?= $(abspath $(TOOLS_BIN))
 # The vCluster chart of the same module as the vcluster binary, packaged as a Helm repository.
 PORTAL_CHARTS ?= $(abspath .cache/charts)
 # KAI Scheduler's CRDs, as its module download has them (Queue, PodGroup, BindRequest, ...).
 PORTAL_KAI_CRDS ?= $(abspath .cache/kai-crds)
-export KUBEBUILDER_ASSETS PORTAL_TOOLS_BIN PORTAL_CHARTS PORTAL_KAI_CRDS
+# Metal3's CRDs (BareMetalHost, HardwareData, ...), as the baremetal-operator's module has them.
+PORTAL_METAL3_CRDS ?= $(abspath .cache/metal3-crds)
+export KUBEBUILDER_ASSETS PORTAL_TOOLS_BIN PORTAL_CHARTS PORTAL_KAI_CRDS PORTAL_METAL3_CRDS
 # The version each program reports (API discovery, `helm version`), set as their releases do.
 LDFLAGS_kube := -X k8s.io/component-base/version.gitVersion=v1.32.13 \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=32 \
@@ -111,7 +113,12 @@ kai-crds:
 	cd tools/kai && dir=$$(GOTOOLCHAIN=local $(GO) list -m -f '{{.Dir}}' github.com/NVIDIA/KAI-scheduler) && \
 		cp "$$dir"/deployments/kai-scheduler/crds/*.yaml $(PORTAL_KAI_CRDS)/ && chmod u+w $(PORTAL_KAI_CRDS)/*.yaml
 
-tools: etcd $(addprefix tool-,$(TOOL_MODULES)) vcluster-chart kai-crds
+metal3-crds:
+	@mkdir -p $(PORTAL_METAL3_CRDS)
+	cd tools/metal3 && dir=$$(GOTOOLCHAIN=local $(GO) list -m -f '{{.Dir}}' github.com/metal3-io/baremetal-operator) && \
+		cp "$$dir"/config/base/crds/bases/*.yaml $(PORTAL_METAL3_CRDS)/ && chmod u+w $(PORTAL_METAL3_CRDS)/*.yaml
+
+tools: etcd $(addprefix tool-,$(TOOL_MODULES)) vcluster-chart kai-crds metal3-crds
 
 # The test database: Debian's PostgreSQL on 127.0.0.1:5432, installed and started when missing.
 postgres:

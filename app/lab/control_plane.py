@@ -214,6 +214,9 @@ class ApiServer:
             f"--service-account-signing-key-file={files['sa.key']}",
             f"--api-audiences={SA_ISSUER}",
             f"--enable-admission-plugins={ADMISSION_PLUGINS}",
+            # As kubeadm runs it: a machine joins with a bootstrap token (a Secret of
+            # kube-system), which the API server refuses once expired.
+            "--enable-bootstrap-token-auth",
             # Beta and off by default in 1.30-1.32: on, so that hostUsers: false is kept
             # (cluster templates with user namespaces; see tests/webhook).
             "--feature-gates=UserNamespacesSupport=true",
@@ -226,7 +229,10 @@ class ApiServer:
         self._spawn("kube-controller-manager", [
             f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
-            "--leader-elect=false", "--use-service-account-credentials=true", "--controllers=*",
+            "--leader-elect=false", "--use-service-account-credentials=true",
+            # tokencleaner (off by default, on in kubeadm's clusters) deletes expired bootstrap
+            # tokens.
+            "--controllers=*,tokencleaner",
             f"--service-account-private-key-file={files['sa.key']}",
             f"--root-ca-file={files['ca.crt']}",
             f"--cluster-signing-cert-file={files['ca.crt']}",

@@ -25,9 +25,11 @@ from pathlib import Path
 import httpx
 from cryptography.fernet import Fernet
 
-from app.lab import charts, host, network
+from app.lab import charts, host, machines, network
 from app.lab.control_plane import ApiServer, free_port
 from app.lab.gpu import GpuScheduling
+from app.lab.metal3 import PROGRAM as BAREMETAL_OPERATOR
+from app.lab.metal3 import BareMetalOperator
 from app.lab.pods import NODE_LABELS, HostAccess, PodRunner, prepare_mount_points
 from app.lab.processes import terminate_all
 from app.lab.proxy import ConnectProxy
@@ -42,7 +44,8 @@ SLEEP_POLICY_SPEEDUP = 720
 PODGROUPCONTROLLER_NETWORK = 9999
 REQUIRED_PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                      "kwok", "scheduler", "binder", "podgrouper", "queuecontroller",
-                     "podgroupcontroller", "helm", "vcluster", "kine", "kubectl")
+                     "podgroupcontroller", "helm", "vcluster", "kine", "kubectl",
+                     BAREMETAL_OPERATOR)
 
 
 class LabError(RuntimeError):
@@ -55,6 +58,7 @@ class LabOptions:
     programs: Path = Path(".cache/bin")
     charts: Path = Path(".cache/charts")
     kai_crds: Path = Path(".cache/kai-crds")
+    metal3_crds: Path = Path(".cache/metal3-crds")
     nodes: Path = Path("app/devdata/host-nodes.json")
     deploy_base: Path = Path("deploy/kubernetes/base")
     port: int = 8000
@@ -96,6 +100,7 @@ class Lab:
                                       isolate=self._isolated)
             stack.callback(self.gpus.stop)
             self.gpus.start()
+            self._start_machines(stack)
             self._start_runner(stack)
             self.proxy = ConnectProxy(self.runner.routes).start()
             stack.callback(self.proxy.shutdown)
@@ -118,6 +123,8 @@ class Lab:
                            "`make tools` builds them")
         if not (self.options.charts / "index.yaml").is_file():
             raise LabError(f"no chart repository in {self.options.charts}: `make tools`")
+        if not list(self.options.metal3_crds.glob("*.yaml")):
+            raise LabError(f"no Metal3 CRDs in {self.options.metal3_crds}: `make tools`")
 
     def _clean_folder(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -129,6 +136,28 @@ class Lab:
             return argv
         own = self.options.network.pod(PODGROUPCONTROLLER_NETWORK)
         return own.create().command(argv)
+
+    def _start_machines(self, stack: contextlib.ExitStack) -> None:
+        """The baremetal-operator (fixture provisioner) on the host's machines namespace, and
+        the play of its provisioned machines booting into Nodes."""
+        self.metal3 = BareMetalOperator(self.server, self.folder / "metal3",
+                                        machines.MACHINES_NAMESPACE,
+                                        programs=self.options.programs.resolve(),
+                                        crds=self.options.metal3_crds.resolve())
+        stack.callback(self.metal3.stop)
+        self.metal3.start()
+        for obj in machines.bootstrap_rbac():
+            self.host.apply(obj, force=True)
+        admin = self.server.adapter()
+        thread = threading.Thread(target=machines.MachineBoots(admin).run,
+                                  args=(self.stopping,), name="machine-boots", daemon=True)
+        thread.start()
+
+        def stop_boots() -> None:
+            self.stopping.set()
+            thread.join(10)
+            admin.close()
+        stack.callback(stop_boots)
 
     def _start_runner(self, stack: contextlib.ExitStack) -> None:
         access = HostAccess(self.options.network, self.server.port, self.server.ca.cert_pem)

@@ -23,6 +23,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         folder=tmp_path_factory.mktemp("lab") / ".lab", programs=programs,
         charts=Path(os.environ.get("PORTAL_CHARTS", ".cache/charts")),
         kai_crds=Path(os.environ.get("PORTAL_KAI_CRDS", ".cache/kai-crds")),
+        metal3_crds=Path(os.environ.get("PORTAL_METAL3_CRDS", ".cache/metal3-crds")),
         port=free_port(), idp_port=free_port(), network=LabNetwork("plabt", "10.214"))
     with Lab(options).running() as running:
         yield running
