@@ -2,31 +2,41 @@
 
 from __future__ import annotations
 
+import base64
 import os
+import tempfile
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from app.kube.adapter import KubernetesAdapter
 from app.kube.errors import PermanentKubeError
 from app.kube.manifests.baremetal import (
     BAREMETAL_HOST,
+    BOOTSTRAP_KUBECONFIG_PATH,
     MACHINES_NAMESPACE,
     METAL3_API_VERSION,
+    USER_DATA_KEY,
     BootstrapToken,
     MachineImage,
     baremetal_host,
     bootstrap_role_bindings,
     bootstrap_token_secret,
+    user_data_secret,
     user_data_secret_name,
 )
+from app.kube.port import register_kind
 from tests.support.kube_server import ApiServer, install_crds, skip_unless_ci
 
 pytestmark = pytest.mark.kube_server
 
 IMAGE = MachineImage("https://images.example.com/ubuntu-24.04-gpu.qcow2", "ab" * 32)
+CSR_API = "certificates.k8s.io/v1"
+register_kind(CSR_API, "CertificateSigningRequest", "certificatesigningrequests", namespaced=False)
 BMC = "redfish-virtualmedia+https://10.0.0.21/redfish/v1/Systems/1"
 
 
@@ -99,3 +109,85 @@ def test_bootstrap_token_and_its_bindings_are_accepted(admin: KubernetesAdapter)
     assert admin.dry_run_apply(secret)["type"] == "bootstrap.kubernetes.io/token"
     for binding in bootstrap_role_bindings():
         assert admin.dry_run_apply(binding)["roleRef"] == binding["roleRef"]
+
+
+class BootstrapTokenApiServer(ApiServer):
+    """An API server that authenticates bootstrap tokens (kubeadm turns this on; the suite's
+    servers do not)."""
+
+    def _spawn(self, binary: str, args: list[str]) -> None:
+        if binary == "kube-apiserver":
+            args = [*args, "--enable-bootstrap-token-auth"]
+        super()._spawn(binary, args)
+
+
+@pytest.fixture(scope="module")
+def joining_api(kube_assets_dir: Path) -> Iterator[ApiServer]:
+    base = "/dev/shm" if Path("/dev/shm").is_dir() else None  # noqa: S108 - private mkdtemp
+    server = BootstrapTokenApiServer(
+        kube_assets_dir, Path(tempfile.mkdtemp(prefix="kube-join-", dir=base)), name="join")
+    server.start()
+    yield server
+    server.stop()
+
+
+def machine_kubeconfig(api: ApiServer, token: BootstrapToken) -> str:
+    """The bootstrap kubeconfig the machine would find on its disk after cloud-init."""
+    secret = user_data_secret("gpu-01", server=api.url,
+                              ca_data=base64.b64encode(api.ca.cert_pem).decode(),
+                              token=token.value, node_name="gpu-01")
+    cloud_config = yaml.safe_load(base64.b64decode(secret["data"][USER_DATA_KEY]))
+    written = {entry["path"]: entry["content"] for entry in cloud_config["write_files"]}
+    return str(written[BOOTSTRAP_KUBECONFIG_PATH])
+
+
+def refused_within(machine: KubernetesAdapter, seconds: float) -> int | None:
+    """The status the API server refuses the machine with, once it does: it caches a token's
+    authentication for a few seconds, so a deleted token dies within that time, not at once."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            machine.list(CSR_API, "CertificateSigningRequest")
+        except PermanentKubeError as refused:
+            return refused.status
+        time.sleep(0.5)
+    return None
+
+
+def test_the_machines_kubeconfig_may_bootstrap_a_kubelet_until_its_token_is_deleted(
+    joining_api: ApiServer,
+) -> None:
+    token = BootstrapToken("join01", "0123456789abcdef")
+    admin = joining_api.adapter()
+    machine = KubernetesAdapter.from_kubeconfig_yaml(machine_kubeconfig(joining_api, token))
+    try:
+        for binding in bootstrap_role_bindings():
+            admin.apply(binding)
+        admin.apply(bootstrap_token_secret("gpu-01", token,
+                                           datetime.now(UTC) + timedelta(hours=1)))
+
+        assert machine.list(CSR_API, "CertificateSigningRequest") == []
+
+        admin.delete("v1", "Secret", "bootstrap-token-join01", "kube-system")
+        assert refused_within(machine, seconds=30) == 401
+    finally:
+        machine.close()
+        admin.close()
+
+
+def test_an_expired_bootstrap_token_is_refused(joining_api: ApiServer) -> None:
+    token = BootstrapToken("join02", "0123456789abcdef")
+    admin = joining_api.adapter()
+    machine = KubernetesAdapter.from_kubeconfig_yaml(machine_kubeconfig(joining_api, token))
+    try:
+        for binding in bootstrap_role_bindings():
+            admin.apply(binding)
+        admin.apply(bootstrap_token_secret("gpu-01", token,
+                                           datetime.now(UTC) - timedelta(minutes=1)))
+
+        with pytest.raises(PermanentKubeError) as refused:
+            machine.list(CSR_API, "CertificateSigningRequest")
+        assert refused.value.status == 401
+    finally:
+        machine.close()
+        admin.close()
