@@ -57,7 +57,8 @@ def reading(observed: Observed, desired: str, deleting: bool) -> Reading:
                        "waiting for the BareMetalHost to be removed" if deleting
                        else "waiting for the BareMetalHost to be created")
     phase = _PHASE_OF_STATE.get(state, "registering")
-    if state == "provisioned" and observed.node_ready and not deleting:
+    if state == "provisioned" and observed.node_ready and desired == "provisioned" and (
+            not deleting):
         return Reading("joined", "")
     if state == "provisioned":
         return Reading("deprovisioning" if deleting or desired == "pool" else "provisioning",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Literal
 
@@ -60,6 +61,8 @@ class MachineRegister(BaseModel):
         problem = dns_label_problem(value, MAX_MACHINE_NAME)
         if problem:
             raise ValueError(f"the name is {problem}" if problem == "required" else problem)
+        if _uuid_shaped(value):
+            raise ValueError("a UUID-shaped name: Metal3 refuses those for a BareMetalHost")
         return value
 
     @field_validator("bmc_address")
@@ -77,6 +80,14 @@ class MachineRegister(BaseModel):
         if mac is None:
             raise ValueError("a MAC address: six hex octets, e.g. 0c:c4:7a:12:34:56")
         return mac
+
+
+def _uuid_shaped(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 class MachineOut(BaseModel):
