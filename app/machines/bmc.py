@@ -37,6 +37,9 @@ def bmc_address_problem(address: str) -> str | None:
         return f"unknown BMC driver {driver!r}: one of {', '.join(sorted(DRIVERS))}"
     if plus and (not DRIVERS[driver] or transport not in ("http", "https")):
         return f"driver {driver!r} takes no '+{transport}'"
+    if "@" in _rest.split("/", 1)[0]:
+        return ("must not carry a user or password: give them as the BMC credentials, which "
+                "are stored encrypted")
     try:
         host = urlsplit(f"https://{_rest}").hostname
     except ValueError:

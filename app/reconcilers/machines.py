@@ -37,7 +37,7 @@ from app.hosts import repository as hosts_repository
 from app.hosts import service as hosts_service
 from app.kit.config import Settings
 from app.kube.connector import HostTarget, KubeConnector
-from app.kube.errors import KubeError
+from app.kube.errors import KubeError, PermanentKubeError
 from app.kube.manifests import baremetal as metal3
 from app.kube.manifests import labels as lbl
 from app.kube.port import KubePort, Manifest
@@ -110,6 +110,8 @@ class MachineReconciler(RunsAlone):
         except KubeError as error:
             log.warning("machine %s on host cluster %s: %s (%s)", spec.name, target.name,
                         error.reason, error.message)
+            if isinstance(error, PermanentKubeError):
+                self._note(spec, f"the host cluster refused: {error.message}", context.lease)
             raise failure(target, error, f"machine {spec.name}") from error
         context.hosts.reached(target.host_id)
         if observed is None:
@@ -273,6 +275,15 @@ class MachineReconciler(RunsAlone):
                 return None
             machines_service.record_observation(db, row, observed, spec.generation, self.now())
             return row.phase
+
+    def _note(self, spec: MachineSpec, reason: str, lease: Lease) -> None:
+        """What keeps the machine where it is, where the admin looks (retrying will not help
+        until someone fixes the host: a missing CRD, a refused field)."""
+        with self.database.transaction() as db:
+            lease.fence(db)
+            row = machines_repository.machine_by_id(db, spec.id, lock=True)
+            if row is not None:
+                row.reason = reason[:1000]
 
     def _forget(self, spec: MachineSpec, lease: Lease) -> Outcome:
         with self.database.transaction() as db:

@@ -94,6 +94,7 @@ def test_every_change_enqueues_the_machine_for_the_worker(client: TestClient,
     ("bmc_address", "10.0.4.7", "driver scheme"),
     ("bmc_address", "redfsh://10.0.4.7", "unknown BMC driver 'redfsh'"),
     ("bmc_address", "ipmi+https://10.0.4.7", "takes no '+https'"),
+    ("bmc_address", "redfish://root:calvin@10.0.4.7/x", "must not carry a user or password"),
     ("boot_mac", "0c:c4:7a:12:34", "a MAC address"),
     ("name", "Not_A_Label", "DNS-1123"),
 ])

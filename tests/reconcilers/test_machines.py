@@ -19,7 +19,7 @@ from app.auth.principal import Principal
 from app.database.core import Database, utcnow
 from app.kit.config import Settings
 from app.kit.errors import Conflict
-from app.kube.errors import TransientKubeError
+from app.kube.errors import PermanentKubeError, TransientKubeError
 from app.kube.manifests import baremetal as metal3
 from app.kube.memory import InMemoryKube
 from app.kube.port import Manifest
@@ -142,6 +142,17 @@ def test_a_bmc_error_is_the_machines_reason(lab: Lab) -> None:
     assert machine.reason == "Failed to get power state for node: IPMI authentication failed"
     with lab.database.session() as db:
         assert db.scalar(select(AuditEvent).where(AuditEvent.action == "machine.failed"))
+
+
+def test_a_host_that_refuses_the_baremetalhost_says_why_on_the_machine(lab: Lab) -> None:
+    lab.kube.inject("apply", PermanentKubeError(
+        "the server could not find the requested resource (BareMetalHost)", reason="NotFound",
+        status=404), times=1, match=_fails_on(metal3.BAREMETAL_HOST))
+    lab.next_pass()
+    machine = lab.machine()
+    assert machine.phase == "registering"
+    assert machine.reason == ("the host cluster refused: the server could not find the "
+                              "requested resource (BareMetalHost)")
 
 
 def test_provisioned_joined_released_and_back_in_the_pool(
