@@ -1,10 +1,12 @@
 """Where a machine joining a host cluster reaches its API server: the server and CA a kubelet
-bootstraps against, read from a kubeconfig (the host's stored one, or the cluster-info
-ConfigMap kubeadm publishes in kube-public). No I/O."""
+bootstraps against, read from a kubeconfig (the host's stored one, the environment's
+PORTAL_KUBECONFIG file, or the cluster-info ConfigMap kubeadm publishes in kube-public)."""
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -31,6 +33,23 @@ def from_kubeconfig(text: str | None) -> JoinEndpoint | None:
     server = str(cluster.get("server") or "")
     ca_data = str(cluster.get("certificate-authority-data") or "")
     return JoinEndpoint(server, ca_data) if server and ca_data else None
+
+
+def from_kubeconfig_file(path: str) -> JoinEndpoint | None:
+    """The environment's kubeconfig, its CA inline or in a file beside it."""
+    try:
+        text = Path(path).read_text()
+        config = yaml.safe_load(text)
+        ca_file = _current_cluster(config).get("certificate-authority") if isinstance(
+            config, dict) else None
+        if ca_file:
+            ca_path = Path(path).parent / str(ca_file)
+            ca_data = base64.b64encode(ca_path.read_bytes()).decode()
+            server = str(_current_cluster(config).get("server") or "")
+            return JoinEndpoint(server, ca_data) if server else None
+    except (OSError, yaml.YAMLError):
+        return None
+    return from_kubeconfig(text)
 
 
 def from_cluster_info(config_map: dict[str, Any] | None) -> JoinEndpoint | None:

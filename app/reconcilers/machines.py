@@ -98,6 +98,8 @@ class MachineReconciler(RunsAlone):
             return GONE
         spec, target = snapshot.spec, snapshot.target
         if target is None:
+            self._note(spec, "the portal cannot reach the machine's host cluster: it has no "
+                             "stored credentials", context.lease)
             raise TerminalError(f"machine {spec.name}: its host cluster cannot be reached (no "
                                 "stored credentials)")
         wait_for_breaker(context, target.host_id)
@@ -132,8 +134,17 @@ class MachineReconciler(RunsAlone):
             if host is None:
                 return None
             target = hosts_service.target_for(host, self.settings)
-            stored = join.from_kubeconfig(target.kubeconfig_yaml) if target else None
-            return Snapshot(machines_service.spec_of(row, self.settings), target, stored)
+            return Snapshot(machines_service.spec_of(row, self.settings), target,
+                            self._stored_endpoint(target))
+
+    def _stored_endpoint(self, target: HostTarget | None) -> join.JoinEndpoint | None:
+        if target is None:
+            return None
+        if target.kubeconfig_yaml is not None:
+            return join.from_kubeconfig(target.kubeconfig_yaml)
+        if self.settings.kubeconfig:
+            return join.from_kubeconfig_file(self.settings.kubeconfig)
+        return None
 
     # ----- converging the host
 
