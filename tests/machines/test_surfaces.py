@@ -191,3 +191,19 @@ def test_the_pages_register_show_and_act_without_showing_the_password(
              client.get("/admin/machines").text, client.get("/audit").text]
     for page in pages:
         assert PASSWORD not in page and SECOND_PASSWORD not in page
+
+
+def test_the_machine_page_shows_metal3s_reason_for_a_failed_machine(
+        client: TestClient, db: Session, oidc_issuer: str) -> None:
+    host = factories.registered_host(db, "gpu-eu-2")
+    machine = factories.machine(db, host, factories.gpu_class(db, H100), "gpu-r4-07")
+    machine.phase, machine.provisioning_state = "failed", "registering"
+    machine.reason = "Failed to get power state for node: IPMI authentication failed"
+    db.commit()
+    oidc.sign_in(client, DEMO_ADMIN)
+    page = client.get("/admin/machines/gpu-r4-07")
+    assert page.status_code == 200
+    assert "failed</span> — Failed to get power state for node: IPMI authentication failed" in (
+        page.text)
+    listing = client.get("/admin/machines").text
+    assert "IPMI authentication failed" in listing
