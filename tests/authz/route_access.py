@@ -441,8 +441,8 @@ def matrix_machine(world: World) -> dict[str, Any]:
     return {"name": world.machine_name}
 
 
-def machine_registration(world: World) -> dict[str, Any]:
-    return {"name": "new-machine", "host_cluster": world.host_name,
+def machine_registration(_world: World) -> dict[str, Any]:
+    return {"name": "new-machine", "host_cluster": "default",
             "bmc_address": "ipmi://10.0.0.20", "boot_mac": "0C-C4-7A-00-00-20",
             "bmc": {"username": "admin", "password": "matrix-bmc-password"},
             "gpu_class": "NVIDIA-H100-80GB-HBM3", "gpu_count": 8}

@@ -73,7 +73,7 @@ class World:
     template_name: str = ""
     # Host clusters (issue 17): a registered host no node or cluster points at.
     host_name: str = ""
-    # Machines (issue 32): a registered machine in the pool of the matrix host.
+    # Machines (issue 32): a registered machine in the pool of the default host.
     machine_name: str = ""
 
 
@@ -124,7 +124,8 @@ def build_world(db: Session) -> World:
 
 
 def _add_machine(db: Session, world: World, gpu: GpuClass) -> None:
-    host = db.scalar(select(HostCluster).where(HostCluster.name == world.host_name))
+    """On the default host: the registered one is deleted by the hosts' routes."""
+    host = db.scalar(select(HostCluster).where(HostCluster.is_default.is_(True)))
     assert host is not None
     world.machine_name = factories.machine(db, host, gpu, name="matrix-machine",
                                            key=DEV_ENCRYPTION_KEY).name
