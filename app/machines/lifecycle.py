@@ -40,6 +40,9 @@ class Observed:
     error_message: str = ""
     node_ready: bool = False
     node_name: str | None = None
+    # What the Node says of its GPUs (GPU Feature Discovery's product label, allocatable GPUs).
+    node_gpu_product: str = ""
+    node_gpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,24 @@ class Reading:
     reason: str
 
 
-def reading(observed: Observed, desired: str, deleting: bool) -> Reading:
+def reading(observed: Observed, desired: str, deleting: bool,
+            expected: tuple[str, int] | None = None) -> Reading:
+    """The phase and reason; ``expected`` (GPU class product, count) is checked against a
+    joined machine's Node."""
+    found = _reading(observed, desired, deleting)
+    if found.phase == "joined" and expected is not None:
+        return Reading("joined", _gpu_mismatch(observed, *expected))
+    return found
+
+
+def _gpu_mismatch(observed: Observed, product: str, gpus: int) -> str:
+    if observed.node_gpu_product != product or observed.node_gpus != gpus:
+        return (f"its node reports {observed.node_gpus} GPUs of "
+                f"{observed.node_gpu_product or 'no product'}; {gpus} of {product} expected")
+    return ""
+
+
+def _reading(observed: Observed, desired: str, deleting: bool) -> Reading:
     if observed.error_type:
         return Reading("failed", observed.error_message or f"Metal3: {observed.error_type}")
     state = observed.state

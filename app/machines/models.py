@@ -43,7 +43,8 @@ class Machine(Base):
     # Set by a delete request: the worker removes the BareMetalHost and secrets, then the row.
     deleting_at: Mapped[datetime | None]
     phase: Mapped[str] = mapped_column(String(20), default="registering")
-    # Metal3's errorMessage when failed, else what the machine waits for.
+    # Metal3's errorMessage when failed, what the machine waits for, or how a joined machine's
+    # node differs from the GPUs expected.
     reason: Mapped[str] = mapped_column(String(1000), default="")
     # Metal3's provisioning state as last read ('' before the BareMetalHost is seen).
     provisioning_state: Mapped[str] = mapped_column(String(40), default="")

@@ -105,8 +105,9 @@ class MachineOut(BaseModel):
                                          "provisioned: imaged and joined as a Node")
     deleting: bool
     phase: Phase
-    reason: str = Field(description="Metal3's error message when failed, else what the "
-                                    "machine waits for")
+    reason: str = Field(description="Metal3's error message when failed, what the machine "
+                                    "waits for, or how a joined machine's node differs from "
+                                    "the GPUs expected")
     provisioning_state: str = Field(description="Metal3's provisioning state as last read")
     node_name: str | None
     tenant: str | None = Field(description="the tenant the machine's node is dedicated to")

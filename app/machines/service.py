@@ -266,7 +266,9 @@ def record_observation(db: Session, row: Machine, observed: Observed, generation
                        now: datetime) -> bool:
     """What the worker read becomes the machine's phase, reason and conditions, as of the
     generation it acted on; a new phase is audited. True when the machine newly joined."""
-    found = reading(observed, row.desired, row.deleting_at is not None)
+    gpu_class = db.get(GpuClass, row.gpu_class_id)
+    expected = (gpu_class.product, row.gpu_count) if gpu_class else None
+    found = reading(observed, row.desired, row.deleting_at is not None, expected)
     conditions = conditions_of(list(row.conditions or []), observed, generation, now)
     before = {"phase": row.phase, "reason": row.reason, "node_name": row.node_name}
     joined = found.phase == "joined" and row.phase != "joined"

@@ -317,15 +317,26 @@ def _settled(spec: MachineSpec, phase: str) -> bool:
 def _observed(observation: metal3.HostObservation, node: Manifest | None) -> Observed:
     error_type = observation.error_type or (
         "OperationalError" if observation.has_error else "")
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    allocatable = ((node or {}).get("status") or {}).get("allocatable") or {}
     return Observed(state=observation.state if observation.exists else None,
                     error_type=error_type, error_message=observation.error_message,
                     node_ready=node is not None and _ready(node),
-                    node_name=str(node["metadata"]["name"]) if node is not None else None)
+                    node_name=str(node["metadata"]["name"]) if node is not None else None,
+                    node_gpu_product=str(labels.get(lbl.GPU_PRODUCT, "")),
+                    node_gpus=_count(allocatable.get(lbl.GPU_RESOURCE)))
 
 
 def _ready(node: Manifest) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _count(value: object) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
 
 
 def _machines_namespace() -> Manifest:

@@ -186,7 +186,7 @@ def test_provisioned_joined_released_and_back_in_the_pool(
     lab.kubelet_joins(ready=True)
     lab.next_pass()
     machine = lab.machine()
-    assert (machine.phase, machine.node_name) == ("joined", NAME)
+    assert (machine.phase, machine.node_name, machine.reason) == ("joined", NAME, "")
     with lab.database.session() as db:
         assert db.scalar(select(WorkItem).where(WorkItem.kind == "nodes"))  # inventory told
 
@@ -304,3 +304,19 @@ def test_a_joined_machines_node_is_in_the_inventory_and_not_released_while_dedic
         with pytest.raises(Conflict, match="dedicated to tenant acme"):
             service.release(db, admin, NAME)
         assert service.get_machine(db, admin, NAME).tenant == "acme"
+
+
+def test_a_joined_machine_whose_node_reports_other_gpus_says_so(lab: Lab) -> None:
+    with lab.database.transaction() as db:
+        db.execute(update(Machine).values(gpu_count=4))
+    lab.next_pass()
+    lab.metal3_reports("available")
+    lab.ask(desired="provisioned")
+    lab.next_pass()
+    lab.metal3_reports("provisioned", image=True)
+    lab.kubelet_joins()
+    lab.next_pass()
+    machine = lab.machine()
+    assert machine.phase == "joined"
+    assert machine.reason == ("its node reports 8 GPUs of NVIDIA-H100-80GB-HBM3; 4 of "
+                              "NVIDIA-H100-80GB-HBM3 expected")
