@@ -114,9 +114,11 @@ def machine(db: Session, host: HostCluster, gpu: GpuClass, name: str | None = No
     fields.setdefault("bmc_address", "redfish+http://10.0.0.9/redfish/v1/Systems/1")
     fields.setdefault("boot_mac", "0c:c4:7a:00:00:01")
     fields.setdefault("gpu_count", 8)
+    fields.setdefault("desired", "pool")
+    fields.setdefault("phase", "registering")
     row = Machine(name=name or f"machine-{next(_seq)}", host_cluster_id=host.id,
-                  gpu_class_id=gpu.id, desired="pool", phase="registering", reason="",
-                  provisioning_state="", generation=1, observed_generation=0, conditions=[],
+                  gpu_class_id=gpu.id, reason="", provisioning_state="", generation=1,
+                  observed_generation=0, conditions=[],
                   bmc_credentials_encrypted=box.seal(
                       json.dumps({"username": "admin", "password": password})), **fields)
     db.add(row)
