@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -14,6 +15,7 @@ from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.kit.config import Settings
 from app.kit.crypto import SecretBox
+from app.machines.models import Machine
 from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
@@ -97,6 +99,28 @@ def node(db: Session, host: HostCluster, gpu: GpuClass | None, name: str | None 
     fields.setdefault("ready", True)
     row = Node(host_cluster_id=host.id, name=name or f"node-{next(_seq)}",
                gpu_class_id=gpu.id if gpu else None, gpu_count=gpu_count, **fields)
+    db.add(row)
+    db.flush()
+    return row
+
+
+def machine(db: Session, host: HostCluster, gpu: GpuClass, name: str | None = None, *,
+            password: str = "bmc-password", key: str | None = None,  # noqa: S107
+            **fields: object) -> Machine:
+    """A machine registered in the pool, its BMC credentials sealed with ``key`` (else the test
+    settings' key)."""
+    box = SecretBox(key) if key else SecretBox.from_settings(
+        Settings(env="test", database_url="sqlite://"))
+    fields.setdefault("bmc_address", "redfish+http://10.0.0.9/redfish/v1/Systems/1")
+    fields.setdefault("boot_mac", "0c:c4:7a:00:00:01")
+    fields.setdefault("gpu_count", 8)
+    fields.setdefault("desired", "pool")
+    fields.setdefault("phase", "registering")
+    row = Machine(name=name or f"machine-{next(_seq)}", host_cluster_id=host.id,
+                  gpu_class_id=gpu.id, reason="", provisioning_state="", generation=1,
+                  observed_generation=0, conditions=[],
+                  bmc_credentials_encrypted=box.seal(
+                      json.dumps({"username": "admin", "password": password})), **fields)
     db.add(row)
     db.flush()
     return row

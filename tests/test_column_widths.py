@@ -39,6 +39,7 @@ from app.clusters.schemas import ClusterCreate, SleepPolicyIn
 from app.database.core import Database
 from app.gpu_classes.schemas import GpuClassCreate, GpuClassUpdate
 from app.hosts.schemas import HostCredentialsIn, HostRegister, HostUpdate, StateChange
+from app.machines.schemas import BmcCredentialsIn, MachineRegister
 from app.nodes.schemas import AssignmentIn, SuggestionIn
 from app.quotas.schemas import ApproveIn, QuotaRequestCreate, RejectIn
 from app.templates.schemas import (
@@ -64,6 +65,7 @@ WRITES: dict[type[BaseModel], str] = {
     GpuClassUpdate: "gpu_classes",
     HostRegister: "host_clusters",
     HostUpdate: "host_clusters",
+    MachineRegister: "machines",
     QuotaRequestCreate: "quota_requests",
     TemplateCreate: "cluster_templates",
     VersionSettings: "cluster_template_versions",
@@ -89,6 +91,10 @@ NOT_IN_A_STRING_COLUMN: dict[Field, str] = {
     (HostCredentialsIn, "token"): "sealed: stored encrypted, as bytes",
     (HostCredentialsIn, "ca_certificate"): "sealed: stored encrypted, as bytes",
     (StateChange, "reason"): "kept in the audit event's JSON",
+    (MachineRegister, "host_cluster"): "looks a host cluster up",
+    (MachineRegister, "gpu_class"): "looks a GPU class up",
+    (BmcCredentialsIn, "username"): "sealed: stored encrypted, as bytes",
+    (BmcCredentialsIn, "password"): "sealed: stored encrypted, as bytes",
     (AssignmentIn, "tenant"): "looks a tenant up",
     (SuggestionIn, "tenant"): "looks a tenant up",
     (SuggestionIn, "gpu_class"): "looks a GPU class up",
@@ -108,6 +114,7 @@ NARROWED: dict[Field, int] = {
     (HostRegister, "region"): 63,
     (HostUpdate, "name"): 63,
     (HostUpdate, "region"): 63,
+    (MachineRegister, "name"): 63,
 }
 # String columns no schema field writes, and what writes them (width checked where it is built,
 # or by the label test below).
@@ -141,6 +148,12 @@ WRITTEN_BY_THE_SERVER: dict[str, str] = {
     "kubeconfig_grants.service_account": "built from ids, a Kubernetes name",
     "kubeconfig_grants.secret_name": "built from ids, a Kubernetes name",
     "kubeconfig_grants.revoke_reason": "fixed reasons",
+    "machines.desired": "fixed states",
+    "machines.phase": "fixed phases",
+    "machines.reason": "Metal3's errorMessage or a fixed text, cut to 1000",
+    "machines.provisioning_state": "Metal3's provisioning state, cut to 40",
+    "machines.node_name": "a Kubernetes node name (at most 253)",
+    "machines.bootstrap_token_id": "a generated bootstrap token id (6 characters)",
     "memberships.role": "a Literal of the schema",
     "memberships.source": "fixed sources",
     "nodes.name": "a Kubernetes node name (at most 253)",

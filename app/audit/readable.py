@@ -25,6 +25,7 @@ ACTION_KINDS: tuple[tuple[str, str], ...] = (
     ("user.", "Users"),
     ("api_token.", "API tokens"),
     ("host_cluster.", "Host clusters"),
+    ("machine.", "Bare-metal machines"),
     ("cluster_template.", "Cluster templates"),
     ("auth.", "Sign-ins"),
     ("authz.", "Access denied"),

@@ -10,6 +10,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from app.clusters.models import VirtualCluster
 from app.hosts.models import HostCluster
+from app.machines.models import Machine
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ SEALED_COLUMNS = (
     SealedColumn("virtual_cluster", VirtualCluster, VirtualCluster.admin_kubeconfig_encrypted,
                  VirtualCluster.tenant_id),
     SealedColumn("host_cluster", HostCluster, HostCluster.credentials_encrypted,
+                 literal(None)),
+    SealedColumn("machine", Machine, Machine.bmc_credentials_encrypted,
                  literal(None)),
 )
 

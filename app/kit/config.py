@@ -197,6 +197,26 @@ class Settings(BaseSettings):
         description="lifetime of the serving certificate; the worker rotates it with a third "
                     "left")
 
+    # Bare-metal machines (Metal3): what a provisioned machine is imaged with and how long the
+    # bootstrap token it joins with lives.
+    machine_image_url: str = Field(
+        default="http://machine-images.portal-machines.svc/gpu-node.qcow2",
+        description="the OS image Metal3 writes to a provisioned bare-metal machine (a URL "
+                    "Ironic can download; the image runs cloud-init and a kubelet)")
+    machine_image_checksum: str | None = Field(
+        default=None,
+        description="the image's checksum, or the URL of a checksum file; unset: "
+                    "`PORTAL_MACHINE_IMAGE_URL` followed by `.sha256sum`")
+    machine_image_checksum_type: Literal["md5", "sha256", "sha512", "auto"] = Field(
+        default="sha256", description="the checksum's algorithm (`auto`: Ironic guesses)")
+    machine_image_format: Literal["raw", "qcow2", "vdi", "vmdk", "live-iso"] = Field(
+        default="qcow2", description="the image's disk format")
+    machine_join_token_ttl_seconds: int = Field(
+        default=3600, ge=300, le=86400,
+        description="lifetime of the bootstrap token a provisioned machine joins its host "
+                    "cluster with; the worker mints another if the machine has not started "
+                    "provisioning when it nears its end")
+
     sleep_delete_warning_hours: float = Field(
         default=24.0, ge=0, le=24 * 30,
         description="how long before a sleeping cluster's deletion (its sleep policy's days "

@@ -238,6 +238,18 @@ class InMemoryKube:
             self._objects[ref] = stored
             return copy.deepcopy(stored)
 
+    def seed_status(self, api_version: str, kind: str, name: str, namespace: str | None,
+                    status: Manifest) -> Manifest:
+        """Set the status of a stored object as its controller would (through the status
+        subresource): spec and the portal's applied fields stay; generation stays too."""
+        with self._lock:
+            ref = self._ref(api_version, kind, name, namespace)
+            self._require_exists(ref)
+            live = self._objects[ref]
+            updated = {**copy.deepcopy(live), "status": copy.deepcopy(status)}
+            self._objects[ref] = self._stamp(updated, live, ref)
+            return copy.deepcopy(self._objects[ref])
+
     def mutations(self) -> list[KubeCall]:
         """Calls that changed stored state: a second reconcile of a converged object has none."""
         return [call for call in self.calls if call.changed]

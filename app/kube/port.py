@@ -202,6 +202,7 @@ def _register_builtins() -> None:
         ("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings", False),
         ("scheduling.run.ai/v2", "Queue", "queues", False),
+        ("metal3.io/v1alpha1", "BareMetalHost", "baremetalhosts", True),
         ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy",
          "validatingadmissionpolicies", False),
         ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding",

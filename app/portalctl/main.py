@@ -30,6 +30,7 @@ from app.portalctl.common import (
 )
 from app.portalctl.fleet import fleet, gpu_classes_app, nodes_app
 from app.portalctl.hosts import hosts_app
+from app.portalctl.machines import machines_app
 from app.portalctl.output import Format, emit
 from app.portalctl.templates import templates_app
 from app.portalctl.usage import usage
@@ -51,6 +52,7 @@ app.add_typer(gpu_classes_app, name="gpu-classes")
 app.command("fleet")(fleet)
 app.add_typer(templates_app, name="templates")
 app.add_typer(hosts_app, name="hosts")
+app.add_typer(machines_app, name="machines")
 app.command("audit")(audit)
 app.command("usage")(usage)
 

@@ -7,6 +7,7 @@ from app.database.core import Base
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.kubeconfigs.models import KubeconfigGrant
+from app.machines.models import Machine
 from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
@@ -31,6 +32,7 @@ __all__ = [
     "IdempotencyKey",
     "KubeconfigGrant",
     "LedgerEntry",
+    "Machine",
     "Membership",
     "Node",
     "NodeAssignment",

@@ -67,6 +67,8 @@ from app.kit.errors import (
 from app.kube.connector import ClientConnector, KubeConnector
 from app.kubeconfigs import api as kubeconfigs_api
 from app.kubeconfigs import web as kubeconfigs_web
+from app.machines import api as machines_api
+from app.machines import web as machines_web
 from app.nodes import api as nodes_api
 from app.nodes import web as nodes_web
 from app.pages import audit_api as audit_api
@@ -96,14 +98,14 @@ API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api
                nodes_api.router,
                clusters_api.router, clusters_api.power_router, templates_api.router,
                templates_api.cluster_router,
-               usage_api.router, hosts_api.router, fleet_api.router]
+               usage_api.router, hosts_api.router, machines_api.router, fleet_api.router]
 WEB_ROUTERS = [home.router, auth_web.router, token_web.router, cli_login.router,
                audit_web.router,
                dashboard.router, tenants_web.router, quotas_web.router, gpu_classes_web.router,
                kubeconfigs_web.router,
                nodes_web.router,
                clusters_web.router, templates_web.router, usage_web.router, hosts_web.router,
-               fleet_web.router, api_docs.router]
+               machines_web.router, fleet_web.router, api_docs.router]
 
 
 

@@ -11,6 +11,7 @@ from app.reconcilers.clusters import ClusterReconciler
 from app.reconcilers.hosts import HostHealthReconciler
 from app.reconcilers.kind import Kind
 from app.reconcilers.kubeconfigs import KubeconfigReconciler
+from app.reconcilers.machines import MachineReconciler
 from app.reconcilers.nodes import NodeReconciler
 from app.reconcilers.quota_expiry import QuotaExpiryReconciler
 from app.reconcilers.runtime import Runtime
@@ -32,6 +33,7 @@ def build_kinds(
             SleepPolicyReconciler(settings, database),
             KubeconfigReconciler.from_settings(settings, database, kube),
             NodeReconciler(settings, database, kube),
+            MachineReconciler(settings, database, kube),
             ClusterReconciler(settings, database, kube, installer),
             WebhookReconciler(settings, database, kube),
             UsageSampler(settings, database, kube),

@@ -10,6 +10,7 @@ from app.workqueue.kinds import (
     CLUSTERS,
     HOSTS,
     KUBECONFIGS,
+    MACHINES,
     NODES,
     QUOTA_EXPIRY,
     SLEEP_POLICY,
@@ -19,5 +20,5 @@ from app.workqueue.kinds import (
 )
 from app.workqueue.repository import enqueue, enqueue_many
 
-__all__ = ["ALL", "CLUSTERS", "HOSTS", "KUBECONFIGS", "NODES", "QUOTA_EXPIRY", "SLEEP_POLICY",
-           "TEMPLATE_VALIDATION", "USAGE", "WEBHOOK", "enqueue", "enqueue_many"]
+__all__ = ["ALL", "CLUSTERS", "HOSTS", "KUBECONFIGS", "MACHINES", "NODES", "QUOTA_EXPIRY",
+           "SLEEP_POLICY", "TEMPLATE_VALIDATION", "USAGE", "WEBHOOK", "enqueue", "enqueue_many"]

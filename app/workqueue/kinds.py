@@ -12,3 +12,4 @@ SLEEP_POLICY = "sleep-policy"  # one key, ALL: idle and scheduled sleep, deletio
 # The key of a kind with one object for the whole portal.
 ALL = "all"
 TEMPLATE_VALIDATION = "template-validation"  # a template version's id
+MACHINES = "machines"  # a bare-metal machine's id: its BareMetalHost, secrets and phase

@@ -435,3 +435,43 @@ ROUTES += [
     Route("POST", ADMIN_HOSTS + "/{name}/check", Access.PLATFORM_ADMIN, params=matrix_host),
     Route("POST", ADMIN_HOSTS + "/{name}/delete", Access.PLATFORM_ADMIN, params=matrix_host),
 ]
+
+
+def matrix_machine(world: World) -> dict[str, Any]:
+    return {"name": world.machine_name}
+
+
+def machine_registration(_world: World) -> dict[str, Any]:
+    return {"name": "new-machine", "host_cluster": "default",
+            "bmc_address": "ipmi://10.0.0.20", "boot_mac": "0C-C4-7A-00-00-20",
+            "bmc": {"username": "admin", "password": "matrix-bmc-password"},
+            "gpu_class": "NVIDIA-H100-80GB-HBM3", "gpu_count": 8}
+
+
+def machine_form(world: World) -> dict[str, Any]:
+    body = {k: v for k, v in machine_registration(world).items() if k != "bmc"}
+    return {**body, "name": "web-machine", "bmc_username": "admin",
+            "bmc_password": "matrix-bmc-password"}
+
+
+BMC_CREDENTIALS = {"username": "root", "password": "rotated-bmc-password"}
+MACHINES = "/api/v1/machines"
+ADMIN_MACHINES = "/admin/machines"
+ROUTES += [
+    Route("GET", MACHINES, Access.PLATFORM_ADMIN),
+    Route("POST", MACHINES, Access.PLATFORM_ADMIN, body=machine_registration),
+    Route("GET", MACHINES + "/{name}", Access.PLATFORM_ADMIN, params=matrix_machine),
+    Route("POST", MACHINES + "/{name}/provision", Access.PLATFORM_ADMIN, params=matrix_machine),
+    Route("POST", MACHINES + "/{name}/release", Access.PLATFORM_ADMIN, params=matrix_machine),
+    Route("PUT", MACHINES + "/{name}/bmc-credentials", Access.PLATFORM_ADMIN,
+          params=matrix_machine, body=lambda _w: dict(BMC_CREDENTIALS)),
+    Route("DELETE", MACHINES + "/{name}", Access.PLATFORM_ADMIN, params=matrix_machine),
+    Route("GET", ADMIN_MACHINES, Access.PLATFORM_ADMIN),
+    Route("POST", ADMIN_MACHINES, Access.PLATFORM_ADMIN, body=machine_form),
+    Route("GET", ADMIN_MACHINES + "/{name}", Access.PLATFORM_ADMIN, params=matrix_machine),
+    Route("POST", ADMIN_MACHINES + "/{name}/bmc-credentials", Access.PLATFORM_ADMIN,
+          params=matrix_machine, body=lambda _w: {"bmc_username": "root",
+                                                  "bmc_password": "rotated-bmc-password"}),
+    Route("POST", ADMIN_MACHINES + "/{name}/{action}", Access.PLATFORM_ADMIN,
+          params=lambda world: {"name": world.machine_name, "action": "provision"}),
+]

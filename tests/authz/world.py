@@ -6,6 +6,7 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User, WebSession
@@ -72,6 +73,8 @@ class World:
     template_name: str = ""
     # Host clusters (issue 17): a registered host no node or cluster points at.
     host_name: str = ""
+    # Machines (issue 32): a registered machine in the pool of the default host.
+    machine_name: str = ""
 
 
 def _session_cookie(db: Session, user: User) -> tuple[str, str]:
@@ -115,8 +118,17 @@ def build_world(db: Session) -> World:
     _add_cluster(db, world, acme, gpu)
     _add_templates(db, world)
     _add_registered_host(db, world)
+    _add_machine(db, world, gpu)
     db.flush()
     return world
+
+
+def _add_machine(db: Session, world: World, gpu: GpuClass) -> None:
+    """On the default host: the registered one is deleted by the hosts' routes."""
+    host = db.scalar(select(HostCluster).where(HostCluster.is_default.is_(True)))
+    assert host is not None
+    world.machine_name = factories.machine(db, host, gpu, name="matrix-machine",
+                                           key=DEV_ENCRYPTION_KEY).name
 
 
 def _add_registered_host(db: Session, world: World) -> None:

@@ -27,6 +27,10 @@ KAI_SCHEDULER_NAME: Final = "kai-scheduler"
 KAI_QUEUE_LABEL: Final = "kai.scheduler/queue"
 KAI_API_VERSION: Final = "scheduling.run.ai/v2"
 
+# On every object the portal keeps for one bare-metal machine (its BareMetalHost, Secrets and
+# bootstrap tokens), so they can be found and removed by machine.
+MACHINE: Final = "gpu-tenant-portal/machine"
+
 # Set by the vCluster syncer on every object it writes to the host namespace.
 VCLUSTER_SYNCED_MARKER: Final = "vcluster.loft.sh/managed-by"
 
