@@ -25,15 +25,14 @@ M = TypeVar("M", bound=Base)
 def lock_row(db: Session, model: type[M], row_id: int, *, shared: bool = False) -> M | None:
     """``shared``: ``FOR SHARE`` on PostgreSQL, so holders wait only for writers of the row."""
     primary_key: Any = model.__mapper__.primary_key[0]
-    if db.get_bind().dialect.name == "sqlite":
-        db.execute(update(model).where(primary_key == row_id).values({primary_key.name: row_id}))
+    lock_rows(db, model, primary_key == row_id)
     query = select(model).where(primary_key == row_id).with_for_update(read=shared)
     return db.scalar(query.execution_options(populate_existing=True))
 
 
 def lock_rows(db: Session, model: type[M], *where: ColumnElement[bool]) -> None:
     """On SQLite, the write lock that ``FOR UPDATE`` of the rows ``where`` selects stands for on
-    PostgreSQL (a no-op write, as ``lock_row`` makes); nothing on PostgreSQL."""
+    PostgreSQL (a no-op write); nothing on PostgreSQL."""
     if db.get_bind().dialect.name != "sqlite":
         return
     primary_key: Any = model.__mapper__.primary_key[0]
