@@ -2,7 +2,9 @@
 
 Level-triggered: each reconcile brings the host to what the machine asks from whatever state
 it finds (a worker killed half-way leaves nothing another pass cannot finish), then reads
-Metal3's answer back into the machine's phase.
+Metal3's answer back into the machine's phase. Its applies are forced: the BareMetalHost's spec
+and the Secrets are the portal's, and a field someone else changed on the host is written back
+rather than left to fail every pass.
 
 - In the pool: the BMC Secret and an online BareMetalHost without image; what a release left
   (the machine's Node once Metal3 deprovisions, the user-data and bootstrap token Secrets) is
@@ -154,14 +156,14 @@ class MachineReconciler(RunsAlone):
         spec = snapshot.spec
         if spec.deleting:
             return self._delete(host, spec)
-        host.apply(_machines_namespace())
-        host.apply(metal3.bmc_secret(spec.name, spec.bmc.username, spec.bmc.password))
+        host.apply(_machines_namespace(), force=True)
+        host.apply(metal3.bmc_secret(spec.name, spec.bmc.username, spec.bmc.password), force=True)
         current = metal3.host_observation(host.get(*BMH, spec.name, metal3.MACHINES_NAMESPACE))
         if spec.desired == "provisioned":
             user_data = self._ensure_join(host, snapshot, current, lease)
-            stored = host.apply(self._host(spec, image=True, user_data=user_data))
+            stored = host.apply(self._host(spec, image=True, user_data=user_data), force=True)
         else:
-            stored = host.apply(self._host(spec, image=False, user_data=None))
+            stored = host.apply(self._host(spec, image=False, user_data=None), force=True)
         observation = metal3.host_observation(stored)
         node = self._node(host, spec) if observation.state == "provisioned" else None
         if spec.desired == "pool":
@@ -185,11 +187,11 @@ class MachineReconciler(RunsAlone):
         if token is None:
             token = self._mint(host, spec, lease)
         for binding in metal3.bootstrap_role_bindings():
-            host.apply(binding)
+            host.apply(binding, force=True)
         endpoint = self._endpoint(host, snapshot)
         host.apply(metal3.user_data_secret(spec.name, server=endpoint.server,
                                            ca_data=endpoint.ca_data, token=token.value,
-                                           node_name=spec.name))
+                                           node_name=spec.name), force=True)
         return name
 
     def _valid_token(self, host: KubePort, spec: MachineSpec) -> metal3.BootstrapToken | None:
@@ -220,7 +222,7 @@ class MachineReconciler(RunsAlone):
                 machines_service.record_token(row, token.token_id, expires_at)
         if spec.bootstrap_token_id:
             _delete_token(host, spec.bootstrap_token_id)
-        host.apply(metal3.bootstrap_token_secret(spec.name, token, expires_at))
+        host.apply(metal3.bootstrap_token_secret(spec.name, token, expires_at), force=True)
         log.info("machine %s: bootstrap token %s minted, valid until %s", spec.name,
                  token.token_id, expires_at.isoformat())
         return token

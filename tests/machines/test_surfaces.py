@@ -207,3 +207,16 @@ def test_the_machine_page_shows_metal3s_reason_for_a_failed_machine(
         page.text)
     listing = client.get("/admin/machines").text
     assert "IPMI authentication failed" in listing
+
+
+def test_a_joined_machine_links_to_its_node_on_the_pages(client: TestClient, db: Session,
+                                                        oidc_issuer: str) -> None:
+    host = factories.registered_host(db, "gpu-eu-2")
+    machine = factories.machine(db, host, factories.gpu_class(db, H100), "gpu-r4-07",
+                                desired="provisioned")
+    machine.phase, machine.node_name = "joined", "gpu-r4-07"
+    db.commit()
+    oidc.sign_in(client, DEMO_ADMIN)
+    link = '<a href="/admin/nodes/gpu-r4-07">gpu-r4-07</a>'
+    assert link in client.get("/admin/machines/gpu-r4-07").text
+    assert link in client.get("/admin/machines").text

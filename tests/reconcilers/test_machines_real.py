@@ -79,3 +79,24 @@ def test_provision_release_and_delete_on_a_real_api_server(
     assert adapter.get("v1", "Secret", f"{NAME}-user-data", metal3.MACHINES_NAMESPACE) is None
     with database.session() as db:
         assert db.get(Machine, machine_id) is None
+
+
+def test_bmc_credentials_someone_else_changed_on_the_host_are_written_back(
+        database: Database, adapter: KubernetesAdapter, metal3_host: ApiServer,
+        tmp_path: Path) -> None:
+    with database.transaction() as db:
+        factories.machine(db, factories.env_host(db), factories.gpu_class(db), NAME,
+                          password="calvin-and-hobbes")
+    kubeconfig = metal3_host.write_admin_kubeconfig(tmp_path / "host.yaml")
+    settings = Settings(env="test", database_url="sqlite://", kubeconfig=str(kubeconfig))
+    clock = Later()
+    loop = MachineReconciler(settings, database, InMemoryConnector(adapter), now=clock)
+    loop.run_due("test")
+    name = f"{NAME}-bmc"
+    adapter.apply({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": name, "namespace": metal3.MACHINES_NAMESPACE},
+                   "data": {"username": "", "password": ""}}, force=True, manager="someone")
+    clock.later(60)
+    loop.run_due("test")
+    secret = adapter.get("v1", "Secret", name, metal3.MACHINES_NAMESPACE) or {}
+    assert base64.b64decode(secret["data"]["password"]).decode() == "calvin-and-hobbes"
