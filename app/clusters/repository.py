@@ -202,8 +202,13 @@ def quota_rooms(db: Session, tenant_id: int, gpu_class_id: int, *,
         lock_rows(db, TenantQuota, TenantQuota.tenant_id == tenant_id,
                   TenantQuota.gpu_class_id == gpu_class_id)
         query = query.with_for_update()
-    return {region: QuotaRoom(gpus, allocated_gpus(db, tenant_id, gpu_class_id, region))
-            for region, gpus in db.execute(query)}
+    quotas = db.execute(query).all()
+    if not quotas:
+        return {}
+    # Read after the lock, in a statement of its own: on PostgreSQL a statement sees what was
+    # committed when it began, and the lock may have waited for a create to commit.
+    held = quota_repository.allocated_by_region(db, tenant_id, gpu_class_id)
+    return {region: QuotaRoom(gpus, held.get(region, 0)) for region, gpus in quotas}
 
 
 # ----- what placement sees of each host
