@@ -6,10 +6,13 @@ from __future__ import annotations
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
 
 from app.database import core as app_db
 from app.database.core import Database, ReadOnlyViolation
+from app.database.kept import Kept
+from app.gpu_classes.models import GpuClass
 from app.kit.config import Settings
 from app.process.asgi import create_app
 from tests import factories
@@ -64,3 +67,29 @@ def test_a_connection_dropped_just_after_use_costs_a_503_not_a_500(
     statuses = [a.status_code for a in answers]
     assert set(statuses) <= {200, 503} and statuses[-1] == 200, statuses
     assert all(a.headers.get("Retry-After") for a in answers if a.status_code == 503)
+
+
+def _products(db: Session) -> set[str]:
+    return set(db.scalars(select(GpuClass.product)))
+
+
+_KEPT_PRODUCTS = Kept("test_products", (GpuClass,), _products, max_age=2.0)
+
+
+def test_kept_figures_show_another_connections_change_within_their_age_and_a_local_one_at_once(
+    db: Session,
+) -> None:
+    factories.gpu_class(db, "A")
+    db.commit()
+    assert "A" in _KEPT_PRODUCTS.get(db, clock=lambda: 1000.0)
+    # Written past the session (as another process would): the kept figures hold until 2 s old.
+    db.connection().execute(text(
+        "INSERT INTO gpu_classes (product, display_name, memory_mib, declared_by_admin, "
+        "created_at) VALUES ('B', 'B', 0, false, now())"))
+    assert "B" not in _KEPT_PRODUCTS.get(db, clock=lambda: 1001.9)
+    assert "B" in _KEPT_PRODUCTS.get(db, clock=lambda: 1002.1)
+    # Flushed through a session of this process: read again at once, in this session too.
+    factories.gpu_class(db, "C")
+    assert "C" in _KEPT_PRODUCTS.get(db, clock=lambda: 1002.2)
+    db.rollback()
+    assert "C" not in _KEPT_PRODUCTS.get(db, clock=lambda: 1002.3)

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.clusters import desired, placement, repository
+from app.clusters import desired, known_classes, placement, repository
 from app.clusters.models import VirtualCluster
 from app.clusters.placement import Placed, PlacementRequest, Unplaceable
 from app.clusters.repository import QuotaRoom
@@ -83,13 +83,12 @@ def host_facts(db: Session, tenant_id: int,
     """What placement needs to know of every host for ``request``: a handful of aggregate
     queries. The free GPUs are of the requested class only when GPUs are asked (else of every
     class), and the tenant's dedicated nodes are read only for a dedicated-nodes request."""
-    hosts = repository.host_rows(db)
+    only = request.gpu_class_id if request.gpus > 0 else None
+    hosts, shared = _hosts_and_shared(db, only)
     if not hosts:
         repository.ensure_a_host(db)
-        hosts = repository.host_rows(db)
-    only = request.gpu_class_id if request.gpus > 0 else None
+        hosts, shared = _hosts_and_shared(db, only)
     on_nodes = fleet_gpus.per_host_and_class(db)
-    shared = repository.shared_gpus_per_host(db, only)
     tenant_nodes: dict[int, int] = {}
     if request.gpu_class_id is not None and request.placement == DEDICATED:
         held = repository.tenant_dedicated_held(db, tenant_id, request.gpu_class_id)
@@ -104,6 +103,16 @@ def host_facts(db: Session, tenant_id: int,
         {request.gpu_class_id: tenant_nodes.get(host.id, 0)}
         if request.gpu_class_id is not None else {},
         host.has_credentials, host.answers, host.has_webhook) for host in hosts]
+
+
+def _hosts_and_shared(db: Session, only: int | None,
+                      ) -> tuple[list[repository.HostRow], dict[tuple[int, int], int]]:
+    """The hosts, and (host, class) -> GPUs shared-pool clusters hold there, of class ``only``
+    (one statement) or of every class."""
+    if only is None:
+        return repository.host_rows(db), repository.shared_gpus_per_host(db, None)
+    hosts, shared = repository.host_rows_with_shared_gpus(db, only)
+    return hosts, {(host, only): gpus for host, gpus in shared.items()}
 
 
 class NoHostFits(Conflict):
@@ -129,7 +138,7 @@ def gpu_class_of(db: Session, gpu_class_id: int | None, gpus: int) -> GpuClass |
         if gpus > 0:
             raise ValidationFailed.on_field("gpu_class_id", "choose the class of the GPUs")
         return None
-    gpu_class = db.get(GpuClass, gpu_class_id)
+    gpu_class = known_classes.gpu_class(db, gpu_class_id)
     if gpu_class is None:
         raise ValidationFailed.on_field("gpu_class_id", f"there is no GPU class {gpu_class_id}")
     return gpu_class

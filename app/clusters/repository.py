@@ -126,6 +126,12 @@ def cluster_by_name(db: Session, tenant_id: int, name: str) -> VirtualCluster | 
     return db.scalar(clusters_query(tenant_id).where(VirtualCluster.name == name))
 
 
+def name_taken(db: Session, tenant_id: int, name: str) -> bool:
+    """The tenant has a cluster of that name: its id read, not the row."""
+    return db.scalar(select(VirtualCluster.id).where(
+        VirtualCluster.tenant_id == tenant_id, VirtualCluster.name == name)) is not None
+
+
 def lock_cluster(db: Session, cluster_id: int) -> VirtualCluster | None:
     return lock_row(db, VirtualCluster, cluster_id)
 
@@ -196,8 +202,13 @@ def quota_rooms(db: Session, tenant_id: int, gpu_class_id: int, *,
         lock_rows(db, TenantQuota, TenantQuota.tenant_id == tenant_id,
                   TenantQuota.gpu_class_id == gpu_class_id)
         query = query.with_for_update()
-    return {region: QuotaRoom(gpus, allocated_gpus(db, tenant_id, gpu_class_id, region))
-            for region, gpus in db.execute(query)}
+    quotas = db.execute(query).all()
+    if not quotas:
+        return {}
+    # Read after the lock, in a statement of its own: on PostgreSQL a statement sees what was
+    # committed when it began, and the lock may have waited for a create to commit.
+    held = quota_repository.allocated_by_region(db, tenant_id, gpu_class_id)
+    return {region: QuotaRoom(gpus, held.get(region, 0)) for region, gpus in quotas}
 
 
 # ----- what placement sees of each host
@@ -219,15 +230,33 @@ class HostRow:
 _REACHES_WEBHOOK = or_(HostCluster.is_default, HostCluster.webhook_url.is_not(None))
 
 
+_HOST_COLUMNS = (HostCluster.id, HostCluster.name, HostCluster.region, HostCluster.state,
+                 HostCluster.is_default, HostCluster.credentials_encrypted.is_not(None),
+                 HostCluster.health_reachable, _REACHES_WEBHOOK)
+
+
+def _host_row(row: Any) -> HostRow:
+    return HostRow(row[0], row[1], row[2], str(row[3]), bool(row[4] or row[5]), row[6],
+                   bool(row[7]))
+
+
 def host_rows(db: Session) -> list[HostRow]:
     """Every registered host cluster, by name, as placement sees it."""
-    rows = db.execute(select(HostCluster.id, HostCluster.name, HostCluster.region,
-                             HostCluster.state, HostCluster.is_default,
-                             HostCluster.credentials_encrypted.is_not(None),
-                             HostCluster.health_reachable, _REACHES_WEBHOOK)
-                     .order_by(HostCluster.name))
-    return [HostRow(row[0], row[1], row[2], str(row[3]), bool(row[4] or row[5]), row[6],
-                    bool(row[7])) for row in rows]
+    rows = db.execute(select(*_HOST_COLUMNS).order_by(HostCluster.name))
+    return [_host_row(row) for row in rows]
+
+
+def host_rows_with_shared_gpus(db: Session,
+                               gpu_class_id: int) -> tuple[list[HostRow], dict[int, int]]:
+    """``host_rows``, and host -> the GPUs of the class held by shared-pool clusters there
+    (``shared_gpus_per_host`` of one class), in one statement."""
+    shared = (select(func.coalesce(func.sum(VirtualCluster.gpus), 0))
+              .where(VirtualCluster.placement == "shared-pool",
+                     VirtualCluster.gpu_class_id == gpu_class_id,
+                     VirtualCluster.host_cluster_id == HostCluster.id)
+              .scalar_subquery())
+    rows = db.execute(select(*_HOST_COLUMNS, shared).order_by(HostCluster.name)).all()
+    return [_host_row(row) for row in rows], {row[0]: int(row[8] or 0) for row in rows}
 
 
 def host_webhook_reach(db: Session, host_cluster_id: int) -> tuple[str, bool]:

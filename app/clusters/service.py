@@ -44,7 +44,7 @@ from app.clusters.schemas import (
     SleepPolicyIn,
 )
 from app.clusters.shapes import ResolvedCreate, TemplateResolver, TemplateUpgrade
-from app.database.concurrency import insert_or_conflict
+from app.database.concurrency import insert_first_or_conflict
 from app.gpu_classes.models import GpuClass
 from app.http.pagination import Page, PageParams
 from app.kit.config import Settings
@@ -246,7 +246,7 @@ def check_create(
     if resolved is not None:
         payload = resolved.payload
     checks.check_version(settings, payload.kubernetes_version)
-    if repository.cluster_by_name(db, tenant.id, payload.name) is not None:
+    if repository.name_taken(db, tenant.id, payload.name):
         raise _name_taken(payload.name)
     gpu_class = checks.gpu_class_of(db, payload.gpu_class_id, payload.gpus)
     checks.check_spec(db, settings, tenant, payload, gpu_class)
@@ -287,7 +287,8 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
         addons=[a.as_json() for a in resolved.addons] if resolved else [],
         **(resolved.sleep_policy if resolved else {}),
     )
-    insert_or_conflict(db, cluster, _name_taken(payload.name))
+    # The create's first write: the checks before it read and lock only.
+    insert_first_or_conflict(db, cluster, _name_taken(payload.name))
     enqueue(db, CLUSTERS, cluster.id)
     _record(db, principal, "virtual_cluster.create", cluster, None,
             {**_spec(cluster), "gpu_class": gpu_class.display_name if gpu_class else None,

@@ -48,6 +48,18 @@ def insert_or_conflict(db: Session, row: Base, conflict: Conflict) -> None:
         raise conflict from error
 
 
+def insert_first_or_conflict(db: Session, row: Base, conflict: Conflict) -> None:
+    """``insert_or_conflict`` for a transaction's first write, without the savepoint's two
+    round trips: on the conflict the transaction is rolled back (it had written nothing, and
+    its locks were only for this insert), and the session is usable again."""
+    db.add(row)
+    try:
+        db.flush()
+    except IntegrityError as error:
+        db.rollback()
+        raise conflict from error
+
+
 def upsert(db: Session, model: type[Base], rows: Sequence[dict[str, Any]],
            keys: Sequence[str]) -> None:
     """Inserts ``rows``, overwriting those whose ``keys`` exist: two workers writing the same

@@ -25,6 +25,7 @@ from app.auth.models import User
 from app.database.concurrency import upsert
 from app.gpu_classes.models import GpuClass
 from app.gpu_classes.read_models import node_assignments, nodes
+from app.hosts.models import HostCluster
 from app.hosts.repository import hosts_in
 from app.http.pagination import KeysetPage, PageParams
 from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
@@ -125,6 +126,18 @@ def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int, region: str, 
     """``allocated``, summed now."""
     return int(db.scalar(allocated(tenant_id, gpu_class_id, region, placement=placement,
                                    excluding=excluding, host_cluster_id=host_cluster_id)) or 0)
+
+
+def allocated_by_region(db: Session, tenant_id: int, gpu_class_id: int) -> dict[str, int]:
+    """``allocated`` of every region at once: region -> the GPUs of the class the tenant's
+    clusters hold on the hosts of that region (regions where they hold none left out)."""
+    clusters = virtual_clusters.c
+    rows = db.execute(select(HostCluster.region, func.sum(clusters.gpus))
+                      .join(HostCluster, HostCluster.id == clusters.host_cluster_id)
+                      .where(clusters.tenant_id == tenant_id,
+                             clusters.gpu_class_id == gpu_class_id)
+                      .group_by(HostCluster.region))
+    return {region: int(gpus or 0) for region, gpus in rows}
 
 
 def _allocated(tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:

@@ -65,15 +65,16 @@ class TemplateCatalog:
 
     def _offered(self, db: Session, name: str,
                  number: int | None) -> tuple[ClusterTemplate, ClusterTemplateVersion]:
+        if number is None:
+            found = repository.newest_offered_by_name(db, name)
+            if found is None:
+                raise ValidationFailed.on_field("template", f"no offered cluster template {name}")
+            return found
         template = repository.template_by_name(db, name)
-        row = None
-        if template is not None:
-            row = (repository.version(db, template.id, number) if number is not None
-                   else repository.newest_offered(db, template.id))
+        row = repository.version(db, template.id, number) if template is not None else None
         if template is None or row is None or row.state != "offered":
-            wanted = f"{name} v{number}" if number is not None else name
             field = "template_version" if template is not None and number else "template"
-            raise ValidationFailed.on_field(field, f"no offered cluster template {wanted}")
+            raise ValidationFailed.on_field(field, f"no offered cluster template {name} v{number}")
         return template, row
 
 

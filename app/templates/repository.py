@@ -51,6 +51,20 @@ def newest_offered(db: Session, template_id: int) -> ClusterTemplateVersion | No
                      .order_by(ClusterTemplateVersion.version.desc()).limit(1))
 
 
+def newest_offered_by_name(
+    db: Session, name: str,
+) -> tuple[ClusterTemplate, ClusterTemplateVersion] | None:
+    """The template of that name with its newest offered version, in one statement (a create
+    from a template reads them on every request); None when either is missing."""
+    row = db.execute(select(ClusterTemplate, ClusterTemplateVersion)
+                     .join(ClusterTemplateVersion,
+                           ClusterTemplateVersion.template_id == ClusterTemplate.id)
+                     .where(ClusterTemplate.name == name,
+                            ClusterTemplateVersion.state == "offered")
+                     .order_by(ClusterTemplateVersion.version.desc()).limit(1)).first()
+    return None if row is None else (row[0], row[1])
+
+
 def offered_count(db: Session, template_id: int) -> int:
     return db.scalar(select(func.count()).select_from(ClusterTemplateVersion).where(
         ClusterTemplateVersion.template_id == template_id,

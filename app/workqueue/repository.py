@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import and_, case, delete, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -46,15 +47,23 @@ def enqueue_many(db: Session, kind: str, keys: Iterable[str | int],
     due = at or utcnow()
     rows: list[dict[str, object]] = [{"kind": kind, "key": str(k), "due_at": due}
                                      for k in dict.fromkeys(str(k) for k in keys)]
-    if not rows:
-        return
-    statement = _insert(db, rows)
+    if rows:
+        db.execute(_ENQUEUE[db.get_bind().dialect.name == "postgresql"], rows)
+
+
+def _enqueue(dialect: Any) -> Any:
+    """The upsert ``enqueue_many`` runs with its rows as parameters: one statement for any
+    number of rows, compiled once (rows given as ``values`` make a statement of their own)."""
+    statement = dialect.insert(WorkItem)
     excluded = statement.excluded
-    db.execute(statement.on_conflict_do_update(
+    return statement.on_conflict_do_update(
         index_elements=[WorkItem.kind, WorkItem.key],
         set_={"due_at": case((excluded.due_at < WorkItem.due_at, excluded.due_at),
                              else_=WorkItem.due_at),
-              "requeue": WorkItem.lease_owner.is_not(None)}))
+              "requeue": WorkItem.lease_owner.is_not(None)})
+
+
+_ENQUEUE = {True: _enqueue(postgresql), False: _enqueue(sqlite)}
 
 
 def seed(db: Session, kind: str, keys: Iterable[str], now: datetime) -> None:

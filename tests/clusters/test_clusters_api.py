@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from pydantic import TypeAdapter
 from sqlalchemy import func, select
@@ -16,13 +17,13 @@ from sqlalchemy.orm import Session
 from app.audit.models import AuditEvent
 from app.auth.principal import Principal
 from app.clusters import conditions as cond
-from app.clusters import service
+from app.clusters import repository, service
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate, ClusterOut
 from app.database.core import Database
-from app.http.pagination import Page
+from app.http.pagination import Page, PageParams
 from app.kit.config import Settings
-from app.kit.errors import ValidationFailed
+from app.kit.errors import Conflict, ValidationFailed
 from app.process.asgi import create_app
 from tests import factories
 from tests.clusters.support import cluster_settings
@@ -216,33 +217,100 @@ def test_idempotency_key_replays_the_create(client: TestClient, db: Session,
     assert cluster_rows(db) == 1
 
 
-def test_parallel_creates_never_exceed_the_quota(own_pg_database: Database) -> None:
-    with own_pg_database.transaction() as db:
+def _acme_with_quota(database: Database) -> tuple[Principal, int]:
+    """Tenant acme, its admin, and 16 GPUs of quota of a class: (the admin, the class)."""
+    with database.transaction() as db:
         tenant = factories.tenant(db, "acme")
         admin = factories.user(db)
         factories.membership(db, tenant, admin, "admin")
         gpu = factories.gpu_class(db)
         factories.quota(db, tenant, gpu, 16)
-        principal = Principal(user=admin, via="token", roles={tenant.id: "admin"})
-        gpu_class_id = gpu.id
-    barrier = threading.Barrier(30)
+        return Principal(user=admin, via="token", roles={tenant.id: "admin"}), gpu.id
 
-    def create(index: int) -> str:
-        payload = ClusterCreate(name=f"c{index}", gpu_class_id=gpu_class_id, gpus=3)
+
+def _race(database: Database, principal: Principal, payloads: list[ClusterCreate]) -> Counter[str]:
+    """Creates every payload at once, each in its own transaction: created, refused (quota)
+    or taken (name), counted."""
+    barrier = threading.Barrier(len(payloads))
+
+    def create(payload: ClusterCreate) -> str:
         barrier.wait()
         try:
-            with own_pg_database.transaction() as db:
+            with database.transaction() as db:
                 service.create_cluster(db, principal, cluster_settings(), "acme", payload)
         except ValidationFailed:
             return "refused"
+        except Conflict as error:
+            return "taken" if error.errors == [{"field": "name", "message": "this name is taken"}
+                                               ] else str(error)
         return "created"
 
-    with ThreadPoolExecutor(max_workers=30) as pool:
-        outcomes = Counter(pool.map(create, range(30)))
-    assert outcomes == {"created": 5, "refused": 25}  # 5 x 3 = 15 of 16 GPUs
-    with own_pg_database.session() as db:
+    with ThreadPoolExecutor(max_workers=len(payloads)) as pool:
+        return Counter(pool.map(create, payloads))
+
+
+def _creates_racing_for_the_quota(database: Database, racing: int) -> None:
+    principal, gpu_class_id = _acme_with_quota(database)
+    outcomes = _race(database, principal, [
+        ClusterCreate(name=f"c{index}", gpu_class_id=gpu_class_id, gpus=3)
+        for index in range(racing)])
+    assert outcomes == {"created": 5, "refused": racing - 5}  # 5 x 3 = 15 of 16 GPUs
+    with database.session() as db:
         held = db.scalar(select(func.sum(VirtualCluster.gpus)))
     assert held == 15
+
+
+def test_parallel_creates_never_exceed_the_quota(own_pg_database: Database) -> None:
+    _creates_racing_for_the_quota(own_pg_database, 30)
+
+
+@pytest.mark.sqlite
+def test_parallel_creates_on_sqlite_never_exceed_the_quota_either(
+    sqlite_database: Database,
+) -> None:
+    _creates_racing_for_the_quota(sqlite_database, 12)
+
+
+def _creates_racing_for_one_name(database: Database) -> None:
+    """They all pass the name check; those with GPUs queue on the quota rows: each one after
+    the first loses at its insert, which answers as a taken name."""
+    principal, gpu_class_id = _acme_with_quota(database)
+    outcomes = _race(database, principal, [
+        ClusterCreate(name="train", gpu_class_id=gpu_class_id if gpus else None, gpus=gpus)
+        for gpus in (1, 1, 1, 1, 0, 0, 0, 0)])
+    assert outcomes == {"created": 1, "taken": 7}
+    with database.session() as db:
+        assert db.scalar(select(func.count()).select_from(VirtualCluster)) == 1
+        assert db.scalar(select(func.count()).select_from(AuditEvent).where(
+            AuditEvent.action == "virtual_cluster.create")) == 1
+
+
+def test_parallel_creates_of_one_name_make_one_cluster(own_pg_database: Database) -> None:
+    _creates_racing_for_one_name(own_pg_database)
+
+
+@pytest.mark.sqlite
+def test_parallel_creates_of_one_name_on_sqlite_make_one_cluster(
+    sqlite_database: Database,
+) -> None:
+    _creates_racing_for_one_name(sqlite_database)
+
+
+def test_a_name_lost_at_the_insert_leaves_the_session_usable(
+    db: Session, tenancy: Tenancy, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A parallel create took the name between the check and the insert (here: the check is
+    made to miss it): the answer is the taken name, and the session serves on."""
+    principal = Principal(user=tenancy.acme_admin, via="token",
+                          roles={tenancy.acme.id: "admin"})
+    payload = ClusterCreate(name="train", gpu_class_id=tenancy.h100.id, gpus=1)
+    service.create_cluster(db, principal, cluster_settings(), "acme", payload)
+    db.commit()
+    monkeypatch.setattr(repository, "name_taken", lambda *_args: False)
+    with pytest.raises(Conflict, match="named 'train' already"):
+        service.create_cluster(db, principal, cluster_settings(), "acme", payload)
+    assert [c.name for c in service.list_clusters(
+        db, principal, "acme", PageParams(limit=10)).items] == ["train"]
 
 
 def test_the_cluster_list_costs_the_same_statements_for_three_clusters_or_thirty(
