@@ -12,7 +12,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.database.core import Database
 from app.http import hop
+from app.http.health import PROBE_PATHS
 from app.http.middleware import RequestIdMiddleware, SecurityHeadersMiddleware
+from app.kit.logs import AccessLog
 from app.process.asgi import create_app
 from app.process.cli import _settings, settle_heap
 from bench.lower_bound import MINIMAL, PROBES
@@ -62,19 +64,22 @@ def add_probes(app: FastAPI, database: Database, database_url: str) -> None:
         app.add_api_route(path, endpoint, methods=[method], include_in_schema=False)
     added = 3 + add_twins(app, database, database_url)
     routes = app.router.routes
-    routes[:] = routes[-added:] + routes[:-added]  # matched first, as the hot routers are
+    probes = [route for route in routes[:-added]
+              if getattr(route, "path", "") in PROBE_PATHS]  # still first, as in the portal
+    routes[:] = probes + routes[-added:] + [r for r in routes[:-added] if r not in probes]
 
 
 def minimal_app() -> ASGIApp:
     """FastAPI's minimal async endpoint behind the middlewares every answer must pass: the
-    request id and the security headers (what ``/healthz`` and ``/readyz`` are held to)."""
+    request id with the access line, and the security headers (what ``/healthz`` and
+    ``/readyz`` are held to)."""
     minimal = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
 
     @minimal.get(MINIMAL)
     async def ok() -> dict[str, str]:
         return {"status": "ok"}
 
-    return RequestIdMiddleware(SecurityHeadersMiddleware(minimal))
+    return RequestIdMiddleware(SecurityHeadersMiddleware(minimal), access=AccessLog())
 
 
 def beside(portal: ASGIApp, minimal: ASGIApp) -> ASGIApp:
@@ -95,4 +100,5 @@ def serve(port: int) -> None:
     add_probes(app, app.state.database, settings.database_url)
     settle_heap()
     uvicorn.run(beside(app, minimal_app()), host="127.0.0.1", port=port, log_config=None,
+                access_log=False,  # the app writes it, as under `portal serve`
                 proxy_headers=True)
