@@ -46,14 +46,23 @@ from bench.run import JSON, LOGS, Step, say, steps
 
 PROBES = "/_bench"
 MINIMAL = f"{PROBES}/minimal"
+MINIMAL_READY = f"{PROBES}/minimal-ready"
 QUOTA_REQUEST = json.dumps({"gpu_class_id": 1, "gpus": 8, "reason": "bench"})
 TARGET = 2.0  # issue 31: an endpoint's CPU per request at most this many times its twin's
 
 
+# Target 5: each health probe (left) costs no more than its minimal counterpart (right).
+PROBE_PAIRS = (("GET /healthz", "probe: FastAPI minimal async + request id + security headers"),
+               ("GET /readyz", "probe: the same + thread hop + SELECT 1 (what /readyz does)"))
+
+
 def probe_steps() -> list[Step]:
+    (healthz, minimal), (readyz, minimal_ready) = PROBE_PAIRS
     return [
-        Step("probe: FastAPI minimal async + request id + security headers", "floor",
-             [Request("GET", MINIMAL)]),
+        Step(minimal, "floor", [Request("GET", MINIMAL)]),
+        Step(healthz, "floor", [Request("GET", "/healthz")]),
+        Step(minimal_ready, "floor", [Request("GET", MINIMAL_READY)]),
+        Step(readyz, "floor", [Request("GET", "/readyz")]),
         Step("probe: async, constant answer", "read", [Request("GET", f"{PROBES}/async")]),
         Step("probe: thread hop + SELECT 1", "read", [Request("GET", f"{PROBES}/select1")]),
         Step("probe: thread hop + INSERT + COMMIT", "write",
@@ -71,6 +80,7 @@ class Pair:
     varying: set[str] = field(default_factory=set)  # fields two real writes differ in
     statements: int = 0
     commits: bool = False
+    generated: set[str] = field(default_factory=set)  # parameters the twin makes afresh
 
 
 def endpoints(credentials: Credentials, only: str) -> list[Step]:
@@ -125,9 +135,15 @@ def capture(client: httpx.Client, index: int, step: Step, shapes: int) -> Pair:
         pair.commits = pair.commits or summary["commits"]
         if media_type == "text/html" and not summary["rendered"]:
             pair.same_body, pair.differs = False, "no template render matched the page"
+        if write:  # again, to tell what the endpoint generates from what it is given
+            client.post(f"{PROBES}/record")
+            again = send(client, request.render(f"{marker}b"))
+            summary = client.post(f"{PROBES}/recorded/{key}", content=json.dumps({
+                "again": f"{marker}b", "status": again.status_code, "body": again.text,
+                "media_type": media_type})).json()
+            pair.generated |= set(summary["generated"])
         twin = send(client, pair.twin.requests[n].render(f"{marker}t"))
         if write:
-            again = send(client, request.render(f"{marker}b"))
             pair.varying |= differences(normalized(real.content, marker),
                                         normalized(again.content, f"{marker}b"))
             apart = differences(normalized(real.content, marker),
@@ -192,9 +208,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['cpu_ms_per_request']:>6.2f} ms/req {row['times_floor']:>6.2f}x floor "
               f"({row['floor_cpu_ms']:.2f}) + db {row['database_cpu_ms_per_request']:>5.2f} ms "
               f"{row['rps']:>7.1f} req/s {row['failed']:>4} failed  {row['step']}")
+    floor = judged_probes(rows)
     verdicts = judged(pairs, rows)
-    print(json.dumps({"connections": options.connections, "steps": rows, "twins": verdicts}))
+    print(json.dumps({"connections": options.connections, "steps": rows, "probes": floor,
+                      "twins": verdicts}))
     return 0
+
+
+def judged_probes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cpu = {row["step"]: row["cpu_ms_per_request"] for row in rows}
+    verdicts = []
+    for probe, minimal in PROBE_PAIRS:
+        ratio = round(cpu[probe] / cpu[minimal], 2) if cpu[minimal] else 0.0
+        print(f"{ratio:>6.2f}x minimal ({cpu[probe]:.3f} / {cpu[minimal]:.3f} ms) "
+              f"{'pass' if ratio <= 1 else 'FAIL'} {probe}")
+        verdicts.append({"probe": probe, "cpu_ms": cpu[probe], "minimal_cpu_ms": cpu[minimal],
+                         "times_minimal": ratio, "passed": ratio <= 1})
+    return verdicts
 
 
 def judged(pairs: list[Pair], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -208,6 +238,7 @@ def judged(pairs: list[Pair], rows: list[dict[str, Any]]) -> list[dict[str, Any]
                    "times_twin": ratio, "statements": pair.statements,
                    "commits": pair.commits, "same_body": pair.same_body,
                    "ignored_fields": sorted(pair.varying),
+                   "generated_parameters": sorted(pair.generated),
                    "passed": pair.same_body and ratio <= TARGET}
         print(f"{ratio:>6.2f}x twin ({real:.2f} / {twin:.2f} ms) "
               f"{'pass' if verdict['passed'] else 'FAIL'} {pair.statements:>2} stmts "

@@ -8,6 +8,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from pydantic_core import to_json
+from sqlalchemy import text
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.database.core import Database
@@ -17,7 +18,7 @@ from app.http.middleware import RequestIdMiddleware, SecurityHeadersMiddleware
 from app.kit.logs import AccessLog
 from app.process.asgi import create_app
 from app.process.cli import _settings, settle_heap
-from bench.lower_bound import MINIMAL, PROBES
+from bench.lower_bound import MINIMAL, MINIMAL_READY, PROBES
 from bench.twin_app import add_twins
 
 # The write probe's own table, in the benchmark's database only.
@@ -69,7 +70,7 @@ def add_probes(app: FastAPI, database: Database, database_url: str) -> None:
     routes[:] = probes + routes[-added:] + [r for r in routes[:-added] if r not in probes]
 
 
-def minimal_app() -> ASGIApp:
+def minimal_app(database: Database) -> ASGIApp:
     """FastAPI's minimal async endpoint behind the middlewares every answer must pass: the
     request id with the access line, and the security headers (what ``/healthz`` and
     ``/readyz`` are held to)."""
@@ -79,14 +80,24 @@ def minimal_app() -> ASGIApp:
     async def ok() -> dict[str, str]:
         return {"status": "ok"}
 
+    @minimal.get(MINIMAL_READY)
+    async def ready() -> dict[str, str]:  # what /readyz must do: a hop and SELECT 1
+        await hop.run_sync(_select_one, database)
+        return {"status": "ok", "database": "ok"}
+
     return RequestIdMiddleware(SecurityHeadersMiddleware(minimal), access=AccessLog())
 
 
+def _select_one(database: Database) -> None:
+    with database.engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
+
+
 def beside(portal: ASGIApp, minimal: ASGIApp) -> ASGIApp:
-    """The portal, and the minimal app on its one path (one comparison to tell them apart)."""
+    """The portal, and the minimal app on its own paths."""
 
     async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == MINIMAL:
+        if scope["type"] == "http" and scope["path"] in (MINIMAL, MINIMAL_READY):
             await minimal(scope, receive, send)
         else:
             await portal(scope, receive, send)
@@ -99,6 +110,6 @@ def serve(port: int) -> None:
     app = create_app(settings)
     add_probes(app, app.state.database, settings.database_url)
     settle_heap()
-    uvicorn.run(beside(app, minimal_app()), host="127.0.0.1", port=port, log_config=None,
-                access_log=False,  # the app writes it, as under `portal serve`
-                proxy_headers=True)
+    uvicorn.run(beside(app, minimal_app(app.state.database)), host="127.0.0.1", port=port,
+                log_config=None, proxy_headers=True,
+                access_log=False)  # the app writes it, as under `portal serve`

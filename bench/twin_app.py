@@ -17,8 +17,10 @@ names stay unique.
 from __future__ import annotations
 
 import queue
+import secrets
+import string
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jinja2
@@ -50,6 +52,7 @@ class Twin:
     media_type: str
     status: int
     marker: str
+    generated: frozenset[tuple[int, Any]] = frozenset()  # (statement, parameter) made afresh
     value: Any = None  # the JSON answer's value
     template: jinja2.Template | None = None
     context: dict[str, Any] | None = None
@@ -117,14 +120,50 @@ def _swapped(value: Any, marker: str, unique: str) -> Any:
     return value
 
 
+_HEX = frozenset(string.hexdigits)
+
+
+def fresh(value: str) -> str:
+    """A new value of the same length and alphabet (a token's hash, a random name)."""
+    made = secrets.token_hex(len(value)) if set(value) <= _HEX else secrets.token_urlsafe(
+        len(value))
+    return made[:len(value)]
+
+
+def generated_parameters(first: tuple[Statement, ...], second: tuple[Statement, ...],
+                         marker: str, other: str) -> frozenset[tuple[int, Any]]:
+    """The text parameters two runs of the same write made differently, its markers aside:
+    values the endpoint generates (a token and its hash) and a twin must generate too."""
+    if [sql for sql, _, _ in first] != [sql for sql, _, _ in second]:
+        return frozenset()
+    found = set()
+    for index, ((_, a, many), (_, b, _)) in enumerate(zip(first, second, strict=True)):
+        if many or not isinstance(a, dict) or not isinstance(b, dict):
+            continue
+        for name, value in a.items():
+            if isinstance(value, str) and marker not in value and \
+                    value.replace(marker, other) != b.get(name):
+                found.add((index, name))
+    return frozenset(found)
+
+
+def _parameters(twin: Twin, index: int, parameters: Any, unique: str) -> Any:
+    values = _swapped(parameters, twin.marker, unique) if unique else parameters
+    if twin.generated and isinstance(values, dict):
+        made = {name for at, name in twin.generated if at == index}
+        if made:
+            values = {k: fresh(v) if k in made else v for k, v in values.items()}
+    return values
+
+
 def replay(connections: Connections, twin: Twin, unique: str) -> list[dict[str, Any]]:
     """The twin's statements; every row as a dict, as the cheapest mapping would make it."""
     connection = connections.get(autocommit=not twin.commits)
     rows: list[dict[str, Any]] = []
     try:
         cursor = connection.cursor()
-        for sql, parameters, many in twin.statements:
-            values = _swapped(parameters, twin.marker, unique) if unique else parameters
+        for index, (sql, parameters, many) in enumerate(twin.statements):
+            values = _parameters(twin, index, parameters, unique)
             if many:
                 cursor.executemany(sql, values)
             else:
@@ -162,7 +201,8 @@ def make_twin(recording: Recording, real: dict[str, Any]) -> Twin:
     elif body:
         value = from_json(body)
     return Twin(tuple(recording.statements), recording.commits > 0, media_type,
-                int(real["status"]), str(real.get("marker", "")), value, template, context)
+                int(real["status"]), str(real.get("marker", "")), value=value,
+                template=template, context=context)
 
 
 def add_twins(app: FastAPI, database: Database, database_url: str) -> int:
@@ -178,10 +218,19 @@ def add_twins(app: FastAPI, database: Database, database_url: str) -> int:
         return Response(b"{}", media_type="application/json")
 
     async def recorded(key: str, request: Request) -> Response:
+        """The real answer of the request just recorded. A second one (``again=marker``, the
+        same write with another marker) tells which parameters the endpoint generates."""
         recording, RECORDER.current = RECORDER.current or Recording(), None
-        twin = twins[key] = make_twin(recording, from_json(await request.body()))
+        real = from_json(await request.body())
+        first = twins.get(key)
+        if first is not None and real.get("again"):
+            twin = twins[key] = replace(first, generated=generated_parameters(
+                first.statements, tuple(recording.statements), first.marker, real["again"]))
+        else:
+            twin = twins[key] = make_twin(recording, real)
         summary = {"statements": len(twin.statements), "commits": twin.commits,
                    "rendered": twin.template is not None,
+                   "generated": sorted(str(name) for _, name in twin.generated),
                    "sql": [sql for sql, _, _ in twin.statements]}
         return Response(to_json(summary), media_type="application/json")
 
