@@ -1,27 +1,22 @@
-"""What a database-backed request costs at the least in this stack, next to ``/healthz``.
+"""Each endpoint of the bench next to its raw twin, and the health probes next to FastAPI's
+minimal endpoint (issue 31, targets 1 and 5).
 
-Issue 11's target is every list at 0.4 of ``/healthz``'s throughput: CPU per request at most
-2.5 times the floor's. This runs the portal's own app (same middlewares, same uvicorn, same
-database pool) with probes added in front of its routes, each leaving out more of the portal,
-and measures their CPU per request as ``bench.cpu`` does, each as a multiple of ``/healthz``'s:
+This runs the portal's own app (same middlewares, uvicorn, pool, access log) with routes added
+under ``/_bench/`` (``bench/lower_bound_app.py``, ``bench/twin_app.py``) and measures each
+step's server CPU per request as ``bench.cpu`` does:
 
-- ``/_bench/async``: an async endpoint answering a constant: uvicorn, the middlewares and
-  FastAPI's routing without a thread hop;
-- ``/_bench/select1``: one hop to a database thread, a pooled connection, ``SELECT 1``;
-- ``/_bench/tenants/{t}/clusters``: the clusters list's own statement (a page of one tenant's
-  clusters with their GPU class and host) on a pooled psycopg connection, its rows encoded
-  by pydantic-core (Rust), as the real lists are: no authentication, no authorization, no
-  ORM, no response model, no phase or readiness worked out from the conditions;
-- the real ``GET /api/v1/me`` and ``GET /api/v1/tenants/{t}/clusters`` with API tokens;
-- ``POST /_bench/insert``: one hop, a pooled connection, one ``INSERT`` of the body into a
-  table of its own and its ``COMMIT`` (PostgreSQL's defaults: the commit waits for the WAL
-  flush), next to the real ``POST /api/v1/tenants/{t}/quota-requests``.
+- the floor: ``/healthz`` next to FastAPI's minimal async endpoint in an app of its own behind
+  the request id (with the access line) and the security headers; ``/readyz`` next to the same
+  with one thread hop and ``SELECT 1``; each judged: no more than its minimal counterpart;
+- probes: an async constant answer in the portal's app, a hop and ``SELECT 1``, a hop and an
+  ``INSERT`` with its ``COMMIT``;
+- for every endpoint of ``bench/run.py`` and ``GET /api/v1/me``: its first ``--shapes``
+  requests, each recorded once warm (its statements, commit, template), checked against its
+  twin's answer, then the endpoint and its twin measured; the endpoint's CPU over its twin's
+  is judged against 2x.
 
-If the raw probe alone costs about 2.5 times the floor, no layering of the real endpoint on this
-stack reaches the target; the figures say how far each layer is from it.
-
-Run from the checkout: ``.venv/bin/python -m bench.lower_bound [--repeat 3]``; the last line
-of stdout is one JSON object. Same database and seeding as ``bench.cpu``.
+Run from the checkout: ``.venv/bin/python -m bench.lower_bound [--repeat 3] [--only TEXT]``;
+the last line of stdout is one JSON object. Same database and seeding as ``bench.cpu``.
 """
 
 from __future__ import annotations

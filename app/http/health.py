@@ -20,6 +20,7 @@ from app.http import hop
 router = APIRouter(tags=["health"])
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 _OK = b'{"status":"ok"}'
+_READY = b'{"status":"ok","database":"ok"}'
 _STATUS: dict[int | str, dict[str, Any]] = {200: {"content": {"application/json": {
     "schema": {"type": "object", "additionalProperties": {"type": "string"}}}}}}
 
@@ -31,13 +32,13 @@ async def healthz() -> Response:
 
 
 @router.get("/readyz", summary="Readiness", response_class=JSONResponse, responses=_STATUS)
-async def readyz(request: Request) -> JSONResponse:
+async def readyz(request: Request) -> Response:
     """Answers 200 when the database answers, 503 otherwise; no sign-in needed."""
     database: Database = request.app.state.database
     problem = await hop.run_sync(_database_problem, database)
     if problem is not None:
         return JSONResponse({"status": "unavailable", "database": problem}, status_code=503)
-    return JSONResponse({"status": "ok", "database": "ok"})
+    return Response(_READY, media_type="application/json")
 
 
 def _database_problem(database: Database) -> str | None:

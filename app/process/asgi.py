@@ -165,14 +165,17 @@ class _Portal(PortalApi):
     health probes skip the portal's own middlewares (``ProbeBypass``)."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        full = super().build_middleware_stack()
-        own, self.user_middleware = self.user_middleware, []
-        try:  # FastAPI's own layers (error handling, exception handlers) around the routes
-            bare = super().build_middleware_stack()
-        finally:
-            self.user_middleware = own
-        return RequestIdMiddleware(
-            SecurityHeadersMiddleware(ProbeBypass(full, bare, PROBE_PATHS)), access=AccessLog())
+        return RequestIdMiddleware(SecurityHeadersMiddleware(ProbeBypass(
+            super().build_middleware_stack(), self._probes(), PROBE_PATHS)), access=AccessLog())
+
+    def _probes(self) -> FastAPI:
+        """The health probes in an app of their own (FastAPI's error handling, their two
+        routes) sharing this one's state: matched without walking the portal's routers."""
+        probes = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+        probes.router.routes.extend(health_router.routes)
+        probes.state = self.state
+        probes.exception_handlers.update(self.exception_handlers)
+        return probes
 
 
 def create_app(
