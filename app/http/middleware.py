@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.kit.errors import PROBLEM_JSON, ProblemError, ServiceUnavailable, ValidationFailed
-from app.kit.logs import new_request_id, request_id_var
+from app.kit.logs import AccessLog, new_request_id, request_id_var
 
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -25,10 +25,13 @@ CONTENT_SECURITY_POLICY = (
 
 
 class RequestIdMiddleware:
-    """Takes a sane ``X-Request-ID`` from the caller or makes one; echoes it on the response."""
+    """Takes a sane ``X-Request-ID`` from the caller or makes one; echoes it on the response.
+    Given an ``access`` log, writes each answer's line to it as the answer starts (here, where
+    the id and the status are at hand, rather than uvicorn's access log: see ``AccessLog``)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, access: AccessLog | None = None) -> None:
         self.app = app
+        self.access = access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -42,6 +45,8 @@ class RequestIdMiddleware:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 MutableHeaders(scope=message)["X-Request-ID"] = request_id
+                if self.access is not None:
+                    self.access.write(scope, message["status"], request_id)
             await send(message)
 
         try:
@@ -71,6 +76,25 @@ class SecurityHeadersMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class ProbeBypass:
+    """Sends the health probes (``paths``) to ``probes``, the app without its own middlewares,
+    and every other request to ``app``. What must run on every answer (the request id, the
+    security headers) wraps this; sessions, the failed-token throttle, load shedding and the
+    request guard have nothing to do for a probe, which carries no cookie, token or input and
+    is never shed."""
+
+    def __init__(self, app: ASGIApp, probes: ASGIApp, paths: frozenset[str]) -> None:
+        self.app = app
+        self.probes = probes
+        self.paths = paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in self.paths:
+            await self.probes(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
 
 class LoadSheddingMiddleware:

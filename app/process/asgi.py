@@ -43,12 +43,14 @@ from app.hosts import api as hosts_api
 from app.hosts import web as hosts_web
 from app.http import hop
 from app.http.clients import client_address
+from app.http.health import PROBE_PATHS
 from app.http.health import router as health_router
 from app.http.middleware import (
     RETRY_AFTER_SECONDS,
     BodyLimits,
     ControlCharacterGuardMiddleware,
     LoadSheddingMiddleware,
+    ProbeBypass,
     RequestIdMiddleware,
     SecurityHeadersMiddleware,
     too_deeply_nested,
@@ -64,6 +66,7 @@ from app.kit.errors import (
     Unauthenticated,
     ValidationFailed,
 )
+from app.kit.logs import AccessLog
 from app.kube.connector import ClientConnector, KubeConnector
 from app.kubeconfigs import api as kubeconfigs_api
 from app.kubeconfigs import web as kubeconfigs_web
@@ -156,12 +159,23 @@ CREDENTIAL_UPLOADS = re.compile(r"/(api/v1/host-clusters|admin/hosts)(/[^/]+/cre
 
 
 class _Portal(PortalApi):
-    """The request id and the security headers wrap the whole stack, Starlette's outermost
-    ServerErrorMiddleware included: every answer carries them, the 500 of an unexpected error
-    and the middlewares' own 413, 422 and 503 as much as the routes'."""
+    """The request id (with the access log) and the security headers wrap the whole stack,
+    Starlette's outermost ServerErrorMiddleware included: every answer carries them, the 500 of
+    an unexpected error and the middlewares' own 413, 422 and 503 as much as the routes'. The
+    health probes skip the portal's own middlewares (``ProbeBypass``)."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return RequestIdMiddleware(SecurityHeadersMiddleware(super().build_middleware_stack()))
+        return RequestIdMiddleware(SecurityHeadersMiddleware(ProbeBypass(
+            super().build_middleware_stack(), self._probes(), PROBE_PATHS)), access=AccessLog())
+
+    def _probes(self) -> FastAPI:
+        """The health probes in an app of their own (FastAPI's error handling, their two
+        routes) sharing this one's state: matched without walking the portal's routers."""
+        probes = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+        probes.router.routes.extend(health_router.routes)
+        probes.state = self.state
+        probes.exception_handlers.update(self.exception_handlers)
+        return probes
 
 
 def create_app(

@@ -110,10 +110,11 @@ def serve(
     # only when a trusted proxy sent it; anyone else's header is ignored.
     if processes == 1:
         uvicorn.run(serving_app(settings), host=host, port=port, log_config=None,
+                    access_log=False,  # the app writes it (app.kit.logs.AccessLog)
                     proxy_headers=True, forwarded_allow_ips=settings.trusted_proxies)
     else:
         uvicorn.run(f"{__name__}:serving_app", factory=True, workers=processes, host=host,
-                    port=port, log_config=None, proxy_headers=True,
+                    port=port, log_config=None, access_log=False, proxy_headers=True,
                     forwarded_allow_ips=settings.trusted_proxies)
 
 
@@ -377,7 +378,7 @@ def dev(
         typer.echo(_host_line(settings, simulation is not None))
         try:
             uvicorn.run(create_app(settings, store, simulation), host="127.0.0.1", port=port,
-                        log_config=None)
+                        log_config=None, access_log=False)
         finally:
             loop.stop()
             worker_thread.join(10)
