@@ -28,6 +28,7 @@ from app.kit.crypto import SecretBox
 from app.kit.errors import ProblemError
 from app.kit.logs import configure_logging
 from app.kube.connector import real_host_configured
+from app.process.capacity import shortfall
 from app.process.devmode import (
     check_clusters_on_the_new_host,
     demo_users,
@@ -106,6 +107,9 @@ def serve(
     _refuse_simulated_host(settings)
     _require_migrated(settings)
     processes = workers or settings.web_workers or serving_processes(settings)
+    warning = shortfall(settings, processes)
+    if warning:
+        log.warning("%s", warning)
     # The client address (failed API tokens are counted by it) comes from X-Forwarded-For
     # only when a trusted proxy sent it; anyone else's header is ignored.
     if processes == 1:
