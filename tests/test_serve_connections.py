@@ -1,5 +1,5 @@
-"""`portal serve` warns at start when its processes may open more database connections than
-PostgreSQL admits."""
+"""`portal serve` with several processes: a warning at start when they may open more database
+connections than PostgreSQL admits, and time for each new process to start."""
 
 from __future__ import annotations
 
@@ -66,3 +66,11 @@ def test_serve_starts_without_a_warning_when_the_connections_fit(
         served: list[dict[str, Any]]) -> None:
     assert "database connections" not in _serve(1)
     assert served
+
+
+def test_serve_gives_a_new_serving_process_time_to_import_the_app_on_a_busy_machine(
+        served: list[dict[str, Any]]) -> None:
+    """uvicorn's master kills a process that does not answer its ping in time; a new one answers
+    only once it has imported the app (seconds on a busy core)."""
+    _serve(2)
+    assert served[-1]["workers"] == 2 and served[-1]["timeout_worker_healthcheck"] >= 30

@@ -118,7 +118,14 @@ def serve(
     else:
         uvicorn.run(f"{__name__}:serving_app", factory=True, workers=processes, host=host,
                     port=port, log_config=None, proxy_headers=True,
-                    forwarded_allow_ips=settings.trusted_proxies)
+                    forwarded_allow_ips=settings.trusted_proxies,
+                    timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
+
+
+# uvicorn's master kills a serving process that does not answer its ping within this long. A new
+# process imports the whole app before it can answer: about 2.5 s on an idle core, over 5 s
+# (uvicorn's default) on a busy one, where the default killed each new process in turn for 25 s.
+WORKER_HEALTHCHECK_S = 30
 
 
 def serving_app(settings: Settings | None = None) -> FastAPI:
