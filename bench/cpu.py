@@ -158,6 +158,10 @@ def checkout_portal(url: str, log: Path, checkout: Path, workers: int) -> Portal
     """``portal serve`` from another checkout of the project (e.g. ``git archive`` of a
     commit), with this checkout's virtualenv."""
     server = Portal(url, log, workers)
+    if "workers" not in (checkout / "app" / "process" / "cli.py").read_text():
+        say("the baseline's portal serve has no --workers: it runs one process (each row says "
+            "how many served)")
+        server.workers = None
     server.cwd = checkout
     server.env["PYTHONPATH"] = str(checkout)
     server.command = lambda: [sys.executable, "-m", "app.process.cli", "serve",  # type: ignore[method-assign]
@@ -166,10 +170,18 @@ def checkout_portal(url: str, log: Path, checkout: Path, workers: int) -> Portal
     return server
 
 
-def heads(migrations: Path) -> set[str]:
+def _scripts(migrations: Path) -> ScriptDirectory:
     config = Config()
     config.set_main_option("script_location", str(migrations))
-    return set(ScriptDirectory.from_config(config).get_heads())
+    return ScriptDirectory.from_config(config)
+
+
+def heads(migrations: Path) -> set[str]:
+    return set(_scripts(migrations).get_heads())
+
+
+def known_revisions(migrations: Path) -> set[str]:
+    return {script.revision for script in _scripts(migrations).walk_revisions()}
 
 
 def baseline_database(url: str, checkout: Path) -> str:
@@ -201,12 +213,6 @@ def baseline_database(url: str, checkout: Path) -> str:
     raise SystemExit(f"the baseline's migrations (head {', '.join(sorted(theirs))}) and this "
                      f"checkout's (head {', '.join(sorted(ours))}) have diverged: neither can "
                      "bring a copy of the bench database to the other's schema")
-
-
-def known_revisions(migrations: Path) -> set[str]:
-    config = Config()
-    config.set_main_option("script_location", str(migrations))
-    return {script.revision for script in ScriptDirectory.from_config(config).walk_revisions()}
 
 
 def main(argv: list[str] | None = None) -> int:
