@@ -1,4 +1,8 @@
-"""The portal as in production (one ``portal serve`` process) and the callers' credentials.
+"""The portal as in production (``portal serve``: a master and one serving process per CPU it may
+use, or ``--workers N``) and the callers' credentials.
+
+The server's CPU seconds and RSS are those of the master and every process below it (found in
+``/proc``), so that one process or several give comparable figures.
 
 Tokens are minted with the app's own token code and sessions made through its session store,
 so their hashes and cookies are exactly what the middleware checks.
@@ -6,8 +10,10 @@ so their hashes and cookies are exactly what the middleware checks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -106,10 +112,77 @@ def free_port() -> int:
         return port
 
 
-class Portal:
-    """``portal serve`` in production mode with secrets made for the run, on a free port."""
+def _stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` after the command name: state, ppid, ... (``proc(5)`` field 3 on)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
-    def __init__(self, database_url: str, log_path: Path) -> None:
+
+def descendants(root: int) -> list[int]:
+    """Every living process below ``root`` (children, their children, ...)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int(_stat_fields(int(entry.name))[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone since, or not ours to read
+        children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    waiting = [root]
+    while waiting:
+        for child in children.get(waiting.pop(), []):
+            found.append(child)
+            waiting.append(child)
+    return found
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds of ``root`` and every process below it: each one's user and system time plus
+    that of its children already waited for (a worker that exited still counts)."""
+    ticks = 0
+    for pid in [root, *descendants(root)]:
+        try:
+            fields = _stat_fields(pid)
+        except OSError:
+            continue  # exited between the walk and now: its parent's cutime has it
+        ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / TICKS
+
+
+def _status_kib(pid: int, key: str) -> int:
+    """A /proc/<pid>/status figure in KiB (0 for a process gone since)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in lines:
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def serving_pids(root: int) -> list[int]:
+    """The processes that serve requests: uvicorn's spawned workers, else the master itself."""
+    workers = []
+    for pid in descendants(root):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in command:
+            workers.append(pid)
+    return workers or [root]
+
+
+class Portal:
+    """``portal serve`` in production mode with secrets made for the run, on a free port.
+
+    ``workers``: its ``--workers``; None runs its default, the production process model (one
+    serving process per CPU it may use)."""
+
+    def __init__(self, database_url: str, log_path: Path, workers: int | None = None) -> None:
+        self.workers = workers
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -119,20 +192,27 @@ class Portal:
                     # Never contacted: the benchmark signs in with sessions made in the store.
                     "PORTAL_OIDC_ISSUER": "http://127.0.0.1:9/bench-idp",
                     "PORTAL_DATABASE_URL": database_url}
+        # The default process model is the one measured, not whatever this shell exports.
+        self.env.pop("PORTAL_WEB_WORKERS", None)
         self.cwd = ROOT
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self.restarts = 0
+        self.starts_logged = 0  # "Application startup complete" lines before this start
         self.peak_mb = 0.0  # the highest peak RSS of every process so far
 
     def command(self) -> list[str]:
         script = Path(sys.executable).with_name("portal")
         program = [str(script)] if script.exists() else [sys.executable, "-m", "app.process.cli"]
-        # One process: the CPU and memory figures read this process alone.
         return [*program, "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                "--workers", "1"]
+                *self.workers_option()]
+
+    def workers_option(self) -> list[str]:
+        return [] if self.workers is None else ["--workers", str(self.workers)]
 
     def start(self, wait_s: float = 60) -> None:
+        self.starts_logged = (self.log_path.read_text(errors="replace").count(
+            "Application startup complete") if self.log_path.exists() else 0)
         self._log = self.log_path.open("ab")
         self.process = subprocess.Popen(self.command(), env=self.env, cwd=self.cwd,  # noqa: S603
                                         stdout=self._log, stderr=subprocess.STDOUT)
@@ -141,7 +221,8 @@ class Portal:
             if self.process.poll() is not None:
                 raise RuntimeError(f"portal serve exited:\n{self.log_tail()}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                if (httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+                        and self._all_started()):
                     return
             except httpx.HTTPError:
                 pass
@@ -149,30 +230,48 @@ class Portal:
         raise RuntimeError(f"portal serve did not answer /healthz in {wait_s} s:\n"
                            f"{self.log_tail()}")
 
+    def _all_started(self) -> bool:
+        """Every serving process has started its app (the first to answer /healthz may be
+        alone yet; the others' start-up would be counted as the first step's CPU)."""
+        expected = self.workers or len(serving_pids(self.pid))
+        if expected == 1:
+            return True  # the one that answered
+        started = self.log_path.read_text(errors="replace").count("Application startup complete")
+        return started >= self.starts_logged + expected
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def processes(self) -> int:
+        """Processes serving requests now (the master alone, or its workers)."""
+        return len(serving_pids(self.pid))
+
     def log_tail(self, lines: int = 40) -> str:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
-    def _status(self, key: str) -> int:
-        """A /proc/<pid>/status figure in KiB."""
-        assert self.process is not None
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-        return 0
+    def _tree_kib(self, key: str) -> list[int]:
+        return [_status_kib(pid, key) for pid in [self.pid, *descendants(self.pid)]]
 
     def rss_mb(self) -> float:
-        return self._status("VmRSS") / 1024
+        """The RSS of the master and all its processes, summed (pages they share counted in
+        each)."""
+        return sum(self._tree_kib("VmRSS")) / 1024
+
+    def largest_rss_mb(self) -> float:
+        """The RSS of the largest single process."""
+        return max(self._tree_kib("VmRSS")) / 1024
 
     def peak_rss_mb(self) -> float:
-        return max(self.peak_mb, self._status("VmHWM") / 1024)
+        """The sum of each process's own peak RSS (at most that, since they need not peak at
+        once), the highest of every server of the run."""
+        return max(self.peak_mb, sum(self._tree_kib("VmHWM")) / 1024)
 
     def cpu_s(self) -> float:
-        assert self.process is not None
-        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
-        user, system = stat.rsplit(")", 1)[1].split()[11:13]
-        return (int(user) + int(system)) / TICKS
+        return tree_cpu_s(self.pid)
 
     def errors_logged(self) -> int:
         """Requests that failed with an unexpected error, as the server logged them (the app's
@@ -203,11 +302,15 @@ class Portal:
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.peak_mb = max(self.peak_mb, self.peak_rss_mb())
-            self.process.terminate()
+            self.process.terminate()  # uvicorn's master stops its workers
             try:
                 self.process.wait(15)
             except subprocess.TimeoutExpired:
+                below = descendants(self.process.pid)
                 self.process.kill()
                 self.process.wait()
+                for pid in below:  # killed, the master could not stop them
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
         if self._log is not None:
             self._log.close()

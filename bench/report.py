@@ -12,9 +12,11 @@ from typing import Any
 
 from bench.load import Result
 
+# Issue 11's target (0.4 of /healthz's req/s), printed for comparison; issue 31 replaced it.
 RATIO_TARGET = 0.4
-P99_TARGET_MS = 100.0
-RSS_TARGET_MB = 200.0
+# Issue 31's p99 at 32 connections with the production process model, per kind of step.
+P99_TARGETS_MS = {"read": 150.0, "page": 300.0, "write": 300.0}
+RSS_TARGET_MB = 200.0  # each serving process
 STALL_S = 5
 
 
@@ -59,9 +61,14 @@ class Row:
     def failed(self) -> int:
         return self.status_4xx + self.status_5xx + self.timeouts + self.socket_errors
 
+    @property
+    def p99_target_ms(self) -> float | None:
+        return P99_TARGETS_MS.get(self.kind)
+
     def judge(self, floor_rps: float) -> None:
         self.ratio = round(self.rps / floor_rps, 3) if floor_rps else 0.0
-        self.passed = (self.ratio >= RATIO_TARGET and self.p99_ms <= P99_TARGET_MS
+        target = self.p99_target_ms
+        self.passed = ((target is None or self.p99_ms <= target)
                        and self.failed == 0 and self.longest_gap_s < STALL_S)
 
     def errors(self) -> str:
@@ -137,14 +144,15 @@ def wrk_version() -> str:
 
 
 def table(rows: list[Row], overloads: list[Overload], figures: dict[str, Any]) -> str:
-    lines = [f"{'endpoint':<50} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'ratio':>6} "
-             f"{'cpu ms/req':>10}  {'errors':<22} target"]
+    lines = [f"{'endpoint':<50} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99 max':>7} "
+             f"{'ratio':>6} {'cpu ms/req':>10}  {'errors':<22} target"]
     lines.append("-" * len(lines[0]))
     for row in rows:
         verdict = "floor" if row.kind == "floor" else "PASS" if row.passed else "FAIL"
+        target = "" if row.p99_target_ms is None else f"{row.p99_target_ms:.0f}"
         lines.append(f"{row.name:<50} {row.rps:>8.1f} {row.p50_ms:>8.1f} {row.p99_ms:>8.1f} "
-                     f"{row.ratio:>6.3f} {row.cpu_ms_per_request:>10.1f}  {row.errors():<22} "
-                     f"{verdict}")
+                     f"{target:>7} {row.ratio:>6.3f} {row.cpu_ms_per_request:>10.1f}  "
+                     f"{row.errors():<22} {verdict}")
     lines += ["", f"{'overload':<50} {'conns':>5} {'tokens':>6} {'done/s':>7} {'2xx/s':>7} "
                   f"{'503':>6} {'other 5xx':>9} {'p99 ms':>8} {'gap s':>5} {'recover s':>9} "
                   f"{'logged errors':>13} target"]
@@ -155,17 +163,21 @@ def table(rows: list[Row], overloads: list[Overload], figures: dict[str, Any]) -
                      f"{o.longest_gap_s:>5} {recovery:>9} {o.errors_logged:>13} "
                      f"{'PASS' if o.passed else 'FAIL'}")
     rss = figures["server"]
-    lines += ["", f"server RSS after the steps: {rss['rss_mb']:.0f} MB (peak "
-                  f"{rss['peak_rss_mb']:.0f} MB; target < {RSS_TARGET_MB:.0f} MB: "
-                  f"{'PASS' if rss['rss_mb'] < RSS_TARGET_MB else 'FAIL'}); restarts: "
+    lines += ["", f"server: {rss['model']}, {rss['processes']} serving process(es); RSS after "
+                  f"the steps {rss['rss_mb']:.0f} MB summed over its processes (peak "
+                  f"{rss['peak_rss_mb']:.0f} MB), the largest process {rss['largest_rss_mb']:.0f} "
+                  f"MB (target < {RSS_TARGET_MB:.0f} MB each: "
+                  f"{'PASS' if rss['largest_rss_mb'] < RSS_TARGET_MB else 'FAIL'}); restarts: "
                   f"{rss['restarts']}; unexpected errors in its log: {rss['errors_logged']}"]
     m = figures["machine"]
     lines.append(f"machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gb']} GB, Python "
                  f"{m['python']}, PostgreSQL {m['postgresql']}, {m['load_tool']}, load average "
                  f"at start {m['load_average_at_start']}")
-    lines.append(f"targets: ratio >= {RATIO_TARGET} of /healthz (mean of its two runs), p99 <= "
-                 f"{P99_TARGET_MS:.0f} ms, no errors, no {STALL_S} s stall; overall "
-                 f"{'PASS' if figures['passed'] else 'FAIL'}")
+    p99 = ", ".join(f"{kind} {ms:.0f} ms" for kind, ms in P99_TARGETS_MS.items())
+    lines.append(f"targets (issue 31): p99 at {figures['connections']} connections <= {p99} "
+                 f"(API lists are reads), no errors, no {STALL_S} s stall; ratio to /healthz "
+                 f"(mean of its two runs) for information, issue 11's target was "
+                 f">= {RATIO_TARGET}; overall {'PASS' if figures['passed'] else 'FAIL'}")
     return "\n".join(lines)
 
 

@@ -1,10 +1,13 @@
 """The portal at GPU-cloud scale: every list, page and write next to /healthz, then overload.
 
 Seeds PostgreSQL like a large GPU cloud (``bench/seed.py``; 1,000 tenants, 10,000 clusters,
-20,000 nodes, 200,000 audit events), starts one ``portal serve`` in production mode, drives it
-with 32 concurrent clients on loopback (wrk, else asyncio) and prints, per endpoint, req/s, p50,
-p99 and the ratio to /healthz measured in the same run (the mean of a run first and last),
-against the targets (ratio >= 0.4, p99 <= 100 ms, no errors). Then the overload step: 128
+20,000 nodes, 200,000 audit events), starts ``portal serve`` in production mode and its
+production process model (one serving process per CPU it may use; ``--workers N`` for another),
+drives it with 32 concurrent clients on loopback (wrk, else asyncio) and prints, per endpoint,
+req/s, p50, p99, the server's CPU per request (its master and workers together) and the ratio to
+/healthz measured in the same run (the mean of a run first and last), against issue 31's targets
+(p99 <= 150 ms for an API list, <= 300 ms for a page or a write; no errors). Then the overload
+step: 128
 connections on one token, then over 32 tokens, with 503s, other 5xx, stalls and the time until
 an authenticated request is back to its normal latency. The last line of stdout is one JSON
 object with every figure.
@@ -123,6 +126,7 @@ class Bench:
         self.use_wrk = use_wrk
         self.tag = secrets.token_hex(2)
         self.rss_mb = 0.0
+        self.largest_rss_mb = 0.0
         self.only: str = options.only
 
     def run(self) -> tuple[list[Row], list[Overload]]:
@@ -134,6 +138,7 @@ class Bench:
         rows.append(self.measure(HEALTHZ, self.base_s))
         # Before the overload, which may leave the server to be restarted.
         self.rss_mb = self.server.rss_mb()
+        self.largest_rss_mb = self.server.largest_rss_mb()
         floor = statistics.mean([rows[0].rps, rows[-1].rps])
         for row in rows:
             row.judge(floor)
@@ -248,6 +253,13 @@ class Bench:
         return None
 
 
+def process_model(workers: int | None, processes: int) -> str:
+    """What ran, in words: the production default or a chosen --workers."""
+    if workers is None:
+        return f"production (portal serve's default, {processes} serving processes)"
+    return f"portal serve --workers {workers}"
+
+
 def postgres_version(url: str) -> str:
     with psycopg.connect(seed.psycopg_url(url)) as connection:
         row = connection.execute("SHOW server_version").fetchone()
@@ -271,6 +283,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                              "no overload step")
     parser.add_argument("--asyncio", action="store_true",
                         help="use the asyncio clients even when wrk is installed")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="portal serve --workers N (default: its own default, one serving "
+                             "process per CPU it may use: the production model)")
     return parser.parse_args(argv)
 
 
@@ -289,13 +304,17 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> i
     log = LOGS / f"{seed.database_name(options.database_url)}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.unlink(missing_ok=True)
-    server = Portal(options.database_url, log)
+    server = Portal(options.database_url, log, options.workers)
     say(f"portal serve on {server.url} ({' '.join(server.command()[:2])} ...), log in {log}")
     server.start()
+    model = process_model(options.workers, server.processes())
+    say(f"process model: {model}")
     try:
         bench = Bench(server, credentials, options, use_wrk)
         rows, overloads = bench.run()
-        rss = {"rss_mb": round(bench.rss_mb, 1), "peak_rss_mb": round(server.peak_rss_mb(), 1),
+        rss = {"model": model, "workers": options.workers, "processes": server.processes(),
+               "rss_mb": round(bench.rss_mb, 1), "largest_rss_mb": round(bench.largest_rss_mb, 1),
+               "peak_rss_mb": round(server.peak_rss_mb(), 1),
                "restarts": server.restarts, "errors_logged": server.errors_logged()}
     except BaseException:
         say(server.log_tail())
@@ -305,16 +324,18 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> i
     figures: dict[str, Any] = {
         "quick": options.quick, "scale": options.scale, "fleet": fleet.__dict__,
         "seeded": seeded, "seed_s": round(seed_s, 1), "connections": CONNECTIONS,
+        "process_model": rss["model"], "processes": rss["processes"],
         "floor_rps": round(statistics.mean([rows[0].rps, rows[-1].rps]), 1),
         "machine": machine, "server": rss, "steps": report.as_dicts(rows),
         "overload": report.as_dicts(overloads),
-        "targets": {"ratio": report.RATIO_TARGET, "p99_ms": report.P99_TARGET_MS,
-                    "rss_mb": report.RSS_TARGET_MB, "stall_s": report.STALL_S},
+        "targets": {"p99_ms": report.P99_TARGETS_MS, "rss_mb_per_process": report.RSS_TARGET_MB,
+                    "stall_s": report.STALL_S, "ratio_informational": report.RATIO_TARGET},
         "total_s": round(time.monotonic() - started, 1),
     }
     figures["passed"] = (all(r.passed for r in rows if r.kind != "floor")
                          and all(o.passed for o in overloads)
-                         and rss["rss_mb"] < report.RSS_TARGET_MB and rss["errors_logged"] == 0
+                         and rss["largest_rss_mb"] < report.RSS_TARGET_MB
+                         and rss["errors_logged"] == 0
                          and not options.only)
     out(report.table(rows, overloads, figures))
     out(json.dumps(figures))

@@ -77,6 +77,7 @@ from app.nodes import web as nodes_web
 from app.pages import audit_api as audit_api
 from app.pages import audit_web as audit_web
 from app.pages import dashboard, home
+from app.process.capacity import SPARE_CONNECTIONS
 from app.process.wiring import connect_hooks
 from app.quotas import api as quotas_api
 from app.quotas import web as quotas_web
@@ -242,7 +243,8 @@ def _pool_for(settings: Settings) -> dict[str, int]:
     a thread's hop, so nobody waits long for one; past the timeout the caller gets a 503."""
     if settings.is_sqlite:
         return {}
-    return {"pool_size": settings.web_threads, "max_overflow": 4, "pool_timeout": 5}
+    return {"pool_size": settings.web_threads, "max_overflow": SPARE_CONNECTIONS,
+            "pool_timeout": 5}
 
 
 def _lifespan(threads: int, database: Database | None

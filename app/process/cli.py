@@ -28,6 +28,7 @@ from app.kit.crypto import SecretBox
 from app.kit.errors import ProblemError
 from app.kit.logs import configure_logging
 from app.kube.connector import real_host_configured
+from app.process.capacity import shortfall
 from app.process.devmode import (
     check_clusters_on_the_new_host,
     demo_users,
@@ -106,6 +107,9 @@ def serve(
     _refuse_simulated_host(settings)
     _require_migrated(settings)
     processes = workers or settings.web_workers or serving_processes(settings)
+    warning = shortfall(settings, processes)
+    if warning:
+        log.warning("%s", warning)
     # The client address (failed API tokens are counted by it) comes from X-Forwarded-For
     # only when a trusted proxy sent it; anyone else's header is ignored.
     if processes == 1:
@@ -115,7 +119,14 @@ def serve(
     else:
         uvicorn.run(f"{__name__}:serving_app", factory=True, workers=processes, host=host,
                     port=port, log_config=None, access_log=False, proxy_headers=True,
-                    forwarded_allow_ips=settings.trusted_proxies)
+                    forwarded_allow_ips=settings.trusted_proxies,
+                    timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
+
+
+# uvicorn's master kills a serving process that does not answer its ping within this long. A new
+# process imports the whole app before it can answer: about 2.5 s on an idle core, over 5 s
+# (uvicorn's default) on a busy one, where the default killed each new process in turn for 25 s.
+WORKER_HEALTHCHECK_S = 30
 
 
 def serving_app(settings: Settings | None = None) -> FastAPI:

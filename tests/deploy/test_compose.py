@@ -101,6 +101,19 @@ def test_postgres_keeps_its_data_in_a_named_volume_and_reports_ready() -> None:
     assert "pg_isready" in " ".join(db["healthcheck"]["test"])
 
 
+def test_postgres_admits_the_connections_of_web_on_16_cpus_four_workers_and_the_webhook(
+        ) -> None:
+    from app.kit.config import Settings
+    from app.process.capacity import connections_per_process
+
+    command = _services()["db"]["command"]
+    admitted = int(next(arg.split("=")[1] for arg in command
+                        if arg.startswith("max_connections="))) - 3  # superusers' reserve
+    web = 16 * connections_per_process(Settings(web_workers=None))
+    pools = 15 * (4 + 1)  # each worker's and the webhook's: SQLAlchemy's 5 + 10 overflow
+    assert web + pools <= admitted
+
+
 def test_migrations_run_once_after_the_database_is_healthy() -> None:
     migrate = _services()["migrate"]
     assert migrate["command"] == ["portal", "db", "upgrade"]
