@@ -58,8 +58,9 @@ def add_fleet(host: KubernetesAdapter, nodes: list[Manifest]) -> None:
 
 
 def portal_rbac(base: Path) -> list[Manifest]:
-    """The base's ServiceAccounts, roles and bindings, in the portal's namespace as Kustomize
-    puts them."""
+    """The base's Namespaces, ServiceAccounts, roles and bindings, in the portal's namespace as
+    Kustomize puts them (a Role of the worker's that names its namespace, such as kube-system,
+    stays there)."""
     objects: list[Manifest] = []
     for name in RBAC_FILES:
         for doc in yaml.safe_load_all((base / name).read_text()):
@@ -70,7 +71,7 @@ def portal_rbac(base: Path) -> list[Manifest]:
 
 def _in_namespace(doc: dict[str, Any]) -> Manifest:
     if doc["kind"] in _NAMESPACED:
-        doc["metadata"]["namespace"] = PORTAL_NAMESPACE
+        doc["metadata"].setdefault("namespace", PORTAL_NAMESPACE)
     for subject in doc.get("subjects") or []:
         if subject.get("kind") == "ServiceAccount":
             subject["namespace"] = PORTAL_NAMESPACE
