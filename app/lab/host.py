@@ -14,9 +14,11 @@ from app.kube.port import Manifest
 from app.lab.gpu import KWOK_NODE
 
 PORTAL_NAMESPACE = "gpu-tenant-portal"
-# The base's files that hold the portal's identities and rights (not its Deployments: the
-# lab runs the portal as processes).
-RBAC_FILES = ("namespace.yaml", "serviceaccounts.yaml", "rbac-worker.yaml", "rbac-webhook.yaml")
+# The base's files that hold the portal's identities and rights, and the policy that bounds
+# the worker's writes in kube-system (not its Deployments: the lab runs the portal as
+# processes).
+RBAC_FILES = ("namespace.yaml", "serviceaccounts.yaml", "rbac-worker.yaml", "rbac-webhook.yaml",
+              "admission-worker.yaml")
 WORKER_ACCOUNT = "gpu-tenant-portal-worker"
 WEBHOOK_ACCOUNT = "gpu-tenant-portal-webhook"
 MACHINES = "lab-machines"

@@ -5,6 +5,7 @@ the base binds to the worker's ServiceAccount is taken, in the namespace the bas
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import product
@@ -12,7 +13,7 @@ from typing import Any
 
 from app.kube.adapter import KubernetesAdapter
 from app.kube.port import Manifest, ObjectRef
-from tests.deploy.kustomize import WORKER, WORKER_HELM
+from tests.deploy.kustomize import NAMESPACE, WORKER, WORKER_HELM
 
 # (API group, resource, verb)
 Pair = tuple[str, str, str]
@@ -20,6 +21,7 @@ Pair = tuple[str, str, str]
 # "" for a cluster-wide request's namespace and a list's name.
 Request = tuple[str, str, str, str, str]
 BINDINGS = ("RoleBinding", "ClusterRoleBinding")
+WORKER_USER = f"system:serviceaccount:{NAMESPACE}:{WORKER}"
 
 
 def pairs(role: Mapping[str, Any]) -> set[Pair]:
@@ -140,8 +142,29 @@ class Grant:
                 "subjects": [{"kind": "ServiceAccount", "name": self.account,
                               "namespace": self.namespace}]})
         self._namespaces(base)
+        self._policies(base)
         for obj in self.objects:
             self.admin.apply(obj, force=True)
+
+    def _policies(self, base: list[Manifest]) -> None:
+        """The admission policies that judge the worker's requests, for this ServiceAccount."""
+        user = f"system:serviceaccount:{self.namespace}:{self.account}"
+        for policy in base:
+            if policy["kind"] != "ValidatingAdmissionPolicy" or WORKER_USER not in json.dumps(
+                    policy):
+                continue
+            name = policy["metadata"]["name"]
+            mine = json.loads(json.dumps(policy).replace(WORKER_USER, user))
+            self.objects.append({**mine, "metadata": {**mine["metadata"],
+                                                      "name": self.renamed(name)}})
+            for binding in base:
+                if (binding["kind"] == "ValidatingAdmissionPolicyBinding"
+                        and binding["spec"]["policyName"] == name):
+                    self.objects.append({
+                        **binding,
+                        "metadata": {**binding["metadata"],
+                                     "name": self.renamed(binding["metadata"]["name"])},
+                        "spec": {**binding["spec"], "policyName": self.renamed(name)}})
 
     def _namespaces(self, base: list[Manifest]) -> None:
         for namespace in {o["metadata"].get("namespace") for o in self.objects} - {None}:

@@ -77,6 +77,10 @@ def test_the_base_renders_every_part(example: list[dict[str, Any]]) -> None:
                  "gpu-tenant-portal-webhook"):
         assert ("PodDisruptionBudget", name) in kinds
     assert ("Namespace", MACHINES_NAMESPACE) in kinds
+    # the bound on the worker's writes in kube-system that RBAC cannot express
+    policy = "gpu-tenant-portal-worker-kube-system-secrets"
+    assert ("ValidatingAdmissionPolicy", policy) in kinds
+    assert ("ValidatingAdmissionPolicyBinding", policy) in kinds
     assert {o["metadata"].get("namespace") for o in base if o["kind"] not in (
         "Namespace", "ClusterRole", "ClusterRoleBinding")} == {
         NAMESPACE, MACHINES_NAMESPACE, "kube-system", "kube-public"}

@@ -675,6 +675,53 @@ def test_the_roles_grant_nothing_the_worker_does_not_ask_for(
     assert pairs(find(base, "ClusterRole", WORKER_HELM)) == HELM_ALLOWLIST
 
 
+def in_force(worker: KubePort, probe: Manifest, timeout: float = 10.0) -> None:
+    """Once the worker's write of ``probe`` is refused: the API server loads a new policy
+    within a second or so."""
+    deadline = time.monotonic() + timeout
+    status = None
+    while status is None:
+        try:
+            worker.apply(probe, force=True)
+        except KubeError as error:
+            status = error.status
+            continue
+        assert time.monotonic() < deadline, "the policy never refused the worker's write"
+        time.sleep(0.3)
+    assert status == 403
+
+
+def test_in_kube_system_the_worker_writes_only_its_own_bootstrap_tokens(
+    worker_run: Run, host_admin: KubernetesAdapter, kai_host: ApiServer
+) -> None:
+    """RBAC cannot tell a bootstrap token from another Secret (and the helm role allows every
+    Secret): the base's admission policy does."""
+    worker = worker_run.recorder.inner
+    namespace = metal3.BOOTSTRAP_TOKEN_NAMESPACE
+    other: Manifest = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                       "metadata": {"name": f"other-{worker_run.slug}", "namespace": namespace,
+                                    "labels": lbl.managed()},
+                       "data": {"key": base64.b64encode(b"someone else's").decode()}}
+    probe = {**other, "metadata": {**other["metadata"], "name": f"probe-{worker_run.slug}"}}
+    host_admin.apply(other, manager="someone-else")
+    try:
+        in_force(worker, probe)
+        with pytest.raises(KubeError) as changed:
+            worker.apply({**other, "data": {"key": ""}}, force=True)
+        assert changed.value.status == 403 and "bootstrap token" in changed.value.message
+        with pytest.raises(KubeError) as deleted:
+            worker.delete("v1", "Secret", other["metadata"]["name"], namespace)
+        assert deleted.value.status == 403
+        kept = host_admin.get("v1", "Secret", other["metadata"]["name"], namespace)
+        assert kept is not None and kept["data"] == other["data"]
+        # its own tokens are minted, read and revoked all the same
+        machine_lifecycle(worker_run, host_admin, kai_host)
+        assert worker_run.recorder.forbidden == set()
+    finally:
+        for secret in (other, probe):
+            host_admin.delete("v1", "Secret", secret["metadata"]["name"], namespace)
+
+
 # ----- the admission webhook's roles
 
 
