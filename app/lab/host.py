@@ -14,9 +14,11 @@ from app.kube.port import Manifest
 from app.lab.gpu import KWOK_NODE
 
 PORTAL_NAMESPACE = "gpu-tenant-portal"
-# The base's files that hold the portal's identities and rights (not its Deployments: the
-# lab runs the portal as processes).
-RBAC_FILES = ("namespace.yaml", "serviceaccounts.yaml", "rbac-worker.yaml", "rbac-webhook.yaml")
+# The base's files that hold the portal's identities and rights, and the policy that bounds
+# the worker's writes in kube-system (not its Deployments: the lab runs the portal as
+# processes).
+RBAC_FILES = ("namespace.yaml", "serviceaccounts.yaml", "rbac-worker.yaml", "rbac-webhook.yaml",
+              "admission-worker.yaml")
 WORKER_ACCOUNT = "gpu-tenant-portal-worker"
 WEBHOOK_ACCOUNT = "gpu-tenant-portal-webhook"
 MACHINES = "lab-machines"
@@ -58,8 +60,9 @@ def add_fleet(host: KubernetesAdapter, nodes: list[Manifest]) -> None:
 
 
 def portal_rbac(base: Path) -> list[Manifest]:
-    """The base's ServiceAccounts, roles and bindings, in the portal's namespace as Kustomize
-    puts them."""
+    """The base's Namespaces, ServiceAccounts, roles and bindings, in the portal's namespace as
+    Kustomize puts them (a Role of the worker's that names its namespace, such as kube-system,
+    stays there)."""
     objects: list[Manifest] = []
     for name in RBAC_FILES:
         for doc in yaml.safe_load_all((base / name).read_text()):
@@ -70,7 +73,7 @@ def portal_rbac(base: Path) -> list[Manifest]:
 
 def _in_namespace(doc: dict[str, Any]) -> Manifest:
     if doc["kind"] in _NAMESPACED:
-        doc["metadata"]["namespace"] = PORTAL_NAMESPACE
+        doc["metadata"].setdefault("namespace", PORTAL_NAMESPACE)
     for subject in doc.get("subjects") or []:
         if subject.get("kind") == "ServiceAccount":
             subject["namespace"] = PORTAL_NAMESPACE

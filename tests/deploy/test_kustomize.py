@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from app.kube.adapter import KubernetesAdapter
+from app.kube.manifests.baremetal import MACHINES_NAMESPACE, bootstrap_role_bindings
 from tests.deploy.kustomize import BASE, EXAMPLE, NAMESPACE, find, kubectl, render, render_yaml
 from tests.support.kube_server import ApiServer
 
@@ -35,9 +37,19 @@ def pod_specs(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             for o in objects if o["kind"] in WORKLOADS}
 
 
+@pytest.fixture
+def machines_namespace(host_admin: KubernetesAdapter) -> str:
+    """The base makes it, but a dry run makes nothing: the Role in it needs it there. Left
+    for the run (the machines tests use it too)."""
+    if host_admin.get("v1", "Namespace", MACHINES_NAMESPACE) is None:
+        host_admin.apply({"apiVersion": "v1", "kind": "Namespace",
+                          "metadata": {"name": MACHINES_NAMESPACE}})
+    return MACHINES_NAMESPACE
+
+
 @pytest.mark.kube_server
 def test_the_example_overlay_applies_on_a_real_api_server(
-    kai_host: ApiServer, portal_namespace: None, tmp_path: Path
+    kai_host: ApiServer, portal_namespace: None, machines_namespace: str, tmp_path: Path
 ) -> None:
     kubeconfig = kai_host.write_admin_kubeconfig(tmp_path / "admin.kubeconfig")
     done = subprocess.run(
@@ -64,8 +76,21 @@ def test_the_base_renders_every_part(example: list[dict[str, Any]]) -> None:
     for name in ("gpu-tenant-portal-web", "gpu-tenant-portal-worker",
                  "gpu-tenant-portal-webhook"):
         assert ("PodDisruptionBudget", name) in kinds
+    assert ("Namespace", MACHINES_NAMESPACE) in kinds
+    # the bound on the worker's writes in kube-system that RBAC cannot express
+    policy = "gpu-tenant-portal-worker-kube-system-secrets"
+    assert ("ValidatingAdmissionPolicy", policy) in kinds
+    assert ("ValidatingAdmissionPolicyBinding", policy) in kinds
     assert {o["metadata"].get("namespace") for o in base if o["kind"] not in (
-        "Namespace", "ClusterRole", "ClusterRoleBinding")} == {NAMESPACE}
+        "Namespace", "ClusterRole", "ClusterRoleBinding")} == {
+        NAMESPACE, MACHINES_NAMESPACE, "kube-system", "kube-public"}
+    # only the worker's Roles for machines (and their bindings) are elsewhere
+    elsewhere = {(o["kind"], o["metadata"]["name"]) for o in base
+                 if o["metadata"].get("namespace") not in (None, NAMESPACE)}
+    assert {kind for kind, _ in elsewhere} == {"Role", "RoleBinding"}
+    assert {name for _, name in elsewhere} == {
+        "gpu-tenant-portal-worker-machines", "gpu-tenant-portal-worker-bootstrap-tokens",
+        "gpu-tenant-portal-worker-cluster-info"}
     # the webhook's registration is the worker's: none is shipped
     assert not [o for o in base if o["kind"] == "MutatingWebhookConfiguration"]
 
@@ -112,12 +137,19 @@ def test_only_the_migrations_go_without_a_token_and_the_web_is_bound_to_nothing(
 
 
 def test_rbac_names_every_resource_and_verb(example: list[dict[str, Any]]) -> None:
+    # `bind` only on the two built-in roles a machine's bootstrap token is given
+    bootstrap_roles = sorted(b["roleRef"]["name"] for b in bootstrap_role_bindings())
+    binds = []
     for role in (o for o in example if o["kind"] in ("Role", "ClusterRole")):
         for rule in role["rules"]:
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert "*" not in (rule.get(field) or []), (role["metadata"]["name"], rule)
-            assert "escalate" not in rule["verbs"] and "bind" not in rule["verbs"]
-            assert "impersonate" not in rule["verbs"]
+            assert "escalate" not in rule["verbs"] and "impersonate" not in rule["verbs"]
+            if "bind" in rule["verbs"]:
+                binds.append((role["kind"], role["metadata"]["name"], rule))
+    assert binds == [("ClusterRole", "gpu-tenant-portal-worker", {
+        "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+        "resourceNames": bootstrap_roles, "verbs": ["bind"]})]
 
 
 def test_the_portal_namespace_is_closed_but_for_what_is_listed(
