@@ -225,8 +225,9 @@ def request_warnings(db: Session, principal: Principal, slug: str, gpu_class_id:
 
 def _warnings_for_requester(db: Session, principal: Principal, gpu_class: GpuClass,
                             region: str, gpus: int) -> list[str]:
-    """Tenants are not shown the fleet's figures; platform admins are."""
-    total = gpu_classes.capacity(db, gpu_class.id, region).total
+    """Tenants are not shown the fleet's figures; platform admins are. Advice, not a decision:
+    the fleet's size as summed at most a moment ago, as the pages show it."""
+    total = gpu_classes.recent_capacities(db, [gpu_class.id], region)[gpu_class.id].total
     if principal.is_platform_admin:
         return _beyond_fleet(gpus, gpu_class.display_name, region, total)
     if gpus <= total:
