@@ -22,8 +22,10 @@ from app.http import hop
 from app.kit.errors import Unauthenticated
 
 # A commit touching any of these empties the caches of who callers are (memberships: the
-# tenants domain watches its own table).
-watch(User, ApiToken)
+# tenants domain watches its own table). A new token changes no cached caller: creating one
+# (a CI job's every run, say) leaves every process's cache as it is.
+watch(User)
+watch(ApiToken, inserts=False)
 
 
 def _session_user_id(request: Request) -> int | None:

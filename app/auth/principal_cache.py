@@ -91,6 +91,8 @@ PrincipalCache = ExpiringCache[Principal]
 
 _caches: weakref.WeakSet[ExpiringCache[Any]] = weakref.WeakSet()
 _watched: tuple[type[Any], ...] = ()
+# Watched models whose new rows change no cached answer (only their updates and deletes do).
+_inserts_ignored: tuple[type[Any], ...] = ()
 
 
 def forget_everyone() -> None:
@@ -99,10 +101,15 @@ def forget_everyone() -> None:
         cache.clear()
 
 
-def watch(*models: type[Any]) -> None:
-    """Commits that insert, change or delete rows of these models empty the caches."""
-    global _watched
+def watch(*models: type[Any], inserts: bool = True) -> None:
+    """Commits that insert, change or delete rows of these models empty the caches; with
+    ``inserts=False``, only those that change or delete them: for a model whose new row no
+    cached answer is made of (a new API token: the cache holds only answers about tokens
+    already used)."""
+    global _watched, _inserts_ignored
     _watched = tuple({*_watched, *models})
+    if not inserts:
+        _inserts_ignored = tuple({*_inserts_ignored, *models})
 
 
 def changes_pending(session: Session) -> bool:
@@ -113,8 +120,11 @@ def changes_pending(session: Session) -> bool:
 
 @event.listens_for(Session, "after_flush")
 def _note_flushed_changes(session: Session, _flush: UOWTransaction) -> None:
-    touched = (*session.new, *session.dirty, *session.deleted)
-    if any(isinstance(row, _watched) for row in touched):
+    touched = (*session.dirty, *session.deleted)
+    if any(isinstance(row, _watched) for row in touched) or any(
+        isinstance(row, _watched) and not isinstance(row, _inserts_ignored)
+        for row in session.new
+    ):
         _note_change(session)
 
 

@@ -46,6 +46,32 @@ def test_a_token_revoked_through_the_portal_stops_working_at_once(
     assert client.get("/api/v1/me", headers=auth).status_code == 401
 
 
+def test_creating_a_token_leaves_the_callers_already_known_known(
+    client: TestClient, db: Session, database: Database
+) -> None:
+    """A CI job that mints a token per run does not make every caller be looked up again."""
+    auth = bearer(db, factories.user(db))
+    other = bearer(db, factories.user(db))
+    assert client.get("/api/v1/me", headers=other).status_code == 200
+    assert client.post("/api/v1/tokens", json={"name": "ci", "scopes": ["read"]},
+                       headers=auth).status_code == 201
+    again = statements_during(database, lambda: client.get("/api/v1/me", headers=other))
+    assert not [s for s in again if "api_tokens" in s or "memberships" in s]
+
+
+def test_a_user_changed_with_a_new_token_in_the_same_commit_is_looked_up_again(
+    client: TestClient, db: Session, database: Database
+) -> None:
+    user = factories.user(db)
+    auth = bearer(db, user)
+    assert client.get("/api/v1/me", headers=auth).status_code == 200
+    with database.transaction() as elsewhere:
+        changed = elsewhere.get_one(User, user.id)
+        changed.name = "Renamed"
+        bearer(elsewhere, changed)
+    assert client.get("/api/v1/me", headers=auth).json()["name"] == "Renamed"
+
+
 def test_a_member_removed_through_the_portal_loses_the_tenant_at_once(
     client: TestClient, db: Session
 ) -> None:
