@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import re
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -16,6 +21,8 @@ from app.database.core import Database
 from app.kit.config import Settings
 from app.kit.logs import HANDLER_NAME, configure_logging
 from app.process.asgi import create_app
+from tests.support.waiting import wait_for
+from tests.support.web import free_port
 
 SECURITY_HEADERS = ("content-security-policy", "x-frame-options", "x-content-type-options",
                     "referrer-policy")
@@ -88,3 +95,38 @@ def test_the_access_line_goes_through_logging_when_another_handler_writes_it(
         client.get("/healthz?token=SECRET", headers={"X-Request-ID": "lb-50"})
     lines = [r.getMessage() for r in caplog.records if r.name == "uvicorn.access"]
     assert lines == ['testclient:50000 - "GET /healthz?token=[redacted] HTTP/1.1" 200']
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_portal_serve_writes_one_access_line_per_answer(
+    own_pg_database: Database, tmp_path: Path, workers: str
+) -> None:
+    """As deployed: uvicorn's own access line stays off, with one serving process (where it
+    used to silence the app's line too) or several (where it used to come back: two lines)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PORTAL_")}
+    env["PORTAL_DATABASE_URL"] = own_pg_database.engine.url.render_as_string(hide_password=False)
+    log = tmp_path / "serve.log"
+    base = f"http://127.0.0.1:{port}"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.process.cli", "serve", "--port", str(port),
+             "--workers", workers], env=env, stdout=sink, stderr=sink)
+        try:
+            wait_for(lambda: _answers(f"{base}/healthz"), f"portal serve on {base}", timeout=180)
+            for n in range(3):
+                assert httpx.get(f"{base}/api/v1/me",
+                                 headers={"X-Request-ID": f"once-{n}"}).status_code == 401
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    lines = [line for line in log.read_text().splitlines() if "uvicorn.access" in line]
+    for n in range(3):
+        assert len([line for line in lines if f"[once-{n}]" in line]) == 1, lines
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url).status_code == 200
+    except httpx.TransportError:
+        return False

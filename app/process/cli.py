@@ -13,11 +13,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import uvicorn
 from cryptography.fernet import Fernet
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.auth import service as auth_service
 from app.database import migrate
@@ -113,14 +114,29 @@ def serve(
     # The client address (failed API tokens are counted by it) comes from X-Forwarded-For
     # only when a trusted proxy sent it; anyone else's header is ignored.
     if processes == 1:
-        uvicorn.run(serving_app(settings), host=host, port=port, log_config=None,
-                    access_log=False,  # the app writes it (app.kit.logs.AccessLog)
-                    proxy_headers=True, forwarded_allow_ips=settings.trusted_proxies)
+        uvicorn.run(serving_app(settings), host=host, port=port, **_UVICORN_OPTIONS,
+                    forwarded_allow_ips=settings.trusted_proxies)
     else:
         uvicorn.run(f"{__name__}:serving_app", factory=True, workers=processes, host=host,
-                    port=port, log_config=None, access_log=False, proxy_headers=True,
-                    forwarded_allow_ips=settings.trusted_proxies,
+                    port=port, **_UVICORN_OPTIONS, forwarded_allow_ips=settings.trusted_proxies,
                     timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
+
+
+class AppWritesAccessLine(HttpToolsProtocol):
+    """uvicorn's HTTP protocol without uvicorn's access line: the app writes one per answer
+    (``app.kit.logs.AccessLog``). Why not ``access_log=False``: uvicorn then also silences the
+    ``uvicorn.access`` logger the app writes through (no line at all from one process), and a
+    serving process that configures logging after uvicorn did (``--workers N``) turned
+    uvicorn's own line back on: two lines per answer, the second through ``logging``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.access_log = False
+
+
+# log_config None: the portal configures logging itself (``configure_logging``).
+_UVICORN_OPTIONS: dict[str, Any] = {
+    "log_config": None, "access_log": True, "http": AppWritesAccessLine, "proxy_headers": True}
 
 
 # uvicorn's master kills a serving process that does not answer its ping within this long. A new
