@@ -10,6 +10,7 @@ the first write, so a refused assignment leaves nothing behind.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -38,7 +39,6 @@ from app.nodes.repository import NodeFilters
 from app.nodes.schemas import (
     AssignmentIn,
     AssignmentOut,
-    Condition,
     NodeDetail,
     NodeOut,
     SuggestedNode,
@@ -155,17 +155,18 @@ def node_fields(cluster: HostCluster, row: Any) -> dict[str, Any]:
         "rack": row.rack, "clique": row.clique, "ready": row.ready, "taints": list(row.taints),
         "tenant": row.tenant, "assigned_at": row.assigned_at,
         "first_seen_at": row.first_seen_at, "last_seen_at": row.last_seen_at,
-        "gone_at": row.gone_at, "conditions": [labels_condition(row, row.tenant).model_dump()],
+        "gone_at": row.gone_at, "conditions": [labels_condition(row, row.tenant)],
     }
 
 
-def labels_condition(row: Any, tenant_slug: str | None) -> Condition:
+def labels_condition(row: Any, tenant_slug: str | None) -> dict[str, Any]:
     """Whether the host node, as the inventory last saw it, carries what the assignment asks
-    (``row``: a listed node, with its tenant label as ``tenant_label``)."""
+    (``row``: a listed node, with its tenant label as ``tenant_label``): a ``Condition``'s
+    fields as plain values (a list builds one per row; the model cost more than the rest of
+    the row)."""
     if row.gone_at is not None:
-        return Condition(type=LABELS_CONDITION, status="Unknown", reason="NodeGone",
-                         message="the node is gone from the host cluster",
-                         lastTransitionTime=row.gone_at)
+        return _condition("Unknown", "NodeGone", "the node is gone from the host cluster",
+                          row.gone_at)
     ours = [t for t in row.taints if t.get("key") == lbl.TENANT]
     label = row.tenant_label
     if tenant_slug is None:
@@ -174,13 +175,16 @@ def labels_condition(row: Any, tenant_slug: str | None) -> Condition:
     else:
         in_sync = label == tenant_slug and ours == [tenant_taint(tenant_slug)]
         wanted = f"the label and NoSchedule taint of tenant {tenant_slug!r}"
-    return Condition(
-        type=LABELS_CONDITION, status="True" if in_sync else "False",
-        reason="InSync" if in_sync else "Pending",
-        message=f"the node carries {wanted}" if in_sync
-        else f"waiting for the node reconciler to apply {wanted}",
-        lastTransitionTime=row.last_seen_at,
-    )
+    if in_sync:
+        return _condition("True", "InSync", f"the node carries {wanted}", row.last_seen_at)
+    return _condition("False", "Pending", f"waiting for the node reconciler to apply {wanted}",
+                      row.last_seen_at)
+
+
+def _condition(status: str, reason: str, message: str, since: datetime) -> dict[str, Any]:
+    """``Condition(...).model_dump()`` of the labels condition, key for key."""
+    return {"type": LABELS_CONDITION, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": since, "observedGeneration": None}
 
 
 def _detail(db: Session, cluster: HostCluster, row: Node) -> NodeDetail:

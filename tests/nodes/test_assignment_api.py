@@ -221,3 +221,24 @@ def test_the_node_list_answers_as_its_response_model_would(
     assert {item["tenant"] for item in listed.json()["items"]} == {"acme", None}
     page = TypeAdapter(Page[NodeOut])
     assert page.dump_json(page.validate_json(listed.content)) == listed.content
+
+
+def test_the_node_list_says_of_each_node_whether_it_carries_its_tenants_labels(
+    synced: Synced, client: TestClient, db: Session
+) -> None:
+    who = _callers(db)
+    assert _assign(client, who.admin, "h100-r2-n1", "acme") == 200
+    listed = {n["name"]: n for n in client.get(
+        "/api/v1/nodes", headers=who.admin, params={"limit": 200}).json()["items"]}
+    pending, free = listed["h100-r2-n1"], listed["h100-r2-n2"]
+    assert pending["conditions"] == [{
+        "type": "TenantLabelsApplied", "status": "False", "reason": "Pending",
+        "message": "waiting for the node reconciler to apply the label and NoSchedule taint "
+                   "of tenant 'acme'",
+        "lastTransitionTime": pending["last_seen_at"], "observedGeneration": None}]
+    assert free["conditions"] == [{
+        "type": "TenantLabelsApplied", "status": "True", "reason": "InSync",
+        "message": "the node carries no tenant label or taint",
+        "lastTransitionTime": free["last_seen_at"], "observedGeneration": None}]
+    detail = client.get("/api/v1/nodes/h100-r2-n1", headers=who.admin).json()
+    assert detail["conditions"] == pending["conditions"]
