@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Select, func, select
 from sqlalchemy.exc import IntegrityError
@@ -41,6 +41,22 @@ def default_host(db: Session) -> HostCluster | None:
         if found is not None:
             db.info["default_host_cluster"] = found
     return found
+
+
+class HostRef(NamedTuple):
+    """What a listing needs of a host cluster: not its credentials' ciphertext or health."""
+
+    id: int
+    name: str
+
+
+def host_ref(db: Session, name: str | None) -> HostRef | None:
+    """The host cluster of this name, or the environment's (the default) for None."""
+    query = select(HostCluster.id, HostCluster.name)
+    query = (query.where(HostCluster.name == name) if name is not None
+             else query.where(HostCluster.is_default.is_(True)).order_by(HostCluster.id).limit(1))
+    row = db.execute(query).first()
+    return None if row is None else HostRef(row.id, row.name)
 
 
 def ensure_default_host(db: Session) -> HostCluster:

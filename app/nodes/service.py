@@ -9,7 +9,7 @@ the first write, so a refused assignment leaves nothing behind.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -84,8 +84,7 @@ def list_node_fields(db: Session, principal: Principal, filters: NodeFilters,
     """A page of the inventory as ``NodeOut`` fields, filtered and sorted by the database: one
     statement."""
     ensure_platform_admin(principal)
-    cluster = hosts_repository.host_by_name(db, host) if host else (
-        hosts_repository.default_host(db))
+    cluster = hosts_repository.host_ref(db, host or None)
     if cluster is None:
         if host:
             raise NotFound(f"no host cluster {host!r}")
@@ -95,7 +94,7 @@ def list_node_fields(db: Session, principal: Principal, filters: NodeFilters,
         rows, cursor = paginate_sorted(db, query, Node.id, NODE_SORTS[sort], params)
     else:
         rows, cursor = repository.node_page(db, cluster.id, filters, params)
-    return [node_fields(cluster, row) for row in rows], cursor
+    return [node_fields(cluster.name, row) for row in rows], cursor
 
 
 def nodes_out(db: Session, cluster: HostCluster, rows: Sequence[Node]) -> list[NodeOut]:
@@ -142,33 +141,38 @@ def _node(db: Session, cluster: HostCluster, name: str) -> Node:
 
 def _node_out(cluster: HostCluster, row: Any) -> NodeOut:
     """A node from a row of ``repository.node_rows_query``."""
-    return NodeOut.model_validate(node_fields(cluster, row))
+    return NodeOut.model_validate(node_fields(cluster.name, row))
 
 
-def node_fields(cluster: HostCluster, row: Any) -> dict[str, Any]:
-    """``NodeOut``'s fields, from a row of ``repository.node_rows_query``, as plain values."""
+def node_fields(host_name: str, row: Any) -> dict[str, Any]:
+    """``NodeOut``'s fields, from a row of ``repository.node_rows_query``, as plain values.
+
+    Read through the row's mapping: a ``Row``'s attribute costs about 0.2 µs, its mapping's key
+    a tenth of that, and a page reads twenty of them for each of its rows."""
+    node = row._mapping
     return {
-        "name": row.name, "host_cluster": cluster.name, "gpu_class": row.product,
-        "gpu_class_display_name": row.display_name, "gpus": row.gpu_count,
-        "mig_strategy": row.mig_strategy,
-        "mig_resources": {k: int(v) for k, v in row.mig_resources.items()}, "zone": row.zone,
-        "rack": row.rack, "clique": row.clique, "ready": row.ready, "taints": list(row.taints),
-        "tenant": row.tenant, "assigned_at": row.assigned_at,
-        "first_seen_at": row.first_seen_at, "last_seen_at": row.last_seen_at,
-        "gone_at": row.gone_at, "conditions": [labels_condition(row, row.tenant)],
+        "name": node["name"], "host_cluster": host_name, "gpu_class": node["product"],
+        "gpu_class_display_name": node["display_name"], "gpus": node["gpu_count"],
+        "mig_strategy": node["mig_strategy"],
+        "mig_resources": {k: int(v) for k, v in node["mig_resources"].items()},
+        "zone": node["zone"], "rack": node["rack"], "clique": node["clique"],
+        "ready": node["ready"], "taints": list(node["taints"]), "tenant": node["tenant"],
+        "assigned_at": node["assigned_at"], "first_seen_at": node["first_seen_at"],
+        "last_seen_at": node["last_seen_at"], "gone_at": node["gone_at"],
+        "conditions": [labels_condition(node, node["tenant"])],
     }
 
 
-def labels_condition(row: Any, tenant_slug: str | None) -> dict[str, Any]:
+def labels_condition(node: Mapping[str, Any], tenant_slug: str | None) -> dict[str, Any]:
     """Whether the host node, as the inventory last saw it, carries what the assignment asks
-    (``row``: a listed node, with its tenant label as ``tenant_label``): a ``Condition``'s
-    fields as plain values (a list builds one per row; the model cost more than the rest of
-    the row)."""
-    if row.gone_at is not None:
+    (``node``: a listed node's columns, with its tenant label as ``tenant_label``): a
+    ``Condition``'s fields as plain values (a list builds one per row; the model cost more
+    than the rest of the row)."""
+    if node["gone_at"] is not None:
         return _condition("Unknown", "NodeGone", "the node is gone from the host cluster",
-                          row.gone_at)
-    ours = [t for t in row.taints if t.get("key") == lbl.TENANT]
-    label = row.tenant_label
+                          node["gone_at"])
+    ours = [t for t in node["taints"] if t.get("key") == lbl.TENANT]
+    label = node["tenant_label"]
     if tenant_slug is None:
         in_sync = label is None and not ours
         wanted = "no tenant label or taint"
@@ -176,9 +180,9 @@ def labels_condition(row: Any, tenant_slug: str | None) -> dict[str, Any]:
         in_sync = label == tenant_slug and ours == [tenant_taint(tenant_slug)]
         wanted = f"the label and NoSchedule taint of tenant {tenant_slug!r}"
     if in_sync:
-        return _condition("True", "InSync", f"the node carries {wanted}", row.last_seen_at)
+        return _condition("True", "InSync", f"the node carries {wanted}", node["last_seen_at"])
     return _condition("False", "Pending", f"waiting for the node reconciler to apply {wanted}",
-                      row.last_seen_at)
+                      node["last_seen_at"])
 
 
 def _condition(status: str, reason: str, message: str, since: datetime) -> dict[str, Any]:
