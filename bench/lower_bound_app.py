@@ -17,7 +17,7 @@ from app.http.health import PROBE_PATHS
 from app.http.middleware import RequestIdMiddleware, SecurityHeadersMiddleware
 from app.kit.logs import AccessLog
 from app.process.asgi import create_app
-from app.process.cli import _settings, settle_heap
+from app.process.cli import UVICORN_OPTIONS, _settings, settle_heap
 from bench.lower_bound import MINIMAL, MINIMAL_READY, PROBES
 from bench.twin_app import add_twins
 
@@ -111,5 +111,4 @@ def serve(port: int) -> None:
     add_probes(app, app.state.database, settings.database_url)
     settle_heap()
     uvicorn.run(beside(app, minimal_app(app.state.database)), host="127.0.0.1", port=port,
-                log_config=None, proxy_headers=True,
-                access_log=False)  # the app writes it, as under `portal serve`
+                **UVICORN_OPTIONS)  # as under `portal serve`: the app writes the access line

@@ -114,11 +114,11 @@ def serve(
     # The client address (failed API tokens are counted by it) comes from X-Forwarded-For
     # only when a trusted proxy sent it; anyone else's header is ignored.
     if processes == 1:
-        uvicorn.run(serving_app(settings), host=host, port=port, **_UVICORN_OPTIONS,
+        uvicorn.run(serving_app(settings), host=host, port=port, **UVICORN_OPTIONS,
                     forwarded_allow_ips=settings.trusted_proxies)
     else:
         uvicorn.run(f"{__name__}:serving_app", factory=True, workers=processes, host=host,
-                    port=port, **_UVICORN_OPTIONS, forwarded_allow_ips=settings.trusted_proxies,
+                    port=port, **UVICORN_OPTIONS, forwarded_allow_ips=settings.trusted_proxies,
                     timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
 
 
@@ -135,7 +135,7 @@ class AppWritesAccessLine(HttpToolsProtocol):
 
 
 # log_config None: the portal configures logging itself (``configure_logging``).
-_UVICORN_OPTIONS: dict[str, Any] = {
+UVICORN_OPTIONS: dict[str, Any] = {
     "log_config": None, "access_log": True, "http": AppWritesAccessLine, "proxy_headers": True}
 
 
@@ -405,7 +405,7 @@ def dev(
         typer.echo(_host_line(settings, simulation is not None))
         try:
             uvicorn.run(create_app(settings, store, simulation), host="127.0.0.1", port=port,
-                        log_config=None, access_log=False)
+                        **UVICORN_OPTIONS)
         finally:
             loop.stop()
             worker_thread.join(10)
