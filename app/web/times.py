@@ -46,7 +46,8 @@ def time_tag(moment: datetime | str | None, now: datetime | None = None) -> Mark
         return escape(str(moment))
     utc = parsed.astimezone(UTC)
     text = ago(parsed, now or datetime.now(UTC))
-    # Digits, separators and unit words only: nothing to escape, so no Markup.format (a third
-    # of a long page's rendering).
-    return Markup(f'<time datetime="{utc:%Y-%m-%dT%H:%M:%SZ}" '
-                  f'title="{utc:%Y-%m-%d %H:%M:%S} UTC">{text}</time>')
+    # Digits, separators and unit words only: nothing to escape, so no Markup.format (half
+    # of this function's time, on every row of a long page).
+    return Markup(  # noqa: S704 - a formatted datetime and ago()'s words need no escaping
+        f'<time datetime="{utc:%Y-%m-%dT%H:%M:%SZ}" '
+        f'title="{utc:%Y-%m-%d %H:%M:%S} UTC">{text}</time>')
