@@ -76,7 +76,7 @@ class TemplateResolver(Protocol):
         ...
 
 
-def template_resolver(request: Request) -> TemplateResolver | None:
+async def template_resolver(request: Request) -> TemplateResolver | None:
     resolver: TemplateResolver | None = getattr(request.app.state, "template_resolver", None)
     return resolver
 

@@ -64,7 +64,7 @@ def request_rows_query(
 
 
 def queue_rows_query(
-    *, state: str | None = None
+    *, state: str | BindParameter[str] | None = None
 ) -> Select[QuotaRequest, str, str, str, str | None, str | None, int | None, int]:
     """Requests as ``request_rows_query``, with the tenant's quota and allocation of the class
     in the request's region."""
@@ -233,6 +233,21 @@ _REQUEST_PAGES = {
                                         state=bindparam("state")), QuotaRequest.id,
                      newest_first=True),
 }
+
+
+# The platform admins' queue, oldest first: building its statement (subqueries and all) and
+# its cache key took about 0.4 ms of every queue page.
+_QUEUE_PAGES = {
+    False: KeysetPage(queue_rows_query(), QuotaRequest.id),
+    True: KeysetPage(queue_rows_query(state=bindparam("state")), QuotaRequest.id),
+}
+
+
+def queue_page(db: Session, state: str | None,
+               params: PageParams) -> tuple[Sequence[Any], str | None]:
+    """A page of ``queue_rows_query``, oldest first (the request waiting longest on top)."""
+    values: dict[str, Any] = {} if state is None else {"state": state}
+    return _QUEUE_PAGES[state is not None].rows(db, params, values)
 
 
 def quota_page(db: Session, tenant_id: int,

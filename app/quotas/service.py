@@ -30,7 +30,7 @@ from app.gpu_classes import capacity_cache
 from app.gpu_classes import service as gpu_classes
 from app.gpu_classes.models import GpuClass
 from app.gpu_classes.schemas import Capacity
-from app.http.pagination import Page, PageParams, paginate_rows
+from app.http.pagination import Page, PageParams
 from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.quotas import events, regions, repository
 from app.quotas.models import QuotaRequest, TenantQuota
@@ -291,8 +291,7 @@ def queue(
 ) -> Page[QueueItem]:
     """Oldest first: the request waiting longest is decided first."""
     ensure_platform_admin(principal)
-    query = repository.queue_rows_query(state=state)
-    rows, cursor = paginate_rows(db, query, QuotaRequest.id, params)
+    rows, cursor = repository.queue_page(db, state, params)
     return Page(items=_queue_items(db, rows, gpu_classes.recent_capacities), next_cursor=cursor)
 
 

@@ -10,9 +10,9 @@ tenant or a membership empties it at once; a change made by another replica show
 from __future__ import annotations
 
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.util import identity_key
 
@@ -34,6 +34,19 @@ def tenants_visible_to(principal: Principal) -> Select[Tenant]:
     if principal.is_platform_admin:
         return query
     return query.where(Tenant.id.in_(list(principal.roles)))
+
+
+# ``tenants_visible_to`` as two statements built once, the caller's tenants bound at execution.
+_ALL_TENANTS = select(Tenant)
+_THEIR_TENANTS = select(Tenant).where(Tenant.id.in_(bindparam("tenant_ids", expanding=True)))
+
+
+def tenants_visible_bound(principal: Principal) -> tuple[Select[Tenant], dict[str, Any]]:
+    """``tenants_visible_to(principal)`` as a statement shared by every caller of its kind and
+    the values to bind to it: a list built on it can keep its statement (and cache key)."""
+    if principal.is_platform_admin:
+        return _ALL_TENANTS, {}
+    return _THEIR_TENANTS, {"tenant_ids": list(principal.roles)}
 
 
 def tenant_for(db: Session, principal: Principal, slug: str, action: Action = "read") -> Tenant:

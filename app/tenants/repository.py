@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
+from app.http.pagination import KeysetPage, PageParams
 from app.tenants.models import Membership, Tenant
 
 
@@ -27,6 +29,20 @@ def listed(query: Select[Tenant]) -> Select[*tuple[Any, ...]]:
     """``query``'s tenants as the columns a list shows, not entities."""
     return query.with_only_columns(Tenant.id, Tenant.slug, Tenant.display_name, Tenant.state,
                                    Tenant.created_at)
+
+
+# One per visibility statement (``access.tenants_visible_bound``), built on first use.
+_LISTED_PAGES: dict[Select[Tenant], KeysetPage] = {}
+
+
+def listed_page(db: Session, visible: Select[Tenant], values: dict[str, Any],
+                params: PageParams) -> tuple[Sequence[Any], str | None]:
+    """A page of ``listed(visible)``, its statement built once (``KeysetPage``): building it
+    and its cache key cost about as much as running it."""
+    page = _LISTED_PAGES.get(visible)
+    if page is None:
+        page = _LISTED_PAGES[visible] = KeysetPage(listed(visible), Tenant.id)
+    return page.rows(db, params, values)
 
 
 def members_query(tenant_id: int) -> Select[Membership]:

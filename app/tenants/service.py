@@ -16,7 +16,13 @@ from app.database.concurrency import insert_or_conflict, lock_row
 from app.http.pagination import Page, PageParams, paginate_rows
 from app.kit.errors import Conflict, NotFound, ProblemError
 from app.tenants import events, repository
-from app.tenants.access import Contact, admins_of, tenant_for, tenants_visible_to
+from app.tenants.access import (
+    Contact,
+    admins_of,
+    tenant_for,
+    tenants_visible_bound,
+    tenants_visible_to,
+)
 from app.tenants.models import Membership, Tenant
 from app.tenants.schemas import (
     MemberCreate,
@@ -58,8 +64,12 @@ def list_tenants(db: Session, principal: Principal, params: PageParams,
 def list_tenant_fields(db: Session, principal: Principal, params: PageParams,
                        search: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
     """A page of the tenants the caller sees as ``TenantOut`` fields, read as plain columns."""
-    query = repository.listed(repository.matching(tenants_visible_to(principal), search))
-    rows, cursor = paginate_rows(db, query, Tenant.id, params)
+    if search:
+        query = repository.listed(repository.matching(tenants_visible_to(principal), search))
+        rows, cursor = paginate_rows(db, query, Tenant.id, params)
+    else:
+        visible, values = tenants_visible_bound(principal)
+        rows, cursor = repository.listed_page(db, visible, values, params)
     return [tenant_fields(principal, row) for row in rows], cursor
 
 

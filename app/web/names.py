@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from markupsafe import Markup
+from functools import lru_cache
+
+from markupsafe import Markup, escape
 
 
 def gpu_class_text(display_name: str | None, product: str | None) -> str:
@@ -14,6 +16,7 @@ def gpu_class_text(display_name: str | None, product: str | None) -> str:
     return name
 
 
+@lru_cache(maxsize=1024)
 def gpu_class_label(display_name: str | None, product: str | None) -> Markup:
     """A GPU class on a page: its display name, and the product label below it in a smaller
     line (and as its title), for operators who match it against node labels."""
@@ -22,8 +25,9 @@ def gpu_class_label(display_name: str | None, product: str | None) -> Markup:
         return Markup('<span class="gpu-class gpu-class-none">no GPU class</span>')
     secondary = ""
     if product and product != name:
-        secondary = Markup('<code class="gpu-class-product">{}</code>').format(product)
-    return Markup(
-        '<span class="gpu-class" title="{product}">'
-        '<span class="gpu-class-name">{name}</span>{secondary}</span>'
-    ).format(product=product or name, name=name, secondary=secondary)
+        secondary = f'<code class="gpu-class-product">{escape(product)}</code>'
+    # A page names the same few classes on every row: the label is made once (a pure function
+    # of its two strings; Markup is immutable).
+    return Markup(  # noqa: S704 - both strings went through escape()
+        f'<span class="gpu-class" title="{escape(product or name)}">'
+        f'<span class="gpu-class-name">{escape(name)}</span>{secondary}</span>')

@@ -44,6 +44,10 @@ def time_tag(moment: datetime | str | None, now: datetime | None = None) -> Mark
     parsed = parse(moment)
     if parsed is None:
         return escape(str(moment))
-    machine = parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    utc = parsed.astimezone(UTC)
     text = ago(parsed, now or datetime.now(UTC))
-    return Markup('<time datetime="{}" title="{}">{}</time>').format(machine, exact(parsed), text)
+    # Digits, separators and unit words only: nothing to escape, so no Markup.format (half
+    # of this function's time, on every row of a long page).
+    return Markup(  # noqa: S704 - a formatted datetime and ago()'s words need no escaping
+        f'<time datetime="{utc:%Y-%m-%dT%H:%M:%SZ}" '
+        f'title="{utc:%Y-%m-%d %H:%M:%S} UTC">{text}</time>')
