@@ -3,6 +3,7 @@ leaves one access line with uvicorn's fields in the portal's log format (issue 3
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 
 from app.database.core import Database
@@ -32,6 +34,12 @@ LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO uvicorn\.access \
 
 @pytest.fixture
 def log_lines() -> Iterator[io.StringIO]:
+    with _captured() as buffer:
+        yield buffer
+
+
+@contextlib.contextmanager
+def _captured() -> Iterator[io.StringIO]:
     """The portal's log handler, as ``portal serve`` configures it, writing to a buffer."""
     root = logging.getLogger()
     saved_handlers, saved_level = root.handlers[:], root.level
@@ -86,6 +94,17 @@ def test_each_answer_leaves_one_access_line_with_its_fields(
     written = [line for line in log_lines.getvalue().splitlines() if "uvicorn.access" in line]
     assert len(written) == 3
     assert not any("SECRET123" in line for line in written)
+
+
+def test_the_access_line_is_written_after_a_quieter_server_ran_in_this_process(
+    client: TestClient
+) -> None:
+    """A server started in this process before (the suite's live servers, say) set uvicorn's
+    loggers to its own level; configuring the portal's logging puts them back under the root's."""
+    uvicorn.Config(client.app, log_level="warning")
+    with _captured() as buffer:
+        client.get("/healthz", headers={"X-Request-ID": "lb-60"})
+    assert [line for line in buffer.getvalue().splitlines() if "[lb-60]" in line]
 
 
 def test_the_access_line_goes_through_logging_when_another_handler_writes_it(

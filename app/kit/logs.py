@@ -123,5 +123,8 @@ def configure_logging(level: str = "INFO") -> None:
     root.handlers = [handler]
     root.setLevel(level.upper())
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
-        logging.getLogger(name).handlers = []
-        logging.getLogger(name).propagate = True
+        # As the root says: a server run in this process before (its log_level) may have set
+        # its own level on these loggers, and the access line would stay silent.
+        logger = logging.getLogger(name)
+        logger.handlers, logger.propagate = [], True
+        logger.setLevel(logging.NOTSET)
