@@ -120,11 +120,8 @@ def changes_pending(session: Session) -> bool:
 
 @event.listens_for(Session, "after_flush")
 def _note_flushed_changes(session: Session, _flush: UOWTransaction) -> None:
-    touched = (*session.dirty, *session.deleted)
-    if any(isinstance(row, _watched) for row in touched) or any(
-        isinstance(row, _watched) and not isinstance(row, _inserts_ignored)
-        for row in session.new
-    ):
+    new = (row for row in session.new if not isinstance(row, _inserts_ignored))
+    if any(isinstance(row, _watched) for row in (*new, *session.dirty, *session.deleted)):
         _note_change(session)
 
 
