@@ -25,12 +25,12 @@ router = APIRouter(prefix="/api/v1/host-clusters", tags=["host clusters"],
 HostName = Annotated[str, Path(max_length=63, description="the host cluster's name")]
 
 
-def kube_connector(request: Request) -> KubeConnector:
+async def kube_connector(request: Request) -> KubeConnector:
     connector: KubeConnector = request.app.state.kube
     return connector
 
 
-def chart_probe(request: Request) -> ChartProbe | None:
+async def chart_probe(request: Request) -> ChartProbe | None:
     """The templates domain's chart resolver, set on the app at start (hosts cannot import
     templates: it sits below them)."""
     found: ChartProbe | None = getattr(request.app.state, "chart_resolver", None)

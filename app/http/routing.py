@@ -10,14 +10,16 @@ one worker thread; FastAPI then validates the result on the event loop.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import Request
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
+from starlette.responses import Response
 
 from app.http import hop
+from app.http.direct import direct_handler
 from app.http.middleware import REFUSED_TEXT
 from app.kit.errors import ProblemError
 
@@ -29,6 +31,10 @@ class UnitOfWorkRoute(APIRoute):
         if not inspect.iscoroutinefunction(endpoint):
             endpoint = in_one_hop(endpoint)
         super().__init__(path, endpoint, **kwargs)
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """The route's own plan (``app.http.direct``) where it can have one, else FastAPI's."""
+        return direct_handler(self) or super().get_route_handler()
 
 
 def in_one_hop(function: Callable[..., Any]) -> Callable[..., Any]:
