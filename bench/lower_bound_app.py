@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.database.core import Database
 from app.http import hop
 from app.http.health import PROBE_PATHS
-from app.http.middleware import RequestIdMiddleware, SecurityHeadersMiddleware
+from app.http.middleware import AnswerStampMiddleware
 from app.kit.logs import AccessLog
 from app.process.asgi import create_app
 from app.process.cli import UVICORN_OPTIONS, _settings, settle_heap
@@ -85,7 +85,7 @@ def minimal_app(database: Database) -> ASGIApp:
         await hop.run_sync(_select_one, database)
         return {"status": "ok", "database": "ok"}
 
-    return RequestIdMiddleware(SecurityHeadersMiddleware(minimal), access=AccessLog())
+    return AnswerStampMiddleware(minimal, access=AccessLog())
 
 
 def _select_one(database: Database) -> None:

@@ -10,9 +10,14 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from starlette.types import Receive, Scope, Send
 
 from app.database.core import Database
-from app.http.middleware import CONTENT_SECURITY_POLICY, LoadSheddingMiddleware
+from app.http.middleware import (
+    CONTENT_SECURITY_POLICY,
+    AnswerStampMiddleware,
+    LoadSheddingMiddleware,
+)
 from app.kit.config import Settings
 from app.process.asgi import create_app
 from tests.support.kube import InMemoryConnector
@@ -102,3 +107,22 @@ def _middleware(app: FastAPI, kind: type[LoadSheddingMiddleware]) -> LoadSheddin
     while not isinstance(layer, kind):
         layer = getattr(layer, "app")  # noqa: B009 - each layer wraps the next as .app
     return layer
+
+
+def test_an_answer_setting_its_own_headers_keeps_its_policy_and_gets_ours_once() -> None:
+    """A page with its own Content-Security-Policy keeps it; a framing or request-id header an
+    answer set itself is replaced, never sent twice."""
+    async def own_headers(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-security-policy", b"default-src 'none'"),
+            (b"x-frame-options", b"SAMEORIGIN"), (b"x-request-id", b"made-up")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    client = TestClient(AnswerStampMiddleware(own_headers), base_url="https://portal")
+    response = client.get("/", headers={"X-Request-ID": "abc-123"})
+    raw = [name.lower() for name, _ in response.headers.raw]
+    assert response.headers["content-security-policy"] == "default-src 'none'"
+    assert response.headers["x-frame-options"] == "DENY"
+    assert response.headers["x-request-id"] == "abc-123"
+    assert "max-age=" in response.headers["strict-transport-security"]
+    assert len(raw) == len(set(raw))

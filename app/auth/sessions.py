@@ -134,7 +134,7 @@ class ServerSideSessionMiddleware:
         cookie = _read_cookie(scope, cookie_name)
         loaded = await hop.run_sync(store.load, cookie) if cookie else _NO_SESSION
         scope["session"] = dict(loaded.data)
-        original = json.dumps(loaded.data, sort_keys=True)
+        original = json.dumps(loaded.data, sort_keys=True) if loaded.data else "{}"
 
         async def send_with_session(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -159,16 +159,17 @@ class ServerSideSessionMiddleware:
         if scope.get("session_rotate") and id_hash:
             await hop.run_sync(store.delete, id_hash)
             id_hash = None
-        changed = json.dumps(data, sort_keys=True) != original
         if not data and id_hash is None:
             return None
-        if changed or id_hash is None or loaded.needs_touch:
+        if id_hash is None or loaded.needs_touch or json.dumps(data, sort_keys=True) != original:
             return await hop.run_sync(store.save, id_hash, data)
         return None
 
 
 def _read_cookie(scope: Scope, name: str) -> str | None:
     raw = dict(scope["headers"]).get(b"cookie", b"").decode("latin-1")
+    if not raw:
+        return None
     cookie: SimpleCookie = SimpleCookie()
     try:
         cookie.load(raw)

@@ -1,4 +1,4 @@
-"""ASGI middleware: request ids, security headers, load shedding and the request guard."""
+"""ASGI middleware: request ids and security headers, load shedding and the request guard."""
 
 from __future__ import annotations
 
@@ -24,10 +24,25 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
-class RequestIdMiddleware:
-    """Takes a sane ``X-Request-ID`` from the caller or makes one; echoes it on the response.
-    Given an ``access`` log, writes each answer's line to it as the answer starts (here, where
-    the id and the status are at hand, rather than uvicorn's access log: see ``AccessLog``)."""
+_SECURITY_HEADERS = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"x-frame-options", b"DENY"),
+)
+_HSTS = (b"strict-transport-security", b"max-age=31536000; includeSubDomains")
+_CSP = (b"content-security-policy", CONTENT_SECURITY_POLICY.encode())
+_STAMPED = frozenset(name for name, _ in (*_SECURITY_HEADERS, _HSTS, _CSP)) | {b"x-request-id"}
+
+
+class AnswerStampMiddleware:
+    """What every answer carries, stamped in one pass over its headers as it starts:
+
+    - the request id: a sane ``X-Request-ID`` from the caller, else a new one, echoed back (and
+      in the request's log lines);
+    - the security headers (a page's own Content-Security-Policy kept);
+    - given an ``access`` log, the answer's line, written here where the id and the status are
+      at hand rather than in uvicorn's access log (``AccessLog``).
+    """
 
     def __init__(self, app: ASGIApp, access: AccessLog | None = None) -> None:
         self.app = app
@@ -42,40 +57,39 @@ class RequestIdMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
         token = request_id_var.set(request_id)
 
-        async def send_with_id(message: Message) -> None:
+        async def send_stamped(message: Message) -> None:
             if message["type"] == "http.response.start":
-                MutableHeaders(scope=message)["X-Request-ID"] = request_id
+                _stamp(message, request_id, scope.get("scheme") == "https")
                 if self.access is not None:
                     self.access.write(scope, message["status"], request_id)
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive, send_stamped)
         finally:
             request_id_var.reset(token)
 
 
-class SecurityHeadersMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+def _stamp(message: Message, request_id: str, https: bool) -> None:
+    headers = message["headers"] = list(message.get("headers", ()))
+    present = {name.lower() for name, _ in headers}
+    if present & _STAMPED:  # the app set one of them: replaced, its own CSP kept
+        _restamp(MutableHeaders(scope=message), request_id, https)
+        return
+    headers.append((b"x-request-id", request_id.encode("latin-1")))
+    headers.append(_CSP)
+    headers.extend(_SECURITY_HEADERS)
+    if https:
+        headers.append(_HSTS)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
 
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-                headers["X-Content-Type-Options"] = "nosniff"
-                headers["Referrer-Policy"] = "same-origin"
-                headers["X-Frame-Options"] = "DENY"
-                if scope.get("scheme") == "https":
-                    headers["Strict-Transport-Security"] = "max-age=31536000; includeSubDomains"
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+def _restamp(headers: MutableHeaders, request_id: str, https: bool) -> None:
+    headers["X-Request-ID"] = request_id
+    headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+    for name, value in _SECURITY_HEADERS:
+        headers[name.decode()] = value.decode()
+    if https:
+        headers[_HSTS[0].decode()] = _HSTS[1].decode()
 
 
 class ProbeBypass:

@@ -47,12 +47,11 @@ from app.http.health import PROBE_PATHS
 from app.http.health import router as health_router
 from app.http.middleware import (
     RETRY_AFTER_SECONDS,
+    AnswerStampMiddleware,
     BodyLimits,
     ControlCharacterGuardMiddleware,
     LoadSheddingMiddleware,
     ProbeBypass,
-    RequestIdMiddleware,
-    SecurityHeadersMiddleware,
     too_deeply_nested,
 )
 from app.http.problems import PortalApi, problems
@@ -166,8 +165,8 @@ class _Portal(PortalApi):
     health probes skip the portal's own middlewares (``ProbeBypass``)."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return RequestIdMiddleware(SecurityHeadersMiddleware(ProbeBypass(
-            super().build_middleware_stack(), self._probes(), PROBE_PATHS)), access=AccessLog())
+        return AnswerStampMiddleware(ProbeBypass(
+            super().build_middleware_stack(), self._probes(), PROBE_PATHS), access=AccessLog())
 
     def _probes(self) -> FastAPI:
         """The health probes in an app of their own (FastAPI's error handling, their two
