@@ -3,13 +3,13 @@
 FastAPI solves an endpoint's dependencies on every request by walking their tree and asking of
 each node, every time, whether it is overridden, which cache key and scopes it has and what kind
 of callable it is: about a fifth of a signed-in list request's CPU. The answers never change, so
-``plan_for`` works them out when the route is built and ``direct_handler`` only runs the plan.
+``_plan_for`` works them out when the route is built and ``direct_handler`` only runs the plan.
 What the request sees is FastAPI's: the same order (the body read first, then each dependency
 with its own parameters, then the endpoint's parameters and body), the same validation and its
 errors (FastAPI's own functions), the same response serialisation, dependencies with ``yield``
 on FastAPI's own exit stack. A route using what the plan does not cover (overrides, a
 ``Response`` or ``BackgroundTasks`` parameter, sync or scoped dependencies, forms, streams)
-keeps FastAPI's handler (``None`` from ``plan_for``).
+keeps FastAPI's handler (``direct_handler`` answers ``None``).
 """
 
 from __future__ import annotations
@@ -56,22 +56,20 @@ class _Plan:
     request_names: tuple[str, ...]  # parameters taking the request (or its connection)
 
 
-def plan_for(dependant: Dependant) -> _Plan | None:
-    call = dependant.call
-    if call is None or not _awaitable(call) or inspect.isasyncgenfunction(call):
-        return None
-    return _plan(dependant, top=True)
+def _plan_for(endpoint: Dependant) -> _Plan | None:
+    """The endpoint's plan; a generator endpoint streams, which FastAPI's handler does."""
+    return None if inspect.isasyncgenfunction(endpoint.call) else _plan(endpoint)
 
 
-def _plan(dependant: Dependant, top: bool = False) -> _Plan | None:
+def _plan(dependant: Dependant) -> _Plan | None:
     call = dependant.call
     if call is None or _unplannable(dependant):
         return None
     generator = inspect.isasyncgenfunction(call)
     if generator and dependant.scope != "function":
         return None  # exits after the response is sent: FastAPI's request stack
-    if not top and not generator and not _awaitable(call):
-        return None  # a sync dependency: FastAPI runs it in a thread
+    if not generator and not _awaitable(call):
+        return None  # sync: FastAPI runs it in a thread
     dependencies = [_plan(sub) for sub in dependant.dependencies]
     if any(sub is None for sub in dependencies):
         return None
@@ -111,7 +109,7 @@ def direct_handler(own: APIRoute) -> Handler | None:
         return None
     if route.body_field is not None and isinstance(route.body_field.field_info, params.Form):
         return None
-    plan = plan_for(route.dependant)
+    plan = _plan_for(route.dependant)
     if plan is None:
         return None
     response_class = _value(route.response_class)

@@ -8,7 +8,6 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote_to_bytes, urlencode
 
-from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,7 +30,8 @@ _SECURITY_HEADERS = (
 )
 _HSTS = (b"strict-transport-security", b"max-age=31536000; includeSubDomains")
 _CSP = (b"content-security-policy", CONTENT_SECURITY_POLICY.encode())
-_STAMPED = frozenset(name for name, _ in (*_SECURITY_HEADERS, _HSTS, _CSP)) | {b"x-request-id"}
+# What an answer may have set itself and is replaced (its own Content-Security-Policy is kept).
+_REPLACED = frozenset(name for name, _ in (*_SECURITY_HEADERS, _HSTS)) | {b"x-request-id"}
 
 
 class AnswerStampMiddleware:
@@ -71,25 +71,15 @@ class AnswerStampMiddleware:
 
 
 def _stamp(message: Message, request_id: str, https: bool) -> None:
-    headers = message["headers"] = list(message.get("headers", ()))
-    present = {name.lower() for name, _ in headers}
-    if present & _STAMPED:  # the app set one of them: replaced, its own CSP kept
-        _restamp(MutableHeaders(scope=message), request_id, https)
-        return
+    headers = [(name, value) for name, value in message.get("headers", ())
+               if name.lower() not in _REPLACED]
     headers.append((b"x-request-id", request_id.encode("latin-1")))
-    headers.append(_CSP)
+    if not any(name.lower() == _CSP[0] for name, _ in headers):
+        headers.append(_CSP)
     headers.extend(_SECURITY_HEADERS)
     if https:
         headers.append(_HSTS)
-
-
-def _restamp(headers: MutableHeaders, request_id: str, https: bool) -> None:
-    headers["X-Request-ID"] = request_id
-    headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-    for name, value in _SECURITY_HEADERS:
-        headers[name.decode()] = value.decode()
-    if https:
-        headers[_HSTS[0].decode()] = _HSTS[1].decode()
+    message["headers"] = headers
 
 
 class ProbeBypass:
