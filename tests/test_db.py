@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from app.audit import service as audit
 from app.database import core as app_db
 from app.database.core import Database, ReadOnlyViolation
 from app.database.kept import Kept
@@ -28,6 +29,16 @@ def test_a_read_only_session_refuses_to_write_and_leaves_nothing_behind(
     with own_pg_database.read_session() as session:
         found = session.execute(text("SELECT count(*) FROM users WHERE email = :e"),
                                 {"e": "reader@example.com"}).scalar_one()
+    assert found == 0
+
+
+def test_a_read_only_session_refuses_an_audit_event_too(own_pg_database: Database) -> None:
+    """An event is an INSERT statement rather than a flushed row: refused all the same."""
+    with own_pg_database.read_session() as session, pytest.raises(ReadOnlyViolation):
+        audit.record(session, action="test.read_only", actor_id=None)
+    with own_pg_database.read_session() as session:
+        found = session.execute(text("SELECT count(*) FROM audit_events "
+                                     "WHERE action = 'test.read_only'")).scalar_one()
     assert found == 0
 
 

@@ -116,6 +116,9 @@ def test_text_that_holds_no_format_character_is_shown_unchanged() -> None:
     for text in [*SHOWN_AS_TYPED, "line one\nline two"]:
         assert visible_format_characters(text) == text
     assert visible_format_characters("a\u200db\U000e0041") == "a[U+200D]b[U+E0041]"
+    # Lines and tabs around it hide none (the quick test skips them, not what they surround).
+    assert visible_format_characters("one\n\ttwo\u202e\r\n") == "one\n\ttwo[U+202E]\r\n"
+    assert visible_format_characters("no\u00a0break\nspace") == "no\u00a0break\nspace"
 
 
 def test_markup_stays_markup_with_its_format_characters_written_out() -> None:

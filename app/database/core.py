@@ -15,7 +15,7 @@ from pydantic_core import from_json
 from sqlalchemy import JSON, Connection, DateTime, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DisconnectionError
-from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, ORMExecuteState, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
 from app.kit.validation import clamped_to_calendar
@@ -110,9 +110,18 @@ class ReadOnlyViolation(RuntimeError):
     """A session made for a request that only reads was asked to write."""
 
 
+_REFUSAL = "a read-only request tried to write; give it a read-write session"
+
+
 def _refuse_writes(session: Session, _flush: Any, _instances: Any) -> None:
     if session.new or session.deleted or any(session.is_modified(row) for row in session.dirty):
-        raise ReadOnlyViolation("a read-only request tried to write; give it a read-write session")
+        raise ReadOnlyViolation(_REFUSAL)
+
+
+def _refuse_statements_that_write(state: ORMExecuteState) -> None:
+    """An INSERT, UPDATE or DELETE statement, which no flush sees (an audit event's)."""
+    if state.is_insert or state.is_update or state.is_delete:
+        raise ReadOnlyViolation(_REFUSAL)
 
 
 class Database:
@@ -133,6 +142,7 @@ class Database:
             bind = bind.execution_options(isolation_level="AUTOCOMMIT")
         readers = sessionmaker(bind, expire_on_commit=False)
         event.listen(readers, "before_flush", _refuse_writes)
+        event.listen(readers, "do_orm_execute", _refuse_statements_that_write)
         return readers
 
     def configure_sessions(self, **options: Any) -> None:

@@ -9,6 +9,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.database.core import Base
+from app.database.kept import Kept
 from app.hosts.models import HostCluster
 
 DEFAULT_HOST_CLUSTER = "default"
@@ -51,12 +52,23 @@ class HostRef(NamedTuple):
 
 
 def host_ref(db: Session, name: str | None) -> HostRef | None:
-    """The host cluster of this name, or the environment's (the default) for None."""
-    query = select(HostCluster.id, HostCluster.name)
-    query = (query.where(HostCluster.name == name) if name is not None
-             else query.where(HostCluster.is_default.is_(True)).order_by(HostCluster.id).limit(1))
-    row = db.execute(query).first()
+    """The host cluster of this name, or the environment's (the default) for None: kept
+    briefly (``app.database.kept``), a rename through another process shows within 2 s."""
+    if name is None:
+        return _default_ref.get(db)
+    row = db.execute(select(HostCluster.id, HostCluster.name)
+                     .where(HostCluster.name == name)).first()
     return None if row is None else HostRef(row.id, row.name)
+
+
+def _read_default_ref(db: Session) -> HostRef | None:
+    row = db.execute(select(HostCluster.id, HostCluster.name)
+                     .where(HostCluster.is_default.is_(True))
+                     .order_by(HostCluster.id).limit(1)).first()
+    return None if row is None else HostRef(row.id, row.name)
+
+
+_default_ref = Kept("default_host_ref", (HostCluster,), _read_default_ref)
 
 
 def ensure_default_host(db: Session) -> HostCluster:

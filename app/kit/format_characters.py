@@ -19,10 +19,16 @@ def describe(character: str) -> str:
     return f"U+{ord(character):04X}" + (f" ({name})" if name else "")
 
 
+# Line breaks and tabs are not printable, yet not format characters either: text without a
+# format character is printable once they are gone (a test of the C library, not a walk in
+# Python over every character of, say, a multi-line SVG chart).
+_LINE_BREAKS_AND_TABS = str.maketrans("", "", "\n\r\t")
+
+
 def visible_format_characters(text: str) -> str:
     """``text`` with each format character written out ("acme[U+202E]gnp.exe"): for text
     the input rules never saw (stored before them, or from an IdP or a host)."""
-    if text.isprintable():
+    if text.isprintable() or str.translate(text, _LINE_BREAKS_AND_TABS).isprintable():
         return text
     # replace() keeps the type: markupsafe's Markup stays Markup, escaping what it inserts.
     for hidden in {c for c in text if unicodedata.category(c) == "Cf"}:

@@ -22,6 +22,7 @@ from app.auth.principal import Principal
 from app.authz import ensure_platform_admin, ensure_platform_writer
 from app.database.concurrency import insert_or_conflict, lock_row
 from app.database.core import utcnow
+from app.database.kept import Kept
 from app.gpu_classes import capacity_cache
 from app.gpu_classes import repository as gpu_class_repository
 from app.gpu_classes import service as gpu_classes
@@ -385,7 +386,15 @@ def classes_to_suggest(db: Session, principal: Principal) -> list[GpuClass]:
 
 def fleet_zones(db: Session, principal: Principal) -> list[str]:
     """The zones the fleet's picker offers; tenants and racks are typed in (there are
-    thousands), and classes are those of the capacity table."""
+    thousands), and classes are those of the capacity table. Kept briefly: a zone the worker's
+    inventory sync just brought shows within 2 s."""
     ensure_platform_admin(principal)
-    cluster = hosts_repository.default_host(db)
-    return repository.live_zones(db, cluster.id) if cluster else []
+    return list(_fleet_zones.get(db))
+
+
+def _default_host_zones(db: Session) -> tuple[str, ...]:
+    cluster = hosts_repository.host_ref(db, None)
+    return tuple(repository.live_zones(db, cluster.id)) if cluster else ()
+
+
+_fleet_zones = Kept("fleet_zones", (Node, HostCluster), _default_host_zones)

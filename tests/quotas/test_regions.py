@@ -4,8 +4,10 @@ are checked against the capacity of the class in the request's region."""
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
+from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
+from app.hosts.models import HostCluster
 from tests import factories
 from tests.support.tenancy import build_tenancy, headers
 
@@ -29,6 +31,23 @@ def test_one_region_needs_no_naming_several_do(client: TestClient, db: Session) 
     unknown = client.post(URL, json={**ask, "region": "mars"}, headers=admin)
     assert unknown.status_code == 422 and "no host cluster is in region 'mars'" in (
         unknown.json()["errors"][0]["message"])
+
+
+def test_a_region_registered_by_another_process_is_accepted_at_once(
+    client: TestClient, db: Session
+) -> None:
+    """The regions are kept briefly; one that is not among them is read again before a 422."""
+    tenancy = build_tenancy(db)
+    db.commit()
+    admin = headers(db, tenancy.acme_admin)
+    ask = {"gpu_class_id": tenancy.h100.id, "gpus": 4, "reason": "training"}
+    assert client.post(URL, json=ask, headers=admin).status_code == 201  # regions now kept
+    # Written below the ORM, as another process's write would be: no session of this one saw it.
+    db.connection().execute(insert(HostCluster).values(
+        name="gpu-eu-1", region="eu", is_default=False))
+    db.commit()
+    named = client.post(URL, json={**ask, "region": "eu"}, headers=admin)
+    assert named.status_code == 201 and named.json()["region"] == "eu"
 
 
 def test_an_approval_is_checked_against_the_regions_capacity(client: TestClient,

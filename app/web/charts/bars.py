@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from markupsafe import Markup
 
@@ -34,6 +35,20 @@ class Group:
     values: dict[str, int]
 
 
+# Charts are drawn once per set of figures: a page shown again (a live page every few seconds,
+# a list many people watch) draws what it drew a moment ago. Markup is immutable.
+DRAWN_KEPT = 128
+Frozen = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+
+
+def _frozen(groups: Sequence[Group]) -> Frozen:
+    return tuple((group.label, tuple(group.values.items())) for group in groups)
+
+
+def _thawed(groups: Frozen) -> list[Group]:
+    return [Group(label, dict(values)) for label, values in groups]
+
+
 def _axis(scale: Scale, top: float, bottom: float) -> str:
     lines = []
     for tick in ticks(scale.maximum):
@@ -55,6 +70,13 @@ def _scale(groups: Sequence[Group], keys: Sequence[str], stacked: bool) -> Scale
 def grouped_bars(chart_id: str, title: str, description: str, groups: Sequence[Group],
                  series: Sequence[Series]) -> Markup:
     """One bar per series in each group, each labelled with its value."""
+    return _grouped_bars(chart_id, title, description, _frozen(groups), tuple(series))
+
+
+@lru_cache(maxsize=DRAWN_KEPT)
+def _grouped_bars(chart_id: str, title: str, description: str, frozen: Frozen,
+                  series: tuple[Series, ...]) -> Markup:
+    groups = _thawed(frozen)
     scale = _scale(groups, [s.key for s in series], stacked=False)
     group_height = len(series) * (BAR + GAP) + GROUP_GAP
     bottom = TOP + len(groups) * group_height
@@ -80,6 +102,13 @@ def stacked_bars(chart_id: str, title: str, description: str, groups: Sequence[G
                  stack: Sequence[Series], apart: Series | None = None) -> Markup:
     """The ``stack`` series end to end in one bar per group, its total at the end; ``apart``
     (a figure that overlaps the others, such as GPUs not ready) as a thin bar beneath."""
+    return _stacked_bars(chart_id, title, description, _frozen(groups), tuple(stack), apart)
+
+
+@lru_cache(maxsize=DRAWN_KEPT)
+def _stacked_bars(chart_id: str, title: str, description: str, frozen: Frozen,
+                  stack: tuple[Series, ...], apart: Series | None) -> Markup:
+    groups = _thawed(frozen)
     keys = [s.key for s in stack]
     scale = _scale(groups, keys, stacked=True)
     thin = 7 if apart else 0

@@ -176,3 +176,18 @@ def test_ticks_are_round_and_cover_the_largest_value() -> None:
     assert ticks(64) == [0, 20, 40, 60, 80]
     assert ticks(3) == [0, 1, 2, 3]
     assert ticks(1000)[-1] >= 1000
+
+
+def test_a_chart_is_drawn_from_the_figures_it_is_given_each_time() -> None:
+    """Charts are kept per set of figures: the same figures give the same drawing, and a
+    figure that moved (a class, a series, a value) is drawn as it is now, never as it was."""
+    first = stacked_bars("fleet", "GPUs", "d", FLEET, CAPACITY_SERIES)
+    assert stacked_bars("fleet", "GPUs", "d", list(FLEET), CAPACITY_SERIES) == first
+    moved = [FLEET[0], Group("GB200", {**FLEET[1].values, "free": 31})]
+    redrawn = stacked_bars("fleet", "GPUs", "d", moved, CAPACITY_SERIES)
+    assert redrawn != first and 'data-value="31"' in redrawn
+    assert 'data-value="31"' not in stacked_bars("fleet", "GPUs", "d", FLEET, CAPACITY_SERIES)
+    quota = grouped_bars("quota", "Quota", "d", QUOTA, QUOTA_SERIES)
+    less = [Group("H100 80GB", {"approved": 16, "allocated": 11, "in-use": 12}), QUOTA[1]]
+    assert grouped_bars("quota", "Quota", "d", less, QUOTA_SERIES) != quota
+    assert grouped_bars("quota", "Quota", "d", QUOTA, QUOTA_SERIES) == quota
