@@ -19,22 +19,21 @@ from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
 
 T = TypeVar("T")
 
+_CHANGED = "kept.changed"  # session.info: the kept figures this session's writes changed
+
 
 class Kept(Generic[T]):
     def __init__(self, name: str, watched: tuple[type[Any], ...], read: Callable[[Session], T],
                  max_age: float = 2.0) -> None:
+        self.name = name
         self.watched = watched
         self.read = read
         self.max_age = max_age
-        self._changed = f"kept.{name}.changed"
         self._kept: WeakKeyDictionary[object, tuple[float, T]] = WeakKeyDictionary()
-        event.listen(Session, "after_flush", self._forget_flushed_changes)
-        event.listen(Session, "do_orm_execute", self._forget_bulk_changes)
-        event.listen(Session, "after_commit", self._forget_on_commit)
-        event.listen(Session, "after_soft_rollback", self._nothing_changed)
+        _every_kept.append(self)
 
     def get(self, db: Session, clock: Callable[[], float] = time.monotonic) -> T:
-        if db.info.get(self._changed):
+        if self in db.info.get(_CHANGED, ()):
             return self.read(db)
         bind = db.get_bind()
         now = clock()
@@ -48,27 +47,42 @@ class Kept(Generic[T]):
     def forget(self, session: Session) -> None:
         self._kept.pop(session.get_bind(), None)
 
-    def _forget_flushed_changes(self, session: Session, _flush: UOWTransaction) -> None:
-        touched = (*session.new, *session.dirty, *session.deleted)
-        if any(isinstance(row, self.watched) for row in touched):
-            self._note_change(session)
 
-    def _forget_bulk_changes(self, state: ORMExecuteState) -> None:
-        mapper = state.bind_mapper
-        if (state.is_update or state.is_delete or state.is_insert) and mapper is not None \
-                and issubclass(mapper.class_, self.watched):
-            self._note_change(state.session)
+# One set of session listeners for every Kept: each is called for every statement and flush.
+_every_kept: list[Kept[Any]] = []
 
-    def _note_change(self, session: Session) -> None:
-        session.info[self._changed] = True
-        self.forget(session)
 
-    def _forget_on_commit(self, session: Session) -> None:
-        # A request that read between this session's flush and its commit kept the old figures.
-        if session.info.pop(self._changed, False):
-            self.forget(session)
+def _note_changes(session: Session, changed_types: set[type[Any]]) -> None:
+    for kept in _every_kept:
+        if any(issubclass(changed, kept.watched) for changed in changed_types):
+            session.info.setdefault(_CHANGED, set()).add(kept)
+            kept.forget(session)
 
-    def _nothing_changed(self, session: Session, _previous: Any) -> None:
-        # Forgotten too: a session sharing this one's connection (a test's) may have read it.
-        if session.info.pop(self._changed, False):
-            self.forget(session)
+
+@event.listens_for(Session, "after_flush")
+def _forget_flushed_changes(session: Session, _flush: UOWTransaction) -> None:
+    _note_changes(session, {type(row) for row in (*session.new, *session.dirty,
+                                                  *session.deleted)})
+
+
+@event.listens_for(Session, "do_orm_execute")
+def _forget_bulk_changes(state: ORMExecuteState) -> None:
+    if not (state.is_update or state.is_delete or state.is_insert):
+        return
+    mapper = state.bind_mapper
+    if mapper is not None:
+        _note_changes(state.session, {mapper.class_})
+
+
+@event.listens_for(Session, "after_commit")
+def _forget_on_commit(session: Session) -> None:
+    # A request that read between this session's flush and its commit kept the old figures.
+    for kept in session.info.pop(_CHANGED, ()):
+        kept.forget(session)
+
+
+@event.listens_for(Session, "after_soft_rollback")
+def _nothing_changed(session: Session, _previous: Any) -> None:
+    # Forgotten too: a session sharing this one's connection (a test's) may have read it.
+    for kept in session.info.pop(_CHANGED, ()):
+        kept.forget(session)

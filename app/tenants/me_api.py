@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from sqlalchemy import select
 
 from app.auth.deps import CurrentPrincipal
 from app.auth.schemas import MembershipOut, MeOut
 from app.http.deps import DbSession
 from app.http.routing import UnitOfWorkRoute
-from app.tenants.models import Tenant
+from app.tenants import repository
 
 router = APIRouter(prefix="/api/v1", tags=["me"], route_class=UnitOfWorkRoute)
 
@@ -18,8 +17,7 @@ router = APIRouter(prefix="/api/v1", tags=["me"], route_class=UnitOfWorkRoute)
 def me(principal: CurrentPrincipal, db: DbSession) -> MeOut:
     """The caller: id, email and name, whether they are a platform admin, and their role in each
     tenant they belong to. A quick way to check that a token works."""
-    rows = db.execute(select(Tenant.id, Tenant.slug).where(Tenant.id.in_(list(principal.roles))))
-    slugs = dict(rows.all())
+    slugs = repository.slugs_of(db, list(principal.roles))
     return MeOut(
         id=principal.user.id,
         email=principal.user.email,

@@ -5,12 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.http.pagination import KeysetPage, PageParams
 from app.tenants.models import Membership, Tenant
+
+# Built once: who-am-I asks it on every call, and building and keying it cost more than it does.
+_SLUGS = select(Tenant.id, Tenant.slug).where(Tenant.id.in_(bindparam("ids", expanding=True)))
+
+
+def slugs_of(db: Session, tenant_ids: Sequence[int]) -> dict[int, str]:
+    return {row.id: row.slug for row in db.execute(_SLUGS, {"ids": list(tenant_ids)})}
 
 
 def tenant_by_slug(db: Session, slug: str) -> Tenant | None:
