@@ -77,12 +77,15 @@ def _forget_bulk_changes(state: ORMExecuteState) -> None:
 @event.listens_for(Session, "after_commit")
 def _forget_on_commit(session: Session) -> None:
     # A request that read between this session's flush and its commit kept the old figures.
-    for kept in session.info.pop(_CHANGED, ()):
-        kept.forget(session)
+    _forget_changed(session)
 
 
 @event.listens_for(Session, "after_soft_rollback")
 def _nothing_changed(session: Session, _previous: Any) -> None:
     # Forgotten too: a session sharing this one's connection (a test's) may have read it.
+    _forget_changed(session)
+
+
+def _forget_changed(session: Session) -> None:
     for kept in session.info.pop(_CHANGED, ()):
         kept.forget(session)

@@ -54,18 +54,17 @@ class HostRef(NamedTuple):
 def host_ref(db: Session, name: str | None) -> HostRef | None:
     """The host cluster of this name, or the environment's (the default) for None: kept
     briefly (``app.database.kept``), a rename through another process shows within 2 s."""
-    if name is None:
-        return _default_ref.get(db)
-    row = db.execute(select(HostCluster.id, HostCluster.name)
-                     .where(HostCluster.name == name)).first()
+    return _default_ref.get(db) if name is None else _ref(db, HostCluster.name == name)
+
+
+def _ref(db: Session, *where: Any) -> HostRef | None:
+    row = db.execute(select(HostCluster.id, HostCluster.name).where(*where)
+                     .order_by(HostCluster.id).limit(1)).first()
     return None if row is None else HostRef(row.id, row.name)
 
 
 def _read_default_ref(db: Session) -> HostRef | None:
-    row = db.execute(select(HostCluster.id, HostCluster.name)
-                     .where(HostCluster.is_default.is_(True))
-                     .order_by(HostCluster.id).limit(1)).first()
-    return None if row is None else HostRef(row.id, row.name)
+    return _ref(db, HostCluster.is_default.is_(True))
 
 
 _default_ref = Kept("default_host_ref", (HostCluster,), _read_default_ref)
