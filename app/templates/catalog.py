@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.clusters.schemas import ClusterCreate
 from app.clusters.shapes import ResolvedCreate, TemplateChoice
+from app.database.kept import Kept
 from app.kit.errors import ValidationFailed
 from app.templates import repository
 from app.templates.addons import cluster_addons
@@ -56,12 +57,7 @@ class TemplateCatalog:
                               sleep_policy=sleep_defaults(row))
 
     def choices(self, db: Session) -> list[TemplateChoice]:
-        found: list[TemplateChoice] = []
-        for template in repository.templates(db):
-            row = repository.newest_offered(db, template.id)
-            if row is not None:
-                found.append(_choice(template, row))
-        return sorted(found, key=lambda c: (c.name != DEFAULT_TEMPLATE, c.name))
+        return list(_offered_choices.get(db))
 
     def _offered(self, db: Session, name: str,
                  number: int | None) -> tuple[ClusterTemplate, ClusterTemplateVersion]:
@@ -76,6 +72,18 @@ class TemplateCatalog:
             field = "template_version" if template is not None and number else "template"
             raise ValidationFailed.on_field(field, f"no offered cluster template {name} v{number}")
         return template, row
+
+
+def _read_choices(db: Session) -> tuple[TemplateChoice, ...]:
+    found = [_choice(template, row) for template, row in repository.newest_offered_of_each(db)]
+    return tuple(sorted(found, key=lambda c: (c.name != DEFAULT_TEMPLATE, c.name)))
+
+
+# Every tenant's create form shows the catalogue, which an operator changes now and then: a
+# version offered or withdrawn through another process shows within the kept figures' age,
+# and a create always reads the version it names afresh.
+_offered_choices = Kept("template_choices", (ClusterTemplate, ClusterTemplateVersion),
+                        _read_choices)
 
 
 def _choice(template: ClusterTemplate, row: ClusterTemplateVersion) -> TemplateChoice:

@@ -51,6 +51,23 @@ def newest_offered(db: Session, template_id: int) -> ClusterTemplateVersion | No
                      .order_by(ClusterTemplateVersion.version.desc()).limit(1))
 
 
+def newest_offered_of_each(
+    db: Session,
+) -> Sequence[tuple[ClusterTemplate, ClusterTemplateVersion]]:
+    """Every template that offers a version, with its newest offered one, in one statement."""
+    newest = (select(ClusterTemplateVersion.template_id,
+                     func.max(ClusterTemplateVersion.version).label("version"))
+              .where(ClusterTemplateVersion.state == "offered")
+              .group_by(ClusterTemplateVersion.template_id).subquery())
+    rows = db.execute(select(ClusterTemplate, ClusterTemplateVersion)
+                      .join(newest, newest.c.template_id == ClusterTemplate.id)
+                      .join(ClusterTemplateVersion,
+                            (ClusterTemplateVersion.template_id == newest.c.template_id)
+                            & (ClusterTemplateVersion.version == newest.c.version))
+                      .order_by(ClusterTemplate.name))
+    return [(template, version) for template, version in rows]
+
+
 def newest_offered_by_name(
     db: Session, name: str,
 ) -> tuple[ClusterTemplate, ClusterTemplateVersion] | None:

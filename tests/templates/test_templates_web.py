@@ -7,10 +7,11 @@ import html
 import re
 
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
+from app.templates.models import ClusterTemplateVersion
 from tests.conftest import ADMIN_GROUP
 from tests.support import oidc
 from tests.support.tenancy import Tenancy, headers, signed_in_admin_of
@@ -152,3 +153,22 @@ def test_addon_settings_are_written_in_the_form_and_checked_against_the_charts_s
     assert 'class="validation-failed"' in result
     assert ("add-on kai-scheduler: setting scheduler.replicas: 0 is less than the minimum of 1 "
             "(values.schema.json of kai-scheduler 0.9.3)") in html.unescape(result)
+
+
+def test_the_create_form_shows_a_template_the_moment_it_is_offered_and_a_create_reads_afresh(
+        host_client: TestClient, db: Session, tenancy: Tenancy, oidc_issuer: str) -> None:
+    signed_in_admin_of(host_client, db, oidc_issuer, tenancy.acme)
+    assert 'value="training"' not in host_client.get("/t/acme/clusters", headers=HTML).text
+    offered_training(host_client, db, tenancy)  # the catalogue shown a moment ago is forgotten
+    form = host_client.get("/t/acme/clusters", headers=HTML).text
+    assert '>training v1</option>' in form
+    # Retired below the ORM, as another process would: the form may still list it for a moment,
+    # but a create from it is refused.
+    db.connection().execute(update(ClusterTemplateVersion).values(state="retired"))
+    db.commit()
+    refused = host_client.post("/t/acme/clusters", follow_redirects=False,
+                               headers={"X-CSRF-Token": csrf_of(form)},
+                               data={"name": "big", "template": "training", "gpus": "8",
+                                     "cpu_millicores": "4000", "memory_mib": "16384"})
+    assert refused.status_code == 422 and "no offered cluster template training" in refused.text
+    assert db.scalar(select(VirtualCluster).where(VirtualCluster.name == "big")) is None
