@@ -23,7 +23,7 @@ from typing import ParamSpec, TypeVar
 P = ParamSpec("P")
 T = TypeVar("T")
 
-DEFAULT_THREADS = 8
+DEFAULT_THREADS = 3  # PORTAL_WEB_THREADS's default
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
 _threads = DEFAULT_THREADS

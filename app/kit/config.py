@@ -74,8 +74,11 @@ class Settings(BaseSettings):
         default=None, ge=1, le=256,
         description="processes `portal serve` runs (`--workers` overrides it); unset: one per "
                     "CPU the container may use, on SQLite one")
+    # Three, not more: the threads share one GIL, and with eight the page requests' p99 at 32
+    # clients went 1.5–2× past three threads' (bench/README.md, "seventh round"); raise it when
+    # many requests wait on a remote API (kubeconfig issuance waits on the virtual cluster's).
     web_threads: int = Field(
-        default=8, ge=1, le=200,
+        default=3, ge=1, le=200,
         description="worker threads for each of `portal serve`'s processes, with as many "
                     "database connections (+4)")
     # Requests in flight past which the portal answers 503 + Retry-After at once; below it, the
