@@ -74,9 +74,9 @@ class Settings(BaseSettings):
         default=None, ge=1, le=256,
         description="processes `portal serve` runs (`--workers` overrides it); unset: one per "
                     "CPU the container may use, on SQLite one")
-    # Three, not more: the threads share one GIL, and with eight the page requests' p99 at 32
-    # clients went 1.5–2× past three threads' (bench/README.md, "seventh round"); raise it when
-    # many requests wait on a remote API (kubeconfig issuance waits on the virtual cluster's).
+    # Three, not more: the threads share one GIL, and with eight the pages' p99 at 32 clients
+    # was 1.5 to 2 times three threads' (bench/README.md, "seventh round"). Raise it when many
+    # requests wait on a remote API (kubeconfig issuance waits on the virtual cluster's).
     web_threads: int = Field(
         default=3, ge=1, le=200,
         description="worker threads for each of `portal serve`'s processes, with as many "

@@ -80,7 +80,7 @@ def _read_choices(db: Session) -> tuple[TemplateChoice, ...]:
 
 
 # Every tenant's create form shows the catalogue, which an operator changes now and then: a
-# version offered or withdrawn through another process shows within the kept figures' age,
+# version offered or retired through another process shows within the kept figures' age,
 # and a create always reads the version it names afresh.
 _offered_choices = Kept("template_choices", (ClusterTemplate, ClusterTemplateVersion),
                         _read_choices)
