@@ -1,0 +1,102 @@
+"""Hot reads run on the driver's cursor (``app.database.prepared``): the same rows as through
+the session, in the session's transaction, heard by statement listeners, and a lost
+connection handled as SQLAlchemy handles one."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import bindparam, select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from app.database.core import Database, UTCDateTime
+from app.database.prepared import Prepared
+from app.hosts.models import HostCluster
+from tests import factories
+from tests.support import postgres
+from tests.support.sql import statements_during
+
+SET_AT = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)
+HOSTS = Prepared(
+    select(HostCluster.id, HostCluster.name, HostCluster.credentials_set_at,
+           HostCluster.kube_qps, HostCluster.health_checks, HostCluster.is_default,
+           HostCluster.region.label("where"))
+    .where(HostCluster.credentials_set_at >= bindparam("since", type_=UTCDateTime()),
+           HostCluster.name.startswith(bindparam("prefix")))
+    .order_by(HostCluster.name))
+
+
+def _add_hosts(db: Session) -> None:
+    for name, qps, checks in (("pp-a", 2.5, [{"ok": True, "at": "x"}]), ("pp-b", None, [])):
+        host = factories.host_cluster(db, name, region="eu-west")
+        host.credentials_set_at = SET_AT
+        host.kube_qps = qps
+        host.health_checks = checks
+    db.flush()
+
+
+def _read(db: Session) -> list[Any]:
+    return HOSTS.rows(db, {"since": SET_AT - timedelta(days=1), "prefix": "pp-"})
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_a_prepared_read_gives_the_rows_the_session_gives(
+    backend: str, database: Database, sqlite_database: Database
+) -> None:
+    chosen = database if backend == "postgresql" else sqlite_database
+    with chosen.transaction() as db:
+        _add_hosts(db)
+    with chosen.read_session() as db:
+        rows = _read(db)
+        through_session = db.execute(HOSTS.query, {"since": SET_AT - timedelta(days=1),
+                                                   "prefix": "pp-"}).all()
+    assert [tuple(row) for row in rows] == [tuple(row) for row in through_session]
+    first = rows[0]
+    assert (first.name, first[1], first._mapping["where"]) == ("pp-a", "pp-a", "eu-west")
+    assert first.credentials_set_at == SET_AT
+    assert first.credentials_set_at.utcoffset() == timedelta(0)
+    assert first.health_checks == [{"ok": True, "at": "x"}] and first.kube_qps == 2.5
+    assert [row.name for row in rows] == ["pp-a", "pp-b"]
+    with chosen.read_session() as db:
+        assert HOSTS.rows(db, {"since": SET_AT + timedelta(seconds=1), "prefix": "pp-"}) == []
+
+
+def test_a_prepared_read_sees_its_sessions_unflushed_work_and_is_heard_by_listeners(
+    database: Database, db: Session
+) -> None:
+    _add_hosts(db)  # flushed, not committed: only this session's transaction has them
+    seen = statements_during(database, lambda: _read(db))
+    assert [row.name for row in _read(db)] == ["pp-a", "pp-b"]
+    assert len(seen) == 1 and "FROM host_clusters" in seen[0]
+
+
+def test_entities_and_in_lists_go_through_the_session(db: Session) -> None:
+    _add_hosts(db)
+    entities = Prepared(select(HostCluster).where(HostCluster.name == bindparam("name")))
+    in_list = Prepared(select(HostCluster.name).where(
+        HostCluster.name.in_(bindparam("names", expanding=True))).order_by(HostCluster.name))
+    assert entities.rows(db, {"name": "pp-b"})[0][0].region == "eu-west"
+    assert [r.name for r in in_list.rows(db, {"names": ["pp-b", "pp-a", "nope"]})] == ["pp-a",
+                                                                                         "pp-b"]
+
+
+def test_a_connection_lost_under_a_prepared_read_is_a_database_error_and_the_next_read_works(
+    own_pg_database: Database,
+) -> None:
+    with own_pg_database.transaction() as db:
+        _add_hosts(db)
+    with own_pg_database.read_session() as db:
+        assert len(_read(db)) == 2
+    with psycopg.connect(postgres.ADMIN_DSN, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE datname = %s AND pid <> pg_backend_pid()",
+                      (own_pg_database.engine.url.database,))
+    with own_pg_database.read_session() as db, pytest.raises(DBAPIError) as lost:
+        _read(db)
+    assert lost.value.connection_invalidated
+    with own_pg_database.read_session() as db:
+        assert len(_read(db)) == 2
