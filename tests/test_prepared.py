@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from app.database.core import Database, UTCDateTime
-from app.database.prepared import Prepared
+from app.database.prepared import OneOf, Prepared
 from app.hosts.models import HostCluster
 from tests import factories
 from tests.support import postgres
@@ -72,6 +72,23 @@ def test_a_prepared_read_sees_its_sessions_unflushed_work_and_is_heard_by_listen
     seen = statements_during(database, lambda: _read(db))
     assert [row.name for row in _read(db)] == ["pp-a", "pp-b"]
     assert len(seen) == 1 and "FROM host_clusters" in seen[0]
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_a_list_of_values_bound_by_one_of_matches_each_value_and_an_empty_list_none(
+    backend: str, database: Database, sqlite_database: Database
+) -> None:
+    chosen = database if backend == "postgresql" else sqlite_database
+    with chosen.transaction() as db:
+        _add_hosts(db)
+        ids = {host.name: host.id for host in db.scalars(select(HostCluster))}
+    named = Prepared(select(HostCluster.name).where(OneOf(HostCluster.id, "ids"))
+                     .order_by(HostCluster.name))
+    with chosen.read_session() as db:
+        assert [r.name for r in named.rows(db, {"ids": [ids["pp-b"], 0, ids["pp-a"]]})] == [
+            "pp-a", "pp-b"]
+        assert [r.name for r in named.rows(db, {"ids": [ids["pp-b"]]})] == ["pp-b"]
+        assert named.rows(db, {"ids": []}) == []
 
 
 def test_entities_and_in_lists_go_through_the_session(db: Session) -> None:

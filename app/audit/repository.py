@@ -7,10 +7,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Integer, Select, String, bindparam, column, func, select, table
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    String,
+    bindparam,
+    column,
+    func,
+    select,
+    table,
+)
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
+from app.database.prepared import OneOf
 from app.http.pagination import KeysetPage, PageParams
 
 # A read model of the tenants domain's table: the slug and name a listed event shows (the audit
@@ -33,7 +44,8 @@ def events_query(
     sign_ins: bool = True,
 ) -> Select[AuditEvent]:
     shape = _shape_of(tenant_ids, actor, action, since, until, sign_ins)
-    return _events(shape, tenant_ids, actor.lower() if actor else None, action, since, until)
+    in_tenants = AuditEvent.tenant_id.in_(tenant_ids or [])
+    return _events(shape, in_tenants, actor.lower() if actor else None, action, since, until)
 
 
 @dataclass(frozen=True)
@@ -58,12 +70,12 @@ def _shape_of(tenant_ids: list[int] | None, actor: str | None, action: str | Non
                   until is not None, sign_ins)
 
 
-def _events(shape: _Shape, tenant_ids: Any, actor: Any, action: Any, since: Any,
-            until: Any) -> Select[AuditEvent]:
+def _events(shape: _Shape, in_tenants: ColumnElement[bool], actor: Any, action: Any,
+            since: Any, until: Any) -> Select[AuditEvent]:
     """Events filtered as ``shape`` says, by values or by bound parameters."""
     query = select(AuditEvent)
     if shape.by_tenant:
-        query = query.where(AuditEvent.tenant_id.in_(tenant_ids))
+        query = query.where(in_tenants)
     if shape.by_actor:
         query = query.where(func.lower(AuditEvent.actor_label) == actor)
     if shape.action == "family":
@@ -103,7 +115,7 @@ def listed_page(db: Session, params: PageParams, *, tenant_ids: list[int] | None
     shape = _shape_of(tenant_ids, actor, action, since, until, sign_ins)
     page = _PAGES.get(shape)
     if page is None:
-        query = _events(shape, bindparam("tenant_ids", expanding=True), bindparam("actor"),
+        query = _events(shape, OneOf(AuditEvent.tenant_id, "tenant_ids"), bindparam("actor"),
                         bindparam("action"), bindparam("since"), bindparam("until"))
         page = _PAGES[shape] = KeysetPage(listed(query), AuditEvent.id, newest_first=True)
     values = {"tenant_ids": tenant_ids, "actor": actor.lower() if actor else None,

@@ -20,11 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Select
+from sqlalchemy import ARRAY, ColumnElement, Connection, Select, any_, bindparam
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import Session
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import QueryableAttribute, Session
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import TypeEngine
 
 Processor = Callable[[Any], Any]
@@ -79,6 +81,34 @@ class Prepared:
                       if (processor := bind.type.bind_processor(dialect)) is not None}
         return _Plan(compiled, compiled.string, processors, self._row,
                      tuple(column.type for column in self.query.selected_columns))
+
+
+class OneOf(ColumnElement[bool]):
+    """``column IN (values)``, the values a list bound as ``name``: on PostgreSQL one array
+    parameter (``= ANY``), which a ``Prepared`` sends as it is; elsewhere SQLAlchemy's
+    expanding ``IN``, rendered afresh for each list's length."""
+
+    inherit_cache = True
+    _traverse_internals = [("column", InternalTraversal.dp_clauseelement),
+                           ("name", InternalTraversal.dp_string)]
+
+    def __init__(self, column: ColumnElement[Any] | QueryableAttribute[Any], name: str) -> None:
+        self.column = column
+        self.name = name
+
+
+@compiles(OneOf)
+def _one_of_in(element: OneOf, compiler: Any, **kw: Any) -> str:
+    expanding = element.column.in_(bindparam(element.name, expanding=True))
+    rendered: str = compiler.process(expanding, **kw)
+    return rendered
+
+
+@compiles(OneOf, "postgresql")
+def _one_of_array(element: OneOf, compiler: Any, **kw: Any) -> str:
+    array = bindparam(element.name, type_=ARRAY(element.column.type))
+    rendered: str = compiler.process(element.column == any_(array), **kw)
+    return rendered
 
 
 def _row_maker(names: tuple[str, ...]) -> Callable[[Sequence[Any]], Any]:

@@ -5,19 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
+from app.database.prepared import OneOf, Prepared
 from app.http.pagination import KeysetPage, PageParams
 from app.tenants.models import Membership, Tenant
 
 # Built once: who-am-I asks it on every call, and building and keying it cost more than it does.
-_SLUGS = select(Tenant.id, Tenant.slug).where(Tenant.id.in_(bindparam("ids", expanding=True)))
+_SLUGS = Prepared(select(Tenant.id, Tenant.slug).where(OneOf(Tenant.id, "ids")))
 
 
 def slugs_of(db: Session, tenant_ids: Sequence[int]) -> dict[int, str]:
-    return {row.id: row.slug for row in db.execute(_SLUGS, {"ids": list(tenant_ids)})}
+    return {row.id: row.slug for row in _SLUGS.rows(db, {"ids": list(tenant_ids)})}
 
 
 def tenant_by_slug(db: Session, slug: str) -> Tenant | None:
