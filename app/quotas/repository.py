@@ -79,12 +79,11 @@ def _one(column: Any, where: Any) -> Any:
     return select(column).where(where).scalar_subquery()
 
 
-def quota_rows_query(
-    tenant_id: int | BindParameter[int],
-) -> Select[TenantQuota, GpuClass, int, int, float | None, float | None]:
-    """A tenant's quota rows with their class, the GPUs its clusters hold, those on its
-    dedicated nodes, those bound to its pods and of those the burst (both None until the
-    worker read a host) in the quota's region, all summed in one statement."""
+def quota_rows_query(tenant_id: int | BindParameter[int]) -> Select[*tuple[Any, ...]]:
+    """A tenant's quota rows as plain columns, with their class's ``product`` and
+    ``display_name``, the GPUs its clusters hold (``allocated``), those on its dedicated nodes
+    (``dedicated``), those bound to its pods and of those the burst (``in_use``, ``burst``: both
+    None until the worker read a host) in the quota's region, all summed in one statement."""
     on_nodes = (select(func.coalesce(func.sum(nodes.c.gpu_count), 0))
                 .join(node_assignments, and_(node_assignments.c.node_id == nodes.c.id,
                                              node_assignments.c.ended_at.is_(None)))
@@ -92,14 +91,17 @@ def quota_rows_query(
                        nodes.c.gpu_class_id == TenantQuota.gpu_class_id, nodes.c.gone_at.is_(None),
                        nodes.c.host_cluster_id.in_(hosts_in(TenantQuota.region)))
                 .scalar_subquery())
-    return (tenant_quotas_query(tenant_id)
-            .add_columns(GpuClass, _allocated(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                                              TenantQuota.region),
-                         on_nodes,
-                         *(_in_use(column, TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                                   TenantQuota.region)
-                           for column in (GpusInUse.gpus, GpusInUse.burst_gpus)))
-            .join(GpuClass, GpuClass.id == TenantQuota.gpu_class_id))
+    in_use, burst = (_in_use(column, TenantQuota.tenant_id, TenantQuota.gpu_class_id,
+                             TenantQuota.region)
+                     for column in (GpusInUse.gpus, GpusInUse.burst_gpus))
+    return (select(TenantQuota.id, TenantQuota.gpu_class_id, TenantQuota.region, TenantQuota.gpus,
+                   TenantQuota.cpu_millicores, TenantQuota.memory_mib, GpuClass.product,
+                   GpuClass.display_name,
+                   _allocated(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
+                              TenantQuota.region).label("allocated"),
+                   on_nodes.label("dedicated"), in_use.label("in_use"), burst.label("burst"))
+            .join(GpuClass, GpuClass.id == TenantQuota.gpu_class_id)
+            .where(TenantQuota.tenant_id == tenant_id))
 
 
 def allocated(tenant_id: Any, gpu_class_id: Any, region: Any, *, placement: str | None = None,

@@ -123,11 +123,11 @@ def tenant_quota(
     tenant = tenant_for(db, principal, slug)
     rows, cursor = repository.quota_page(db, tenant.id, params)
     return Page(items=[TenantQuotaOut(
-        gpu_class_id=gpu_class.id, gpu_class=gpu_class.product,
-        display_name=gpu_class.display_name, region=row.region, approved_gpus=row.gpus,
-        allocated_gpus=allocated, in_use_gpus=in_use, burst_in_use_gpus=burst,
-        dedicated_gpus=dedicated, cpu_millicores=row.cpu_millicores, memory_mib=row.memory_mib)
-        for row, gpu_class, allocated, dedicated, in_use, burst in rows], next_cursor=cursor)
+        gpu_class_id=row.gpu_class_id, gpu_class=row.product, display_name=row.display_name,
+        region=row.region, approved_gpus=row.gpus, allocated_gpus=row.allocated,
+        in_use_gpus=row.in_use, burst_in_use_gpus=row.burst, dedicated_gpus=row.dedicated,
+        cpu_millicores=row.cpu_millicores, memory_mib=row.memory_mib)
+        for row in rows], next_cursor=cursor)
 
 
 @dataclass(frozen=True)
