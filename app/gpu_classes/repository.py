@@ -20,10 +20,21 @@ from app.gpu_classes.read_models import (
 )
 from app.hosts.models import HostCluster
 from app.hosts.repository import hosts_in
+from app.http.pagination import KeysetPage, PageParams
 
 
 def classes_query() -> Select[GpuClass]:
     return select(GpuClass)
+
+
+# What a list shows of each class, as plain columns.
+_CLASS_PAGE = KeysetPage(select(GpuClass.id, GpuClass.product, GpuClass.display_name,
+                                GpuClass.memory_mib, GpuClass.gpus_per_node,
+                                GpuClass.declared_by_admin, GpuClass.created_at), GpuClass.id)
+
+
+def class_page(db: Session, params: PageParams) -> tuple[Sequence[Any], str | None]:
+    return _CLASS_PAGE.rows(db, params, {})
 
 
 def class_by_product(db: Session, product: str) -> GpuClass | None:

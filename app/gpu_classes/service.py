@@ -19,7 +19,7 @@ from app.gpu_classes import capacity_cache
 from app.gpu_classes import repository as repository
 from app.gpu_classes.models import GpuClass
 from app.gpu_classes.schemas import Capacity, GpuClassCreate, GpuClassOut, GpuClassUpdate
-from app.http.pagination import Page, PageParams, paginate
+from app.http.pagination import Page, PageParams
 from app.kit.errors import Conflict, NotFound
 
 # (session, class ids, region or None for the whole fleet) -> capacity per class
@@ -67,7 +67,7 @@ def to_outs(db: Session, principal: Principal, rows: Sequence[GpuClass],
 
 
 def list_classes(db: Session, principal: Principal, params: PageParams) -> Page[GpuClassOut]:
-    rows, cursor = paginate(db, repository.classes_query(), GpuClass.id, params)
+    rows, cursor = repository.class_page(db, params)
     return Page(items=to_outs(db, principal, rows, recent_capacities), next_cursor=cursor)
 
 

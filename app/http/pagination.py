@@ -8,7 +8,7 @@ from typing import Annotated, Any, Generic, TypeVar, TypeVarTuple
 
 from fastapi import Depends, Query
 from pydantic import BaseModel
-from sqlalchemy import Integer, Select, bindparam, select, tuple_
+from sqlalchemy import BindParameter, ColumnElement, Integer, Select, bindparam, select, tuple_
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
 from app.database.prepared import Prepared
@@ -88,17 +88,26 @@ class KeysetPage:
     Why: building a select, its joins, the keyset condition and the limit took about 0.3 ms of
     CPU on every request of a hot list, more than running it; a statement built once is also
     compiled once and run on the driver's cursor (``Prepared``). ``query`` selects plain
-    columns and names its own parameters with ``bindparam``.
+    columns and names its own parameters with ``bindparam``. With ``sort_columns``, the order
+    is theirs (which must tell the query's rows apart, e.g. a name unique in the listing's
+    scope) and the cursor stays the last row's id: the next page starts after that row's sort
+    values, which the database looks up by id in the same statement.
     """
 
     def __init__(self, query: Select[*Ts], id_column: InstrumentedAttribute[int], *,
-                 newest_first: bool = False) -> None:
+                 newest_first: bool = False,
+                 sort_columns: Sequence[InstrumentedAttribute[Any]] = ()) -> None:
         after = bindparam("page_after", type_=Integer)
         limit = bindparam("page_limit", type_=Integer)
-        order = id_column.desc() if newest_first else id_column.asc()
-        later = id_column < after if newest_first else id_column > after
-        self.first = Prepared(query.order_by(order).limit(limit))
-        self.next = Prepared(query.where(later).order_by(order).limit(limit))
+        order: tuple[ColumnElement[Any] | InstrumentedAttribute[Any], ...]
+        if sort_columns:
+            order, later = tuple(sort_columns), _after_sort_values(id_column, sort_columns, after)
+        elif newest_first:
+            order, later = (id_column.desc(),), id_column < after
+        else:
+            order, later = (id_column.asc(),), id_column > after
+        self.first = Prepared(query.order_by(*order).limit(limit))
+        self.next = Prepared(query.where(later).order_by(*order).limit(limit))
 
     def rows(self, db: Session, params: PageParams,
              values: dict[str, Any]) -> tuple[Sequence[Any], str | None]:
@@ -110,29 +119,15 @@ class KeysetPage:
         return _cut(query.rows(db, bound), params, _row_id)
 
 
-def paginate_sorted(
-    db: Session,
-    query: Select[*Ts],
-    id_column: InstrumentedAttribute[int],
-    sort_columns: Sequence[InstrumentedAttribute[Any]],
-    params: PageParams,
-) -> tuple[Sequence[Any], str | None]:
-    """``paginate_rows`` in the order of ``sort_columns``, which must tell the query's rows
-    apart (e.g. a name unique in the listing's scope).
-
-    The cursor stays the last row's id, so cursors look the same whatever the order: the next
-    page starts after that row's sort values, which the database looks up by id in the same
-    statement (a keyset on the sort columns, served by an index on them).
-    """
-    if params.cursor:
-        last = decode_cursor(params.cursor)
-        ref = aliased(id_column.class_)
-        ref_id = getattr(ref, id_column.key)
-        after = [select(getattr(ref, column.key)).where(ref_id == last).scalar_subquery()
-                 for column in sort_columns]
-        query = query.where(tuple_(*sort_columns) > tuple_(*after))
-    rows = db.execute(query.order_by(*sort_columns).limit(params.limit + 1)).all()
-    return _cut(rows, params, _row_id)
+def _after_sort_values(id_column: InstrumentedAttribute[int],
+                       sort_columns: Sequence[InstrumentedAttribute[Any]],
+                       last: int | BindParameter[int]) -> ColumnElement[bool]:
+    """Rows whose sort values come after those of the row with id ``last``."""
+    ref = aliased(id_column.class_)
+    ref_id = getattr(ref, id_column.key)
+    after = [select(getattr(ref, column.key)).where(ref_id == last).scalar_subquery()
+             for column in sort_columns]
+    return tuple_(*sort_columns) > tuple_(*after)
 
 
 def _row_id(row: Any) -> int:

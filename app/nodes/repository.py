@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import BindParameter, CursorResult, Select, bindparam, func, literal, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from app.gpu_classes.models import GpuClass
 from app.hosts import repository as hosts_repository
@@ -44,18 +44,13 @@ def node_by_name(db: Session, host_cluster_id: int, name: str) -> Node | None:
 NodeRows = Select[*tuple[Any, ...]]
 
 
-def node_rows_query(host_cluster_id: int, filters: NodeFilters) -> NodeRows:
-    """Nodes as listed, with their class and current tenant: a page in one statement.
+def _node_rows(host_cluster_id: Any, shape: NodeFilters, values: Any) -> NodeRows:
+    """Nodes as listed, with their class and current tenant (a page in one statement), filtered
+    as ``shape`` says by ``values`` (bound parameters named as the filters).
 
     Rows of columns rather than ``Node`` entities: a listing only reads them, and the node's
     labels (dozens per node) are read for the one label it shows.
     """
-    return _node_rows(host_cluster_id, filters, filters)
-
-
-def _node_rows(host_cluster_id: Any, shape: NodeFilters, values: Any) -> NodeRows:
-    """``node_rows_query`` filtered as ``shape`` says, by ``values`` (the filters themselves,
-    or bound parameters of the same names)."""
     query = _with_class_and_tenant().where(Node.host_cluster_id == host_cluster_id)
     if not shape.include_gone:
         query = query.where(Node.gone_at.is_(None))
@@ -84,21 +79,24 @@ class _Bound:
 
 
 _FILTER_VALUES = ("gpu_class", "zone", "rack", "tenant")
-# One per combination of filters present (at most 96), built on first use.
-_NODE_PAGES: dict[NodeFilters, KeysetPage] = {}
+# One per combination of filters present and order (at most 288), built on first use.
+_NODE_PAGES: dict[tuple[NodeFilters, tuple[str, ...]], KeysetPage] = {}
 
 
-def node_page(db: Session, host_cluster_id: int, filters: NodeFilters,
-              params: PageParams) -> tuple[Sequence[Any], str | None]:
-    """A page of ``node_rows_query`` in id order, its statement built once per combination of
-    filters (see ``app.http.pagination.KeysetPage``)."""
+def node_page(db: Session, host_cluster_id: int, filters: NodeFilters, params: PageParams,
+              sort_columns: Sequence[InstrumentedAttribute[Any]] = ()
+              ) -> tuple[Sequence[Any], str | None]:
+    """A page of ``_node_rows`` in id order (or that of ``sort_columns``), its statement
+    built once per combination of filters and order (see ``app.http.pagination.KeysetPage``)."""
     present = [name for name in _FILTER_VALUES if getattr(filters, name)]
     shape = NodeFilters(**dict.fromkeys(present, "?"), ready=filters.ready,
                         include_gone=filters.include_gone)
-    page = _NODE_PAGES.get(shape)
+    key = shape, tuple(column.key for column in sort_columns)
+    page = _NODE_PAGES.get(key)
     if page is None:
-        page = KeysetPage(_node_rows(bindparam("host_cluster_id"), shape, _Bound), Node.id)
-        _NODE_PAGES[shape] = page
+        page = KeysetPage(_node_rows(bindparam("host_cluster_id"), shape, _Bound), Node.id,
+                          sort_columns=sort_columns)
+        _NODE_PAGES[key] = page
     values = {name: getattr(filters, name) for name in present}
     return page.rows(db, params, {"host_cluster_id": host_cluster_id, **values})
 
@@ -175,12 +173,19 @@ def free_node_topology(db: Session, host_cluster_id: int,
     return list(db.execute(query).all())
 
 
-def tenant_nodes_query(tenant_id: int) -> Select[Node, str | None, str | None]:
-    """A tenant's dedicated nodes with their class's product and display name."""
-    return (select(Node, GpuClass.product, GpuClass.display_name)
-            .join(NodeAssignment, NodeAssignment.node_id == Node.id)
-            .outerjoin(GpuClass, GpuClass.id == Node.gpu_class_id)
-            .where(NodeAssignment.tenant_id == tenant_id, NodeAssignment.ended_at.is_(None)))
+# A tenant's dedicated nodes, with their class's product and display name.
+_TENANT_NODES = KeysetPage(
+    select(Node.id, Node.name, Node.gpu_count, Node.ready, Node.gone_at, GpuClass.product,
+           GpuClass.display_name)
+    .join(NodeAssignment, NodeAssignment.node_id == Node.id)
+    .outerjoin(GpuClass, GpuClass.id == Node.gpu_class_id)
+    .where(NodeAssignment.tenant_id == bindparam("tenant_id"), NodeAssignment.ended_at.is_(None)),
+    Node.id)
+
+
+def tenant_node_page(db: Session, tenant_id: int,
+                     params: PageParams) -> tuple[Sequence[Any], str | None]:
+    return _TENANT_NODES.rows(db, params, {"tenant_id": tenant_id})
 
 
 def desired_tenants(db: Session, host_cluster_id: int) -> dict[str, str]:

@@ -29,7 +29,7 @@ from app.gpu_classes import service as gpu_classes
 from app.gpu_classes.models import GpuClass
 from app.hosts import repository as hosts_repository
 from app.hosts.models import HostCluster
-from app.http.pagination import Page, PageParams, paginate_rows, paginate_sorted
+from app.http.pagination import Page, PageParams
 from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.nodes import tenant_taint
@@ -90,11 +90,8 @@ def list_node_fields(db: Session, principal: Principal, filters: NodeFilters,
         if host:
             raise NotFound(f"no host cluster {host!r}")
         return [], None
-    if sort in NODE_SORTS:
-        query = repository.node_rows_query(cluster.id, filters)
-        rows, cursor = paginate_sorted(db, query, Node.id, NODE_SORTS[sort], params)
-    else:
-        rows, cursor = repository.node_page(db, cluster.id, filters, params)
+    rows, cursor = repository.node_page(db, cluster.id, filters, params,
+                                        NODE_SORTS.get(sort, ()))
     return [node_fields(cluster.name, row) for row in rows], cursor
 
 
@@ -126,10 +123,10 @@ def assignment_version(db: Session, principal: Principal, node: str | None = Non
 def tenant_nodes(db: Session, principal: Principal, slug: str,
                  params: PageParams) -> Page[TenantNodeOut]:
     tenant = tenant_for(db, principal, slug)
-    rows, cursor = paginate_rows(db, repository.tenant_nodes_query(tenant.id), Node.id, params)
+    rows, cursor = repository.tenant_node_page(db, tenant.id, params)
     items = [TenantNodeOut(name=row.name, gpus=row.gpu_count, ready=row.ready and not row.gone_at,
-                           gpu_class=product, gpu_class_name=name)
-             for row, product, name in rows]
+                           gpu_class=row.product, gpu_class_name=row.display_name)
+             for row in rows]
     return Page(items=items, next_cursor=cursor)
 
 
@@ -141,12 +138,12 @@ def _node(db: Session, cluster: HostCluster, name: str) -> Node:
 
 
 def _node_out(cluster: HostCluster, row: Any) -> NodeOut:
-    """A node from a row of ``repository.node_rows_query``."""
+    """A node from a row of ``repository.node_page``."""
     return NodeOut.model_validate(node_fields(cluster.name, row))
 
 
 def node_fields(host_name: str, row: Any) -> dict[str, Any]:
-    """``NodeOut``'s fields, from a row of ``repository.node_rows_query``, as plain values.
+    """``NodeOut``'s fields, from a row of ``repository.node_page``, as plain values.
 
     Read through the row's mapping: a ``Row``'s attribute costs about 0.2 µs, its mapping's key
     a tenth of that, and a page reads twenty of them for each of its rows."""

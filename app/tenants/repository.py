@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
@@ -76,12 +76,15 @@ def membership_of(db: Session, tenant_id: int, user_id: int) -> Membership | Non
     )
 
 
+_ADMIN_CONTACTS = Prepared(
+    select(User.name, User.email).join(Membership, Membership.user_id == User.id)
+    .where(Membership.tenant_id == bindparam("tenant_id"), Membership.role == "admin")
+    .order_by(User.email))
+
+
 def admin_contacts(db: Session, tenant_id: int) -> list[tuple[str | None, str]]:
     """(name, email) of the tenant's admins."""
-    query = (select(User.name, User.email).join(Membership, Membership.user_id == User.id)
-             .where(Membership.tenant_id == tenant_id, Membership.role == "admin")
-             .order_by(User.email))
-    return [(name, email) for name, email in db.execute(query)]
+    return [(name, email) for name, email in _ADMIN_CONTACTS.rows(db, {"tenant_id": tenant_id})]
 
 
 def admin_count(db: Session, tenant_id: int) -> int:
