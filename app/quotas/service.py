@@ -108,6 +108,12 @@ def _request_fields(request: QuotaRequest, tenant: str, gpu_class: str, gpu_clas
     }
 
 
+def _listed_request_fields(row: Any) -> dict[str, Any]:
+    """``_request_fields`` of a row of ``repository.request_rows_query``."""
+    return _request_fields(row, row.tenant_slug, row.product, row.gpu_class_name,
+                           row.requested_by, row.decided_by)
+
+
 def _decision_state(request: QuotaRequest) -> dict[str, Any]:
     return {"state": request.state, "gpus": request.gpus, "approved_gpus": request.approved_gpus,
             "overcommitted": request.overcommitted, "note": request.decision_note}
@@ -173,7 +179,7 @@ def tenant_requests(
 ) -> Page[QuotaRequestOut]:
     tenant = tenant_for(db, principal, slug)
     rows, cursor = repository.request_page(db, tenant.id, state, params)
-    return Page(items=[QuotaRequestOut(**_request_fields(*row)) for row in rows],
+    return Page(items=[QuotaRequestOut(**_listed_request_fields(row)) for row in rows],
                 next_cursor=cursor)
 
 
@@ -320,16 +326,16 @@ def _queue_items(db: Session, rows: Sequence[Any],
     """A page of requests, their tenants' figures and their classes' capacity: the capacity
     of all classes on the page in one go."""
     capacity: dict[tuple[int, str], Any] = {}
-    for region in sorted({row[0].region for row in rows}):
-        ids = sorted({row[0].gpu_class_id for row in rows if row[0].region == region})
+    for region in sorted({row.region for row in rows}):
+        ids = sorted({row.gpu_class_id for row in rows if row.region == region})
         for class_id, figures in figures_of(db, ids, region).items():
             capacity[class_id, region] = figures
-    return [QueueItem(**_request_fields(request, slug, product, name, requested_by, decided_by),
-                      tenant_quota_gpus=quota or 0, tenant_allocated_gpus=allocated,
-                      capacity=capacity[request.gpu_class_id, request.region],
-                      warnings=_queue_warnings(request, name,
-                                               capacity[request.gpu_class_id, request.region]))
-            for request, slug, product, name, requested_by, decided_by, quota, allocated in rows]
+    return [QueueItem(**_listed_request_fields(row), tenant_quota_gpus=row.quota_gpus or 0,
+                      tenant_allocated_gpus=row.allocated_gpus,
+                      capacity=capacity[row.gpu_class_id, row.region],
+                      warnings=_queue_warnings(row, row.gpu_class_name,
+                                               capacity[row.gpu_class_id, row.region]))
+            for row in rows]
 
 
 def _queue_warnings(request: QuotaRequest, class_name: str, capacity: Capacity) -> list[str]:
