@@ -58,6 +58,8 @@ class Prepared:
         self._plans: dict[str, _Plan | None] = {}
 
     def rows(self, db: Session, values: Mapping[str, Any] | None = None) -> list[Any]:
+        if db.autoflush:  # as the session's own execute does: its pending changes are seen
+            db.flush()
         connection = db.connection()
         dialect = connection.dialect
         plan = self._plans[dialect.name] if dialect.name in self._plans else self._plan(dialect)

@@ -12,12 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from app.audit import readable
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
+from app.database.prepared import Prepared
 from app.kit.errors import ValidationFailed
 from app.quotas import events
 from app.quotas.models import BurstPolicy
@@ -61,8 +63,9 @@ TIERS: Final = {
 DEFAULT_TIER: Final = "guaranteed"
 
 
-def effective(row: BurstPolicy | None) -> Burst:
-    """The tier's values with the admin's own on top."""
+def effective(row: Any) -> Burst:
+    """The tier's values with the admin's own on top (``row``: a ``BurstPolicy`` or a row of
+    ``_POLICY``; None for none)."""
     if row is None:
         return TIERS[DEFAULT_TIER]
     tier = TIERS.get(row.tier, TIERS[DEFAULT_TIER])
@@ -70,8 +73,13 @@ def effective(row: BurstPolicy | None) -> Burst:
     return replace(tier, tier=row.tier, overrides=tuple(own), **own)
 
 
+_POLICY = Prepared(select(BurstPolicy.tier, *(getattr(BurstPolicy, name) for name in FIELDS))
+                   .where(BurstPolicy.tenant_id == bindparam("tenant_id")))
+
+
 def tenant_burst(db: Session, tenant_id: int) -> Burst:
-    return effective(db.get(BurstPolicy, tenant_id))
+    found = _POLICY.rows(db, {"tenant_id": tenant_id})
+    return effective(found[0] if found else None)
 
 
 def burst_for(db: Session, principal: Principal, slug: str) -> Burst:
