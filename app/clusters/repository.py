@@ -29,6 +29,7 @@ from app.clusters.models import (
     VirtualCluster,
 )
 from app.database.concurrency import lock_row, lock_rows, upsert
+from app.database.prepared import Prepared
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.hosts.repository import ensure_default_host, hosts_in
@@ -126,10 +127,13 @@ def cluster_by_name(db: Session, tenant_id: int, name: str) -> VirtualCluster | 
     return db.scalar(clusters_query(tenant_id).where(VirtualCluster.name == name))
 
 
+_NAMED = Prepared(select(VirtualCluster.id).where(
+    VirtualCluster.tenant_id == bindparam("tenant_id"), VirtualCluster.name == bindparam("name")))
+
+
 def name_taken(db: Session, tenant_id: int, name: str) -> bool:
     """The tenant has a cluster of that name: its id read, not the row."""
-    return db.scalar(select(VirtualCluster.id).where(
-        VirtualCluster.tenant_id == tenant_id, VirtualCluster.name == name)) is not None
+    return bool(_NAMED.rows(db, {"tenant_id": tenant_id, "name": name}))
 
 
 def lock_cluster(db: Session, cluster_id: int) -> VirtualCluster | None:
@@ -190,19 +194,22 @@ class QuotaRoom:
         return self.approved - self.held
 
 
+_QUOTAS_OF_CLASS = (select(TenantQuota.region, TenantQuota.gpus)
+                    .where(TenantQuota.tenant_id == bindparam("tenant_id"),
+                           TenantQuota.gpu_class_id == bindparam("gpu_class_id"))
+                    .order_by(TenantQuota.id))
+_QUOTAS = {False: Prepared(_QUOTAS_OF_CLASS), True: Prepared(_QUOTAS_OF_CLASS.with_for_update())}
+
+
 def quota_rooms(db: Session, tenant_id: int, gpu_class_id: int, *,
                 lock: bool = False) -> dict[str, QuotaRoom]:
     """region -> the tenant's quota of the class there and what its clusters hold; with
     ``lock``, under the lock of every quota row of the class (in id order), which a create
     takes before it knows its region."""
-    query = (select(TenantQuota.region, TenantQuota.gpus)
-             .where(TenantQuota.tenant_id == tenant_id, TenantQuota.gpu_class_id == gpu_class_id)
-             .order_by(TenantQuota.id))
     if lock:
         lock_rows(db, TenantQuota, TenantQuota.tenant_id == tenant_id,
                   TenantQuota.gpu_class_id == gpu_class_id)
-        query = query.with_for_update()
-    quotas = db.execute(query).all()
+    quotas = _QUOTAS[lock].rows(db, {"tenant_id": tenant_id, "gpu_class_id": gpu_class_id})
     if not quotas:
         return {}
     # Read after the lock, in a statement of its own: on PostgreSQL a statement sees what was
@@ -231,8 +238,9 @@ _REACHES_WEBHOOK = or_(HostCluster.is_default, HostCluster.webhook_url.is_not(No
 
 
 _HOST_COLUMNS = (HostCluster.id, HostCluster.name, HostCluster.region, HostCluster.state,
-                 HostCluster.is_default, HostCluster.credentials_encrypted.is_not(None),
-                 HostCluster.health_reachable, _REACHES_WEBHOOK)
+                 HostCluster.is_default,
+                 HostCluster.credentials_encrypted.is_not(None).label("has_credentials"),
+                 HostCluster.health_reachable, _REACHES_WEBHOOK.label("reaches_webhook"))
 
 
 def _host_row(row: Any) -> HostRow:
@@ -246,16 +254,20 @@ def host_rows(db: Session) -> list[HostRow]:
     return [_host_row(row) for row in rows]
 
 
+_SHARED_OF_CLASS = (select(func.coalesce(func.sum(VirtualCluster.gpus), 0))
+                    .where(VirtualCluster.placement == "shared-pool",
+                           VirtualCluster.gpu_class_id == bindparam("gpu_class_id"),
+                           VirtualCluster.host_cluster_id == HostCluster.id)
+                    .scalar_subquery())
+_HOSTS_WITH_SHARED = Prepared(select(*_HOST_COLUMNS, _SHARED_OF_CLASS.label("shared_gpus"))
+                              .order_by(HostCluster.name))
+
+
 def host_rows_with_shared_gpus(db: Session,
                                gpu_class_id: int) -> tuple[list[HostRow], dict[int, int]]:
     """``host_rows``, and host -> the GPUs of the class held by shared-pool clusters there
     (``shared_gpus_per_host`` of one class), in one statement."""
-    shared = (select(func.coalesce(func.sum(VirtualCluster.gpus), 0))
-              .where(VirtualCluster.placement == "shared-pool",
-                     VirtualCluster.gpu_class_id == gpu_class_id,
-                     VirtualCluster.host_cluster_id == HostCluster.id)
-              .scalar_subquery())
-    rows = db.execute(select(*_HOST_COLUMNS, shared).order_by(HostCluster.name)).all()
+    rows = _HOSTS_WITH_SHARED.rows(db, {"gpu_class_id": gpu_class_id})
     return [_host_row(row) for row in rows], {row[0]: int(row[8] or 0) for row in rows}
 
 

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.database.concurrency import upsert
+from app.database.prepared import Prepared
 from app.gpu_classes.models import GpuClass
 from app.gpu_classes.read_models import node_assignments, nodes
 from app.hosts.models import HostCluster
@@ -126,15 +127,18 @@ def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int, region: str, 
                                    excluding=excluding, host_cluster_id=host_cluster_id)) or 0)
 
 
+_ALLOCATED_BY_REGION = Prepared(
+    select(HostCluster.region, func.sum(virtual_clusters.c.gpus).label("gpus"))
+    .join(HostCluster, HostCluster.id == virtual_clusters.c.host_cluster_id)
+    .where(virtual_clusters.c.tenant_id == bindparam("tenant_id"),
+           virtual_clusters.c.gpu_class_id == bindparam("gpu_class_id"))
+    .group_by(HostCluster.region))
+
+
 def allocated_by_region(db: Session, tenant_id: int, gpu_class_id: int) -> dict[str, int]:
     """``allocated`` of every region at once: region -> the GPUs of the class the tenant's
     clusters hold on the hosts of that region (regions where they hold none left out)."""
-    clusters = virtual_clusters.c
-    rows = db.execute(select(HostCluster.region, func.sum(clusters.gpus))
-                      .join(HostCluster, HostCluster.id == clusters.host_cluster_id)
-                      .where(clusters.tenant_id == tenant_id,
-                             clusters.gpu_class_id == gpu_class_id)
-                      .group_by(HostCluster.region))
+    rows = _ALLOCATED_BY_REGION.rows(db, {"tenant_id": tenant_id, "gpu_class_id": gpu_class_id})
     return {region: int(gpus or 0) for region, gpus in rows}
 
 
