@@ -2,7 +2,8 @@
 
 Why: a SELECT sent through a SQLAlchemy session costs about 0.2 ms of CPU more than the same
 statement on a psycopg cursor (the session's and the connection's execute, the compiled-cache
-lookup, the execution context, the result object and its rows); a hot list sends two to four.
+lookup, the execution context, the result object and its rows), more than PostgreSQL's own work
+for a page of a hot list.
 A ``Prepared`` compiles its select once per dialect and learns its columns' conversions on its
 first run, then only binds, executes and converts what needs it (timezone-aware datetimes).
 

@@ -121,7 +121,7 @@ class KeysetPage:
 
 def _after_sort_values(id_column: InstrumentedAttribute[int],
                        sort_columns: Sequence[InstrumentedAttribute[Any]],
-                       last: int | BindParameter[int]) -> ColumnElement[bool]:
+                       last: BindParameter[int]) -> ColumnElement[bool]:
     """Rows whose sort values come after those of the row with id ``last``."""
     ref = aliased(id_column.class_)
     ref_id = getattr(ref, id_column.key)
