@@ -43,14 +43,17 @@ def _read(db: Session) -> list[Any]:
     return HOSTS.rows(db, {"since": SET_AT - timedelta(days=1), "prefix": "pp-"})
 
 
-@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
-def test_a_prepared_read_gives_the_rows_the_session_gives(
-    backend: str, database: Database, sqlite_database: Database
-) -> None:
-    chosen = database if backend == "postgresql" else sqlite_database
+@pytest.fixture(params=["database", "sqlite_database"])
+def with_hosts(request: pytest.FixtureRequest) -> Database:
+    """PostgreSQL (the driver's cursor) and SQLite (the session), each holding two hosts."""
+    chosen: Database = request.getfixturevalue(request.param)
     with chosen.transaction() as db:
         _add_hosts(db)
-    with chosen.read_session() as db:
+    return chosen
+
+
+def test_a_prepared_read_gives_the_rows_the_session_gives(with_hosts: Database) -> None:
+    with with_hosts.read_session() as db:
         rows = _read(db)
         through_session = db.execute(HOSTS.query, {"since": SET_AT - timedelta(days=1),
                                                    "prefix": "pp-"}).all()
@@ -61,7 +64,7 @@ def test_a_prepared_read_gives_the_rows_the_session_gives(
     assert first.credentials_set_at.utcoffset() == timedelta(0)
     assert first.health_checks == [{"ok": True, "at": "x"}] and first.kube_qps == 2.5
     assert [row.name for row in rows] == ["pp-a", "pp-b"]
-    with chosen.read_session() as db:
+    with with_hosts.read_session() as db:
         assert HOSTS.rows(db, {"since": SET_AT + timedelta(seconds=1), "prefix": "pp-"}) == []
 
 
@@ -76,17 +79,13 @@ def test_a_prepared_read_sees_its_sessions_uncommitted_work_and_is_heard_by_list
     assert "FROM host_clusters" in seen[1]
 
 
-@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
 def test_a_list_of_values_bound_by_one_of_matches_each_value_and_an_empty_list_none(
-    backend: str, database: Database, sqlite_database: Database
+    with_hosts: Database,
 ) -> None:
-    chosen = database if backend == "postgresql" else sqlite_database
-    with chosen.transaction() as db:
-        _add_hosts(db)
-        ids = {host.name: host.id for host in db.scalars(select(HostCluster))}
     named = Prepared(select(HostCluster.name).where(OneOf(HostCluster.id, "ids"))
                      .order_by(HostCluster.name))
-    with chosen.read_session() as db:
+    with with_hosts.read_session() as db:
+        ids = {host.name: host.id for host in db.scalars(select(HostCluster))}
         assert [r.name for r in named.rows(db, {"ids": [ids["pp-b"], 0, ids["pp-a"]]})] == [
             "pp-a", "pp-b"]
         assert [r.name for r in named.rows(db, {"ids": [ids["pp-b"]]})] == ["pp-b"]
