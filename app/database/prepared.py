@@ -53,9 +53,8 @@ class Prepared:
 
     def __init__(self, query: Select[*tuple[Any, ...]]) -> None:
         self.query = query
-        self.names = tuple(query.selected_columns.keys())
         self.plain = _plain_columns(query)
-        self._row = _row_maker(self.names if self.plain else ())
+        self._row = _row_maker(tuple(query.selected_columns.keys()) if self.plain else ())
         self._plans: dict[str, _Plan | None] = {}
 
     def rows(self, db: Session, values: Mapping[str, Any] | None = None) -> list[Any]:

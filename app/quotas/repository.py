@@ -205,10 +205,6 @@ def due_expiries(db: Session, now: datetime) -> list[int]:
     return list(db.scalars(query))
 
 
-def tenant_quotas_query(tenant_id: int | BindParameter[int]) -> Select[TenantQuota]:
-    return select(TenantQuota).where(TenantQuota.tenant_id == tenant_id)
-
-
 def tenant_quota_for_update(db: Session, tenant_id: int, gpu_class_id: int,
                             region: str) -> TenantQuota | None:
     query = select(TenantQuota).where(
