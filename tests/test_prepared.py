@@ -1,6 +1,6 @@
-"""Hot reads run on the driver's cursor (``app.database.prepared``): the same rows as through
-the session, in the session's transaction, heard by statement listeners, and a lost
-connection handled as SQLAlchemy handles one."""
+"""Hot reads and one-row inserts run on the driver's cursor (``app.database.prepared``): the
+same rows as through the session, in the session's transaction, heard by statement listeners,
+refused in a read-only session, and a lost connection handled as SQLAlchemy handles one."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import bindparam, select
+from sqlalchemy import JSON, Column, Integer, MetaData, String, Table, bindparam, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from app.database.core import Database, UTCDateTime
-from app.database.prepared import OneOf, Prepared
+from app.database.core import Database, ReadOnlyViolation, UTCDateTime, utcnow
+from app.database.prepared import OneOf, Prepared, PreparedInsert
 from app.hosts.models import HostCluster
 from tests import factories
 from tests.support import postgres
@@ -118,3 +118,69 @@ def test_a_connection_lost_under_a_prepared_read_is_a_database_error_and_the_nex
     assert lost.value.connection_invalidated
     with own_pg_database.read_session() as db:
         assert len(_read(db)) == 2
+
+
+NOTES = Table("prepared_insert_notes", MetaData(),
+              Column("id", Integer, primary_key=True),
+              Column("note", String(20), default="untitled"),
+              Column("at", UTCDateTime(), default=utcnow),
+              Column("body", JSON),
+              Column("seq", Integer, server_default=text("7")))
+ADD_NOTE = PreparedInsert(NOTES, returning=list(NOTES.columns))
+
+
+@pytest.fixture(params=["database", "sqlite_database"])
+def with_notes(request: pytest.FixtureRequest) -> Database:
+    """PostgreSQL (the driver's cursor) and SQLite (the session), with the notes' table."""
+    chosen: Database = request.getfixturevalue(request.param)
+    with chosen.transaction() as db:
+        NOTES.create(db.connection())
+    return chosen
+
+
+def test_a_prepared_insert_stores_the_row_with_its_defaults_and_answers_it_as_stored(
+    with_notes: Database,
+) -> None:
+    before = utcnow()
+    with with_notes.transaction() as db:
+        added = ADD_NOTE.add(db, {"body": {"gpus": [1, 2], "name": "ß"}})
+    with with_notes.read_session() as db:
+        stored = db.execute(select(NOTES).where(NOTES.c.id == added.id)).one()
+    assert tuple(added) == tuple(stored)
+    assert (added.note, added.body, added.seq) == ("untitled", {"gpus": [1, 2], "name": "ß"}, 7)
+    assert before <= added.at <= utcnow() and added.at.utcoffset() == timedelta(0)
+
+
+def test_a_prepared_insert_refuses_a_column_it_cannot_give_and_writes_nothing(
+    with_notes: Database,
+) -> None:
+    with with_notes.transaction() as db:
+        for wrong in ({"seq": 1}, {"colour": "red"}):
+            with pytest.raises(ValueError, match="no column"):
+                ADD_NOTE.add(db, wrong)
+        assert db.execute(select(NOTES)).all() == []
+
+
+def test_a_read_only_session_refuses_a_prepared_insert(with_notes: Database) -> None:
+    with with_notes.read_session() as db, pytest.raises(ReadOnlyViolation):
+        ADD_NOTE.add(db, {"note": "sneaky"})
+    with with_notes.read_session() as db:
+        assert db.execute(select(NOTES)).all() == []
+
+
+def test_a_prepared_insert_flushes_what_is_pending_first_and_rolls_back_with_its_session(
+    database: Database,
+) -> None:
+    with database.transaction() as db:
+        NOTES.create(db.connection())
+    without_returning = PreparedInsert(NOTES)
+    with database.session() as db:
+        db.add(HostCluster(name="pp-c", is_default=False))  # pending
+        seen = statements_during(database, lambda: without_returning.add(db, {"note": "x"}))
+        assert [s.split()[2] for s in seen if s.startswith("INSERT")] == [
+            "host_clusters", "prepared_insert_notes"]
+        assert without_returning.add(db, {"note": "y"}) is None
+        db.rollback()
+    with database.read_session() as db:
+        assert db.execute(select(NOTES)).all() == []
+        assert db.scalar(select(HostCluster).where(HostCluster.name == "pp-c")) is None

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Table, insert
+from sqlalchemy import Table
 from sqlalchemy.orm import Session
 
 from app.audit import readable, repository
 from app.audit.models import AuditEvent
 from app.audit.schemas import AuditFilters
+from app.database.prepared import PreparedInsert
 from app.http.pagination import PageParams
 from app.kit.logs import request_id_var
 
@@ -28,7 +29,7 @@ TARGET_LABEL_MAX = 300
 
 # A statement, not an ORM object: nothing reads an event back in the transaction that wrote
 # it, and the unit of work's flush of one row cost about half again what the insert does.
-_INSERT = insert(cast(Table, AuditEvent.__table__))
+_INSERT = PreparedInsert(cast(Table, AuditEvent.__table__))
 
 
 def scrub(values: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -51,7 +52,7 @@ def record(
     after: dict[str, Any] | None = None,
 ) -> None:
     """Written at once, in the session's transaction: it commits or rolls back with it."""
-    db.execute(_INSERT, {
+    _INSERT.add(db, {
         "action": action,
         "actor_id": actor_id,
         "actor_label": actor_label,

@@ -110,18 +110,23 @@ class ReadOnlyViolation(RuntimeError):
     """A session made for a request that only reads was asked to write."""
 
 
-_REFUSAL = "a read-only request tried to write; give it a read-write session"
+class ReadOnlySession(Session):
+    """A session for a request that only reads: a flush or statement that writes is refused
+    (the events below), and so is a write that bypasses both (``PreparedInsert``)."""
+
+
+REFUSAL = "a read-only request tried to write; give it a read-write session"
 
 
 def _refuse_writes(session: Session, _flush: Any, _instances: Any) -> None:
     if session.new or session.deleted or any(session.is_modified(row) for row in session.dirty):
-        raise ReadOnlyViolation(_REFUSAL)
+        raise ReadOnlyViolation(REFUSAL)
 
 
 def _refuse_statements_that_write(state: ORMExecuteState) -> None:
     """An INSERT, UPDATE or DELETE statement, which no flush sees (an audit event's)."""
     if state.is_insert or state.is_update or state.is_delete:
-        raise ReadOnlyViolation(_REFUSAL)
+        raise ReadOnlyViolation(REFUSAL)
 
 
 class Database:
@@ -140,7 +145,8 @@ class Database:
         it began, as it would in a READ COMMITTED transaction."""
         if isinstance(bind, Engine) and bind.dialect.name == "postgresql":
             bind = bind.execution_options(isolation_level="AUTOCOMMIT")
-        readers = sessionmaker(bind, expire_on_commit=False)
+        readers: sessionmaker[Session] = sessionmaker(bind, class_=ReadOnlySession,
+                                                      expire_on_commit=False)
         event.listen(readers, "before_flush", _refuse_writes)
         event.listen(readers, "do_orm_execute", _refuse_statements_that_write)
         return readers

@@ -12,6 +12,9 @@ autocommit) and under a test's outer transaction; ``before_cursor_execute`` list
 they hear SQLAlchemy's statements, and a driver error goes through SQLAlchemy's own handling
 (wrapped in ``sqlalchemy.exc.DBAPIError``, a lost connection invalidated). On SQLite, the
 embedded default, the select runs through the session as any other.
+
+A ``PreparedInsert`` does the same for an INSERT of one row: the row a write adds costs what
+the statement costs, not a unit of work's flush of an object nobody reads back.
 """
 
 from __future__ import annotations
@@ -21,7 +24,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ARRAY, ColumnElement, Connection, Select, any_, bindparam
+from sqlalchemy import (
+    ARRAY,
+    Column,
+    ColumnElement,
+    Connection,
+    Select,
+    Table,
+    any_,
+    bindparam,
+    insert,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import QueryableAttribute, Session
@@ -29,6 +42,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import TypeEngine
+
+from app.database.core import REFUSAL, ReadOnlySession, ReadOnlyViolation
 
 Processor = Callable[[Any], Any]
 
@@ -65,7 +80,7 @@ class Prepared:
         plan = self._plans[dialect.name] if dialect.name in self._plans else self._plan(dialect)
         if plan is None:
             return list(db.execute(self.query, dict(values or {})).all())
-        return _run(connection, plan, values or {})
+        return _run(connection, plan, values or {}, fetch=True)
 
     def _plan(self, dialect: Dialect) -> _Plan | None:
         """None: the session runs it (on SQLite; a select of entities; a parameter expanded or
@@ -79,10 +94,80 @@ class Prepared:
         assert isinstance(compiled, SQLCompiler)
         if compiled.literal_execute_params or compiled.post_compile_params:
             return None
-        processors = {_sent_name(compiled, bind): processor for bind in compiled.binds.values()
-                      if (processor := bind.type.bind_processor(dialect)) is not None}
+        processors = _bind_processors(compiled, dialect)
         return _Plan(compiled, compiled.string, processors, self._row,
                      tuple(column.type for column in self.query.selected_columns))
+
+
+class PreparedInsert:
+    """An INSERT of one row into ``table``, compiled once per dialect, run as
+    ``add(db, values)``: the ``returning`` columns of the row added (None without them). A column
+    left out gets its Python default, as SQLAlchemy would give it; a column with only a server
+    default is left to the server, and cannot be given. Refused in a read-only session."""
+
+    def __init__(self, table: Table, returning: Sequence[Column[Any]] = ()) -> None:
+        self.table = table
+        self.returning = tuple(returning)
+        statement = insert(table)
+        self.statement = statement.returning(*returning) if returning else statement
+        self.columns = tuple(c for c in table.columns if _given_on_insert(c))
+        self._defaults = tuple((c.key, _python_default(c)) for c in self.columns)
+        self._keys = frozenset(c.key for c in self.columns)
+        self._row = _row_maker(tuple(c.key for c in self.returning))
+        self._plans: dict[str, _Plan | None] = {}
+
+    def add(self, db: Session, values: Mapping[str, Any]) -> Any:
+        if isinstance(db, ReadOnlySession):
+            raise ReadOnlyViolation(REFUSAL)
+        if unknown := set(values) - self._keys:
+            raise ValueError(f"{self.table.name} has no column {sorted(unknown)} to give on "
+                             "insert")
+        db.flush()  # what the session holds goes first: the row may refer to it
+        connection = db.connection()
+        dialect = connection.dialect
+        plan = self._plans[dialect.name] if dialect.name in self._plans else self._plan(dialect)
+        if plan is None:
+            result = db.execute(self.statement, dict(values))
+            return result.one() if self.returning else None
+        rows = _run(connection, plan, self._completed(values), fetch=bool(self.returning))
+        return rows[0] if rows else None
+
+    def _completed(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        completed = dict(values)
+        for key, default in self._defaults:
+            if key not in completed:
+                completed[key] = default() if callable(default) else default
+        return completed
+
+    def _plan(self, dialect: Dialect) -> _Plan | None:
+        if dialect.name not in FAST_DIALECTS:
+            self._plans[dialect.name] = None
+            return None
+        compiled = self.statement.compile(dialect=dialect,
+                                          column_keys=[c.key for c in self.columns])
+        assert isinstance(compiled, SQLCompiler)
+        processors = _bind_processors(compiled, dialect)
+        plan = _Plan(compiled, compiled.string, processors, self._row,
+                     tuple(column.type for column in self.returning))
+        self._plans[dialect.name] = plan
+        return plan
+
+
+def _given_on_insert(column: Column[Any]) -> bool:
+    """Not a generated key, and not a column only the server fills."""
+    generated_key = column.primary_key and column is column.table._autoincrement_column
+    return not generated_key and not (column.default is None and column.server_default)
+
+
+def _python_default(column: Column[Any]) -> Any:
+    """A constant, a function of no arguments, or None (NULL)."""
+    default = column.default
+    if default is None:
+        return None
+    if not default.is_scalar and not default.is_callable:
+        raise ValueError(f"{column}: a {type(default).__name__} default is not supported")
+    arg = default.arg  # type: ignore[attr-defined]
+    return (lambda: arg(None)) if default.is_callable else arg
 
 
 class OneOf(ColumnElement[bool]):
@@ -128,6 +213,17 @@ def _row_maker(names: tuple[str, ...]) -> Callable[[Sequence[Any]], Any]:
     return make
 
 
+def _bind_processors(compiled: SQLCompiler, dialect: Dialect) -> dict[str, Processor]:
+    """Per parameter, the conversion to the driver's value: the dialect's own implementation
+    of the type, as SQLAlchemy's execution uses (e.g. a JSON value wrapped for psycopg)."""
+    found: dict[str, Processor] = {}
+    for bind in compiled.binds.values():
+        processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+        if processor is not None:
+            found[_sent_name(compiled, bind)] = processor
+    return found
+
+
 def _sent_name(compiled: SQLCompiler, bind: BindParameter[Any]) -> str:
     """The parameter's name as ``construct_params`` gives it to the driver."""
     name = compiled.bind_names[bind]
@@ -138,7 +234,8 @@ def _plain_columns(query: Select[*tuple[Any, ...]]) -> bool:
     return all(isinstance(d["type"], TypeEngine) for d in query.column_descriptions)
 
 
-def _run(connection: Connection, plan: _Plan, values: Mapping[str, Any]) -> list[Any]:
+def _run(connection: Connection, plan: _Plan, values: Mapping[str, Any],
+         fetch: bool) -> list[Any]:
     params = plan.compiled.construct_params(dict(values))
     for name, processor in plan.bind_processors.items():
         params[name] = processor(params[name])
@@ -148,6 +245,8 @@ def _run(connection: Connection, plan: _Plan, values: Mapping[str, Any]) -> list
         if listeners:
             listeners(connection, cursor, plan.sql, params, None, False)
         cursor.execute(plan.sql, params)
+        if not fetch:
+            return []
         fetched = cursor.fetchall()
         if plan.result_processors is None:
             plan.result_processors = _result_processors(connection.dialect, plan,
@@ -165,7 +264,7 @@ def _result_processors(dialect: Dialect, plan: _Plan,
                        description: Sequence[Any]) -> tuple[tuple[int, Processor], ...]:
     found = []
     for index, (type_, column) in enumerate(zip(plan.types, description, strict=True)):
-        processor = type_.result_processor(dialect, column[1])
+        processor = type_.dialect_impl(dialect).result_processor(dialect, column[1])
         if processor is not None:
             found.append((index, processor))
     return tuple(found)
