@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from app.auth.models import IdempotencyKey
 from app.auth.principal import Principal
@@ -40,12 +40,14 @@ def run_idempotent(
     allowed: Callable[[], object],
     create: Callable[[], BaseModel],
     status_code: int = 201,
-) -> JSONResponse:
+) -> Response:
     """``allowed`` raises unless the caller may create here now: a replay is checked too, so a
     member removed since the first request cannot read it back."""
     allowed()
-    if key is None:
-        return JSONResponse(create().model_dump(mode="json"), status_code=status_code)
+    if key is None:  # encoded straight from the model: the bytes of the dump below, sooner
+        created = create()
+        return Response(created.__pydantic_serializer__.to_json(created),
+                        status_code=status_code, media_type="application/json")
     if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
         raise ValidationFailed.on_field("Idempotency-Key", "1-255 printable characters")
     owner = f"user:{principal.user_id}"

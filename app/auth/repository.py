@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Integer, String, column, func, or_, select, table
+from collections.abc import Mapping
+from typing import Any, cast
+
+from sqlalchemy import Integer, String, Table, column, func, or_, select, table
 from sqlalchemy.orm import Session
 
-from app.auth.models import User
+from app.auth.models import ApiToken, User
+from app.database.prepared import PreparedInsert
 
 # A read model of the tenants domain's memberships: the columns a caller's roles come from
 # (auth is below tenants, so it reads the table, never the Membership model).
 memberships = table("memberships", column("user_id", Integer), column("tenant_id", Integer),
                     column("role", String))
+
+
+_TOKENS = cast(Table, ApiToken.__table__)
+_ADD_TOKEN = PreparedInsert(_TOKENS, returning=list(_TOKENS.columns))
+
+
+def add_token(db: Session, values: Mapping[str, Any]) -> Any:
+    """A new API token's row, every column as stored (its id and created_at among them)."""
+    return _ADD_TOKEN.add(db, values)
 
 
 def user_by_identity(db: Session, issuer: str, subject: str) -> User | None:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from app.audit import readable
 from app.audit import service as audit
 from app.auth import events, repository, tokens
-from app.auth.models import USER_EMAIL_MAX, USER_NAME_MAX, USER_SUBJECT_MAX, ApiToken, User
+from app.auth.models import USER_EMAIL_MAX, USER_NAME_MAX, USER_SUBJECT_MAX, User
 from app.database.core import utcnow
 from app.kit.errors import ValidationFailed
 
@@ -116,8 +116,9 @@ def issue_api_token(
     scopes: list[str],
     expires_at: datetime | None,
     actor_label: str,
-) -> tuple[ApiToken, str]:
-    """Creates a token and returns it with its secret, which is never retrievable again."""
+) -> tuple[Any, str]:
+    """Creates a token and returns its row (an ``ApiToken``'s columns) with its secret, which
+    is never retrievable again."""
     unknown = sorted(set(scopes) - set(tokens.SCOPES))
     if unknown or not scopes:
         raise ValidationFailed.on_field(
@@ -126,12 +127,12 @@ def issue_api_token(
     if expires_at is not None and expires_at <= utcnow():
         raise ValidationFailed.on_field("expires_at", "the expiry must be in the future")
     secret = tokens.new_token_secret()
-    token = ApiToken(
-        user_id=user.id, name=name, token_hash=tokens.hash_token(secret),
-        prefix=tokens.token_prefix(secret), scopes=sorted(set(scopes)), expires_at=expires_at,
-    )
-    db.add(token)
-    db.flush()
+    # A statement, not an ORM object: the row answers as stored, and nothing in this
+    # transaction reads the token back.
+    token = repository.add_token(db, {
+        "user_id": user.id, "name": name, "token_hash": tokens.hash_token(secret),
+        "prefix": tokens.token_prefix(secret), "scopes": sorted(set(scopes)),
+        "expires_at": expires_at})
     audit.record(
         db, action="api_token.create", actor_id=user.id, actor_label=actor_label,
         target_type="api_token", target_id=token.id, target_label=f"API token {name}",

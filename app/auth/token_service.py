@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -34,7 +35,7 @@ def scopes_offered(principal: Principal) -> tuple[str, ...]:
 
 def create_token(
     db: Session, principal: Principal, *, name: str, scopes: list[str], expires_in_days: int
-) -> tuple[ApiToken, str]:
+) -> tuple[Any, str]:
     if not principal.can_write():
         raise Forbidden("a read-only token cannot create tokens")
     offered = scopes_offered(principal)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
@@ -46,7 +46,7 @@ def list_clusters(tenant: str, db: DbSession, principal: CurrentPrincipal,
              summary="Create a cluster", responses=problems(403, 404, 409))
 def create_cluster(request: Request, tenant: str, payload: ClusterCreate, db: DbSession,
                    principal: CurrentPrincipal, settings: AppSettings, resolver: Resolver,
-                   key: IdempotencyKeyHeader = None) -> JSONResponse:
+                   key: IdempotencyKeyHeader = None) -> Response:
     """Creates a virtual cluster from a template (default: `default`), drawing GPUs of a class
     from the tenant's approved quota (tenant admins). Answers at once; the worker then
     provisions it and its conditions say how far it got. 409 when the name is taken or the

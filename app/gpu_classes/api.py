@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
@@ -30,7 +30,7 @@ def list_classes(db: DbSession, principal: CurrentPrincipal,
 @router.post("", status_code=201, response_model=GpuClassOut,
              summary="Declare a GPU class", responses=problems(403, 409))
 def declare_class(request: Request, payload: GpuClassCreate, db: DbSession,
-                  principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> JSONResponse:
+                  principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> Response:
     """Declares a GPU class before any node of it is seen, so quota can be asked for it (platform
     admins). 409 when the product exists. Audited."""
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,

@@ -7,9 +7,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, Select, and_, case, cast, func, select, true
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    and_,
+    bindparam,
+    case,
+    cast,
+    func,
+    select,
+    true,
+)
 from sqlalchemy.orm import Session
 
+from app.database.prepared import Prepared
 from app.gpu_classes.models import GpuClass
 from app.gpu_classes.read_models import (
     gpus_in_use,
@@ -18,6 +30,7 @@ from app.gpu_classes.read_models import (
     tenant_quotas,
     virtual_clusters,
 )
+from app.gpu_classes.schemas import NamedClass
 from app.hosts.models import HostCluster
 from app.hosts.repository import hosts_in
 from app.http.pagination import KeysetPage, PageParams
@@ -35,6 +48,15 @@ _CLASS_PAGE = KeysetPage(select(GpuClass.id, GpuClass.product, GpuClass.display_
 
 def class_page(db: Session, params: PageParams) -> tuple[Sequence[Any], str | None]:
     return _CLASS_PAGE.rows(db, params, {})
+
+
+_NAMED = Prepared(select(GpuClass.id, GpuClass.product, GpuClass.display_name)
+                  .where(GpuClass.id == bindparam("class_id")))
+
+
+def named_class(db: Session, gpu_class_id: int) -> NamedClass | None:
+    rows = _NAMED.rows(db, {"class_id": gpu_class_id})
+    return NamedClass(*rows[0]) if rows else None
 
 
 def class_by_product(db: Session, product: str) -> GpuClass | None:

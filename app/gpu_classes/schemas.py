@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
@@ -13,6 +14,14 @@ from app.kit.validation import SingleLine
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 MAX_MEMORY_MIB = 10 * 1024 * 1024
 MAX_GPUS_PER_NODE = 64
+
+
+class NamedClass(NamedTuple):
+    """A class as a request or a message names it."""
+
+    id: int
+    product: str
+    display_name: str
 
 
 class GpuClassCreate(BaseModel):

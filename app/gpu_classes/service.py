@@ -18,7 +18,13 @@ from app.gpu_classes import capacity as capacity_figures
 from app.gpu_classes import capacity_cache
 from app.gpu_classes import repository as repository
 from app.gpu_classes.models import GpuClass
-from app.gpu_classes.schemas import Capacity, GpuClassCreate, GpuClassOut, GpuClassUpdate
+from app.gpu_classes.schemas import (
+    Capacity,
+    GpuClassCreate,
+    GpuClassOut,
+    GpuClassUpdate,
+    NamedClass,
+)
 from app.http.pagination import Page, PageParams
 from app.kit.errors import Conflict, NotFound
 
@@ -74,6 +80,11 @@ def list_classes(db: Session, principal: Principal, params: PageParams) -> Page[
 def all_classes(db: Session) -> list[GpuClass]:
     """Every class, for pickers; the inventory holds a handful, not thousands."""
     return list(db.scalars(repository.classes_query().order_by(GpuClass.display_name)))
+
+
+def named_class(db: Session, gpu_class_id: int) -> NamedClass | None:
+    """The class's names, or None when there is no such class."""
+    return repository.named_class(db, gpu_class_id)
 
 
 def get_class(db: Session, gpu_class_id: int) -> GpuClass:

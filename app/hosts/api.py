@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
@@ -55,7 +55,7 @@ def list_hosts(db: DbSession, principal: CurrentPrincipal, paging: Paging) -> Pa
              summary="Register a host cluster", responses=problems(403, 409))
 def register_host(request: Request, payload: HostRegister, db: DbSession,
                   principal: CurrentPrincipal, settings: AppSettings,
-                  key: IdempotencyKeyHeader = None) -> JSONResponse:
+                  key: IdempotencyKeyHeader = None) -> Response:
     """Registers a host cluster with its API endpoint and credentials, stored encrypted (platform
     admins). 409 when the name is taken. Audited."""
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
@@ -36,7 +36,7 @@ def list_machines(db: DbSession, principal: CurrentPrincipal,
              summary="Register a bare-metal machine", responses=problems(403, 409))
 def register_machine(request: Request, payload: MachineRegister, db: DbSession,
                      principal: CurrentPrincipal, settings: AppSettings,
-                     key: IdempotencyKeyHeader = None) -> JSONResponse:
+                     key: IdempotencyKeyHeader = None) -> Response:
     """Registers a machine by its BMC (credentials stored encrypted) into the pool of its host
     cluster: the worker creates its BareMetalHost, which Metal3 registers and inspects
     (platform admins). 409 when the name is taken. Audited."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
@@ -53,7 +53,7 @@ def tenant_requests(tenant: str, db: DbSession, principal: CurrentPrincipal, pag
              response_model=QuotaRequestOut,
              summary="Request GPU quota", responses=problems(403, 404, 409))
 def create_request(request: Request, tenant: str, payload: QuotaRequestCreate, db: DbSession,
-                   principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> JSONResponse:
+                   principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> Response:
     """Asks the platform admins for GPUs of a class, with a reason and optionally an end date
     (tenant admins). Lands in the approval queue as pending. Audited."""
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     BindParameter,
     CursorResult,
     Select,
+    Table,
     and_,
     bindparam,
     delete,
@@ -23,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.database.concurrency import upsert
-from app.database.prepared import Prepared
+from app.database.prepared import Prepared, PreparedInsert
 from app.gpu_classes.models import GpuClass
 from app.gpu_classes.read_models import node_assignments, nodes
 from app.hosts.models import HostCluster
@@ -174,6 +175,15 @@ def replace_gpus_in_use(db: Session, host_id: int, gpus: Mapping[tuple[int, int]
          "gpus": bound.gpus, "burst_gpus": bound.burst_gpus, "observed_at": observed_at}
         for (tenant_id, class_id), bound in sorted(gpus.items())],
         keys=("tenant_id", "gpu_class_id", "host_cluster_id"))
+
+
+_REQUESTS = cast(Table, QuotaRequest.__table__)
+_ADD_REQUEST = PreparedInsert(_REQUESTS, returning=list(_REQUESTS.columns))
+
+
+def add_request(db: Session, values: Mapping[str, Any]) -> Any:
+    """A new quota request's row, every column as stored (its id and created_at among them)."""
+    return _ADD_REQUEST.add(db, values)
 
 
 def request_for_update(db: Session, request_id: int) -> QuotaRequest | None:

@@ -29,7 +29,7 @@ from app.database.core import utcnow
 from app.gpu_classes import capacity_cache
 from app.gpu_classes import service as gpu_classes
 from app.gpu_classes.models import GpuClass
-from app.gpu_classes.schemas import Capacity
+from app.gpu_classes.schemas import Capacity, NamedClass
 from app.http.pagination import Page, PageParams
 from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.quotas import events, regions, repository
@@ -205,9 +205,9 @@ def check_request(
 
 def _checked_request(
     db: Session, principal: Principal, slug: str, payload: QuotaRequestCreate
-) -> tuple[Tenant, GpuClass, str]:
+) -> tuple[Tenant, NamedClass, str]:
     tenant = tenant_for(db, principal, slug, "manage")
-    gpu_class = db.get(GpuClass, payload.gpu_class_id)
+    gpu_class = gpu_classes.named_class(db, payload.gpu_class_id)
     if gpu_class is None:
         raise ValidationFailed.on_field("gpu_class_id",
                                         f"there is no GPU class {payload.gpu_class_id}")
@@ -219,7 +219,7 @@ def request_warnings(db: Session, principal: Principal, slug: str, gpu_class_id:
     """What the requester should know before sending, for the form as it is filled in: only
     the class, the count and the region need to be valid."""
     tenant_for(db, principal, slug, "manage")
-    gpu_class = db.get(GpuClass, gpu_class_id)
+    gpu_class = gpu_classes.named_class(db, gpu_class_id)
     if gpu_class is None:
         return []
     try:
@@ -229,7 +229,7 @@ def request_warnings(db: Session, principal: Principal, slug: str, gpu_class_id:
     return _warnings_for_requester(db, principal, gpu_class, concrete, gpus)
 
 
-def _warnings_for_requester(db: Session, principal: Principal, gpu_class: GpuClass,
+def _warnings_for_requester(db: Session, principal: Principal, gpu_class: NamedClass,
                             region: str, gpus: int) -> list[str]:
     """Tenants are not shown the fleet's figures; platform admins are. Advice, not a decision:
     the fleet's size as summed at most a moment ago, as the pages show it."""
@@ -256,19 +256,21 @@ def create_request(
     db: Session, principal: Principal, slug: str, payload: QuotaRequestCreate
 ) -> QuotaRequestOut:
     tenant, gpu_class, region = _checked_request(db, principal, slug, payload)
-    request = QuotaRequest(
-        tenant_id=tenant.id, gpu_class_id=payload.gpu_class_id, region=region, gpus=payload.gpus,
-        cpu_millicores=payload.cpu_millicores, memory_mib=payload.memory_mib,
-        reason=payload.reason, ends_at=payload.ends_at, state="pending",
-        requested_by_id=principal.user_id,
-    )
-    db.add(request)
-    db.flush()
-    _record(db, Actor.of(principal), "quota_request.create", request, None,
-            {**payload.model_dump(mode="json"), "gpu_class": gpu_class.display_name,
-             "region": region})
-    # From what is at hand: the class read above (the session keeps no unreferenced row) and
-    # the caller's own email, rather than reading both again.
+    # A statement, not an ORM object: the row answers as it was stored, and nothing reads the
+    # request back in this transaction.
+    request = repository.add_request(db, {
+        "tenant_id": tenant.id, "gpu_class_id": gpu_class.id, "region": region,
+        "gpus": payload.gpus, "cpu_millicores": payload.cpu_millicores,
+        "memory_mib": payload.memory_mib, "reason": payload.reason,
+        "ends_at": payload.ends_at, "state": "pending", "requested_by_id": principal.user_id})
+    audit.record(db, action="quota_request.create", actor_id=principal.user_id,
+                 actor_label=principal.label, tenant_id=tenant.id, target_type="quota_request",
+                 target_id=request.id,
+                 target_label=readable.quota_request_label(gpu_class.display_name, request.id,
+                                                           tenant.slug),
+                 after={**payload.model_dump(mode="json"), "gpu_class": gpu_class.display_name,
+                        "region": region})
+    # The caller's own email, rather than reading it again.
     return QuotaRequestOut(**_request_fields(request, tenant.slug, gpu_class.product,
                                              gpu_class.display_name, principal.user.email,
                                              None),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
@@ -45,7 +45,7 @@ def list_templates(db: DbSession, principal: CurrentPrincipal) -> list[TemplateO
              summary="Create a cluster template", responses=problems(403, 409))
 def create_template(request: Request, payload: TemplateCreate, db: DbSession,
                     principal: CurrentPrincipal,
-                    key: IdempotencyKeyHeader = None) -> JSONResponse:
+                    key: IdempotencyKeyHeader = None) -> Response:
     """A template with version 1 as a draft (platform admins); validate and offer it before
     tenants see it. 409 when the name is taken. Audited."""
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,

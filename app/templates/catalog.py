@@ -33,11 +33,11 @@ FIXABLE = ("placement", "kubernetes_version", "gpu_class_id")
 
 class TemplateCatalog:
     def resolve(self, db: Session, payload: ClusterCreate) -> ResolvedCreate:
-        template, row = self._offered(db, payload.template or DEFAULT_TEMPLATE,
-                                      payload.template_version)
-        label = f"template {template.name} v{row.version}"
+        template_name, row = self._offered(db, payload.template or DEFAULT_TEMPLATE,
+                                           payload.template_version)
+        label = f"template {template_name} v{row.version}"
         given = payload.model_fields_set
-        update: dict[str, object] = {"template": template.name, "template_version": row.version}
+        update: dict[str, object] = {"template": template_name, "template_version": row.version}
         for name in FIXABLE:
             fixed = getattr(row, name)
             if fixed is None:
@@ -60,18 +60,20 @@ class TemplateCatalog:
         return list(_offered_choices.get(db))
 
     def _offered(self, db: Session, name: str,
-                 number: int | None) -> tuple[ClusterTemplate, ClusterTemplateVersion]:
+                 number: int | None) -> tuple[str, ClusterTemplateVersion | Any]:
+        """The template's name and the version asked for: a ``ClusterTemplateVersion`` or a
+        row of its columns."""
         if number is None:
             found = repository.newest_offered_by_name(db, name)
             if found is None:
                 raise ValidationFailed.on_field("template", f"no offered cluster template {name}")
-            return found
+            return found.template_name, found
         template = repository.template_by_name(db, name)
         row = repository.version(db, template.id, number) if template is not None else None
         if template is None or row is None or row.state != "offered":
             field = "template_version" if template is not None and number else "template"
             raise ValidationFailed.on_field(field, f"no offered cluster template {name} v{number}")
-        return template, row
+        return template.name, row
 
 
 def _read_choices(db: Session) -> tuple[TemplateChoice, ...]:

@@ -4,11 +4,13 @@ tenant data: no tenant scoping applies."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from app.database.concurrency import lock_row
+from app.database.prepared import Prepared
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 
 
@@ -68,18 +70,20 @@ def newest_offered_of_each(
     return [(template, version) for template, version in rows]
 
 
-def newest_offered_by_name(
-    db: Session, name: str,
-) -> tuple[ClusterTemplate, ClusterTemplateVersion] | None:
-    """The template of that name with its newest offered version, in one statement (a create
-    from a template reads them on every request); None when either is missing."""
-    row = db.execute(select(ClusterTemplate, ClusterTemplateVersion)
-                     .join(ClusterTemplateVersion,
-                           ClusterTemplateVersion.template_id == ClusterTemplate.id)
-                     .where(ClusterTemplate.name == name,
-                            ClusterTemplateVersion.state == "offered")
-                     .order_by(ClusterTemplateVersion.version.desc()).limit(1)).first()
-    return None if row is None else (row[0], row[1])
+_NEWEST_OFFERED = Prepared(
+    select(ClusterTemplate.name.label("template_name"),
+           *ClusterTemplateVersion.__table__.columns)
+    .join(ClusterTemplateVersion, ClusterTemplateVersion.template_id == ClusterTemplate.id)
+    .where(ClusterTemplate.name == bindparam("name"), ClusterTemplateVersion.state == "offered")
+    .order_by(ClusterTemplateVersion.version.desc()).limit(1))
+
+
+def newest_offered_by_name(db: Session, name: str) -> Any | None:
+    """The newest offered version of the template of that name, as a row of the version's
+    columns and ``template_name``, in one statement (a create from a template reads it on every
+    request); None when either is missing."""
+    rows = _NEWEST_OFFERED.rows(db, {"name": name})
+    return rows[0] if rows else None
 
 
 def offered_count(db: Session, template_id: int) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
@@ -42,7 +42,7 @@ def list_tenants(db: DbSession, principal: CurrentPrincipal, paging: Paging,
 @router.post("", status_code=201, response_model=TenantOut,
              summary="Create a tenant", responses=problems(403, 409))
 def create_tenant(request: Request, payload: TenantCreate, db: DbSession,
-                  principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> JSONResponse:
+                  principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> Response:
     """Creates a tenant with a slug (DNS-1123 label, at most 30 characters) and a display name
     (platform admins). 409 when the slug is taken. Audited."""
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
@@ -77,7 +77,7 @@ def list_members(tenant: str, db: DbSession, principal: CurrentPrincipal,
 @router.post("/{tenant}/members", status_code=201, response_model=MemberOut,
              summary="Add a member", responses=problems(403, 404, 409))
 def add_member(request: Request, tenant: str, payload: MemberCreate, db: DbSession,
-               principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> JSONResponse:
+               principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> Response:
     """Gives a user, by email, a role in the tenant (tenant admins); someone who has not signed in
     yet gets it at their first sign-in. 409 when they are a member already. Audited."""
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
