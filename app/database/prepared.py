@@ -39,6 +39,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import QueryableAttribute, Session
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import TypeEngine
@@ -103,13 +104,17 @@ class PreparedInsert:
     """An INSERT of one row into ``table``, compiled once per dialect, run as
     ``add(db, values)``: the ``returning`` columns of the row added (None without them). A column
     left out gets its Python default, as SQLAlchemy would give it; a column with only a server
-    default is left to the server, and cannot be given. Refused in a read-only session."""
+    default is left to the server, and cannot be given. Refused in a read-only session.
 
-    def __init__(self, table: Table, returning: Sequence[Column[Any]] = ()) -> None:
+    ``statement_for`` makes the INSERT for a dialect where it is more than a plain one (e.g.
+    an upsert, which each dialect spells its own way)."""
+
+    def __init__(self, table: Table, returning: Sequence[Column[Any]] = (),
+                 statement_for: Callable[[Dialect], Insert] | None = None) -> None:
         self.table = table
         self.returning = tuple(returning)
-        statement = insert(table)
-        self.statement = statement.returning(*returning) if returning else statement
+        self._statement_for = statement_for or (lambda _dialect: insert(table))
+        self._statements: dict[str, Insert] = {}
         self.columns = tuple(c for c in table.columns if _given_on_insert(c))
         self._defaults = tuple((c.key, _python_default(c)) for c in self.columns)
         self._keys = frozenset(c.key for c in self.columns)
@@ -127,10 +132,17 @@ class PreparedInsert:
         dialect = connection.dialect
         plan = self._plans[dialect.name] if dialect.name in self._plans else self._plan(dialect)
         if plan is None:
-            result = db.execute(self.statement, dict(values))
+            result = db.execute(self._statement(dialect), dict(values))
             return result.one() if self.returning else None
         rows = _run(connection, plan, self._completed(values), fetch=bool(self.returning))
         return rows[0] if rows else None
+
+    def _statement(self, dialect: Dialect) -> Insert:
+        if dialect.name not in self._statements:
+            statement = self._statement_for(dialect)
+            self._statements[dialect.name] = (statement.returning(*self.returning)
+                                              if self.returning else statement)
+        return self._statements[dialect.name]
 
     def _completed(self, values: Mapping[str, Any]) -> dict[str, Any]:
         completed = dict(values)
@@ -143,8 +155,8 @@ class PreparedInsert:
         if dialect.name not in FAST_DIALECTS:
             self._plans[dialect.name] = None
             return None
-        compiled = self.statement.compile(dialect=dialect,
-                                          column_keys=[c.key for c in self.columns])
+        compiled = self._statement(dialect).compile(dialect=dialect,
+                                                    column_keys=[c.key for c in self.columns])
         assert isinstance(compiled, SQLCompiler)
         processors = _bind_processors(compiled, dialect)
         plan = _Plan(compiled, compiled.string, processors, self._row,

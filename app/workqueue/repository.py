@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import and_, case, delete, or_, select, tuple_, update
+from sqlalchemy import Table, and_, case, delete, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from app.database.core import utcnow
+from app.database.prepared import PreparedInsert
 from app.workqueue.models import WorkItem
 
 # (kind, key)
@@ -47,7 +48,9 @@ def enqueue_many(db: Session, kind: str, keys: Iterable[str | int],
     due = at or utcnow()
     rows: list[dict[str, object]] = [{"kind": kind, "key": str(k), "due_at": due}
                                      for k in dict.fromkeys(str(k) for k in keys)]
-    if rows:
+    if len(rows) == 1:  # the usual: one row, on the cursor
+        _ENQUEUE_ONE.add(db, rows[0])
+    elif rows:
         db.execute(_ENQUEUE[db.get_bind().dialect.name == "postgresql"], rows)
 
 
@@ -64,6 +67,8 @@ def _enqueue(dialect: Any) -> Any:
 
 
 _ENQUEUE = {True: _enqueue(postgresql), False: _enqueue(sqlite)}
+_ENQUEUE_ONE = PreparedInsert(cast(Table, WorkItem.__table__), statement_for=lambda dialect:
+                              _ENQUEUE[dialect.name == "postgresql"])
 
 
 def seed(db: Session, kind: str, keys: Iterable[str], now: datetime) -> None:
