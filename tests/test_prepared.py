@@ -4,6 +4,8 @@ refused in a read-only session, and a lost connection handled as SQLAlchemy hand
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,9 +15,13 @@ from sqlalchemy import JSON, Column, Integer, MetaData, String, Table, bindparam
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+import app
+from app.auth import principal_cache
+from app.database import kept
 from app.database.core import Database, ReadOnlyViolation, UTCDateTime, utcnow
 from app.database.prepared import OneOf, Prepared, PreparedInsert
 from app.hosts.models import HostCluster
+from app.usage import ledger
 from tests import factories
 from tests.support import postgres
 from tests.support.sql import statements_during
@@ -184,3 +190,25 @@ def test_a_prepared_insert_flushes_what_is_pending_first_and_rolls_back_with_its
     with database.read_session() as db:
         assert db.execute(select(NOTES)).all() == []
         assert db.scalar(select(HostCluster).where(HostCluster.name == "pp-c")) is None
+
+
+def _prepared_inserts() -> list[PreparedInsert]:
+    """Every PreparedInsert a module of the app holds."""
+    found = []
+    for module_info in pkgutil.walk_packages(app.__path__, "app."):
+        module = importlib.import_module(module_info.name)
+        found += [value for value in vars(module).values() if isinstance(value, PreparedInsert)]
+    return found
+
+
+def test_no_prepared_insert_writes_a_table_whose_inserts_something_watches() -> None:
+    """A PreparedInsert is heard by no ORM event: the kept figures, the principal cache and the
+    usage ledger would miss a row it adds to a table they watch."""
+    inserts = _prepared_inserts()
+    watched = {*(model for one in kept._every_kept for model in one.watched),
+               *(set(principal_cache._watched) - set(principal_cache._inserts_ignored)),
+               *ledger._TRACKED}
+    watched_tables = {model.__table__.name for model in watched}
+    assert {"audit_events", "quota_requests", "api_tokens"} <= {i.table.name for i in inserts}
+    assert watched_tables >= {"virtual_clusters", "host_clusters", "users"}
+    assert [i.table.name for i in inserts if i.table.name in watched_tables] == []

@@ -155,7 +155,7 @@ class ClusterSpec:
 
 
 def _is_https_url(value: str) -> bool:
-    if any(c.isspace() or not c.isprintable() for c in value):
+    if not value.isprintable() or " " in value:  # every other space is unprintable
         return False
     parts = urlsplit(value)
     return parts.scheme == "https" and bool(parts.hostname) and not parts.query
