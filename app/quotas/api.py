@@ -10,6 +10,7 @@ from starlette.responses import Response
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.http.deps import DbSession, RowId
+from app.http.json_body import page_response
 from app.http.pagination import Page, Paging
 from app.http.problems import problems
 from app.http.routing import UnitOfWorkRoute
@@ -34,10 +35,10 @@ StateFilter = Annotated[RequestState | None, Query(description="only requests in
 @router.get("/tenants/{tenant}/quota", response_model=Page[TenantQuotaOut],
             summary="Get a tenant's GPU quota", responses=problems(404))
 def tenant_quota(tenant: str, db: DbSession, principal: CurrentPrincipal,
-                 paging: Paging) -> Page[TenantQuotaOut]:
+                 paging: Paging) -> Response:
     """Per GPU class: the GPUs approved for the tenant, how many its clusters and dedicated nodes
     hold, how many are in use and how many are borrowed beyond the guarantee (burst)."""
-    return service.tenant_quota(db, principal, tenant, paging)
+    return page_response(*service.tenant_quota_fields(db, principal, tenant, paging))
 
 
 @router.get("/tenants/{tenant}/quota-requests", response_model=Page[QuotaRequestOut],

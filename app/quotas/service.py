@@ -126,14 +126,27 @@ def tenant_quota(
     db: Session, principal: Principal, slug: str, params: PageParams
 ) -> Page[TenantQuotaOut]:
     """A tenant's quota with what its clusters and dedicated nodes hold: one statement."""
+    items, cursor = tenant_quota_fields(db, principal, slug, params)
+    return Page(items=[TenantQuotaOut(**fields) for fields in items], next_cursor=cursor)
+
+
+def tenant_quota_fields(db: Session, principal: Principal, slug: str, params: PageParams,
+                        ) -> tuple[list[dict[str, Any]], str | None]:
+    """``tenant_quota``'s page as ``TenantQuotaOut`` fields, in its order and types, for
+    ``page_response``."""
     tenant = tenant_for(db, principal, slug)
     rows, cursor = repository.quota_page(db, tenant.id, params)
-    return Page(items=[TenantQuotaOut(
-        gpu_class_id=row.gpu_class_id, gpu_class=row.product, display_name=row.display_name,
-        region=row.region, approved_gpus=row.gpus, allocated_gpus=row.allocated,
-        in_use_gpus=row.in_use, burst_in_use_gpus=row.burst, dedicated_gpus=row.dedicated,
-        cpu_millicores=row.cpu_millicores, memory_mib=row.memory_mib)
-        for row in rows], next_cursor=cursor)
+    return [{
+        "gpu_class_id": row.gpu_class_id, "gpu_class": row.product,
+        "display_name": row.display_name, "region": row.region, "approved_gpus": row.gpus,
+        "allocated_gpus": int(row.allocated), "in_use_gpus": _gpus(row.in_use),
+        "burst_in_use_gpus": _gpus(row.burst), "dedicated_gpus": int(row.dedicated),
+        "cpu_millicores": row.cpu_millicores, "memory_mib": row.memory_mib,
+    } for row in rows], cursor
+
+
+def _gpus(summed: Any) -> float | None:
+    return None if summed is None else float(summed)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from app.database.core import Database
+from app.http.pagination import Page
 from app.kube.memory import InMemoryKube
+from app.quotas.schemas import TenantQuotaOut
 from app.usage.csv_export import COLUMNS
 from app.usage.models import HourlyUsage, UsageSample
 from tests.support.tenancy import Tenancy, build_tenancy, headers
@@ -133,8 +135,12 @@ def _bursting_now(database: Database) -> dict[str, str]:
 def test_gpus_in_use_now_say_how_many_are_burst_per_tenant_and_class(
         client: TestClient, database: Database, clock: LedgerClock) -> None:
     viewer = _bursting_now(database)
-    [row] = client.get("/api/v1/tenants/acme/quota", headers=viewer).json()["items"]
+    answer = client.get("/api/v1/tenants/acme/quota", headers=viewer)
+    [row] = answer.json()["items"]
     assert (row["in_use_gpus"], row["burst_in_use_gpus"]) == (14.0, 2.0)
+    # Encoded from plain values: the very bytes of its response model, floats as floats.
+    assert answer.content == Page[TenantQuotaOut].model_validate(
+        answer.json()).model_dump_json().encode()
     dashboard = client.get("/t/acme", headers={**HTML, **viewer}).text
     assert "of which burst (reclaimable)" in dashboard
     assert re.search(r'<td class="burst">\s*2\s*</td>', dashboard)
