@@ -11,7 +11,7 @@ from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBea
 from sqlalchemy.orm import Session
 
 from app.auth import repository
-from app.auth.models import ApiToken, User
+from app.auth.models import ApiToken, User, WebSession
 from app.auth.principal import Principal
 from app.auth.principal_cache import PrincipalCache, watch
 from app.auth.sessions import PLAIN_COOKIE, SECURE_COOKIE
@@ -26,6 +26,8 @@ from app.kit.errors import Unauthenticated
 # (a CI job's every run, say) leaves every process's cache as it is.
 watch(User)
 watch(ApiToken, inserts=False)
+# A browser session's end (logout, a removed user) ends what every process keeps of it.
+watch(WebSession, inserts=False, updates=False)
 
 
 def _session_user_id(request: Request) -> int | None:

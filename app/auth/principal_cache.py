@@ -1,11 +1,13 @@
 """Who a token or a signed-in user is, remembered for a few seconds across requests.
 
-``ExpiringCache`` is also what ``app.tenants.access`` keeps tenants in, under the same rules.
+``ExpiringCache`` is also what ``app.tenants.access`` keeps tenants in, and
+``app.auth.sessions`` signed-in browser sessions, under the same rules.
 
 Why: resolving the caller costs three queries (token, user, memberships) on every request, a
 third of a list request's time at fleet scale. How long a cached answer may be stale:
-- in this process, not at all: a commit that changes a user, an API token or a membership
-  empties the cache (SQLAlchemy session events, so no service has to remember to);
+- in this process, not at all: a commit that changes a user, an API token or a membership,
+  or ends a browser session, empties the cache (SQLAlchemy session events, so no service has
+  to remember to);
 - in another process or replica on PostgreSQL, within a second: such a commit also sends a
   ``NOTIFY`` that every process's listener (``listen_for_changes``) answers by emptying its
   caches; while a process's listener is not connected, at most ``PORTAL_AUTH_CACHE_SECONDS``
@@ -82,6 +84,10 @@ class ExpiringCache(Generic[V]):
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
 
+    def discard(self, key: Hashable) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
@@ -93,6 +99,8 @@ _caches: weakref.WeakSet[ExpiringCache[Any]] = weakref.WeakSet()
 _watched: tuple[type[Any], ...] = ()
 # Watched models whose new rows change no cached answer (only their updates and deletes do).
 _inserts_ignored: tuple[type[Any], ...] = ()
+# Watched models whose changed rows change no cached answer (only their deletes do).
+_updates_ignored: tuple[type[Any], ...] = ()
 
 
 def forget_everyone() -> None:
@@ -101,15 +109,18 @@ def forget_everyone() -> None:
         cache.clear()
 
 
-def watch(*models: type[Any], inserts: bool = True) -> None:
+def watch(*models: type[Any], inserts: bool = True, updates: bool = True) -> None:
     """Commits that insert, change or delete rows of these models empty the caches; with
     ``inserts=False``, only those that change or delete them: for a model whose new row no
     cached answer is made of (a new API token: the cache holds only answers about tokens
-    already used)."""
-    global _watched, _inserts_ignored
+    already used); with ``updates=False`` too, only those that delete them (a browser
+    session: what is cached of one never changes but by its end)."""
+    global _watched, _inserts_ignored, _updates_ignored
     _watched = tuple({*_watched, *models})
     if not inserts:
         _inserts_ignored = tuple({*_inserts_ignored, *models})
+    if not updates:
+        _updates_ignored = tuple({*_updates_ignored, *models})
 
 
 def changes_pending(session: Session) -> bool:
@@ -121,7 +132,8 @@ def changes_pending(session: Session) -> bool:
 @event.listens_for(Session, "after_flush")
 def _note_flushed_changes(session: Session, _flush: UOWTransaction) -> None:
     new = (row for row in session.new if not isinstance(row, _inserts_ignored))
-    if any(isinstance(row, _watched) for row in (*new, *session.dirty, *session.deleted)):
+    dirty = (row for row in session.dirty if not isinstance(row, _updates_ignored))
+    if any(isinstance(row, _watched) for row in (*new, *dirty, *session.deleted)):
         _note_change(session)
 
 
@@ -130,7 +142,9 @@ def _note_bulk_changes(state: ORMExecuteState) -> None:
     if not (state.is_update or state.is_delete) or state.execution_options.get(AUTH_UNCHANGED):
         return
     mapper = state.bind_mapper
-    if mapper is not None and issubclass(mapper.class_, _watched):
+    if mapper is None or not issubclass(mapper.class_, _watched):
+        return
+    if state.is_delete or not issubclass(mapper.class_, _updates_ignored):
         _note_change(state.session)
 
 

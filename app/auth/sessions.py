@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.auth.models import WebSession
+from app.auth.principal_cache import ExpiringCache
 from app.database.core import Database, utcnow
 from app.database.prepared import Prepared
 from app.http import hop
@@ -65,12 +66,28 @@ _LOAD = Prepared(select(WebSession.data, WebSession.last_seen_at, WebSession.exp
 
 
 class SessionStore:
-    def __init__(self, database: Database, policy: SessionPolicy) -> None:
+    """``cache``: signed-in sessions as last read, under the principal cache's rules (its
+    module says how stale they may be): a session's data does not change while it is signed
+    in, and its end (logout, a removed user) empties every process's caches."""
+
+    def __init__(self, database: Database, policy: SessionPolicy,
+                 cache: ExpiringCache[Any] | None = None) -> None:
         self.database = database
         self.policy = policy
+        self.cache = cache
+
+    def cached(self, session_id: str) -> _Loaded | None:
+        """The session as this process last read it, if it is still good; no I/O (for the
+        event loop). None: ``load`` it."""
+        if self.cache is None:
+            return None
+        id_hash = hash_session_id(session_id)
+        row = self.cache.get(id_hash)
+        return None if row is None else self._loaded(id_hash, row)
 
     def load(self, session_id: str | None) -> _Loaded:
-        """One SELECT, outside a transaction (every cookie-signed request pays for this)."""
+        """One SELECT, outside a transaction (every cookie-signed request the cache does not
+        answer pays for this)."""
         if not session_id:
             return _Loaded(None, {}, needs_touch=False)
         id_hash = hash_session_id(session_id)
@@ -80,11 +97,19 @@ class SessionStore:
             found = _LOAD.rows(db, {"id_hash": id_hash})
         if not found:
             return _Loaded(None, {}, needs_touch=False)
-        row = found[0]
-        now = utcnow()
-        if row.expires_at <= now or row.last_seen_at + self.policy.idle <= now:
+        loaded = self._loaded(id_hash, found[0])
+        if loaded is None:
             self.delete(id_hash)
             return _Loaded(None, {}, needs_touch=False)
+        if self.cache is not None and "uid" in loaded.data:  # not one signing in: it changes
+            self.cache.put(id_hash, found[0], valid_until=found[0].expires_at)
+        return loaded
+
+    def _loaded(self, id_hash: str, row: Any) -> _Loaded | None:
+        """None when the session has ended (idle too long, or past its lifetime)."""
+        now = utcnow()
+        if row.expires_at <= now or row.last_seen_at + self.policy.idle <= now:
+            return None
         return _Loaded(id_hash, dict(row.data), row.last_seen_at + _TOUCH_EVERY <= now)
 
     def save(self, id_hash: str | None, data: dict[str, Any]) -> str | None:
@@ -104,12 +129,18 @@ class SessionStore:
             row.user_id = data.get("uid")
             row.last_seen_at = now
             db.commit()
-            return new_id
+        self._forget(id_hash)
+        return new_id
 
     def delete(self, id_hash: str) -> None:
         with self.database.session() as db:
             db.execute(delete(WebSession).where(WebSession.id_hash == id_hash))
             db.commit()
+        self._forget(id_hash)
+
+    def _forget(self, id_hash: str | None) -> None:
+        if self.cache is not None and id_hash is not None:
+            self.cache.discard(id_hash)
 
     def delete_for_user(self, user_id: int) -> None:
         with self.database.session() as db:
@@ -134,7 +165,7 @@ class ServerSideSessionMiddleware:
         secure = self.always_secure or scope.get("scheme") == "https"
         cookie_name = SECURE_COOKIE if secure else PLAIN_COOKIE
         cookie = _read_cookie(scope, cookie_name)
-        loaded = await hop.run_sync(store.load, cookie) if cookie else _NO_SESSION
+        loaded = await self._loaded(store, cookie) if cookie else _NO_SESSION
         scope["session"] = dict(loaded.data)
         original = json.dumps(loaded.data, sort_keys=True) if loaded.data else "{}"
 
@@ -147,6 +178,11 @@ class ServerSideSessionMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_session)
+
+    @staticmethod
+    async def _loaded(store: SessionStore, cookie: str) -> _Loaded:
+        cached = store.cached(cookie)
+        return cached if cached is not None else await hop.run_sync(store.load, cookie)
 
     async def _persist(
         self, scope: Scope, store: SessionStore, loaded: _Loaded, original: str

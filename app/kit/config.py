@@ -101,9 +101,9 @@ class Settings(BaseSettings):
     auth_cache_seconds: float = Field(
         default=5.0, ge=0, le=60,
         description="how long a process keeps who a token or signed-in user is (their roles "
-                    "included) and tenants; a change applies at once in the process that made "
-                    "it, in the others within a second on PostgreSQL (`NOTIFY`), else after at "
-                    "most this long; `0` turns it off")
+                    "and browser session included) and tenants; a change applies at once in "
+                    "the process that made it, in the others within a second on PostgreSQL "
+                    "(`NOTIFY`), else after at most this long; `0` turns it off")
 
     auth_failures_per_minute: int = Field(
         default=60, ge=0,

@@ -27,7 +27,7 @@ from app.auth import cli_login, token_api, token_web
 from app.auth import web as auth_web
 from app.auth.csrf import verify_api_csrf
 from app.auth.oidc import make_oauth
-from app.auth.principal_cache import PrincipalCache, listen_for_changes
+from app.auth.principal_cache import ExpiringCache, PrincipalCache, listen_for_changes
 from app.auth.sessions import ServerSideSessionMiddleware, SessionPolicy, SessionStore
 from app.auth.throttle import FailedAuthThrottle, FailedAuthThrottleMiddleware, throttled_denial
 from app.auth.tokens import bearer_secret
@@ -214,7 +214,7 @@ def create_app(
         idle=timedelta(minutes=settings.session_idle_minutes),
         absolute=timedelta(hours=settings.session_absolute_hours),
     )
-    store = SessionStore(database, policy)
+    store = SessionStore(database, policy, cache=ExpiringCache(settings.auth_cache_seconds))
     app.add_middleware(ServerSideSessionMiddleware, store_factory=lambda: store,
                        always_secure=settings.env == "production")
     # Outside the session (a throttled caller costs no session lookup), inside the headers.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -11,10 +12,12 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.auth.models import WebSession
+from app.auth.principal_cache import forget_everyone
 from app.database.core import Database, utcnow
 from app.kit.config import Settings
 from app.process.asgi import create_app
 from tests.support import oidc
+from tests.support.sql import statements_during
 from tests.support.web import csrf_of
 
 
@@ -33,9 +36,15 @@ def test_the_cookie_holds_only_an_id_and_the_row_only_its_hash(
     assert any(row.data.get("uid") for row in rows)
 
 
+def _hours_pass(db: Session, **moved: Any) -> None:
+    """The session's row as it is after hours: long past the seconds a process keeps it."""
+    db.execute(update(WebSession).values(**moved))
+    forget_everyone()
+
+
 def test_an_idle_session_ends(client: TestClient, db: Session) -> None:
     oidc.sign_in(client, "bob@example.com")
-    db.execute(update(WebSession).values(last_seen_at=utcnow() - timedelta(hours=2)))
+    _hours_pass(db, last_seen_at=utcnow() - timedelta(hours=2))
     assert client.get("/api/v1/me").status_code == 401
 
 
@@ -43,8 +52,27 @@ def test_a_session_ends_at_its_absolute_lifetime_even_if_active(
     client: TestClient, db: Session
 ) -> None:
     oidc.sign_in(client, "bob@example.com")
-    db.execute(update(WebSession).values(expires_at=utcnow() - timedelta(seconds=1)))
+    _hours_pass(db, expires_at=utcnow() - timedelta(seconds=1))
     assert client.get("/api/v1/me").status_code == 401
+
+
+def test_a_signed_in_session_is_read_once_while_kept_and_a_sign_out_ends_it_at_once(
+    client: TestClient, database: Database
+) -> None:
+    oidc.sign_in(client, "bob@example.com")
+    reads = [[s for s in statements_during(database, lambda: client.get("/api/v1/me"))
+              if "FROM web_sessions" in s] for _ in range(3)]
+    assert [len(r) for r in reads] == [1, 0, 0]  # read once, then kept
+    forget_everyone()  # as the seconds it is kept pass
+    assert len([s for s in statements_during(database, lambda: client.get("/api/v1/me"))
+                if "FROM web_sessions" in s]) == 1
+    cookie = client.cookies["portal_session"]
+    signed_out = client.post("/auth/logout", headers={"X-CSRF-Token": _csrf(client)},
+                             follow_redirects=False)
+    assert signed_out.status_code == 303
+    client.cookies.clear()
+    replayed = client.get("/api/v1/me", headers={"Cookie": f"portal_session={cookie}"})
+    assert replayed.status_code == 401
 
 
 def test_a_cross_origin_post_without_the_token_is_refused(client: TestClient) -> None:
