@@ -81,6 +81,12 @@ def make_router(route_class: type[APIRoute], events: list[str]) -> APIRouter:
     async def create_item(item: Item, who: Annotated[str, Depends(caller)]) -> dict[str, Any]:
         return {**item.model_dump(), "id": 7, "by": who, "dropped": "not in the model"}
 
+    @router.get("/search")
+    async def search(q: Annotated[str, Query(min_length=1)],
+                     ids: Annotated[list[int], Query(alias="id")] = [],  # noqa: B006
+                     tag: Annotated[list[str] | None, Query()] = None) -> dict[str, Any]:
+        return {"q": q, "ids": ids, "tag": tag}
+
     @router.delete("/items/{item_id}", status_code=204)
     async def delete_item(item_id: int, who: Annotated[str, Depends(caller)]) -> None:
         events.append(f"deleted {item_id} by {who}")
@@ -115,6 +121,10 @@ REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", "/v1/items", {"json": {"name": "a", "gpus": 2}}),
     ("POST", "/v1/items", {"content": b"[", "headers": {"Content-Type": "application/json"}}),
     ("DELETE", "/v1/items/4", {"headers": AUTH}),
+    ("GET", "/v1/search?q=gpu&id=1&id=2&tag=a&tag=b", {"headers": AUTH}),
+    ("GET", "/v1/search?q=gpu", {"headers": AUTH}),
+    ("GET", "/v1/search?tag=", {"headers": AUTH}),
+    ("GET", "/v1/search?id=1&id=x&q=", {"headers": AUTH}),
 ]
 
 

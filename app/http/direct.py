@@ -23,20 +23,61 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import params
+from fastapi._compat import field_annotation_is_sequence
 from fastapi.datastructures import DefaultPlaceholder
 from fastapi.dependencies.models import Dependant
-from fastapi.dependencies.utils import request_body_to_args, request_params_to_args
+from fastapi.dependencies.utils import (
+    _get_param_aliases,
+    _get_param_model,
+    _is_json_field,
+    _validate_value_with_model_field,
+    request_body_to_args,
+    request_params_to_args,
+)
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute, _effective_route_context_var, serialize_response
 from fastapi.sse import EventSourceResponse
 from fastapi.utils import is_body_allowed_for_status_code
 from pydantic_core import PydanticUndefined
+from starlette.datastructures import Headers, ImmutableMultiDict
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 _UNDEFINED: Any = PydanticUndefined  # FastAPI's "no body"
+
+
+@dataclass(frozen=True)
+class _Param:
+    """How one parameter is read, worked out once (FastAPI asks on every request)."""
+
+    field: Any
+    keys: tuple[str, ...]  # the request keys it may come under, preferred first
+    where: str  # "query", "header", ...: its errors' location
+    sequence: bool  # a list: an empty one is no value
+    many: bool  # every value under its key (a list that is not JSON)
+
+
+@dataclass(frozen=True)
+class _Params:
+    """A dependant's parameters of one kind; ``planned`` None when one of them is a model of
+    parameters, which FastAPI's own function reads."""
+
+    fields: list[Any]
+    planned: tuple[_Param, ...] | None
+
+
+def _params(fields: list[Any]) -> _Params:
+    if any(_get_param_model(field) is not None for field in fields):
+        return _Params(fields, None)
+    planned = []
+    for field in fields:
+        sequence = field_annotation_is_sequence(field.field_info.annotation)
+        planned.append(_Param(field, tuple(key for _, key in _get_param_aliases(field)),
+                              field.field_info.in_.value, sequence,
+                              sequence and not _is_json_field(field)))
+    return _Params(fields, tuple(planned))
 
 
 @dataclass(frozen=True)
@@ -48,10 +89,10 @@ class _Plan:
     generator: bool  # an async generator: entered on the function's exit stack
     use_cache: bool
     dependencies: tuple[_Plan, ...]
-    path: list[Any]
-    query: list[Any]
-    headers: list[Any]
-    cookies: list[Any]
+    path: _Params
+    query: _Params
+    headers: _Params
+    cookies: _Params
     body: list[Any]
     request_names: tuple[str, ...]  # parameters taking the request (or its connection)
 
@@ -76,9 +117,9 @@ def _plan(dependant: Dependant) -> _Plan | None:
     return _Plan(call=call, name=dependant.name, generator=generator,
                  use_cache=dependant.use_cache,
                  dependencies=tuple(sub for sub in dependencies if sub is not None),
-                 path=list(dependant.path_params), query=list(dependant.query_params),
-                 headers=list(dependant.header_params),
-                 cookies=list(dependant.cookie_params), body=list(dependant.body_params),
+                 path=_params(dependant.path_params), query=_params(dependant.query_params),
+                 headers=_params(dependant.header_params),
+                 cookies=_params(dependant.cookie_params), body=list(dependant.body_params),
                  request_names=tuple(name for name in (dependant.request_param_name,
                                                        dependant.http_connection_param_name)
                                      if name))
@@ -175,13 +216,13 @@ async def _solve(plan: _Plan, request: Request, body: Any, embed: bool, stack: A
         if sub.name is not None:
             values[sub.name] = solved
         cache.setdefault(sub.call, solved)
-    if plan.path:
+    if plan.path.fields:
         _take(plan.path, request.path_params, values, errors)
-    if plan.query:
+    if plan.query.fields:
         _take(plan.query, request.query_params, values, errors)
-    if plan.headers:
+    if plan.headers.fields:
         _take(plan.headers, request.headers, values, errors)
-    if plan.cookies:
+    if plan.cookies.fields:
         _take(plan.cookies, request.cookies, values, errors)
     if plan.body:
         found, body_errors = await request_body_to_args(plan.body, body, embed)
@@ -192,10 +233,29 @@ async def _solve(plan: _Plan, request: Request, body: Any, embed: bool, stack: A
     return values
 
 
-def _take(fields: list[Any], source: Any, values: dict[str, Any], errors: list[Any]) -> None:
-    found, field_errors = request_params_to_args(fields, source)
+def _take(params: _Params, source: Any, values: dict[str, Any], errors: list[Any]) -> None:
+    """``request_params_to_args``, from the plan: the same values and errors."""
+    if params.planned is None:
+        found, field_errors = request_params_to_args(params.fields, source)
+        values.update(found)
+        errors.extend(field_errors)
+        return
+    found = {}
+    for param in params.planned:
+        key = next((k for k in param.keys if k in source), param.keys[0])
+        if param.many and isinstance(source, ImmutableMultiDict | Headers):
+            value = source.getlist(key)
+        else:
+            value = source.get(key)
+        if value is None or (param.sequence and len(value) == 0):
+            value = _UNDEFINED  # the default, applied by the validation
+        checked, field_errors = _validate_value_with_model_field(
+            field=param.field, value=value, values=found, loc=(param.where, key))
+        if field_errors:
+            errors.extend(field_errors)
+        else:
+            found[param.field.name] = checked
     values.update(found)
-    errors.extend(field_errors)
 
 
 async def _read_body(request: Request, strict_content_type: bool) -> Any:
