@@ -189,14 +189,18 @@ def main(argv: list[str] | None = None) -> int:
             rows += measure({"this": server}, options.database_url, step, options.seconds,
                             options.connections, options.repeat)
         if not options.no_twins:
+            # Each endpoint measured, with its twin, right after its capture: the writes
+            # measured later add rows (audit events, clusters) that a page captured before
+            # them would show and its twin would not.
             with httpx.Client(base_url=server.url, timeout=60) as client:
-                pairs = [capture(client, index, step, options.shapes) for index, step in
-                         enumerate(endpoints(credentials, options.only))]
-        for pair in pairs:
-            say(f"{pair.real.name}: {pair.statements} statements, same body: {pair.same_body}")
-            for step in (pair.real, pair.twin):
-                rows += measure({"this": server}, options.database_url, step,
-                                options.seconds, options.connections, options.repeat)
+                for index, step in enumerate(endpoints(credentials, options.only)):
+                    pair = capture(client, index, step, options.shapes)
+                    pairs.append(pair)
+                    say(f"{pair.real.name}: {pair.statements} statements, "
+                        f"same body: {pair.same_body}")
+                    for measured in (pair.real, pair.twin):
+                        rows += measure({"this": server}, options.database_url, measured,
+                                        options.seconds, options.connections, options.repeat)
     finally:
         server.stop()
     for row in rows:  # as bench.cpu prints them, then each endpoint against its twin
