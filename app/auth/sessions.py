@@ -165,7 +165,7 @@ class ServerSideSessionMiddleware:
         secure = self.always_secure or scope.get("scheme") == "https"
         cookie_name = SECURE_COOKIE if secure else PLAIN_COOKIE
         cookie = _read_cookie(scope, cookie_name)
-        loaded = await self._loaded(store, cookie) if cookie else _NO_SESSION
+        loaded = await self._loaded(store, cookie, scope["path"]) if cookie else _NO_SESSION
         scope["session"] = dict(loaded.data)
         original = json.dumps(loaded.data, sort_keys=True) if loaded.data else "{}"
 
@@ -180,8 +180,10 @@ class ServerSideSessionMiddleware:
         await self.app(scope, receive, send_with_session)
 
     @staticmethod
-    async def _loaded(store: SessionStore, cookie: str) -> _Loaded:
-        cached = store.cached(cookie)
+    async def _loaded(store: SessionStore, cookie: str, path: str) -> _Loaded:
+        # Signing in and out reads the row itself: what it keeps there (where to go after
+        # signing in) may have changed through another process a moment ago.
+        cached = None if path.startswith("/auth/") else store.cached(cookie)
         return cached if cached is not None else await hop.run_sync(store.load, cookie)
 
     async def _persist(

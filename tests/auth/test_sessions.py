@@ -75,6 +75,23 @@ def test_a_signed_in_session_is_read_once_while_kept_and_a_sign_out_ends_it_at_o
     assert replayed.status_code == 401
 
 
+def test_signing_in_again_reads_the_stored_session_not_the_kept_one(
+    client: TestClient, database: Database
+) -> None:
+    """Where to go after signing in is kept in the row: another process may have just
+    written it, so the sign-in pages never answer from what this one keeps."""
+    oidc.sign_in(client, "bob@example.com")
+    client.get("/api/v1/me")  # kept from here on
+    seen = statements_during(database, lambda: client.get("/auth/login?next=/tokens",
+                                                          follow_redirects=False))
+    # The lookup of a request's session (its data and times), not the write's own read.
+    lookups = [s for s in seen if "FROM web_sessions" in s
+               and "web_sessions.id_hash" not in s.split("FROM")[0]]
+    assert len(lookups) == 1
+    landed = oidc.sign_in(client, "bob@example.com", next_path="/tokens")
+    assert landed.headers["location"] == "/tokens"
+
+
 def test_a_cross_origin_post_without_the_token_is_refused(client: TestClient) -> None:
     oidc.sign_in(client, "bob@example.com")
     forged = client.post("/auth/logout", headers={"origin": "https://evil.example"})
