@@ -83,7 +83,7 @@ class SessionStore:
             return None
         id_hash = hash_session_id(session_id)
         row = self.cache.get(id_hash)
-        return None if row is None else self._loaded(id_hash, row)
+        return None if row is None else self._unexpired(id_hash, row)
 
     def load(self, session_id: str | None) -> _Loaded:
         """One SELECT, outside a transaction (every cookie-signed request the cache does not
@@ -97,7 +97,7 @@ class SessionStore:
             found = _LOAD.rows(db, {"id_hash": id_hash})
         if not found:
             return _Loaded(None, {}, needs_touch=False)
-        loaded = self._loaded(id_hash, found[0])
+        loaded = self._unexpired(id_hash, found[0])
         if loaded is None:
             self.delete(id_hash)
             return _Loaded(None, {}, needs_touch=False)
@@ -105,7 +105,7 @@ class SessionStore:
             self.cache.put(id_hash, found[0], valid_until=found[0].expires_at)
         return loaded
 
-    def _loaded(self, id_hash: str, row: Any) -> _Loaded | None:
+    def _unexpired(self, id_hash: str, row: Any) -> _Loaded | None:
         """None when the session has ended (idle too long, or past its lifetime)."""
         now = utcnow()
         if row.expires_at <= now or row.last_seen_at + self.policy.idle <= now:
@@ -165,7 +165,7 @@ class ServerSideSessionMiddleware:
         secure = self.always_secure or scope.get("scheme") == "https"
         cookie_name = SECURE_COOKIE if secure else PLAIN_COOKIE
         cookie = _read_cookie(scope, cookie_name)
-        loaded = await self._loaded(store, cookie, scope["path"]) if cookie else _NO_SESSION
+        loaded = await self._session(store, cookie, scope["path"]) if cookie else _NO_SESSION
         scope["session"] = dict(loaded.data)
         original = json.dumps(loaded.data, sort_keys=True) if loaded.data else "{}"
 
@@ -180,7 +180,7 @@ class ServerSideSessionMiddleware:
         await self.app(scope, receive, send_with_session)
 
     @staticmethod
-    async def _loaded(store: SessionStore, cookie: str, path: str) -> _Loaded:
+    async def _session(store: SessionStore, cookie: str, path: str) -> _Loaded:
         # Signing in and out reads the row itself: what it keeps there (where to go after
         # signing in) may have changed through another process a moment ago.
         cached = None if path.startswith("/auth/") else store.cached(cookie)
