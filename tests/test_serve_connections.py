@@ -4,7 +4,9 @@ connections than PostgreSQL admits, and time for each new process to start."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -13,6 +15,7 @@ from cryptography.fernet import Fernet
 from typer.testing import CliRunner
 
 from app.kit.config import get_settings
+from app.process.balance import SHARES_ENV
 from tests.support import postgres
 
 THREADS = 8
@@ -74,3 +77,35 @@ def test_serve_gives_a_new_serving_process_time_to_import_the_app_on_a_busy_mach
     only once it has imported the app (seconds on a busy core)."""
     _serve(2)
     assert served[-1]["workers"] == 2 and served[-1]["timeout_worker_healthcheck"] >= 30
+
+
+def test_serve_shares_a_file_with_its_processes_while_they_run_and_removes_it_after(
+        served: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its processes find the file in their environment (``app.process.balance``); nothing of
+    it outlives the server."""
+    import uvicorn
+
+    seen: list[tuple[Path, bool]] = []
+
+    def run(*_args: Any, **_kwargs: Any) -> None:
+        shared = Path(os.environ[SHARES_ENV])
+        seen.append((shared, shared.exists()))
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    _serve(2)
+    [(shared, existed)] = seen
+    assert existed and not shared.exists()
+    assert SHARES_ENV not in os.environ
+
+
+def test_serve_still_serves_when_it_has_nowhere_to_write_the_shared_file(
+        served: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.process import balance
+
+    def read_only() -> Path:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(balance, "create_shares_file", read_only)
+    warned = _serve(2)
+    assert served[-1]["workers"] == 2
+    assert "will not balance their connections: [Errno 30] Read-only file system" in warned

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import math
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
 import uvicorn
@@ -29,6 +30,12 @@ from app.kit.crypto import SecretBox
 from app.kit.errors import ProblemError
 from app.kit.logs import configure_logging
 from app.kube.connector import real_host_configured
+from app.process.balance import (
+    ConnectionShares,
+    NoShares,
+    connection_shares,
+    shares_from_environment,
+)
 from app.process.capacity import shortfall
 from app.process.devmode import (
     check_clusters_on_the_new_host,
@@ -117,9 +124,11 @@ def serve(
         uvicorn.run(serving_app(settings), host=host, port=port, **UVICORN_OPTIONS,
                     forwarded_allow_ips=settings.trusted_proxies)
     else:
-        uvicorn.run(f"{__name__}:serving_app", factory=True, workers=processes, host=host,
-                    port=port, **UVICORN_OPTIONS, forwarded_allow_ips=settings.trusted_proxies,
-                    timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
+        with connection_shares():
+            uvicorn.run(f"{__name__}:serving_app", factory=True, workers=processes, host=host,
+                        port=port, **UVICORN_OPTIONS,
+                        forwarded_allow_ips=settings.trusted_proxies,
+                        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
 
 
 class AppWritesAccessLine(HttpToolsProtocol):
@@ -134,9 +143,46 @@ class AppWritesAccessLine(HttpToolsProtocol):
         self.access_log = False
 
 
+class BalancedProtocol(AppWritesAccessLine):
+    """Closes a connection after its answer while this process has more requests in progress
+    than its share of all the serving processes' (``app.process.balance``)."""
+
+    shares: ClassVar[ConnectionShares | NoShares] = NoShares()
+    # Connections told to close whose end this process has not seen yet: already gone.
+    closing: ClassVar[int] = 0
+    shed = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._publish()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.shed:
+            self.shed = False
+            BalancedProtocol.closing -= 1
+        self._publish()
+
+    def on_headers_complete(self) -> None:
+        before = self.cycle
+        super().on_headers_complete()
+        if (self.cycle is not before and not self.shed
+                and self.shares.over_share(self._held(), len(self.tasks))):
+            self.cycle.keep_alive = False
+            self.shed = True
+            BalancedProtocol.closing += 1
+            self._publish()
+
+    def _held(self) -> int:
+        return len(self.connections) - BalancedProtocol.closing
+
+    def _publish(self) -> None:
+        self.shares.publish(self._held())
+
+
 # log_config None: the portal configures logging itself (``configure_logging``).
 UVICORN_OPTIONS: dict[str, Any] = {
-    "log_config": None, "access_log": True, "http": AppWritesAccessLine, "proxy_headers": True}
+    "log_config": None, "access_log": True, "http": BalancedProtocol, "proxy_headers": True}
 
 
 # uvicorn's master kills a serving process that does not answer its ping within this long. A new
@@ -152,6 +198,7 @@ def serving_app(settings: Settings | None = None) -> FastAPI:
     if settings is None:
         settings = _settings()
     app = create_app(settings, serving=True)
+    BalancedProtocol.shares = shares_from_environment()
     settle_heap()
     return app
 

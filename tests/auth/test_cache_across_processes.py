@@ -4,13 +4,9 @@ bound, although each keeps callers, tenants and browser sessions cached for a mi
 
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import timedelta
 
 import httpx
@@ -22,39 +18,13 @@ from app.auth.sessions import PLAIN_COOKIE, hash_session_id
 from app.database.core import Database, utcnow
 from tests import factories
 from tests.support.principals import bearer
+from tests.support.serve_process import serving, serving_children
 from tests.support.waiting import wait_for
-from tests.support.web import free_port
 
 # What operator.md promises: a change applies in every process within this long.
 BOUND_SECONDS = 2.0
-CACHED_FOR_SECONDS = "60"
+CACHED = {"PORTAL_AUTH_CACHE_SECONDS": "60"}
 ONE = ("--workers", "1")
-
-
-@contextmanager
-def serving(database: Database, *args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PORTAL_")}
-    env.update(PORTAL_DATABASE_URL=database.engine.url.render_as_string(hide_password=False),
-               PORTAL_AUTH_CACHE_SECONDS=CACHED_FOR_SECONDS)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.process.cli", "serve", "--port", str(port), *args],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        # Starting takes a few seconds; far longer on a machine busy with other tests.
-        wait_for(lambda: _ready(base), f"portal serve on {base}", timeout=180)
-        yield base, process
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def _ready(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/readyz").status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 @pytest.fixture
@@ -100,8 +70,8 @@ def _within_bound(check: Callable[[], bool], what: str) -> float:
 def test_changes_made_through_one_process_apply_in_the_other(
         own_pg_database: Database, world: dict[str, dict[str, str]]) -> None:
     # One serving process each: a request then always finds what the one before it kept.
-    with serving(own_pg_database, *ONE) as (one, _p1), \
-            serving(own_pg_database, *ONE) as (other, _p2):
+    with serving(own_pg_database, *ONE, env=CACHED) as (one, _p1), \
+            serving(own_pg_database, *ONE, env=CACHED) as (other, _p2):
         member, platform, browser = world["member"], world["platform"], world["platform_browser"]
         for base in (one, other):  # both cache the member, the admin, its session and acme
             assert httpx.get(f"{base}/api/v1/tenants/acme", headers=member).status_code == 200
@@ -136,17 +106,9 @@ def test_changes_made_through_one_process_apply_in_the_other(
 
 def test_serve_runs_the_processes_asked_for(own_pg_database: Database,
                                             world: dict[str, dict[str, str]]) -> None:
-    with serving(own_pg_database, "--workers", "2") as (base, supervisor):
-        wait_for(lambda: len(_serving_children(supervisor.pid)) == 2,
+    with serving(own_pg_database, "--workers", "2", env=CACHED) as (base, supervisor):
+        wait_for(lambda: len(serving_children(supervisor.pid)) == 2,
                  lambda: f"two serving processes under `portal serve --workers 2`, found "
-                         f"{_serving_children(supervisor.pid)}")
+                         f"{serving_children(supervisor.pid)}")
         assert httpx.get(f"{base}/api/v1/me", headers=world["member"]).status_code == 200
 
-
-def _serving_children(pid: int) -> list[str]:
-    listed = subprocess.run(["ps", "-ww", "-o", "pid=,stat=,args=", "--ppid", str(pid)],
-                            capture_output=True, text=True, check=False).stdout.splitlines()
-    # uvicorn's workers are spawned Python processes; beside them sits multiprocessing's
-    # resource tracker, and for a moment a worker uvicorn replaced (a zombie, state Z).
-    return [line for line in listed
-            if "multiprocessing.spawn" in line and not line.split()[1].startswith("Z")]
