@@ -4,8 +4,6 @@ refused in a read-only session, and a lost connection handled as SQLAlchemy hand
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,13 +13,13 @@ from sqlalchemy import JSON, Column, Integer, MetaData, String, Table, bindparam
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-import app
 from app.auth import principal_cache
-from app.database import kept
+from app.auth.models import ApiToken, User
+from app.clusters.models import VirtualCluster
 from app.database.core import Database, ReadOnlyViolation, UTCDateTime, utcnow
 from app.database.prepared import OneOf, Prepared, PreparedInsert
 from app.hosts.models import HostCluster
-from app.usage import ledger
+from app.quotas import regions
 from tests import factories
 from tests.support import postgres
 from tests.support.sql import statements_during
@@ -192,23 +190,59 @@ def test_a_prepared_insert_flushes_what_is_pending_first_and_rolls_back_with_its
         assert db.scalar(select(HostCluster).where(HostCluster.name == "pp-c")) is None
 
 
-def _prepared_inserts() -> list[PreparedInsert]:
-    """Every PreparedInsert a module of the app holds."""
-    found = []
-    for module_info in pkgutil.walk_packages(app.__path__, "app."):
-        module = importlib.import_module(module_info.name)
-        found += [value for value in vars(module).values() if isinstance(value, PreparedInsert)]
-    return found
+_HOSTS_TABLE: Table = HostCluster.__table__  # type: ignore[assignment]
+_USERS_TABLE: Table = User.__table__  # type: ignore[assignment]
+_TOKENS_TABLE: Table = ApiToken.__table__  # type: ignore[assignment]
 
 
-def test_no_prepared_insert_writes_a_table_whose_inserts_something_watches() -> None:
-    """A PreparedInsert is heard by no ORM event: the kept figures, the principal cache and the
-    usage ledger would miss a row it adds to a table they watch."""
-    inserts = _prepared_inserts()
-    watched = {*(model for one in kept._every_kept for model in one.watched),
-               *(set(principal_cache._watched) - set(principal_cache._inserts_ignored)),
-               *ledger._TRACKED}
-    watched_tables = {model.__table__.name for model in watched}
-    assert {"audit_events", "quota_requests", "api_tokens"} <= {i.table.name for i in inserts}
-    assert watched_tables >= {"virtual_clusters", "host_clusters", "users"}
-    assert [i.table.name for i in inserts if i.table.name in watched_tables] == []
+@pytest.fixture(params=["database", "sqlite_database"])
+def either(request: pytest.FixtureRequest) -> Database:
+    chosen: Database = request.getfixturevalue(request.param)
+    return chosen
+
+
+def test_kept_figures_are_read_afresh_once_a_prepared_insert_adds_to_a_table_they_watch(
+        either: Database) -> None:
+    """A region's first host, added on the driver's cursor, is a region at once: in the adding
+    session before its commit, and in every session after it (not after the kept figures'
+    two seconds)."""
+    add_host = PreparedInsert(_HOSTS_TABLE, returning=[_HOSTS_TABLE.c.id])
+    with either.transaction() as db:
+        factories.host_cluster(db, "pp-first", region="eu-west")
+    with either.read_session() as db:
+        assert regions.fleet_regions(db) == ["eu-west"]
+    with either.transaction() as db:
+        add_host.add(db, {"name": "pp-second", "region": "us-east"})
+        assert regions.fleet_regions(db) == ["eu-west", "us-east"]
+    with either.read_session() as db:
+        assert regions.fleet_regions(db) == ["eu-west", "us-east"]
+
+
+def test_a_prepared_insert_of_a_caller_row_marks_the_principal_caches_stale_but_a_new_token_not(
+        either: Database) -> None:
+    """A new user row may change who a caller is (cached answers are dropped on its commit); a
+    new API token changes no answer already cached."""
+    add_user = PreparedInsert(_USERS_TABLE, returning=[_USERS_TABLE.c.id])
+    add_token = PreparedInsert(_TOKENS_TABLE, returning=[_TOKENS_TABLE.c.id])
+    with either.session() as db:
+        add_user.add(db, {"email": "pp@example.com"})
+        assert principal_cache.changes_pending(db)
+        db.rollback()
+    with either.transaction() as db:
+        owner = factories.user(db, "pp-owner@example.com")
+    with either.session() as db:
+        add_token.add(db, {"user_id": owner.id, "name": "pp", "token_hash": "x" * 64,
+                           "prefix": "pp"})
+        assert not principal_cache.changes_pending(db)
+        db.rollback()
+
+
+def test_a_prepared_insert_of_a_tracked_row_without_its_columns_is_refused(db: Session) -> None:
+    """The usage ledger records a new cluster from its row: an insert that answers nothing
+    would leave the tenant's usage short."""
+    tenant = factories.tenant(db, "pp-ledger")
+    host = factories.host_cluster(db, "pp-ledger-host")
+    add_cluster = PreparedInsert(VirtualCluster.__table__)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="the usage ledger needs the virtual_clusters row"):
+        add_cluster.add(db, {"tenant_id": tenant.id, "host_cluster_id": host.id, "name": "c",
+                             "kubernetes_version": "1.31", "placement": "shared-pool"})

@@ -26,12 +26,13 @@ from datetime import datetime
 from time import monotonic as monotonic  # re-exported: tests move the clock
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import event
+from sqlalchemy import Table, event
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
 
 from app.auth.principal import Principal
 from app.database.core import Database, utcnow
 from app.database.notify import Listener, announce, is_postgresql, transaction_ended
+from app.database.prepared import on_row_inserted
 
 # Pass as an execution option on a bulk UPDATE that changes nothing about who a caller is
 # (a token's last use), so that it does not empty the cache.
@@ -134,6 +135,13 @@ def _note_flushed_changes(session: Session, _flush: UOWTransaction) -> None:
     new = (row for row in session.new if not isinstance(row, _inserts_ignored))
     dirty = (row for row in session.dirty if not isinstance(row, _updates_ignored))
     if any(isinstance(row, _watched) for row in (*new, *dirty, *session.deleted)):
+        _note_change(session)
+
+
+@on_row_inserted
+def _note_inserted_row(session: Session, table: Table, _row: Any) -> None:
+    if any(getattr(model, "__table__", None) is table and not issubclass(model, _inserts_ignored)
+           for model in _watched):
         _note_change(session)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     BindParameter,
@@ -13,6 +13,7 @@ from sqlalchemy import (
     CursorResult,
     Integer,
     Select,
+    Table,
     bindparam,
     delete,
     func,
@@ -28,12 +29,13 @@ from app.clusters.models import (
     ConditionTransition,
     VirtualCluster,
 )
-from app.database.concurrency import lock_row, lock_rows, upsert
-from app.database.prepared import Prepared
+from app.database.concurrency import add_first_or_conflict, lock_row, lock_rows, upsert
+from app.database.prepared import Prepared, PreparedInsert
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.hosts.repository import ensure_default_host, hosts_in
 from app.http.pagination import KeysetPage, PageParams
+from app.kit.errors import Conflict
 from app.nodes.models import Node, NodeAssignment
 from app.quotas import repository as quota_repository
 from app.quotas.models import TenantQuota
@@ -134,6 +136,16 @@ _NAMED = Prepared(select(VirtualCluster.id).where(
 def name_taken(db: Session, tenant_id: int, name: str) -> bool:
     """The tenant has a cluster of that name: its id read, not the row."""
     return bool(_NAMED.rows(db, {"tenant_id": tenant_id, "name": name}))
+
+
+_CLUSTERS = cast(Table, VirtualCluster.__table__)
+_ADD_CLUSTER = PreparedInsert(_CLUSTERS, returning=list(_CLUSTERS.columns))
+
+
+def add_cluster(db: Session, values: Mapping[str, Any], name_taken: Conflict) -> Any:
+    """A new cluster's row, every column as stored; a name taken by a parallel create is
+    ``name_taken``. The transaction's first write (see ``add_first_or_conflict``)."""
+    return add_first_or_conflict(db, _ADD_CLUSTER, values, name_taken)
 
 
 def lock_cluster(db: Session, cluster_id: int) -> VirtualCluster | None:

@@ -44,7 +44,6 @@ from app.clusters.schemas import (
     SleepPolicyIn,
 )
 from app.clusters.shapes import ResolvedCreate, TemplateResolver, TemplateUpgrade
-from app.database.concurrency import insert_first_or_conflict
 from app.gpu_classes.models import GpuClass
 from app.http.pagination import Page, PageParams
 from app.kit.config import Settings
@@ -272,7 +271,8 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
                                            checked.gpu_class)
     if resolved is not None:
         payload = resolved.payload
-    cluster = VirtualCluster(
+    # The create's first write: the checks before it read and lock only.
+    cluster = repository.add_cluster(db, dict(
         tenant_id=tenant.id, host_cluster_id=placed.host_id, placement_reason=placed.reason,
         name=payload.name,
         kubernetes_version=payload.kubernetes_version or settings.kubernetes_versions[0],
@@ -286,9 +286,7 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
         user_namespaces=resolved.user_namespaces if resolved else False,
         addons=[a.as_json() for a in resolved.addons] if resolved else [],
         **(resolved.sleep_policy if resolved else {}),
-    )
-    # The create's first write: the checks before it read and lock only.
-    insert_first_or_conflict(db, cluster, _name_taken(payload.name))
+    ), _name_taken(payload.name))
     enqueue(db, CLUSTERS, cluster.id)
     _record(db, principal, "virtual_cluster.create", cluster, None,
             {**_spec(cluster), "gpu_class": gpu_class.display_name if gpu_class else None,

@@ -7,7 +7,7 @@ and guarantees that every read after it in the transaction sees the latest commi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import select, update
@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.database.core import Base
+from app.database.prepared import PreparedInsert
 from app.kit.errors import Conflict
 
 M = TypeVar("M", bound=Base)
@@ -48,13 +49,14 @@ def insert_or_conflict(db: Session, row: Base, conflict: Conflict) -> None:
         raise conflict from error
 
 
-def insert_first_or_conflict(db: Session, row: Base, conflict: Conflict) -> None:
+def add_first_or_conflict(db: Session, add: PreparedInsert, values: Mapping[str, Any],
+                          conflict: Conflict) -> Any:
     """``insert_or_conflict`` for a transaction's first write, without the savepoint's two
     round trips: on the conflict the transaction is rolled back (it had written nothing, and
-    its locks were only for this insert), and the session is usable again."""
-    db.add(row)
+    its locks were only for this insert), and the session is usable again. The row as
+    ``add`` returns it."""
     try:
-        db.flush()
+        return add.add(db, values)
     except IntegrityError as error:
         db.rollback()
         raise conflict from error

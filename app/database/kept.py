@@ -14,8 +14,10 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import event
+from sqlalchemy import Table, event
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
+
+from app.database.prepared import on_row_inserted
 
 T = TypeVar("T")
 
@@ -63,6 +65,12 @@ def _note_changes(session: Session, changed_types: set[type[Any]]) -> None:
 def _forget_flushed_changes(session: Session, _flush: UOWTransaction) -> None:
     _note_changes(session, {type(row) for row in (*session.new, *session.dirty,
                                                   *session.deleted)})
+
+
+@on_row_inserted
+def _forget_inserted_row(session: Session, table: Table, _row: Any) -> None:
+    _note_changes(session, {model for kept in _every_kept for model in kept.watched
+                            if getattr(model, "__table__", None) is table})
 
 
 @event.listens_for(Session, "do_orm_execute")

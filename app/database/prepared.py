@@ -14,7 +14,9 @@ they hear SQLAlchemy's statements, and a driver error goes through SQLAlchemy's 
 embedded default, the select runs through the session as any other.
 
 A ``PreparedInsert`` does the same for an INSERT of one row: the row a write adds costs what
-the statement costs, not a unit of work's flush of an object nobody reads back.
+the statement costs, not a unit of work's flush of an object nobody reads back. No flush sees
+that row, so what watches a session's flushes for new rows (the usage ledger, kept figures,
+the principal cache) hears of it through ``on_row_inserted``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from sqlalchemy.types import TypeEngine
 from app.database.core import REFUSAL, ReadOnlySession, ReadOnlyViolation
 
 Processor = Callable[[Any], Any]
+RowInserted = Callable[[Session, Table, Any], None]
 
 FAST_DIALECTS = ("postgresql",)
 
@@ -100,6 +103,16 @@ class Prepared:
                      tuple(column.type for column in self.query.selected_columns))
 
 
+_row_inserted: list[RowInserted] = []
+
+
+def on_row_inserted(listener: RowInserted) -> RowInserted:
+    """``listener(session, table, row)`` is called after each ``PreparedInsert``, in the
+    session's transaction, with the row as returned (None for an insert returning nothing)."""
+    _row_inserted.append(listener)
+    return listener
+
+
 class PreparedInsert:
     """An INSERT of one row into ``table``, compiled once per dialect, run as
     ``add(db, values)``: the ``returning`` columns of the row added (None without them). A column
@@ -133,9 +146,13 @@ class PreparedInsert:
         plan = self._plans[dialect.name] if dialect.name in self._plans else self._plan(dialect)
         if plan is None:
             result = db.execute(self._statement(dialect), dict(values))
-            return result.one() if self.returning else None
-        rows = _run(connection, plan, self._completed(values), fetch=bool(self.returning))
-        return rows[0] if rows else None
+            row = result.one() if self.returning else None
+        else:
+            rows = _run(connection, plan, self._completed(values), fetch=bool(self.returning))
+            row = rows[0] if rows else None
+        for listener in _row_inserted:
+            listener(db, self.table, row)
+        return row
 
     def _statement(self, dialect: Dialect) -> Insert:
         if dialect.name not in self._statements:

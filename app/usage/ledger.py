@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Delete, Update, event, func, insert, inspect, select
+from sqlalchemy import Delete, Table, Update, event, func, insert, inspect, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
 
 from app.clusters.models import VirtualCluster
 from app.database.core import utcnow
+from app.database.prepared import on_row_inserted
 from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import TenantQuota
 from app.usage.models import LedgerEntry
@@ -143,6 +144,9 @@ def _entries(kind: str, subject_id: int, holdings: Iterable[Holding],
     return entries
 
 
+_ADD_ENTRIES = insert(LedgerEntry)
+
+
 def record(connection: Connection, changes: Mapping[Subject, list[Holding] | None],
            new: Collection[Subject] = ()) -> int:
     """Appends an entry for each (tenant, class) whose holding differs from the ledger's last.
@@ -157,7 +161,7 @@ def record(connection: Connection, changes: Mapping[Subject, list[Holding] | Non
         last = {} if (kind, subject_id) in new else _last_levels(connection, kind, subject_id)
         rows += _entries(kind, subject_id, current, last, at)
     if rows:
-        connection.execute(insert(LedgerEntry), rows)
+        connection.execute(_ADD_ENTRIES, rows)
     return len(rows)
 
 
@@ -214,6 +218,26 @@ def _record_flushed_changes(session: Session, _flush: UOWTransaction) -> None:
     changes = _subjects_of_rows(session)
     if changes:
         record(session.connection(), changes, _new_clusters(session))
+
+
+_TRACKED_TABLES: dict[Table, type[Any]] = {model.__table__: model for model in _TRACKED}
+
+
+@on_row_inserted
+def _record_inserted_row(session: Session, table: Table, row: Any) -> None:
+    """A row a ``PreparedInsert`` added, as ``_record_flushed_changes`` would have seen it."""
+    model = _TRACKED_TABLES.get(table)
+    if model is None or model is Node:  # a new node has no assignment yet
+        return
+    if row is None:
+        raise ValueError(f"the usage ledger needs the {table.name} row added: return its columns")
+    if model is VirtualCluster:
+        added = {(kind, row.id): _cluster_holdings(kind, row) for kind in CLUSTER_KINDS}
+        record(session.connection(), added, new=set(added))
+    elif model is TenantQuota:
+        record(session.connection(), {("quota", row.id): _quota_holdings(row)})
+    else:
+        record(session.connection(), {("node", row.id): None})
 
 
 def _assigned_columns(statement: Update) -> set[str] | None:
