@@ -119,6 +119,16 @@ def cpu_per_request(server: Portal, url: str, step: Step, seconds: float,
                (backend_cpu_s(url) - database_before) / done, result)
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One row of a measurement: a step on a server, whose runs alternate with the others'."""
+
+    label: str
+    server: Portal
+    url: str
+    step: Step
+
+
 def measure(servers: dict[str, Portal], url: str | dict[str, str], step: Step, seconds: float,
             connections: int, repeat: int) -> list[dict[str, Any]]:
     """Per server, the step's lowest CPU per request, and that over /healthz's measured between
@@ -126,32 +136,44 @@ def measure(servers: dict[str, Portal], url: str | dict[str, str], step: Step, s
     servers (two checkouts), their runs alternate, so that both see the same machine. ``url``:
     the database, or each server's."""
     urls = url if isinstance(url, dict) else dict.fromkeys(servers, url)
-    floor: dict[str, list[float]] = {label: [] for label in servers}
-    own: dict[str, list[Run]] = {label: [] for label in servers}
-    for label, server in servers.items():
-        cpu_per_request(server, urls[label], step, 1, connections)  # warm-up
+    return measure_alternating([Measured(label, server, urls[label], step)
+                                for label, server in servers.items()],
+                               seconds, connections, repeat)
+
+
+def measure_alternating(measured: list[Measured], seconds: float, connections: int,
+                        repeat: int) -> list[dict[str, Any]]:
+    """``measure`` for any steps on any servers: each repeat runs each in turn, so that what
+    is compared (two checkouts, or an endpoint and its twin) sees the same machine."""
+    floor: list[list[float]] = [[] for _ in measured]
+    own: list[list[Run]] = [[] for _ in measured]
+    for one in measured:
+        cpu_per_request(one.server, one.url, one.step, 1, connections)  # warm-up
     for _ in range(repeat):
-        for label, server in servers.items():
-            floor[label].append(
-                cpu_per_request(server, urls[label], HEALTHZ, seconds / 2, connections).cpu_s)
-            own[label].append(cpu_per_request(server, urls[label], step, seconds, connections))
-    rows = []
-    for label in servers:
-        best = min(own[label], key=lambda run: run.cpu_s)
-        lowest_floor = min(floor[label])
-        if lowest_floor <= 0 or best.result.requests == 0:
-            raise SystemExit(f"{label}: {step.name}: no CPU measured for /healthz or no request "
-                             f"completed ({best.result.requests} requests, floor "
-                             f"{lowest_floor:.4f} s): see its log")
-        rows.append({
-            "server": label, "processes": servers[label].processes(), "step": step.name,
-            "requests": best.result.requests,
-            "failed": best.result.failed, "cpu_ms_per_request": round(1000 * best.cpu_s, 3),
-            "database_cpu_ms_per_request": round(
-                1000 * min(r.database_cpu_s for r in own[label]), 3),
-            "rps": round(best.result.rps, 1), "floor_cpu_ms": round(1000 * lowest_floor, 3),
-            "times_floor": round(best.cpu_s / lowest_floor, 2)})
-    return rows
+        for index, one in enumerate(measured):
+            floor[index].append(
+                cpu_per_request(one.server, one.url, HEALTHZ, seconds / 2, connections).cpu_s)
+            own[index].append(cpu_per_request(one.server, one.url, one.step, seconds,
+                                              connections))
+    return [_row(one, runs, floors) for one, runs, floors in zip(measured, own, floor,
+                                                                  strict=True)]
+
+
+def _row(one: Measured, runs: list[Run], floors: list[float]) -> dict[str, Any]:
+    best = min(runs, key=lambda run: run.cpu_s)
+    lowest_floor = min(floors)
+    if lowest_floor <= 0 or best.result.requests == 0:
+        raise SystemExit(f"{one.label}: {one.step.name}: no CPU measured for /healthz or no "
+                         f"request completed ({best.result.requests} requests, floor "
+                         f"{lowest_floor:.4f} s): see its log")
+    return {
+        "server": one.label, "processes": one.server.processes(), "step": one.step.name,
+        "requests": best.result.requests,
+        "failed": best.result.failed, "cpu_ms_per_request": round(1000 * best.cpu_s, 3),
+        "database_cpu_ms_per_request": round(
+            1000 * min(r.database_cpu_s for r in runs), 3),
+        "rps": round(best.result.rps, 1), "floor_cpu_ms": round(1000 * lowest_floor, 3),
+        "times_floor": round(best.cpu_s / lowest_floor, 2)}
 
 
 def checkout_portal(url: str, log: Path, checkout: Path, workers: int) -> Portal:

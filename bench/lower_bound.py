@@ -12,8 +12,9 @@ step's server CPU per request as ``bench.cpu`` does:
   ``INSERT`` with its ``COMMIT``;
 - for every endpoint of ``bench/run.py`` and ``GET /api/v1/me``: its first ``--shapes``
   requests, each recorded once warm (its statements, commit, template), checked against its
-  twin's answer, then the endpoint and its twin measured; the endpoint's CPU over its twin's
-  is judged against 2x.
+  twin's answer, then the endpoint and its twin measured, their runs alternating (a load
+  that comes and goes weighs on both); the endpoint's CPU over its twin's is judged
+  against 2x.
 
 Run from the checkout: ``.venv/bin/python -m bench.lower_bound [--repeat 3] [--only TEXT]``;
 the last line of stdout is one JSON object. Same database and seeding as ``bench.cpu``.
@@ -34,7 +35,7 @@ if __package__ in (None, ""):  # run as a file: bench/ is on sys.path, the check
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import seed
-from bench.cpu import me, measure, measuring_parser
+from bench.cpu import Measured, me, measure, measure_alternating, measuring_parser
 from bench.load import UNIQUE, Request
 from bench.portal import Credentials, Portal, mint
 from bench.run import JSON, LOGS, Step, say, steps
@@ -198,9 +199,10 @@ def main(argv: list[str] | None = None) -> int:
                     pairs.append(pair)
                     say(f"{pair.real.name}: {pair.statements} statements, "
                         f"same body: {pair.same_body}")
-                    for measured in (pair.real, pair.twin):
-                        rows += measure({"this": server}, options.database_url, measured,
-                                        options.seconds, options.connections, options.repeat)
+                    rows += measure_alternating(
+                        [Measured("this", server, options.database_url, measured)
+                         for measured in (pair.real, pair.twin)],
+                        options.seconds, options.connections, options.repeat)
     finally:
         server.stop()
     for row in rows:  # as bench.cpu prints them, then each endpoint against its twin
