@@ -17,6 +17,6 @@ def test_kai_reclaims_borrowed_gpus_for_their_owner_and_the_borrower_keeps_its_g
                   "kept its guarantee throughout", "only borrowed GPUs were reclaimed",
                   "KAI says it reclaimed them", "the portal shows 6 burst GPUs",
                   "the portal shows 2 burst GPUs", "audit trail says which pods",
-                  "the ledger splits its GPU-hours",
+                  "the ledger adds up the worker's samples", "the ledger splits its GPU-hours",
                   "its guarantee comes from its own tenant's borrowed GPUs"):
         assert any(claim in name for name in names), claim
