@@ -42,6 +42,10 @@ from bench.report import Overload, Row
 
 CONNECTIONS = 32
 OVERLOAD_FACTOR = 4
+# Each step first runs this long unmeasured, at its concurrency: its first requests find the
+# processes cold for it (a template compiled, statements prepared, caches filled), and in a
+# 6-s step of --quick those few requests were its p99 rather than the endpoint's.
+WARM_UP_S = 1.0
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/portal_bench"
 LOGS = seed.ROOT / ".cache" / "bench"
 JSON = {"Content-Type": "application/json"}
@@ -176,7 +180,9 @@ class Bench:
         return result, self.server.cpu_s() - cpu
 
     def measure(self, step: Step, duration_s: float) -> Row:
-        say(f"  {step.name}: {duration_s:.0f} s at {CONNECTIONS} connections")
+        say(f"  {step.name}: {duration_s:.0f} s at {CONNECTIONS} connections "
+            f"(after {WARM_UP_S:.0f} s unmeasured)")
+        self.drive(step.requests, WARM_UP_S, CONNECTIONS)
         result, cpu_s = self.drive(step.requests, duration_s, CONNECTIONS)
         row = Row.of(step.name, step.kind, result, cpu_s)
         row.restarted = self.settle()
