@@ -29,9 +29,9 @@ def _checked_out(database: Database) -> int:
     return pool.checkedout()
 
 
-def _in_one_hop(endpoint: Callable[[Session], Any], session: Session, writes: bool) -> Any:
+def _in_one_hop(endpoint: Callable[[Session], Any], session: Session) -> Any:
     """``endpoint`` as a route runs it, with the session ``get_db`` gave the request."""
-    request = Request({"type": "http", "state": {"db": session, "db_writes": writes}})
+    request = Request({"type": "http", "state": {"db": session}})
     return run_alone(in_one_hop(endpoint)(db=session, unit_of_work_request_=request))
 
 
@@ -41,7 +41,7 @@ def test_a_read_requests_connection_is_back_in_the_pool_when_its_thread_is_done(
         factories.tenant(db, "acme")
     session = own_pg_database.read_session()
     try:
-        found = _in_one_hop(_slugs, session, writes=False)
+        found = _in_one_hop(_slugs, session)
         assert found == ["acme"]
         assert _checked_out(own_pg_database) == 0
     finally:
@@ -62,7 +62,7 @@ def test_a_read_request_that_changed_a_row_in_memory_keeps_it_until_the_session_
         return tenant.display_name
 
     try:
-        assert _in_one_hop(rename_for_display, session, writes=False) == "ACME (suspended)"
+        assert _in_one_hop(rename_for_display, session) == "ACME (suspended)"
         assert _checked_out(own_pg_database) == 1
     finally:
         session.close()
@@ -79,7 +79,7 @@ def test_a_write_requests_changes_are_committed_and_its_connection_returned(
         factories.tenant(db, "globex")
 
     try:
-        _in_one_hop(create, session, writes=True)
+        _in_one_hop(create, session)
         assert _checked_out(own_pg_database) == 0
     finally:
         session.close()

@@ -34,7 +34,6 @@ async def get_db(request: Request) -> AsyncIterator[Session]:
     reads = _reads_only(request)
     session = database.read_session() if reads else database.session()
     request.state.db = session
-    request.state.db_writes = not reads
     try:
         yield session
     except BaseException:
