@@ -16,8 +16,13 @@ DEFAULT_HOST_CLUSTER = "default"
 
 
 def hosts_in(region: Any) -> Select[int]:
-    """The ids of the host clusters in a region (a value or a correlated column)."""
-    return select(HostCluster.id).where(HostCluster.region == region)
+    """The ids of the host clusters in a region (a value or a correlated column).
+
+    Why ``correlate_except``: SQLAlchemy correlates a subquery to its immediate enclosing
+    select only, and this one sits two levels below the row whose region it names (in a sum's
+    ``IN``): left to that, it would join that row's table again and take the hosts of every
+    region any of its rows names."""
+    return select(HostCluster.id).where(HostCluster.region == region).correlate_except(HostCluster)
 
 
 def all_hosts(db: Session) -> list[HostCluster]:

@@ -69,3 +69,26 @@ def test_an_approval_is_checked_against_the_regions_capacity(client: TestClient,
     assert approved.status_code == 200
     quota = client.get("/api/v1/tenants/acme/quota", headers=platform).json()["items"]
     assert [(q["region"], q["approved_gpus"]) for q in quota] == [("us", 8)]
+
+
+def test_a_regions_figures_count_only_that_regions_hosts(client: TestClient,
+                                                          db: Session) -> None:
+    """Each quota row and each queued request counts the clusters and dedicated nodes on the
+    hosts of its own region, not those of every region some quota or request names."""
+    tenancy = build_tenancy(db)  # the env host, region ''
+    us = factories.host_cluster(db, "gpu-us-1", region="us")
+    factories.node(db, us, tenancy.h100, gpu_count=8)
+    for region in ("", "us"):
+        factories.quota(db, tenancy.acme, tenancy.h100, 16, region=region)
+        factories.quota_request(db, tenancy.acme, tenancy.h100, gpus=4, region=region)
+    h100 = tenancy.h100.id
+    factories.cluster(db, tenancy.acme, factories.env_host(db), "here", gpu_class_id=h100, gpus=3)
+    factories.cluster(db, tenancy.acme, us, "there", gpu_class_id=h100, gpus=5)
+    factories.assignment(db, factories.node(db, us, tenancy.h100, gpu_count=2), tenancy.acme)
+    db.commit()
+    platform = headers(db, tenancy.platform_admin)
+    quota = client.get("/api/v1/tenants/acme/quota", headers=platform).json()["items"]
+    assert sorted((q["region"], q["allocated_gpus"], q["dedicated_gpus"]) for q in quota) == [
+        ("", 3, 0), ("us", 5, 2)]
+    queue = client.get("/api/v1/quota-requests", headers=platform).json()["items"]
+    assert sorted((q["region"], q["tenant_allocated_gpus"]) for q in queue) == [("", 3), ("us", 5)]
