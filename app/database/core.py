@@ -118,8 +118,14 @@ class ReadOnlySession(Session):
 REFUSAL = "a read-only request tried to write; give it a read-write session"
 
 
+def writes_pending(session: Session) -> bool:
+    """Whether a flush of ``session`` would write: a row added, deleted or changed."""
+    return bool(session.new or session.deleted
+                or any(session.is_modified(row) for row in session.dirty))
+
+
 def _refuse_writes(session: Session, _flush: Any, _instances: Any) -> None:
-    if session.new or session.deleted or any(session.is_modified(row) for row in session.dirty):
+    if writes_pending(session):
         raise ReadOnlyViolation(REFUSAL)
 
 

@@ -18,7 +18,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
-from app.database.core import ReadOnlySession
+from app.database.core import ReadOnlySession, writes_pending
 from app.http import hop
 from app.http.direct import direct_handler
 from app.http.middleware import REFUSED_TEXT
@@ -90,5 +90,4 @@ def _run_and_commit(function: Callable[..., Any], arguments: dict[str, Any],
 def _may_commit(session: Session) -> bool:
     """A read session keeps what a handler changed in memory (for a page, say) rather than
     have its commit refuse it; the dependency closes such a session later, as before."""
-    return not isinstance(session, ReadOnlySession) or not (
-        session.new or session.dirty or session.deleted)
+    return not isinstance(session, ReadOnlySession) or not writes_pending(session)
