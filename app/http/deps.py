@@ -5,7 +5,7 @@ The caller (``CurrentPrincipal``) is auth's: ``app.auth.deps``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
@@ -27,8 +27,8 @@ async def get_settings_dep(request: Request) -> Settings:
 async def get_db(request: Request) -> AsyncIterator[Session]:
     """The request's transaction: committed before the response goes out, else rolled back.
 
-    Endpoints routed by ``app.http.routing.UnitOfWorkRoute`` commit in their own worker thread; what
-    is left here is closing (no I/O) or, after an error or a late lazy load, a thread hop.
+    Endpoints routed by ``app.http.routing.UnitOfWorkRoute`` commit or roll back in their own
+    worker thread; what is left here is closing (no I/O), or ending what was read after it.
     """
     database: Database = request.app.state.database
     reads = _reads_only(request)
@@ -37,14 +37,20 @@ async def get_db(request: Request) -> AsyncIterator[Session]:
     try:
         yield session
     except BaseException:
-        await hop.run_sync(_rollback_and_close, session)
+        await _end(session, _rollback_and_close)
         raise
-    if not reads and session.in_transaction():
-        await hop.run_sync(_commit_and_close, session)
-    else:
-        # A read session has nothing to commit (autocommit on PostgreSQL; a GET that writes
-        # fails at its flush): closing hands its connection back without a round trip.
+    await _end(session, None if reads else _commit_and_close)
+
+
+async def _end(session: Session, ending: Callable[[Session], None] | None) -> None:
+    """Mostly the endpoint's hop ended the transaction already, and closing is no I/O. A
+    transaction still open (something read after the hop) ends on ``hop.release``, never
+    queued behind requests that may wait for its locks. A read session has nothing to commit
+    (autocommit on PostgreSQL; a GET that writes fails at its flush)."""
+    if ending is None or not session.in_transaction():
         session.close()
+    else:
+        await hop.release(ending, session)
 
 
 def _reads_only(request: Request) -> bool:

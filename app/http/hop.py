@@ -9,6 +9,13 @@ id in log lines) are those of the thread, and the caller waits for the thread ev
 cancelled, so that nothing (a rollback) touches the work's session while the thread still does.
 Every hop of the web process that uses the database comes here, so the pool sized for these
 threads (``app.process.asgi``) bounds them all; FastAPI's own hops (``/healthz``) stay on anyio's.
+
+A transaction never waits for one of these threads: a request's work ends its transaction in the
+hop that began it (``app.http.routing``). What may still end one later (a session a response's
+serialisation read through) goes to ``release``, a lane of its own: on the shared threads it
+queued behind the very requests that waited for its row locks, each holding a thread, and
+nothing moved again (issue 53). Each job there ends the transaction of a connection it already
+holds, and the lane has a thread for every connection the pool may hand out, so it never queues.
 """
 
 from __future__ import annotations
@@ -25,34 +32,54 @@ T = TypeVar("T")
 
 DEFAULT_THREADS = 3  # PORTAL_WEB_THREADS's default
 _lock = threading.Lock()
-_executor: ThreadPoolExecutor | None = None
-_threads = DEFAULT_THREADS
+_executors: dict[str, ThreadPoolExecutor] = {}
+_threads = {"portal-web": DEFAULT_THREADS, "portal-release": DEFAULT_THREADS}
 
 
-def set_threads(count: int) -> None:
-    """How many threads the next hops use (``PORTAL_WEB_THREADS``)."""
-    global _executor, _threads
+def set_threads(count: int, connections: int | None = None) -> None:
+    """How many threads the next hops use (``PORTAL_WEB_THREADS``), and ``release`` (one for
+    each of the ``connections`` the pool may hand out; default ``count``)."""
     with _lock:
-        _threads = count
-        previous, _executor = _executor, None
-    if previous is not None:
-        previous.shutdown(wait=False)
+        _threads.update({"portal-web": count, "portal-release": connections or count})
+        previous = list(_executors.values())
+        _executors.clear()
+    for executor in previous:
+        executor.shutdown(wait=False)
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _executor
-    executor = _executor
+def stop() -> None:
+    """Drops the work no thread has started (a stopping process answers nobody any more);
+    what runs finishes, bounded by the database's own timeouts."""
+    with _lock:
+        previous = list(_executors.values())
+        _executors.clear()
+    for executor in previous:
+        executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _pool(name: str) -> ThreadPoolExecutor:
+    executor = _executors.get(name)
     if executor is None:
         with _lock:
-            if _executor is None:
-                _executor = ThreadPoolExecutor(_threads, thread_name_prefix="portal-web")
-            executor = _executor
+            executor = _executors.get(name)
+            if executor is None:
+                executor = _executors[name] = ThreadPoolExecutor(_threads[name],
+                                                                 thread_name_prefix=name)
     return executor
 
 
 async def run_sync(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    return await _run_on("portal-web", function, *args, **kwargs)
+
+
+async def release(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``run_sync`` for work that only ends a transaction it holds (a commit, a rollback)."""
+    return await _run_on("portal-release", function, *args, **kwargs)
+
+
+async def _run_on(pool: str, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     context = contextvars.copy_context()
-    done: Future[T] = _pool().submit(context.run, function, *args, **kwargs)  # type: ignore[arg-type]
+    done: Future[T] = _pool(pool).submit(context.run, function, *args, **kwargs)  # type: ignore[arg-type]
     try:
         return await asyncio.wrap_future(done)
     except asyncio.CancelledError:

@@ -63,17 +63,32 @@ def in_one_hop(function: Callable[..., Any]) -> Callable[..., Any]:
 
 def _run_and_commit(function: Callable[..., Any], arguments: dict[str, Any],
                     session: Session | None, refused: ProblemError | None = None) -> Any:
-    """The request's session, if any, commits here; on an error the dependency rolls back.
-    Either way its connection goes back to the pool before the thread is free: a read
-    session's commit is no round trip (autocommit on PostgreSQL). Held until the event loop
-    came back to close the session, while the thread took the next request, a busy process had
-    more connections out than threads, opened past the pool's size and closed again: 34 new
-    PostgreSQL connections a second at 32 clients on one list, each a forked backend with
-    cold caches.
+    """The request's session, if any, commits here, or on an error rolls back here: its
+    transaction ends, and its connection goes back to the pool, before the thread is free.
 
-    A form that held text the database cannot store (``refused``) must come back as the
-    form's 422; any other answer is undone and the refusal raised in its place.
+    Its row locks with it: a request that locked a row and then answered 409 once left its
+    rollback to the dependency, a second hop queued behind the requests waiting for that lock,
+    each holding one of the process's threads: nobody answered again (issue 53). Its
+    connection with it: held until the event loop came back to close the session, while the
+    thread took the next request, a busy process had more connections out than threads (34 new
+    PostgreSQL connections a second at 32 clients on one list). A read session's commit is no
+    round trip (autocommit on PostgreSQL).
     """
+    try:
+        result = _run(function, arguments, refused)
+        if session is not None and session.in_transaction() and _may_commit(session):
+            session.commit()
+    except BaseException:
+        if session is not None and session.in_transaction():
+            session.rollback()
+        raise
+    return result
+
+
+def _run(function: Callable[..., Any], arguments: dict[str, Any],
+         refused: ProblemError | None) -> Any:
+    """A form that held text the database cannot store (``refused``) must come back as the
+    form's 422; any other answer is undone and the refusal raised in its place."""
     try:
         result = function(**arguments)
     except ProblemError:
@@ -82,8 +97,6 @@ def _run_and_commit(function: Callable[..., Any], arguments: dict[str, Any],
         raise refused from None
     if refused is not None and getattr(result, "status_code", None) != 422:
         raise refused
-    if session is not None and session.in_transaction() and _may_commit(session):
-        session.commit()
     return result
 
 
