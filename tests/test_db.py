@@ -7,10 +7,12 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.database import core as app_db
+from app.database.concurrency import contended, lock_row
 from app.database.core import Database, ReadOnlyViolation
 from app.database.kept import Kept
 from app.gpu_classes.models import GpuClass
@@ -104,3 +106,31 @@ def test_kept_figures_show_another_connections_change_within_their_age_and_a_loc
     assert "C" in _KEPT_PRODUCTS.get(db, clock=lambda: 1002.2)
     db.rollback()
     assert "C" not in _KEPT_PRODUCTS.get(db, clock=lambda: 1002.3)
+
+
+def test_a_processes_time_limits_are_set_on_every_connection_it_opens(
+        own_pg_database: Database) -> None:
+    limits = app_db.TimeLimits(lock_wait=1.5, statement=30, idle_in_transaction=0)
+    bounded = Database(own_pg_database.url, limits)
+    try:
+        with bounded.engine.connect() as connection:
+            shown = [connection.execute(text(f"SHOW {name}")).scalar_one() for name in (
+                "lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")]
+    finally:
+        bounded.dispose()
+    assert shown == ["1500ms", "30s", "0"]
+
+
+def test_a_row_held_past_the_lock_timeout_is_a_contended_error_not_a_wait(
+        own_pg_database: Database) -> None:
+    with own_pg_database.transaction() as session:
+        gpu_id = factories.gpu_class(session).id
+    bounded = Database(own_pg_database.url, app_db.TimeLimits(0.2, 0, 0))
+    try:
+        with own_pg_database.session() as holder, bounded.session() as waiter:
+            assert lock_row(holder, GpuClass, gpu_id) is not None
+            with pytest.raises(DBAPIError) as refused:
+                lock_row(waiter, GpuClass, gpu_id)
+            assert contended(refused.value)
+    finally:
+        bounded.dispose()

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -72,3 +72,26 @@ def upsert(db: Session, model: type[Base], rows: Sequence[dict[str, Any]],
     statement = dialect.insert(model).values(list(rows))
     changed = {name: statement.excluded[name] for name in rows[0] if name not in keys}
     db.execute(statement.on_conflict_do_update(index_elements=list(keys), set_=changed))
+
+
+# PostgreSQL's codes for a transaction that lost to another one: a row lock not had within
+# ``lock_timeout``, a deadlock, a serialization failure. Trying again later may well succeed.
+_CONTENDED = frozenset({"55P03", "40P01", "40001"})
+_CANCELLED = "57014"  # query_canceled: ``statement_timeout`` ran out
+
+
+def contended(error: DBAPIError) -> bool:
+    """Whether ``error`` is a lost race for a row (answered 409 with ``Retry-After``); on
+    SQLite, its one write lock not had within the busy timeout."""
+    busy = getattr(error.orig, "sqlite_errorname", None) in ("SQLITE_BUSY", "SQLITE_LOCKED")
+    return busy or _sqlstate(error) in _CONTENDED
+
+
+def timed_out(error: DBAPIError) -> bool:
+    """Whether ``error`` is a statement cancelled by ``statement_timeout``."""
+    return _sqlstate(error) == _CANCELLED
+
+
+def _sqlstate(error: DBAPIError) -> str | None:
+    code = getattr(error.orig, "sqlstate", None)
+    return code if isinstance(code, str) else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from time import monotonic as monotonic  # re-exported: tests move the clock
 from typing import Any
@@ -59,7 +60,26 @@ class Base(DeclarativeBase):
     type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON(), list[Any]: JSON()}
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
+@dataclass(frozen=True)
+class TimeLimits:
+    """PostgreSQL's own bounds on a process's sessions, in seconds (0: none). A web request
+    waits for a locked row at most ``lock_wait`` (then answers 409); no statement runs longer
+    than ``statement``; a transaction left idle longer than ``idle_in_transaction`` loses its
+    connection, and so its locks, whatever the process holding it does."""
+
+    lock_wait: float
+    statement: float
+    idle_in_transaction: float
+
+    def options(self) -> str:
+        """libpq's ``options``: the settings every connection of the engine starts with."""
+        settings = {"lock_timeout": self.lock_wait, "statement_timeout": self.statement,
+                    "idle_in_transaction_session_timeout": self.idle_in_transaction}
+        return " ".join(f"-c {name}={round(seconds * 1000)}"
+                        for name, seconds in settings.items())
+
+
+def make_engine(url: str, limits: TimeLimits | None = None, **kwargs: Any) -> Engine:
     # pydantic-core's parser (Rust) reads the JSON columns (conditions, audit) about twice as
     # fast as ``json.loads``, with the same values.
     kwargs.setdefault("json_deserializer", from_json)
@@ -67,6 +87,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
         event.listen(engine, "connect", _configure_sqlite)
         return engine
+    if limits is not None:
+        kwargs["connect_args"] = {**kwargs.get("connect_args", {}), "options": limits.options()}
     engine = create_engine(url, **kwargs)
     event.listen(engine, "checkin", _note_idle_since)
     event.listen(engine, "checkout", _ping_if_idle(engine.dialect))
@@ -138,9 +160,9 @@ def _refuse_statements_that_write(state: ORMExecuteState) -> None:
 class Database:
     """One engine and its session factories; the app and the worker each hold one."""
 
-    def __init__(self, url: str, **engine_kwargs: Any) -> None:
+    def __init__(self, url: str, limits: TimeLimits | None = None, **engine_kwargs: Any) -> None:
         self.url = url
-        self.engine = make_engine(url, **engine_kwargs)
+        self.engine = make_engine(url, limits, **engine_kwargs)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.read_sessions = self._readers(self.engine)
 

@@ -87,6 +87,29 @@ class Settings(BaseSettings):
         default=256, ge=1,
         description="requests in flight past which `portal serve` answers 503 with "
                     "`Retry-After` (probes are never turned away)")
+    # A request's wait for a row another holds, its statements and a transaction left idle are
+    # bounded by PostgreSQL itself: no request waits forever, nor holds others that long.
+    web_lock_timeout_seconds: float = Field(
+        default=2.0, ge=0, le=600,
+        description="how long a web request waits for a row another request or the worker is "
+                    "changing (PostgreSQL's `lock_timeout`) before it is answered 409 with "
+                    "`Retry-After`; `0` waits without bound")
+    web_statement_timeout_seconds: float = Field(
+        default=30.0, ge=0, le=3600,
+        description="the longest one SQL statement of a web request runs (PostgreSQL's "
+                    "`statement_timeout`) before it is cancelled and the request answered 503 "
+                    "with `Retry-After`; `0` is no limit")
+    web_idle_transaction_seconds: float = Field(
+        default=60.0, ge=0, le=3600,
+        description="how long PostgreSQL keeps a web request's transaction that does nothing "
+                    "(`idle_in_transaction_session_timeout`) before it ends its connection and "
+                    "so its locks; a request's transaction is idle only while it waits on a "
+                    "virtual cluster's API (issuing a kubeconfig); `0` is no limit")
+    web_shutdown_seconds: float = Field(
+        default=20.0, ge=0, le=3600,
+        description="on SIGTERM, how long `portal serve` lets requests in progress finish "
+                    "before it cancels them and exits (keep it below the orchestrator's grace "
+                    "period, 30 s by default in Kubernetes)")
     max_body_bytes: int = Field(
         default=256 * 1024, ge=1024,
         description="the largest request body the portal takes, in bytes (default 256 KiB, "
@@ -250,6 +273,21 @@ class Settings(BaseSettings):
         default=8, ge=1, le=64,
         description="items of work one worker reconciles at once (keep it below the database "
                     "pool, 15)")
+
+    worker_lock_timeout_seconds: float = Field(
+        default=10.0, ge=0, le=3600,
+        description="the worker's `lock_timeout`: how long a reconcile waits for a row a "
+                    "request holds before it fails and is retried with backoff; `0` waits "
+                    "without bound")
+    worker_statement_timeout_seconds: float = Field(
+        default=120.0, ge=0, le=86400,
+        description="the worker's `statement_timeout`: the longest one SQL statement of a "
+                    "reconcile runs (folding usage is the longest); `0` is no limit")
+    worker_idle_transaction_seconds: float = Field(
+        default=300.0, ge=0, le=86400,
+        description="the worker's `idle_in_transaction_session_timeout`: how long a "
+                    "reconcile's transaction may wait on a host's API between statements "
+                    "before PostgreSQL ends its connection; `0` is no limit")
 
     simulated_host: bool = Field(
         default=False,

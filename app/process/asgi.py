@@ -34,6 +34,7 @@ from app.auth.tokens import bearer_secret
 from app.authz.scoping import TenantHidden
 from app.clusters import api as clusters_api
 from app.clusters import web as clusters_web
+from app.database.concurrency import contended, timed_out
 from app.database.core import Database
 from app.fleet import api as fleet_api
 from app.fleet import web as fleet_web
@@ -58,6 +59,7 @@ from app.http.problems import PortalApi, problems
 from app.kit.config import Settings, get_settings
 from app.kit.errors import (
     PROBLEM_JSON,
+    Conflict,
     Forbidden,
     ProblemError,
     ServiceUnavailable,
@@ -76,7 +78,7 @@ from app.nodes import web as nodes_web
 from app.pages import audit_api as audit_api
 from app.pages import audit_web as audit_web
 from app.pages import dashboard, home
-from app.process.capacity import SPARE_CONNECTIONS
+from app.process.capacity import SPARE_CONNECTIONS, web_time_limits
 from app.process.wiring import connect_hooks
 from app.quotas import api as quotas_api
 from app.quotas import web as quotas_web
@@ -186,7 +188,8 @@ def create_app(
 ) -> FastAPI:
     """``serving``: one of `portal serve`'s processes, which hears the others' changes."""
     settings = settings or get_settings()
-    database = database or Database(settings.database_url, **_pool_for(settings))
+    database = database or Database(settings.database_url, web_time_limits(settings),
+                                    **_pool_for(settings))
     connect_hooks()
     app = _Portal(
         lifespan=_lifespan(settings.web_threads, database if serving else None),
@@ -256,7 +259,7 @@ def _lifespan(threads: int, database: Database | None
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         to_thread.current_default_thread_limiter().total_tokens = threads
-        hop.set_threads(threads)
+        hop.set_threads(threads, threads + SPARE_CONNECTIONS)
         flusher = asyncio.create_task(_flush_denials(app))
         listener = listen_for_changes(database) if database is not None else None
         try:
@@ -267,6 +270,7 @@ def _lifespan(threads: int, database: Database | None
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)
             _write_denials(app, app.state.denials.drain())
+            hop.stop()
 
     return lifespan
 
@@ -332,6 +336,20 @@ def _denial_of(request: Request, error: ProblemError, actor: tuple[int, str] | N
                   path=f"{request.method} {request.url.path}", detail=error.detail)
 
 
+def _busy_response(request: Request, error: DBAPIError) -> Response:
+    """A row another request held past the lock timeout (or a deadlock lost): 409, as any
+    conflicting write; a statement past the statement timeout: 503. Both may be retried."""
+    log.warning("%s on %s %s: %s", "contended row" if contended(error) else "statement timeout",
+                request.method, request.url.path, type(error.orig).__name__)
+    problem: ProblemError = (
+        Conflict("another change to the same object is in progress; retry after the "
+                 "Retry-After delay") if contended(error)
+        else ServiceUnavailable("the database took too long; retry after the Retry-After delay"))
+    response = _problem_response(request, problem)
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ProblemError)
     async def handle_problem(request: Request, error: ProblemError) -> Response:
@@ -371,6 +389,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DBAPIError)
     async def handle_database_error(request: Request, error: DBAPIError) -> Response:
+        if contended(error) or timed_out(error):
+            return _busy_response(request, error)
         if not error.connection_invalidated:
             return await handle_unexpected(request, error)
         log.warning("the database connection was lost on %s %s", request.method,

@@ -5,12 +5,25 @@ from __future__ import annotations
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.database.core import TimeLimits
 from app.kit.config import Settings
 
 # Pooled connections a serving process opens past one per thread, under bursts.
 SPARE_CONNECTIONS = 4
 # The principal cache's LISTEN connection, outside the pool.
 LISTENER_CONNECTIONS = 1
+
+
+def web_time_limits(settings: Settings) -> TimeLimits:
+    return TimeLimits(lock_wait=settings.web_lock_timeout_seconds,
+                      statement=settings.web_statement_timeout_seconds,
+                      idle_in_transaction=settings.web_idle_transaction_seconds)
+
+
+def worker_time_limits(settings: Settings) -> TimeLimits:
+    return TimeLimits(lock_wait=settings.worker_lock_timeout_seconds,
+                      statement=settings.worker_statement_timeout_seconds,
+                      idle_in_transaction=settings.worker_idle_transaction_seconds)
 
 
 def connections_per_process(settings: Settings) -> int:

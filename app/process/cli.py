@@ -36,7 +36,7 @@ from app.process.balance import (
     connection_shares,
     shares_from_environment,
 )
-from app.process.capacity import shortfall
+from app.process.capacity import shortfall, web_time_limits, worker_time_limits
 from app.process.devmode import (
     check_clusters_on_the_new_host,
     demo_users,
@@ -120,15 +120,14 @@ def serve(
         log.warning("%s", warning)
     # The client address (failed API tokens are counted by it) comes from X-Forwarded-For
     # only when a trusted proxy sent it; anyone else's header is ignored.
+    options = {**UVICORN_OPTIONS, "forwarded_allow_ips": settings.trusted_proxies,
+               "timeout_graceful_shutdown": settings.web_shutdown_seconds}
     if processes == 1:
-        uvicorn.run(serving_app(settings), host=host, port=port, **UVICORN_OPTIONS,
-                    forwarded_allow_ips=settings.trusted_proxies)
+        uvicorn.run(serving_app(settings), host=host, port=port, **options)
     else:
         with connection_shares():
             uvicorn.run(f"{__name__}:serving_app", factory=True, workers=processes, host=host,
-                        port=port, **UVICORN_OPTIONS,
-                        forwarded_allow_ips=settings.trusted_proxies,
-                        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
+                        port=port, timeout_worker_healthcheck=WORKER_HEALTHCHECK_S, **options)
 
 
 class AppWritesAccessLine(HttpToolsProtocol):
@@ -254,7 +253,7 @@ def worker() -> None:
     settings = _settings()
     _refuse_simulated_host(settings)
     _require_migrated(settings)
-    loop = build_worker(settings, Database(settings.database_url))
+    loop = build_worker(settings, Database(settings.database_url, worker_time_limits(settings)))
     _stop_on_signals(loop.stop)
     loop.run()
 
@@ -280,7 +279,8 @@ def webhook(
                    "config)", err=True)
         raise typer.Exit(2)
     # Reviews from other registered hosts name their host: its credentials are in the database.
-    lookup = host_lookup(settings, Database(settings.database_url), connector)
+    lookup = host_lookup(settings, Database(settings.database_url, web_time_limits(settings)),
+                         connector)
     server = WebhookServer(kube, settings.webhook_namespace, address=host, port=port,
                            cert_dir=cert_dir, hosts=lookup)
     stopping = threading.Event()
