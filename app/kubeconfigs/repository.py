@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
+from app.database.concurrency import lock_rows
 from app.kubeconfigs.models import KubeconfigGrant
 from app.tenants.models import Membership
 
@@ -19,9 +20,14 @@ def cluster_in_tenant(db: Session, tenant_id: int, name: str) -> VirtualCluster 
                                                   VirtualCluster.name == name))
 
 
-def grant_in_cluster(db: Session, cluster_id: int, grant_id: int) -> KubeconfigGrant | None:
-    return db.scalar(select(KubeconfigGrant).where(KubeconfigGrant.cluster_id == cluster_id,
-                                                   KubeconfigGrant.id == grant_id))
+def grant_in_cluster(db: Session, cluster_id: int, grant_id: int, *,
+                     lock: bool = False) -> KubeconfigGrant | None:
+    query = select(KubeconfigGrant).where(KubeconfigGrant.cluster_id == cluster_id,
+                                          KubeconfigGrant.id == grant_id)
+    if lock:
+        lock_rows(db, KubeconfigGrant, KubeconfigGrant.id == grant_id)
+        query = query.with_for_update().execution_options(populate_existing=True)
+    return db.scalar(query)
 
 
 def active_grants_query(cluster_id: int, now: datetime,

@@ -217,7 +217,9 @@ def revoke_grant(db: Session, principal: Principal, clusters: VirtualClusters, s
     tenant, cluster = rules.cluster_for(db, principal, slug, name)
     if not principal.can_write():
         raise Forbidden("this API token is read-only")
-    grant = repository.grant_in_cluster(db, cluster.id, grant_id)
+    # Locked: of revokes of one grant at once, the first revokes (and audits), the others
+    # find it revoked.
+    grant = repository.grant_in_cluster(db, cluster.id, grant_id, lock=True)
     if grant is None:
         raise NotFound(f"no kubeconfig grant {grant_id} on {slug}/{name}")
     if grant.user_id != principal.user_id and not rules.is_tenant_admin(principal, tenant):

@@ -19,12 +19,14 @@ from app.audit import readable
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
+from app.database.concurrency import lock_row
 from app.database.prepared import Prepared
 from app.kit.errors import ValidationFailed
 from app.quotas import events
 from app.quotas.models import BurstPolicy
 from app.quotas.schemas import MAX_GPUS, MAX_RUNTIME_S
 from app.tenants.access import tenant_for
+from app.tenants.models import Tenant
 
 UNLIMITED: Final = -1
 FIELDS: Final = ("burst_gpus", "over_quota_weight", "reclaim_min_runtime_s",
@@ -94,7 +96,10 @@ def set_burst(db: Session, principal: Principal, slug: str, tier: str,
     ensure_platform_admin(principal)
     tenant = tenant_for(db, principal, slug)
     _check(tier, own)
-    row = db.get(BurstPolicy, tenant.id)
+    # Admins setting one tenant's policy at once: one after the other, the first inserting the
+    # row (two inserts collided: a 500) and each audit's "before" what the last one left.
+    lock_row(db, Tenant, tenant.id)
+    row = db.get(BurstPolicy, tenant.id, populate_existing=True)
     before = effective(row).as_dict()
     if row is None:
         row = BurstPolicy(tenant_id=tenant.id)
