@@ -45,7 +45,7 @@ from app.machines.models import Machine
 from app.nodes.models import Node, NodeAssignment
 from app.process.asgi import API_ROUTERS
 from app.quotas.models import QuotaRequest, TenantQuota
-from app.tenants.models import Tenant
+from app.tenants.models import GroupMapping, Membership, Tenant
 from tests import factories
 from tests.support import postgres
 from tests.support.principals import bearer
@@ -583,6 +583,157 @@ def revoke_kubeconfig(one_row: bool) -> Callable[[Session, World], Plan]:
     return prepare
 
 
+def host_state(verb: str, one_row: bool) -> Callable[[Session, World], Plan]:
+    """Cordon, uncordon or drain asked 50 times of one host, or of 10: each answered, each
+    audited (a host's state change is audited even when it was so already)."""
+
+    def prepare(db: Session, world: World) -> Plan:
+        hosts = [factories.registered_host(db, f"state-{next(_seq)}")
+                 for _ in range(1 if one_row else 10)]
+        calls = [Call("POST", f"/api/v1/host-clusters/{hosts[i % len(hosts)].name}/{verb}",
+                      world.platform, {}) for i in range(BURST)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 200)
+            assert _audited(db, f"host_cluster.{verb}", [h.id for h in hosts]) == BURST
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
+def delete_host(one_row: bool) -> Callable[[Session, World], Plan]:
+    def prepare(db: Session, world: World) -> Plan:
+        hosts = [factories.registered_host(db, f"gone-{next(_seq)}")
+                 for _ in range(1 if one_row else 10)]
+        ids = [h.id for h in hosts]
+        calls = [Call("DELETE", f"/api/v1/host-clusters/{hosts[i % len(hosts)].name}",
+                      world.platform) for i in range(BURST)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 204, 404)
+            assert db.scalar(select(func.count()).select_from(HostCluster).where(
+                HostCluster.id.in_(ids))) == 0
+            assert statuses[204] == len(ids) == _audited(db, "host_cluster.delete", ids)
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
+def update_host(one_row: bool) -> Callable[[Session, World], Plan]:
+    def prepare(db: Session, world: World) -> Plan:
+        hosts = [factories.registered_host(db, f"edit-{next(_seq)}")
+                 for _ in range(1 if one_row else 10)]
+        calls = [Call("PATCH", f"/api/v1/host-clusters/{hosts[i % len(hosts)].name}",
+                      world.platform, {"description": f"take {i}"}) for i in range(BURST)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 200)
+            assert 0 < _audited(db, "host_cluster.update", [h.id for h in hosts]) <= BURST
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
+def machine_change(verb: str, one_row: bool) -> Callable[[Session, World], Plan]:
+    """Delete (once per machine, audited once) or new BMC credentials (each audited)."""
+
+    def prepare(db: Session, world: World) -> Plan:
+        t = _tenancy(db, nodes=0)
+        rows = [factories.machine(db, t.host, t.gpu, f"m-{t.slug}-{i}", phase="available")
+                for i in range(1 if one_row else 10)]
+        ids = [m.id for m in rows]
+        if verb == "delete":
+            calls = [Call("DELETE", f"/api/v1/machines/{rows[i % len(rows)].name}",
+                          world.platform) for i in range(BURST)]
+        else:
+            calls = [Call("PUT", f"/api/v1/machines/{rows[i % len(rows)].name}/bmc-credentials",
+                          world.platform, {"username": "admin", "password": f"pw-{i}"})
+                     for i in range(BURST)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            if verb == "delete":
+                _only(statuses, 202)
+                assert _audited(db, "machine.delete", ids) == len(ids)
+            else:
+                _only(statuses, 200)
+                assert _audited(db, "machine.bmc_credentials_replace", ids) == BURST
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
+def _admins(db: Session, t: Tenancy, n: int) -> list[int]:
+    """Memberships of ``n`` more admins of the tenant."""
+    made = []
+    for _ in range(n):
+        user = factories.user(db, f"admin-{next(_seq)}@burst.example")
+        made.append(factories.membership(db, t.tenant, user, "admin").id)
+    return made
+
+
+def change_role(one_row: bool) -> Callable[[Session, World], Plan]:
+    """Two admins demoted by 25 clicks each, or 10 by 5 each: the tenant keeps an admin."""
+
+    def prepare(db: Session, world: World) -> Plan:
+        t = _tenancy(db, nodes=0)
+        own = db.scalar(select(Membership.id).where(Membership.user_id == t.admin.id))
+        assert own is not None
+        ids = [own, *_admins(db, t, 1 if one_row else 9)]
+        calls = [Call("PATCH", f"/api/v1/tenants/{t.slug}/members/{ids[i % len(ids)]}",
+                      world.platform, {"role": "member"}) for i in range(BURST)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 200, 409)
+            admins = db.scalar(select(func.count()).select_from(Membership).where(
+                Membership.tenant_id == t.tenant.id, Membership.role == "admin"))
+            assert admins == 1
+            assert _audited(db, "membership.update", ids) == len(ids) - 1
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
+def remove_member(one_row: bool) -> Callable[[Session, World], Plan]:
+    def prepare(db: Session, world: World) -> Plan:
+        t = _tenancy(db, nodes=0)
+        ids = _admins(db, t, 1 if one_row else 10)
+        calls = [Call("DELETE", f"/api/v1/tenants/{t.slug}/members/{ids[i % len(ids)]}",
+                      world.platform) for i in range(BURST)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 204, 404)
+            assert statuses[204] == len(ids) == _audited(db, "membership.delete", ids)
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
+def delete_mapping(one_row: bool) -> Callable[[Session, World], Plan]:
+    def prepare(db: Session, world: World) -> Plan:
+        t = _tenancy(db, nodes=0)
+        rows = [GroupMapping(tenant_id=t.tenant.id, group_name=f"team-{i}", role="member")
+                for i in range(1 if one_row else 10)]
+        db.add_all(rows)
+        db.flush()
+        ids = [m.id for m in rows]
+        calls = [Call("DELETE", f"/api/v1/tenants/{t.slug}/group-mappings/{ids[i % len(ids)]}",
+                      world.platform) for i in range(BURST)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 204, 404)
+            assert statuses[204] == len(ids) == _audited(db, "group_mapping.delete", ids)
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
 TENANT = "/api/v1/tenants/{tenant}"
 CLUSTER = f"{TENANT}/clusters/{{cluster}}"
 # Every write route that takes a row lock, and the bursts it gets.
@@ -603,6 +754,17 @@ ROUTES: dict[tuple[str, str], Callable[[bool], Callable[[Session, World], Plan]]
     ("DELETE", "/api/v1/nodes/{node}/assignment"): end_assignment,
     ("POST", "/api/v1/machines/{name}/provision"): lambda one: machine("provision", one),
     ("POST", "/api/v1/machines/{name}/release"): lambda one: machine("release", one),
+    ("DELETE", "/api/v1/machines/{name}"): lambda one: machine_change("delete", one),
+    ("PUT", "/api/v1/machines/{name}/bmc-credentials"):
+        lambda one: machine_change("bmc-credentials", one),
+    ("POST", "/api/v1/host-clusters/{name}/cordon"): lambda one: host_state("cordon", one),
+    ("POST", "/api/v1/host-clusters/{name}/uncordon"): lambda one: host_state("uncordon", one),
+    ("POST", "/api/v1/host-clusters/{name}/drain"): lambda one: host_state("drain", one),
+    ("PATCH", "/api/v1/host-clusters/{name}"): update_host,
+    ("DELETE", "/api/v1/host-clusters/{name}"): delete_host,
+    ("PATCH", f"{TENANT}/members/{{member_id}}"): change_role,
+    ("DELETE", f"{TENANT}/members/{{member_id}}"): remove_member,
+    ("DELETE", f"{TENANT}/group-mappings/{{mapping_id}}"): delete_mapping,
 }
 
 
@@ -687,24 +849,14 @@ LOCKS = ("lock_row", "lock_rows", "with_for_update")
 # Write routes that lock a row and are not burst here, each with its reason.
 PENDING = "locks a row; its burst is still to be written (issue 53)"
 NOT_BURST: dict[tuple[str, str], str] = {
-    ("DELETE", "/api/v1/host-clusters/{name}"): PENDING,
-    ("DELETE", "/api/v1/machines/{name}"): PENDING,
-    ("DELETE", f"{TENANT}/group-mappings/{{mapping_id}}"): PENDING,
-    ("DELETE", f"{TENANT}/members/{{member_id}}"): PENDING,
-    ("PATCH", "/api/v1/host-clusters/{name}"): PENDING,
-    ("PATCH", f"{TENANT}/members/{{member_id}}"): PENDING,
     ("POST", "/api/v1/cluster-templates/{name}/versions"): PENDING,
     ("POST", "/api/v1/cluster-templates/{name}/versions/{version}/retire"): PENDING,
     ("POST", "/api/v1/host-clusters"): PENDING,
     ("POST", "/api/v1/host-clusters/{name}/check"): PENDING,
-    ("POST", "/api/v1/host-clusters/{name}/cordon"): PENDING,
-    ("POST", "/api/v1/host-clusters/{name}/drain"): PENDING,
-    ("POST", "/api/v1/host-clusters/{name}/uncordon"): PENDING,
     ("POST", "/api/v1/machines"): PENDING,
     ("POST", "/api/v1/node-suggestions"): PENDING,
     ("POST", f"{CLUSTER}/template-upgrade"): PENDING,
     ("PUT", "/api/v1/host-clusters/{name}/credentials"): PENDING,
-    ("PUT", "/api/v1/machines/{name}/bmc-credentials"): PENDING,
 }
 
 
