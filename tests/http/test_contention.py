@@ -41,6 +41,7 @@ from app.database.core import Database, utcnow
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.kubeconfigs.models import KubeconfigGrant
+from app.lab.pki import CertificateAuthority
 from app.machines.models import Machine
 from app.nodes.models import Node, NodeAssignment
 from app.process.asgi import API_ROUTERS
@@ -48,6 +49,7 @@ from app.quotas.models import QuotaRequest, TenantQuota
 from app.tenants.models import GroupMapping, Membership, Tenant
 from tests import factories
 from tests.support import postgres
+from tests.support.kube_server import kubeconfig_yaml
 from tests.support.principals import bearer
 from tests.support.serve_process import serving
 
@@ -734,6 +736,115 @@ def delete_mapping(one_row: bool) -> Callable[[Session, World], Plan]:
     return prepare
 
 
+CA = CertificateAuthority()
+
+
+def _credentials(i: int) -> dict[str, Any]:
+    return {"kind": "kubeconfig", "kubeconfig": kubeconfig_yaml(
+        "https://host.contention.example:6443", CA.cert_pem, token=f"token-{i}")}
+
+
+def register_host(one_row: bool) -> Callable[[Session, World], Plan]:
+    """One name registered by 50 clicks: one host. Rows: 50 names, 50 hosts."""
+
+    def prepare(db: Session, world: World) -> Plan:
+        stem = f"new-{next(_seq)}"
+        names = [stem if one_row else f"{stem}-{i}" for i in range(BURST)]
+        calls = [Call("POST", "/api/v1/host-clusters", world.platform,
+                      {"name": name, "credentials": _credentials(i)})
+                 for i, name in enumerate(names)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 201, 409)
+            made = Counter(db.scalars(select(HostCluster.name).where(
+                HostCluster.name.in_(set(names)))))
+            assert made == dict.fromkeys(names, 1)
+            assert statuses[201] == len(made)
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
+def host_credentials(one_row: bool) -> Callable[[Session, World], Plan]:
+    def prepare(db: Session, world: World) -> Plan:
+        hosts = [factories.registered_host(db, f"keys-{next(_seq)}")
+                 for _ in range(1 if one_row else 10)]
+        calls = [Call("PUT", f"/api/v1/host-clusters/{hosts[i % len(hosts)].name}/credentials",
+                      world.platform, _credentials(i)) for i in range(BURST)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 200)
+            ids = [h.id for h in hosts]
+            assert _audited(db, "host_cluster.credentials_replace", ids) == BURST
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
+def register_machine(one_row: bool) -> Callable[[Session, World], Plan]:
+    def prepare(db: Session, world: World) -> Plan:
+        t = _tenancy(db, nodes=0)
+        names = [f"m-{t.slug}" if one_row else f"m-{t.slug}-{i}" for i in range(BURST)]
+        calls = [Call("POST", "/api/v1/machines", world.platform, {
+            "name": name, "host_cluster": t.host.name,
+            "bmc_address": f"redfish+https://10.0.4.{i}/redfish/v1/Systems/1",
+            "bmc": {"username": "admin", "password": "pw"},
+            "boot_mac": f"0c:c4:7a:00:01:{i:02x}", "gpu_class": t.gpu.product,
+            "gpu_count": 8}) for i, name in enumerate(names)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 201, 409)
+            made = Counter(db.scalars(select(Machine.name).where(
+                Machine.name.in_(set(names)))))
+            assert made == dict.fromkeys(names, 1)
+            assert statuses[201] == len(made)
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
+def suggest_nodes(one_row: bool) -> Callable[[Session, World], Plan]:
+    """Suggestions only read (the quota under a shared lock): every one answered."""
+
+    def prepare(db: Session, world: World) -> Plan:
+        t = _tenancy(db, nodes=4)
+        _quota(db, t, 32)
+        calls = [Call("POST", f"/api/v1/node-suggestions?host_cluster={t.host.name}",
+                      world.platform, {"tenant": t.slug, "gpu_class": t.gpu.product,
+                                       "gpus": 8 if one_row else 8 * (1 + i % 4)})
+                 for i in range(BURST)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 200)
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
+def retire_version(one_row: bool) -> Callable[[Session, World], Plan]:
+    """A template's version retired by 50 clicks: retired once, audited once."""
+
+    def prepare(db: Session, world: World) -> Plan:
+        template = factories.cluster_template(db)
+        versions = [factories.template_version(db, template, n)
+                    for n in range(1, 2 if one_row else 11)]
+        calls = [Call("POST", f"/api/v1/cluster-templates/{template.name}/versions/"
+                      f"{versions[i % len(versions)].version}/retire", world.platform)
+                 for i in range(BURST)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 200)
+            assert _audited(db, "cluster_template.retire", [template.name]) == len(versions)
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
 TENANT = "/api/v1/tenants/{tenant}"
 CLUSTER = f"{TENANT}/clusters/{{cluster}}"
 # Every write route that takes a row lock, and the bursts it gets.
@@ -765,6 +876,11 @@ ROUTES: dict[tuple[str, str], Callable[[bool], Callable[[Session, World], Plan]]
     ("PATCH", f"{TENANT}/members/{{member_id}}"): change_role,
     ("DELETE", f"{TENANT}/members/{{member_id}}"): remove_member,
     ("DELETE", f"{TENANT}/group-mappings/{{mapping_id}}"): delete_mapping,
+    ("POST", "/api/v1/host-clusters"): register_host,
+    ("PUT", "/api/v1/host-clusters/{name}/credentials"): host_credentials,
+    ("POST", "/api/v1/machines"): register_machine,
+    ("POST", "/api/v1/node-suggestions"): suggest_nodes,
+    ("POST", "/api/v1/cluster-templates/{name}/versions/{version}/retire"): retire_version,
 }
 
 
@@ -850,13 +966,8 @@ LOCKS = ("lock_row", "lock_rows", "with_for_update")
 PENDING = "locks a row; its burst is still to be written (issue 53)"
 NOT_BURST: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/cluster-templates/{name}/versions"): PENDING,
-    ("POST", "/api/v1/cluster-templates/{name}/versions/{version}/retire"): PENDING,
-    ("POST", "/api/v1/host-clusters"): PENDING,
     ("POST", "/api/v1/host-clusters/{name}/check"): PENDING,
-    ("POST", "/api/v1/machines"): PENDING,
-    ("POST", "/api/v1/node-suggestions"): PENDING,
     ("POST", f"{CLUSTER}/template-upgrade"): PENDING,
-    ("PUT", "/api/v1/host-clusters/{name}/credentials"): PENDING,
 }
 
 

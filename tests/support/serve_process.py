@@ -4,6 +4,7 @@ under it with ``--workers N``) on a free loopback port, against a test's Postgre
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,9 +25,11 @@ def serving(database: Database, *args: str, env: dict[str, str] | None = None,
     environment = {k: v for k, v in os.environ.items() if not k.startswith("PORTAL_")}
     environment.update(PORTAL_DATABASE_URL=database.engine.url.render_as_string(
         hide_password=False), **(env or {}))
+    # A session of its own: a server that does not stop is killed with its serving processes.
     process = subprocess.Popen(
         [sys.executable, "-m", "app.process.cli", "serve", "--port", str(port), *args],
-        env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         # Starting takes a few seconds; far longer on a machine busy with other tests.
@@ -34,7 +37,12 @@ def serving(database: Database, *args: str, env: dict[str, str] | None = None,
         yield base, process
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+            raise
 
 
 def _ready(base: str) -> bool:
