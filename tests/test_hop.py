@@ -81,3 +81,28 @@ def test_errors_reach_the_caller() -> None:
         return "no error"
 
     assert run_alone(caller()) == "boom"
+
+
+def test_ending_a_transaction_never_waits_behind_the_requests_on_every_thread() -> None:
+    """What ends a transaction (its row locks with it) goes on a lane of its own: on the
+    request threads it queued behind requests that waited for those very locks (issue 53)."""
+    hop.set_threads(1, 2)
+    busy, release = threading.Event(), threading.Event()
+
+    def request_waiting_for_a_lock() -> None:
+        busy.set()
+        release.wait(10)
+
+    async def scenario() -> str:
+        waiting = asyncio.create_task(hop.run_sync(request_waiting_for_a_lock))
+        await asyncio.to_thread(busy.wait, 5)
+        try:
+            return await asyncio.wait_for(hop.release(lambda: "rolled back"), timeout=5)
+        finally:
+            release.set()
+            await waiting
+
+    try:
+        assert run_alone(scenario()) == "rolled back"
+    finally:
+        hop.set_threads(hop.DEFAULT_THREADS)
