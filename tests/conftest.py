@@ -120,12 +120,9 @@ def db(database: Database) -> Iterator[Session]:
 @pytest.fixture
 def own_pg_database(pg_template: str) -> Iterator[Database]:
     """A real, separately committed database for tests that need many connections."""
-    name = postgres.unique_name("gtp_own")
-    postgres.create_database(name, template=pg_template)
-    database = Database(postgres.sqlalchemy_url(name), pool_size=20, max_overflow=40)
-    yield database
-    database.dispose()
-    postgres.drop_database(name)
+    with postgres.cloned_database(pg_template, "gtp_own", pool_size=20,
+                                  max_overflow=40) as database:
+        yield database
 
 
 @pytest.fixture

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from psycopg import sql
+
+from app.database.core import Database
 
 ADMIN_DSN = os.environ.get("PORTAL_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -42,3 +47,16 @@ def drop_database(name: str) -> None:
         connection.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
+
+
+@contextmanager
+def cloned_database(template: str, prefix: str, **engine_options: Any) -> Iterator[Database]:
+    """A copy of ``template``, committed to for real, dropped afterwards."""
+    name = unique_name(prefix)
+    create_database(name, template=template)
+    database = Database(sqlalchemy_url(name), **engine_options)
+    try:
+        yield database
+    finally:
+        database.dispose()
+        drop_database(name)
