@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.database import core as app_db
-from app.database.concurrency import contended, lock_row
+from app.database.concurrency import contended, lock_row, timed_out
 from app.database.core import Database, ReadOnlyViolation
 from app.database.kept import Kept
 from app.gpu_classes.models import GpuClass
@@ -132,5 +132,16 @@ def test_a_row_held_past_the_lock_timeout_is_a_contended_error_not_a_wait(
             with pytest.raises(DBAPIError) as refused:
                 lock_row(waiter, GpuClass, gpu_id)
             assert contended(refused.value)
+    finally:
+        bounded.dispose()
+
+
+def test_a_statement_past_the_statement_timeout_is_cancelled_not_waited_for(
+        own_pg_database: Database) -> None:
+    bounded = Database(own_pg_database.url, app_db.TimeLimits(0, 0.1, 0))
+    try:
+        with bounded.session() as session, pytest.raises(DBAPIError) as cancelled:
+            session.execute(text("SELECT pg_sleep(5)"))
+        assert timed_out(cancelled.value) and not contended(cancelled.value)
     finally:
         bounded.dispose()
