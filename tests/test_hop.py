@@ -106,3 +106,30 @@ def test_ending_a_transaction_never_waits_behind_the_requests_on_every_thread() 
         assert run_alone(scenario()) == "rolled back"
     finally:
         hop.set_threads(hop.DEFAULT_THREADS)
+
+
+def test_one_keys_work_leaves_the_others_a_thread() -> None:
+    """One tenant's writes, each waiting for a row, never hold every thread (issue 53)."""
+    hop.set_threads(3)
+    waiting, release = threading.Semaphore(0), threading.Event()
+
+    def write_waiting_for_a_row() -> str:
+        waiting.release()
+        release.wait(10)
+        return "acme"
+
+    async def scenario() -> list[str]:
+        acme = [asyncio.create_task(hop.run_as("acme", write_waiting_for_a_row))
+                for _ in range(5)]
+        for _ in range(2):
+            await asyncio.to_thread(waiting.acquire, True, 5)
+        try:
+            other = await asyncio.wait_for(hop.run_as("globex", lambda: "globex"), timeout=5)
+        finally:
+            release.set()
+        return [other, *await asyncio.gather(*acme)]
+
+    try:
+        assert run_alone(scenario()) == ["globex"] + ["acme"] * 5
+    finally:
+        hop.set_threads(hop.DEFAULT_THREADS)

@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -70,6 +71,37 @@ def _pool(name: str) -> ThreadPoolExecutor:
 
 async def run_sync(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return await _run_on("portal-web", function, *args, **kwargs)
+
+
+async def run_as(key: Hashable | None, function: Callable[P, T], *args: P.args,
+                 **kwargs: P.kwargs) -> T:
+    """``run_sync`` for work of ``key`` (one tenant's writes, say), which holds every thread but
+    one at most: whatever that work waits for (a row another of its requests holds, up to the
+    lock timeout each), the others' requests always find a thread."""
+    limit = _threads["portal-web"] - 1
+    if key is None or limit < 1:
+        return await run_sync(function, *args, **kwargs)
+    shared = (asyncio.get_running_loop(), key)
+    share = _shares.get(shared)
+    if share is None:
+        share = _shares[shared] = _Share(asyncio.Semaphore(limit))
+    share.users += 1
+    try:
+        async with share.semaphore:
+            return await run_sync(function, *args, **kwargs)
+    finally:
+        share.users -= 1
+        if share.users == 0:
+            del _shares[shared]
+
+
+@dataclass
+class _Share:
+    semaphore: asyncio.Semaphore
+    users: int = 0
+
+
+_shares: dict[tuple[asyncio.AbstractEventLoop, Hashable], _Share] = {}
 
 
 async def release(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

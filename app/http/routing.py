@@ -10,7 +10,7 @@ one worker thread; FastAPI then validates the result on the event loop.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Hashable
 from typing import Any
 
 from fastapi import Request
@@ -49,7 +49,8 @@ def in_one_hop(function: Callable[..., Any]) -> Callable[..., Any]:
             del arguments[_REQUEST]
         session: Session | None = getattr(request.state, "db", None)
         refused: ProblemError | None = getattr(request.state, REFUSED_TEXT, None)
-        return await hop.run_sync(_run_and_commit, function, arguments, session, refused)
+        return await hop.run_as(_share_of(request), _run_and_commit, function, arguments,
+                                session, refused)
 
     parameters = list(signature.parameters.values())
     if request_parameter is None:
@@ -59,6 +60,18 @@ def in_one_hop(function: Callable[..., Any]) -> Callable[..., Any]:
     for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
         setattr(endpoint, attribute, getattr(function, attribute))
     return endpoint
+
+
+def _share_of(request: Request) -> Hashable | None:
+    """Whose threads a write counts against: its tenant's, else its caller's. Writes may wait
+    for rows (up to the lock timeout); one tenant's burst of them must leave others a thread."""
+    if request.scope.get("method", "GET") in ("GET", "HEAD"):
+        return None
+    tenant = request.scope.get("path_params", {}).get("tenant")
+    if tenant is not None:
+        return ("tenant", tenant)
+    actor: tuple[int, str] | None = getattr(request.state, "actor", None)
+    return ("user", actor[0]) if actor is not None else None
 
 
 def _run_and_commit(function: Callable[..., Any], arguments: dict[str, Any],
