@@ -79,6 +79,7 @@ class Plan:
 
 
 def new_tenancy(db: Session, *, nodes: int = 16, gpus_per_node: int = 8) -> Tenancy:
+    """A tenant of its own for one burst: nothing another burst did counts in its figures."""
     n = next(_seq)
     tenant = factories.tenant(db, f"burst-{n}")
     admin = factories.user(db, f"admin-{n}@burst.example")
@@ -98,9 +99,6 @@ def _audited(db: Session, action: str, target_ids: list[Any] | None = None) -> i
     if target_ids is not None:
         query = query.where(AuditEvent.target_id.in_([str(i) for i in target_ids]))
     return db.scalar(query) or 0
-
-
-
 
 
 def _only(statuses: Counter[int], *allowed: int) -> None:
