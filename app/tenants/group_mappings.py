@@ -23,7 +23,7 @@ from app.auth import events as auth_events
 from app.auth.deps import CurrentPrincipal
 from app.auth.models import User
 from app.auth.principal import Principal
-from app.database.concurrency import lock_row
+from app.database.concurrency import insert_or_conflict, lock_row
 from app.http.deps import DbSession, RowId
 from app.http.problems import problems
 from app.http.routing import UnitOfWorkRoute
@@ -133,13 +133,14 @@ def add_mapping(
 ) -> GroupMapping:
     authz.ensure_platform_admin(principal)
     row = access.tenant_for(db, principal, tenant, "manage")
+    taken = Conflict(f"group {payload.group!r} is already mapped in {tenant!r}")
     exists = db.scalar(select(GroupMapping).where(
         GroupMapping.tenant_id == row.id, GroupMapping.group_name == payload.group))
     if exists is not None:
-        raise Conflict(f"group {payload.group!r} is already mapped in {tenant!r}")
+        raise taken
     mapping = GroupMapping(tenant_id=row.id, group_name=payload.group, role=payload.role)
-    db.add(mapping)
-    db.flush()
+    # Two admins mapping one group at once: the second insert loses the unique key (a 500).
+    insert_or_conflict(db, mapping, taken)
     audit.record(db, action="group_mapping.create", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=row.id, target_type="group_mapping",
                  target_id=mapping.id, target_label=f"group {payload.group} → {row.slug}",

@@ -327,3 +327,13 @@ def test_every_write_route_that_locks_a_row_is_burst() -> None:
     assert missing == [], f"write routes that lock a row without a burst here: {missing}"
     assert sorted(set(ROUTES) - set(routes)) == [], "bursts of routes that are gone"
     assert sorted(set(ROUTES) - locking) == [], "bursts of routes that lock no row"
+
+
+def test_fifty_mappings_of_one_group_make_one(world: World) -> None:
+    """A write that locks no row but inserts under a unique key: the losers answer 409."""
+    with world.database.transaction() as db:
+        t = new_tenancy(db, nodes=0)
+    outcome = _burst(world, [Call("POST", f"/api/v1/tenants/{t.slug}/group-mappings",
+                                  world.platform, {"group": "ml-team", "role": "member"})] * BURST)
+    assert outcome.failures == [] and outcome.peers == []
+    assert outcome.statuses == {201: 1, 409: BURST - 1}
