@@ -221,7 +221,9 @@ def failed_reasons(validation: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 def offer_version(db: Session, principal: Principal, name: str, number: int) -> VersionOut:
     ensure_platform_writer(principal)
-    template = template_for(db, principal, name)
+    # Locked, as a retirement is: of two offers at once, the second finds it offered.
+    template = repository.lock_template(db, template_for(db, principal, name).id)
+    assert template is not None
     row = _version_row(db, template, number)
     if row.state != "draft":
         raise Conflict(f"{name} v{number} is {row.state}; only a draft can be offered")

@@ -684,6 +684,28 @@ def retire_version(one_row: bool) -> Callable[[Session, World], Plan]:
     return prepare
 
 
+def offer_version(one_row: bool) -> Callable[[Session, World], Plan]:
+    """A validated draft offered by 50 clicks: offered once, audited once."""
+
+    def prepare(db: Session, world: World) -> Plan:
+        template = factories.cluster_template(db)
+        drafts = [factories.template_version(db, template, n, state="draft",
+                                             validation=factories.PASSED)
+                  for n in range(1, 2 if one_row else 11)]
+        calls = [Call("POST", f"/api/v1/cluster-templates/{template.name}/versions/"
+                      f"{drafts[i % len(drafts)].version}/offer", world.platform)
+                 for i in range(BURST)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 200, 409)
+            assert statuses[200] == len(drafts)
+            assert _audited(db, "cluster_template.offer", [template.name]) == len(drafts)
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
 def new_version(one_row: bool) -> Callable[[Session, World], Plan]:
     """50 new drafts of one template (or of 10): each its own number, none lost."""
 
@@ -767,5 +789,6 @@ ROUTES: dict[tuple[str, str], Callable[[bool], Callable[[Session, World], Plan]]
     ("POST", "/api/v1/node-suggestions"): suggest_nodes,
     ("POST", "/api/v1/cluster-templates/{name}/versions/{version}/retire"): retire_version,
     ("POST", "/api/v1/cluster-templates/{name}/versions"): new_version,
+    ("POST", "/api/v1/cluster-templates/{name}/versions/{version}/offer"): offer_version,
     ("POST", f"{CLUSTER}/template-upgrade"): upgrade_template,
 }
