@@ -67,7 +67,7 @@ def _principal_for(db: Session, request: Request) -> tuple[Principal | None, dat
         if user is None:
             raise Unauthenticated("the API token's user is gone")
         principal = Principal(user=_detached_copy(user), via="token",
-                              scopes=frozenset(token.scopes),
+                              scopes=frozenset(token.scopes), token_id=token.id,
                               roles=repository.roles_of(db, user.id))
         return principal, token.expires_at
     user_id = _session_user_id(request)

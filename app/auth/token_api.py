@@ -51,8 +51,9 @@ def create_token(payload: TokenCreate, principal: CurrentPrincipal, db: DbSessio
 @router.delete("/current", status_code=204,
                summary="Revoke the token in use", responses=problems(404, 422))
 def revoke_current_token(request: Request, principal: CurrentPrincipal, db: DbSession) -> Response:
-    """Revokes the API token this request is made with (what `portalctl logout` does). 422 when
-    the request is not made with a token, 404 when it is already gone."""
+    """Revokes the API token this request is made with (what `portalctl logout` does); any
+    token may revoke itself, a read-only one too. 422 when the request is not made with a
+    token, 404 when it is already gone."""
     authorization = request.headers.get("authorization", "")
     token_service.revoke_current(db, principal, authorization[7:].strip())
     return Response(status_code=204)
@@ -61,6 +62,8 @@ def revoke_current_token(request: Request, principal: CurrentPrincipal, db: DbSe
 @router.delete("/{token_id}", status_code=204,
                summary="Revoke an API token", responses=problems(403, 404))
 def revoke_token(token_id: RowId, principal: CurrentPrincipal, db: DbSession) -> Response:
-    """Revokes one of your API tokens by id; it stops working at once. Audited."""
+    """Revokes one of your API tokens by id; it stops working at once. A token may always
+    revoke itself; revoking another takes the `write` scope (403 from a read-only token).
+    Audited."""
     token_service.revoke_token(db, principal, token_id)
     return Response(status_code=204)

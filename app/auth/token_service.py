@@ -53,8 +53,6 @@ def create_token(
 
 
 def revoke_token(db: Session, principal: Principal, token_id: int) -> ApiToken:
-    if not principal.can_write():
-        raise Forbidden("a read-only token cannot revoke tokens")
     token = db.scalar(select(ApiToken).where(
         ApiToken.id == token_id, ApiToken.user_id == principal.user_id))
     if token is None:
@@ -64,7 +62,7 @@ def revoke_token(db: Session, principal: Principal, token_id: int) -> ApiToken:
 
 
 def revoke_current(db: Session, principal: Principal, secret: str) -> ApiToken:
-    """Signing out from a command line: any token may revoke itself, read-only ones too."""
+    """Signing out from a command line (``portalctl logout``)."""
     if principal.via != "token":
         raise ValidationFailed("only a request made with an API token can revoke its token")
     token = db.scalar(select(ApiToken).where(
@@ -76,6 +74,10 @@ def revoke_current(db: Session, principal: Principal, secret: str) -> ApiToken:
 
 
 def _revoke(db: Session, principal: Principal, token: ApiToken) -> None:
+    """The one rule of both routes: a token may always revoke itself (giving up access, which
+    ``portalctl logout`` does with read-only tokens too); revoking any other token is a write."""
+    if token.id != principal.token_id and not principal.can_write():
+        raise Forbidden("a read-only token can revoke only itself")
     if token.revoked_at is None:
         token.revoked_at = utcnow()
         audit.record(db, action="api_token.revoke", actor_id=principal.user_id,
