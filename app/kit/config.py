@@ -108,9 +108,10 @@ class Settings(BaseSettings):
     auth_failures_per_minute: int = Field(
         default=60, ge=0,
         description="failed API tokens a minute from one client address (IPv6: its /64) or "
-                    "with one token prefix, past which requests with an API token from there "
-                    "or with that prefix are answered 429 with `Retry-After` until the minute "
-                    "is over, unread; counted per web process; `0` turns it off")
+                    "with one token prefix, past which further failures from there are "
+                    "answered 429 with `Retry-After` until the minute is over, and requests "
+                    "with that prefix too, unread; a valid token from a blocked address is "
+                    "served; counted per web process; `0` turns it off")
     audit_denial_window_seconds: float = Field(
         default=60.0, gt=0, le=3600,
         description="refused requests of one kind (status, caller, route) are audited once "
