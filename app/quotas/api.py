@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
+from app.authz.routes import PLATFORM_WRITE
 from app.http.deps import DbSession, RowId
 from app.http.json_body import page_response
 from app.http.pagination import Page, Paging
@@ -81,6 +82,7 @@ def queue(db: DbSession, principal: CurrentPrincipal, paging: Paging,
 
 
 @router.post("/quota-requests/{request_id}/approve", response_model=QueueItem,
+             dependencies=PLATFORM_WRITE,
              summary="Approve a quota request", responses=problems(403, 404, 409))
 def approve(request_id: RowId, payload: ApproveIn, db: DbSession,
             principal: CurrentPrincipal) -> QueueItem:
@@ -92,6 +94,7 @@ def approve(request_id: RowId, payload: ApproveIn, db: DbSession,
 
 
 @router.post("/quota-requests/{request_id}/reject", response_model=QueueItem,
+             dependencies=PLATFORM_WRITE,
              summary="Reject a quota request", responses=problems(403, 404, 409))
 def reject(request_id: RowId, payload: RejectIn, db: DbSession,
            principal: CurrentPrincipal) -> QueueItem:
@@ -107,7 +110,7 @@ def burst_policy(tenant: str, db: DbSession, principal: CurrentPrincipal) -> Bur
     return BurstOut(**burst.burst_for(db, principal, tenant).as_dict())
 
 
-@router.put("/tenants/{tenant}/burst-policy", response_model=BurstOut,
+@router.put("/tenants/{tenant}/burst-policy", dependencies=PLATFORM_WRITE, response_model=BurstOut,
             summary="Set a tenant's burst policy", responses=problems(403, 404))
 def set_burst_policy(tenant: str, payload: BurstIn, db: DbSession,
                      principal: CurrentPrincipal) -> BurstOut:

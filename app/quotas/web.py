@@ -12,6 +12,7 @@ from app.audit import readable
 from app.auth.csrf import STATE_CHANGING
 from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
+from app.authz.routes import PLATFORM_STATE_CHANGING
 from app.http.deps import DbSession, RowId
 from app.http.pagination import Paging
 from app.http.routing import UnitOfWorkRoute
@@ -140,7 +141,7 @@ def burst_context(db: DbSession, principal: Principal, tenant: str) -> dict[str,
             "form": {name: str(getattr(current, name)) for name in current.overrides}}
 
 
-@router.post("/admin/tenants/{tenant}/burst-policy", dependencies=STATE_CHANGING)
+@router.post("/admin/tenants/{tenant}/burst-policy", dependencies=PLATFORM_STATE_CHANGING)
 def set_burst(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
               fields: FormFields) -> Response:
     payload = form_payload(fields, keys=("tier", *burst.FIELDS), integers=burst.FIELDS)
@@ -204,7 +205,7 @@ def _needs_overcommit(problem: ProblemError) -> bool:
     return any(e.get("field") == "overcommit" for e in problem.errors)
 
 
-@router.post("/admin/quota-requests/{request_id}/approve", dependencies=STATE_CHANGING)
+@router.post("/admin/quota-requests/{request_id}/approve", dependencies=PLATFORM_STATE_CHANGING)
 def approve(request: Request, request_id: RowId, db: DbSession, principal: CurrentPrincipal,
             fields: FormFields) -> Response:
     def decide() -> Any:
@@ -215,7 +216,7 @@ def approve(request: Request, request_id: RowId, db: DbSession, principal: Curre
     return _decided(request, db, principal, request_id, decide)
 
 
-@router.post("/admin/quota-requests/{request_id}/reject", dependencies=STATE_CHANGING)
+@router.post("/admin/quota-requests/{request_id}/reject", dependencies=PLATFORM_STATE_CHANGING)
 def reject(request: Request, request_id: RowId, db: DbSession, principal: CurrentPrincipal,
            fields: FormFields) -> Response:
     def decide() -> Any:
