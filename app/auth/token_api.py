@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from app.auth import token_service
 from app.auth.deps import CurrentPrincipal
 from app.auth.schemas import TokenCreate, TokenCreated, TokenOut
-from app.http.deps import DbSession, RowId
+from app.http.deps import DbSession, RowId, get_settings_dep
 from app.http.pagination import Page, Paging
 from app.http.problems import problems
 from app.http.routing import UnitOfWorkRoute
+from app.kit.config import Settings
 
 router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"], route_class=UnitOfWorkRoute)
+AppSettings = Annotated[Settings, Depends(get_settings_dep)]
 
 
 def token_out(token: object) -> TokenOut:
@@ -33,14 +37,17 @@ def list_tokens(
 
 
 @router.post("", status_code=201, response_model=TokenCreated,
-             summary="Create an API token", responses=problems(403))
-def create_token(payload: TokenCreate, principal: CurrentPrincipal, db: DbSession) -> Response:
+             summary="Create an API token", responses=problems(403, 409))
+def create_token(payload: TokenCreate, principal: CurrentPrincipal, db: DbSession,
+                 settings: AppSettings) -> Response:
     """Makes an API token for you and answers with its secret, once: store it now, it is kept only
     as a hash. Scopes: `read`, `write`, `admin` (what a platform admin may do). 403 from a
-    read-only token, or for more scopes than the token in use has. Not replayable with
+    read-only token, or for more scopes than the token in use has; 409 when you already hold
+    `PORTAL_USER_MAX_LIVE_TOKENS` live tokens (the answer names the limit and the count); 422
+    for a lifetime past `PORTAL_TOKEN_MAX_LIFETIME_DAYS`. Not replayable with
     Idempotency-Key: the secret is never stored."""
     token, secret = token_service.create_token(
-        db, principal, name=payload.name, scopes=list(payload.scopes),
+        db, principal, settings, name=payload.name, scopes=list(payload.scopes),
         expires_in_days=payload.expires_in_days,
     )
     body = TokenCreated(**token_out(token).model_dump(), token=secret)

@@ -17,9 +17,11 @@ from app.http.deps import DbSession, RowId
 from app.http.pagination import Paging
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import Conflict, ProblemError, ValidationFailed
+from app.kit.limits import LimitReached
 from app.kit.validation import MAX_ROW_ID
 from app.kit.words import counted
 from app.quotas import burst, service
+from app.quotas.api import AppSettings
 from app.quotas.schemas import (
     MAX_GPUS,
     REQUEST_STATES,
@@ -107,12 +109,17 @@ def validate_request(request: Request, tenant: str, db: DbSession,
 
 @router.post("/t/{tenant}/quota-requests", dependencies=STATE_CHANGING)
 def create_request(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
-                   fields: FormFields) -> Response:
+                   settings: AppSettings, fields: FormFields) -> Response:
     payload, errors, status_code, _warnings = _checked(db, principal, tenant, fields)
     if payload is None:
         return _request_form(request, db, principal, tenant, fields, errors, status_code,
                              whole_page=not is_htmx(request))
-    created = service.create_request(db, principal, tenant, payload)
+    try:
+        created = service.create_request(db, principal, settings, tenant, payload)
+    except LimitReached as error:
+        return _request_form(request, db, principal, tenant, fields,
+                             {"gpus": error.detail}, error.status,
+                             whole_page=not is_htmx(request))
     return go_to(request, f"/t/{tenant}",
                  toast=" ".join(["Quota request sent: a platform admin decides it.",
                                  *created.warnings]))
