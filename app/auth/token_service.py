@@ -70,7 +70,7 @@ def live_tokens_limit(settings: Settings) -> Limit:
 def ensure_room_for_a_token(db: Session, settings: Settings, principal: Principal) -> None:
     """Counted under a lock of the user's row: two creates at once cannot both take the last
     place."""
-    lock_row(db, User, principal.user_id)
+    lock_row(db, User, principal.user_id, keys_free=True)
     live_tokens_limit(settings).ensure_room(
         repository.live_token_count(db, principal.user_id, utcnow()), principal.email,
         "revoke one first (portalctl tokens revoke, or the API tokens page)")

@@ -32,7 +32,7 @@ def ensure_room_for_a_cluster(db: Session, settings: Settings, tenant: Tenant,
     """Without ``lock`` (a form's checks as it is filled in), it reads and locks nothing."""
     refuse_empty(payload.model_dump())
     if lock:
-        lock_row(db, Tenant, tenant.id)
+        lock_row(db, Tenant, tenant.id, keys_free=True)
     clusters_limit(settings).ensure_room(repository.cluster_count(db, tenant.id),
                                          f"tenant {tenant.slug}", "delete one first")
 

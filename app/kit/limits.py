@@ -1,7 +1,8 @@
 """What one tenant or user may hold at once: pending quota requests, clusters, API tokens.
 
-Each domain counts its own rows under a lock of the owner's row (the tenant's, the user's), so
-that two requests at once cannot both take the last place; this module only says how a limit
+Each domain counts its own rows under a lock of the owner's row (the tenant's, the user's;
+``FOR NO KEY UPDATE``, which an insert naming the owner never waits for), so that two requests
+at once cannot both take the last place; this module only says how a limit
 reached is answered: a 409 naming the limit, its setting and the current count.
 """
 

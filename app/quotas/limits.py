@@ -20,7 +20,7 @@ def pending_requests_limit(settings: Settings) -> Limit:
 
 
 def ensure_room_for_a_request(db: Session, settings: Settings, tenant: Tenant) -> None:
-    lock_row(db, Tenant, tenant.id)
+    lock_row(db, Tenant, tenant.id, keys_free=True)
     pending_requests_limit(settings).ensure_room(
         repository.pending_count(db, tenant.id), f"tenant {tenant.slug}",
         "cancel one, or wait for a platform admin to decide one")

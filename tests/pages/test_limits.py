@@ -235,3 +235,26 @@ def test_the_pages_say_which_limit_was_reached(limited: TestClient, db: Session,
         "reason": "training"}, headers={"accept": "text/html"})
     assert sent.status_code == 409
     assert "has 2 pending quota requests" in sent.text
+
+
+@pytest.mark.parametrize("create", [_quota_request, _a_cluster],
+                         ids=["quota request", "cluster"])
+def test_a_create_holding_its_tenant_holds_back_no_insert_naming_the_tenant(
+    own_pg_database: Database, create: Create
+) -> None:
+    """The worker's usage rows, another request's audit rows: their foreign key checks lock
+    the tenant's row ``FOR KEY SHARE``, which the limit's ``FOR NO KEY UPDATE`` lets through
+    (``FOR UPDATE`` held them until the create committed, and could deadlock with an approval
+    that holds a quota row the create then waits for)."""
+    database = own_pg_database
+    with database.transaction() as db:
+        tenancy = build_tenancy(db)
+    with database.transaction() as first:
+        create(first, tenancy, Settings(env="test"), "first")
+        with database.engine.connect() as other:
+            other.execute(text("SET lock_timeout = '2s'"))
+            other.execute(text(
+                "INSERT INTO usage_ledger (at, at_s, kind, subject_id, tenant_id, gpu_class_id,"
+                " cluster_name, gpus) VALUES (now(), 0, 'quota', 1, :tenant, :gpu, '', 1)"),
+                {"tenant": tenancy.acme.id, "gpu": tenancy.h100.id})
+            other.rollback()
