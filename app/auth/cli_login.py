@@ -30,6 +30,7 @@ from app.auth.csrf import STATE_CHANGING
 from app.auth.deps import CurrentPrincipal, MaybePrincipal
 from app.auth.principal import Principal
 from app.auth.schemas import CliLoginRequest
+from app.auth.token_api import AppSettings
 from app.http.deps import DbSession
 from app.http.middleware import CONTENT_SECURITY_POLICY
 from app.http.routing import UnitOfWorkRoute
@@ -77,7 +78,7 @@ def confirm_page(
 
 @router.post("/login", dependencies=STATE_CHANGING)
 def decide(
-    request: Request, principal: CurrentPrincipal, db: DbSession,
+    request: Request, principal: CurrentPrincipal, db: DbSession, settings: AppSettings,
     port: Annotated[str, Form()] = "", state: Annotated[str, Form()] = "",
     name: Annotated[str, Form()] = "", expires_in_days: Annotated[str, Form()] = "",
     decision: Annotated[str, Form()] = "",
@@ -90,7 +91,7 @@ def decide(
     if decision != "create":
         return _hand_off(request, ask, {"state": ask.state, "error": "cancelled"})
     _token, secret = token_service.create_token(
-        db, principal, name=ask.name, scopes=cli_scopes(principal),
+        db, principal, settings, name=ask.name, scopes=cli_scopes(principal),
         expires_in_days=ask.expires_in_days)
     return _hand_off(request, ask, {"state": ask.state, "token": secret})
 

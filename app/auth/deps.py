@@ -15,11 +15,11 @@ from app.auth.models import ApiToken, User, WebSession
 from app.auth.principal import Principal
 from app.auth.principal_cache import PrincipalCache, watch
 from app.auth.sessions import PLAIN_COOKIE, SECURE_COOKIE
-from app.auth.throttle import FailedAuthThrottle
+from app.auth.throttle import THROTTLED, FailedAuthThrottle
 from app.auth.tokens import active_token, bearer_secret, hash_token
 from app.database.core import Database
 from app.http import hop
-from app.kit.errors import Unauthenticated
+from app.kit.errors import TooManyRequests, Unauthenticated
 
 # A commit touching any of these empties the caches of who callers are (memberships: the
 # tenants domain watches its own table). A new token changes no cached caller: creating one
@@ -50,7 +50,7 @@ def _resolve_principal(request: Request) -> tuple[Principal | None, datetime | N
         # Again here, on the thread: requests queued for one passed the middleware's check
         # before the failures ahead of them were counted.
         throttle: FailedAuthThrottle = request.app.state.auth_throttle
-        throttle.refuse_if_blocked(request.scope)
+        throttle.refuse_guess_if_blocked(request.scope)
     database: Database = request.app.state.database
     with database.transaction() as db:
         return _principal_for(db, request)
@@ -67,7 +67,7 @@ def _principal_for(db: Session, request: Request) -> tuple[Principal | None, dat
         if user is None:
             raise Unauthenticated("the API token's user is gone")
         principal = Principal(user=_detached_copy(user), via="token",
-                              scopes=frozenset(token.scopes),
+                              scopes=frozenset(token.scopes), token_id=token.id,
                               roles=repository.roles_of(db, user.id))
         return principal, token.expires_at
     user_id = _session_user_id(request)
@@ -108,7 +108,10 @@ async def optional_principal(request: Request) -> Principal | None:
         try:
             principal, valid_until = await hop.run_sync(_resolve_principal, request)
         except Unauthenticated:
-            request.app.state.auth_throttle.note_failure(request.scope)
+            # A blocked address's failures are 429; its valid tokens were served above.
+            wait = request.app.state.auth_throttle.note_failure(request.scope)
+            if wait is not None:
+                raise TooManyRequests(THROTTLED, retry_after=wait) from None
             raise
         if principal is not None:
             cache.put(key, principal, valid_until)

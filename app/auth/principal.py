@@ -15,6 +15,9 @@ class Principal:
     scopes: frozenset[str] = frozenset({"read", "write", "admin"})
     # tenant id -> role
     roles: dict[int, str] = field(default_factory=dict)
+    # The API token this request is made with (``via == "token"``), which may always revoke
+    # itself: giving up one's own access needs no write scope.
+    token_id: int | None = None
     # Copied from the user at construction: error pages render after a rollback has expired
     # the ORM row, and must still show who is signed in.
     user_id: int = field(init=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Integer, String, Table, column, func, or_, select, table
@@ -24,6 +25,13 @@ _ADD_TOKEN = PreparedInsert(_TOKENS, returning=list(_TOKENS.columns))
 def add_token(db: Session, values: Mapping[str, Any]) -> Any:
     """A new API token's row, every column as stored (its id and created_at among them)."""
     return _ADD_TOKEN.add(db, values)
+
+
+def live_token_count(db: Session, user_id: int, now: datetime) -> int:
+    """The user's tokens that still work: neither revoked nor expired."""
+    return db.scalar(select(func.count()).select_from(ApiToken).where(
+        ApiToken.user_id == user_id, ApiToken.revoked_at.is_(None),
+        or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > now))) or 0
 
 
 def user_by_identity(db: Session, issuer: str, subject: str) -> User | None:

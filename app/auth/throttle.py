@@ -2,14 +2,16 @@
 
 After ``limit`` failed API tokens within a minute from one address (an IPv6 caller: its /64),
 or with one token prefix (the ``gtp_xxxxxx`` a token's owner sees, from any address), further
-requests with an API token from there, or with that prefix, are answered 429 with
-``Retry-After`` until the minute that began with the first failure is over, before the token is
-looked up or the database touched. A token that works never counts; a blocked one is refused
-unread, whether it would have worked or not. Browsers (session cookies) are not held back:
-behind one address there may be many people, and a cookie is not a failed authentication.
+failures from there, or with that prefix, are answered 429 with ``Retry-After`` instead of 401
+until the minute that began with the first failure is over. A token that works never counts.
 
-Why per prefix too: an attacker with many addresses guessing the rest of a token whose prefix
-it saw (in a screenshot of the tokens page, say) is held back by the prefix.
+What each block refuses differs. A blocked prefix is refused before the token is looked up or
+the database touched, whether the token would have worked or not: that is the guessing of one
+token (whose prefix was seen in a screenshot of the tokens page, say) from many addresses. A
+blocked address is not: its requests are looked up as ever and a valid token is served, so one
+misconfigured script behind a company's NAT or on a shared CI runner does not lock out every
+user whose requests leave from the same address; only its failures get 429. Browsers (session
+cookies) are not held back at all: a cookie is not a failed authentication.
 
 The counts live in this process only (a few dicts, the oldest key out first past
 ``max_keys``): with several processes, a caller gets ``limit`` failures a minute from each.
@@ -58,13 +60,21 @@ class FailedAuthThrottle:
 
     def retry_after(self, scope: Scope) -> int | None:
         """Seconds until this request's address and token prefix may fail again; None when
-        it may go on (no API token, or neither is blocked)."""
+        neither is blocked (or the request has no API token): asked of a failure."""
+        return self._retry_after(scope, prefix_only=False)
+
+    def guess_retry_after(self, scope: Scope) -> int | None:
+        """Seconds until this request's token prefix may fail again: asked before the token
+        is looked up, where its address alone must not hold a valid token back."""
+        return self._retry_after(scope, prefix_only=True)
+
+    def _retry_after(self, scope: Scope, *, prefix_only: bool) -> int | None:
         if not self._blocked:
             return None
         secret = bearer_secret(scope)
         if secret is None:
             return None
-        keys = _keys(scope, secret)
+        keys = _keys(scope, secret)[1:] if prefix_only else _keys(scope, secret)
         now = core.monotonic()
         # Only while someone is blocked; the threads read what the event loop writes.
         with self._lock:
@@ -72,13 +82,19 @@ class FailedAuthThrottle:
             until = max(self._blocked.get(key, 0.0) for key in keys)
         return math.ceil(until - now) if until > now else None
 
-    def refuse_if_blocked(self, scope: Scope) -> None:
-        wait = self.retry_after(scope)
+    def refuse_guess_if_blocked(self, scope: Scope) -> None:
+        wait = self.guess_retry_after(scope)
         if wait is not None:
             raise TooManyRequests(THROTTLED, retry_after=wait)
 
-    def note_failure(self, scope: Scope) -> None:
-        """An API token of this request was refused."""
+    def note_failure(self, scope: Scope) -> int | None:
+        """An API token of this request was refused: the seconds to answer in ``Retry-After``
+        with a 429 when its address or prefix was already blocked, else None (a 401)."""
+        wait = self.retry_after(scope)
+        self._count_failure(scope)
+        return wait
+
+    def _count_failure(self, scope: Scope) -> None:
         secret = bearer_secret(scope)
         if secret is None or self.limit <= 0:
             return
@@ -117,7 +133,7 @@ def _keys(scope: Scope, secret: str) -> tuple[str, str]:
 
 
 class FailedAuthThrottleMiddleware:
-    """Answers a blocked caller's API-token request before the session, the route or the
+    """Answers an API-token request with a blocked prefix before the session, the route or the
     database see it; each such answer is counted in the denial log, written later."""
 
     def __init__(self, app: ASGIApp, throttle: FailedAuthThrottle, denials: DenialLog) -> None:
@@ -127,7 +143,7 @@ class FailedAuthThrottleMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            wait = self.throttle.retry_after(scope)
+            wait = self.throttle.guess_retry_after(scope)
             if wait is not None:
                 self.denials.count_only(throttled_denial(scope))
                 await _too_many(scope, send, wait)

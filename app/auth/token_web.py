@@ -15,10 +15,13 @@ from app.auth.csrf import STATE_CHANGING
 from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.auth.schemas import TokenCreate
+from app.auth.token_api import AppSettings
 from app.http.deps import DbSession, RowId
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
+from app.kit.config import Settings
 from app.kit.errors import ValidationFailed
+from app.kit.limits import LimitReached
 from app.web.forms import problem_errors, validation_errors
 from app.web.templating import render
 
@@ -28,22 +31,25 @@ _DIGITS = re.compile(r"[0-9]{1,9}")
 
 
 def _page(
-    request: Request, db: Session, principal: Principal, status_code: int = 200, **extra: object
+    request: Request, db: Session, principal: Principal, settings: Settings,
+    status_code: int = 200, **extra: object
 ) -> Response:
     tokens, _ = token_service.list_tokens(db, principal, PageParams(limit=200))
     return render(request, "auth/tokens.html",
-                  {"tokens": tokens, "scopes": token_service.scopes_offered(principal), **extra},
+                  {"tokens": tokens, "scopes": token_service.scopes_offered(principal),
+                   "max_days": settings.token_max_lifetime_days, **extra},
                   status_code=status_code)
 
 
 @router.get("/tokens")
-def tokens_page(request: Request, principal: CurrentPrincipal, db: DbSession) -> Response:
-    return _page(request, db, principal)
+def tokens_page(request: Request, principal: CurrentPrincipal, db: DbSession,
+                settings: AppSettings) -> Response:
+    return _page(request, db, principal, settings)
 
 
 @router.post("/tokens", dependencies=STATE_CHANGING)
 def create_token(
-    request: Request, principal: CurrentPrincipal, db: DbSession,
+    request: Request, principal: CurrentPrincipal, db: DbSession, settings: AppSettings,
     name: Annotated[str, Form()] = "", scopes: Annotated[list[str] | None, Form()] = None,
     expires_in_days: Annotated[str, Form()] = "30",
 ) -> Response:
@@ -53,26 +59,30 @@ def create_token(
             {"name": name, "scopes": scopes or [], "expires_in_days": _int_or_raw(expires_in_days)}
         )
         token, secret = token_service.create_token(
-            db, principal, name=payload.name, scopes=list(payload.scopes),
+            db, principal, settings, name=payload.name, scopes=list(payload.scopes),
             expires_in_days=payload.expires_in_days,
         )
     except ValidationError as error:
-        return _page(request, db, principal, errors=validation_errors(error), status_code=422,
-                     form=typed)
+        return _page(request, db, principal, settings, errors=validation_errors(error),
+                     status_code=422, form=typed)
     except ValidationFailed as error:
-        return _page(request, db, principal, errors=problem_errors(error), status_code=422,
-                     form=typed)
-    response = _page(request, db, principal, created=token, secret=secret)
+        return _page(request, db, principal, settings, errors=problem_errors(error),
+                     status_code=422, form=typed)
+    except LimitReached as error:
+        return _page(request, db, principal, settings, errors={"form": error.detail},
+                     status_code=error.status, form=typed)
+    response = _page(request, db, principal, settings, created=token, secret=secret)
     response.headers["Cache-Control"] = "no-store"
     return response
 
 
 @router.post("/tokens/{token_id}/revoke", dependencies=STATE_CHANGING)
 def revoke_token(
-    token_id: RowId, request: Request, principal: CurrentPrincipal, db: DbSession
+    token_id: RowId, request: Request, principal: CurrentPrincipal, db: DbSession,
+    settings: AppSettings,
 ) -> Response:
     token_service.revoke_token(db, principal, token_id)
-    return _page(request, db, principal)
+    return _page(request, db, principal, settings)
 
 
 def _int_or_raw(text: str) -> int | str:

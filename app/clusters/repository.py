@@ -138,6 +138,12 @@ def name_taken(db: Session, tenant_id: int, name: str) -> bool:
     return bool(_NAMED.rows(db, {"tenant_id": tenant_id, "name": name}))
 
 
+def cluster_count(db: Session, tenant_id: int) -> int:
+    """The tenant's clusters, those being deleted included (they still run on the host)."""
+    return db.scalar(select(func.count()).select_from(VirtualCluster)
+                     .where(VirtualCluster.tenant_id == tenant_id)) or 0
+
+
 _CLUSTERS = cast(Table, VirtualCluster.__table__)
 _ADD_CLUSTER = PreparedInsert(_CLUSTERS, returning=list(_CLUSTERS.columns))
 

@@ -27,7 +27,7 @@ from app.audit import readable
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz.scoping import Action
-from app.clusters import checks, deletion, desired, power, repository, sleep_policy
+from app.clusters import checks, deletion, desired, limits, power, repository, sleep_policy
 from app.clusters import conditions as cond
 from app.clusters.deletion import spec_of as _spec
 from app.clusters.installer import HelmInstaller
@@ -245,6 +245,7 @@ def check_create(
     if resolved is not None:
         payload = resolved.payload
     checks.check_version(settings, payload.kubernetes_version)
+    limits.ensure_room_for_a_cluster(db, settings, tenant, payload, lock=lock)
     if repository.name_taken(db, tenant.id, payload.name):
         raise _name_taken(payload.name)
     gpu_class = checks.gpu_class_of(db, payload.gpu_class_id, payload.gpus)
@@ -328,6 +329,7 @@ def resize_cluster(db: Session, principal: Principal, slug: str, name: str,
               if getattr(cluster, k) != v}
     if not wanted:
         return cluster_out(db, cluster)
+    limits.refuse_empty({**_spec(cluster), **wanted})
     new_gpus = wanted.get("gpus", cluster.gpus)
     if gpu_class is None and new_gpus > 0:
         raise ValidationFailed.on_field(

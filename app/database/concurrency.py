@@ -23,11 +23,16 @@ from app.kit.errors import Conflict
 M = TypeVar("M", bound=Base)
 
 
-def lock_row(db: Session, model: type[M], row_id: int, *, shared: bool = False) -> M | None:
-    """``shared``: ``FOR SHARE`` on PostgreSQL, so holders wait only for writers of the row."""
+def lock_row(db: Session, model: type[M], row_id: int, *, shared: bool = False,
+             keys_free: bool = False) -> M | None:
+    """``shared``: ``FOR SHARE`` on PostgreSQL, so holders wait only for writers of the row.
+    ``keys_free``: ``FOR NO KEY UPDATE``, which rows referencing this one (their foreign key
+    checks take ``FOR KEY SHARE``) need not wait for: a lock that only serialises its holders,
+    as a count against a limit needs, without queueing every insert that names the row."""
     primary_key: Any = model.__mapper__.primary_key[0]
     lock_rows(db, model, primary_key == row_id)
-    query = select(model).where(primary_key == row_id).with_for_update(read=shared)
+    query = (select(model).where(primary_key == row_id)
+             .with_for_update(read=shared, key_share=keys_free))
     return db.scalar(query.execution_options(populate_existing=True))
 
 

@@ -8,6 +8,7 @@ from starlette.responses import Response
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.authz import ensure_platform_writer
+from app.authz.routes import PLATFORM_WRITE
 from app.gpu_classes import service as gpu_classes
 from app.gpu_classes.schemas import GpuClassCreate, GpuClassOut, GpuClassUpdate
 from app.http.deps import DbSession, RowId
@@ -27,7 +28,7 @@ def list_classes(db: DbSession, principal: CurrentPrincipal,
     return gpu_classes.list_classes(db, principal, paging)
 
 
-@router.post("", status_code=201, response_model=GpuClassOut,
+@router.post("", dependencies=PLATFORM_WRITE, status_code=201, response_model=GpuClassOut,
              summary="Declare a GPU class", responses=problems(403, 409))
 def declare_class(request: Request, payload: GpuClassCreate, db: DbSession,
                   principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> Response:
@@ -38,7 +39,7 @@ def declare_class(request: Request, payload: GpuClassCreate, db: DbSession,
                           create=lambda: gpu_classes.declare_class(db, principal, payload))
 
 
-@router.patch("/{class_id}", response_model=GpuClassOut,
+@router.patch("/{class_id}", dependencies=PLATFORM_WRITE, response_model=GpuClassOut,
               summary="Update a GPU class", responses=problems(403, 404))
 def update_class(class_id: RowId, payload: GpuClassUpdate, db: DbSession,
                  principal: CurrentPrincipal) -> GpuClassOut:

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from app.auth.csrf import STATE_CHANGING
 from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
+from app.authz.routes import PLATFORM_STATE_CHANGING
 from app.gpu_classes import service as gpu_classes
 from app.gpu_classes.schemas import GpuClassCreate, GpuClassUpdate
 from app.http.deps import DbSession, RowId
@@ -48,7 +48,7 @@ def admin_gpu_classes(request: Request, db: DbSession, principal: CurrentPrincip
     return _page(request, db, principal)
 
 
-@router.post("/admin/gpu-classes", dependencies=STATE_CHANGING)
+@router.post("/admin/gpu-classes", dependencies=PLATFORM_STATE_CHANGING)
 def declare_class(request: Request, db: DbSession, principal: CurrentPrincipal,
                   fields: FormFields) -> Response:
     payload = form_payload(fields, keys=("product", "display_name", "memory_mib",
@@ -63,7 +63,7 @@ def declare_class(request: Request, db: DbSession, principal: CurrentPrincipal,
     return go_to(request, "/admin/gpu-classes")
 
 
-@router.post("/admin/gpu-classes/{class_id}", dependencies=STATE_CHANGING)
+@router.post("/admin/gpu-classes/{class_id}", dependencies=PLATFORM_STATE_CHANGING)
 def rename_class(request: Request, class_id: RowId, db: DbSession, principal: CurrentPrincipal,
                  fields: FormFields) -> Response:
     try:

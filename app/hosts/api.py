@@ -10,6 +10,7 @@ from starlette.responses import Response
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.authz import ensure_platform_writer
+from app.authz.routes import PLATFORM_WRITE
 from app.hosts import service
 from app.hosts.health import ChartProbe
 from app.hosts.schemas import HostCredentialsIn, HostOut, HostRegister, HostUpdate, StateChange
@@ -51,7 +52,7 @@ def list_hosts(db: DbSession, principal: CurrentPrincipal, paging: Paging) -> Pa
     return service.list_hosts(db, principal, paging)
 
 
-@router.post("", status_code=201, response_model=HostOut,
+@router.post("", dependencies=PLATFORM_WRITE, status_code=201, response_model=HostOut,
              summary="Register a host cluster", responses=problems(403, 409))
 def register_host(request: Request, payload: HostRegister, db: DbSession,
                   principal: CurrentPrincipal, settings: AppSettings,
@@ -71,7 +72,7 @@ def get_host(name: HostName, db: DbSession, principal: CurrentPrincipal) -> Host
     return service.get_host(db, principal, name)
 
 
-@router.patch("/{name}", response_model=HostOut,
+@router.patch("/{name}", dependencies=PLATFORM_WRITE, response_model=HostOut,
               summary="Update a host cluster", responses=problems(403, 404, 409))
 def update_host(name: HostName, payload: HostUpdate, db: DbSession,
                 principal: CurrentPrincipal) -> HostOut:
@@ -80,7 +81,7 @@ def update_host(name: HostName, payload: HostUpdate, db: DbSession,
     return service.update_host(db, principal, name, payload)
 
 
-@router.put("/{name}/credentials", response_model=HostOut,
+@router.put("/{name}/credentials", dependencies=PLATFORM_WRITE, response_model=HostOut,
             summary="Replace a host's credentials", responses=problems(403, 404, 409))
 def replace_credentials(name: HostName, payload: HostCredentialsIn, db: DbSession,
                         principal: CurrentPrincipal, settings: AppSettings) -> HostOut:
@@ -89,7 +90,7 @@ def replace_credentials(name: HostName, payload: HostCredentialsIn, db: DbSessio
     return service.replace_credentials(db, principal, settings, name, payload)
 
 
-@router.post("/{name}/cordon", response_model=HostOut,
+@router.post("/{name}/cordon", dependencies=PLATFORM_WRITE, response_model=HostOut,
              summary="Cordon a host cluster", responses=problems(403, 404))
 def cordon(name: HostName, db: DbSession, principal: CurrentPrincipal,
            payload: StateChange = NO_REASON) -> HostOut:
@@ -98,7 +99,7 @@ def cordon(name: HostName, db: DbSession, principal: CurrentPrincipal,
     return service.set_state(db, principal, name, "cordoned", payload.reason)
 
 
-@router.post("/{name}/uncordon", response_model=HostOut,
+@router.post("/{name}/uncordon", dependencies=PLATFORM_WRITE, response_model=HostOut,
              summary="Uncordon a host cluster", responses=problems(403, 404))
 def uncordon(name: HostName, db: DbSession, principal: CurrentPrincipal,
              payload: StateChange = NO_REASON) -> HostOut:
@@ -106,7 +107,7 @@ def uncordon(name: HostName, db: DbSession, principal: CurrentPrincipal,
     return service.set_state(db, principal, name, "active", payload.reason)
 
 
-@router.post("/{name}/drain", response_model=HostOut,
+@router.post("/{name}/drain", dependencies=PLATFORM_WRITE, response_model=HostOut,
              summary="Drain a host cluster", responses=problems(403, 404))
 def drain(name: HostName, db: DbSession, principal: CurrentPrincipal,
           payload: StateChange = NO_REASON) -> HostOut:
@@ -115,7 +116,7 @@ def drain(name: HostName, db: DbSession, principal: CurrentPrincipal,
     return service.set_state(db, principal, name, "draining", payload.reason)
 
 
-@router.post("/{name}/check", response_model=HostOut,
+@router.post("/{name}/check", dependencies=PLATFORM_WRITE, response_model=HostOut,
              summary="Check a host cluster now", responses=problems(403, 404))
 def check(name: HostName, db: DbSession, principal: CurrentPrincipal, settings: AppSettings,
           connector: Connector, charts: Charts) -> HostOut:
@@ -123,7 +124,7 @@ def check(name: HostName, db: DbSession, principal: CurrentPrincipal, settings: 
     return service.check_host(db, principal, settings, connector, charts, name)
 
 
-@router.delete("/{name}", status_code=204,
+@router.delete("/{name}", dependencies=PLATFORM_WRITE, status_code=204,
                summary="Delete a host cluster", responses=problems(403, 404, 409))
 def delete_host(name: HostName, db: DbSession, principal: CurrentPrincipal) -> Response:
     """Removes a host no node or cluster points at (platform admins); 409 otherwise. Audited."""

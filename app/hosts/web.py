@@ -8,10 +8,10 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from app.auth.csrf import STATE_CHANGING
 from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
+from app.authz.routes import PLATFORM_STATE_CHANGING
 from app.hosts import service
 from app.hosts.api import AppSettings, Charts, Connector, HostName
 from app.hosts.schemas import HostCredentialsIn, HostRegister, HostUpdate, StateChange
@@ -58,7 +58,7 @@ def hosts_page(request: Request, db: DbSession, principal: CurrentPrincipal) -> 
     return _list_page(request, db, principal)
 
 
-@router.post("/admin/hosts", dependencies=STATE_CHANGING)
+@router.post("/admin/hosts", dependencies=PLATFORM_STATE_CHANGING)
 def register_host(request: Request, db: DbSession, principal: CurrentPrincipal,
                   settings: AppSettings, fields: FormFields) -> Response:
     payload = form_payload(fields, keys=("name", "region", "description", "kube_qps",
@@ -82,7 +82,7 @@ def host_page(request: Request, name: HostName, db: DbSession,
     return _detail_page(request, db, principal, name)
 
 
-@router.post("/admin/hosts/{name}", dependencies=STATE_CHANGING)
+@router.post("/admin/hosts/{name}", dependencies=PLATFORM_STATE_CHANGING)
 def update_host(request: Request, name: HostName, db: DbSession, principal: CurrentPrincipal,
                 fields: FormFields) -> Response:
     payload = form_payload(fields, keys=("name", "region", "description", "kube_qps",
@@ -104,7 +104,7 @@ def update_host(request: Request, name: HostName, db: DbSession, principal: Curr
     return go_to(request, f"/admin/hosts/{row.name}", "Saved")
 
 
-@router.post("/admin/hosts/{name}/credentials", dependencies=STATE_CHANGING)
+@router.post("/admin/hosts/{name}/credentials", dependencies=PLATFORM_STATE_CHANGING)
 def replace_credentials(request: Request, name: HostName, db: DbSession,
                         principal: CurrentPrincipal, settings: AppSettings,
                         fields: FormFields) -> Response:
@@ -122,7 +122,7 @@ def replace_credentials(request: Request, name: HostName, db: DbSession,
     return go_to(request, f"/admin/hosts/{name}", "Credentials replaced")
 
 
-@router.post("/admin/hosts/{name}/state/{action}", dependencies=STATE_CHANGING)
+@router.post("/admin/hosts/{name}/state/{action}", dependencies=PLATFORM_STATE_CHANGING)
 def change_state(request: Request, name: HostName, action: str, db: DbSession,
                  principal: CurrentPrincipal, fields: FormFields) -> Response:
     if action not in STATES:
@@ -135,14 +135,14 @@ def change_state(request: Request, name: HostName, action: str, db: DbSession,
     return go_to(request, f"/admin/hosts/{name}", f"{name}: {action} done")
 
 
-@router.post("/admin/hosts/{name}/check", dependencies=STATE_CHANGING)
+@router.post("/admin/hosts/{name}/check", dependencies=PLATFORM_STATE_CHANGING)
 def check_now(request: Request, name: HostName, db: DbSession, principal: CurrentPrincipal,
               settings: AppSettings, connector: Connector, charts: Charts) -> Response:
     service.check_host(db, principal, settings, connector, charts, name)
     return go_to(request, f"/admin/hosts/{name}", "Checked")
 
 
-@router.post("/admin/hosts/{name}/delete", dependencies=STATE_CHANGING)
+@router.post("/admin/hosts/{name}/delete", dependencies=PLATFORM_STATE_CHANGING)
 def delete_host(request: Request, name: HostName, db: DbSession,
                 principal: CurrentPrincipal) -> Response:
     try:

@@ -131,9 +131,10 @@ class Settings(BaseSettings):
     auth_failures_per_minute: int = Field(
         default=60, ge=0,
         description="failed API tokens a minute from one client address (IPv6: its /64) or "
-                    "with one token prefix, past which requests with an API token from there "
-                    "or with that prefix are answered 429 with `Retry-After` until the minute "
-                    "is over, unread; counted per web process; `0` turns it off")
+                    "with one token prefix, past which further failures from there are "
+                    "answered 429 with `Retry-After` until the minute is over, and requests "
+                    "with that prefix too, unread; a valid token from a blocked address is "
+                    "served; counted per web process; `0` turns it off")
     audit_denial_window_seconds: float = Field(
         default=60.0, gt=0, le=3600,
         description="refused requests of one kind (status, caller, route) are audited once "
@@ -151,6 +152,26 @@ class Settings(BaseSettings):
     session_absolute_hours: int = Field(
         default=12, description="a browser session ends this long after sign-in, whatever "
                                 "its activity")
+
+    # What one tenant or user may hold at once (issue 53): a shared service bounds each.
+    tenant_max_pending_quota_requests: int = Field(
+        default=10, ge=1, le=10_000,
+        description="pending quota requests a tenant may have at once; one more is a 409 "
+                    "naming the limit and the count, until a request is decided or cancelled")
+    tenant_max_clusters: int = Field(
+        default=50, ge=1, le=100_000,
+        description="virtual clusters a tenant may have at once (those being deleted "
+                    "included, as they still run); one more is a 409 naming the limit and "
+                    "the count")
+    user_max_live_tokens: int = Field(
+        default=25, ge=1, le=10_000,
+        description="API tokens a user may hold that are neither revoked nor expired; one "
+                    "more is a 409 naming the limit and the count")
+    token_max_lifetime_days: int = Field(
+        default=90, ge=1, le=365,
+        description="the longest lifetime, in days, of an API token made on the API, the "
+                    "tokens page or `portalctl login` (longer is a 422); operators' "
+                    "`portal tokens create` is not bound by it")
 
     kubeconfig: str | None = Field(
         default=None,

@@ -10,6 +10,7 @@ from starlette.responses import Response
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.authz import ensure_platform_writer
+from app.authz.routes import PLATFORM_WRITE
 from app.http.deps import DbSession, get_settings_dep
 from app.http.pagination import Page, Paging
 from app.http.problems import problems
@@ -32,7 +33,7 @@ def list_machines(db: DbSession, principal: CurrentPrincipal,
     return service.list_machines(db, principal, paging)
 
 
-@router.post("", status_code=201, response_model=MachineOut,
+@router.post("", dependencies=PLATFORM_WRITE, status_code=201, response_model=MachineOut,
              summary="Register a bare-metal machine", responses=problems(403, 409))
 def register_machine(request: Request, payload: MachineRegister, db: DbSession,
                      principal: CurrentPrincipal, settings: AppSettings,
@@ -54,7 +55,7 @@ def get_machine(name: MachineName, db: DbSession, principal: CurrentPrincipal) -
     return service.get_machine(db, principal, name)
 
 
-@router.post("/{name}/provision", response_model=MachineOut,
+@router.post("/{name}/provision", dependencies=PLATFORM_WRITE, response_model=MachineOut,
              summary="Provision a bare-metal machine", responses=problems(403, 404, 409))
 def provision(name: MachineName, db: DbSession, principal: CurrentPrincipal) -> MachineOut:
     """Metal3 images the machine with user data that joins its host cluster; it is `joined`
@@ -62,7 +63,7 @@ def provision(name: MachineName, db: DbSession, principal: CurrentPrincipal) -> 
     return service.provision(db, principal, name)
 
 
-@router.post("/{name}/release", response_model=MachineOut,
+@router.post("/{name}/release", dependencies=PLATFORM_WRITE, response_model=MachineOut,
              summary="Release a bare-metal machine", responses=problems(403, 404, 409))
 def release(name: MachineName, db: DbSession, principal: CurrentPrincipal) -> MachineOut:
     """Metal3 deprovisions and cleans the machine, which returns to the pool; its Node is
@@ -70,7 +71,7 @@ def release(name: MachineName, db: DbSession, principal: CurrentPrincipal) -> Ma
     return service.release(db, principal, name)
 
 
-@router.put("/{name}/bmc-credentials", response_model=MachineOut,
+@router.put("/{name}/bmc-credentials", dependencies=PLATFORM_WRITE, response_model=MachineOut,
             summary="Replace a machine's BMC credentials", responses=problems(403, 404, 409))
 def replace_bmc_credentials(name: MachineName, payload: BmcCredentialsIn, db: DbSession,
                             principal: CurrentPrincipal, settings: AppSettings) -> MachineOut:
@@ -79,7 +80,7 @@ def replace_bmc_credentials(name: MachineName, payload: BmcCredentialsIn, db: Db
     return service.replace_bmc_credentials(db, principal, settings, name, payload)
 
 
-@router.delete("/{name}", status_code=202, response_model=MachineOut,
+@router.delete("/{name}", dependencies=PLATFORM_WRITE, status_code=202, response_model=MachineOut,
                summary="Delete a bare-metal machine", responses=problems(403, 404, 409))
 def delete_machine(name: MachineName, db: DbSession, principal: CurrentPrincipal) -> MachineOut:
     """Removes a machine that is in the pool: the worker deletes its BareMetalHost and secrets,

@@ -10,10 +10,10 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
-from app.auth.csrf import STATE_CHANGING
 from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
+from app.authz.routes import PLATFORM_STATE_CHANGING
 from app.gpu_classes.service import all_classes
 from app.hosts import repository as hosts_repository
 from app.http.deps import DbSession
@@ -62,7 +62,7 @@ def machines_page(request: Request, db: DbSession, principal: CurrentPrincipal) 
     return _list_page(request, db, principal)
 
 
-@router.post("/admin/machines", dependencies=STATE_CHANGING)
+@router.post("/admin/machines", dependencies=PLATFORM_STATE_CHANGING)
 def register_machine(request: Request, db: DbSession, principal: CurrentPrincipal,
                      settings: AppSettings, fields: FormFields) -> Response:
     payload = form_payload(fields, keys=REGISTER_KEYS, integers=("gpu_count",))
@@ -85,7 +85,7 @@ def machine_page(request: Request, name: MachineName, db: DbSession,
     return _detail_page(request, db, principal, name)
 
 
-@router.post("/admin/machines/{name}/bmc-credentials", dependencies=STATE_CHANGING)
+@router.post("/admin/machines/{name}/bmc-credentials", dependencies=PLATFORM_STATE_CHANGING)
 def replace_bmc_credentials(request: Request, name: MachineName, db: DbSession,
                             principal: CurrentPrincipal, settings: AppSettings,
                             fields: FormFields) -> Response:
@@ -102,7 +102,7 @@ def replace_bmc_credentials(request: Request, name: MachineName, db: DbSession,
     return go_to(request, f"/admin/machines/{name}", "BMC credentials replaced")
 
 
-@router.post("/admin/machines/{name}/{action}", dependencies=STATE_CHANGING)
+@router.post("/admin/machines/{name}/{action}", dependencies=PLATFORM_STATE_CHANGING)
 def act(request: Request, name: MachineName, action: str, db: DbSession,
         principal: CurrentPrincipal) -> Response:
     change = ACTIONS.get(action)

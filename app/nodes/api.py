@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query
 from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
+from app.authz.routes import PLATFORM_WRITE
 from app.http.deps import DbSession
 from app.http.json_body import page_response
 from app.http.pagination import Page, Paging
@@ -69,7 +70,7 @@ def get_node(node: str, db: DbSession, principal: CurrentPrincipal,
     return service.get_node(db, principal, node, host_cluster)
 
 
-@router.put("/nodes/{node}/assignment", response_model=NodeDetail,
+@router.put("/nodes/{node}/assignment", dependencies=PLATFORM_WRITE, response_model=NodeDetail,
             summary="Dedicate a node to a tenant", responses=problems(403, 404, 409))
 def assign_node(node: str, payload: AssignmentIn, db: DbSession, principal: CurrentPrincipal,
                 host_cluster: HostCluster = None) -> NodeDetail:
@@ -79,7 +80,7 @@ def assign_node(node: str, payload: AssignmentIn, db: DbSession, principal: Curr
     return service.assign_node(db, principal, node, payload, host_cluster)
 
 
-@router.delete("/nodes/{node}/assignment", status_code=204,
+@router.delete("/nodes/{node}/assignment", dependencies=PLATFORM_WRITE, status_code=204,
                summary="End a node's dedication", responses=problems(403, 404))
 def end_assignment(node: str, db: DbSession, principal: CurrentPrincipal,
                    host_cluster: HostCluster = None) -> Response:
@@ -89,7 +90,7 @@ def end_assignment(node: str, db: DbSession, principal: CurrentPrincipal,
     return Response(status_code=204)
 
 
-@router.post("/node-suggestions", response_model=SuggestionOut,
+@router.post("/node-suggestions", dependencies=PLATFORM_WRITE, response_model=SuggestionOut,
              summary="Suggest nodes to dedicate", responses=problems(403, 404, 409))
 def suggest_nodes(payload: SuggestionIn, db: DbSession, principal: CurrentPrincipal,
                   host_cluster: HostCluster = None) -> SuggestionOut:

@@ -9,10 +9,10 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from app.auth.csrf import STATE_CHANGING
 from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz import ensure_platform_writer
+from app.authz.routes import PLATFORM_STATE_CHANGING
 from app.gpu_classes import service as gpu_classes
 from app.gpu_classes.charts import capacity_chart
 from app.http.deps import DbSession
@@ -121,7 +121,7 @@ async def node_stream(request: Request, node: str, principal: CurrentPrincipal) 
         request, lambda db: service.assignment_version(db, principal, node))
 
 
-@router.post("/admin/nodes/{node}/assignment", dependencies=STATE_CHANGING)
+@router.post("/admin/nodes/{node}/assignment", dependencies=PLATFORM_STATE_CHANGING)
 def assign(request: Request, node: str, db: DbSession, principal: CurrentPrincipal,
            fields: FormFields) -> Response:
     try:
@@ -134,7 +134,7 @@ def assign(request: Request, node: str, db: DbSession, principal: CurrentPrincip
                  toast=f"{node} is dedicated to {payload.tenant}.")
 
 
-@router.post("/admin/nodes/{node}/assignment/end", dependencies=STATE_CHANGING)
+@router.post("/admin/nodes/{node}/assignment/end", dependencies=PLATFORM_STATE_CHANGING)
 def end_assignment(request: Request, node: str, db: DbSession,
                    principal: CurrentPrincipal, fields: FormFields) -> Response:
     ensure_platform_writer(principal)  # who may, before what was typed
@@ -168,7 +168,7 @@ def suggest_form(request: Request, db: DbSession, principal: CurrentPrincipal) -
     return _suggest_page(request, db, principal, {})
 
 
-@router.post("/admin/fleet/suggest", dependencies=STATE_CHANGING)
+@router.post("/admin/fleet/suggest", dependencies=PLATFORM_STATE_CHANGING)
 def suggest(request: Request, db: DbSession, principal: CurrentPrincipal,
             fields: FormFields) -> Response:
     form = form_payload(fields, keys=SUGGESTION_FIELDS, integers=("gpus",))
@@ -191,7 +191,7 @@ async def chosen_nodes(request: Request) -> list[str]:
     return [value for value in form.getlist("node") if isinstance(value, str)]
 
 
-@router.post("/admin/fleet/assignments", dependencies=STATE_CHANGING)
+@router.post("/admin/fleet/assignments", dependencies=PLATFORM_STATE_CHANGING)
 def accept_suggestion(request: Request, db: DbSession, principal: CurrentPrincipal,
                       fields: FormFields,
                       nodes: Annotated[list[str], Depends(chosen_nodes)]) -> Response:

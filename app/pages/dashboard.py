@@ -17,6 +17,7 @@ from app.clusters import service as cluster_service
 from app.http.deps import DbSession
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
+from app.pages.limits import AppSettings, tenant_limits
 from app.quotas import service as quota_service
 from app.quotas.schemas import TenantQuotaOut
 from app.quotas.web import burst_context
@@ -31,7 +32,7 @@ EVERYTHING = PageParams(limit=200)
 
 @router.get("/t/{tenant}")
 def dashboard(request: Request, tenant: str, db: DbSession,
-              principal: CurrentPrincipal) -> Response:
+              principal: CurrentPrincipal, settings: AppSettings) -> Response:
     row, can_manage = service.tenant_and_rights(db, principal, tenant)
     quotas = quota_service.tenant_quota(db, principal, tenant, EVERYTHING).items
     return render(request, "tenants/dashboard.html", {
@@ -41,6 +42,7 @@ def dashboard(request: Request, tenant: str, db: DbSession,
         "quotas": quotas, "quota_chart": _quota_chart(row.display_name, quotas),
         "requests": quota_service.tenant_requests(db, principal, tenant,
                                                   PageParams(limit=50)).items,
+        "limits": tenant_limits(db, principal, settings, tenant).limits,
         **burst_context(db, principal, tenant),
     })
 

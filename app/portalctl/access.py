@@ -173,7 +173,8 @@ def tokens_create(
     name: str,
     scope: Annotated[list[Scope] | None, typer.Option(
         help="read, write or admin; repeat for several (default: read)")] = None,
-    days: Annotated[int, typer.Option(help="lifetime in days", min=1, max=365)] = 30,
+    days: Annotated[int, typer.Option(help="lifetime in days (at most the portal's maximum, "
+                                      "90 by default)", min=1, max=365)] = 30,
     output: Output = Format.table,
 ) -> None:
     """Create an API token; its secret is printed once.

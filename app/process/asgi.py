@@ -78,6 +78,7 @@ from app.nodes import web as nodes_web
 from app.pages import audit_api as audit_api
 from app.pages import audit_web as audit_web
 from app.pages import dashboard, home
+from app.pages import limits as limits_api
 from app.process.capacity import SPARE_CONNECTIONS, web_time_limits
 from app.process.wiring import connect_hooks
 from app.quotas import api as quotas_api
@@ -103,7 +104,8 @@ API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api
                nodes_api.router,
                clusters_api.router, clusters_api.power_router, templates_api.router,
                templates_api.cluster_router,
-               usage_api.router, hosts_api.router, machines_api.router, fleet_api.router]
+               usage_api.router, hosts_api.router, machines_api.router, fleet_api.router,
+               limits_api.router]
 WEB_ROUTERS = [home.router, auth_web.router, token_web.router, cli_login.router,
                audit_web.router,
                dashboard.router, tenants_web.router, quotas_web.router, gpu_classes_web.router,

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
-from app.http.deps import DbSession, RowId
+from app.authz.routes import PLATFORM_WRITE
+from app.http.deps import DbSession, RowId, get_settings_dep
 from app.http.json_body import page_response
 from app.http.pagination import Page, Paging
 from app.http.problems import problems
 from app.http.routing import UnitOfWorkRoute
+from app.kit.config import Settings
 from app.quotas import burst, service
 from app.quotas.schemas import (
     ApproveIn,
@@ -29,6 +31,7 @@ from app.quotas.schemas import (
 from app.tenants.access import tenant_for
 
 router = APIRouter(prefix="/api/v1", tags=["quota"], route_class=UnitOfWorkRoute)
+AppSettings = Annotated[Settings, Depends(get_settings_dep)]
 StateFilter = Annotated[RequestState | None, Query(description="only requests in this state")]
 
 
@@ -54,12 +57,16 @@ def tenant_requests(tenant: str, db: DbSession, principal: CurrentPrincipal, pag
              response_model=QuotaRequestOut,
              summary="Request GPU quota", responses=problems(403, 404, 409))
 def create_request(request: Request, tenant: str, payload: QuotaRequestCreate, db: DbSession,
-                   principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> Response:
+                   principal: CurrentPrincipal, settings: AppSettings,
+                   key: IdempotencyKeyHeader = None) -> Response:
     """Asks the platform admins for GPUs of a class, with a reason and optionally an end date
-    (tenant admins). Lands in the approval queue as pending. Audited."""
+    (tenant admins). Lands in the approval queue as pending. 409 when the tenant already has
+    `PORTAL_TENANT_MAX_PENDING_QUOTA_REQUESTS` pending (the answer names the limit and the
+    count). Audited."""
     return run_idempotent(db, principal, key, path=request.url.path, payload=payload,
                           allowed=lambda: tenant_for(db, principal, tenant, "manage"),
-                          create=lambda: service.create_request(db, principal, tenant, payload))
+                          create=lambda: service.create_request(db, principal, settings, tenant,
+                                                                payload))
 
 
 @router.post("/tenants/{tenant}/quota-requests/{request_id}/cancel",
@@ -81,6 +88,7 @@ def queue(db: DbSession, principal: CurrentPrincipal, paging: Paging,
 
 
 @router.post("/quota-requests/{request_id}/approve", response_model=QueueItem,
+             dependencies=PLATFORM_WRITE,
              summary="Approve a quota request", responses=problems(403, 404, 409))
 def approve(request_id: RowId, payload: ApproveIn, db: DbSession,
             principal: CurrentPrincipal) -> QueueItem:
@@ -92,6 +100,7 @@ def approve(request_id: RowId, payload: ApproveIn, db: DbSession,
 
 
 @router.post("/quota-requests/{request_id}/reject", response_model=QueueItem,
+             dependencies=PLATFORM_WRITE,
              summary="Reject a quota request", responses=problems(403, 404, 409))
 def reject(request_id: RowId, payload: RejectIn, db: DbSession,
            principal: CurrentPrincipal) -> QueueItem:
@@ -107,7 +116,7 @@ def burst_policy(tenant: str, db: DbSession, principal: CurrentPrincipal) -> Bur
     return BurstOut(**burst.burst_for(db, principal, tenant).as_dict())
 
 
-@router.put("/tenants/{tenant}/burst-policy", response_model=BurstOut,
+@router.put("/tenants/{tenant}/burst-policy", dependencies=PLATFORM_WRITE, response_model=BurstOut,
             summary="Set a tenant's burst policy", responses=problems(403, 404))
 def set_burst_policy(tenant: str, payload: BurstIn, db: DbSession,
                      principal: CurrentPrincipal) -> BurstOut:

@@ -181,6 +181,11 @@ _REQUESTS = cast(Table, QuotaRequest.__table__)
 _ADD_REQUEST = PreparedInsert(_REQUESTS, returning=list(_REQUESTS.columns))
 
 
+def pending_count(db: Session, tenant_id: int) -> int:
+    return db.scalar(select(func.count()).select_from(QuotaRequest).where(
+        QuotaRequest.tenant_id == tenant_id, QuotaRequest.state == "pending")) or 0
+
+
 def add_request(db: Session, values: Mapping[str, Any]) -> Any:
     """A new quota request's row, every column as stored (its id and created_at among them)."""
     return _ADD_REQUEST.add(db, values)

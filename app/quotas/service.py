@@ -31,8 +31,9 @@ from app.gpu_classes import service as gpu_classes
 from app.gpu_classes.models import GpuClass
 from app.gpu_classes.schemas import Capacity, NamedClass
 from app.http.pagination import Page, PageParams
+from app.kit.config import Settings
 from app.kit.errors import Conflict, NotFound, ValidationFailed
-from app.quotas import events, regions, repository
+from app.quotas import events, limits, regions, repository
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.quotas.schemas import (
     ApproveIn,
@@ -265,10 +266,10 @@ def _beyond_fleet(gpus: int, display_name: str, region: str, total: int) -> list
             "approving all of it would need an overcommit"]
 
 
-def create_request(
-    db: Session, principal: Principal, slug: str, payload: QuotaRequestCreate
-) -> QuotaRequestOut:
+def create_request(db: Session, principal: Principal, settings: Settings, slug: str,
+                   payload: QuotaRequestCreate) -> QuotaRequestOut:
     tenant, gpu_class, region = _checked_request(db, principal, slug, payload)
+    limits.ensure_room_for_a_request(db, settings, tenant)
     # A statement, not an ORM object: the row answers as it was stored, and nothing reads the
     # request back in this transaction.
     request = repository.add_request(db, {

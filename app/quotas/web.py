@@ -12,13 +12,16 @@ from app.audit import readable
 from app.auth.csrf import STATE_CHANGING
 from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
+from app.authz.routes import PLATFORM_STATE_CHANGING
 from app.http.deps import DbSession, RowId
 from app.http.pagination import Paging
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import Conflict, ProblemError, ValidationFailed
+from app.kit.limits import LimitReached
 from app.kit.validation import MAX_ROW_ID
 from app.kit.words import counted
 from app.quotas import burst, service
+from app.quotas.api import AppSettings
 from app.quotas.schemas import (
     MAX_GPUS,
     REQUEST_STATES,
@@ -106,12 +109,17 @@ def validate_request(request: Request, tenant: str, db: DbSession,
 
 @router.post("/t/{tenant}/quota-requests", dependencies=STATE_CHANGING)
 def create_request(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
-                   fields: FormFields) -> Response:
+                   settings: AppSettings, fields: FormFields) -> Response:
     payload, errors, status_code, _warnings = _checked(db, principal, tenant, fields)
     if payload is None:
         return _request_form(request, db, principal, tenant, fields, errors, status_code,
                              whole_page=not is_htmx(request))
-    created = service.create_request(db, principal, tenant, payload)
+    try:
+        created = service.create_request(db, principal, settings, tenant, payload)
+    except LimitReached as error:
+        return _request_form(request, db, principal, tenant, fields,
+                             {"gpus": error.detail}, error.status,
+                             whole_page=not is_htmx(request))
     return go_to(request, f"/t/{tenant}",
                  toast=" ".join(["Quota request sent: a platform admin decides it.",
                                  *created.warnings]))
@@ -140,7 +148,7 @@ def burst_context(db: DbSession, principal: Principal, tenant: str) -> dict[str,
             "form": {name: str(getattr(current, name)) for name in current.overrides}}
 
 
-@router.post("/admin/tenants/{tenant}/burst-policy", dependencies=STATE_CHANGING)
+@router.post("/admin/tenants/{tenant}/burst-policy", dependencies=PLATFORM_STATE_CHANGING)
 def set_burst(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
               fields: FormFields) -> Response:
     payload = form_payload(fields, keys=("tier", *burst.FIELDS), integers=burst.FIELDS)
@@ -204,7 +212,7 @@ def _needs_overcommit(problem: ProblemError) -> bool:
     return any(e.get("field") == "overcommit" for e in problem.errors)
 
 
-@router.post("/admin/quota-requests/{request_id}/approve", dependencies=STATE_CHANGING)
+@router.post("/admin/quota-requests/{request_id}/approve", dependencies=PLATFORM_STATE_CHANGING)
 def approve(request: Request, request_id: RowId, db: DbSession, principal: CurrentPrincipal,
             fields: FormFields) -> Response:
     def decide() -> Any:
@@ -215,7 +223,7 @@ def approve(request: Request, request_id: RowId, db: DbSession, principal: Curre
     return _decided(request, db, principal, request_id, decide)
 
 
-@router.post("/admin/quota-requests/{request_id}/reject", dependencies=STATE_CHANGING)
+@router.post("/admin/quota-requests/{request_id}/reject", dependencies=PLATFORM_STATE_CHANGING)
 def reject(request: Request, request_id: RowId, db: DbSession, principal: CurrentPrincipal,
            fields: FormFields) -> Response:
     def decide() -> Any:

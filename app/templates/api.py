@@ -11,6 +11,7 @@ from starlette.responses import Response
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.authz import ensure_platform_writer
+from app.authz.routes import PLATFORM_WRITE
 from app.clusters.schemas import ClusterOut
 from app.http.deps import DbSession, get_settings_dep
 from app.http.problems import problems
@@ -41,7 +42,7 @@ def list_templates(db: DbSession, principal: CurrentPrincipal) -> list[TemplateO
     return service.list_templates(db, principal)
 
 
-@router.post("", status_code=201, response_model=TemplateOut,
+@router.post("", dependencies=PLATFORM_WRITE, status_code=201, response_model=TemplateOut,
              summary="Create a cluster template", responses=problems(403, 409))
 def create_template(request: Request, payload: TemplateCreate, db: DbSession,
                     principal: CurrentPrincipal,
@@ -61,6 +62,7 @@ def get_template(name: TemplateName, db: DbSession, principal: CurrentPrincipal)
 
 
 @router.post("/{name}/versions", status_code=201, response_model=VersionOut,
+             dependencies=PLATFORM_WRITE,
              summary="Edit a template (new version)", responses=problems(403, 404, 409))
 def new_version(name: TemplateName, payload: VersionEdit, db: DbSession,
                 principal: CurrentPrincipal) -> VersionOut:
@@ -70,6 +72,7 @@ def new_version(name: TemplateName, payload: VersionEdit, db: DbSession,
 
 
 @router.post("/{name}/versions/{version}/validate", status_code=202, response_model=VersionOut,
+             dependencies=PLATFORM_WRITE,
              summary="Validate a template version", responses=problems(403, 404, 409))
 def validate_version(name: TemplateName, version: VersionNumber, db: DbSession,
                      principal: CurrentPrincipal) -> VersionOut:
@@ -80,6 +83,7 @@ def validate_version(name: TemplateName, version: VersionNumber, db: DbSession,
 
 
 @router.post("/{name}/versions/{version}/offer", response_model=VersionOut,
+             dependencies=PLATFORM_WRITE,
              summary="Offer a template version", responses=problems(403, 404, 409))
 def offer_version(name: TemplateName, version: VersionNumber, db: DbSession,
                   principal: CurrentPrincipal) -> VersionOut:
@@ -89,6 +93,7 @@ def offer_version(name: TemplateName, version: VersionNumber, db: DbSession,
 
 
 @router.post("/{name}/versions/{version}/retire", response_model=VersionOut,
+             dependencies=PLATFORM_WRITE,
              summary="Retire a template version", responses=problems(403, 404, 409))
 def retire_version(name: TemplateName, version: VersionNumber, db: DbSession,
                    principal: CurrentPrincipal) -> VersionOut:

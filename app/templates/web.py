@@ -16,6 +16,7 @@ from app.auth.csrf import STATE_CHANGING
 from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
+from app.authz.routes import PLATFORM_STATE_CHANGING
 from app.gpu_classes import service as gpu_classes
 from app.http.deps import DbSession, get_settings_dep
 from app.http.routing import UnitOfWorkRoute
@@ -95,7 +96,7 @@ def templates_page(request: Request, db: DbSession, principal: CurrentPrincipal,
     return _list_page(request, db, principal, settings)
 
 
-@router.post("/admin/cluster-templates", dependencies=STATE_CHANGING)
+@router.post("/admin/cluster-templates", dependencies=PLATFORM_STATE_CHANGING)
 def create_template(request: Request, db: DbSession, principal: CurrentPrincipal,
                     settings: AppSettings, fields: FormFields) -> Response:
     payload = {"name": fields.get("name", ""), "description": fields.get("description", ""),
@@ -126,7 +127,7 @@ def template_page(request: Request, name: TemplateName, db: DbSession,
     return _detail_page(request, db, principal, settings, name)
 
 
-@router.post("/admin/cluster-templates/{name}/versions", dependencies=STATE_CHANGING)
+@router.post("/admin/cluster-templates/{name}/versions", dependencies=PLATFORM_STATE_CHANGING)
 def new_version(request: Request, name: TemplateName, db: DbSession,
                 principal: CurrentPrincipal, settings: AppSettings,
                 fields: FormFields) -> Response:
@@ -142,7 +143,7 @@ def new_version(request: Request, name: TemplateName, db: DbSession,
 
 
 @router.post("/admin/cluster-templates/{name}/versions/{version}/validate",
-             dependencies=STATE_CHANGING)
+             dependencies=PLATFORM_STATE_CHANGING)
 def validate_version(request: Request, name: TemplateName, version: VersionNumber,
                      db: DbSession, principal: CurrentPrincipal, settings: AppSettings) -> Response:
     try:
@@ -167,14 +168,14 @@ def validation_fragment(request: Request, name: TemplateName, version: VersionNu
 
 
 @router.post("/admin/cluster-templates/{name}/versions/{version}/offer",
-             dependencies=STATE_CHANGING)
+             dependencies=PLATFORM_STATE_CHANGING)
 def offer_version(request: Request, name: TemplateName, version: VersionNumber, db: DbSession,
                   principal: CurrentPrincipal, settings: AppSettings) -> Response:
     return _change_state(request, db, principal, settings, name, version, service.offer_version)
 
 
 @router.post("/admin/cluster-templates/{name}/versions/{version}/retire",
-             dependencies=STATE_CHANGING)
+             dependencies=PLATFORM_STATE_CHANGING)
 def retire_version(request: Request, name: TemplateName, version: VersionNumber, db: DbSession,
                    principal: CurrentPrincipal, settings: AppSettings) -> Response:
     return _change_state(request, db, principal, settings, name, version, service.retire_version)

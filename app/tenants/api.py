@@ -10,6 +10,7 @@ from starlette.responses import Response
 from app.auth.deps import CurrentPrincipal
 from app.auth.idempotency import IdempotencyKeyHeader, run_idempotent
 from app.authz import ensure_platform_writer
+from app.authz.routes import PLATFORM_WRITE
 from app.http.deps import DbSession, RowId
 from app.http.json_body import page_response
 from app.http.pagination import Page, Paging
@@ -39,7 +40,7 @@ def list_tenants(db: DbSession, principal: CurrentPrincipal, paging: Paging,
     return page_response(*service.list_tenant_fields(db, principal, paging, q))
 
 
-@router.post("", status_code=201, response_model=TenantOut,
+@router.post("", dependencies=PLATFORM_WRITE, status_code=201, response_model=TenantOut,
              summary="Create a tenant", responses=problems(403, 409))
 def create_tenant(request: Request, payload: TenantCreate, db: DbSession,
                   principal: CurrentPrincipal, key: IdempotencyKeyHeader = None) -> Response:
@@ -56,7 +57,7 @@ def get_tenant(tenant: str, db: DbSession, principal: CurrentPrincipal) -> Tenan
     return service.get_tenant(db, principal, tenant)
 
 
-@router.patch("/{tenant}", response_model=TenantOut,
+@router.patch("/{tenant}", dependencies=PLATFORM_WRITE, response_model=TenantOut,
               summary="Update or suspend a tenant", responses=problems(403, 404))
 def update_tenant(tenant: str, payload: TenantUpdate, db: DbSession,
                   principal: CurrentPrincipal) -> TenantOut:

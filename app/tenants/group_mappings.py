@@ -23,6 +23,7 @@ from app.auth import events as auth_events
 from app.auth.deps import CurrentPrincipal
 from app.auth.models import User
 from app.auth.principal import Principal
+from app.authz.routes import PLATFORM_WRITE
 from app.database.concurrency import insert_or_conflict, lock_row
 from app.http.deps import DbSession, RowId
 from app.http.problems import problems
@@ -106,7 +107,7 @@ def list_mappings(tenant: str, principal: CurrentPrincipal, db: DbSession) -> li
     return [GroupMappingOut(id=m.id, group=m.group_name, role=m.role) for m in mappings]
 
 
-@router.post("", status_code=201, response_model=GroupMappingOut,
+@router.post("", dependencies=PLATFORM_WRITE, status_code=201, response_model=GroupMappingOut,
              summary="Map an IdP group to a role", responses=problems(403, 404, 409))
 def create_mapping(
     tenant: str, payload: GroupMappingIn, principal: CurrentPrincipal, db: DbSession
@@ -118,7 +119,7 @@ def create_mapping(
     return GroupMappingOut(id=mapping.id, group=mapping.group_name, role=mapping.role)
 
 
-@router.delete("/{mapping_id}", status_code=204,
+@router.delete("/{mapping_id}", dependencies=PLATFORM_WRITE, status_code=204,
                summary="Delete an IdP group mapping", responses=problems(403, 404))
 def delete_mapping(
     tenant: str, mapping_id: RowId, principal: CurrentPrincipal, db: DbSession

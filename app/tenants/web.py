@@ -12,6 +12,7 @@ from app.auth.csrf import STATE_CHANGING
 from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin
+from app.authz.routes import PLATFORM_STATE_CHANGING
 from app.http.deps import DbSession, RowId
 from app.http.pagination import PageParams, Paging
 from app.http.routing import UnitOfWorkRoute
@@ -145,7 +146,7 @@ def admin_tenants(request: Request, db: DbSession, principal: CurrentPrincipal, 
     return _tenants_page(request, db, principal, paging=paging, search=q)
 
 
-@router.post("/admin/tenants", dependencies=STATE_CHANGING)
+@router.post("/admin/tenants", dependencies=PLATFORM_STATE_CHANGING)
 def create_tenant(request: Request, db: DbSession, principal: CurrentPrincipal,
                   fields: FormFields) -> Response:
     payload = form_payload(fields, keys=("slug", "display_name", "admin_email"))
@@ -161,7 +162,7 @@ def create_tenant(request: Request, db: DbSession, principal: CurrentPrincipal,
     return go_to(request, "/admin/tenants", toast=f"Tenant {payload.get('slug', '')} created.")
 
 
-@router.post("/admin/tenants/{tenant}", dependencies=STATE_CHANGING)
+@router.post("/admin/tenants/{tenant}", dependencies=PLATFORM_STATE_CHANGING)
 def update_tenant(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
                   fields: FormFields) -> Response:
     payload = {k: v for k, v in form_payload(fields, keys=("display_name", "state")).items()

@@ -7,6 +7,7 @@ sums per tenant, class and period come back. All times are whole Unix seconds.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,11 +21,11 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
-    cast,
     func,
     literal,
     or_,
     select,
+    text,
     union_all,
 )
 from sqlalchemy.orm import Session
@@ -60,16 +61,25 @@ class SecondsRow:
     seconds: float
 
 
-def _periods_table(periods: Sequence[Period]) -> Any:
-    rows = [_period_row(n, period) for n, period in enumerate(periods)]
-    table: Any = rows[0] if len(rows) == 1 else union_all(*rows)
-    return table.cte("periods")
+# The periods a report is cut into, as one JSON parameter the database unpacks, so that a
+# report's statements have one shape whatever its range, and SQLAlchemy compiles each once. A
+# SELECT per period (a UNION ALL) took SQLAlchemy 0.4 ms a period to compile on every request,
+# 180 ms for a report of 400 days that found nothing; a VALUES list, about as long
+# (bench/usage_report.py).
+_PERIODS = {
+    "postgresql": "SELECT p.n, p.start_s, p.end_s FROM json_to_recordset(CAST(:periods AS json))"
+                  " AS p(n bigint, start_s bigint, end_s bigint)",
+    "sqlite": "SELECT json_extract(value, '$.n') AS n, json_extract(value, '$.start_s') AS "
+              "start_s, json_extract(value, '$.end_s') AS end_s FROM json_each(:periods)",
+}
 
 
-def _period_row(n: int, period: Period) -> Any:
-    return select(cast(literal(n), BigInteger).label("n"),
-                  cast(literal(period.start_s), BigInteger).label("start_s"),
-                  cast(literal(period.end_s), BigInteger).label("end_s"))
+def _periods_table(db: Session, numbered: Sequence[tuple[int, Period]],
+                   name: str = "periods") -> Any:
+    """The periods with their numbers in the report (``n``)."""
+    rows = json.dumps([{"n": n, "start_s": p.start_s, "end_s": p.end_s} for n, p in numbered])
+    statement = text(_PERIODS[db.get_bind().dialect.name]).bindparams(periods=rows)
+    return statement.columns(n=BigInteger, start_s=BigInteger, end_s=BigInteger).cte(name)
 
 
 def _seconds(value: int) -> ColumnElement[int]:
@@ -104,7 +114,7 @@ def allocated_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
     if not periods:
         return []
     cap = _seconds(min(now_s, periods[-1].end_s))
-    period = _periods_table(periods)
+    period = _periods_table(db, list(enumerate(periods)))
     spans = _ledger_intervals(tenant_ids, cap)
     ended = func.coalesce(spans.c.end_s, cap)
     end = case((ended < cap, ended), else_=cap)
@@ -129,19 +139,8 @@ def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
     if not periods:
         return []
     cap = _seconds(min(now_s, periods[-1].end_s))
-    period = _periods_table(periods)
     sources = ("queue",) if by_cluster else USED_SOURCES
-    spans = sample_spans(tenant_ids=tenant_ids, sources=sources)
-    end = case((spans.c.end_s < cap, spans.c.end_s), else_=cap)
-    keys = [period.c.n, spans.c.tenant_id, spans.c.gpu_class_id,
-            spans.c.subject_id if by_cluster else literal(None).label("subject_id")]
-    overlap = _overlap(spans.c.start_s, end, period)
-    raw = (select(*keys, func.sum(spans.c.used_gpus * overlap).label("seconds"),
-                  func.sum(spans.c.burst_gpus * overlap).label("burst_seconds"))
-           .join_from(spans, period, and_(spans.c.start_s < period.c.end_s,
-                                          end > period.c.start_s))
-           .where(spans.c.gpu_class_id.is_not(None), spans.c.start_s < cap)
-           .group_by(*keys[:3], *keys[3:] if by_cluster else ()))
+    period = _periods_table(db, list(enumerate(periods)))
     hour_keys = [period.c.n, HourlyUsage.tenant_id, HourlyUsage.gpu_class_id,
                  HourlyUsage.subject_id if by_cluster else literal(None).label("subject_id")]
     folded = (select(*hour_keys, func.sum(HourlyUsage.used_gpu_seconds).label("seconds"),
@@ -153,9 +152,40 @@ def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
               .group_by(*hour_keys[:3], *hour_keys[3:] if by_cluster else ()))
     if tenant_ids is not None:
         folded = folded.where(HourlyUsage.tenant_id.in_(tenant_ids))
-    rows = db.execute(union_all(raw, folded)).all()
+    raw = _raw_use(db, periods, cap, tenant_ids, sources, by_cluster)
+    rows = db.execute(folded if raw is None else union_all(raw, folded)).all()
     return [SecondsRow(int(row[0]), row[1], row[2], kind, row[3], float(row[column] or 0))
             for row in rows for kind, column in (("used", 4), ("burst", 5))]
+
+
+def _raw_use(db: Session, periods: Sequence[Period], cap: ColumnElement[int], tenant_ids: Any,
+             sources: Sequence[str], by_cluster: bool) -> Any:
+    """The raw samples' part of ``used_seconds``, paired only with the periods their spans
+    can reach: raw samples cover the last two days, and pairing each of their spans with each
+    of 400 days cost PostgreSQL 100 ms (a nested loop; nothing else joins on a range)."""
+    reach = select(func.min(UsageSample.taken_s),
+                   func.max(UsageSample.taken_s + UsageSample.holds_s)).where(
+        UsageSample.source.in_(sources))
+    if tenant_ids is not None:
+        reach = reach.where(UsageSample.tenant_id.in_(tenant_ids))
+    first_s, last_s = db.execute(reach).one()
+    if first_s is None:
+        return None
+    reached = [(n, p) for n, p in enumerate(periods) if p.end_s > first_s and p.start_s < last_s]
+    if not reached:
+        return None
+    period = _periods_table(db, reached, "raw_periods")
+    spans = sample_spans(tenant_ids=tenant_ids, sources=sources)
+    end = case((spans.c.end_s < cap, spans.c.end_s), else_=cap)
+    keys = [period.c.n, spans.c.tenant_id, spans.c.gpu_class_id,
+            spans.c.subject_id if by_cluster else literal(None).label("subject_id")]
+    overlap = _overlap(spans.c.start_s, end, period)
+    return (select(*keys, func.sum(spans.c.used_gpus * overlap).label("seconds"),
+                   func.sum(spans.c.burst_gpus * overlap).label("burst_seconds"))
+            .join_from(spans, period, and_(spans.c.start_s < period.c.end_s,
+                                           end > period.c.start_s))
+            .where(spans.c.gpu_class_id.is_not(None), spans.c.start_s < cap)
+            .group_by(*keys[:3], *keys[3:] if by_cluster else ()))
 
 
 def cluster_names(db: Session, cluster_ids: set[int]) -> dict[int, str]:

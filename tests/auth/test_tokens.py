@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.auth import principal_cache, tokens
-from app.auth.models import ApiToken
+from app.auth.models import ApiToken, User
 from app.auth.service import issue_api_token
 from app.database.core import Database, utcnow
 from app.kit.config import Settings
@@ -82,6 +82,39 @@ def test_a_token_revokes_itself_even_read_only_and_only_itself(
     assert client.get("/api/v1/me", headers=other).status_code == 200
     event = db.scalars(select(AuditEvent).where(AuditEvent.action == "api_token.revoke")).one()
     assert event.target_id == str(created["id"])
+
+
+def _token_of(db: Session, user: User, *scopes: str) -> tuple[int, dict[str, str]]:
+    token, secret = issue_api_token(db, user, name="t", scopes=list(scopes), expires_at=None,
+                                    actor_label="test")
+    db.flush()
+    return token.id, {"Authorization": f"Bearer {secret}"}
+
+
+@pytest.mark.parametrize("route", ["current", "by id"])
+@pytest.mark.parametrize("scopes", [("read",), ("read", "write")])
+def test_one_rule_for_both_revoke_routes_a_token_may_always_revoke_itself(
+    client: TestClient, db: Session, route: str, scopes: tuple[str, ...]
+) -> None:
+    user = factories.user(db)
+    token_id, auth = _token_of(db, user, *scopes)
+    path = "/api/v1/tokens/current" if route == "current" else f"/api/v1/tokens/{token_id}"
+    assert client.delete(path, headers=auth).status_code == 204
+    assert client.get("/api/v1/me", headers=auth).status_code == 401
+
+
+def test_a_read_only_token_cannot_revoke_another_token_of_its_user(
+    client: TestClient, db: Session
+) -> None:
+    user = factories.user(db)
+    _, reader = _token_of(db, user, "read")
+    other_id, other = _token_of(db, user, "read")
+    refused = client.delete(f"/api/v1/tokens/{other_id}", headers=reader)
+    assert refused.status_code == 403
+    assert "only itself" in refused.json()["detail"]
+    assert client.get("/api/v1/me", headers=other).status_code == 200
+    _, writer = _token_of(db, user, "read", "write")
+    assert client.delete(f"/api/v1/tokens/{other_id}", headers=writer).status_code == 204
 
 
 def test_without_a_token_there_is_no_current_token_to_revoke(client: TestClient) -> None:

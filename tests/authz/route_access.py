@@ -129,6 +129,7 @@ ROUTES += [
     Route("DELETE", "/api/v1/tenants/{tenant}/members/{member_id}", Access.TENANT_ADMIN,
           params=acme_member),
     Route("GET", "/api/v1/tenants/{tenant}/quota", Access.TENANT_VIEWER, params=acme),
+    Route("GET", "/api/v1/tenants/{tenant}/limits", Access.TENANT_VIEWER, params=acme),
     Route("GET", "/api/v1/tenants/{tenant}/burst-policy", Access.TENANT_VIEWER, params=acme),
     Route("PUT", "/api/v1/tenants/{tenant}/burst-policy", Access.PLATFORM_ADMIN, params=acme,
           body=lambda _w: {"tier": "burst", "burst_gpus": 4}),

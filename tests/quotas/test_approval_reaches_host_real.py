@@ -183,8 +183,9 @@ def test_an_approval_reaches_the_tenant_queue_on_the_host_within_seconds(
         assert item.due_at > utcnow() + timedelta(seconds=200)
 
     with database.transaction() as db:
-        request = quotas.create_request(db, world.tenant_admin, world.slug, QuotaRequestCreate(
-            gpu_class_id=world.gpu_class_id, gpus=4, reason="a training run"))
+        request = quotas.create_request(
+            db, world.tenant_admin, worker.settings, world.slug, QuotaRequestCreate(
+                gpu_class_id=world.gpu_class_id, gpus=4, reason="a training run"))
     with database.transaction() as db:
         quotas.approve(db, world.platform_admin, request.id, ApproveIn())
     approved = time.monotonic()

@@ -24,8 +24,9 @@ from tests.support.tenancy import Tenancy, build_tenancy
 
 def _approved(db: Session, t: Tenancy, gpus: int, days: int | None) -> QuotaRequest:
     ends_at = utcnow() + timedelta(days=days) if days else None
-    created = create_request(db, t.principal(t.acme_admin), "acme", QuotaRequestCreate(
-        gpu_class_id=t.h100.id, gpus=gpus, reason="burst", ends_at=ends_at))
+    created = create_request(db, t.principal(t.acme_admin), Settings(env="test"), "acme",
+                             QuotaRequestCreate(gpu_class_id=t.h100.id, gpus=gpus,
+                                                reason="burst", ends_at=ends_at))
     approve(db, t.principal(t.platform_admin), created.id, ApproveIn())
     request = db.get(QuotaRequest, created.id)
     assert request is not None

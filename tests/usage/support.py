@@ -54,7 +54,8 @@ def fix_clock(monkeypatch: pytest.MonkeyPatch) -> LedgerClock:
 
 def approve_quota(db: Session, t: Tenancy, gpus: int, slug: str = "acme",
                   requester: Principal | None = None) -> QuotaRequest:
-    asked = quotas.create_request(db, requester or t.principal(t.acme_admin), slug,
+    asked = quotas.create_request(db, requester or t.principal(t.acme_admin),
+                                  Settings(env="test"), slug,
                                   QuotaRequestCreate(gpu_class_id=t.h100.id, gpus=gpus,
                                                      reason="training"))
     quotas.approve(db, t.principal(t.platform_admin), asked.id, ApproveIn())

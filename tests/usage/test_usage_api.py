@@ -92,7 +92,8 @@ def test_cells_that_a_spreadsheet_would_run_are_neutralised(
     ({"from": "2026-11-02T00:00:00Z", "to": "2026-11-02T00:00:00Z"}, "from"),
     ({"from": "2025-01-01T00:00:00Z", "to": "2026-11-02T00:00:00Z"}, "to"),
 ])
-@pytest.mark.parametrize("path", ["/api/v1/usage", "/api/v1/usage.csv"])
+@pytest.mark.parametrize("path", ["/api/v1/usage", "/api/v1/usage.csv", "/api/v1/usage/clusters",
+                                  "/api/v1/usage/clusters.csv"])
 def test_bad_ranges_are_422_with_the_field(client: TestClient, db: Session, path: str,
                                            params: dict[str, str], field: str) -> None:
     admin = factories.user(db, admin=True)
