@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.accounting.standing import Standing
 from app.audit import readable
 from app.audit import service as audit
 from app.auth.models import User
@@ -136,13 +137,29 @@ def tenant_quota_fields(db: Session, principal: Principal, slug: str, params: Pa
     ``page_response``."""
     tenant = tenant_for(db, principal, slug)
     rows, cursor = repository.quota_page(db, tenant.id, params)
-    return [{
+    return [_quota_fields(row) for row in rows], cursor
+
+
+def _quota_fields(row: Any) -> dict[str, Any]:
+    """``TenantQuotaOut``'s fields of a row of ``repository.quota_rows_query``."""
+    held = standing_of(row)
+    return {
         "gpu_class_id": row.gpu_class_id, "gpu_class": row.product,
         "display_name": row.display_name, "region": row.region, "approved_gpus": row.gpus,
         "allocated_gpus": int(row.allocated), "in_use_gpus": _gpus(row.in_use),
-        "burst_in_use_gpus": _gpus(row.burst), "dedicated_gpus": int(row.dedicated),
+        "burst_in_use_gpus": _gpus(row.burst), "dedicated_gpus": held.dedicated,
+        "shared_pool_gpus": held.shared_guarantee, "shared_pool_allocated_gpus": held.shared_held,
+        "dedicated_allocated_gpus": held.dedicated_held,
+        "shared_pool_left_gpus": held.shared_left, "dedicated_left_gpus": held.dedicated_left,
+        "over_quota_gpus": held.over,
         "cpu_millicores": row.cpu_millicores, "memory_mib": row.memory_mib,
-    } for row in rows], cursor
+    }
+
+
+def standing_of(row: Any) -> Standing:
+    """The standing of a row with ``gpus`` and ``standing_columns``."""
+    return Standing(int(row.gpus), int(row.dedicated or 0), int(row.shared_held or 0),
+                    int(row.dedicated_held or 0))
 
 
 def _gpus(summed: Any) -> float | None:
@@ -151,32 +168,36 @@ def _gpus(summed: Any) -> float | None:
 
 @dataclass(frozen=True)
 class ClassRoom:
-    """What a tenant has left of one GPU class for new clusters, all regions together."""
+    """What a tenant has left of one GPU class for new clusters, all regions together: for
+    shared-pool clusters (its quota less its dedicated GPUs and its shared-pool clusters') and
+    for dedicated-nodes clusters (its dedicated GPUs no cluster holds)."""
 
     gpu_class_id: int
     product: str
     display_name: str
     approved: int
     left: int
+    dedicated: int = 0
+    dedicated_left: int = 0
 
 
 ALL_QUOTA_ROWS = PageParams(limit=1000)
 
 
 def room_per_class(db: Session, principal: Principal, slug: str) -> list[ClassRoom]:
-    """The classes the tenant holds approved quota of, and how many of those GPUs its
-    clusters do not hold yet: what a create form offers."""
-    approved: dict[int, int] = {}
-    held: dict[int, int] = {}
+    """The classes the tenant holds approved quota of, and what is left of them for new
+    clusters of each placement: what a create form offers."""
+    figures: dict[int, list[int]] = {}
     names: dict[int, tuple[str, str]] = {}
     for row in tenant_quota(db, principal, slug, ALL_QUOTA_ROWS).items:
-        approved[row.gpu_class_id] = approved.get(row.gpu_class_id, 0) + row.approved_gpus
-        held[row.gpu_class_id] = held.get(row.gpu_class_id, 0) + row.allocated_gpus
+        summed = figures.setdefault(row.gpu_class_id, [0, 0, 0, 0])
+        for index, value in enumerate((row.approved_gpus, row.shared_pool_left_gpus,
+                                       row.dedicated_gpus, row.dedicated_left_gpus)):
+            summed[index] += value
         names[row.gpu_class_id] = (row.gpu_class, row.display_name)
-    return [ClassRoom(class_id, *names[class_id], approved[class_id],
-                      max(approved[class_id] - held[class_id], 0))
-            for class_id in sorted(approved, key=lambda c: names[c][1])
-            if approved[class_id] > 0]
+    return [ClassRoom(class_id, *names[class_id], *figures[class_id])
+            for class_id in sorted(figures, key=lambda c: names[c][1])
+            if figures[class_id][0] > 0]
 
 
 def record_gpus_in_use(db: Session, host_id: int,
