@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
@@ -190,6 +190,6 @@ def test_a_dedication_racing_a_shared_pool_create_never_passes_the_quota(
             dedicated = db.scalar(select(func.count()).select_from(NodeAssignment)
                                   .where(NodeAssignment.ended_at.is_(None)))
             assert (shared, dedicated) in {(16, 0), (0, 1)}, outcomes
-            db.execute(VirtualCluster.__table__.delete())
+            db.execute(delete(VirtualCluster))
             for assignment in db.scalars(select(NodeAssignment)):
                 db.delete(assignment)
