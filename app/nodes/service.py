@@ -1,7 +1,13 @@
 """The node inventory as platform admins and tenants see it, and dedicated node assignment.
 
+Dedicated GPUs are part of the tenant's approved quota (``app.accounting.standing``): an
+assignment must fit with what its shared-pool clusters hold, and its end must leave its
+dedicated-nodes clusters on the host their GPUs. Either moves the shared pool's guarantee to the
+tenant, so it fires ``quota_changed`` (its clusters, and so its KAI queues, follow).
+
 Concurrency: an assignment locks the tenant's quota row of the node's class (so that parallel
-assignments to one tenant cannot together pass its quota), then inserts the assignment. The
+assignments to one tenant, or a cluster create racing one, cannot together pass its quota),
+then inserts the assignment; its end takes the same lock. The
 partial unique index ``uq_node_assignments_active_node`` keeps a node with one tenant: of two
 parallel assignments of one node, the second insert fails and answers 409. Checks come before
 the first write, so a refused assignment leaves nothing behind.
@@ -48,6 +54,7 @@ from app.nodes.schemas import (
     SuggestionOut,
     TenantNodeOut,
 )
+from app.quotas import events as quota_events
 from app.quotas.models import TenantQuota
 from app.tenants.access import tenant_for
 from app.tenants.models import Tenant
@@ -262,6 +269,7 @@ def _assign(db: Session, principal: Principal, cluster: HostCluster, row: Node,
         f"node {row.name} was just dedicated to another tenant by a parallel request"))
     capacity_cache.forget(db)
     enqueue(db, NODES, cluster.id)  # the worker labels and taints the node now
+    _guarantee_changed(db, tenant.id, gpu_class.id, cluster.region)
     audit.record(db, action="node.assign", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=tenant.id, target_type="node",
                  target_id=f"{cluster.name}/{row.name}",
@@ -313,6 +321,8 @@ def end_assignment(db: Session, principal: Principal, name: str,
     if not repository.end_assignment(db, current.id, principal.user_id, utcnow()):
         raise NotFound(f"node {name} is not dedicated to any tenant")
     capacity_cache.forget(db)
+    if row.gpu_class_id is not None:
+        _guarantee_changed(db, current.tenant_id, row.gpu_class_id, cluster.region)
     enqueue(db, NODES, cluster.id)  # the worker removes the node's label and taint now
     tenant = db.get(Tenant, current.tenant_id)
     audit.record(db, action="node.unassign", actor_id=principal.user_id,
@@ -321,6 +331,13 @@ def end_assignment(db: Session, principal: Principal, name: str,
                  target_label=f"node {row.name} on {cluster.name}",
                  before={"tenant": tenant.slug if tenant else None}, after={"tenant": None})
     return _detail(db, cluster, row)
+
+
+def _guarantee_changed(db: Session, tenant_id: int, gpu_class_id: int, region: str) -> None:
+    """Dedicated GPUs are part of the quota: the shared pool's guarantee to the tenant (its KAI
+    queue's quota on the region's hosts) moved, and its clusters follow within seconds."""
+    quota_events.quota_changed.fire(db, quota_events.QuotaChanged(tenant_id, gpu_class_id,
+                                                                  region))
 
 
 def _check_end(db: Session, cluster: HostCluster, row: Node, tenant_id: int) -> None:
