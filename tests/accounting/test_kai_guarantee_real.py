@@ -26,11 +26,11 @@ from app.nodes import service as nodes
 from app.nodes.schemas import AssignmentIn
 from tests import factories
 from tests.quotas.test_approval_reaches_host_real import (  # noqa: F401 - fixtures
-    KAI,
     Worker,
     eventually,
     gpu_quota,
     host,
+    remove_tenant_objects,
     worker,
 )
 
@@ -67,11 +67,7 @@ def world(own_pg_database: Database, host: KubernetesAdapter) -> Iterator[World]
                                                  roles={tenant.id: "admin"}),
                       Principal(user=operator, via="token", roles={}), h100.id, node.name)
     yield found
-    selector = {lbl.TENANT: slug}
-    for namespace in host.list("v1", "Namespace", label_selector=selector):
-        host.delete("v1", "Namespace", namespace["metadata"]["name"])
-    for kai_queue in host.list(KAI, "Queue", label_selector=selector):
-        host.delete(KAI, "Queue", kai_queue["metadata"]["name"])
+    remove_tenant_objects(host, slug)
 
 
 def _model_guarantee(database: Database, world: World) -> int:
