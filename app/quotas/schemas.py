@@ -156,6 +156,9 @@ class ExpiredQuota(BaseModel):
     region: str
     gpus: int
     over_quota_cluster_ids: list[int]
+    over_quota_gpus: int = Field(
+        default=0, description="how far the tenant's dedicated GPUs and shared-pool clusters "
+                               "now pass its smaller quota (nothing is taken away)")
 
 
 BurstTier = Literal["guaranteed", "burst", "priority-burst"]

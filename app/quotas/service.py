@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.accounting import standing as accounting
 from app.accounting.standing import Standing
 from app.audit import readable
 from app.audit import service as audit
@@ -510,6 +511,9 @@ def _expire_one(db: Session, actor: Actor, request_id: int, now: datetime) -> Ex
     shrunk = events.QuotaShrunk(request.tenant_id, request.gpu_class_id, request.region,
                                 quota.gpus, actor.id, actor.label)
     events.quota_shrunk.fire(db, shrunk)
+    over = accounting.standing(db, request.tenant_id, request.gpu_class_id,
+                               request.region).over
     return ExpiredQuota(request_id=request.id, tenant_id=request.tenant_id,
                         gpu_class_id=request.gpu_class_id, region=request.region, gpus=gpus,
-                        over_quota_cluster_ids=shrunk.over_quota_cluster_ids)
+                        over_quota_cluster_ids=shrunk.over_quota_cluster_ids,
+                        over_quota_gpus=over)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -17,12 +18,14 @@ from app.auth.principal import Principal
 from app.clusters import service as clusters
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate
-from app.database.core import Database
+from app.database.core import Database, utcnow
 from app.kit.errors import ProblemError
 from app.nodes import service as nodes
 from app.nodes.models import Node, NodeAssignment
 from app.nodes.schemas import AssignmentIn
 from app.process import quota_check
+from app.quotas import service as quotas
+from app.quotas.schemas import ApproveIn
 from tests import factories
 from tests.clusters.support import cluster_settings
 from tests.support.capacity import rows_of
@@ -193,3 +196,25 @@ def test_a_dedication_racing_a_shared_pool_create_never_passes_the_quota(
             db.execute(delete(VirtualCluster))
             for assignment in db.scalars(select(NodeAssignment)):
                 db.delete(assignment)
+
+
+def test_an_expiry_below_what_is_held_takes_nothing_and_says_by_how_much(
+        client: TestClient, db: Session) -> None:
+    tenancy, node = _acme_with_16(db)
+    temporary = factories.quota_request(db, tenancy.acme, tenancy.h100, gpus=8, state="pending")
+    temporary.ends_at = utcnow() + timedelta(days=1)
+    db.flush()
+    quotas.approve(db, tenancy.principal(tenancy.platform_admin), temporary.id, ApproveIn())
+    db.commit()
+    assert _dedicate(client, db, tenancy, node).status_code == 200
+    assert _create(client, db, tenancy, "shared", 16).status_code == 201
+    [expired] = quotas.expire_quotas(db, utcnow() + timedelta(days=2))
+    db.commit()
+    assert (expired.gpus, expired.over_quota_gpus) == (8, 8)
+    quota = _quota(client, db, tenancy)
+    assert (quota["approved_gpus"], quota["shared_pool_allocated_gpus"],
+            quota["over_quota_gpus"]) == (16, 16, 8)
+    admin = headers(db, tenancy.acme_admin)
+    assert client.patch(f"{CLUSTERS}/shared", json={"gpus": 12}, headers=admin).status_code == 200
+    assert _quota(client, db, tenancy)["over_quota_gpus"] == 4
+    assert _create(client, db, tenancy, "more", 1).status_code == 422
