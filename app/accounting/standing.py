@@ -247,7 +247,7 @@ def every_standing(db: Session, tenant_id: int | None = None) -> dict[Key, Stand
 def _dedicated_per_key(tenant_id: int | None) -> Select[Any]:
     assigned = node_assignments.c
     return (select(assigned.tenant_id, nodes.c.gpu_class_id, HostCluster.region,
-                   func.sum(nodes.c.gpu_count))
+                   func.sum(nodes.c.gpu_count).label("gpus"))
             .join(node_assignments, _live_assignment())
             .join(HostCluster, HostCluster.id == nodes.c.host_cluster_id)
             .where(nodes.c.gone_at.is_(None), nodes.c.gpu_class_id.is_not(None),
@@ -258,7 +258,7 @@ def _dedicated_per_key(tenant_id: int | None) -> Select[Any]:
 def _held_per_key(tenant_id: int | None) -> Select[Any]:
     clusters = virtual_clusters.c
     return (select(clusters.tenant_id, clusters.gpu_class_id, HostCluster.region,
-                   clusters.placement, func.sum(clusters.gpus))
+                   clusters.placement, func.sum(clusters.gpus).label("gpus"))
             .join(HostCluster, HostCluster.id == clusters.host_cluster_id)
             .where(clusters.gpu_class_id.is_not(None), clusters.gpus > 0,
                    true() if tenant_id is None else clusters.tenant_id == tenant_id)
@@ -269,15 +269,24 @@ def _held_per_key(tenant_id: int | None) -> Select[Any]:
 def pool_guarantees(class_ids: Sequence[int] | None = None,
                     region: str | None = None) -> Select[Any]:
     """(region, class id, GPUs): what the shared pool of a region guarantees all tenants of a
-    class together, each tenant's ``shared_guarantee`` summed, in one statement."""
+    class together, each tenant's ``shared_guarantee`` summed, in one statement (the nodes and
+    clusters each summed once, grouped, whatever the number of tenants)."""
     quotas = tenant_quotas.c
-    query = select(quotas.region, quotas.gpu_class_id, func.sum(shared_guarantee(
-        quotas.gpus,
-        dedicated_gpus(quotas.tenant_id, quotas.gpu_class_id, quotas.region).scalar_subquery(),
-        held_gpus(quotas.tenant_id, quotas.gpu_class_id, quotas.region,
-                  placement=SHARED).scalar_subquery())))
+    dedicated = _dedicated_per_key(None).subquery("dedicated")
+    shared = _held_per_key(None).subquery("shared")
+    query = (select(quotas.region, quotas.gpu_class_id, func.sum(shared_guarantee(
+                 quotas.gpus, func.coalesce(dedicated.c.gpus, 0),
+                 func.coalesce(shared.c.gpus, 0))))
+             .outerjoin(dedicated, _same_key(dedicated))
+             .outerjoin(shared, and_(_same_key(shared), shared.c.placement == SHARED)))
     if class_ids is not None:
         query = query.where(quotas.gpu_class_id.in_(list(class_ids)))
     if region is not None:
         query = query.where(quotas.region == region)
     return query.group_by(quotas.region, quotas.gpu_class_id)
+
+
+def _same_key(grouped: Any) -> ColumnElement[bool]:
+    quotas = tenant_quotas.c
+    return and_(grouped.c.tenant_id == quotas.tenant_id,
+                grouped.c.gpu_class_id == quotas.gpu_class_id, grouped.c.region == quotas.region)
