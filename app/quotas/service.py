@@ -21,7 +21,6 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.accounting import standing as accounting
-from app.accounting.standing import Standing
 from app.audit import readable
 from app.audit import service as audit
 from app.auth.models import User
@@ -34,7 +33,7 @@ from app.gpu_classes.models import GpuClass
 from app.gpu_classes.schemas import Capacity, NamedClass
 from app.http.pagination import Page, PageParams
 from app.kit.errors import Conflict, NotFound, ValidationFailed
-from app.quotas import events, regions, repository
+from app.quotas import events, figures, regions, repository
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.quotas.schemas import (
     ApproveIn,
@@ -128,43 +127,8 @@ def tenant_quota(
     db: Session, principal: Principal, slug: str, params: PageParams
 ) -> Page[TenantQuotaOut]:
     """A tenant's quota with what its clusters and dedicated nodes hold: one statement."""
-    items, cursor = tenant_quota_fields(db, principal, slug, params)
+    items, cursor = figures.tenant_quota_fields(db, principal, slug, params)
     return Page(items=[TenantQuotaOut(**fields) for fields in items], next_cursor=cursor)
-
-
-def tenant_quota_fields(db: Session, principal: Principal, slug: str, params: PageParams,
-                        ) -> tuple[list[dict[str, Any]], str | None]:
-    """``tenant_quota``'s page as ``TenantQuotaOut`` fields, in its order and types, for
-    ``page_response``."""
-    tenant = tenant_for(db, principal, slug)
-    rows, cursor = repository.quota_page(db, tenant.id, params)
-    return [_quota_fields(row) for row in rows], cursor
-
-
-def _quota_fields(row: Any) -> dict[str, Any]:
-    """``TenantQuotaOut``'s fields of a row of ``repository.quota_rows_query``."""
-    held = standing_of(row)
-    return {
-        "gpu_class_id": row.gpu_class_id, "gpu_class": row.product,
-        "display_name": row.display_name, "region": row.region, "approved_gpus": row.gpus,
-        "allocated_gpus": int(row.allocated), "in_use_gpus": _gpus(row.in_use),
-        "burst_in_use_gpus": _gpus(row.burst), "dedicated_gpus": held.dedicated,
-        "shared_pool_gpus": held.shared_guarantee, "shared_pool_allocated_gpus": held.shared_held,
-        "dedicated_allocated_gpus": held.dedicated_held,
-        "shared_pool_left_gpus": held.shared_left, "dedicated_left_gpus": held.dedicated_left,
-        "over_quota_gpus": held.over,
-        "cpu_millicores": row.cpu_millicores, "memory_mib": row.memory_mib,
-    }
-
-
-def standing_of(row: Any) -> Standing:
-    """The standing of a row with ``gpus`` and ``standing_columns``."""
-    return Standing(int(row.gpus), int(row.dedicated or 0), int(row.shared_held or 0),
-                    int(row.dedicated_held or 0))
-
-
-def _gpus(summed: Any) -> float | None:
-    return None if summed is None else float(summed)
 
 
 @dataclass(frozen=True)
@@ -365,8 +329,8 @@ def _queue_items(db: Session, rows: Sequence[Any],
     capacity: dict[tuple[int, str], Any] = {}
     for region in sorted({row.region for row in rows}):
         ids = sorted({row.gpu_class_id for row in rows if row.region == region})
-        for class_id, figures in figures_of(db, ids, region).items():
-            capacity[class_id, region] = figures
+        for class_id, found in figures_of(db, ids, region).items():
+            capacity[class_id, region] = found
     return [QueueItem(**_listed_request_fields(row), tenant_quota_gpus=row.quota_gpus or 0,
                       tenant_allocated_gpus=row.allocated_gpus,
                       capacity=capacity[row.gpu_class_id, row.region],
