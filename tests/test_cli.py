@@ -334,3 +334,10 @@ def test_serve_runs_one_process_on_sqlite() -> None:
     from app.process.cli import serving_processes
 
     assert serving_processes(Settings(database_url="sqlite:///portal.db")) == 1
+
+
+def test_quota_check_says_every_tenant_is_within_and_exits_0(tmp_path: Path) -> None:
+    _run(tmp_path, "db", "upgrade")
+    result = _run(tmp_path, "quota", "check")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("every tenant is within its quota")

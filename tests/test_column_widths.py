@@ -167,6 +167,7 @@ WRITTEN_BY_THE_SERVER: dict[str, str] = {
     "usage_hourly.source": "fixed sources",
     "usage_ledger.kind": "fixed kinds",
     "usage_ledger.cluster_name": "a cluster's name (virtual_clusters.name, 40)",
+    "usage_ledger.placement": "a cluster's placement (virtual_clusters.placement, fixed values)",
     "usage_samples.source": "fixed sources",
     "users.issuer": "the configured IdP's issuer URL",
     "users.subject": "the IdP's subject: a longer one is a refused sign-in",

@@ -7,16 +7,17 @@ import pytest
 from sqlalchemy import TableClause
 
 import app.process.all_models  # noqa: F401 - every table on the metadata
+from app.accounting import read_models as accounting_reads
 from app.audit import repository as audit_repository
 from app.auth import repository as auth_repository
 from app.database.core import Base
 from app.gpu_classes import read_models as gpu_class_reads
-from app.quotas import read_models as quota_reads
 
 READ_MODELS = [audit_repository.tenants, auth_repository.memberships, gpu_class_reads.nodes,
-               gpu_class_reads.node_assignments, gpu_class_reads.tenant_quotas,
-               gpu_class_reads.virtual_clusters, gpu_class_reads.gpus_in_use,
-               quota_reads.virtual_clusters]
+               gpu_class_reads.node_assignments, gpu_class_reads.virtual_clusters,
+               gpu_class_reads.gpus_in_use, accounting_reads.tenant_quotas,
+               accounting_reads.nodes, accounting_reads.node_assignments,
+               accounting_reads.virtual_clusters]
 
 
 @pytest.mark.parametrize("read_model", READ_MODELS, ids=lambda table: table.name)

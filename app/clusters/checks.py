@@ -1,6 +1,8 @@
 """What a cluster's create or resize must pass before it is written: a known version and GPU
-class, a spec the builders accept, the tenant's quota room (under the quota row's lock when it
-writes), the tenant's dedicated nodes, and a host that fits (``place``)."""
+class, a spec the builders accept, the tenant's standing (``app.accounting.standing``, under the
+quota row's lock when it writes): for a shared-pool cluster the quota its dedicated nodes and
+shared-pool clusters leave, for a dedicated-nodes cluster its dedicated GPUs no cluster holds,
+and a host that fits (``place``)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.accounting.standing import Standing, shared_refusal
 from app.clusters import desired, known_classes, placement, repository
 from app.clusters.models import VirtualCluster
 from app.clusters.placement import Placed, PlacementRequest, Unplaceable
-from app.clusters.repository import QuotaRoom
 from app.clusters.schemas import ClusterCreate
 from app.gpu_classes.models import GpuClass
 from app.kit.config import Settings
@@ -26,9 +28,9 @@ DEDICATED = "dedicated-nodes"
 
 def place(db: Session, settings: Settings, tenant: Tenant, payload: ClusterCreate,
           gpu_class: GpuClass | None, hardened: str | None,
-          rooms: Mapping[str, QuotaRoom]) -> Placed:
-    """The host placement picks for the request, given the tenant's quota ``rooms`` of the
-    class by region. Too little quota or too few dedicated GPUs anywhere the request may go is
+          rooms: Mapping[str, Standing]) -> Placed:
+    """The host placement picks for the request, given the tenant's standings (``rooms``) of
+    the class by region. Too little quota or too few dedicated GPUs anywhere the request may go is
     the tenant's to fix (422 on gpus); any other refusal is a 409 naming each host's
     reasons."""
     if payload.region:
@@ -37,7 +39,8 @@ def place(db: Session, settings: Settings, tenant: Tenant, payload: ClusterCreat
         placement=payload.placement, gpu_class_id=gpu_class.id if gpu_class else None,
         gpu_class_name=gpu_class.display_name if gpu_class else "",
         gpus=payload.gpus if gpu_class else 0, region=payload.region or None,
-        quota_free={region: room.free for region, room in rooms.items()},
+        quota_free={region: room.left_for(payload.placement)
+                    for region, room in rooms.items()},
         needs_webhook=(payload.placement == "shared-pool"
                        and settings.vcluster_edition == "oss"),
         hardening=hardened)
@@ -52,30 +55,29 @@ def place(db: Session, settings: Settings, tenant: Tenant, payload: ClusterCreat
 
 def check_room(db: Session, tenant: Tenant, gpu_class: GpuClass, request: PlacementRequest,
                hosts: list[placement.HostFacts]) -> None:
-    """Quota, and for dedicated nodes the tenant's nodes, with room in some region the request
-    may go to (its own, or any)."""
+    """For a shared-pool cluster, the tenant's quota left for shared-pool clusters; for a
+    dedicated-nodes one, its dedicated nodes: with room in some region the request may go to
+    (its own, or any)."""
     allowed = ({request.region} if request.region is not None
                else {h.region for h in hosts} | set(request.quota_free))
-    rooms = {region: request.quota_free.get(region, 0) for region in sorted(allowed)}
-    if max(rooms.values(), default=0) < request.gpus:
-        if len(rooms) == 1:
-            region = next(iter(rooms))
-            check_quota(db, tenant, gpu_class, region, "shared-pool", request.gpus, lock=False,
-                        host_cluster_id=0)
-        listed = ", ".join(f"{r or '(none)'}: {max(g, 0)}" for r, g in rooms.items())
-        raise ValidationFailed.on_field(
-            "gpus", f"the tenant's {gpu_class.display_name} quota has room for fewer than "
-                    f"{request.gpus} GPUs in every region ({listed}); request more quota first")
-    if request.placement != DEDICATED:
+    if request.placement == DEDICATED:
+        candidates = [h for h in hosts if h.region in allowed]
+        free = max((h.tenant_node_gpus.get(gpu_class.id, 0) for h in candidates), default=0)
+        if free < request.gpus:
+            on_nodes = sum(repository.tenant_node_gpus(db, tenant.id, gpu_class.id).values())
+            raise _beyond_nodes(gpu_class, free, on_nodes)
         return
-    candidates = [h for h in hosts if h.region in allowed]
-    free = max((h.tenant_node_gpus.get(gpu_class.id, 0) for h in candidates), default=0)
-    if free < request.gpus:
-        on_nodes = sum(repository.tenant_node_gpus(db, tenant.id, gpu_class.id).values())
-        raise ValidationFailed.on_field(
-            "gpus", f"{max(free, 0)} {gpu_class.display_name} GPUs are free on the nodes "
-                    f"dedicated to the tenant ({on_nodes} in all); ask a platform admin to "
-                    "assign nodes, or use the shared pool")
+    rooms = {region: request.quota_free.get(region, 0) for region in sorted(allowed)}
+    if max(rooms.values(), default=0) >= request.gpus:
+        return
+    if len(rooms) == 1:
+        check_quota(db, tenant, gpu_class, next(iter(rooms)), request.placement, request.gpus,
+                    lock=False, host_cluster_id=None)
+    listed = ", ".join(f"{r or '(none)'}: {max(g, 0)}" for r, g in rooms.items())
+    raise ValidationFailed.on_field(
+        "gpus", f"the tenant's {gpu_class.display_name} quota, less its dedicated nodes and "
+                f"shared-pool clusters, has room for fewer than {request.gpus} GPUs in every "
+                f"region ({listed}); request more quota first")
 
 
 def host_facts(db: Session, tenant_id: int,
@@ -158,40 +160,40 @@ def check_spec(db: Session, settings: Settings, tenant: Tenant, payload: Cluster
 
 
 def check_placed(db: Session, tenant: Tenant, gpu_class: GpuClass, payload: ClusterCreate,
-                 placed: Placed, rooms: Mapping[str, QuotaRoom]) -> None:
-    """The quota's room in the region placement chose, as ``rooms`` read it (under its lock
-    for a create), and for dedicated nodes the tenant's nodes on the chosen host."""
-    room = rooms.get(placed.region, QuotaRoom(0, 0))
+                 placed: Placed, rooms: Mapping[str, Standing]) -> None:
+    """The tenant's standing in the region placement chose, as ``rooms`` read it (under its
+    lock for a create), and for dedicated nodes the tenant's nodes on the chosen host."""
     if payload.gpus == 0:
         return
-    _refuse_beyond_quota(gpu_class, placed.region, payload.gpus, room)
     if payload.placement == DEDICATED:
         check_dedicated(db, tenant, gpu_class, payload.gpus, placed.host_id, None)
+    else:
+        _refuse_beyond_quota(gpu_class, placed.region, payload.gpus,
+                             rooms.get(placed.region, Standing()))
 
 
-def _refuse_beyond_quota(gpu_class: GpuClass, region: str, gpus: int, room: QuotaRoom) -> None:
-    if gpus > room.free:
-        where = f" in region {region}" if region else ""
-        raise ValidationFailed.on_field(
-            "gpus", f"{max(room.free, 0)} of the tenant's {room.approved} "
-                    f"{gpu_class.display_name} GPUs{where} are free; request more quota first")
+def _refuse_beyond_quota(gpu_class: GpuClass, region: str, gpus: int, room: Standing) -> None:
+    refusal = shared_refusal(room, gpus, gpu_class.display_name, region)
+    if refusal is not None:
+        raise ValidationFailed.on_field("gpus", refusal)
 
 
 def check_quota(db: Session, tenant: Tenant, gpu_class: GpuClass, region: str, placement: str,
-                gpus: int, *, lock: bool, host_cluster_id: int,
+                gpus: int, *, lock: bool, host_cluster_id: int | None,
                 excluding: int | None = None) -> None:
     """Under the lock of the quota row of the class in the region, what placement saw without
-    it: the quota's room there, and for dedicated nodes the tenant's nodes on the host."""
+    it: for a shared-pool cluster of ``gpus`` the tenant's standing there, for a
+    dedicated-nodes cluster the tenant's nodes on the host (any host of the region when
+    None)."""
     if lock:
-        quota = repository.lock_quota(db, tenant.id, gpu_class.id, region)
-    else:
-        quota = next((q for q in repository.tenant_quotas(db, tenant.id, region)
-                      if q.gpu_class_id == gpu_class.id), None)
+        repository.lock_quota(db, tenant.id, gpu_class.id, region)
     if gpus == 0:
         return
-    held = repository.allocated_gpus(db, tenant.id, gpu_class.id, region, excluding=excluding)
-    _refuse_beyond_quota(gpu_class, region, gpus, QuotaRoom(quota.gpus if quota else 0, held))
-    if placement == DEDICATED:
+    if placement != DEDICATED:
+        room = repository.standings(db, tenant.id, gpu_class.id,
+                                    excluding=excluding).get(region, Standing())
+        _refuse_beyond_quota(gpu_class, region, gpus, room)
+    elif host_cluster_id is not None:
         check_dedicated(db, tenant, gpu_class, gpus, host_cluster_id, excluding)
 
 
@@ -202,7 +204,11 @@ def check_dedicated(db: Session, tenant: Tenant, gpu_class: GpuClass, gpus: int,
     held = repository.tenant_dedicated_held(db, tenant.id, gpu_class.id,
                                             excluding=excluding).get(host_cluster_id, 0)
     if gpus > on_nodes - held:
-        raise ValidationFailed.on_field(
-            "gpus", f"{max(on_nodes - held, 0)} {gpu_class.display_name} GPUs are free on the "
-                    f"nodes dedicated to the tenant ({on_nodes} in all); ask a platform admin "
-                    "to assign nodes, or use the shared pool")
+        raise _beyond_nodes(gpu_class, on_nodes - held, on_nodes)
+
+
+def _beyond_nodes(gpu_class: GpuClass, free: int, on_nodes: int) -> ValidationFailed:
+    return ValidationFailed.on_field(
+        "gpus", f"{max(free, 0)} {gpu_class.display_name} GPUs are free on the nodes "
+                f"dedicated to the tenant ({on_nodes} in all); ask a platform admin to "
+                "assign nodes, or use the shared pool")

@@ -125,14 +125,16 @@ def manifest_policy(settings: Settings) -> ManifestPolicy:
 
 
 def tenant_spec(db: Session, tenant: Tenant, region: str, host_id: int) -> TenantSpec:
-    """The tenant's parent queue on a host gets its approved quota of every class in the
-    host's region, less the GPUs of its clusters asleep there."""
+    """The tenant's parent queue on a host gets the shared pool's guarantee to it of every
+    class in the host's region (``Standing.shared_guarantee``: its approved quota less its
+    dedicated GPUs), less the GPUs of its clusters asleep there."""
     quotas = repository.tenant_quotas(db, tenant.id, region)
+    guarantees = repository.shared_guarantees(db, tenant.id, region)
     products = repository.class_products(db, [q.gpu_class_id for q in quotas])
     burst = tenant_burst(db, tenant.id)
     return TenantSpec(
         slug=tenant.slug, display_name=tenant.display_name,
-        gpu_quota={products[q.gpu_class_id]: q.gpus for q in quotas},
+        gpu_quota={products[q.gpu_class_id]: guarantees.get(q.gpu_class_id, 0) for q in quotas},
         cpu_millicores=sum(q.cpu_millicores for q in quotas),
         memory_mb=mib_to_mb(sum(q.memory_mib for q in quotas)),
         burst_gpus=None if burst.burst_gpus == manifests.UNLIMITED_GPUS else burst.burst_gpus,

@@ -1,5 +1,6 @@
 """Clusters left above a quota that shrank (it expired) are flagged, never deleted: their
-owners decide what to shrink."""
+owners decide what to shrink. Above means the tenant's dedicated GPUs and shared-pool clusters
+pass the quota (``Standing.over``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from app.quotas import events as quota_events
 
 @quota_events.quota_shrunk.connect
 def flag_clusters_over_quota(db: Session, event: quota_events.QuotaShrunk) -> None:
-    held = repository.allocated_gpus(db, event.tenant_id, event.gpu_class_id, event.region)
-    if held <= event.quota_gpus:
+    standing = repository.standings(db, event.tenant_id, event.gpu_class_id).get(event.region)
+    if standing is None or standing.over == 0:
         return
     for cluster in repository.clusters_with_gpus(db, event.tenant_id, event.gpu_class_id,
                                                  event.region):

@@ -23,6 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from app.accounting import standing as accounting
+from app.accounting.standing import Standing
 from app.clusters.models import (
     ClusterGpusInUse,
     ClusterGpuWait,
@@ -37,7 +39,6 @@ from app.hosts.repository import ensure_default_host, hosts_in
 from app.http.pagination import KeysetPage, PageParams
 from app.kit.errors import Conflict
 from app.nodes.models import Node, NodeAssignment
-from app.quotas import repository as quota_repository
 from app.quotas.models import TenantQuota
 from app.tenants.models import GroupMapping
 
@@ -173,11 +174,6 @@ def in_region(region: str) -> ColumnElement[bool]:
     return VirtualCluster.host_cluster_id.in_(hosts_in(region))
 
 
-# The GPUs of a class a tenant's clusters hold in a region: quotas count them, and the sum is
-# written once, there.
-allocated_gpus = quota_repository.allocated_gpus
-
-
 def clusters_with_gpus(db: Session, tenant_id: int, gpu_class_id: int,
                        region: str) -> list[VirtualCluster]:
     query = clusters_query(tenant_id).where(VirtualCluster.gpu_class_id == gpu_class_id,
@@ -200,40 +196,31 @@ def tenant_quotas(db: Session, tenant_id: int, region: str | None = None) -> lis
     return list(db.scalars(query.order_by(TenantQuota.id)))
 
 
-@dataclass(frozen=True)
-class QuotaRoom:
-    """The tenant's quota of a class in a region, and the GPUs its clusters hold there."""
-
-    approved: int
-    held: int
-
-    @property
-    def free(self) -> int:
-        return self.approved - self.held
+_LOCK_QUOTAS = Prepared(select(TenantQuota.id)
+                        .where(TenantQuota.tenant_id == bindparam("tenant_id"),
+                               TenantQuota.gpu_class_id == bindparam("gpu_class_id"))
+                        .order_by(TenantQuota.id).with_for_update())
 
 
-_QUOTAS_OF_CLASS = (select(TenantQuota.region, TenantQuota.gpus)
-                    .where(TenantQuota.tenant_id == bindparam("tenant_id"),
-                           TenantQuota.gpu_class_id == bindparam("gpu_class_id"))
-                    .order_by(TenantQuota.id))
-_QUOTAS = {False: Prepared(_QUOTAS_OF_CLASS), True: Prepared(_QUOTAS_OF_CLASS.with_for_update())}
-
-
-def quota_rooms(db: Session, tenant_id: int, gpu_class_id: int, *,
-                lock: bool = False) -> dict[str, QuotaRoom]:
-    """region -> the tenant's quota of the class there and what its clusters hold; with
+def standings(db: Session, tenant_id: int, gpu_class_id: int, *, lock: bool = False,
+              excluding: int | None = None) -> dict[str, Standing]:
+    """region -> the tenant's standing of the class there (``app.accounting.standing``); with
     ``lock``, under the lock of every quota row of the class (in id order), which a create
     takes before it knows its region."""
     if lock:
         lock_rows(db, TenantQuota, TenantQuota.tenant_id == tenant_id,
                   TenantQuota.gpu_class_id == gpu_class_id)
-    quotas = _QUOTAS[lock].rows(db, {"tenant_id": tenant_id, "gpu_class_id": gpu_class_id})
-    if not quotas:
-        return {}
+        _LOCK_QUOTAS.rows(db, {"tenant_id": tenant_id, "gpu_class_id": gpu_class_id})
     # Read after the lock, in a statement of its own: on PostgreSQL a statement sees what was
     # committed when it began, and the lock may have waited for a create to commit.
-    held = quota_repository.allocated_by_region(db, tenant_id, gpu_class_id)
-    return {region: QuotaRoom(gpus, held.get(region, 0)) for region, gpus in quotas}
+    return accounting.standings(db, tenant_id, gpu_class_id, excluding=excluding)
+
+
+def shared_guarantees(db: Session, tenant_id: int, region: str) -> dict[int, int]:
+    """class id -> what the shared pool of the region guarantees the tenant of the class."""
+    return {class_id: found.shared_guarantee
+            for (_, class_id, of_region), found in accounting.every_standing(db, tenant_id).items()
+            if of_region == region}
 
 
 # ----- what placement sees of each host

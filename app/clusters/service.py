@@ -1,15 +1,17 @@
 """Virtual cluster requests: create, resize and delete within the tenant's GPU quota.
 
-Quota rule: the GPUs of a class held by a tenant's clusters (those being deleted included, as
-they still hold them) never exceed the tenant's approved quota of that class. Creates and
+Quota rule (``app.accounting.standing``, the one accounting): the GPUs of a class on the
+tenant's dedicated nodes and those its shared-pool clusters hold (those being deleted included,
+as they still hold them) together never exceed the tenant's approved quota of that class in the
+region. Creates and
 resizes lock the tenant's quota rows of the class first (a create every region's, before it
 knows its region; a resize its region's), then check and write, so parallel requests queue on
 those rows and cannot both pass. Lock order is quota row, then cluster row,
 the same as quota expiry, so the two never deadlock.
 
-Dedicated-nodes clusters must also fit the tenant's dedicated nodes: their GPUs of a class,
-summed over the tenant's dedicated-nodes clusters, stay within the GPUs on the nodes of that
-class assigned to the tenant. Shared-pool clusters do not use dedicated nodes.
+Dedicated-nodes clusters draw on the tenant's dedicated nodes instead: their GPUs of a class,
+summed over the tenant's dedicated-nodes clusters on a host, stay within the GPUs on the nodes
+of that class dedicated to the tenant there. Shared-pool clusters do not use dedicated nodes.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.accounting.standing import Standing
 from app.audit import readable
 from app.audit import service as audit
 from app.auth.principal import Principal
@@ -252,7 +255,7 @@ def check_create(
     checks.check_spec(db, settings, tenant, payload, gpu_class)
     hardened = desired.hardening(settings, resolved.pod_security if resolved else None,
                                  resolved.user_namespaces if resolved else False)
-    rooms = repository.quota_rooms(db, tenant.id, gpu_class.id, lock=lock) if gpu_class else {}
+    rooms = repository.standings(db, tenant.id, gpu_class.id, lock=lock) if gpu_class else {}
     placed = checks.place(db, settings, tenant, payload, gpu_class, hardened, rooms)
     if gpu_class is not None:
         checks.check_placed(db, tenant, gpu_class, payload, placed, rooms)
@@ -358,10 +361,7 @@ def _region_of(db: Session, cluster: VirtualCluster) -> str:
 def _clear_over_quota(db: Session, principal: Principal, tenant: Tenant,
                       gpu_class: GpuClass, region: str) -> None:
     """Clusters flagged by quota expiry are back within quota once the tenant has shrunk."""
-    quota = next((q for q in repository.tenant_quotas(db, tenant.id, region)
-                  if q.gpu_class_id == gpu_class.id), None)
-    if repository.allocated_gpus(db, tenant.id, gpu_class.id, region) > (
-            quota.gpus if quota else 0):
+    if repository.standings(db, tenant.id, gpu_class.id).get(region, Standing()).over > 0:
         return
     for flagged in repository.over_quota_clusters(db, tenant.id, gpu_class.id, region):
         flagged.over_quota = False

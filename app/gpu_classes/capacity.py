@@ -10,13 +10,15 @@ figures:
   listed apart, never counted as whole GPUs.
 - ``not_ready``: of total, on nodes that are not Ready; ``ready = total - not_ready``.
 - ``dedicated``: of total, on nodes dedicated to a tenant, Ready or not.
-- ``shared_guaranteed``: guaranteed in the shared pool. Per region (and so per class), the
-  tenants' approved quota there that their dedicated nodes in the region do not cover; per host,
-  the GPUs of the shared-pool clusters placed on it, which are its KAI queues' quotas (quota not
-  yet given to a cluster belongs to its region, not to a host). A sleeping cluster still
-  counts (its GPUs come back when it wakes; the sleep report tells what it gave the pool).
+- ``shared_guaranteed``: guaranteed in the shared pool. Per region (and so per class), what the
+  pool guarantees the tenants there: each tenant's approved quota less its dedicated GPUs, or
+  what its shared-pool clusters hold if more (``app.accounting.standing``, the one accounting);
+  per host, the GPUs of the shared-pool clusters placed on it, which are its KAI leaf queues'
+  quotas (quota not yet given to a cluster belongs to its region, not to a host). A sleeping
+  cluster still counts (its GPUs come back when it wakes; the sleep report tells what it gave
+  the pool).
 - ``guaranteed = dedicated + shared_guaranteed``: what tenants are promised. Per region and class
-  it is the approved quota, as long as no tenant holds more dedicated GPUs than its quota.
+  it is the approved quota, while no tenant is over it (``Standing.over``).
 - ``free = ready - ready dedicated - shared_guaranteed``: the shared pool's Ready GPUs that
   nobody is guaranteed; quota approvals in a region are checked against its free GPUs (past
   them only with an explicit overcommit). Negative when the pool is overcommitted.
@@ -117,10 +119,10 @@ def fleet(db: Session) -> Fleet:
     host_rows = [HostRow(hosts[host_id], classes[class_id], of_host(found))
                  for (host_id, class_id), found in repository.host_sums(db).items()]
     host_rows.sort(key=lambda r: (r.host.region, r.host.name, r.gpu_class.product))
-    return Fleet(host_rows, _regions(host_rows, repository.uncovered_quota(db), classes))
+    return Fleet(host_rows, _regions(host_rows, repository.shared_guarantees(db), classes))
 
 
-def _regions(host_rows: Iterable[HostRow], uncovered_quota: dict[tuple[str, int], int],
+def _regions(host_rows: Iterable[HostRow], guarantees: dict[tuple[str, int], int],
              classes: dict[int, GpuClass]) -> list[RegionRow]:
     rows: dict[tuple[str, int], RegionRow] = {}
 
@@ -133,8 +135,8 @@ def _regions(host_rows: Iterable[HostRow], uncovered_quota: dict[tuple[str, int]
         region = row(host_row.host.region, host_row.gpu_class.id)
         region.hosts.append(host_row.host.name)
         region.sums.add(Sums(**{**host_row.sums.__dict__, "shared_guaranteed": 0}))
-    for (region_name, class_id), uncovered in uncovered_quota.items():
-        row(region_name, class_id).sums.shared_guaranteed = uncovered
+    for (region_name, class_id), guaranteed in guarantees.items():
+        row(region_name, class_id).sums.shared_guaranteed = guaranteed
     return [rows[key] for key in sorted(rows, key=lambda k: (k[0], classes[k[1]].product))]
 
 
@@ -149,8 +151,9 @@ def class_capacities(db: Session, class_ids: Sequence[int],
         host = of_host(found)
         host.shared_guaranteed = 0  # the region's quota stands for the placed clusters
         sums[class_id].add(host)
-    for (_, class_id), uncovered in repository.uncovered_quota(db, class_ids, region).items():
-        sums[class_id].shared_guaranteed += uncovered
+    for (_, class_id), guaranteed in repository.shared_guarantees(db, class_ids,
+                                                                  region).items():
+        sums[class_id].shared_guaranteed += guaranteed
     slices = repository.mig_sums(db, class_ids, region)
     return {class_id: as_capacity(figures, slices.get(class_id, {}))
             for class_id, figures in sums.items()}

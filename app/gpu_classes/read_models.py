@@ -1,7 +1,7 @@
 """Read models of the tables above GPU classes whose figures a class's capacity sums.
 
-GPU classes are below quotas, nodes and clusters (a quota, a node and a cluster are each of a
-class), so the capacity queries read those domains' tables through these column lists, never
+GPU classes are below nodes and clusters (a node and a cluster are each of a class), so the
+capacity queries read those domains' tables through these column lists, never
 through their models. Only the columns read are listed; ``tests/test_read_models.py`` checks
 each against the table its domain maps.
 """
@@ -23,12 +23,6 @@ node_assignments = table(
     "node_assignments",
     column("id", Integer), column("node_id", Integer), column("tenant_id", Integer),
     column("ended_at", UTCDateTime),
-)
-
-tenant_quotas = table(
-    "tenant_quotas",
-    column("tenant_id", Integer), column("gpu_class_id", Integer), column("region", String),
-    column("gpus", Integer),
 )
 
 virtual_clusters = table(

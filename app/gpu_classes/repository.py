@@ -21,17 +21,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from app.accounting.standing import pool_guarantees
 from app.database.prepared import Prepared
 from app.gpu_classes.models import GpuClass
 from app.gpu_classes.read_models import (
     gpus_in_use,
     node_assignments,
     nodes,
-    tenant_quotas,
     virtual_clusters,
 )
 from app.gpu_classes.schemas import NamedClass
-from app.hosts.models import HostCluster
 from app.hosts.repository import hosts_in
 from app.http.pagination import KeysetPage, PageParams
 
@@ -61,21 +60,6 @@ def named_class(db: Session, gpu_class_id: int) -> NamedClass | None:
 
 def class_by_product(db: Session, product: str) -> GpuClass | None:
     return db.scalar(select(GpuClass).where(GpuClass.product == product))
-
-
-def assigned_gpus(db: Session, gpu_class_id: int, tenant_id: int | None = None,
-                  region: str | None = None) -> int:
-    """GPUs on nodes of the class dedicated to a tenant (any tenant unless one is given), on
-    the hosts of a region (any unless one is given)."""
-    query = (
-        select(func.coalesce(func.sum(nodes.c.gpu_count), 0))
-        .join(node_assignments, node_assignments.c.node_id == nodes.c.id)
-        .where(nodes.c.gpu_class_id == gpu_class_id, nodes.c.gone_at.is_(None),
-               node_assignments.c.ended_at.is_(None), _in_region(region))
-    )
-    if tenant_id is not None:
-        query = query.where(node_assignments.c.tenant_id == tenant_id)
-    return int(db.scalar(query) or 0)
 
 
 @dataclass
@@ -109,12 +93,12 @@ def host_sums(db: Session, class_ids: Sequence[int] | None = None,
     return dict(sums)
 
 
-def uncovered_quota(db: Session, class_ids: Sequence[int] | None = None,
-                    region: str | None = None) -> dict[tuple[str, int], int]:
-    """(region, class id) -> the tenants' approved quota there that their dedicated nodes in
-    the region do not cover, in one aggregate query."""
-    return {(str(region_of), class_id): int(uncovered or 0)
-            for region_of, class_id, uncovered in db.execute(_quota_totals(class_ids, region))}
+def shared_guarantees(db: Session, class_ids: Sequence[int] | None = None,
+                      region: str | None = None) -> dict[tuple[str, int], int]:
+    """(region, class id) -> what the shared pool there guarantees the tenants
+    (``app.accounting.standing.pool_guarantees``), in one aggregate query."""
+    return {(str(region_of), class_id): int(gpus or 0)
+            for region_of, class_id, gpus in db.execute(pool_guarantees(class_ids, region))}
 
 
 def mig_sums(db: Session, class_ids: Sequence[int],
@@ -176,31 +160,6 @@ def _in_use(class_ids: Sequence[int] | None, region: str | None) -> Select[Any]:
             .where(_of_classes(used.gpu_class_id, class_ids),
                    _in_region(region, used.host_cluster_id))
             .group_by(used.host_cluster_id, used.gpu_class_id))
-
-
-def _quota_totals(class_ids: Sequence[int] | None, region: str | None) -> Select[Any]:
-    """Per region and class: the tenants' quota that their dedicated nodes do not cover (nodes
-    cover the quota of their own host's region)."""
-    dedicated = (select(node_assignments.c.tenant_id, nodes.c.gpu_class_id,
-                        HostCluster.region.label("region"),
-                        func.sum(nodes.c.gpu_count).label("gpus"))
-                 .join(nodes, _active_assignment())
-                 .join(HostCluster, HostCluster.id == nodes.c.host_cluster_id)
-                 .where(_of_classes(nodes.c.gpu_class_id, class_ids), nodes.c.gone_at.is_(None),
-                        _in_region(region))
-                 .group_by(node_assignments.c.tenant_id, nodes.c.gpu_class_id,
-                           HostCluster.region)
-                 .subquery())
-    quotas = tenant_quotas.c
-    in_region = true() if region is None else quotas.region == region
-    on_nodes = func.coalesce(dedicated.c.gpus, 0)
-    uncovered = case((quotas.gpus > on_nodes, quotas.gpus - on_nodes), else_=0)
-    return (select(quotas.region, quotas.gpu_class_id, func.sum(uncovered))
-            .outerjoin(dedicated, and_(dedicated.c.tenant_id == quotas.tenant_id,
-                                       dedicated.c.gpu_class_id == quotas.gpu_class_id,
-                                       dedicated.c.region == quotas.region))
-            .where(_of_classes(quotas.gpu_class_id, class_ids), in_region)
-            .group_by(quotas.region, quotas.gpu_class_id))
 
 
 def _mig_totals(db: Session, class_ids: list[int], region: str | None) -> Select[Any]:

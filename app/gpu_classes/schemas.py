@@ -60,12 +60,11 @@ class CapacityFigures(BaseModel):
     dedicated: int = Field(description="of total, on nodes dedicated to tenants (ready or not)")
     guaranteed: int = Field(
         description="promised to tenants: dedicated + shared_guaranteed (per class and region "
-                    "the approved quota, while no tenant holds more dedicated GPUs than its "
-                    "quota)")
+                    "the approved quota, while no tenant is over it)")
     shared_guaranteed: int = Field(
-        description="guaranteed in the shared pool: per class and region the approved quota "
-                    "that dedicated nodes do not cover; per host the GPUs of the shared-pool "
-                    "clusters placed there")
+        description="guaranteed in the shared pool: per class and region each tenant's "
+                    "approved quota less its dedicated GPUs (or what its shared-pool clusters "
+                    "hold, if more); per host the GPUs of the shared-pool clusters placed there")
     free: int = Field(
         description="ready GPUs of the shared pool nobody is guaranteed: ready - ready "
                     "dedicated - shared_guaranteed; what approvals are checked against; "

@@ -449,7 +449,7 @@ def _gpu_hours(portal: Portal, team: Team) -> tuple[float, tuple[float, float], 
     rows = [r for r in portal.call("GET", "/usage", query=today)["rows"]
             if r["gpu_class"] == team.product]
     api = (sum(r["used_gpu_hours"] for r in rows),
-           sum(r["allocated_gpu_hours"] + r["dedicated_gpu_hours"] for r in rows))
+           sum(r["shared_pool_gpu_hours"] + r["dedicated_gpu_hours"] for r in rows))
     return before, api, _csv_gpu_hours(portal, team)
 
 

@@ -10,8 +10,10 @@ from typing import Any
 from sqlalchemy import BindParameter, CursorResult, Select, bindparam, func, literal, select, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
+from app.accounting import standing as accounting
 from app.gpu_classes.models import GpuClass
 from app.hosts import repository as hosts_repository
+from app.hosts.models import HostCluster
 from app.http.pagination import KeysetPage, PageParams
 from app.kube.manifests import labels as lbl
 from app.nodes.models import Node, NodeAssignment
@@ -150,6 +152,17 @@ def tenant_quota(db: Session, tenant_id: int, gpu_class_id: int,
     return db.scalar(select(TenantQuota).where(TenantQuota.tenant_id == tenant_id,
                                                TenantQuota.gpu_class_id == gpu_class_id,
                                                TenantQuota.region == region))
+
+
+def dedicated_on_host(db: Session, tenant_id: int, gpu_class_id: int,
+                      host: HostCluster) -> tuple[int, int]:
+    """The GPUs of the class on the tenant's dedicated nodes of the host, and of those what
+    its dedicated-nodes clusters there hold."""
+    on_host = accounting.dedicated_gpus(tenant_id, gpu_class_id, host.region,
+                                        host_cluster_id=host.id)
+    held = accounting.held_gpus(tenant_id, gpu_class_id, host.region,
+                                placement=accounting.DEDICATED, host_cluster_id=host.id)
+    return int(db.scalar(on_host) or 0), int(db.scalar(held) or 0)
 
 
 def _free(host_cluster_id: int, gpu_class_id: int) -> Any:

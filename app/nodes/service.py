@@ -1,7 +1,13 @@
 """The node inventory as platform admins and tenants see it, and dedicated node assignment.
 
+Dedicated GPUs are part of the tenant's approved quota (``app.accounting.standing``): an
+assignment must fit with what its shared-pool clusters hold, and its end must leave its
+dedicated-nodes clusters on the host their GPUs. Either moves the shared pool's guarantee to the
+tenant, so it fires ``quota_changed`` (its clusters, and so its KAI queues, follow).
+
 Concurrency: an assignment locks the tenant's quota row of the node's class (so that parallel
-assignments to one tenant cannot together pass its quota), then inserts the assignment. The
+assignments to one tenant, or a cluster create racing one, cannot together pass its quota),
+then inserts the assignment; its end takes the same lock. The
 partial unique index ``uq_node_assignments_active_node`` keeps a node with one tenant: of two
 parallel assignments of one node, the second insert fails and answers 409. Checks come before
 the first write, so a refused assignment leaves nothing behind.
@@ -16,6 +22,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
+from app.accounting import standing as accounting
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
@@ -47,6 +54,7 @@ from app.nodes.schemas import (
     SuggestionOut,
     TenantNodeOut,
 )
+from app.quotas import events as quota_events
 from app.quotas.models import TenantQuota
 from app.tenants.access import tenant_for
 from app.tenants.models import Tenant
@@ -261,6 +269,7 @@ def _assign(db: Session, principal: Principal, cluster: HostCluster, row: Node,
         f"node {row.name} was just dedicated to another tenant by a parallel request"))
     capacity_cache.forget(db)
     enqueue(db, NODES, cluster.id)  # the worker labels and taints the node now
+    _guarantee_changed(db, tenant.id, gpu_class.id, cluster.region)
     audit.record(db, action="node.assign", actor_id=principal.user_id,
                  actor_label=principal.label, tenant_id=tenant.id, target_type="node",
                  target_id=f"{cluster.name}/{row.name}",
@@ -290,14 +299,14 @@ def _locked_quota(db: Session, tenant: Tenant, gpu_class: GpuClass,
 
 def _check_quota(db: Session, row: Node, tenant: Tenant, gpu_class: GpuClass,
                  quota: TenantQuota | None, region: str) -> None:
-    approved = quota.gpus if quota else 0
-    dedicated = gpu_class_repository.assigned_gpus(db, gpu_class.id, tenant.id, region)
-    if dedicated + row.gpu_count > approved:
-        raise Conflict(
-            f"dedicating {row.name} ({row.gpu_count} GPUs) would give {tenant.slug} "
-            f"{dedicated + row.gpu_count} {gpu_class.display_name} GPUs on dedicated nodes, "
-            f"more than its approved quota of {approved}; approve more quota first",
-            errors=[{"field": "tenant", "message": "not enough approved quota of this class"}])
+    """The tenant's standing with the node dedicated: its dedicated GPUs and those its
+    shared-pool clusters hold within its approved quota (``app.accounting.standing``)."""
+    refusal = accounting.dedication_refusal(
+        accounting.standing(db, tenant.id, gpu_class.id, region), row.name, row.gpu_count,
+        tenant.slug, gpu_class.display_name, region)
+    if refusal is not None:
+        raise Conflict(refusal, errors=[
+            {"field": "tenant", "message": "not enough approved quota of this class"}])
 
 
 def end_assignment(db: Session, principal: Principal, name: str,
@@ -306,10 +315,14 @@ def end_assignment(db: Session, principal: Principal, name: str,
     cluster = host_cluster(db, host)
     row = _node(db, cluster, name)
     current = repository.active_assignment(db, row.id)
-    if current is None or not repository.end_assignment(db, current.id, principal.user_id,
-                                                        utcnow()):
+    if current is None:
+        raise NotFound(f"node {name} is not dedicated to any tenant")
+    _check_end(db, cluster, row, current.tenant_id)
+    if not repository.end_assignment(db, current.id, principal.user_id, utcnow()):
         raise NotFound(f"node {name} is not dedicated to any tenant")
     capacity_cache.forget(db)
+    if row.gpu_class_id is not None:
+        _guarantee_changed(db, current.tenant_id, row.gpu_class_id, cluster.region)
     enqueue(db, NODES, cluster.id)  # the worker removes the node's label and taint now
     tenant = db.get(Tenant, current.tenant_id)
     audit.record(db, action="node.unassign", actor_id=principal.user_id,
@@ -318,6 +331,28 @@ def end_assignment(db: Session, principal: Principal, name: str,
                  target_label=f"node {row.name} on {cluster.name}",
                  before={"tenant": tenant.slug if tenant else None}, after={"tenant": None})
     return _detail(db, cluster, row)
+
+
+def _guarantee_changed(db: Session, tenant_id: int, gpu_class_id: int, region: str) -> None:
+    """Dedicated GPUs are part of the quota: the shared pool's guarantee to the tenant (its KAI
+    queue's quota on the region's hosts) moved, and its clusters follow within seconds."""
+    quota_events.quota_changed.fire(db, quota_events.QuotaChanged(tenant_id, gpu_class_id,
+                                                                  region))
+
+
+def _check_end(db: Session, cluster: HostCluster, row: Node, tenant_id: int) -> None:
+    """Under the tenant's quota row's lock (a dedicated-nodes create takes it first): the
+    tenant's dedicated-nodes clusters on the host still fit its nodes there without this one."""
+    gpu_class = db.get(GpuClass, row.gpu_class_id) if row.gpu_class_id else None
+    tenant = db.get(Tenant, tenant_id)
+    if gpu_class is None or tenant is None or row.gone_at is not None:
+        return
+    _locked_quota(db, tenant, gpu_class, cluster.region)
+    on_host, held = repository.dedicated_on_host(db, tenant_id, gpu_class.id, cluster)
+    refusal = accounting.end_refusal(row.name, row.gpu_count, on_host, held, tenant.slug,
+                                     gpu_class.display_name)
+    if refusal is not None:
+        raise Conflict(refusal)
 
 
 # ----- suggesting
@@ -344,16 +379,16 @@ def suggest_nodes(db: Session, principal: Principal, payload: SuggestionIn,
 
 def _suggestion_out(db: Session, tenant: Tenant, gpu_class: GpuClass, asked: int,
                     suggestion: placement.Suggestion, region: str) -> SuggestionOut:
-    quota = repository.tenant_quota(db, tenant.id, gpu_class.id, region)
-    approved = quota.gpus if quota else 0
-    dedicated = gpu_class_repository.assigned_gpus(db, gpu_class.id, tenant.id, region)
-    fits = dedicated + suggestion.gpus <= approved
+    standing = accounting.standing(db, tenant.id, gpu_class.id, region)
+    approved, dedicated = standing.approved, standing.dedicated
+    fits = suggestion.gpus <= standing.shared_left
     notes = []
     if suggestion.gpus > asked:
         notes.append(f"whole nodes give {suggestion.gpus} GPUs for the {asked} asked")
     if not fits:
-        notes.append(f"{tenant.slug} has {approved - dedicated} GPUs of approved quota left "
-                     "for dedicated nodes: approve more before assigning")
+        notes.append(f"{tenant.slug} has {standing.shared_left} GPUs of approved quota left "
+                     "for dedicated nodes (its dedicated nodes and shared-pool clusters hold "
+                     "the rest): approve more before assigning")
     return SuggestionOut(
         tenant=tenant.slug, gpu_class=gpu_class.product, gpus_requested=asked,
         gpus=suggestion.gpus, racks=suggestion.racks, cliques=suggestion.cliques,

@@ -188,8 +188,10 @@ def tenants_show(tenant: str, output: Output = Format.table) -> None:
 
 # ----- quota
 
-QUOTA_COLUMNS = ("gpu_class_id", "gpu_class", "region", "approved_gpus", "allocated_gpus",
-                 "in_use_gpus", "burst_in_use_gpus", "dedicated_gpus", "cpu_millicores",
+QUOTA_COLUMNS = ("gpu_class_id", "gpu_class", "region", "approved_gpus", "dedicated_gpus",
+                 "shared_pool_allocated_gpus", "shared_pool_left_gpus",
+                 "dedicated_allocated_gpus", "dedicated_left_gpus", "over_quota_gpus",
+                 "allocated_gpus", "in_use_gpus", "burst_in_use_gpus", "cpu_millicores",
                  "memory_mib")
 REQUEST_COLUMNS = ("id", "tenant", "gpu_class", "region", "gpus", "state", "requested_by",
                    "created_at")
@@ -197,7 +199,8 @@ REQUEST_COLUMNS = ("id", "tenant", "gpu_class", "region", "gpus", "state", "requ
 
 @quota_app.command("show")
 def quota_show(tenant: TenantOpt = None, output: Output = Format.table) -> None:
-    """Show the tenant's approved quota per GPU class.
+    """Show the tenant's approved quota per GPU class and region: its dedicated GPUs (part of
+    it), what its shared-pool and dedicated-nodes clusters hold and have left.
 
     Example: portalctl quota show --tenant acme
     """

@@ -11,8 +11,8 @@ from app.portalctl.common import TenantOpt, api
 from app.portalctl.output import Format, emit
 
 ROW_COLUMNS = ("period", "tenant", "gpu_class", "approved_gpu_hours", "allocated_gpu_hours",
-               "dedicated_gpu_hours", "used_gpu_hours", "guaranteed_gpu_hours", "burst_gpu_hours",
-               "slept_gpu_hours")
+               "shared_pool_gpu_hours", "dedicated_gpu_hours", "used_gpu_hours",
+               "guaranteed_gpu_hours", "burst_gpu_hours", "slept_gpu_hours")
 
 
 CLUSTER_COLUMNS = ("period", "tenant", "cluster", "gpu_class", "allocated_gpu_hours",

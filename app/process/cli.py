@@ -30,6 +30,7 @@ from app.kit.crypto import SecretBox
 from app.kit.errors import ProblemError
 from app.kit.logs import configure_logging
 from app.kube.connector import real_host_configured
+from app.process import quota_check
 from app.process.balance import (
     ConnectionShares,
     NoShares,
@@ -100,6 +101,9 @@ def _migrated_settings() -> Settings:
     settings = _settings()
     _require_migrated(settings)
     return settings
+
+
+quota_check.register(cli, _migrated_settings)
 
 
 @cli.command()

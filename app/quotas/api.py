@@ -16,7 +16,7 @@ from app.http.pagination import Page, Paging
 from app.http.problems import problems
 from app.http.routing import UnitOfWorkRoute
 from app.kit.config import Settings
-from app.quotas import burst, service
+from app.quotas import burst, figures, service
 from app.quotas.schemas import (
     ApproveIn,
     BurstIn,
@@ -41,7 +41,7 @@ def tenant_quota(tenant: str, db: DbSession, principal: CurrentPrincipal,
                  paging: Paging) -> Response:
     """Per GPU class: the GPUs approved for the tenant, how many its clusters and dedicated nodes
     hold, how many are in use and how many are borrowed beyond the guarantee (burst)."""
-    return page_response(*service.tenant_quota_fields(db, principal, tenant, paging))
+    return page_response(*figures.tenant_quota_fields(db, principal, tenant, paging))
 
 
 @router.get("/tenants/{tenant}/quota-requests", response_model=Page[QuotaRequestOut],

@@ -12,7 +12,6 @@ from sqlalchemy import (
     CursorResult,
     Select,
     Table,
-    and_,
     bindparam,
     delete,
     func,
@@ -22,16 +21,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from app.accounting.standing import held_gpus, standing_columns
 from app.auth.models import User
 from app.database.concurrency import upsert
-from app.database.prepared import Prepared, PreparedInsert
+from app.database.prepared import PreparedInsert
 from app.gpu_classes.models import GpuClass
-from app.gpu_classes.read_models import node_assignments, nodes
-from app.hosts.models import HostCluster
 from app.hosts.repository import hosts_in
 from app.http.pagination import KeysetPage, PageParams
 from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
-from app.quotas.read_models import virtual_clusters
 from app.tenants.models import Tenant
 
 
@@ -79,16 +76,11 @@ def _one(column: Any, where: Any, name: str) -> Any:
 
 def quota_rows_query(tenant_id: int | BindParameter[int]) -> Select[*tuple[Any, ...]]:
     """A tenant's quota rows as plain columns, with their class's ``product`` and
-    ``display_name``, the GPUs its clusters hold (``allocated``), those on its dedicated nodes
-    (``dedicated``), those bound to its pods and of those the burst (``in_use``, ``burst``: both
-    None until the worker read a host) in the quota's region, all summed in one statement."""
-    on_nodes = (select(func.coalesce(func.sum(nodes.c.gpu_count), 0))
-                .join(node_assignments, and_(node_assignments.c.node_id == nodes.c.id,
-                                             node_assignments.c.ended_at.is_(None)))
-                .where(node_assignments.c.tenant_id == TenantQuota.tenant_id,
-                       nodes.c.gpu_class_id == TenantQuota.gpu_class_id, nodes.c.gone_at.is_(None),
-                       nodes.c.host_cluster_id.in_(hosts_in(TenantQuota.region)))
-                .scalar_subquery())
+    ``display_name``, the GPUs its clusters hold (``allocated``), its standing in the quota's
+    region as ``app.accounting.standing`` counts it (``dedicated``, ``shared_held``,
+    ``dedicated_held``, ``shared_guarantee``), and the GPUs bound to its pods and of those the
+    burst (``in_use``, ``burst``: both None until the worker read a host), all summed in one
+    statement."""
     in_use, burst = (_in_use(column, TenantQuota.tenant_id, TenantQuota.gpu_class_id,
                              TenantQuota.region)
                      for column in (GpusInUse.gpus, GpusInUse.burst_gpus))
@@ -97,54 +89,24 @@ def quota_rows_query(tenant_id: int | BindParameter[int]) -> Select[*tuple[Any, 
                    GpuClass.display_name,
                    _allocated(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
                               TenantQuota.region).label("allocated"),
-                   on_nodes.label("dedicated"), in_use.label("in_use"), burst.label("burst"))
+                   *standing_columns(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
+                                     TenantQuota.region, TenantQuota.gpus),
+                   in_use.label("in_use"), burst.label("burst"))
             .join(GpuClass, GpuClass.id == TenantQuota.gpu_class_id)
             .where(TenantQuota.tenant_id == tenant_id))
-
-
-def allocated(tenant_id: Any, gpu_class_id: Any, region: Any, *, placement: str | None = None,
-              excluding: int | None = None, host_cluster_id: int | None = None) -> Select[Any]:
-    """The GPUs of a class the tenant's clusters hold in a region (on one host of it, if
-    given), those being deleted included: the one place this sum is written. Each argument
-    a value or a correlated column."""
-    clusters = virtual_clusters.c
-    query = select(func.coalesce(func.sum(clusters.gpus), 0)).where(
-        clusters.tenant_id == tenant_id, clusters.gpu_class_id == gpu_class_id,
-        clusters.host_cluster_id.in_(hosts_in(region)))
-    if placement is not None:
-        query = query.where(clusters.placement == placement)
-    if excluding is not None:
-        query = query.where(clusters.id != excluding)
-    if host_cluster_id is not None:
-        query = query.where(clusters.host_cluster_id == host_cluster_id)
-    return query
 
 
 def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int, region: str, *,
                    placement: str | None = None, excluding: int | None = None,
                    host_cluster_id: int | None = None) -> int:
-    """``allocated``, summed now."""
-    return int(db.scalar(allocated(tenant_id, gpu_class_id, region, placement=placement,
+    """The GPUs of a class the tenant's clusters hold in a region
+    (``app.accounting.standing.held_gpus``), summed now."""
+    return int(db.scalar(held_gpus(tenant_id, gpu_class_id, region, placement=placement,
                                    excluding=excluding, host_cluster_id=host_cluster_id)) or 0)
 
 
-_ALLOCATED_BY_REGION = Prepared(
-    select(HostCluster.region, func.sum(virtual_clusters.c.gpus).label("gpus"))
-    .join(HostCluster, HostCluster.id == virtual_clusters.c.host_cluster_id)
-    .where(virtual_clusters.c.tenant_id == bindparam("tenant_id"),
-           virtual_clusters.c.gpu_class_id == bindparam("gpu_class_id"))
-    .group_by(HostCluster.region))
-
-
-def allocated_by_region(db: Session, tenant_id: int, gpu_class_id: int) -> dict[str, int]:
-    """``allocated`` of every region at once: region -> the GPUs of the class the tenant's
-    clusters hold on the hosts of that region (regions where they hold none left out)."""
-    rows = _ALLOCATED_BY_REGION.rows(db, {"tenant_id": tenant_id, "gpu_class_id": gpu_class_id})
-    return {region: int(gpus or 0) for region, gpus in rows}
-
-
 def _allocated(tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
-    return allocated(tenant_id, gpu_class_id, region).scalar_subquery()
+    return held_gpus(tenant_id, gpu_class_id, region).scalar_subquery()
 
 
 def _in_use(column: Any, tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:

@@ -126,7 +126,25 @@ class TenantQuotaOut(BaseModel):
                     "beyond their quotas from idle GPUs of the pool, which KAI takes back "
                     "(reclaims) when another tenant needs its guarantee; null until a host was "
                     "read")
-    dedicated_gpus: int = Field(description="GPUs on nodes dedicated to the tenant")
+    dedicated_gpus: int = Field(
+        description="GPUs on nodes dedicated to the tenant: part of approved_gpus, not added")
+    shared_pool_gpus: int = Field(
+        description="what the shared pool guarantees the tenant (its KAI queue's quota): "
+                    "approved_gpus less dedicated_gpus, or shared_pool_allocated_gpus if more")
+    shared_pool_allocated_gpus: int = Field(
+        description="of allocated_gpus, held by shared-pool clusters")
+    dedicated_allocated_gpus: int = Field(
+        description="of allocated_gpus, held by dedicated-nodes clusters (on dedicated_gpus)")
+    shared_pool_left_gpus: int = Field(
+        description="what a new shared-pool cluster may take: approved_gpus - dedicated_gpus "
+                    "- shared_pool_allocated_gpus")
+    dedicated_left_gpus: int = Field(
+        description="what new dedicated-nodes clusters may take: dedicated_gpus - "
+                    "dedicated_allocated_gpus (each host's nodes apart)")
+    over_quota_gpus: int = Field(
+        description="how far dedicated_gpus + shared_pool_allocated_gpus pass approved_gpus "
+                    "(after a quota expired, or from before the rule): nothing is taken away, "
+                    "but nothing adds to it")
     cpu_millicores: int
     memory_mib: int
 
@@ -138,6 +156,9 @@ class ExpiredQuota(BaseModel):
     region: str
     gpus: int
     over_quota_cluster_ids: list[int]
+    over_quota_gpus: int = Field(
+        default=0, description="how far the tenant's dedicated GPUs and shared-pool clusters "
+                               "now pass its smaller quota (nothing is taken away)")
 
 
 BurstTier = Literal["guaranteed", "burst", "priority-burst"]

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.accounting import standing as accounting
 from app.audit import readable
 from app.audit import service as audit
 from app.auth.models import User
@@ -33,7 +34,7 @@ from app.gpu_classes.schemas import Capacity, NamedClass
 from app.http.pagination import Page, PageParams
 from app.kit.config import Settings
 from app.kit.errors import Conflict, NotFound, ValidationFailed
-from app.quotas import events, limits, regions, repository
+from app.quotas import events, figures, limits, regions, repository
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.quotas.schemas import (
     ApproveIn,
@@ -127,57 +128,42 @@ def tenant_quota(
     db: Session, principal: Principal, slug: str, params: PageParams
 ) -> Page[TenantQuotaOut]:
     """A tenant's quota with what its clusters and dedicated nodes hold: one statement."""
-    items, cursor = tenant_quota_fields(db, principal, slug, params)
+    items, cursor = figures.tenant_quota_fields(db, principal, slug, params)
     return Page(items=[TenantQuotaOut(**fields) for fields in items], next_cursor=cursor)
-
-
-def tenant_quota_fields(db: Session, principal: Principal, slug: str, params: PageParams,
-                        ) -> tuple[list[dict[str, Any]], str | None]:
-    """``tenant_quota``'s page as ``TenantQuotaOut`` fields, in its order and types, for
-    ``page_response``."""
-    tenant = tenant_for(db, principal, slug)
-    rows, cursor = repository.quota_page(db, tenant.id, params)
-    return [{
-        "gpu_class_id": row.gpu_class_id, "gpu_class": row.product,
-        "display_name": row.display_name, "region": row.region, "approved_gpus": row.gpus,
-        "allocated_gpus": int(row.allocated), "in_use_gpus": _gpus(row.in_use),
-        "burst_in_use_gpus": _gpus(row.burst), "dedicated_gpus": int(row.dedicated),
-        "cpu_millicores": row.cpu_millicores, "memory_mib": row.memory_mib,
-    } for row in rows], cursor
-
-
-def _gpus(summed: Any) -> float | None:
-    return None if summed is None else float(summed)
 
 
 @dataclass(frozen=True)
 class ClassRoom:
-    """What a tenant has left of one GPU class for new clusters, all regions together."""
+    """What a tenant has left of one GPU class for new clusters, all regions together: for
+    shared-pool clusters (its quota less its dedicated GPUs and its shared-pool clusters') and
+    for dedicated-nodes clusters (its dedicated GPUs no cluster holds)."""
 
     gpu_class_id: int
     product: str
     display_name: str
     approved: int
     left: int
+    dedicated: int = 0
+    dedicated_left: int = 0
 
 
 ALL_QUOTA_ROWS = PageParams(limit=1000)
 
 
 def room_per_class(db: Session, principal: Principal, slug: str) -> list[ClassRoom]:
-    """The classes the tenant holds approved quota of, and how many of those GPUs its
-    clusters do not hold yet: what a create form offers."""
-    approved: dict[int, int] = {}
-    held: dict[int, int] = {}
+    """The classes the tenant holds approved quota of, and what is left of them for new
+    clusters of each placement: what a create form offers."""
+    figures: dict[int, list[int]] = {}
     names: dict[int, tuple[str, str]] = {}
     for row in tenant_quota(db, principal, slug, ALL_QUOTA_ROWS).items:
-        approved[row.gpu_class_id] = approved.get(row.gpu_class_id, 0) + row.approved_gpus
-        held[row.gpu_class_id] = held.get(row.gpu_class_id, 0) + row.allocated_gpus
+        summed = figures.setdefault(row.gpu_class_id, [0, 0, 0, 0])
+        for index, value in enumerate((row.approved_gpus, row.shared_pool_left_gpus,
+                                       row.dedicated_gpus, row.dedicated_left_gpus)):
+            summed[index] += value
         names[row.gpu_class_id] = (row.gpu_class, row.display_name)
-    return [ClassRoom(class_id, *names[class_id], approved[class_id],
-                      max(approved[class_id] - held[class_id], 0))
-            for class_id in sorted(approved, key=lambda c: names[c][1])
-            if approved[class_id] > 0]
+    return [ClassRoom(class_id, *names[class_id], *figures[class_id])
+            for class_id in sorted(figures, key=lambda c: names[c][1])
+            if figures[class_id][0] > 0]
 
 
 def record_gpus_in_use(db: Session, host_id: int,
@@ -344,8 +330,8 @@ def _queue_items(db: Session, rows: Sequence[Any],
     capacity: dict[tuple[int, str], Any] = {}
     for region in sorted({row.region for row in rows}):
         ids = sorted({row.gpu_class_id for row in rows if row.region == region})
-        for class_id, figures in figures_of(db, ids, region).items():
-            capacity[class_id, region] = figures
+        for class_id, found in figures_of(db, ids, region).items():
+            capacity[class_id, region] = found
     return [QueueItem(**_listed_request_fields(row), tenant_quota_gpus=row.quota_gpus or 0,
                       tenant_allocated_gpus=row.allocated_gpus,
                       capacity=capacity[row.gpu_class_id, row.region],
@@ -490,6 +476,9 @@ def _expire_one(db: Session, actor: Actor, request_id: int, now: datetime) -> Ex
     shrunk = events.QuotaShrunk(request.tenant_id, request.gpu_class_id, request.region,
                                 quota.gpus, actor.id, actor.label)
     events.quota_shrunk.fire(db, shrunk)
+    over = accounting.standing(db, request.tenant_id, request.gpu_class_id,
+                               request.region).over
     return ExpiredQuota(request_id=request.id, tenant_id=request.tenant_id,
                         gpu_class_id=request.gpu_class_id, region=request.region, gpus=gpus,
-                        over_quota_cluster_ids=shrunk.over_quota_cluster_ids)
+                        over_quota_cluster_ids=shrunk.over_quota_cluster_ids,
+                        over_quota_gpus=over)

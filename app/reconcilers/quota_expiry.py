@@ -45,6 +45,7 @@ class QuotaExpiryReconciler(RunsAlone):
         with self.database.transaction() as db:
             expired = expire_quotas(db, self.now())
         for item in expired:
-            log.info("quota request %d expired: %d GPUs taken back, clusters over quota: %s",
-                     item.request_id, item.gpus, item.over_quota_cluster_ids or "none")
+            log.info("quota request %d expired: %d GPUs taken back, the tenant %d GPUs over "
+                     "its quota, clusters over quota: %s", item.request_id, item.gpus,
+                     item.over_quota_gpus, item.over_quota_cluster_ids or "none")
         return DONE

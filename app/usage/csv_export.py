@@ -11,7 +11,7 @@ from app.usage.schemas import ClusterUsageRow, UsageRow
 COLUMNS = ("period", "period_start", "period_end", "tenant", "gpu_class", "approved_gpu_hours",
            "allocated_gpu_hours", "dedicated_gpu_hours", "used_gpu_hours",
            "allocated_gpu_seconds", "guaranteed_gpu_hours", "burst_gpu_hours",
-           "slept_gpu_hours")
+           "slept_gpu_hours", "shared_pool_gpu_hours")
 CLUSTER_COLUMNS = ("period", "period_start", "period_end", "tenant", "cluster", "gpu_class",
                    "allocated_gpu_hours", "used_gpu_hours", "guaranteed_gpu_hours",
                    "burst_gpu_hours", "slept_gpu_hours")
@@ -32,7 +32,8 @@ def _cells(row: UsageRow) -> list[str]:
             _number(row.approved_gpu_hours), _number(row.allocated_gpu_hours),
             _number(row.dedicated_gpu_hours), _number(row.used_gpu_hours),
             str(row.allocated_gpu_seconds), _number(row.guaranteed_gpu_hours),
-            _number(row.burst_gpu_hours), _number(row.slept_gpu_hours)]
+            _number(row.burst_gpu_hours), _number(row.slept_gpu_hours),
+            _number(row.shared_pool_gpu_hours)]
 
 
 def _cluster_cells(row: ClusterUsageRow) -> list[str]:

@@ -47,6 +47,7 @@ class Holding:
     cluster_id: int | None = None
     cluster_name: str = ""
     node_id: int | None = None
+    placement: str | None = None
 
 
 Subject = tuple[str, int]  # (kind, subject id)
@@ -77,7 +78,7 @@ def _cluster_holdings(kind: str, row: Any) -> list[Holding]:
     if kind == "sleep":
         held = held and _freed_by_sleep(row)
     return [Holding(row.tenant_id, row.gpu_class_id, row.gpus if held else 0,
-                    cluster_id=row.id, cluster_name=row.name)]
+                    cluster_id=row.id, cluster_name=row.name, placement=row.placement)]
 
 
 def _freed_by_sleep(row: Any) -> bool:
@@ -140,6 +141,7 @@ def _entries(kind: str, subject_id: int, holdings: Iterable[Holding],
             "tenant_id": key[0], "gpu_class_id": key[1], "gpus": holding.gpus,
             "cluster_id": holding.cluster_id if kind in CLUSTER_KINDS else None,
             "cluster_name": holding.cluster_name, "node_id": holding.node_id,
+            "placement": holding.placement if kind == "cluster" else None,
         })
     return entries
 

@@ -46,6 +46,9 @@ class LedgerEntry(Base):
     cluster_name: Mapped[str] = mapped_column(String(40), default="")
     node_id: Mapped[int | None]
     gpus: Mapped[int]
+    # A cluster entry's placement (None: a cluster gone before 0029 recorded it, or another
+    # kind): reports tell shared-pool clusters' GPU-hours from dedicated-nodes clusters'.
+    placement: Mapped[str | None] = mapped_column(String(20), default=None)
 
 
 class UsageSample(Base):

@@ -268,7 +268,7 @@ def _idle(db: Session, rows: list[UsageRow], chosen: Span) -> list[IdleRow]:
     held: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     for row in rows:
         sums = held[(row.tenant, row.gpu_class)]
-        sums[0] += row.allocated_gpu_hours + row.dedicated_gpu_hours
+        sums[0] += row.shared_pool_gpu_hours + row.dedicated_gpu_hours
         sums[1] += row.used_gpu_hours
     sampled = repository.tenant_slugs(db, repository.sampled_tenants(
         db, int(chosen.start.timestamp()), int(chosen.end.timestamp()))).values()

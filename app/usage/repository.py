@@ -40,6 +40,8 @@ from app.usage.models import HourlyUsage, LedgerEntry, UsageSample
 from app.usage.samples import sample_spans
 
 HOUR = 3600
+DEDICATED = "dedicated-nodes"
+DEDICATED_CLUSTER = "dedicated_cluster"
 # GPUs bound: KAI's allocation to a shared-pool cluster's queue, and the running pods on a
 # dedicated node. (A namespace's ResourceQuota counts its pods waiting for GPUs too.)
 USED_SOURCES = ("queue", "node")
@@ -56,7 +58,9 @@ class SecondsRow:
     period: int  # index into the periods asked for
     tenant_id: int
     gpu_class_id: int
-    kind: str  # quota, cluster, node, used or burst (part of used)
+    # quota, cluster (shared-pool, or placement unknown), dedicated_cluster, node, sleep, used
+    # or burst (part of used)
+    kind: str
     cluster_id: int | None
     seconds: float
 
@@ -99,7 +103,10 @@ def _ledger_intervals(tenant_ids: Any, until_s: ColumnElement[int]) -> Any:
               LedgerEntry.gpu_class_id)
     following = func.lead(LedgerEntry.at_s).over(partition_by=series,
                                                  order_by=(LedgerEntry.at_s, LedgerEntry.id))
-    query = select(LedgerEntry.kind, LedgerEntry.tenant_id, LedgerEntry.gpu_class_id,
+    # A dedicated-nodes cluster's GPU-hours are on the tenant's dedicated nodes: a kind apart.
+    kind = case((and_(LedgerEntry.kind == "cluster", LedgerEntry.placement == DEDICATED),
+                  literal(DEDICATED_CLUSTER)), else_=LedgerEntry.kind)
+    query = select(kind.label("kind"), LedgerEntry.tenant_id, LedgerEntry.gpu_class_id,
                    LedgerEntry.cluster_id, LedgerEntry.gpus,
                    LedgerEntry.at_s.label("start_s"), following.label("end_s")
                    ).where(LedgerEntry.at_s < until_s)

@@ -28,6 +28,10 @@ class UsageRow(BaseModel):
     approved_gpu_hours: float = Field(description="GPU-hours of approved quota")
     allocated_gpu_hours: float = Field(description="GPU-hours given to virtual clusters")
     dedicated_gpu_hours: float = Field(description="GPU-hours of dedicated nodes assigned")
+    shared_pool_gpu_hours: float = Field(
+        description="of allocated_gpu_hours, those of shared-pool clusters (the rest ran on "
+                    "dedicated nodes): shared_pool_gpu_hours + dedicated_gpu_hours is what the "
+                    "approved quota bounds (docs/operator.md, Quota accounting)")
     used_gpu_hours: float = Field(
         description="GPU-hours bound to pods (KAI's allocation to the queues, pods on dedicated "
                     "nodes), sampled each worker resync; guaranteed_gpu_hours + "

@@ -26,9 +26,9 @@ from app.usage.schemas import (
 
 # Days are kept hourly for 400 days; months go back ten years.
 MAX_RANGE = {"day": timedelta(days=400), "month": timedelta(days=3660)}
-KINDS = ("quota", "cluster", "node", "sleep", "used", "burst")
+KINDS = ("quota", "cluster", repository.DEDICATED_CLUSTER, "node", "sleep", "used", "burst")
 # Per cluster: what it held, and of that what sleep freed.
-CLUSTER_LEDGER_KINDS = ("cluster", "sleep")
+CLUSTER_LEDGER_KINDS = ("cluster", repository.DEDICATED_CLUSTER, "sleep")
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ def _cluster_row(period: LabelledPeriod, tenant: str, cluster: str, gpu_class: s
     return ClusterUsageRow(
         tenant=tenant, cluster=cluster, gpu_class=gpu_class, period=period.label,
         period_start=period.start, period_end=period.end,
-        allocated_gpu_hours=hours(seconds["cluster"]), used_gpu_hours=used,
+        allocated_gpu_hours=hours(_allocated(seconds)), used_gpu_hours=used,
         guaranteed_gpu_hours=round(used - burst, 6), burst_gpu_hours=burst,
         slept_gpu_hours=hours(seconds["sleep"]))
 
@@ -197,11 +197,17 @@ def _row(period: LabelledPeriod, tenant: str, gpu_class: str,
         tenant=tenant, gpu_class=gpu_class, period=period.label,
         period_start=period.start, period_end=period.end,
         approved_gpu_hours=hours(seconds["quota"]),
-        allocated_gpu_hours=hours(seconds["cluster"]),
+        allocated_gpu_hours=hours(_allocated(seconds)),
+        shared_pool_gpu_hours=hours(seconds["cluster"]),
         dedicated_gpu_hours=hours(seconds["node"]),
         used_gpu_hours=used, guaranteed_gpu_hours=round(used - burst, 6),
-        burst_gpu_hours=burst, allocated_gpu_seconds=round(seconds["cluster"]),
+        burst_gpu_hours=burst, allocated_gpu_seconds=round(_allocated(seconds)),
         slept_gpu_hours=hours(seconds["sleep"]))
+
+
+def _allocated(seconds: dict[str, float]) -> float:
+    """Every cluster's GPU-seconds: shared-pool and dedicated-nodes clusters'."""
+    return seconds["cluster"] + seconds[repository.DEDICATED_CLUSTER]
 
 
 def gpus_in_use_by_class(db: Session, tenant_id: int) -> dict[int, float]:
@@ -222,4 +228,4 @@ def seconds_by_cluster(db: Session, principal: Principal, slug: str, start: date
     now_s = int(ledger.now_in_seconds().timestamp())
     rows = repository.allocated_seconds(db, [span], now_s, tenant_ids=tenant_ids,
                                         by_cluster=True)
-    return [row for row in rows if row.kind == "cluster"]
+    return [row for row in rows if row.kind in ("cluster", repository.DEDICATED_CLUSTER)]

@@ -80,7 +80,8 @@ def test_the_quota_bounds_the_gpus_of_all_clusters(client: TestClient, db: Sessi
     refused = client.post(URL, json=body(tenancy, name="more", gpus=5), headers=admin)
     assert refused.status_code == 422
     assert refused.json()["errors"] == [{"field": "gpus", "message": (
-        "4 of the tenant's 16 H100 80GB GPUs are free; request more quota first")}]
+        "your shared-pool clusters hold 12 of your 16 H100 80GB GPUs; 4 are left for "
+        "shared-pool clusters, 5 asked: request more quota first")}]
     assert client.post(URL, json=body(tenancy, name="more", gpus=4),
                        headers=admin).status_code == 201
     resize = client.patch(f"{URL}/more", json={"gpus": 5}, headers=admin)

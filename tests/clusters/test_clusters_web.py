@@ -28,7 +28,7 @@ def test_the_create_form_checks_fields_inline(client: TestClient, db: Session,
                                    "HX-Trigger-Name": "gpus"},
                           data={"name": "train", "gpu_class_id": str(gpu_id), "gpus": "9"})
     assert checked.status_code == 422
-    assert "8 of the tenant&#39;s 8 H100 80GB GPUs are free" in checked.text
+    assert "8 are left for shared-pool clusters, 9 asked" in checked.text
     bad_name = client.post("/t/acme/clusters", headers={"HX-Request": "true",
                                                         "X-CSRF-Token": csrf},
                            data={"name": "Not_A_Label", "gpus": "0"})

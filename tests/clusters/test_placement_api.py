@@ -86,7 +86,8 @@ def test_quota_is_counted_per_region(client: TestClient, db: Session,
                           headers=admin)
     assert refused.status_code == 422
     assert refused.json()["errors"] == [{"field": "gpus", "message": (
-        "4 of the tenant's 4 H100 80GB GPUs in region us are free; request more quota first")}]
+        "you have 4 H100 80GB GPUs approved in region us; 4 are left for shared-pool "
+        "clusters, 5 asked: request more quota first")}]
     quota = client.get("/api/v1/tenants/acme/quota", headers=admin).json()["items"]
     assert sorted((q["region"], q["approved_gpus"]) for q in quota) == [("eu", 8), ("us", 4)]
 

@@ -93,15 +93,16 @@ class Tenant:
 
 @pytest.fixture
 def tenant(host: Host, database: Database) -> Iterator[Tenant]:
-    """A tenant with a unique slug (the servers are shared by the run), 16 approved H100s and
-    two dedicated H100 nodes in the inventory; whatever a failed test left is removed after."""
+    """A tenant with a unique slug (the servers are shared by the run), 32 approved H100s, 16 of
+    them on two dedicated H100 nodes in the inventory (so 16 for the shared pool); whatever a
+    failed test left is removed after."""
     slug = f"rt-{secrets.token_hex(3)}"
     with database.transaction() as db:
         row = factories.tenant(db, slug, display_name=f"Real {slug}")
         admin = factories.user(db)
         factories.membership(db, row, admin, "admin")
         h100 = factories.gpu_class(db, H100, display_name="H100 80GB")
-        factories.quota(db, row, h100, 16)
+        factories.quota(db, row, h100, 32)
         inventory = factories.env_host(db)
         for _ in range(2):
             factories.assignment(db, factories.node(db, inventory, h100, gpu_count=8), row)

@@ -227,7 +227,8 @@ def test_placement_by_class_and_region_on_two_hosts(fleet: Fleet) -> None:
     with pytest.raises(ValidationFailed) as refused:
         fleet.create("nowhere", "eu", gpus=1, gpu_class=fleet.a100)
     assert refused.value.errors[0]["field"] == "gpus"
-    assert "0 of the tenant's 0 A100 80GB GPUs in region eu are free" in refused.value.detail
+    assert ("you have 0 A100 80GB GPUs approved in region eu; 0 are left for shared-pool "
+            "clusters, 1 asked") in refused.value.detail
     # eu cordoned: an eu cluster is refused with each host's reason
     with fleet.database.transaction() as db:
         hosts.set_state(db, fleet.admin, "gpu-eu-1", "cordoned")

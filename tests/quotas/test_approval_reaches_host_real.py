@@ -116,6 +116,11 @@ def world(own_pg_database: Database, host: KubernetesAdapter) -> Iterator[World]
         found = World(slug, Principal(user=admin, via="token", roles={tenant.id: "admin"}),
                       Principal(user=operator, via="token", roles={}), h100.id)
     yield found
+    remove_tenant_objects(host, slug)
+
+
+def remove_tenant_objects(host: KubernetesAdapter, slug: str) -> None:
+    """The tenant's namespaces and KAI queues the run left on the shared host server."""
     selector = {lbl.TENANT: slug}
     for namespace in host.list("v1", "Namespace", label_selector=selector):
         host.delete("v1", "Namespace", namespace["metadata"]["name"])

@@ -70,11 +70,12 @@ def test_json_csv_and_per_cluster_give_the_slept_gpu_hours(
     viewer = headers(db, t.acme_viewer)
     [row] = client.get("/api/v1/usage", params=DAY, headers=viewer).json()["rows"]
     assert row["slept_gpu_hours"] == 12.0
-    assert COLUMNS[-1] == "slept_gpu_hours" and COLUMNS[8] == "used_gpu_hours"
+    assert COLUMNS[12] == "slept_gpu_hours" and COLUMNS[8] == "used_gpu_hours"
     lines = list(csv.reader(io.StringIO(client.get("/api/v1/usage.csv", params=DAY,
                                                    headers=viewer).text)))
-    assert (lines[0][-1], lines[1][-1], lines[1][6]) == ("slept_gpu_hours", "12.000000",
+    assert (lines[0][12], lines[1][12], lines[1][6]) == ("slept_gpu_hours", "12.000000",
                                                          "80.000000")
+    assert (lines[0][13], lines[1][13]) == ("shared_pool_gpu_hours", "80.000000")
     [mine] = client.get("/api/v1/usage/clusters", params=DAY, headers=viewer).json()["rows"]
     assert (mine["cluster"], mine["allocated_gpu_hours"], mine["slept_gpu_hours"]) == (
         "train", 80.0, 12.0)

@@ -1,0 +1,292 @@
+"""The one accounting of a tenant's guaranteed GPUs, per tenant, GPU class and region.
+
+- ``approved``: the tenant's approved quota of the class in the region. It is the tenant's
+  whole guarantee there.
+- ``dedicated``: GPUs on live nodes of the class in the region's hosts dedicated to the tenant.
+  They are part of the approved quota, not added to it.
+- ``shared_held``: GPUs of the tenant's shared-pool clusters of the class there (asleep ones and
+  those being deleted included: they come back, or still hold them).
+- ``dedicated_held``: GPUs of its dedicated-nodes clusters there. They draw on the dedicated
+  GPUs (host by host), never on the rest of the quota.
+
+The rule every door keeps: ``dedicated + shared_held <= approved``, and on each host the
+dedicated-nodes clusters hold no more than the tenant's dedicated GPUs there. So shared-pool
+clusters have ``approved - dedicated`` to share (``for_shared``), and the shared pool's
+guarantee to the tenant (its KAI tenant queue's quota, its clusters' ResourceQuota ceilings, the
+region's guaranteed figure) is that rest, or what its shared-pool clusters hold if more
+(``shared_guarantee``: a tenant over quota, after an expiry or from before this rule, keeps
+what it runs). Burst is on top of the guarantee, as before.
+
+Only the quota can shrink below what is held (an expiry): nothing running is taken away, the
+difference is ``over`` and every door that would add to it refuses.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, case, func, select, true
+from sqlalchemy.orm import Session
+
+from app.accounting.read_models import node_assignments, nodes, tenant_quotas, virtual_clusters
+from app.hosts.models import HostCluster
+from app.hosts.repository import hosts_in
+
+SHARED = "shared-pool"
+DEDICATED = "dedicated-nodes"
+
+Key = tuple[int, int, str]
+"""(tenant id, GPU class id, region)."""
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A tenant's GPUs of one class in one region, as the rule counts them."""
+
+    approved: int = 0
+    dedicated: int = 0
+    shared_held: int = 0
+    dedicated_held: int = 0
+
+    @property
+    def for_shared(self) -> int:
+        """The quota shared-pool clusters may hold: what dedicated nodes leave of it."""
+        return max(self.approved - self.dedicated, 0)
+
+    @property
+    def shared_left(self) -> int:
+        return max(self.for_shared - self.shared_held, 0)
+
+    @property
+    def dedicated_left(self) -> int:
+        """Dedicated GPUs of the region no dedicated-nodes cluster holds (hosts summed)."""
+        return max(self.dedicated - self.dedicated_held, 0)
+
+    @property
+    def over(self) -> int:
+        """How far dedicated and shared-pool GPUs together pass the approved quota."""
+        return max(self.dedicated + self.shared_held - self.approved, 0)
+
+    @property
+    def shared_guarantee(self) -> int:
+        """What the shared pool guarantees the tenant: its KAI tenant queue's quota."""
+        return max(self.approved - self.dedicated, self.shared_held)
+
+    @property
+    def guaranteed(self) -> int:
+        return self.dedicated + self.shared_guarantee
+
+    def left_for(self, placement: str) -> int:
+        """What a new cluster of ``placement`` may take here."""
+        return self.dedicated_left if placement == DEDICATED else self.shared_left
+
+    def with_shared(self, gpus: int) -> Standing:
+        return Standing(self.approved, self.dedicated, self.shared_held + gpus,
+                        self.dedicated_held)
+
+
+def shared_refusal(standing: Standing, gpus: int, class_name: str, region: str) -> str | None:
+    """Why ``gpus`` more in shared-pool clusters break the rule, in the tenant's figures; None
+    when they fit."""
+    if gpus <= standing.shared_left:
+        return None
+    where = f" in region {region}" if region else ""
+    figures = []
+    if standing.dedicated:
+        figures.append(f"{standing.dedicated} of your {standing.approved} {class_name} "
+                       f"GPUs{where} are on your dedicated nodes")
+    if standing.shared_held:
+        figures.append(f"your shared-pool clusters hold {standing.shared_held}"
+                       if figures else
+                       f"your shared-pool clusters hold {standing.shared_held} of your "
+                       f"{standing.approved} {class_name} GPUs{where}")
+    if not figures:
+        figures.append(f"you have {standing.approved} {class_name} GPUs approved{where}")
+    return (f"{'; '.join(figures)}; {standing.shared_left} are left for shared-pool clusters, "
+            f"{gpus} asked: request more quota first")
+
+
+def dedication_refusal(standing: Standing, node: str, gpus: int, tenant: str,
+                       class_name: str, region: str) -> str | None:
+    """Why dedicating a node of ``gpus`` to the tenant breaks the rule; None when it fits."""
+    after = Standing(standing.approved, standing.dedicated + gpus, standing.shared_held)
+    if after.over <= standing.over or after.over == 0:
+        return None
+    where = f" in region {region}" if region else ""
+    shrink = "shrink its shared-pool clusters or " if after.shared_held else ""
+    return (f"dedicating {node} ({gpus} GPUs) would give {tenant} {after.dedicated} "
+            f"{class_name} GPUs on dedicated nodes and {after.shared_held} in shared-pool "
+            f"clusters{where}, {after.dedicated + after.shared_held} in all: {after.over} more "
+            f"than its approved quota of {after.approved}; {shrink}approve more quota first")
+
+
+def end_refusal(node: str, gpus: int, on_host: int, held_on_host: int, tenant: str,
+                class_name: str) -> str | None:
+    """Why ending a node's dedication of ``gpus`` would take GPUs from under the tenant's
+    dedicated-nodes clusters on its host; None when they fit on what stays."""
+    if held_on_host <= on_host - gpus:
+        return None
+    return (f"{tenant}'s dedicated-nodes clusters hold {held_on_host} {class_name} GPUs on "
+            f"its dedicated nodes of this host; ending {node} ({gpus} GPUs) leaves "
+            f"{on_host - gpus}: they would lose {held_on_host - on_host + gpus}. Ask the "
+            "tenant to shrink or delete them first")
+
+
+# ----- the sums, each written here once; every argument a value or a correlated column
+
+
+def held_gpus(tenant_id: Any, gpu_class_id: Any, region: Any, *, placement: str | None = None,
+              excluding: int | None = None, host_cluster_id: int | None = None) -> Select[Any]:
+    """The GPUs of a class the tenant's clusters hold in a region (of one placement, on one
+    host of it, if given), those being deleted and asleep included."""
+    clusters = virtual_clusters.c
+    query = select(func.coalesce(func.sum(clusters.gpus), 0)).where(
+        clusters.tenant_id == tenant_id, clusters.gpu_class_id == gpu_class_id,
+        clusters.host_cluster_id.in_(hosts_in(region)))
+    if placement is not None:
+        query = query.where(clusters.placement == placement)
+    if excluding is not None:
+        query = query.where(clusters.id != excluding)
+    if host_cluster_id is not None:
+        query = query.where(clusters.host_cluster_id == host_cluster_id)
+    return query
+
+
+def _live_assignment() -> ColumnElement[bool]:
+    return and_(node_assignments.c.node_id == nodes.c.id, node_assignments.c.ended_at.is_(None))
+
+
+def dedicated_gpus(tenant_id: Any, gpu_class_id: Any, region: Any, *,
+                   host_cluster_id: int | None = None) -> Select[Any]:
+    """The GPUs on live nodes of the class in the region's hosts (on one of them, if given)
+    dedicated to the tenant."""
+    query = (select(func.coalesce(func.sum(nodes.c.gpu_count), 0))
+             .join(node_assignments, _live_assignment())
+             .where(node_assignments.c.tenant_id == tenant_id,
+                    nodes.c.gpu_class_id == gpu_class_id, nodes.c.gone_at.is_(None),
+                    nodes.c.host_cluster_id.in_(hosts_in(region))))
+    if host_cluster_id is not None:
+        query = query.where(nodes.c.host_cluster_id == host_cluster_id)
+    return query
+
+
+def shared_guarantee(approved: Any, dedicated: Any, shared_held: Any) -> Any:
+    """``Standing.shared_guarantee`` as SQL, of three columns or values."""
+    rest = approved - dedicated
+    return case((rest > shared_held, rest), else_=shared_held)
+
+
+def standing_columns(tenant_id: Any, gpu_class_id: Any, region: Any,
+                     approved: Any) -> list[Any]:
+    """Columns ``dedicated``, ``shared_held``, ``dedicated_held`` and ``shared_guarantee``
+    of a row naming a tenant, a class and a region with its ``approved`` quota."""
+    dedicated = dedicated_gpus(tenant_id, gpu_class_id, region).scalar_subquery()
+    shared = held_gpus(tenant_id, gpu_class_id, region, placement=SHARED).scalar_subquery()
+    return [dedicated.label("dedicated"), shared.label("shared_held"),
+            held_gpus(tenant_id, gpu_class_id, region,
+                      placement=DEDICATED).scalar_subquery().label("dedicated_held"),
+            shared_guarantee(approved, dedicated, shared).label("shared_guarantee")]
+
+
+def standings(db: Session, tenant_id: int, gpu_class_id: int, *,
+              excluding: int | None = None) -> dict[str, Standing]:
+    """region -> the tenant's standing of the class there, for every region it has a quota
+    row of the class in (``excluding`` one cluster, being resized); one statement. A caller
+    that writes on it holds the quota rows' lock first."""
+    quotas = tenant_quotas.c
+    held = {placement: held_gpus(quotas.tenant_id, quotas.gpu_class_id, quotas.region,
+                                 placement=placement, excluding=excluding).scalar_subquery()
+            for placement in (SHARED, DEDICATED)}
+    rows = db.execute(
+        select(quotas.region, quotas.gpus,
+               dedicated_gpus(quotas.tenant_id, quotas.gpu_class_id,
+                              quotas.region).scalar_subquery(), held[SHARED], held[DEDICATED])
+        .where(quotas.tenant_id == tenant_id, quotas.gpu_class_id == gpu_class_id)
+        .order_by(quotas.id))
+    return {row[0]: Standing(int(row[1]), int(row[2] or 0), int(row[3] or 0), int(row[4] or 0))
+            for row in rows}
+
+
+def standing(db: Session, tenant_id: int, gpu_class_id: int, region: str, *,
+             excluding: int | None = None) -> Standing:
+    """The tenant's standing of the class in one region (all zero without a quota row
+    there, but what its nodes and clusters hold)."""
+    found = standings(db, tenant_id, gpu_class_id, excluding=excluding).get(region)
+    if found is not None:
+        return found
+    return Standing(0, int(db.scalar(dedicated_gpus(tenant_id, gpu_class_id, region)) or 0),
+                    int(db.scalar(held_gpus(tenant_id, gpu_class_id, region, placement=SHARED,
+                                            excluding=excluding)) or 0),
+                    int(db.scalar(held_gpus(tenant_id, gpu_class_id, region,
+                                            placement=DEDICATED, excluding=excluding)) or 0))
+
+
+# ----- every tenant at once: the fleet's figures and the operator's check
+
+
+def every_standing(db: Session, tenant_id: int | None = None) -> dict[Key, Standing]:
+    """(tenant, class, region) -> standing, of every tenant (or one) with a quota row, a
+    dedicated node or a cluster with GPUs anywhere: three grouped statements."""
+    figures: dict[Key, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    quotas = tenant_quotas.c
+    of_tenant = true() if tenant_id is None else quotas.tenant_id == tenant_id
+    for tenant, class_id, region, gpus in db.execute(
+            select(quotas.tenant_id, quotas.gpu_class_id, quotas.region, quotas.gpus)
+            .where(of_tenant)):
+        figures[tenant, class_id, region][0] = int(gpus)
+    for tenant, class_id, region, gpus in db.execute(_dedicated_per_key(tenant_id)):
+        figures[tenant, class_id, str(region)][1] = int(gpus or 0)
+    for tenant, class_id, region, placement, gpus in db.execute(_held_per_key(tenant_id)):
+        figures[tenant, class_id, str(region)][2 if placement == SHARED else 3] += int(gpus or 0)
+    return {key: Standing(*values) for key, values in sorted(figures.items())}
+
+
+def _dedicated_per_key(tenant_id: int | None) -> Select[Any]:
+    assigned = node_assignments.c
+    return (select(assigned.tenant_id, nodes.c.gpu_class_id, HostCluster.region,
+                   func.sum(nodes.c.gpu_count).label("gpus"))
+            .join(node_assignments, _live_assignment())
+            .join(HostCluster, HostCluster.id == nodes.c.host_cluster_id)
+            .where(nodes.c.gone_at.is_(None), nodes.c.gpu_class_id.is_not(None),
+                   true() if tenant_id is None else assigned.tenant_id == tenant_id)
+            .group_by(assigned.tenant_id, nodes.c.gpu_class_id, HostCluster.region))
+
+
+def _held_per_key(tenant_id: int | None) -> Select[Any]:
+    clusters = virtual_clusters.c
+    return (select(clusters.tenant_id, clusters.gpu_class_id, HostCluster.region,
+                   clusters.placement, func.sum(clusters.gpus).label("gpus"))
+            .join(HostCluster, HostCluster.id == clusters.host_cluster_id)
+            .where(clusters.gpu_class_id.is_not(None), clusters.gpus > 0,
+                   true() if tenant_id is None else clusters.tenant_id == tenant_id)
+            .group_by(clusters.tenant_id, clusters.gpu_class_id, HostCluster.region,
+                      clusters.placement))
+
+
+def pool_guarantees(class_ids: Sequence[int] | None = None,
+                    region: str | None = None) -> Select[Any]:
+    """(region, class id, GPUs): what the shared pool of a region guarantees all tenants of a
+    class together, each tenant's ``shared_guarantee`` summed, in one statement (the nodes and
+    clusters each summed once, grouped, whatever the number of tenants)."""
+    quotas = tenant_quotas.c
+    dedicated = _dedicated_per_key(None).subquery("dedicated")
+    shared = _held_per_key(None).subquery("shared")
+    query = (select(quotas.region, quotas.gpu_class_id, func.sum(shared_guarantee(
+                 quotas.gpus, func.coalesce(dedicated.c.gpus, 0),
+                 func.coalesce(shared.c.gpus, 0))))
+             .outerjoin(dedicated, _same_key(dedicated))
+             .outerjoin(shared, and_(_same_key(shared), shared.c.placement == SHARED)))
+    if class_ids is not None:
+        query = query.where(quotas.gpu_class_id.in_(list(class_ids)))
+    if region is not None:
+        query = query.where(quotas.region == region)
+    return query.group_by(quotas.region, quotas.gpu_class_id)
+
+
+def _same_key(grouped: Any) -> ColumnElement[bool]:
+    quotas = tenant_quotas.c
+    return and_(grouped.c.tenant_id == quotas.tenant_id,
+                grouped.c.gpu_class_id == quotas.gpu_class_id, grouped.c.region == quotas.region)
