@@ -57,6 +57,8 @@ def _psycopg_url(url: str, database: str | None = None) -> str:
 
 def recreate(url: str) -> None:
     name = make_url(url).database
+    if not name:
+        raise SystemExit(f"{url} names no database")
     with psycopg.connect(_psycopg_url(url, "postgres"), autocommit=True) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
             sql.Identifier(name)))
@@ -74,7 +76,7 @@ def seed(url: str, tenants: int, clusters: int, now_s: int) -> None:
             db.add(Tenant(slug=f"busy-{n}", display_name=f"Busy {n}"))
         db.add(Tenant(slug="quiet", display_name="Quiet"))
     with database.session() as db:
-        gpu_id = db.scalar(select(GpuClass.id))
+        gpu_id = db.scalars(select(GpuClass.id)).one()
         ids = {row[0]: row[1] for row in db.execute(select(Tenant.slug, Tenant.id))}
     database.dispose()
     busy = [ids[f"busy-{n}"] for n in range(tenants)]

@@ -151,7 +151,7 @@ class QuotaRuleMachine(RuleBasedStateMachine):
     def approve(self, tenant: str, product: str, region: str, gpus: int, expires: bool) -> None:
         ends_at = utcnow() + timedelta(days=30 + len(self.expiring)) if expires else None
         with self.step() as db:
-            request = quotas.create_request(db, self.tenant_admins[tenant], tenant,
+            request = quotas.create_request(db, self.tenant_admins[tenant], SETTINGS, tenant,
                                             QuotaRequestCreate(
                                                 gpu_class_id=self.classes[product].id,
                                                 gpus=gpus, region=region, reason="work",
