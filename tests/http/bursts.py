@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
-from app.auth.models import User
+from app.auth.models import ApiToken, User
 from app.clusters.models import VirtualCluster
 from app.database.core import Database, utcnow
 from app.gpu_classes.models import GpuClass
@@ -154,6 +154,54 @@ def decide(verb: str, one_row: bool) -> Callable[[Session, World], Plan]:
                 assert decided == 1
             elif verb == "reject":
                 assert decided == BURST
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
+def create_quota_request(one_row: bool) -> Callable[[Session, World], Plan]:
+    """Fifty requests of one tenant at once, against its limit of pending requests (the default
+    10): the limit holds, never one more (one row: the same request fifty times)."""
+
+    def prepare(db: Session, world: World) -> Plan:
+        t = new_tenancy(db, nodes=1)
+        calls = [Call("POST", f"/api/v1/tenants/{t.slug}/quota-requests", t.headers,
+                      {"gpu_class_id": t.gpu.id, "gpus": 1 if one_row else 1 + i % 8,
+                       "reason": "burst"}) for i in range(BURST)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 201, 409)
+            pending = db.scalar(select(func.count()).select_from(QuotaRequest).where(
+                QuotaRequest.tenant_id == t.tenant.id, QuotaRequest.state == "pending")) or 0
+            assert statuses[201] == pending == 10
+            assert _audited(db, "quota_request.create") >= pending
+
+        return Plan(calls, holds)
+
+    return prepare
+
+
+def create_token(one_row: bool) -> Callable[[Session, World], Plan]:
+    """Fifty tokens asked at once by one user (one row), or by two users of one tenant, against
+    the limit of live tokens a user holds (the default 25, the caller's own token included)."""
+
+    def prepare(db: Session, world: World) -> Plan:
+        t = new_tenancy(db, nodes=0)
+        users = [t.admin] if one_row else [t.admin, factories.user(db, f"{t.slug}@second.example")]
+        if not one_row:
+            factories.membership(db, t.tenant, users[1], "member")
+        headers = [t.headers] if one_row else [t.headers, bearer(db, users[1])]
+        calls = [Call("POST", "/api/v1/tokens", headers[i % len(headers)],
+                      {"name": f"burst-{i}", "scopes": ["read"], "expires_in_days": 30})
+                 for i in range(BURST)]
+
+        def holds(db: Session, statuses: Counter[int]) -> None:
+            _only(statuses, 201, 409)
+            live = Counter(db.scalars(select(ApiToken.user_id).where(
+                ApiToken.user_id.in_([u.id for u in users]), ApiToken.revoked_at.is_(None))))
+            assert live == {u.id: 25 for u in users}, live
+            assert statuses[201] == 24 * len(users)
 
         return Plan(calls, holds)
 
@@ -758,6 +806,8 @@ ROUTES: dict[tuple[str, str], Callable[[bool], Callable[[Session, World], Plan]]
     ("POST", f"{TENANT}/quota-requests/{{request_id}}/cancel"): cancel,
     ("POST", "/api/v1/quota-requests/{request_id}/approve"): lambda one: decide("approve", one),
     ("POST", "/api/v1/quota-requests/{request_id}/reject"): lambda one: decide("reject", one),
+    ("POST", f"{TENANT}/quota-requests"): create_quota_request,
+    ("POST", "/api/v1/tokens"): create_token,
     ("POST", f"{TENANT}/clusters"): create_cluster,
     ("PATCH", CLUSTER): resize_cluster,
     ("DELETE", CLUSTER): delete_cluster,
