@@ -10,6 +10,8 @@ template with user namespaces) with ``hostUsers: false``; one asking for an ``Un
 profile, or there for ``hostUsers: true``, is refused. Both fields are immutable, so they are
 set on CREATE only.
 
+In any of them, a pod reaching for another tenant's nodes (placement.py) is refused.
+
 Pure: the namespace's labels are passed in.
 """
 
@@ -21,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.kube.manifests import labels as lbl
+from app.webhook.placement import placement_refusal
 
 Review = dict[str, Any]
 Patch = list[dict[str, Any]]
@@ -56,7 +59,8 @@ def review_pod(review: Any, namespace_labels: Mapping[str, str] | None) -> Revie
         return allowed(request["uid"])
     namespace, operation = str(request.get("namespace") or ""), str(request.get("operation"))
     refusal = ((_refusal(pod, queue, namespace) if queue is not None else None)
-               or (_hardening_refusal(pod, namespace, harden) if harden else None))
+               or (_hardening_refusal(pod, namespace, harden) if harden else None)
+               or placement_refusal(pod, namespace_labels, operation))
     if refusal is not None:
         return denied(request["uid"], refusal)
     patch = pod_patch(pod, queue, operation) if queue is not None else []

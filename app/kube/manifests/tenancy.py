@@ -1,0 +1,172 @@
+"""Host admission for every tenant namespace: a tenant's pods stay off other tenants' nodes.
+
+A dedicated node carries the label and the ``NoSchedule`` taint ``gpu-tenant-portal/tenant=<slug>``
+(nodes.py). The taint keeps schedulers away only from pods that do not tolerate it, and a pod
+created with ``spec.nodeName`` is never scheduled at all (a kubelet enforces ``NoExecute`` taints
+only). A tenant writes its pods' specs inside its virtual cluster and vCluster syncs them, so the
+host refuses, for every synced pod in a portal-managed tenant namespace, whatever would place it
+on a node it may not use:
+
+- the tenancy guard (no parameters; CREATE and UPDATE, tolerations can be added to a live pod):
+  a blanket toleration (``operator: Exists`` without a key); a toleration of the tenant taint
+  other than ``Equal`` to the namespace's own tenant in a dedicated-nodes cluster (a shared-pool
+  cluster tolerates none); a node selector or node affinity on the tenant label naming another
+  tenant (or, from a shared-pool cluster, any tenant); and in a shared-pool namespace any
+  ``spec.nodeName`` at creation, which would bypass kai-scheduler and its queues.
+- the dedicated-node guard (CREATE), evaluated once per dedicated node as its parameter (the
+  Node objects labelled ``gpu-tenant-portal/tenant``, so it follows the dedications themselves,
+  with nothing else to keep in step): a pod naming that node by ``spec.nodeName``, the
+  ``kubernetes.io/hostname`` node selector, a hostname node-affinity term or a ``metadata.name``
+  field term (the form DaemonSet pods take) is refused unless the node is dedicated to the pod's
+  own tenant and the pod is not a shared-pool pod.
+
+The portal's admission webhook refuses the same specs (app/webhook/placement.py) with the pod's
+own words where it is called; these policies are the backstop that no virtual cluster can skip.
+Pods the syncer did not write (the vCluster control plane) are not matched, as for the queue guard.
+"""
+
+from typing import Any, Final
+
+from app.kube.manifests import labels as lbl
+
+Manifest = dict[str, Any]
+TENANCY_POLICY_NAME: Final = "gpu-tenant-portal-tenancy-guard"
+DEDICATED_NODE_POLICY_NAME: Final = "gpu-tenant-portal-dedicated-node-guard"
+_API_VERSION = "admissionregistration.k8s.io/v1"
+
+_NS_LABELS = "namespaceObject.metadata.labels"
+_COMMON_VARIABLES = [
+    {"name": "tenant", "expression": f"{_NS_LABELS}['{lbl.TENANT}']"},
+    {"name": "shared", "expression":
+     f"'{lbl.PLACEMENT}' in {_NS_LABELS} && {_NS_LABELS}['{lbl.PLACEMENT}'] == 'shared-pool'"},
+    # Required terms and preferred preferences alike: both can steer a pod to a node.
+    {"name": "terms", "expression":
+     "(has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity)"
+     " && has(object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution)"
+     " ? object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+     ".nodeSelectorTerms : [])"
+     " + (has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity)"
+     " && has(object.spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution)"
+     " ? object.spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+     ".map(p, p.preference) : [])"},
+]
+
+_TOLERATIONS = (
+    "!has(object.spec.tolerations) || object.spec.tolerations.all(t,"
+    " has(t.key) && t.key != ''"
+    f" && (t.key != '{lbl.TENANT}' || (!variables.shared"
+    " && (!has(t.operator) || t.operator == 'Equal')"
+    " && has(t.value) && t.value == variables.tenant)))")
+_SELECTOR = (
+    f"!has(object.spec.nodeSelector) || !('{lbl.TENANT}' in object.spec.nodeSelector)"
+    f" || (!variables.shared && object.spec.nodeSelector['{lbl.TENANT}'] == variables.tenant)")
+_AFFINITY = (
+    "variables.terms.all(t, !has(t.matchExpressions) || t.matchExpressions.all(e,"
+    f" e.key != '{lbl.TENANT}' || e.operator in ['NotIn', 'DoesNotExist']"
+    " || (e.operator == 'In' && !variables.shared"
+    " && has(e.values) && e.values.all(v, v == variables.tenant))))")
+_NODE_NAME = (
+    "request.operation != 'CREATE' || !variables.shared"
+    " || !has(object.spec.nodeName) || object.spec.nodeName == ''")
+
+_NAMES_PARAM_NODE = (
+    "(has(object.spec.nodeName) && object.spec.nodeName == params.metadata.name)"
+    f" || (has(object.spec.nodeSelector) && '{lbl.HOSTNAME}' in object.spec.nodeSelector"
+    f" && object.spec.nodeSelector['{lbl.HOSTNAME}'] == params.metadata.name)"
+    " || variables.terms.exists(t,"
+    " (has(t.matchExpressions) && t.matchExpressions.exists(e,"
+    f" e.key == '{lbl.HOSTNAME}' && e.operator == 'In' && has(e.values)"
+    " && params.metadata.name in e.values))"
+    " || (has(t.matchFields) && t.matchFields.exists(f,"
+    " f.key == 'metadata.name' && f.operator == 'In' && has(f.values)"
+    " && params.metadata.name in f.values)))")
+_DEDICATED_NODE = (
+    f"(!variables.shared && params.metadata.labels['{lbl.TENANT}'] == variables.tenant)"
+    f" || !({_NAMES_PARAM_NODE})")
+
+
+def _validation(expression: str, message: str) -> Manifest:
+    return {"expression": expression, "message": message, "reason": "Forbidden"}
+
+
+def _pods(*operations: str) -> Manifest:
+    return {"apiGroups": [""], "apiVersions": ["v1"], "operations": list(operations),
+            "resources": ["pods"]}
+
+
+def tenancy_guard_policy() -> Manifest:
+    validations = [
+        _validation(_TOLERATIONS, "a tenant's pod tolerates no blanket toleration and the "
+                    f"{lbl.TENANT} taint only as Equal to its own tenant, in a dedicated-nodes "
+                    "cluster: other tenants' dedicated nodes are not for it"),
+        _validation(_SELECTOR, f"a tenant's pod selects no other tenant's nodes by the "
+                    f"{lbl.TENANT} label (a shared-pool pod none at all)"),
+        _validation(_AFFINITY, f"a tenant's pod has no node affinity for other tenants' nodes "
+                    f"by the {lbl.TENANT} label (a shared-pool pod none at all)"),
+        _validation(_NODE_NAME, "a shared-pool pod is placed by kai-scheduler in its queue; "
+                    "it may not name its node (spec.nodeName)"),
+    ]
+    return _policy(TENANCY_POLICY_NAME, _pods("CREATE", "UPDATE"), validations)
+
+
+def dedicated_node_guard_policy() -> Manifest:
+    validations = [_validation(_DEDICATED_NODE, "a tenant's pod names no node dedicated to "
+                               "another tenant (spec.nodeName, the kubernetes.io/hostname "
+                               "selector or node affinity); a shared-pool pod no dedicated "
+                               "node at all")]
+    policy = _policy(DEDICATED_NODE_POLICY_NAME, _pods("CREATE"), validations)
+    policy["spec"]["paramKind"] = {"apiVersion": "v1", "kind": "Node"}
+    return policy
+
+
+def _policy(name: str, rule: Manifest, validations: list[Manifest]) -> Manifest:
+    return {
+        "apiVersion": _API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": lbl.managed()},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [rule]},
+            "variables": _COMMON_VARIABLES,
+            "validations": validations,
+        },
+    }
+
+
+def _tenant_namespaces() -> Manifest:
+    return {"matchLabels": lbl.managed(),
+            "matchExpressions": [{"key": lbl.TENANT, "operator": "Exists"}]}
+
+
+def _binding(name: str) -> Manifest:
+    synced = {"matchExpressions": [{"key": lbl.VCLUSTER_SYNCED_MARKER, "operator": "Exists"}]}
+    return {
+        "apiVersion": _API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": lbl.managed()},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": _tenant_namespaces(),
+                               "objectSelector": synced},
+        },
+    }
+
+
+def tenancy_guard_binding() -> Manifest:
+    return _binding(TENANCY_POLICY_NAME)
+
+
+def dedicated_node_guard_binding() -> Manifest:
+    binding = _binding(DEDICATED_NODE_POLICY_NAME)
+    # Every dedicated node is a parameter; with none, nothing is dedicated and all is allowed.
+    binding["spec"]["paramRef"] = {
+        "selector": {"matchExpressions": [{"key": lbl.TENANT, "operator": "Exists"}]},
+        "parameterNotFoundAction": "Allow",
+    }
+    return binding
+
+
+def tenancy_objects() -> list[Manifest]:
+    return [tenancy_guard_policy(), tenancy_guard_binding(),
+            dedicated_node_guard_policy(), dedicated_node_guard_binding()]
