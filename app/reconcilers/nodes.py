@@ -31,7 +31,7 @@ from app.kube.connector import KubeConnector
 from app.kube.errors import ApplyConflictError, KubeError, PermanentKubeError
 from app.kube.manifests import labels as lbl
 from app.kube.manifests import node_tenant_patch
-from app.kube.manifests.nodes import tenant_taint
+from app.kube.manifests.nodes import node_labels, tenant_taint
 from app.kube.port import KubePort, Manifest
 from app.nodes import repository
 from app.nodes.inventory import read_node
@@ -71,11 +71,12 @@ class NodePatch:
 
 def needs_patch(labels: dict[str, Any], taints: list[dict[str, Any]],
                 tenant: str | None) -> bool:
-    """Whether a node's tenant label or taint differs from what its assignment asks."""
+    """Whether a node's tenant or pool label or its taint differs from what its assignment
+    asks."""
     ours = [t for t in taints if t.get("key") == lbl.TENANT]
-    if tenant is None:
-        return lbl.TENANT in labels or bool(ours)
-    return labels.get(lbl.TENANT) != tenant or ours != [tenant_taint(tenant)]
+    held = {key: labels[key] for key in (lbl.TENANT, lbl.POOL) if key in labels}
+    wanted = [] if tenant is None else [tenant_taint(tenant)]
+    return held != node_labels(tenant) or ours != wanted
 
 
 class NodeReconciler(RunsAlone):
