@@ -6,6 +6,8 @@ every live node's tenant label and taint with its assignment in the database, an
 ``node_tenant_patch`` (server-side apply, forced: the tenant key is ours) only to nodes that
 differ, so a converged host costs one list and no writes.
 
+Pods of other tenants still on a dedicated node are then evicted (node_strangers.py).
+
 The runtime reconciles each host at every resync period, and at once when the nodes service
 makes or ends an assignment (it enqueues the host's key in the same transaction). A node whose
 patch fails transiently does not stop the others; the key is then retried with the runtime's
@@ -55,6 +57,7 @@ from app.reconcilers.kind import (
     TerminalError,
 )
 from app.reconcilers.leases import Lease
+from app.reconcilers.node_strangers import dedicated_nodes, evict_strangers
 from app.reconcilers.runtime import RunsAlone
 from app.workqueue import NODES
 
@@ -118,6 +121,12 @@ class NodeReconciler(RunsAlone):
         self._record(target.host_id, applied, context.lease)
         if failed:
             raise _patch_failure(target.host_id, failed)
+        now = {str(n["metadata"]["name"]): n for n in listed} | applied
+        context.lease.check()
+        try:
+            evict_strangers(host, dedicated_nodes(list(now.values())))
+        except KubeError as error:
+            raise failure(target, error, "evicting other tenants' pods") from error
         return DONE
 
     def _sync(self, host_id: int, listed: list[Manifest],
