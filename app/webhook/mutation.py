@@ -2,7 +2,8 @@
 
 Pods that vCluster syncs into a shared-pool namespace leave with ``schedulerName: kai-scheduler``
 and the namespace's leaf queue in ``kai.scheduler/queue``. A pod naming another queue or another
-scheduler is refused rather than silently moved.
+scheduler is refused rather than silently moved. Its optional configMap volumes leave as the
+equivalent projected volumes, which KAI v0.12 does not wait for.
 
 Pods synced into a hardened namespace (label ``gpu-tenant-portal/hardening``) leave with the
 ``RuntimeDefault`` seccomp profile unless they name one, and at level ``user-namespaces`` (a
@@ -122,12 +123,16 @@ def shared_pool_queue(namespace_labels: Mapping[str, str] | None) -> str | None:
 
 def pod_patch(pod: Mapping[str, Any], queue: str, operation: str) -> Patch:
     """JSON Patch operations setting the scheduler (on CREATE: it is immutable afterwards) and
-    the queue label, each only where it differs."""
+    the queue label, each only where it differs; and on CREATE the optional configMap volumes
+    KAI would wait for (``optional_config_maps_projected``)."""
     patch: Patch = []
     spec = pod.get("spec") or {}
     if operation == "CREATE" and spec.get("schedulerName") != lbl.KAI_SCHEDULER_NAME:
         patch.append({"op": "add", "path": "/spec/schedulerName",
                       "value": lbl.KAI_SCHEDULER_NAME})
+    volumes = optional_config_maps_projected(spec.get("volumes") or [])
+    if operation == "CREATE" and volumes != (spec.get("volumes") or []):
+        patch.append({"op": "add", "path": "/spec/volumes", "value": volumes})
     labels = (pod.get("metadata") or {}).get("labels")
     if not labels:
         patch.append({"op": "add", "path": "/metadata/labels",
@@ -136,6 +141,31 @@ def pod_patch(pod: Mapping[str, Any], queue: str, operation: str) -> Patch:
         patch.append({"op": "add", "path": f"/metadata/labels/{_pointer(lbl.KAI_QUEUE_LABEL)}",
                       "value": queue})
     return patch
+
+
+def optional_config_maps_projected(volumes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each ``configMap`` volume marked ``optional`` as the projected volume of that one config
+    map, the rest unchanged.
+
+    KAI Scheduler v0.12 holds a pod while any config map its ``configMap`` volumes name is
+    missing, ``optional: true`` or not (predicates/config_maps.go; v0.13.0 honours it), so
+    vCluster's CoreDNS, which mounts the optional ``coredns-custom``, never started in a
+    shared-pool cluster. KAI v0.12 reads only ``configMap`` volumes; the kubelet mounts a
+    projected config map with the same files, modes and ``optional`` meaning. Required config
+    maps stay as they are: KAI rightly waits for them.
+    """
+    return [_projected(v) if (v.get("configMap") or {}).get("optional") is True else v
+            for v in volumes]
+
+
+def _projected(volume: Mapping[str, Any]) -> dict[str, Any]:
+    source = dict(volume["configMap"])
+    projected: dict[str, Any] = {}
+    if "defaultMode" in source:
+        projected["defaultMode"] = source.pop("defaultMode")
+    projected["sources"] = [{"configMap": source}]
+    rest = {key: value for key, value in volume.items() if key != "configMap"}
+    return {**rest, "projected": projected}
 
 
 def allowed(uid: str, patch: Patch | None = None) -> Review:
