@@ -43,6 +43,7 @@ class Tenancy:
     dedicated: str  # acme's dedicated-nodes namespace
     own_node: str  # dedicated to acme
     foreign_node: str  # dedicated to another tenant
+    pool_node: str  # in the shared pool
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,8 @@ def tenancy(bare_api: ApiServer) -> Iterator[Tenancy]:
     api_client = k8s_config.new_client_from_config_dict(yaml.safe_load(bare_api.admin_kubeconfig))
     suffix = uuid.uuid4().hex[:6]
     acme, initech = f"acme{suffix}", f"initech{suffix}"
-    nodes = {f"own-{suffix}": acme, f"foreign-{suffix}": initech}
+    nodes: dict[str, str | None] = {f"own-{suffix}": acme, f"foreign-{suffix}": initech,
+                                    f"pool-{suffix}": None}
     guard = tenancy_objects()
     namespaces = [_namespace(kube, acme, "shared-pool"), _namespace(kube, acme, "dedicated-nodes")]
     try:
@@ -158,5 +160,8 @@ def test_no_pod_names_a_node_dedicated_to_another_tenant(tenancy: Tenancy) -> No
         # A dedicated cluster's pods go to its own nodes; the shared pool's never do.
         assert _refusal(t, t.dedicated, spec) is None, way
         assert _refusal(t, t.shared, spec) is not None, way
-    undedicated = spec_with(nodeSelector={lbl.HOSTNAME: "h100-shared"})
-    assert _refusal(t, t.shared, undedicated) is None
+    # A node dedicated to nobody: the shared pool's (by selector), never a dedicated cluster's.
+    for way, spec in _names(t.pool_node).items():
+        if way != "nodeName":  # a shared-pool pod names no node at all (the tenancy guard)
+            assert _refusal(t, t.shared, spec) is None, way
+        assert _refusal(t, t.dedicated, spec) is not None, way

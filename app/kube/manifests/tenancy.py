@@ -13,12 +13,13 @@ on a node it may not use:
   cluster tolerates none); a node selector or node affinity on the tenant label naming another
   tenant (or, from a shared-pool cluster, any tenant); and in a shared-pool namespace any
   ``spec.nodeName`` at creation, which would bypass kai-scheduler and its queues.
-- the dedicated-node guard (CREATE), evaluated once per dedicated node as its parameter (the
-  Node objects labelled ``gpu-tenant-portal/tenant``, so it follows the dedications themselves,
-  with nothing else to keep in step): a pod naming that node by ``spec.nodeName``, the
-  ``kubernetes.io/hostname`` node selector, a hostname node-affinity term or a ``metadata.name``
-  field term (the form DaemonSet pods take) is refused unless the node is dedicated to the pod's
-  own tenant and the pod is not a shared-pool pod.
+- the dedicated-node guard (CREATE), evaluated once per node of the host as its parameter (so
+  it follows the nodes' tenant labels, the dedications themselves, with nothing else to keep in
+  step): a pod naming that node by ``spec.nodeName``, the ``kubernetes.io/hostname`` node
+  selector, a hostname node-affinity term or a ``metadata.name`` field term (the form DaemonSet
+  pods take) is refused unless a dedicated cluster's pod names a node of its own tenant, or a
+  shared-pool pod a node dedicated to nobody. The node's name stands for its host name, as
+  the kubelet labels it by default.
 
 The portal's admission webhook refuses the same specs (app/webhook/placement.py) with the pod's
 own words where it is called; these policies are the backstop that no virtual cluster can skip.
@@ -80,9 +81,15 @@ _NAMES_PARAM_NODE = (
     " || (has(t.matchFields) && t.matchFields.exists(f,"
     " f.key == 'metadata.name' && f.operator == 'In' && has(f.values)"
     " && params.metadata.name in f.values)))")
+_PARAM_TENANT = (
+    f"has(params.metadata.labels) && '{lbl.TENANT}' in params.metadata.labels"
+    f" ? params.metadata.labels['{lbl.TENANT}'] : ''")
+# A shared-pool pod may name only nodes dedicated to nobody; a dedicated cluster's pod only
+# its own tenant's nodes.
 _DEDICATED_NODE = (
-    f"(!variables.shared && params.metadata.labels['{lbl.TENANT}'] == variables.tenant)"
-    f" || !({_NAMES_PARAM_NODE})")
+    f"!({_NAMES_PARAM_NODE})"
+    " || (variables.shared ? variables.paramTenant == ''"
+    " : variables.paramTenant == variables.tenant)")
 
 
 def _validation(expression: str, message: str) -> Manifest:
@@ -110,12 +117,14 @@ def tenancy_guard_policy() -> Manifest:
 
 
 def dedicated_node_guard_policy() -> Manifest:
-    validations = [_validation(_DEDICATED_NODE, "a tenant's pod names no node dedicated to "
-                               "another tenant (spec.nodeName, the kubernetes.io/hostname "
-                               "selector or node affinity); a shared-pool pod no dedicated "
-                               "node at all")]
+    validations = [_validation(_DEDICATED_NODE, "a tenant's pod names no node it may not use "
+                               "(spec.nodeName, the kubernetes.io/hostname selector or node "
+                               "affinity): a dedicated cluster's pod only its tenant's nodes, "
+                               "a shared-pool pod no dedicated node")]
     policy = _policy(DEDICATED_NODE_POLICY_NAME, _pods("CREATE"), validations)
     policy["spec"]["paramKind"] = {"apiVersion": "v1", "kind": "Node"}
+    policy["spec"]["variables"] = [*_COMMON_VARIABLES,
+                                   {"name": "paramTenant", "expression": _PARAM_TENANT}]
     return policy
 
 
@@ -159,11 +168,8 @@ def tenancy_guard_binding() -> Manifest:
 
 def dedicated_node_guard_binding() -> Manifest:
     binding = _binding(DEDICATED_NODE_POLICY_NAME)
-    # Every dedicated node is a parameter; with none, nothing is dedicated and all is allowed.
-    binding["spec"]["paramRef"] = {
-        "selector": {"matchExpressions": [{"key": lbl.TENANT, "operator": "Exists"}]},
-        "parameterNotFoundAction": "Allow",
-    }
+    # Every node is a parameter: a pod naming a node that does not exist is never bound.
+    binding["spec"]["paramRef"] = {"selector": {}, "parameterNotFoundAction": "Allow"}
     return binding
 
 
