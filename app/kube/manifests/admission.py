@@ -92,18 +92,23 @@ def queue_guard_policy() -> Manifest:
     }
 
 
-def queue_guard_binding() -> Manifest:
-    namespaces, synced_pods = _shared_pool_namespaces(), _synced_pods()
+def guard_binding(name: str, namespaces: Manifest) -> Manifest:
+    """The binding of policy ``name`` that denies, for the synced pods of ``namespaces``."""
     return {
         "apiVersion": _API_VERSION,
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": lbl.managed()},
+        "metadata": {"name": name, "labels": lbl.managed()},
         "spec": {
-            "policyName": POLICY_NAME,
+            "policyName": name,
             "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": namespaces, "objectSelector": synced_pods},
+            "matchResources": {"namespaceSelector": namespaces,
+                               "objectSelector": _synced_pods()},
         },
     }
+
+
+def queue_guard_binding() -> Manifest:
+    return guard_binding(POLICY_NAME, _shared_pool_namespaces())
 
 
 _HARDENING_VARIABLES = [
@@ -148,17 +153,7 @@ def hardening_guard_policy() -> Manifest:
 
 
 def hardening_guard_binding() -> Manifest:
-    return {
-        "apiVersion": _API_VERSION,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": HARDENING_POLICY_NAME, "labels": lbl.managed()},
-        "spec": {
-            "policyName": HARDENING_POLICY_NAME,
-            "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": _hardened_namespaces(),
-                               "objectSelector": _synced_pods()},
-        },
-    }
+    return guard_binding(HARDENING_POLICY_NAME, _hardened_namespaces())
 
 
 def kai_queue_webhook(

@@ -29,6 +29,7 @@ Pods the syncer did not write (the vCluster control plane) are not matched, as f
 from typing import Any, Final
 
 from app.kube.manifests import labels as lbl
+from app.kube.manifests.admission import guard_binding
 
 Manifest = dict[str, Any]
 TENANCY_POLICY_NAME: Final = "gpu-tenant-portal-tenancy-guard"
@@ -147,27 +148,12 @@ def _tenant_namespaces() -> Manifest:
             "matchExpressions": [{"key": lbl.TENANT, "operator": "Exists"}]}
 
 
-def _binding(name: str) -> Manifest:
-    synced = {"matchExpressions": [{"key": lbl.VCLUSTER_SYNCED_MARKER, "operator": "Exists"}]}
-    return {
-        "apiVersion": _API_VERSION,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name, "labels": lbl.managed()},
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": _tenant_namespaces(),
-                               "objectSelector": synced},
-        },
-    }
-
-
 def tenancy_guard_binding() -> Manifest:
-    return _binding(TENANCY_POLICY_NAME)
+    return guard_binding(TENANCY_POLICY_NAME, _tenant_namespaces())
 
 
 def dedicated_node_guard_binding() -> Manifest:
-    binding = _binding(DEDICATED_NODE_POLICY_NAME)
+    binding = guard_binding(DEDICATED_NODE_POLICY_NAME, _tenant_namespaces())
     # Every node is a parameter: a pod naming a node that does not exist is never bound.
     binding["spec"]["paramRef"] = {"selector": {}, "parameterNotFoundAction": "Allow"}
     return binding
