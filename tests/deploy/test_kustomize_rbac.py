@@ -52,7 +52,11 @@ from app.kube.errors import KubeError
 from app.kube.manifests import baremetal as metal3
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.admission import POLICY_NAME, WEBHOOK_CONFIGURATION_NAME
-from app.kube.manifests.tenancy import DEDICATED_NODE_POLICY_NAME, TENANCY_POLICY_NAME
+from app.kube.manifests.tenancy import (
+    DEDICATED_NODE_POLICY_NAME,
+    ENDPOINTS_POLICY_NAME,
+    TENANCY_POLICY_NAME,
+)
 from app.kube.manifests.webhook import TLS_SECRET_NAME
 from app.kube.port import HostProbe, KubePort, Manifest, ObjectRef, kind_info
 from app.machines import join
@@ -380,7 +384,8 @@ def remove_platform_objects(admin: KubernetesAdapter) -> None:
     """What every cluster shares (root queue, queue guard) and the webhook's registration: made
     afresh by each run, so that the worker is seen creating them."""
     admin.delete(lbl.KAI_API_VERSION, "Queue", "tenants")
-    for name in (POLICY_NAME, TENANCY_POLICY_NAME, DEDICATED_NODE_POLICY_NAME):
+    for name in (POLICY_NAME, TENANCY_POLICY_NAME, DEDICATED_NODE_POLICY_NAME,
+                 ENDPOINTS_POLICY_NAME):
         admin.delete(ADMISSION, "ValidatingAdmissionPolicyBinding", name)
         admin.delete(ADMISSION, "ValidatingAdmissionPolicy", name)
     admin.delete(ADMISSION, "MutatingWebhookConfiguration", WEBHOOK_CONFIGURATION_NAME)

@@ -17,6 +17,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as _k8s_config
 
 from app.kube.adapter import KubernetesAdapter
+from app.kube.errors import KubeError
 from app.kube.manifests import ClusterSpec, ManifestPolicy, namespace
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.nodes import node_tenant_patch
@@ -165,3 +166,38 @@ def test_no_pod_names_a_node_dedicated_to_another_tenant(tenancy: Tenancy) -> No
         if way != "nodeName":  # a shared-pool pod names no node at all (the tenancy guard)
             assert _refusal(t, t.shared, spec) is None, way
         assert _refusal(t, t.dedicated, spec) is not None, way
+
+
+def _create_refusal(t: Tenancy, obj: Manifest) -> str | None:
+    try:
+        t.kube.dry_run_apply(obj)
+    except KubeError as error:
+        return error.message
+    return None
+
+
+def test_synced_endpoints_may_not_aim_at_the_cluster_own_addresses(tenancy: Tenancy) -> None:
+    t = tenancy
+
+    def endpoints(address: str, synced: bool = True) -> Manifest:
+        labels = {lbl.VCLUSTER_SYNCED_MARKER: "train"} if synced else {}
+        return {"apiVersion": "v1", "kind": "Endpoints",
+                "metadata": {"name": f"e-{uuid.uuid4().hex[:6]}", "namespace": t.shared,
+                             "labels": labels},
+                "subsets": [{"addresses": [{"ip": address}], "ports": [{"port": 443}]}]}
+
+    def endpoint_slice(address: str) -> Manifest:
+        return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": f"s-{uuid.uuid4().hex[:6]}", "namespace": t.dedicated,
+                             "labels": {lbl.VCLUSTER_SYNCED_MARKER: "train"}},
+                "addressType": "IPv4", "ports": [{"port": 443}],
+                "endpoints": [{"addresses": [address]}]}
+
+    wait_for(lambda: _create_refusal(t, endpoints("10.214.0.1")) is not None,
+             "the endpoints guard to take effect")
+    for internal in ("10.214.0.1", "172.16.3.4", "192.168.1.1", "127.0.0.1", "169.254.169.254"):
+        assert _create_refusal(t, endpoints(internal)) is not None, internal
+        assert _create_refusal(t, endpoint_slice(internal)) is not None, internal
+    assert _create_refusal(t, endpoints("203.0.113.10")) is None  # an external service
+    assert _create_refusal(t, endpoint_slice("203.0.113.10")) is None
+    assert _create_refusal(t, endpoints("10.214.0.1", synced=False)) is None  # the host's own

@@ -24,6 +24,9 @@ on a node it may not use:
 The portal's admission webhook refuses the same specs (app/webhook/placement.py) with the pod's
 own words where it is called; these policies are the backstop that no virtual cluster can skip.
 Pods the syncer did not write (the vCluster control plane) are not matched, as for the queue guard.
+
+The endpoints guard keeps a tenant's synced Endpoints and EndpointSlices off the cluster's own
+addresses (endpoints_guard_policy).
 """
 
 from typing import Any, Final
@@ -159,6 +162,48 @@ def dedicated_node_guard_binding() -> Manifest:
     return binding
 
 
+# Addresses inside a cluster: private, shared, loopback and link-local ranges, IPv4 and IPv6.
+INTERNAL_RANGES: Final = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+                          "127.0.0.0/8", "169.254.0.0/16", "0.0.0.0/8", "::1/128", "fc00::/7",
+                          "fe80::/10")
+_INTERNAL = f"[{', '.join(repr(r) for r in INTERNAL_RANGES)}]"
+_EXTERNAL = "!isIP({a}) || {internal}.all(r, !cidr(r).containsIP({a}))"
+_ENDPOINTS = (
+    "!has(object.subsets) || object.subsets.all(s,"
+    " (!has(s.addresses) || s.addresses.all(a, {ok}))"
+    " && (!has(s.notReadyAddresses) || s.notReadyAddresses.all(a, {ok})))"
+).format(ok=_EXTERNAL.format(a="a.ip", internal=_INTERNAL))
+_ENDPOINT_SLICE = (
+    "!has(object.endpoints) || object.endpoints.all(e, e.addresses.all(a, {ok}))"
+).format(ok=_EXTERNAL.format(a="a", internal=_INTERNAL))
+ENDPOINTS_POLICY_NAME: Final = "gpu-tenant-portal-endpoints-guard"
+
+
+def endpoints_guard_policy() -> Manifest:
+    """A virtual cluster syncs the Endpoints and EndpointSlices of its selector-less Services to
+    the host, where the host's own proxies route to whatever they name: the host's API server,
+    another tenant's pods. So a synced one in a tenant namespace may name only addresses outside
+    the cluster's ranges (an external service); Services with selectors get theirs from the
+    host's controllers, unsynced."""
+    rule = {"apiGroups": ["", "discovery.k8s.io"], "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["endpoints", "endpointslices"]}
+    message = ("a tenant's Endpoints and EndpointSlices name only addresses outside the "
+               f"cluster's ranges ({', '.join(INTERNAL_RANGES)}): use a Service selector for "
+               "pods")
+    validations = [
+        _validation(f"object.kind != 'Endpoints' || ({_ENDPOINTS})", message),
+        _validation(f"object.kind != 'EndpointSlice' || ({_ENDPOINT_SLICE})", message),
+    ]
+    policy = _policy(ENDPOINTS_POLICY_NAME, rule, validations)
+    del policy["spec"]["variables"]
+    return policy
+
+
+def endpoints_guard_binding() -> Manifest:
+    return guard_binding(ENDPOINTS_POLICY_NAME, _tenant_namespaces())
+
+
 def tenancy_objects() -> list[Manifest]:
     return [tenancy_guard_policy(), tenancy_guard_binding(),
-            dedicated_node_guard_policy(), dedicated_node_guard_binding()]
+            dedicated_node_guard_policy(), dedicated_node_guard_binding(),
+            endpoints_guard_policy(), endpoints_guard_binding()]
