@@ -32,12 +32,11 @@ addresses (endpoints_guard_policy).
 from typing import Any, Final
 
 from app.kube.manifests import labels as lbl
-from app.kube.manifests.admission import guard_binding
+from app.kube.manifests.admission import guard_binding, guard_policy
 
 Manifest = dict[str, Any]
 TENANCY_POLICY_NAME: Final = "gpu-tenant-portal-tenancy-guard"
 DEDICATED_NODE_POLICY_NAME: Final = "gpu-tenant-portal-dedicated-node-guard"
-_API_VERSION = "admissionregistration.k8s.io/v1"
 
 _NS_LABELS = "namespaceObject.metadata.labels"
 _COMMON_VARIABLES = [
@@ -133,17 +132,7 @@ def dedicated_node_guard_policy() -> Manifest:
 
 
 def _policy(name: str, rule: Manifest, validations: list[Manifest]) -> Manifest:
-    return {
-        "apiVersion": _API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": lbl.managed()},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [rule]},
-            "variables": _COMMON_VARIABLES,
-            "validations": validations,
-        },
-    }
+    return guard_policy(name, rule, validations, _COMMON_VARIABLES)
 
 
 def _tenant_namespaces() -> Manifest:
@@ -194,9 +183,7 @@ def endpoints_guard_policy() -> Manifest:
         _validation(f"object.kind != 'Endpoints' || ({_ENDPOINTS})", message),
         _validation(f"object.kind != 'EndpointSlice' || ({_ENDPOINT_SLICE})", message),
     ]
-    policy = _policy(ENDPOINTS_POLICY_NAME, rule, validations)
-    del policy["spec"]["variables"]
-    return policy
+    return guard_policy(ENDPOINTS_POLICY_NAME, rule, validations)
 
 
 def endpoints_guard_binding() -> Manifest:
