@@ -4,9 +4,8 @@ nodes.
 A reconcile lists the host's nodes with that host's client, upserts the GPU inventory, compares
 every live node's tenant label and taint with its assignment in the database, and applies
 ``node_tenant_patch`` (server-side apply, forced: the tenant key is ours) only to nodes that
-differ, so a converged host costs one list and no writes.
-
-Pods of other tenants still on a dedicated node are then evicted (node_strangers.py).
+differ, so a converged host costs one list and no writes (with dedicated nodes, also the lists
+of node_strangers.py, which then evicts other tenants' pods still on a dedicated node).
 
 The runtime reconciles each host at every resync period, and at once when the nodes service
 makes or ends an assignment (it enqueues the host's key in the same transaction). A node whose
