@@ -190,6 +190,8 @@ def _register_builtins() -> None:
         ("v1", "ConfigMap", "configmaps", True),
         ("v1", "ServiceAccount", "serviceaccounts", True),
         ("v1", "Service", "services", True),
+        ("v1", "Endpoints", "endpoints", True),
+        ("discovery.k8s.io/v1", "EndpointSlice", "endpointslices", True),
         ("v1", "Pod", "pods", True),
         ("v1", "ResourceQuota", "resourcequotas", True),
         ("v1", "Event", "events", True),

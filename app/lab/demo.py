@@ -24,6 +24,7 @@ import yaml
 
 from app.kube.adapter import KubernetesAdapter
 from app.kube.manifests.names import cluster_queue_name, host_namespace_name
+from app.lab import isolation
 from app.lab.gpu import SCHEDULER_NAME
 
 T = TypeVar("T")
@@ -385,31 +386,6 @@ def _settled(read: Callable[[], T], done: Callable[[T], bool], timeout: float) -
     return found
 
 
-def check_dedicated_nodes_alone(report: Report, host: KubernetesAdapter,
-                                owner: Team) -> None:
-    strangers = [f"{p['metadata']['namespace']}/{p['metadata']['name']}"
-                 for p in host.list("v1", "Pod")
-                 if p["spec"].get("nodeName") in DEDICATED_NODES
-                 and p["metadata"]["namespace"] != owner.namespace]
-    report.check("no other tenant's pod on initech's dedicated nodes", not strangers,
-                 f"{strangers or 'none'}")
-
-
-def check_isolation(report: Report, kubectl: Kubectl, seen_by: Team, kubeconfig: Path,
-                    other: Team, node_products: Mapping[str, str]) -> None:
-    pods = {p["metadata"]["name"] for p in kubectl.pods(kubeconfig, "-A")}
-    theirs = set(other.workload.pods)
-    report.check(f"{seen_by.tenant} sees none of {other.tenant}'s pods", not (pods & theirs),
-                 f"{sorted(pods & theirs) or 'none'}")
-    nodes = kubectl.names(kubeconfig, "nodes")
-    foreign = {n for n in nodes if node_products.get(n) not in (seen_by.product, None)}
-    report.check(f"{seen_by.tenant} sees only its class's nodes", not foreign,
-                 f"{len(nodes)} nodes, foreign: {sorted(foreign) or 'none'}")
-    namespaces = kubectl.names(kubeconfig, "namespaces")
-    report.check(f"{seen_by.tenant} sees none of {other.tenant}'s host namespaces",
-                 other.namespace not in namespaces, f"{sorted(namespaces)}")
-
-
 def check_in_use(report: Report, portal: Portal, host: KubernetesAdapter,
                  teams: tuple[Team, ...]) -> None:
     for tenant, product in sorted({(t.tenant, t.product) for t in teams
@@ -497,9 +473,12 @@ def run(env: Mapping[str, str], folder: Path, teams: tuple[Team, ...] = TEAMS) -
             check_team(report, team, host, kubectl, kubeconfigs[team], products)
         for team in teams:
             check_over_quota(report, team, portal, kubectl, kubeconfigs[team])
-        check_dedicated_nodes_alone(report, host, teams[-1])
+        isolation.check_dedicated_nodes_alone(report, host, teams[-1], DEDICATED_NODES)
         for seen_by, other in _pairs(teams):
-            check_isolation(report, kubectl, seen_by, kubeconfigs[seen_by], other, products)
+            isolation.check_isolation(report, kubectl, seen_by, kubeconfigs[seen_by], other,
+                                      products)
+        isolation.check_shared_pools_list_no_dedicated_node(report, host, kubectl, kubeconfigs)
+        isolation.check_system_pods(report, kubectl, kubeconfigs)
         check_in_use(report, portal, host, teams)
         for team in teams[:2]:
             check_gpu_hours(report, portal, team)

@@ -4,7 +4,8 @@ nodes.
 A reconcile lists the host's nodes with that host's client, upserts the GPU inventory, compares
 every live node's tenant label and taint with its assignment in the database, and applies
 ``node_tenant_patch`` (server-side apply, forced: the tenant key is ours) only to nodes that
-differ, so a converged host costs one list and no writes.
+differ, so a converged host costs one list and no writes (with dedicated nodes, also the lists
+of node_strangers.py, which then evicts other tenants' pods still on a dedicated node).
 
 The runtime reconciles each host at every resync period, and at once when the nodes service
 makes or ends an assignment (it enqueues the host's key in the same transaction). A node whose
@@ -31,7 +32,7 @@ from app.kube.connector import KubeConnector
 from app.kube.errors import ApplyConflictError, KubeError, PermanentKubeError
 from app.kube.manifests import labels as lbl
 from app.kube.manifests import node_tenant_patch
-from app.kube.manifests.nodes import tenant_taint
+from app.kube.manifests.nodes import node_labels, tenant_taint
 from app.kube.port import KubePort, Manifest
 from app.nodes import repository
 from app.nodes.inventory import read_node
@@ -55,6 +56,7 @@ from app.reconcilers.kind import (
     TerminalError,
 )
 from app.reconcilers.leases import Lease
+from app.reconcilers.node_strangers import dedicated_nodes, evict_strangers
 from app.reconcilers.runtime import RunsAlone
 from app.workqueue import NODES
 
@@ -71,11 +73,12 @@ class NodePatch:
 
 def needs_patch(labels: dict[str, Any], taints: list[dict[str, Any]],
                 tenant: str | None) -> bool:
-    """Whether a node's tenant label or taint differs from what its assignment asks."""
+    """Whether a node's tenant or pool label or its taint differs from what its assignment
+    asks."""
     ours = [t for t in taints if t.get("key") == lbl.TENANT]
-    if tenant is None:
-        return lbl.TENANT in labels or bool(ours)
-    return labels.get(lbl.TENANT) != tenant or ours != [tenant_taint(tenant)]
+    held = {key: labels[key] for key in (lbl.TENANT, lbl.POOL) if key in labels}
+    wanted = [] if tenant is None else [tenant_taint(tenant)]
+    return held != node_labels(tenant) or ours != wanted
 
 
 class NodeReconciler(RunsAlone):
@@ -117,6 +120,12 @@ class NodeReconciler(RunsAlone):
         self._record(target.host_id, applied, context.lease)
         if failed:
             raise _patch_failure(target.host_id, failed)
+        now = {str(n["metadata"]["name"]): n for n in listed} | applied
+        context.lease.check()
+        try:
+            evict_strangers(host, dedicated_nodes(list(now.values())))
+        except KubeError as error:
+            raise failure(target, error, "evicting other tenants' pods") from error
         return DONE
 
     def _sync(self, host_id: int, listed: list[Manifest],

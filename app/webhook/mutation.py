@@ -2,13 +2,16 @@
 
 Pods that vCluster syncs into a shared-pool namespace leave with ``schedulerName: kai-scheduler``
 and the namespace's leaf queue in ``kai.scheduler/queue``. A pod naming another queue or another
-scheduler is refused rather than silently moved.
+scheduler is refused rather than silently moved. Its optional configMap volumes leave as the
+equivalent projected volumes, which KAI v0.12 does not wait for.
 
 Pods synced into a hardened namespace (label ``gpu-tenant-portal/hardening``) leave with the
 ``RuntimeDefault`` seccomp profile unless they name one, and at level ``user-namespaces`` (a
 template with user namespaces) with ``hostUsers: false``; one asking for an ``Unconfined``
 profile, or there for ``hostUsers: true``, is refused. Both fields are immutable, so they are
 set on CREATE only.
+
+In any of them, a pod reaching for another tenant's nodes (placement.py) is refused.
 
 Pure: the namespace's labels are passed in.
 """
@@ -21,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.kube.manifests import labels as lbl
+from app.webhook.placement import placement_refusal
 
 Review = dict[str, Any]
 Patch = list[dict[str, Any]]
@@ -56,7 +60,8 @@ def review_pod(review: Any, namespace_labels: Mapping[str, str] | None) -> Revie
         return allowed(request["uid"])
     namespace, operation = str(request.get("namespace") or ""), str(request.get("operation"))
     refusal = ((_refusal(pod, queue, namespace) if queue is not None else None)
-               or (_hardening_refusal(pod, namespace, harden) if harden else None))
+               or (_hardening_refusal(pod, namespace, harden) if harden else None)
+               or placement_refusal(pod, namespace_labels, operation))
     if refusal is not None:
         return denied(request["uid"], refusal)
     patch = pod_patch(pod, queue, operation) if queue is not None else []
@@ -118,12 +123,16 @@ def shared_pool_queue(namespace_labels: Mapping[str, str] | None) -> str | None:
 
 def pod_patch(pod: Mapping[str, Any], queue: str, operation: str) -> Patch:
     """JSON Patch operations setting the scheduler (on CREATE: it is immutable afterwards) and
-    the queue label, each only where it differs."""
+    the queue label, each only where it differs; and on CREATE the optional configMap volumes
+    KAI would wait for (``optional_config_maps_projected``)."""
     patch: Patch = []
     spec = pod.get("spec") or {}
     if operation == "CREATE" and spec.get("schedulerName") != lbl.KAI_SCHEDULER_NAME:
         patch.append({"op": "add", "path": "/spec/schedulerName",
                       "value": lbl.KAI_SCHEDULER_NAME})
+    volumes = optional_config_maps_projected(spec.get("volumes") or [])
+    if operation == "CREATE" and volumes != (spec.get("volumes") or []):
+        patch.append({"op": "add", "path": "/spec/volumes", "value": volumes})
     labels = (pod.get("metadata") or {}).get("labels")
     if not labels:
         patch.append({"op": "add", "path": "/metadata/labels",
@@ -132,6 +141,31 @@ def pod_patch(pod: Mapping[str, Any], queue: str, operation: str) -> Patch:
         patch.append({"op": "add", "path": f"/metadata/labels/{_pointer(lbl.KAI_QUEUE_LABEL)}",
                       "value": queue})
     return patch
+
+
+def optional_config_maps_projected(volumes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each ``configMap`` volume marked ``optional`` as the projected volume of that one config
+    map, the rest unchanged.
+
+    KAI Scheduler v0.12 holds a pod while any config map its ``configMap`` volumes name is
+    missing, ``optional: true`` or not (predicates/config_maps.go; v0.13.0 honours it), so
+    vCluster's CoreDNS, which mounts the optional ``coredns-custom``, never started in a
+    shared-pool cluster. KAI v0.12 reads only ``configMap`` volumes; the kubelet mounts a
+    projected config map with the same files, modes and ``optional`` meaning. Required config
+    maps stay as they are: KAI rightly waits for them.
+    """
+    return [_projected(v) if (v.get("configMap") or {}).get("optional") is True else v
+            for v in volumes]
+
+
+def _projected(volume: Mapping[str, Any]) -> dict[str, Any]:
+    source = dict(volume["configMap"])
+    projected: dict[str, Any] = {}
+    if "defaultMode" in source:
+        projected["defaultMode"] = source.pop("defaultMode")
+    projected["sources"] = [{"configMap": source}]
+    rest = {key: value for key, value in volume.items() if key != "configMap"}
+    return {**rest, "projected": projected}
 
 
 def allowed(uid: str, patch: Patch | None = None) -> Review:

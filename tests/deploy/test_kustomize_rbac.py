@@ -52,6 +52,11 @@ from app.kube.errors import KubeError
 from app.kube.manifests import baremetal as metal3
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.admission import POLICY_NAME, WEBHOOK_CONFIGURATION_NAME
+from app.kube.manifests.tenancy import (
+    DEDICATED_NODE_POLICY_NAME,
+    ENDPOINTS_POLICY_NAME,
+    TENANCY_POLICY_NAME,
+)
 from app.kube.manifests.webhook import TLS_SECRET_NAME
 from app.kube.port import HostProbe, KubePort, Manifest, ObjectRef, kind_info
 from app.machines import join
@@ -379,8 +384,10 @@ def remove_platform_objects(admin: KubernetesAdapter) -> None:
     """What every cluster shares (root queue, queue guard) and the webhook's registration: made
     afresh by each run, so that the worker is seen creating them."""
     admin.delete(lbl.KAI_API_VERSION, "Queue", "tenants")
-    admin.delete(ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY_NAME)
-    admin.delete(ADMISSION, "ValidatingAdmissionPolicy", POLICY_NAME)
+    for name in (POLICY_NAME, TENANCY_POLICY_NAME, DEDICATED_NODE_POLICY_NAME,
+                 ENDPOINTS_POLICY_NAME):
+        admin.delete(ADMISSION, "ValidatingAdmissionPolicyBinding", name)
+        admin.delete(ADMISSION, "ValidatingAdmissionPolicy", name)
     admin.delete(ADMISSION, "MutatingWebhookConfiguration", WEBHOOK_CONFIGURATION_NAME)
     for binding in metal3.bootstrap_role_bindings():
         admin.delete(RBAC, "ClusterRoleBinding", binding["metadata"]["name"])
@@ -391,6 +398,7 @@ def clean_up(admin: KubernetesAdapter, run: Run | None) -> None:
     if run is not None:
         admin.delete("v1", "Secret", TLS_SECRET_NAME, run.settings.webhook_namespace)
         admin.delete("v1", "Node", run.node)
+        admin.delete("v1", "Namespace", stranger_namespace(run))
         remove_tenant_objects(admin, run.slug)
         remove_machine_objects(admin, run.machine)
         if run.cluster_info_made:
@@ -444,8 +452,13 @@ def converge(run: Run, cluster_id: int, passes: int = 4) -> VirtualCluster:
 def lifecycle(run: Run, admin: KubernetesAdapter, delete_timeout: float = DELETE_TIMEOUT) -> None:
     # the node inventory, then the node given to the tenant
     run.label_nodes(admin, None)
+    stranger = place_stranger(admin, run)
     set_assignment(run, assigned=True)
     run.label_nodes(admin, run.slug)
+    # another tenant's pod, bound there before the dedication, is evicted (no kubelet here to
+    # finish its termination)
+    left = admin.get("v1", "Pod", stranger, stranger_namespace(run))
+    assert left is None or left["metadata"].get("deletionTimestamp"), left
     # the admission webhook's key pair and registration
     host = run.recorder
     assert run.webhook.ensure(host) == 2
@@ -486,6 +499,25 @@ def lifecycle(run: Run, admin: KubernetesAdapter, delete_timeout: float = DELETE
     # the node given back
     set_assignment(run, assigned=False)
     run.label_nodes(admin, None)
+
+
+def stranger_namespace(run: Run) -> str:
+    return f"t-{run.slug}x--other"
+
+
+def place_stranger(admin: KubernetesAdapter, run: Run) -> str:
+    """A pod of another tenant's shared-pool cluster bound to the run's node; its name."""
+    namespace = stranger_namespace(run)
+    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace,
+                 "labels": {**lbl.cluster_labels(f"{run.slug}x", "other"),
+                            lbl.PLACEMENT: "shared-pool"}}}, force=True)
+    admin.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+                 "metadata": {"name": "default", "namespace": namespace}}, force=True)
+    admin.apply({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "stranger", "namespace": namespace},
+                 "spec": {"nodeName": run.node, "containers": [
+                     {"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}, force=True)
+    return "stranger"
 
 
 def validate_template(run: Run) -> None:

@@ -250,6 +250,10 @@ def test_values_only_use_allowlisted_keys(
 # --- placement semantics ----------------------------------------------------------------
 
 
+# A shared-pool cluster sees the shared pool's nodes of its class: never a dedicated node.
+SHARED_POOL_NODES = {lbl.POOL: lbl.POOL_SHARED, lbl.GPU_PRODUCT: H100}
+
+
 def test_pro_shared_pool_values_use_kai_and_the_leaf_queue() -> None:
     values = vcluster_values(train(), PRO)
     patches = {p["path"]: p["expression"] for p in values["sync"]["toHost"]["pods"]["patches"]}
@@ -258,13 +262,13 @@ def test_pro_shared_pool_values_use_kai_and_the_leaf_queue() -> None:
     assert values["experimental"]["syncSettings"]["setOwner"] is False
     assert "virtualScheduler" not in values["controlPlane"].get("advanced", {})
     assert "enforceTolerations" not in values["sync"]["toHost"]["pods"]
-    assert values["sync"]["fromHost"]["nodes"]["selector"]["labels"] == {lbl.GPU_PRODUCT: H100}
+    assert values["sync"]["fromHost"]["nodes"]["selector"]["labels"] == SHARED_POOL_NODES
 
 
 def test_oss_shared_pool_values_leave_pods_to_the_portal_webhook() -> None:
     values = vcluster_values(train(), POLICY)
     assert "toHost" not in values["sync"]  # pkg/pro/patches.go would fail every pod sync
-    assert values["sync"]["fromHost"]["nodes"]["selector"]["labels"] == {lbl.GPU_PRODUCT: H100}
+    assert values["sync"]["fromHost"]["nodes"]["selector"]["labels"] == SHARED_POOL_NODES
     assert values["experimental"]["syncSettings"]["setOwner"] is False
     assert "virtualScheduler" not in values["controlPlane"].get("advanced", {})
 
@@ -501,9 +505,9 @@ def test_node_assignment_keeps_other_taints() -> None:
     assert OTHER_TAINTS[1]["value"] == "previous"  # input not mutated
 
 
-def test_node_release_drops_only_ours() -> None:
+def test_node_release_drops_only_ours_and_returns_the_node_to_the_pool() -> None:
     patch = node_tenant_patch("h100-r1-n1", None, OTHER_TAINTS)
-    assert patch["metadata"] == {"name": "h100-r1-n1"}
+    assert patch["metadata"] == {"name": "h100-r1-n1", "labels": {lbl.POOL: lbl.POOL_SHARED}}
     assert patch["spec"]["taints"] == [OTHER_TAINTS[0]]
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from app.lab import demo
 from app.lab.main import Lab, LabOptions
 from app.lab.network import LabNetwork
 from tests.support.kube_server import skip_unless_ci, tools_bin
@@ -27,3 +28,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         port=free_port(), idp_port=free_port(), network=LabNetwork("plabt", "10.214"))
     with Lab(options).running() as running:
         yield running
+
+
+@pytest.fixture(scope="package")
+def walked(lab: Lab) -> demo.Report:
+    """The three-teams walk, once for every module that reads or attacks what it made."""
+    return demo.run(demo.read_env(lab.folder / "env"), lab.folder / "kubeconfigs")

@@ -14,19 +14,12 @@ import signal
 import subprocess
 from typing import Any
 
-import pytest
-
 from app.kube.adapter import KubernetesAdapter
 from app.lab import demo
 from app.lab.main import Lab
 from tests.support.waiting import wait_for
 
 ACME = demo.TEAMS[0]
-
-
-@pytest.fixture(scope="module")
-def walked(lab: Lab) -> demo.Report:
-    return demo.run(demo.read_env(lab.folder / "env"), lab.folder / "kubeconfigs")
 
 
 def test_three_teams_run_gpu_pods_in_their_own_clusters_within_their_quota(

@@ -83,11 +83,14 @@ def test_an_assigned_node_is_labelled_and_tainted(synced: Synced, db: Session) -
     node = _host_node(synced, "h100-r1-n1")
     assert node["metadata"]["labels"][lbl.TENANT] == "acme"
     assert node["spec"]["taints"] == [TAINT]
-    # every other label stays as GPU Feature Discovery wrote it
+    # it leaves the shared pool; every other label stays as GPU Feature Discovery wrote it
+    assert before["metadata"]["labels"][lbl.POOL] == lbl.POOL_SHARED
+    assert lbl.POOL not in node["metadata"]["labels"]
     others = {k: v for k, v in node["metadata"]["labels"].items() if k != lbl.TENANT}
-    assert others == before["metadata"]["labels"]
+    assert others == {k: v for k, v in before["metadata"]["labels"].items() if k != lbl.POOL}
     untouched = _host_node(synced, "h100-r1-n2")
     assert lbl.TENANT not in untouched["metadata"]["labels"]
+    assert untouched["metadata"]["labels"][lbl.POOL] == lbl.POOL_SHARED
 
 
 def test_ending_the_assignment_removes_label_and_taint_only(synced: Synced, db: Session) -> None:
@@ -202,9 +205,12 @@ def test_the_inventory_records_what_the_host_carries(synced: Synced, db: Session
     assert row is not None and row.labels[lbl.TENANT] == "acme" and row.taints == [TAINT]
 
 
-def test_needs_patch_compares_only_our_key() -> None:
+def test_needs_patch_compares_only_our_keys() -> None:
     other = {"key": "example.com/x", "effect": "NoExecute"}
-    assert not needs_patch({"a": "b"}, [other], None)
+    pool = {lbl.POOL: lbl.POOL_SHARED}
+    assert not needs_patch({"a": "b", **pool}, [other], None)
+    assert needs_patch({"a": "b"}, [other], None)  # not labelled into the pool yet
     assert needs_patch({lbl.TENANT: "acme"}, [other], None)
     assert needs_patch({lbl.TENANT: "acme"}, [other], "acme")
     assert not needs_patch({lbl.TENANT: "acme"}, [other, TAINT], "acme")
+    assert needs_patch({lbl.TENANT: "acme", **pool}, [other, TAINT], "acme")

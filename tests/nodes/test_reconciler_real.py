@@ -95,7 +95,9 @@ def test_an_assignment_labels_and_taints_the_node_and_ending_it_removes_both(
 
         assert portal.run() == [("apply", "Node", "h100-r1-n1")]
         node = fleet.node("h100-r1-n1")
-        assert node["metadata"]["labels"] == {**before["metadata"]["labels"], lbl.TENANT: slug}
+        assert before["metadata"]["labels"][lbl.POOL] == lbl.POOL_SHARED
+        pooled = {k: v for k, v in before["metadata"]["labels"].items() if k != lbl.POOL}
+        assert node["metadata"]["labels"] == {**pooled, lbl.TENANT: slug}
         assert node["spec"]["taints"] == [maintenance, tenant_taint(slug)]
         assert lbl.TENANT not in fleet.node("h100-r1-n2")["metadata"]["labels"]
         assert portal.run() == []

@@ -293,6 +293,23 @@ def test_an_update_that_drops_the_queue_label_gets_it_back(webhook: Webhook,
     assert updated["spec"]["schedulerName"] == lbl.KAI_SCHEDULER_NAME
 
 
+def test_an_optional_config_map_volume_lands_as_the_projected_volume_kai_does_not_wait_for(
+        webhook: Webhook, shared_pool: str) -> None:
+    """vCluster's CoreDNS mounts the optional coredns-custom; KAI v0.12 waits for it."""
+    obj = pod(shared_pool, SYNCED)
+    obj["spec"]["volumes"] = [{"name": "custom", "configMap": {
+        "name": "coredns-custom-x-kube-system-x-train", "optional": True}}]
+    obj["spec"]["containers"][0]["volumeMounts"] = [{"name": "custom", "mountPath": "/c"}]
+    created = webhook.kube.apply(obj, force=True)
+    volume = next(v for v in created["spec"]["volumes"] if v["name"] == "custom")
+    assert "configMap" not in volume
+    assert volume["projected"]["sources"] == [{"configMap": {
+        "name": "coredns-custom-x-kube-system-x-train", "optional": True}}]
+    # The syncer's later updates (labels) go through with the volume as it is.
+    updated = _update_labels(webhook, created, {**SYNCED, "app": "v2"})
+    assert updated["spec"]["volumes"] == created["spec"]["volumes"]
+
+
 def test_pods_in_unmanaged_namespaces_and_unsynced_pods_are_untouched(
         webhook: Webhook, shared_pool: str, unmanaged: str) -> None:
     elsewhere = webhook.kube.apply(pod(unmanaged, SYNCED), force=True)

@@ -173,3 +173,24 @@ def test_a_label_the_portal_does_not_manage_hardens_nothing() -> None:
     assert "hostUsers" not in admitted(pod(SYNCED), namespace=foreign)["spec"]
     odd = {**USER_NAMESPACES, lbl.HARDENING: "everything"}
     assert "hostUsers" not in admitted(pod(SYNCED), namespace=odd)["spec"]
+
+
+def test_an_optional_config_map_volume_leaves_as_the_same_projected_volume() -> None:
+    """KAI v0.12 waits for every configMap volume's config map, optional or not; vCluster's
+    CoreDNS mounts the optional coredns-custom, which nobody creates."""
+    obj = pod(SYNCED)
+    optional = {"name": "custom", "configMap": {"name": "coredns-custom-x-kube-system-x-train",
+                                                "optional": True, "defaultMode": 0o420,
+                                                "items": [{"key": "a", "path": "a"}]}}
+    required = {"name": "config", "configMap": {"name": "coredns-x-kube-system-x-train"}}
+    obj["spec"]["volumes"] = [optional, required, {"name": "tmp", "emptyDir": {}}]
+    volumes = admitted(obj)["spec"]["volumes"]
+    assert volumes[0] == {"name": "custom", "projected": {"defaultMode": 0o420, "sources": [
+        {"configMap": {"name": "coredns-custom-x-kube-system-x-train", "optional": True,
+                       "items": [{"key": "a", "path": "a"}]}}]}}
+    assert volumes[1:] == obj["spec"]["volumes"][1:]  # KAI rightly waits for a required one
+    # Volumes are immutable: the syncer's updates leave them alone.
+    assert "volumes" not in json.dumps(pod_patch(obj, QUEUE, "UPDATE"))
+    plain = pod(SYNCED)
+    plain["spec"]["volumes"] = [required]
+    assert admitted(plain)["spec"]["volumes"] == [required]

@@ -36,14 +36,15 @@ from app.kube.manifests.specs import (
     ManifestPolicy,
     TenantSpec,
 )
+from app.kube.manifests.tenancy import tenancy_objects
 from app.kube.manifests.vcluster import dump_yaml, vcluster_values, vcluster_values_yaml
 
 
 def platform_objects(policy: ManifestPolicy) -> list[dict[str, Any]]:
-    """Cluster-wide objects shared by all tenants: the KAI root queue, the queue guard and the
-    hardening guard."""
+    """Cluster-wide objects shared by all tenants: the KAI root queue, the queue guard, the
+    hardening guard and the guards that keep each tenant off other tenants' nodes."""
     return [root_queue(policy), queue_guard_policy(), queue_guard_binding(),
-            hardening_guard_policy(), hardening_guard_binding()]
+            hardening_guard_policy(), hardening_guard_binding(), *tenancy_objects()]
 
 
 def cluster_host_objects(

@@ -80,30 +80,38 @@ def queue_guard_policy() -> Manifest:
         "message": "shared-pool pods must use kai-scheduler and their own leaf queue",
         "reason": "Forbidden",
     }
+    return guard_policy(POLICY_NAME, rule, [validation])
+
+
+def guard_policy(name: str, rule: Manifest, validations: list[Manifest],
+                 variables: list[Manifest] | None = None) -> Manifest:
+    """The ValidatingAdmissionPolicy ``name``: ``validations`` (with ``variables``) on what
+    ``rule`` matches, failing closed."""
+    spec: Manifest = {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [rule]},
+                      "validations": validations}
+    if variables:
+        spec["variables"] = variables
+    return {"apiVersion": _API_VERSION, "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name, "labels": lbl.managed()}, "spec": spec}
+
+
+def guard_binding(name: str, namespaces: Manifest) -> Manifest:
+    """The binding of policy ``name`` that denies, for the synced pods of ``namespaces``."""
     return {
         "apiVersion": _API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": lbl.managed()},
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": lbl.managed()},
         "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [rule]},
-            "validations": [validation],
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": namespaces,
+                               "objectSelector": _synced_pods()},
         },
     }
 
 
 def queue_guard_binding() -> Manifest:
-    namespaces, synced_pods = _shared_pool_namespaces(), _synced_pods()
-    return {
-        "apiVersion": _API_VERSION,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": lbl.managed()},
-        "spec": {
-            "policyName": POLICY_NAME,
-            "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": namespaces, "objectSelector": synced_pods},
-        },
-    }
+    return guard_binding(POLICY_NAME, _shared_pool_namespaces())
 
 
 _HARDENING_VARIABLES = [
@@ -134,31 +142,12 @@ def hardening_guard_policy() -> Manifest:
                     "false); the portal's admission webhook sets it, and this host's API "
                     "server did not call it"},
     ]
-    return {
-        "apiVersion": _API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": HARDENING_POLICY_NAME, "labels": lbl.managed()},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{**_pod_rule(), "operations": ["CREATE"]}]},
-            "variables": _HARDENING_VARIABLES,
-            "validations": validations,
-        },
-    }
+    return guard_policy(HARDENING_POLICY_NAME, {**_pod_rule(), "operations": ["CREATE"]},
+                        validations, _HARDENING_VARIABLES)
 
 
 def hardening_guard_binding() -> Manifest:
-    return {
-        "apiVersion": _API_VERSION,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": HARDENING_POLICY_NAME, "labels": lbl.managed()},
-        "spec": {
-            "policyName": HARDENING_POLICY_NAME,
-            "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": _hardened_namespaces(),
-                               "objectSelector": _synced_pods()},
-        },
-    }
+    return guard_binding(HARDENING_POLICY_NAME, _hardened_namespaces())
 
 
 def kai_queue_webhook(

@@ -9,6 +9,10 @@ MANAGED_BY_VALUE: Final = "gpu-tenant-portal"
 TENANT: Final = "gpu-tenant-portal/tenant"
 CLUSTER: Final = "gpu-tenant-portal/cluster"
 PLACEMENT: Final = "gpu-tenant-portal/placement"
+# On every GPU node the worker keeps in the shared pool (not dedicated to a tenant); a
+# shared-pool cluster's node sync selects on it, so it never sees another tenant's nodes.
+POOL: Final = "gpu-tenant-portal/pool"
+POOL_SHARED: Final = "shared"
 # The leaf queue a shared-pool namespace's pods must name; read by the admission guard.
 QUEUE: Final = "gpu-tenant-portal/queue"
 
@@ -22,6 +26,7 @@ HARDENING_LEVELS: Final = (HARDENING_SECCOMP, HARDENING_USER_NAMESPACES)
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_PRODUCT: Final = "nvidia.com/gpu.product"
+HOSTNAME: Final = "kubernetes.io/hostname"
 
 KAI_SCHEDULER_NAME: Final = "kai-scheduler"
 KAI_QUEUE_LABEL: Final = "kai.scheduler/queue"

@@ -127,7 +127,12 @@ def _host_of(url: str) -> str:
 
 
 def _node_selector(spec: ClusterSpec) -> dict[str, str]:
-    selector = {lbl.TENANT: spec.tenant} if spec.placement == "dedicated-nodes" else {}
+    if spec.placement == "dedicated-nodes":
+        selector = {lbl.TENANT: spec.tenant}
+    elif spec.gpu_class is not None:
+        selector = {lbl.POOL: lbl.POOL_SHARED}
+    else:
+        selector = {}
     if spec.gpu_class is not None:
         selector[lbl.GPU_PRODUCT] = spec.gpu_class
     return selector
@@ -136,8 +141,10 @@ def _node_selector(spec: ClusterSpec) -> dict[str, str]:
 def _from_host(spec: ClusterSpec) -> Values:
     """Sync only matching real nodes; vCluster also puts this selector on every synced pod.
 
-    Dedicated: the tenant's nodes (of the cluster's GPU class). Shared pool: the nodes of the
-    cluster's GPU class, so GPUs granted for one class are never consumed on another.
+    Dedicated: the tenant's nodes (of the cluster's GPU class). Shared pool: the shared pool's
+    nodes of the cluster's GPU class (label ``gpu-tenant-portal/pool=shared``, which the worker
+    keeps on every GPU node dedicated to nobody), so GPUs granted for one class are never
+    consumed on another and no node dedicated to a tenant is ever listed or selected.
     """
     selector = _node_selector(spec)
     if not selector:
