@@ -16,10 +16,10 @@ from tests.clusters.support import Harness, create
 from tests.support.tenancy import Tenancy
 
 # Kubernetes calls of a first, uninterrupted provisioning pass (measured by the test below).
-FIRST_PASS_CALLS = 14
+FIRST_PASS_CALLS = 20
 EXPECTED_KINDS = sorted(["Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy",
                          "NetworkPolicy", "Queue", "Queue", "Queue", "Secret", "StatefulSet",
-                         *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2])
+                         *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 5])
 
 
 class WorkerKilled(BaseException):

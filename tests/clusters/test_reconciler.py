@@ -60,10 +60,16 @@ def test_a_new_cluster_converges_to_ready_with_every_object(
         ("ResourceQuota", NAMESPACE, "tenant-quota"),
         ("Secret", NAMESPACE, "vc-train"),
         ("StatefulSet", NAMESPACE, "train"),
+        ("ValidatingAdmissionPolicy", None, "gpu-tenant-portal-dedicated-node-guard"),
+        ("ValidatingAdmissionPolicy", None, "gpu-tenant-portal-endpoints-guard"),
         ("ValidatingAdmissionPolicy", None, "gpu-tenant-portal-hardening-guard"),
         ("ValidatingAdmissionPolicy", None, "gpu-tenant-portal-kai-queue-guard"),
+        ("ValidatingAdmissionPolicy", None, "gpu-tenant-portal-tenancy-guard"),
+        ("ValidatingAdmissionPolicyBinding", None, "gpu-tenant-portal-dedicated-node-guard"),
+        ("ValidatingAdmissionPolicyBinding", None, "gpu-tenant-portal-endpoints-guard"),
         ("ValidatingAdmissionPolicyBinding", None, "gpu-tenant-portal-hardening-guard"),
         ("ValidatingAdmissionPolicyBinding", None, "gpu-tenant-portal-kai-queue-guard"),
+        ("ValidatingAdmissionPolicyBinding", None, "gpu-tenant-portal-tenancy-guard"),
     ], key=str)
     assert harness.installer.installs == 1
     values = yaml.safe_load(harness.installer.values["train"])
@@ -180,10 +186,16 @@ def test_delete_removes_everything_then_the_row(harness: Harness, tenancy: Tenan
     assert harness.cluster(created.id) is None
     assert harness.managed_objects() == [
         ("Queue", None, "tenants"),
+        ("ValidatingAdmissionPolicy", None, "gpu-tenant-portal-dedicated-node-guard"),
+        ("ValidatingAdmissionPolicy", None, "gpu-tenant-portal-endpoints-guard"),
         ("ValidatingAdmissionPolicy", None, "gpu-tenant-portal-hardening-guard"),
         ("ValidatingAdmissionPolicy", None, "gpu-tenant-portal-kai-queue-guard"),
+        ("ValidatingAdmissionPolicy", None, "gpu-tenant-portal-tenancy-guard"),
+        ("ValidatingAdmissionPolicyBinding", None, "gpu-tenant-portal-dedicated-node-guard"),
+        ("ValidatingAdmissionPolicyBinding", None, "gpu-tenant-portal-endpoints-guard"),
         ("ValidatingAdmissionPolicyBinding", None, "gpu-tenant-portal-hardening-guard"),
         ("ValidatingAdmissionPolicyBinding", None, "gpu-tenant-portal-kai-queue-guard"),
+        ("ValidatingAdmissionPolicyBinding", None, "gpu-tenant-portal-tenancy-guard"),
     ]
     assert ("uninstall", "train", NAMESPACE) in harness.installer.calls
     with database.session() as db:
