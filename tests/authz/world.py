@@ -96,7 +96,7 @@ def build_world(db: Session) -> World:
         member = row if role == "member" else member
     factories.membership(db, globex, users["globex_admin"], "admin")
     gpu = factories.gpu_class(db)
-    factories.quota(db, acme, gpu, gpus=8)
+    factories.quota(db, acme, gpu, gpus=16)  # room to dedicate an 8-GPU node
     request = QuotaRequest(tenant_id=acme.id, gpu_class_id=gpu.id, gpus=2, reason="matrix")
     db.add(request)
     mapping = GroupMapping(tenant_id=acme.id, group_name="acme-staff", role="viewer")

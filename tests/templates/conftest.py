@@ -1,5 +1,6 @@
-"""Fixtures for template tests: acme with 16 approved H100s, two 8-GPU nodes dedicated to it,
-an app whose host is the real test API server (with KAI's Queue CRD) and stand-in charts."""
+"""Fixtures for template tests: acme with 32 approved H100s, 16 of them on two 8-GPU nodes
+dedicated to it and 16 for its shared-pool clusters (dedicated GPUs are part of the quota), an
+app whose host is the real test API server (with KAI's Queue CRD) and stand-in charts."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tests.templates.support import StandinCharts
 @pytest.fixture
 def tenancy(db: Session) -> Tenancy:
     tenancy = build_tenancy(db)
-    factories.quota(db, tenancy.acme, tenancy.h100, 16)
+    factories.quota(db, tenancy.acme, tenancy.h100, 32)
     for node in db.scalars(select(Node).order_by(Node.id).limit(2)):
         factories.assignment(db, node, tenancy.acme)
     db.commit()
