@@ -4,12 +4,15 @@ the embedded SQLite default, the local OIDC provider and the app under test."""
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import tempfile
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from playwright.sync_api import Browser
@@ -39,10 +42,71 @@ from tests.support.paths import KAI_QUEUE_CRD
 # Many tests call services directly; the web app, worker and CLI connect these at start.
 connect_hooks()
 
+# The tests' own calls to the processes they serve (httpx.get(url), httpx.Client()): on a
+# machine the parallel suite loads, a first page can take longer than httpx's default 5 s.
+# (The app passes its own bound on every call it makes.)
+TEST_HTTP_TIMEOUT_SECONDS = 30.0
+for _phase in ("connect", "read", "write", "pool"):
+    setattr(httpx._config.DEFAULT_TIMEOUT_CONFIG, _phase, TEST_HTTP_TIMEOUT_SECONDS)
+
 warnings.filterwarnings("ignore", module="authlib")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="starlette")
 
 ADMIN_GROUP = "platform-admins"
+
+
+# ----- the run in parallel (`make test`: pytest-xdist, `--dist loadgroup`)
+
+# Tests that mostly wait (for a lab, a browser, a real API server) start first, so that they
+# wait beside the CPU-bound tests rather than after them.
+WAITING_MARKERS = ("browser", "kube_server")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A worker takes a whole file (its module fixtures start once) or a group its modules name
+    (``xdist_group``: files that share one lab, or must not run at once); a ``spread`` module's
+    tests are dealt out one by one. The labs start first, then the files that wait, the spread
+    tests last, filling the workers' ends (`make test` keeps this order:
+    --no-loadscope-reorder)."""
+    order: dict[str, int] = {}
+    size: Counter[str] = Counter()
+    for item in items:
+        group = _worker_group(item)
+        if item.get_closest_marker("xdist_group") is None and group != SPREAD:
+            item.add_marker(pytest.mark.xdist_group(group))
+        start = _start_order(item)
+        order[group] = min(order.get(group, start), start)
+        size[group] += 1
+    # the larger groups of a kind first, so that the last ones to start are short
+    items.sort(key=lambda item: (order[_worker_group(item)], -size[_worker_group(item)]))
+
+
+SPREAD = ""  # the group of tests that have none
+
+
+def _worker_group(item: pytest.Item) -> str:
+    named = item.get_closest_marker("xdist_group")
+    if named is not None:
+        return str(named.args[0])
+    if item.get_closest_marker("spread") is not None:
+        return SPREAD
+    return str(item.path.relative_to(item.config.rootpath))
+
+
+def _start_order(item: pytest.Item) -> int:
+    if item.path.relative_to(item.config.rootpath).parts[:2] == ("tests", "lab"):
+        return 0
+    if item.get_closest_marker("spread") is not None:
+        return 3
+    return 1 if any(item.get_closest_marker(m) for m in WAITING_MARKERS) else 2
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    ran = sum(len(terminalreporter.stats.get(kind, []))
+              for kind in ("passed", "failed", "xfailed", "xpassed"))
+    skipped = len(terminalreporter.stats.get("skipped", []))
+    terminalreporter.write_line(f"tests that ran: {ran} (skipped: {skipped})")
 
 
 @pytest.fixture(autouse=True)
@@ -125,12 +189,20 @@ def own_pg_database(pg_template: str) -> Iterator[Database]:
         yield database
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An SQLite file migrated with Alembic once per worker; tests get copies of it."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "portal.db"
+    migrate.upgrade(f"sqlite:///{path}")
+    return path
+
+
 @pytest.fixture
-def sqlite_database(tmp_path: Path) -> Iterator[Database]:
-    """The embedded default: an SQLite file migrated with Alembic."""
-    url = f"sqlite:///{tmp_path / 'portal.db'}"
-    migrate.upgrade(url)
-    database = Database(url)
+def sqlite_database(sqlite_template: Path, tmp_path: Path) -> Iterator[Database]:
+    """The embedded default: a copy of an SQLite file migrated with Alembic."""
+    path = tmp_path / "portal.db"
+    shutil.copyfile(sqlite_template, path)
+    database = Database(f"sqlite:///{path}")
     yield database
     database.dispose()
 

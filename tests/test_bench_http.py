@@ -194,5 +194,5 @@ def test_the_lower_bound_bench_measures_its_probes_next_to_the_real_endpoints(
     steps = {row["step"]: row for row in figures["steps"]}
     assert {"probe: thread hop + SELECT 1", "GET /api/v1/tenants/{t}/clusters",
             "probe: thread hop + INSERT + COMMIT"} <= set(steps)
-    assert all(row["failed"] == 0 and row["requests"] > 0 and row["times_floor"] > 0
-               for row in steps.values())
+    assert [row for row in steps.values()
+            if row["failed"] or not row["requests"] or not row["times_floor"] > 0] == []

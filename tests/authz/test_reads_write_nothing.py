@@ -16,6 +16,9 @@ from tests.authz.test_route_matrix import allowed, call
 from tests.authz.world import World
 from tests.support.sql import statements_during, writes
 
+# many short tests, each with a world of its own: dealt out singly in a parallel run
+pytestmark = pytest.mark.spread
+
 # Signing in and out is what writes a session; everything else only reads.
 READS = [r for r in ROUTES if r.method == "GET" and not r.path.startswith("/auth/")]
 

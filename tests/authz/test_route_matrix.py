@@ -23,6 +23,9 @@ from app.process.asgi import all_routers, create_app
 from tests.authz.route_access import ROUTES, Access, Route
 from tests.authz.world import PRINCIPALS, Caller, World
 
+# many short tests, each with a world of its own: dealt out singly in a parallel run
+pytestmark = pytest.mark.spread
+
 TENANT_ROLES = {
     Access.TENANT_VIEWER: {"acme_viewer", "acme_member", "acme_admin"},
     Access.TENANT_MEMBER: {"acme_member", "acme_admin"},

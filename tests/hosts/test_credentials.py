@@ -42,7 +42,7 @@ def test_a_self_contained_kubeconfig_is_accepted_with_its_server() -> None:
     (f"just-a-token-{SECRET}", "no clusters"),
     (kubeconfig_yaml("http://gpu.example.com", CA.cert_pem, token=SECRET), "https://"),
     (kubeconfig_yaml("https://", CA.cert_pem, token=SECRET), "https://"),
-])
+], ids=["invalid-yaml", "no-clusters", "http-server", "no-host"])  # the CA differs per process
 def test_a_bad_kubeconfig_is_refused_naming_the_field(text: str, why: str) -> None:
     error = refused(lambda: credentials.from_kubeconfig(text))
     assert error.errors[0]["field"].startswith("credentials.kubeconfig")
@@ -73,7 +73,7 @@ def test_a_token_with_ca_and_server_becomes_a_kubeconfig_that_reaches_the_server
     ("https://gpu.example.com", "", CA.cert_pem.decode(), "credentials.token"),
     ("https://gpu.example.com", f"{SECRET} x", CA.cert_pem.decode(), "credentials.token"),
     ("https://gpu.example.com", SECRET, "not a certificate", "credentials.ca_certificate"),
-])
+], ids=["http-server", "no-token", "token-with-space", "ca-not-a-certificate"])
 def test_a_bad_token_credential_names_the_field(server: str, token: str, ca: str,
                                                 field: str) -> None:
     error = refused(lambda: credentials.from_token(server, token, ca))

@@ -35,6 +35,7 @@ from app.lab.machines import (
 )
 from app.lab.main import Lab
 from app.lab.metal3 import METAL3_API
+from tests.lab import groups
 from tests.support.kube_server import ApiServer
 from tests.support.metal3 import (
     bare_metal_host,
@@ -44,6 +45,8 @@ from tests.support.metal3 import (
     wait_for_host,
 )
 from tests.support.waiting import wait_for
+
+pytestmark = groups.TEAMS
 
 H100_MAC = "52:54:00:a1:00:01"
 H100 = "NVIDIA-H100-80GB-HBM3"

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from app.lab import demo, reclaim
 from app.lab.main import Lab
+from tests.lab import groups
+
+pytestmark = groups.WALKS
 
 
 def test_kai_reclaims_borrowed_gpus_for_their_owner_and_the_borrower_keeps_its_guarantee(

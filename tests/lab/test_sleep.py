@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from app.lab import demo, sleeping
 from app.lab.main import Lab
+from tests.lab import groups
+
+pytestmark = groups.WALKS
 
 
 def test_a_sleeping_clusters_gpus_serve_others_and_it_wakes_with_everything_it_held(

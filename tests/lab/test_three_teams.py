@@ -3,7 +3,8 @@ the StatefulSets the worker's helm installs, KAI binding the synced GPU pods on 
 the portal issuing the kubeconfigs the teams' kubectl uses. Then faults on that stack.
 
 The lab needs root (network namespaces) and ``make tools``; it uses a network of its own
-(``plabt``, 10.214/16) so that a developer's ``make lab`` may run beside the suite.
+(``plt<slot>``, 10.(214+slot)/16, a slot per running lab) so that a developer's ``make lab``, or
+another suite, may run beside it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from typing import Any
 from app.kube.adapter import KubernetesAdapter
 from app.lab import demo
 from app.lab.main import Lab
+from tests.lab import groups
 from tests.support.waiting import wait_for
+
+pytestmark = groups.TEAMS
 
 ACME = demo.TEAMS[0]
 

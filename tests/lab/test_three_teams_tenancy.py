@@ -10,6 +10,9 @@ import pytest
 
 from app.lab import attacks, demo
 from app.lab.main import Lab
+from tests.lab import groups
+
+pytestmark = groups.TEAMS
 
 
 @pytest.fixture(scope="module")

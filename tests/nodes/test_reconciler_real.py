@@ -61,9 +61,14 @@ def gpu_class(db: Session, product: str) -> GpuClass:
 def test_the_inventory_matches_the_reference_fleet(
     fleet: Fleet, portal: Portal, db: Session
 ) -> None:
-    assert portal.run() == []
+    gpu_nodes = {name for name in fleet.names if name != "cpu-n1"}
+    # The first pass of a worker on this server puts the shared pool's label on every GPU node
+    # dedicated to nobody; a worker before it (another test of the package) may have done so.
+    assert {(method, kind) for method, kind, _ in portal.run()} <= {("apply", "Node")}
+    assert {name for name in fleet.names
+            if fleet.node(name)["metadata"]["labels"].get(lbl.POOL) == "shared"} == gpu_nodes
     nodes = {row.name: row for row in db.scalars(select(Node))}
-    assert sorted(nodes) == sorted(name for name in fleet.names if name != "cpu-n1")
+    assert set(nodes) == gpu_nodes
     assert [name for name, row in nodes.items() if not row.ready] == ["h100-r2-n4"]
     h100 = capacity(db, gpu_class(db, H100).id)
     assert (h100.total, h100.not_ready) == (64, 8)

@@ -9,11 +9,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from app.lab import gpu
 from app.lab.gpu import KAI_PROGRAMS as KAI_PROGRAMS
 from app.lab.gpu import SCHEDULER_NAME as SCHEDULER_NAME
 from app.lab.gpu import gpu_node as gpu_node
+from tests.support import slots
 from tests.support.kube_server import ApiServer, skip_unless_ci, tool
+
+# A module on KAI takes a few minutes; a suite keeps its own on one worker (tests/conftest.py).
+PODGROUPCONTROLLER_WAIT = 900.0
+ONE_WORKER = pytest.mark.xdist_group("kai-programs")
 
 
 def kai_crds() -> Path:
@@ -38,16 +45,19 @@ def gpu_host(assets: Path, workdir: Path, name: str, product: str,
              nodes: dict[str, int]) -> Iterator[GpuScheduling]:
     """A host of its own whose GPU pods are scheduled for real: KAI and kwok, and ``nodes``
     (name: GPUs) of ``product``; everything stops when the block ends."""
-    server = ApiServer(assets, workdir / "server", name=name, controllers=True)
-    server.start()
-    scheduling = GpuScheduling(server, workdir / "scheduling")
-    try:
-        scheduling.start()
-        admin = server.adapter()
-        for node, gpus in nodes.items():
-            admin.apply(gpu_node(node, product, gpus), force=True)
-        admin.close()
-        yield scheduling
-    finally:
-        scheduling.stop()
-        server.stop()
+    # KAI's podgroupcontroller always binds :8080 (its metrics flag is read and never used):
+    # one per machine outside a lab's network namespace, so another suite's waits its turn.
+    with slots.exclusive("kai-podgroupcontroller-8080", timeout=PODGROUPCONTROLLER_WAIT):
+        server = ApiServer(assets, workdir / "server", name=name, controllers=True)
+        server.start()
+        scheduling = GpuScheduling(server, workdir / "scheduling")
+        try:
+            scheduling.start()
+            admin = server.adapter()
+            for node, gpus in nodes.items():
+                admin.apply(gpu_node(node, product, gpus), force=True)
+            admin.close()
+            yield scheduling
+        finally:
+            scheduling.stop()
+            server.stop()

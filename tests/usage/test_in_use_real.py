@@ -30,6 +30,7 @@ from tests import factories
 from tests.clusters.standin_helm import use_standin_helm
 from tests.clusters.support import cluster_settings
 from tests.portalctl.conftest import PortalCtl
+from tests.support import kai
 from tests.support.kai import GpuScheduling
 from tests.support.kai import gpu_host as kai_host
 from tests.support.kube_server import ApiServer
@@ -41,7 +42,7 @@ from tests.support.web import HTML
 from tests.usage.support import reconcile_until_ready
 from tests.usage.test_kai_real import allocated, placed, synced_pod
 
-pytestmark = pytest.mark.kube_server
+pytestmark = [pytest.mark.kube_server, kai.ONE_WORKER]
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 NODE_GPUS = 4

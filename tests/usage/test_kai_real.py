@@ -28,6 +28,7 @@ from app.usage import service as usage_service
 from tests import factories
 from tests.clusters.standin_helm import use_standin_helm
 from tests.clusters.support import cluster_settings
+from tests.support import kai
 from tests.support.kai import SCHEDULER_NAME, GpuScheduling
 from tests.support.kai import gpu_host as kai_host
 from tests.support.kube_server import ApiServer
@@ -35,7 +36,7 @@ from tests.support.kubectl import Kubectl, KubectlError
 from tests.support.waiting import wait_for
 from tests.usage.support import reconcile_until_ready
 
-pytestmark = pytest.mark.kube_server
+pytestmark = [pytest.mark.kube_server, kai.ONE_WORKER]
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 GRANTED = 4  # the cluster's GPUs: its leaf queue's quota and limit
