@@ -69,17 +69,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tests are dealt out one by one. The labs start first, then the files that wait, the spread
     tests last, filling the workers' ends (`make test` keeps this order:
     --no-loadscope-reorder)."""
+    group_of = {item.nodeid: _worker_group(item) for item in items}
     order: dict[str, int] = {}
-    size: Counter[str] = Counter()
     for item in items:
-        group = _worker_group(item)
+        group = group_of[item.nodeid]
         if item.get_closest_marker("xdist_group") is None and group != SPREAD:
             item.add_marker(pytest.mark.xdist_group(group))
         start = _start_order(item)
         order[group] = min(order.get(group, start), start)
-        size[group] += 1
+    size = Counter(group_of.values())
     # the larger groups of a kind first, so that the last ones to start are short
-    items.sort(key=lambda item: (order[_worker_group(item)], -size[_worker_group(item)]))
+    items.sort(key=lambda item: (order[group_of[item.nodeid]], -size[group_of[item.nodeid]]))
 
 
 SPREAD = ""  # the group of tests that have none

@@ -27,13 +27,9 @@ class NoFreeSlot(RuntimeError):
 @contextmanager
 def claimed(kind: str) -> Iterator[int]:
     """The first free slot of ``kind``, held until the block ends."""
-    FOLDER.mkdir(mode=0o700, exist_ok=True)
     for slot in range(SLOTS):
-        descriptor = os.open(FOLDER / f"{kind}-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(descriptor)
+        descriptor = _locked(f"{kind}-{slot}")
+        if descriptor is None:
             continue
         try:
             yield slot
@@ -47,19 +43,25 @@ def claimed(kind: str) -> Iterator[int]:
 def exclusive(name: str, timeout: float) -> Iterator[None]:
     """The machine's only ``name`` (a fixed port a program always binds), held until the block
     ends; waits at most ``timeout`` seconds for another holder."""
-    FOLDER.mkdir(mode=0o700, exist_ok=True)
-    descriptor = os.open(FOLDER / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + timeout
+    while (descriptor := _locked(name)) is None:
+        if time.monotonic() > deadline:
+            raise NoFreeSlot(f"{name} stayed taken for {timeout:.0f} s "
+                             f"(held through {FOLDER / name}.lock)")
+        time.sleep(0.5)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise NoFreeSlot(f"{name} stayed taken for {timeout:.0f} s "
-                                     f"(held through {FOLDER / name}.lock)") from None
-                time.sleep(0.5)
         yield
     finally:
         os.close(descriptor)
+
+
+def _locked(name: str) -> int | None:
+    """A descriptor holding ``name``'s lock, or None while another holds it."""
+    FOLDER.mkdir(mode=0o700, exist_ok=True)
+    descriptor = os.open(FOLDER / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return None
+    return descriptor
