@@ -126,6 +126,12 @@ class NoShares:
         return False
 
 
+def counted_processes(path: Path) -> set[int]:
+    """The live processes a master's shared file counts: those serving."""
+    cells = memoryview(path.read_bytes()).cast("q")
+    return {pid for slot in range(cells[0]) if _alive(pid := cells[1 + 2 * slot])}
+
+
 def _alive(pid: int) -> bool:
     if pid <= 0:
         return False

@@ -10,7 +10,8 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
@@ -51,6 +52,7 @@ from app.process.worker import build_worker
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from starlette.types import Lifespan
 
     from app.lab.demo import Report
 
@@ -201,9 +203,23 @@ def serving_app(settings: Settings | None = None) -> FastAPI:
     if settings is None:
         settings = _settings()
     app = create_app(settings, serving=True)
-    BalancedProtocol.shares = shares_from_environment()
+    app.router.lifespan_context = _counted_once_started(app.router.lifespan_context)
     settle_heap()
     return app
+
+
+def _counted_once_started(lifespan: Lifespan[Any]) -> Lifespan[Any]:
+    """The process counts among the serving ones (``app.process.balance``) only once it has
+    started, right before it accepts. Counted while still starting (seconds on a busy machine),
+    it had its busy sibling shed connections that only the sibling could take back."""
+
+    @asynccontextmanager
+    async def counted(app: Any) -> AsyncIterator[Any]:
+        async with lifespan(app) as state:
+            BalancedProtocol.shares = shares_from_environment()
+            yield state
+
+    return counted
 
 
 def serving_processes(settings: Settings) -> int:

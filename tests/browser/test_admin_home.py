@@ -23,7 +23,6 @@ from tests.browser.conftest import Screenshots, SimulatedPortal, sign_in_on
 pytestmark = pytest.mark.browser
 
 WIDE = {"width": 1440, "height": 900}
-NODES_TIMEOUT_MS = 30_000
 
 
 def _admin_at(browser: Browser, base: str, viewport: dict[str, int]) -> Page:
@@ -185,9 +184,7 @@ def test_usage_and_fleet_charts_have_titles_and_fill_their_cards(
     base = simulated_portal.url
     page = _admin_at(browser, base, WIDE)
     page.goto(base + "/admin/fleet")
-    expect(page.get_by_role("row").filter(has_text="gb200-c1-n1")).to_be_visible(
-        timeout=NODES_TIMEOUT_MS
-    )
+    expect(page.get_by_role("row").filter(has_text="gb200-c1-n1")).to_be_visible()
     page.reload()
     expect(page.locator("#capacity-chart text.chart-title")).to_have_text(
         "GPUs per GPU class: dedicated, guaranteed, free"

@@ -59,7 +59,7 @@ def test_swagger_ui_shows_every_operation_and_how_to_sign_in(
     page = offline.page()
     page.goto(live_portal + "/docs")
     clusters = page.locator('.opblock-summary-path[data-path="/api/v1/tenants/{tenant}/clusters"]')
-    expect(clusters.first).to_be_visible(timeout=30_000)
+    expect(clusters.first).to_be_visible()
     screenshots(page, "swagger-ui", full_page=False)  # the whole list is 11,000 px tall
     approve = page.locator(".opblock-summary", has_text="Approve a quota request")
     approve.click()
@@ -82,13 +82,13 @@ def test_redoc_shows_the_operations_and_their_errors(
     page = offline.page()
     page.goto(live_portal + "/redoc")
     # A 1 MB bundle then the whole document to lay out: more than the default 5 s when busy.
-    expect(page.get_by_role("heading", name="Request GPU quota")).to_be_visible(timeout=30_000)
+    expect(page.get_by_role("heading", name="Request GPU quota")).to_be_visible()
     approve = page.get_by_role("heading", name="Approve a quota request")
     approve.scroll_into_view_if_needed()
     screenshots(page, "redoc-approve", full_page=False)  # the whole page is 80,000 px tall
     page.get_by_role("textbox", name="Search").fill("kubeconfig")
     results = page.locator("[data-role='search:results']")
-    expect(results.get_by_role("menuitem", name="Get a kubeconfig")).to_be_visible(timeout=30_000)
+    expect(results.get_by_role("menuitem", name="Get a kubeconfig")).to_be_visible()
     assert offline.left == []
     assert offline.refused_by_policy == []
 

@@ -116,7 +116,7 @@ def test_cluster_conditions_arrive_over_sse(browser: Browser, portal: Portal) ->
     _mark_page(page)
     _set_cluster(portal.database, _condition("NamespaceReady", "True"),
                  _condition("Ready", "True"))
-    expect(page.locator("#cluster-phase")).to_have_text("Ready", timeout=10_000)
+    expect(page.locator("#cluster-phase")).to_have_text("Ready")
     expect(page.locator("#conditions-chart")).to_be_visible()
     assert _not_reloaded(page)
     _shot(page, "cluster-live")
@@ -128,7 +128,7 @@ def test_without_event_source_the_page_polls(browser: Browser, portal: Portal) -
     expect(page.locator("#cluster-phase")).to_have_text("Provisioning")
     _mark_page(page)
     _set_cluster(portal.database, _condition("Ready", "True"))
-    expect(page.locator("#cluster-phase")).to_have_text("Ready", timeout=15_000)
+    expect(page.locator("#cluster-phase")).to_have_text("Ready")
     assert _not_reloaded(page)
     expect(page.locator("#cluster-live")).not_to_have_attribute("data-live", "open")
 
@@ -144,7 +144,7 @@ def test_the_queue_shows_a_new_request_by_itself(browser: Browser, portal: Porta
         h100 = db.scalars(select(GpuClass)).one()
         db.add(QuotaRequest(tenant_id=demo.id, gpu_class_id=h100.id, gpus=2,
                             reason="arrived while watching"))
-    expect(page.locator("#queue")).to_contain_text("arrived while watching", timeout=10_000)
+    expect(page.locator("#queue")).to_contain_text("arrived while watching")
     assert _not_reloaded(page)
     _shot(page, "queue-live")
 

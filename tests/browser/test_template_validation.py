@@ -46,7 +46,7 @@ def test_the_validation_result_arrives_by_itself(
     # The worker (no host cluster here: the host checks fail, and say so).
     TemplateValidator(settings, database, InMemoryConnector(None), StandinCharts()).run_due(
         "worker-1")
-    expect(page.locator("#validation-v1 .validation-failed")).to_be_visible(timeout=15_000)
+    expect(page.locator("#validation-v1 .validation-failed")).to_be_visible()
     expect(page.locator("#validation-v1")).to_contain_text("no host cluster is configured")
     expect(page.locator("#validation-v1 .validation-pending")).to_have_count(0)
     assert page.evaluate("window.__notReloaded === true")

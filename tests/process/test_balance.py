@@ -14,9 +14,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from app.database.core import Database
-from app.process.balance import BUSY, SLACK, ConnectionShares, create_shares_file
+from app.kit.config import Settings
+from app.process.balance import (
+    BUSY,
+    SHARES_ENV,
+    SLACK,
+    ConnectionShares,
+    NoShares,
+    counted_processes,
+    create_shares_file,
+)
+from app.process.cli import BalancedProtocol, serving_app
 from tests.support.serve_process import serving, serving_children
 from tests.support.waiting import wait_for
 
@@ -65,12 +76,27 @@ ConnectionShares(Path({str(shares_file)!r})).publish(30)
     assert ours.over_share(10, BUSY)
 
 
+def test_a_serving_process_counts_among_the_others_only_once_started(
+        shares_file: Path, sqlite_database: Database, settings: Settings,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SHARES_ENV, str(shares_file))
+    monkeypatch.setattr(BalancedProtocol, "shares", NoShares())
+    app = serving_app(settings.model_copy(update={
+        "database_url": sqlite_database.engine.url.render_as_string()}))
+    assert counted_processes(shares_file) == set()  # built, still starting: accepts nothing
+    with TestClient(app):
+        assert counted_processes(shares_file) == {os.getpid()}
+
+
 def test_busy_connections_all_accepted_by_one_process_end_up_spread_over_both(
         own_pg_database: Database) -> None:
     with serving(own_pg_database, "--workers", "2") as (base, supervisor):
         wait_for(lambda: len(serving_children(supervisor.pid)) == 2,
                  "two serving processes under `portal serve --workers 2`")
         first, second = serving_children(supervisor.pid)
+        # Started, not only spawned: a process still starting accepts nothing.
+        wait_for(lambda: counted_processes(_shares_of(first)) == {first, second},
+                 "both serving processes started and counted in their shares")
         port = int(base.rsplit(":", 1)[1])
         # With the second process stopped, the first alone accepts every connection.
         os.kill(second, signal.SIGSTOP)
@@ -96,6 +122,13 @@ def test_busy_connections_all_accepted_by_one_process_end_up_spread_over_both(
         assert held.get(second, 0) >= CLIENTS // 3, held
         for client in clients:
             client.close()
+
+
+def _shares_of(pid: int) -> Path:
+    """The shared file a serving process's master handed it in its environment."""
+    variables = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    prefix = f"{SHARES_ENV}=".encode()
+    return Path(next(v for v in variables if v.startswith(prefix))[len(prefix):].decode())
 
 
 def _ask_repeatedly(client: http.client.HTTPConnection) -> list[int]:
