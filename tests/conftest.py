@@ -38,9 +38,12 @@ from tests.support.kube_server import (
     skip_unless_ci,
 )
 from tests.support.paths import KAI_QUEUE_CRD
+from tests.support.route_state import share_route_state_across_apps
 
 # Many tests call services directly; the web app, worker and CLI connect these at start.
 connect_hooks()
+# An app per test: the routes' state is built once (tests/support/route_state.py).
+share_route_state_across_apps()
 
 # The tests' own calls to the processes they serve (httpx.get(url), httpx.Client()): on a
 # machine the parallel suite loads, a first page can take longer than httpx's default 5 s.

@@ -12,7 +12,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI, HTTPException
+from fastapi.testclient import TestClient
 
+from app.auth.csrf import verify_api_csrf
+from app.database.core import Database
+from app.kit.config import Settings
+from app.process.asgi import create_app
 from tests.lab import groups
 from tests.support import slots
 
@@ -79,3 +85,22 @@ def test_a_suites_lab_network_is_apart_from_make_labs_and_from_other_slots(slot:
     assert (network.name, network.subnet) != ("plab", "10.213")
     assert network.subnet != groups.lab_network(slot + 1).subnet
     assert len(network.pod(999).namespace) <= 15 and len(f"{network.name}999h") <= 15
+
+
+def _teapot() -> None:
+    raise HTTPException(status_code=418)
+
+
+def test_apps_share_their_routes_state_yet_one_with_overrides_answers_by_them(
+        settings: Settings, database: Database) -> None:
+    """tests/support/route_state.py: an app per test, each route's state built once."""
+    def tenants(app: FastAPI) -> int:
+        with TestClient(app) as client:
+            status: int = client.get("/api/v1/tenants").status_code
+            return status
+
+    assert tenants(create_app(settings, database)) == 401
+    overridden = create_app(settings, database)
+    overridden.dependency_overrides[verify_api_csrf] = _teapot
+    assert tenants(overridden) == 418
+    assert tenants(create_app(settings, database)) == 401
