@@ -22,9 +22,12 @@ from app.auth.models import ApiToken, User
 from app.auth.tokens import hash_token
 from app.database.core import Database
 from tests.support import oidc
+from tests.support.waiting import wait_for
 from tests.support.web import free_port
 
 PORTAL = [sys.executable, "-m", "app.process.cli"]
+# A bound on a hang: `portal dev` took over 30 s to answer with two suites on 2 cores.
+STARTS_WITHIN = 180.0
 
 
 def _env(tmp_path: Path, *, default_database: bool = False, **extra: str) -> dict[str, str]:
@@ -172,19 +175,23 @@ def running_dev(tmp_path: Path, *args: str, default_database: bool = False,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/readyz").status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.2)
     try:
+        # It migrates, starts its IdP, worker and app: seconds, minutes on a loaded machine.
+        wait_for(lambda: process.poll() is not None or _ready(base), f"portal dev on {base}",
+                 timeout=STARTS_WITHIN)
+        assert process.poll() is None, f"portal dev exited: {process.communicate()[0]}"
         yield base, process
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def _ready(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 @pytest.fixture
@@ -203,7 +210,7 @@ def signed_in(base: str, email: str) -> Iterator[httpx.Client]:
 
 def fleet_of(browser: httpx.Client, *, at_least: int) -> list[str]:
     """Node names on the fleet API, once the worker's first inventory sync has run."""
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + STARTS_WITHIN
     while True:
         items = browser.get("/api/v1/nodes", params={"limit": 100}).json()["items"]
         if len(items) >= at_least or time.monotonic() > deadline:

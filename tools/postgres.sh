@@ -32,6 +32,17 @@ if ! $SUDO grep -qF "$MARK" "$hba"; then
   fi
 fi
 
+# Room for a second suite beside the first (each worker's pools, a test's 50 parallel
+# approvals): at Debian's 100 connections two suites were refused "too many clients".
+tuning="/etc/postgresql/$version/main/conf.d/gpu-tenant-portal-tests.conf"
+wanted="max_connections = 400"
+if ! $SUDO grep -qxF "$wanted" "$tuning" 2>/dev/null; then
+  echo "$wanted" | $SUDO tee "$tuning" >/dev/null
+  if pg_isready -h 127.0.0.1 -p 5432 -q; then
+    $SUDO pg_ctlcluster --skip-systemctl-redirect "$version" main restart
+  fi
+fi
+
 if ! pg_isready -h 127.0.0.1 -p 5432 -q; then
   $SUDO pg_ctlcluster --skip-systemctl-redirect "$version" main start
 fi

@@ -21,12 +21,14 @@ from app.database.prepared import on_row_inserted
 
 T = TypeVar("T")
 
+# How long a figure is kept at most, unless its ``Kept`` says otherwise.
+MAX_AGE_SECONDS = 2.0
 _CHANGED = "kept.changed"  # session.info: the kept figures this session's writes changed
 
 
 class Kept(Generic[T]):
     def __init__(self, name: str, watched: tuple[type[Any], ...], read: Callable[[Session], T],
-                 max_age: float = 2.0) -> None:
+                 max_age: float = MAX_AGE_SECONDS) -> None:
         self.name = name
         self.watched = watched
         self.read = read

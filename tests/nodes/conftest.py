@@ -27,6 +27,7 @@ from tests.support.kube import RecordingConnector, RecordingPort
 from tests.support.kube_server import ApiServer
 from tests.support.kubectl import Kubectl
 from tests.support.paths import HOST_NODES
+from tests.support.waiting import HANG_SECONDS, wait_for
 
 RACK_LABEL = "network.topology.example.com/rack"
 NOT_READY = "node.kubernetes.io/not-ready"
@@ -194,13 +195,6 @@ def untimed(taints: list[Manifest]) -> list[Manifest]:
     return sorted(stripped, key=lambda t: (t["key"], t.get("value", ""), t["effect"]))
 
 
-def wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def settle(admin: KubernetesAdapter, names: list[str]) -> None:
     """Wait until the controller-manager is done with the new nodes, so that no test's apply
     meets a resourceVersion it changed meanwhile (a 409: the portal reads the node again and
@@ -218,7 +212,8 @@ def settle(admin: KubernetesAdapter, names: list[str]) -> None:
         return {name: (admin.get("v1", "Node", name) or {})["metadata"]["resourceVersion"]
                 for name in names}
 
-    wait_for(marked, "the controller-manager's marks on the new nodes", 90.0)
+    # Slow on a loaded machine: 90 s were not enough with two suites on 2 cores.
+    wait_for(marked, "the controller-manager's marks on the new nodes", 2 * HANG_SECONDS)
     before = versions()
     deadline = time.monotonic() + 60.0
     while True:

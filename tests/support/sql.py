@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from fastapi.testclient import TestClient
@@ -10,9 +11,11 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from app.database.core import Database
+from app.database.kept import MAX_AGE_SECONDS
 
 WRITES = ("INSERT", "UPDATE", "DELETE")
 SAVEPOINTS = ("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
+WARM_TRIES = 20
 
 
 def statements_during(database: Database, call: Callable[[], object]) -> list[str]:
@@ -44,10 +47,16 @@ def one_request(database: Database, client: TestClient, url: str, headers: dict[
         response: Response = client.get(url, headers=headers)
         assert response.status_code == 200, response.text
 
-    send()
-    seen = statements_during(database, send)
-    # The test's outer transaction turns each request's into a savepoint: not the request's.
-    return [s for s in seen if not s.lstrip().upper().startswith(SAVEPOINTS)]
+    for _ in range(WARM_TRIES):
+        started = time.monotonic()
+        send()
+        seen = statements_during(database, send)
+        # Warm only if what the first kept (app.database.kept) is still kept for the second:
+        # on a loaded machine the two took longer, and the second read it all again.
+        if time.monotonic() - started < MAX_AGE_SECONDS:
+            # The test's outer transaction turns each request's into a savepoint.
+            return [s for s in seen if not s.lstrip().upper().startswith(SAVEPOINTS)]
+    raise AssertionError(f"{url} was never answered twice within {MAX_AGE_SECONDS} s")
 
 
 def at_two_sizes(db: Session, add: Callable[[], object], read: Callable[[], list[str]],

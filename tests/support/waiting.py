@@ -8,9 +8,13 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+# A bound on a hang, not on speed: with two suites on 2 cores, starting a process (portal's
+# webhook, `portal dev`) or the controller-manager marking new nodes took over 30 s.
+HANG_SECONDS = 120.0
+
 
 def wait_for(check: Callable[[], T | None], what: str | Callable[[], str],
-             timeout: float = 30.0) -> T:
+             timeout: float = HANG_SECONDS) -> T:
     """Returns what ``check()`` gives once it is truthy; fails naming ``what`` (or what it
     says, called then: the state it found) after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -6,8 +6,7 @@ phase written as a kubelet writes it."""
 from __future__ import annotations
 
 import secrets
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from tests.clusters.support import cluster_settings
 from tests.support.kube import InMemoryConnector
 from tests.support.kube_server import ApiServer
 from tests.support.kubectl import Kubectl, KubectlError
+from tests.support.waiting import wait_for
 from tests.usage.support import LedgerClock, fix_clock
 
 pytestmark = pytest.mark.kube_server
@@ -46,14 +46,6 @@ def writers(kai_host: ApiServer, tmp_path: Path) -> Iterator[dict[str, Kubectl]]
         client.close()
 
 
-def _wait_for(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def _portal_objects(slug: str, portal: Kubectl) -> str:
@@ -97,9 +89,9 @@ def test_samples_come_from_queue_status_quota_status_and_running_pods(
     namespace = _portal_objects(slug, writers["gpu-tenant-portal"])
     writers["kubelet"].create({"apiVersion": "v1", "kind": "Node",
                                "metadata": {"name": node.name}})
-    _wait_for(lambda: (host_admin.get("v1", "ResourceQuota", "tenant-quota", namespace) or {})
+    wait_for(lambda: (host_admin.get("v1", "ResourceQuota", "tenant-quota", namespace) or {})
               .get("status", {}).get("hard"), "the quota controller to take up the quota")
-    _wait_for(lambda: _created(writers["kubelet"], _gpu_pod("train-0", namespace, node.name, 3)),
+    wait_for(lambda: _created(writers["kubelet"], _gpu_pod("train-0", namespace, node.name, 3)),
               "quota admission to admit the pod")
     writers["kubelet"].merge_patch("v1", "Pod", "train-0", namespace,
                                    {"status": {"phase": "Running"}}, subresource="status")
