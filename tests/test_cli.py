@@ -109,6 +109,30 @@ def test_production_on_sqlite_refuses_to_start_and_names_the_database_url(
     assert not (tmp_path / "cli.db").exists()
 
 
+STOPPED_ANYWHERE = """
+import os, signal, threading
+from app.process.cli import _stop_on_signals
+
+stopping = threading.Event()
+_stop_on_signals(stopping.set)
+threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGTERM)).start()
+while not stopping.wait(0):  # the worker's loop, without its pause: always near the lock
+    pass
+"""
+
+
+def test_a_signal_stops_a_loop_waiting_on_its_event_wherever_it_lands() -> None:
+    """A handler that set the Event itself deadlocked when the signal landed while the loop's
+    ``Event.wait`` held the event's lock (`portal worker`, `webhook` and `lab` wait so)."""
+    for _ in range(5):
+        try:
+            ran = subprocess.run([sys.executable, "-c", STOPPED_ANYWHERE], capture_output=True,
+                                 text=True, timeout=60, check=False)
+        except subprocess.TimeoutExpired:
+            pytest.fail("a SIGTERM left the process hanging")
+        assert ran.returncode == 0, ran.stderr
+
+
 def test_worker_starts_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     _run(tmp_path, "db", "upgrade")
     worker = subprocess.Popen([*PORTAL, "worker"], env=_env(tmp_path, PORTAL_LOG_LEVEL="INFO"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -60,26 +60,36 @@ def audit(
 
 
 def _follow(client: Client, filters: dict[str, Any], first: list[dict[str, Any]],
-            interval: float, output: Format, stopped: threading.Event) -> None:
+            interval: float, output: Format, stopped: CtrlC) -> None:
     if output is Format.table:
         typer.secho("  ".join(c.upper() for c in COLUMNS), bold=True)
     cursor = Cursor(first)
     _print_stream(first, output)
-    while not stopped.wait(interval):
-        _print_stream(cursor.advance(client.items(AUDIT_PATH, **filters)), output)
+    while not stopped.pressed:
+        time.sleep(interval)  # Ctrl-C cuts it short only by the rest of one interval
+        if not stopped.pressed:
+            _print_stream(cursor.advance(client.items(AUDIT_PATH, **filters)), output)
+
+
+class CtrlC:
+    """Whether Ctrl-C was pressed: a plain flag. The handler takes no lock: it runs in the main
+    thread between two of its steps, and a ``threading.Event`` set there deadlocked when the
+    signal landed while ``Event.wait`` held the event's own lock (a follow that never ended)."""
+
+    pressed = False
 
 
 @contextmanager
-def _until_ctrl_c() -> Iterator[threading.Event]:
-    """Ctrl-C (SIGINT) sets the event instead of raising KeyboardInterrupt wherever the HTTP
+def _until_ctrl_c() -> Iterator[CtrlC]:
+    """Ctrl-C (SIGINT) notes itself instead of raising KeyboardInterrupt wherever the HTTP
     client happens to be: an interrupt inside its connection pool can leave a lock held, and
     closing the client then hangs. The poll under way finishes; a second Ctrl-C interrupts it."""
-    stopped = threading.Event()
+    stopped = CtrlC()
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if stopped.is_set():
+        if stopped.pressed:
             signal.default_int_handler(signum, frame)
-        stopped.set()
+        stopped.pressed = True
 
     previous = signal.signal(signal.SIGINT, handler)
     try:

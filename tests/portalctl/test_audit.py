@@ -7,6 +7,7 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -105,6 +106,33 @@ def test_ctrl_c_during_a_poll_lets_it_finish_and_ends_following(
     assert (client.polls, client.finished) == (1, 1)
     assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == [1]
     assert signal.getsignal(signal.SIGINT) is before
+
+
+CTRL_C_ANYWHERE = """
+import os, signal, threading
+from app.portalctl import audit
+from app.portalctl.output import Format
+
+class NoEvents:
+    def items(self, path, *args, **filters):
+        return []
+
+for _ in range(200):
+    threading.Timer(0.002, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with audit._until_ctrl_c() as stopped:
+        audit._follow(NoEvents(), {}, [], 0.0, Format.json, stopped)
+"""
+
+
+def test_ctrl_c_ends_following_wherever_it_lands_in_the_loop() -> None:
+    """200 Ctrl-Cs into a loop that polls without pause: each ends it. A handler that set a
+    ``threading.Event`` deadlocked on the first, landing while the loop's wait held its lock."""
+    try:
+        ran = subprocess.run([sys.executable, "-c", CTRL_C_ANYWHERE], capture_output=True,
+                             text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a Ctrl-C left `portalctl audit --follow` hanging")
+    assert ran.returncode == 0, ran.stderr
 
 
 def test_following_shows_late_committed_events_once_and_nothing_older_than_the_start() -> None:
