@@ -118,8 +118,8 @@ class NoEvents:
         return []
 
 for _ in range(200):
-    threading.Timer(0.002, os.kill, (os.getpid(), signal.SIGINT)).start()
-    with audit._until_ctrl_c() as stopped:
+    with audit._until_ctrl_c() as stopped:  # Ctrl-C only once it is listened for
+        threading.Timer(0.002, os.kill, (os.getpid(), signal.SIGINT)).start()
         audit._follow(NoEvents(), {}, [], 0.0, Format.json, stopped)
 """
 
