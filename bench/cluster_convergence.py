@@ -24,13 +24,13 @@ import yaml
 
 from app.clusters import desired
 from app.clusters.models import VirtualCluster
-from app.clusters.shapes import ClusterAddon
 from app.database import migrate
 from app.database.core import Database, utcnow
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.kit.config import Settings
 from app.kube import manifests
+from app.kube.helm import AddonChart
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
 from app.quotas.models import TenantQuota
@@ -74,7 +74,7 @@ class Helm:
     def uninstall(self, release: str, namespace: str) -> None:
         self.runs += 1
 
-    def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
+    def install_addon(self, addon: AddonChart, kubeconfig: str) -> None:
         self.runs += 1  # the bench's clusters have no add-ons
 
     def uninstall_addon(self, name: str, kubeconfig: str) -> None:

@@ -43,12 +43,12 @@ from sqlalchemy import String, and_, cast, select, update
 from app.clusters import conditions as cond
 from app.clusters import desired
 from app.clusters.models import VirtualCluster
-from app.clusters.shapes import ClusterAddon
 from app.database import migrate
 from app.database.core import Database, utcnow
 from app.kit.config import Settings
 from app.kube import manifests
 from app.kube.adapter import KubernetesAdapter
+from app.kube.helm import AddonChart
 from app.kube.port import KubePort, Manifest
 from app.reconcilers.clusters import ClusterReconciler
 from app.reconcilers.runtime import Runtime
@@ -141,7 +141,7 @@ class Helm:
     def uninstall(self, release: str, namespace: str) -> None:
         self.runs += 1
 
-    def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
+    def install_addon(self, addon: AddonChart, kubeconfig: str) -> None:
         self.runs += 1  # the bench's clusters have no add-ons
 
     def uninstall_addon(self, name: str, kubeconfig: str) -> None:

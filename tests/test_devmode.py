@@ -14,10 +14,10 @@ import yaml
 from fastapi.testclient import TestClient
 
 from app.auth import service as auth_service
-from app.clusters.installer import SimulatedInstaller
 from app.database import migrate
 from app.database.core import Database, utcnow
 from app.kit.config import Settings
+from app.kube.helm import SimulatedInstaller
 from app.kube.memory import InMemoryKube
 from app.kube.simulated import SIMULATED_DOMAIN, SimulatedHost
 from app.process.asgi import create_app

@@ -33,7 +33,6 @@ from app.authz.scoping import Action
 from app.clusters import checks, deletion, desired, limits, power, repository, sleep_policy
 from app.clusters import conditions as cond
 from app.clusters.deletion import spec_of as _spec
-from app.clusters.installer import HelmInstaller
 from app.clusters.models import VirtualCluster
 from app.clusters.placement import Placed
 from app.clusters.schemas import (
@@ -51,6 +50,7 @@ from app.gpu_classes.models import GpuClass
 from app.http.pagination import Page, PageParams
 from app.kit.config import Settings
 from app.kit.errors import Conflict, NotFound, ValidationFailed
+from app.kube.helm import HelmInstaller
 from app.kube.manifests import dump_yaml
 from app.quotas import regions
 from app.tenants.access import tenant_for

@@ -463,7 +463,7 @@ def dev(
 ) -> None:
     """The embedded default: SQLite, a local OIDC provider with demo users, web and worker,
     on a simulated host cluster unless PORTAL_KUBECONFIG names a real one."""
-    from app.clusters.installer import SimulatedInstaller
+    from app.kube.helm import SimulatedInstaller
     from app.process.asgi import create_app
 
     base = _settings()

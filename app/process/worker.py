@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from app.clusters.installer import Installer
 from app.database.core import Database
 from app.kit.config import Settings
 from app.kube.connector import ClientConnector, KubeConnector
+from app.kube.helm import Installer
 from app.process.wiring import connect_hooks
 from app.reconcilers.clusters import ClusterReconciler
 from app.reconcilers.hosts import HostHealthReconciler

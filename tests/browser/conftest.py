@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page
 
-from app.clusters.installer import SimulatedInstaller
 from app.database import migrate
 from app.database.core import Database
 from app.kit.config import Settings
+from app.kube.helm import SimulatedInstaller
 from app.process.devmode import dev_settings, seed_demo, simulated_host_for
 from tests.support.paths import ROOT
 from tests.support.serving import serving

@@ -9,13 +9,12 @@ from sqlalchemy import select
 
 from app.auth.principal import Principal
 from app.clusters import service
-from app.clusters.installer import InstallError
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate, ClusterOut
-from app.clusters.shapes import ClusterAddon
 from app.database.core import Database, utcnow
 from app.kit.config import Settings
 from app.kube import simulated
+from app.kube.helm import AddonChart, InstallError
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
 from app.reconcilers.clusters import ClusterReconciler
@@ -70,7 +69,7 @@ class FakeInstaller:
     values: dict[str, str] = field(default_factory=dict)
     # Add-ons: every call, what is installed now, and errors the next calls raise in turn.
     addon_calls: list[tuple[str, str]] = field(default_factory=list)
-    addons: dict[str, ClusterAddon] = field(default_factory=dict)
+    addons: dict[str, AddonChart] = field(default_factory=dict)
     addon_failures: list[InstallError] = field(default_factory=list)
 
     def install(self, release: str, namespace: str, values_yaml: str) -> None:
@@ -84,7 +83,7 @@ class FakeInstaller:
         self.calls.append(("uninstall", release, namespace))
         self.kube.delete("apps/v1", "StatefulSet", release, namespace)
 
-    def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
+    def install_addon(self, addon: AddonChart, kubeconfig: str) -> None:
         self.addon_calls.append(("install", addon.name))
         if self.addon_failures:
             raise self.addon_failures.pop(0)

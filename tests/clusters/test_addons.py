@@ -15,11 +15,11 @@ from pathlib import Path
 import yaml
 
 from app.clusters import conditions as cond
-from app.clusters.installer import HelmInstaller, InstallError, SimulatedInstaller
 from app.clusters.models import VirtualCluster
 from app.clusters.shapes import ClusterAddon
 from app.database.core import Database
 from app.kube import simulated
+from app.kube.helm import HelmInstaller, InstallError, SimulatedInstaller
 from tests.clusters.support import Harness, create
 from tests.support.tenancy import Tenancy
 

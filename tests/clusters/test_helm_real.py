@@ -24,13 +24,13 @@ from sqlalchemy import select
 from app.auth.principal import Principal
 from app.clusters import conditions as cond
 from app.clusters import service
-from app.clusters.installer import HelmInstaller
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate
 from app.database.core import Database
 from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
+from app.kube.helm import HelmInstaller
 from app.kube.manifests import dump_yaml
 from app.kube.port import Manifest, kind_info, register_kind
 from app.reconcilers.clusters import ClusterReconciler

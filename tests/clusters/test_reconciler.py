@@ -11,13 +11,13 @@ from sqlalchemy import func, select
 
 from app.audit.models import AuditEvent
 from app.clusters import conditions as cond
-from app.clusters.installer import InstallError
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterResize
 from app.clusters.service import delete_cluster, resize_cluster
 from app.database.core import Database
 from app.kit.crypto import SecretBox
 from app.kube.errors import PermanentKubeError
+from app.kube.helm import InstallError
 from app.kube.manifests.chart_schema import validate_values
 from app.kubeconfigs.models import KubeconfigGrant
 from app.nodes.models import Node

@@ -26,15 +26,14 @@ from sqlalchemy import select
 from app.auth.principal import Principal
 from app.clusters import conditions as cond
 from app.clusters import service
-from app.clusters.installer import InstallError
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize
-from app.clusters.shapes import ClusterAddon
 from app.database.core import Database
 from app.kit.config import Settings
 from app.kit.crypto import SecretBox
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
+from app.kube.helm import AddonChart, InstallError
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.admission import POLICY_NAME as GUARD
 from app.kube.port import Manifest
@@ -142,7 +141,7 @@ class VClusterStandIn:
         self.calls.append(("uninstall", namespace))
         self.kubectl.delete("v1", "Secret", f"vc-{release}", namespace)
 
-    def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
+    def install_addon(self, addon: AddonChart, kubeconfig: str) -> None:
         self.calls.append(("install_addon", addon.name))
 
     def uninstall_addon(self, name: str, kubeconfig: str) -> None:

@@ -14,11 +14,11 @@ from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
 from app.clusters import conditions as cond
-from app.clusters.installer import InstallError
 from app.clusters.models import VirtualCluster
 from app.clusters.shapes import ClusterAddon
 from app.database.core import Database
 from app.kube.adapter import KubernetesAdapter
+from app.kube.helm import InstallError
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.team_queues import split, team_label, teams
 from app.kube.port import KubePort

@@ -28,11 +28,11 @@ from app.clusters import conditions as cond
 from app.clusters import service as clusters
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate
-from app.clusters.shapes import ClusterAddon
 from app.database.core import Database, utcnow
 from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
+from app.kube.helm import AddonChart
 from app.kube.manifests import labels as lbl
 from app.quotas import service as quotas
 from app.quotas.schemas import ApproveIn, QuotaRequestCreate
@@ -69,7 +69,7 @@ class StandInHelm:
     def uninstall(self, release: str, namespace: str) -> None:
         self.host.delete("v1", "Secret", f"vc-{release}", namespace)
 
-    def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
+    def install_addon(self, addon: AddonChart, kubeconfig: str) -> None:
         pass
 
     def uninstall_addon(self, name: str, kubeconfig: str) -> None:

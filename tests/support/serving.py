@@ -11,10 +11,10 @@ from contextlib import contextmanager
 import httpx
 import uvicorn
 
-from app.clusters.installer import Installer
 from app.database.core import Database
 from app.kit.config import Settings
 from app.kube.connector import KubeConnector
+from app.kube.helm import Installer
 from app.process.asgi import create_app
 from app.process.worker import build_worker
 from tests.support.web import free_port

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from app.clusters.installer import HelmInstaller
 from app.clusters.shapes import ClusterAddon
 from app.kit.config import Settings
+from app.kube.helm import HelmInstaller
 from app.templates.charts import ChartSources, OciResolver
 from app.templates.schemas import AddonSpec, VersionSettings
 from app.templates.validation import validate

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from app.clusters import conditions as cond
 from app.clusters import desired, team_queues
-from app.clusters.installer import InstallError
 from app.clusters.shapes import ClusterAddon
 from app.kube.errors import KubeError
+from app.kube.helm import InstallError
 from app.reconcilers.clusters.results import Failure, Pass, classify
 
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 from app.clusters import conditions as cond
 from app.clusters import events, repository
-from app.clusters.installer import InstallError
 from app.kube import manifests
 from app.kube.errors import KubeError
+from app.kube.helm import InstallError
 from app.kube.port import ObjectRef
 from app.reconcilers.clusters.results import ACTOR, Pass
 

@@ -42,7 +42,6 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from app.clusters import desired, repository
-from app.clusters.installer import HelmInstaller, Installer
 from app.clusters.models import VirtualCluster
 from app.database.core import Database, utcnow
 from app.hosts import repository as hosts_repository
@@ -53,6 +52,7 @@ from app.kit.crypto import SecretBox
 from app.kube import manifests
 from app.kube.cache import ListCache
 from app.kube.connector import HostTarget, KubeConnector, for_host
+from app.kube.helm import HelmInstaller, Installer
 from app.kube.port import KubePort, Manifest, ObjectRef
 from app.reconcilers.clusters.results import Host
 from app.reconcilers.clusters.run import ClusterRun, mark_invalid, to_outcome

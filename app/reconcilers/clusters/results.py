@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.clusters.installer import Installer, InstallError
 from app.kube.errors import KubeError, TransientKubeError
+from app.kube.helm import Installer, InstallError
 from app.kube.port import KubePort
 
 ACTOR = "cluster-reconciler"

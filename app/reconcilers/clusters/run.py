@@ -16,11 +16,11 @@ from app.audit import service as audit
 from app.clusters import conditions as cond
 from app.clusters import desired, repository
 from app.clusters.desired import DesiredCluster
-from app.clusters.installer import InstallError
 from app.kit.crypto import SecretBox
 from app.kube import manifests, quantities
 from app.kube.cache import ListCache
 from app.kube.errors import KubeError, TransientKubeError
+from app.kube.helm import InstallError
 from app.kube.port import KubePort, Manifest, ObjectRef
 from app.reconcilers.clusters import addons, deletion, sleeping
 from app.reconcilers.clusters.results import (

@@ -1,5 +1,5 @@
-"""Installing the vCluster release and its add-ons: an interface, and its default on the
-``helm`` CLI.
+"""helm, the one place the portal runs it: installing the vCluster release and its add-ons
+(an interface, its default on the ``helm`` CLI, and the simulated host's stand-in).
 
 The generated values go to a private temporary file; the host kubeconfig is passed explicitly,
 so helm never falls back to whatever ``~/.kube/config`` happens to say. An add-on goes into the
@@ -14,9 +14,8 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from app.clusters.shapes import ClusterAddon
 from app.kit.config import Settings
 from app.kube.connector import HostTarget
 from app.kube.manifests import dump_yaml
@@ -28,6 +27,21 @@ _NOT_FOUND = ("release: not found", "not found")
 # How helm says the chart's values.schema.json refuses the values: the same values would be
 # refused again, so the release waits for a change rather than being retried.
 _SCHEMA_REFUSED = "don't meet the specifications of the schema"
+
+
+class AddonChart(Protocol):
+    """A chart installed into a virtual cluster, its release and namespace named after it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def repo(self) -> str: ...
+    @property
+    def chart(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def values(self) -> dict[str, Any]: ...
 
 
 class InstallError(Exception):
@@ -49,7 +63,7 @@ class Installer(Protocol):
         """Remove the release; no error when it is already gone."""
         ...
 
-    def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
+    def install_addon(self, addon: AddonChart, kubeconfig: str) -> None:
         """Install or upgrade the add-on (release and namespace named after it) in the virtual
         cluster that ``kubeconfig`` reaches (idempotent)."""
         ...
@@ -98,7 +112,7 @@ class HelmInstaller:
         return [self.binary, "uninstall", release, "--namespace", namespace,
                 "--ignore-not-found", *self._kubeconfig_args()]
 
-    def addon_install_command(self, addon: ClusterAddon, values_file: str,
+    def addon_install_command(self, addon: AddonChart, values_file: str,
                               kubeconfig_file: str) -> list[str]:
         # An OCI chart is named by its full reference; --repo is for index.yaml repositories.
         source = ([f"{addon.repo}/{addon.chart}"] if addon.repo.startswith(OCI_PREFIX)
@@ -144,7 +158,7 @@ class HelmInstaller:
                 if not any(marker in error.message for marker in _NOT_FOUND):
                     raise
 
-    def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
+    def install_addon(self, addon: AddonChart, kubeconfig: str) -> None:
         with tempfile.TemporaryDirectory(prefix="vcluster-addon-") as directory:
             values_file = _private_file(Path(directory) / "values.yaml", dump_yaml(addon.values))
             config_file = _private_file(Path(directory) / "kubeconfig", kubeconfig)
@@ -198,7 +212,7 @@ class SimulatedInstaller:
     def uninstall(self, release: str, namespace: str) -> None:
         self.host.stop_control_plane(release, namespace)
 
-    def install_addon(self, addon: ClusterAddon, kubeconfig: str) -> None:
+    def install_addon(self, addon: AddonChart, kubeconfig: str) -> None:
         """The add-on's namespace appears in the simulated virtual cluster, labelled with the
         chart, as ``helm --create-namespace`` would leave it."""
         namespace = _addon_namespace(addon.name, addon.chart, addon.version)
