@@ -125,7 +125,7 @@ postgres:
 	@bash tools/postgres.sh
 
 # The lab (root: network namespaces): a real GPU host on this machine with the portal on it;
-# `make lab-demo` in another shell walks three teams through it. See the README.
+# `make lab-demo` in another shell walks three teams through it. See docs/lab.md.
 lab: setup tools
 	$(SUDO) $(BIN)/portal lab
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from app.kit.words import counted, plural
+from app.kit.plurals import counted, plural
 from app.kube.manifests import labels as lbl
 
 ACTIVE = "active"

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from app.auth.deps import CurrentPrincipal
-from app.fleet import service, sleep, sleeping
+from app.fleet import asleep_clusters, freed_hours, service
 from app.fleet.schemas import FleetCapacityOut, FleetSleepOut, SleepingClusterOut
 from app.http.deps import DbSession
 from app.http.pagination import Page, Paging
@@ -38,17 +38,17 @@ def fleet_capacity(db: DbSession, principal: CurrentPrincipal,
     return service.capacity(db, principal, filters)
 
 
-SleepDays = Annotated[int, Query(ge=1, le=sleep.MAX_DAYS, description=(
+SleepDays = Annotated[int, Query(ge=1, le=freed_hours.MAX_DAYS, description=(
     "how many UTC days up to and with today; default: today and the 7 days before"))]
 
 
 @router.get("/fleet/sleep", response_model=FleetSleepOut,
             summary="GPU-hours freed by sleep", responses=problems(403))
 def fleet_sleep(db: DbSession, principal: CurrentPrincipal,
-                days: SleepDays = sleep.DEFAULT_DAYS) -> FleetSleepOut:
+                days: SleepDays = freed_hours.DEFAULT_DAYS) -> FleetSleepOut:
     """GPU-hours sleeping clusters gave back to the shared pool, per GPU class and day over all
     tenants (platform admins)."""
-    return sleep.freed_by_sleep(db, principal, days)
+    return freed_hours.freed_by_sleep(db, principal, days)
 
 
 @router.get("/admin/sleeping-clusters", response_model=Page[SleepingClusterOut],
@@ -57,4 +57,4 @@ def sleeping_clusters(db: DbSession, principal: CurrentPrincipal,
                       paging: Paging) -> Page[SleepingClusterOut]:
     """Every cluster asleep or going to sleep, with its tenant, why, since when and when its sleep
     policy deletes it (platform admins)."""
-    return sleeping.sleeping_clusters(db, principal, paging)
+    return asleep_clusters.sleeping_clusters(db, principal, paging)

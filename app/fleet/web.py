@@ -8,7 +8,7 @@ from markupsafe import Markup
 from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
-from app.fleet import service, sleep, sleeping
+from app.fleet import asleep_clusters, freed_hours, service
 from app.fleet.api import Filters, SleepDays
 from app.fleet.schemas import FleetSleepOut
 from app.gpu_classes.charts import capacity_chart
@@ -45,10 +45,10 @@ def fleet_hosts(request: Request, db: DbSession, principal: CurrentPrincipal,
 
 @router.get("/admin/fleet/sleep")
 def fleet_sleep(request: Request, db: DbSession, principal: CurrentPrincipal,
-                days: SleepDays = sleep.DEFAULT_DAYS) -> Response:
-    freed = sleep.freed_by_sleep(db, principal, days)
-    return render(request, "fleet/sleep.html", {"freed": freed,
-                                                "chart": _sleep_chart(db, freed)})
+                days: SleepDays = freed_hours.DEFAULT_DAYS) -> Response:
+    freed = freed_hours.freed_by_sleep(db, principal, days)
+    return render(request, "fleet/freed_hours.html", {"freed": freed,
+                                                      "chart": _sleep_chart(db, freed)})
 
 
 def _sleep_chart(db: DbSession, freed: FleetSleepOut) -> Markup:
@@ -65,6 +65,6 @@ def _sleep_chart(db: DbSession, freed: FleetSleepOut) -> Markup:
 
 @router.get("/admin/fleet/sleeping")
 def sleeping_clusters(request: Request, db: DbSession, principal: CurrentPrincipal) -> Response:
-    page = sleeping.sleeping_clusters(db, principal, PageParams(limit=200))
-    return render(request, "fleet/sleeping.html", {"clusters": page.items,
-                                                   "more": page.next_cursor is not None})
+    page = asleep_clusters.sleeping_clusters(db, principal, PageParams(limit=200))
+    return render(request, "fleet/sleeping_clusters.html",
+                  {"clusters": page.items, "more": page.next_cursor is not None})

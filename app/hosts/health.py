@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from app.hosts.webhook_route import WebhookRoute
 from app.kit.config import Settings
-from app.kit.words import plural
+from app.kit.plurals import plural
 from app.kube.errors import KubeError
 from app.kube.manifests.admission import (
     HARDENING_WEBHOOK_NAME,

@@ -23,7 +23,7 @@ def format_character_problem(value: str) -> str | None:
     Unicode format characters (category Cf: bidirectional overrides and isolates, zero-width
     spaces and joiners, soft hyphens, tag characters, ...) are invisible, yet reorder or hide
     what is shown: "acme", U+202E, "gnp.exe" reads as "acmeexe.png". All are refused, ZWJ
-    and ZWNJ too (README, "Decisions worth knowing")."""
+    and ZWNJ too (docs/design.md)."""
     hidden = first_format_character(value)
     if hidden:
         return f"must not contain {describe(hidden)}, an invisible formatting character"

@@ -18,8 +18,8 @@ from app.http.pagination import Paging
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import Conflict, ProblemError, ValidationFailed
 from app.kit.limits import LimitReached
+from app.kit.plurals import counted
 from app.kit.validation import MAX_ROW_ID
-from app.kit.words import counted
 from app.quotas import burst, service
 from app.quotas.api import AppSettings
 from app.quotas.schemas import (

@@ -25,7 +25,7 @@ from app.database.core import utcnow
 from app.gpu_classes.models import GpuClass
 from app.kit.config import Settings
 from app.kit.errors import Conflict, NotFound, ValidationFailed
-from app.kit.wording import in_our_words
+from app.kit.validation_messages import in_our_words
 from app.kube.port import HostProbe
 from app.templates import repository
 from app.templates.addons import cluster_addons

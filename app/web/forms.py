@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from starlette.responses import RedirectResponse, Response
 
 from app.kit.errors import ProblemError, ValidationFailed
-from app.kit.wording import in_our_words
+from app.kit.validation_messages import in_our_words
 
 _INTEGER = re.compile(r"^[+-]?\d{1,18}$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")

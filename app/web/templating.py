@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from app.kit.format_characters import visible_format_characters
-from app.kit.words import counted, plural
+from app.kit.plurals import counted, plural
 from app.web.names import gpu_class_label, gpu_class_text
 from app.web.times import exact, time_tag
 
