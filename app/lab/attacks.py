@@ -27,7 +27,8 @@ from app.kube.adapter import KubernetesAdapter
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.names import cluster_queue_name
 from app.lab import demo
-from app.lab.demo import H100, DemoError, Kubectl, Portal, Report, Team, Workload
+from app.lab.demo import H100, Portal
+from app.lab.walk import DemoError, Kubectl, Report, Team, Workload
 
 ACME, INITECH_BURST, INITECH_DEDICATED = demo.TEAMS[0], demo.TEAMS[2], demo.TEAMS[3]
 # An H100 node dedicated to initech: the class acme's shared-pool cluster runs on.

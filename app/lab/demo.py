@@ -10,22 +10,19 @@ own kubeconfigs and the portal's API, and say what they found.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-import yaml
 
 from app.kube.adapter import KubernetesAdapter
-from app.kube.manifests.names import cluster_queue_name, host_namespace_name
+from app.kube.manifests.names import cluster_queue_name
 from app.lab import isolation
 from app.lab.gpu import SCHEDULER_NAME
+from app.lab.walk import DemoError, Kubectl, Report, Team, Workload
 
 T = TypeVar("T")
 GPU = "nvidia.com/gpu"
@@ -35,44 +32,6 @@ H100, L40S, GB200 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S", "NVIDIA-GB200"
 DEDICATED_NODES = ("gb200-c1-n1", "gb200-c1-n2")
 READY_TIMEOUT = 240.0
 RUNNING_TIMEOUT = 120.0
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What a team applies: pods of ``gpus_each`` GPUs, and Jobs of one such pod. More than
-    the cluster's GPUs hold is on purpose: those beyond must wait, never run."""
-
-    pods: tuple[str, ...]
-    gpus_each: int
-    jobs: tuple[str, ...] = ()
-
-    @property
-    def count(self) -> int:
-        return len(self.pods) + len(self.jobs)
-
-
-@dataclass(frozen=True)
-class Team:
-    tenant: str
-    display_name: str
-    cluster: str
-    product: str
-    gpus: int
-    placement: str
-    workload: Workload
-
-    @property
-    def namespace(self) -> str:
-        return host_namespace_name(self.tenant, self.cluster)
-
-    @property
-    def label(self) -> str:
-        return f"{self.tenant}/{self.cluster}"
-
-    @property
-    def fits(self) -> int:
-        """How many of its pods the cluster's GPUs hold at once."""
-        return min(self.workload.count, self.gpus // self.workload.gpus_each)
 
 
 TEAMS = (
@@ -85,34 +44,6 @@ TEAMS = (
     Team("initech", "Initech Labs", "pretrain", GB200, 8, "dedicated-nodes",
          Workload(pods=("llm-0", "llm-1"), gpus_each=4)),
 )
-
-
-@dataclass
-class Check:
-    name: str
-    passed: bool
-    detail: str
-
-
-@dataclass
-class Report:
-    checks: list[Check] = field(default_factory=list)
-
-    def check(self, name: str, passed: bool, detail: str) -> None:
-        self.checks.append(Check(name, passed, detail))
-        mark = "ok  " if passed else "FAIL"
-        print(f"  [{mark}] {name}: {detail}", flush=True)
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.checks) and all(c.passed for c in self.checks)
-
-    def failures(self) -> list[Check]:
-        return [c for c in self.checks if not c.passed]
-
-
-class DemoError(RuntimeError):
-    pass
 
 
 def read_env(path: Path) -> dict[str, str]:
@@ -250,32 +181,6 @@ def workload_manifests(team: Team) -> list[dict[str, Any]]:
                           "containers": [gpu_container(work.gpus_each)]}}}}
             for name in work.jobs]
     return pods + jobs
-
-
-@dataclass
-class Kubectl:
-    binary: str
-    env: Mapping[str, str]
-
-    def run(self, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
-        done = subprocess.run([self.binary, f"--kubeconfig={kubeconfig}", *args],
-                              input=stdin, capture_output=True, text=True, timeout=60,
-                              env={**os.environ, **self.env}, check=False)
-        if done.returncode != 0:
-            raise DemoError(f"kubectl {' '.join(args)}: {done.stderr.strip()[:400]}")
-        return done.stdout
-
-    def apply(self, kubeconfig: Path, manifests: list[dict[str, Any]]) -> None:
-        self.run(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all(manifests))
-
-    def pods(self, kubeconfig: Path, *scope: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = json.loads(
-            self.run(kubeconfig, "get", "pods", "-o", "json", *scope))["items"]
-        return items
-
-    def names(self, kubeconfig: Path, kind: str) -> set[str]:
-        out = self.run(kubeconfig, "get", kind, "-o", "jsonpath={.items[*].metadata.name}")
-        return set(out.split())
 
 
 # ----- the checks, from outside the portal

@@ -13,7 +13,7 @@ from app.kube.adapter import KubernetesAdapter
 from app.kube.manifests import labels as lbl
 
 if TYPE_CHECKING:
-    from app.lab.demo import Kubectl, Report, Team
+    from app.lab.walk import Kubectl, Report, Team
 
 SYSTEM_PODS_TIMEOUT = 120.0
 

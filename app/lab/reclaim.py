@@ -23,10 +23,11 @@ from typing import Any
 import httpx
 
 from app.kube.adapter import KubernetesAdapter
-from app.lab import demo, host
-from app.lab.demo import DemoError, Portal, Report, Team, Workload
+from app.lab import demo, host, walk
+from app.lab.demo import Portal
 from app.lab.gpu import KWOK_NODE
 from app.lab.main import WORKER_RESYNC_SECONDS
+from app.lab.walk import DemoError, Report, Team, Workload
 from app.usage.sampling import sample_hold
 
 H200 = "NVIDIA-H200"
@@ -246,7 +247,7 @@ def run(env: Mapping[str, str], folder: Path) -> Report:
     return report
 
 
-def burst_onto_idle_gpus(report: Report, admin: KubernetesAdapter, kubectl: demo.Kubectl,
+def burst_onto_idle_gpus(report: Report, admin: KubernetesAdapter, kubectl: walk.Kubectl,
                          kubeconfig: Path) -> None:
     print(f"== {BORROWER.tenant} runs {POOL_GPUS} pods on its guarantee of "
           f"{BORROWER.gpus}", flush=True)
@@ -261,7 +262,7 @@ def burst_onto_idle_gpus(report: Report, admin: KubernetesAdapter, kubectl: demo
                  f"{len(bound) - BORROWER.gpus} borrowed")
 
 
-def reclaim_for_the_owner(report: Report, admin: KubernetesAdapter, kubectl: demo.Kubectl,
+def reclaim_for_the_owner(report: Report, admin: KubernetesAdapter, kubectl: walk.Kubectl,
                           kubeconfig: Path, watch: Watch) -> None:
     """The owner applies its pods while ``watch`` follows the borrower's; done once the
     owner's are bound and KAI had ten more seconds to take anything else."""
@@ -282,7 +283,7 @@ def reclaim_for_the_owner(report: Report, admin: KubernetesAdapter, kubectl: dem
     print(f"reclaim bound {OWNER.label}'s {OWNER.gpus} pods in {took:.1f} s", flush=True)
 
 
-def check_borrower(report: Report, admin: KubernetesAdapter, kubectl: demo.Kubectl,
+def check_borrower(report: Report, admin: KubernetesAdapter, kubectl: walk.Kubectl,
                    kubeconfig: Path, watch: Watch) -> None:
     kept = bound_pods(admin, BORROWER)
     report.check(f"{BORROWER.label}: kept its guarantee throughout",
@@ -334,7 +335,7 @@ def check_portal_sees_burst(report: Report, portal: Portal, burst: int) -> None:
 
 
 def within_the_tenant(report: Report, portal: Portal, admin: KubernetesAdapter,
-                      kubectl: demo.Kubectl, folder: Path, watch: Watch) -> None:
+                      kubectl: walk.Kubectl, folder: Path, watch: Watch) -> None:
     """Northwind's new cluster, guaranteed 1 GPU, takes it from its own sweep's borrowed
     GPUs (the sweep's leaf is over its quota, the new one under its own), not from contoso."""
     print(f"== {BORROWER.tenant} gets 1 more GPU for a second cluster, {EVAL.label}",
@@ -412,7 +413,7 @@ def check_audit(report: Report, portal: Portal) -> None:
                  f"{rows[0]['after']['why'] if rows else ''}")
 
 
-def _pending(kubectl: demo.Kubectl, kubeconfig: Path, count: int) -> list[str] | None:
+def _pending(kubectl: walk.Kubectl, kubeconfig: Path, count: int) -> list[str] | None:
     pods = kubectl.pods(kubeconfig, "-n", "default", "-l", f"app={SWEEP}")
     pending = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Pending"
                and not p["metadata"].get("deletionTimestamp")]

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from app.kube.adapter import KubernetesAdapter
-from app.lab import demo, host
-from app.lab.demo import DemoError, Portal, Report, Team, Workload
+from app.lab import demo, host, walk
+from app.lab.demo import Portal
 from app.lab.reclaim import bound_pods, pool_node, small_gpu_container
+from app.lab.walk import DemoError, Report, Team, Workload
 
 B200 = "NVIDIA-B200"
 MACHINE = "b200-s1-n1"
@@ -101,7 +102,7 @@ def set_up(portal: Portal, admin: KubernetesAdapter) -> None:
 
 
 def sleep_on_idle(report: Report, portal: Portal, admin: KubernetesAdapter,
-                  kubectl: demo.Kubectl, kubeconfig: Path) -> None:
+                  kubectl: walk.Kubectl, kubeconfig: Path) -> None:
     print(f"== {SLEEPER.label} sleeps after 5 idle minutes; its day ends", flush=True)
     # Set once the worker has seen its pods bound: the policy never finds it idle before.
     demo.wait_until(lambda: _in_use(portal) == SLEEPER.gpus,
@@ -130,7 +131,7 @@ def sleep_on_idle(report: Report, portal: Portal, admin: KubernetesAdapter,
 
 
 def wake_on_kubeconfig(report: Report, env: Mapping[str, str], admin: KubernetesAdapter,
-                       kubectl: demo.Kubectl, folder: Path) -> Path | None:
+                       kubectl: walk.Kubectl, folder: Path) -> Path | None:
     print(f"== portalctl kubeconfig {SLEEPER.cluster} --wait wakes it", flush=True)
     path = folder / f"{SLEEPER.tenant}-{SLEEPER.cluster}-woken.kubeconfig"
     started = time.monotonic()

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
     from starlette.types import Lifespan
 
-    from app.lab.demo import Report
+    from app.lab.walk import Report
 
 
 

@@ -4,12 +4,14 @@ exactly one set of objects."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
 
 from app.clusters import conditions as cond
 from app.database.core import Database
+from app.kube import manifests
 from app.kube.errors import TransientKubeError
 from app.reconcilers.clusters import ClusterReconciler
 from tests.clusters.support import Harness, create
@@ -110,3 +112,44 @@ def test_retry_after_is_honoured_and_backoff_grows(harness: Harness, tenancy: Te
     assert condition is not None and condition["reason"] == "TooManyRequests"
     harness.converge(2)
     assert ready(harness, created.id)
+
+
+def test_a_bug_in_a_builder_is_logged_and_retried_never_shown_to_the_tenant(
+    harness: Harness, tenancy: Tenancy, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    created = create(harness.database, tenancy)
+
+    def broken(*_: object) -> list[dict[str, object]]:
+        raise ValueError("list index out of range")
+
+    monkeypatch.setattr(manifests, "cluster_host_objects", broken)
+    with caplog.at_level(logging.ERROR, logger="app.reconcilers.runtime"):
+        harness.run()
+    cluster = harness.cluster(created.id)
+    assert cluster is not None
+    shown = " ".join(str(c.get("message")) for c in cluster.conditions or [])
+    assert "list index out of range" not in shown
+    assert not cond.is_true(cluster.conditions, cond.FAILED)
+    assert f"clusters {created.id}: reconcile failed" in caplog.text
+    assert "ValueError: list index out of range" in (harness.item(created.id).last_error or "")
+    monkeypatch.undo()
+    harness.converge()
+    assert ready(harness, created.id)
+
+
+def test_a_spec_the_builders_refuse_is_shown_to_the_tenant(
+    harness: Harness, tenancy: Tenancy, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    created = create(harness.database, tenancy)
+
+    def refused(*_: object) -> list[dict[str, object]]:
+        raise manifests.InvalidSpec("tenant slug 'acme' collides with the root queue")
+
+    monkeypatch.setattr(manifests, "cluster_host_objects", refused)
+    harness.run()
+    cluster = harness.cluster(created.id)
+    assert cluster is not None
+    failed = cond.find(cluster.conditions, cond.FAILED) or {}
+    assert failed.get("reason") == "InvalidSpec"
+    assert "collides with the root queue" in str(failed.get("message"))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.lab import demo
+from app.lab import demo, walk
 from app.lab.main import Lab, LabOptions
 from tests.lab import groups
 from tests.support import slots
@@ -34,6 +34,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 
 @pytest.fixture(scope="package")
-def walked(lab: Lab) -> demo.Report:
+def walked(lab: Lab) -> walk.Report:
     """The three-teams walk, once for every module that reads or attacks what it made."""
     return demo.run(demo.read_env(lab.folder / "env"), lab.folder / "kubeconfigs")

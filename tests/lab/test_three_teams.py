@@ -16,7 +16,7 @@ import subprocess
 from typing import Any
 
 from app.kube.adapter import KubernetesAdapter
-from app.lab import demo
+from app.lab import demo, walk
 from app.lab.main import Lab
 from tests.lab import groups
 from tests.support.waiting import wait_for
@@ -27,7 +27,7 @@ ACME = demo.TEAMS[0]
 
 
 def test_three_teams_run_gpu_pods_in_their_own_clusters_within_their_quota(
-        walked: demo.Report) -> None:
+        walked: walk.Report) -> None:
     failures = "\n".join(f"{c.name}: {c.detail}" for c in walked.failures())
     assert walked.passed, f"the walkthrough failed:\n{failures}"
     names = [c.name for c in walked.checks]
@@ -38,22 +38,22 @@ def test_three_teams_run_gpu_pods_in_their_own_clusters_within_their_quota(
         assert any(claim in name for name in names), claim
 
 
-def kubectl(lab: Lab, team: demo.Team, *args: str, stdin: str | None = None) -> str:
+def kubectl(lab: Lab, team: walk.Team, *args: str, stdin: str | None = None) -> str:
     env = demo.read_env(lab.folder / "env")
-    tool = demo.Kubectl(env["KUBECTL"], {"HTTPS_PROXY": env["HTTPS_PROXY"],
+    tool = walk.Kubectl(env["KUBECTL"], {"HTTPS_PROXY": env["HTTPS_PROXY"],
                                          "NO_PROXY": env["NO_PROXY"]})
     return tool.run(lab.folder / "kubeconfigs" / f"{team.tenant}-{team.cluster}.kubeconfig",
                     *args, stdin=stdin)
 
 
-def condition(lab: Lab, team: demo.Team, type_: str) -> dict[str, Any]:
+def condition(lab: Lab, team: walk.Team, type_: str) -> dict[str, Any]:
     env = demo.read_env(lab.folder / "env")
     cluster = demo.Portal(env["PORTAL_URL"], env["PORTAL_TOKEN"]).cluster(team)
     return next((c for c in cluster["conditions"] if c["type"] == type_), {})
 
 
 def test_a_crashed_control_plane_shows_in_the_conditions_and_comes_back_with_its_pods(
-        lab: Lab, walked: demo.Report) -> None:
+        lab: Lab, walked: walk.Report) -> None:
     before = set(kubectl(lab, ACME, "get", "pods", "-o", "name").split())
     lab.runner.crash(ACME.namespace, hold=True)
     down = wait_for(lambda: _not_true(condition(lab, ACME, "Ready")),
@@ -71,7 +71,7 @@ def _not_true(found: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def test_pods_created_while_kais_scheduler_is_down_are_bound_once_it_is_back(
-        lab: Lab, walked: demo.Report) -> None:
+        lab: Lab, walked: walk.Report) -> None:
     host = lab.server.adapter()
     lab.gpus.kill("scheduler")
     try:
@@ -101,7 +101,7 @@ def _late_pod() -> dict[str, Any]:
             "spec": {"containers": [demo.gpu_container(1)]}}
 
 
-def _unbound(host: KubernetesAdapter, team: demo.Team) -> dict[str, Any] | None:
+def _unbound(host: KubernetesAdapter, team: walk.Team) -> dict[str, Any] | None:
     return next((p for p in demo.team_host_pods(host, team)
                  if not p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")),
                 None)
@@ -113,11 +113,11 @@ def _bound(host: KubernetesAdapter, namespace: str, name: str) -> dict[str, Any]
 
 
 def test_a_killed_portal_worker_resumes_and_nothing_is_lost(lab: Lab,
-                                                             walked: demo.Report) -> None:
+                                                             walked: walk.Report) -> None:
     env = demo.read_env(lab.folder / "env")
     portal = demo.Portal(env["PORTAL_URL"], env["PORTAL_TOKEN"])
-    team = demo.Team("globex", "Globex Inference", "batch", demo.L40S, 1, "shared-pool",
-                     demo.Workload(pods=("batch-0",), gpus_each=1))
+    team = walk.Team("globex", "Globex Inference", "batch", demo.L40S, 1, "shared-pool",
+                     walk.Workload(pods=("batch-0",), gpus_each=1))
     portal.call("POST", "/quota-requests/" + str(portal.call(
         "POST", "/tenants/globex/quota-requests",
         {"gpu_class_id": portal.class_id(demo.L40S), "gpus": 1, "reason": "batch"})["id"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.lab import attacks, demo
+from app.lab import attacks, demo, walk
 from app.lab.main import Lab
 from tests.lab import groups
 
@@ -16,16 +16,16 @@ pytestmark = groups.TEAMS
 
 
 @pytest.fixture(scope="module")
-def battery(lab: Lab, walked: demo.Report) -> demo.Report:
+def battery(lab: Lab, walked: walk.Report) -> walk.Report:
     return attacks.run(demo.read_env(lab.folder / "env"), lab.folder / "kubeconfigs")
 
 
-def _named(report: demo.Report, claim: str) -> list[demo.Check]:
+def _named(report: walk.Report, claim: str) -> list[walk.Check]:
     return [c for c in report.checks if claim in c.name]
 
 
 def test_every_clusters_own_system_pods_run_and_shared_pools_list_no_dedicated_node(
-        walked: demo.Report) -> None:
+        walked: walk.Report) -> None:
     system = _named(walked, "every kube-system pod Running")
     assert len(system) == len(demo.TEAMS), [c.name for c in walked.checks]
     lists = _named(walked, "lists no dedicated node")
@@ -34,7 +34,7 @@ def test_every_clusters_own_system_pods_run_and_shared_pools_list_no_dedicated_n
     assert not failed, "\n".join(failed)
 
 
-def test_no_attack_of_one_tenant_lands_anywhere_it_must_not(battery: demo.Report) -> None:
+def test_no_attack_of_one_tenant_lands_anywhere_it_must_not(battery: walk.Report) -> None:
     failed = "\n".join(f"{c.name}: {c.detail}" for c in battery.failures())
     assert battery.passed, f"the battery found:\n{failed}"
     for claim in ("lists no node dedicated", "every pod it placed is on a node it may use",

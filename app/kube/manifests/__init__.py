@@ -33,6 +33,7 @@ from app.kube.manifests.specs import (
     UNLIMITED_GPUS,
     ClusterSpec,
     ContainerDefaults,
+    InvalidSpec,
     ManifestPolicy,
     TenantSpec,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "UNLIMITED_GPUS",
     "ClusterSpec",
     "ContainerDefaults",
+    "InvalidSpec",
     "ManifestPolicy",
     "TenantSpec",
     "api_server_network_policy",

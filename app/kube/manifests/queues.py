@@ -12,7 +12,13 @@ from typing import Any
 
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.names import cluster_queue_name, tenant_queue_name
-from app.kube.manifests.specs import UNLIMITED_GPUS, ClusterSpec, ManifestPolicy, TenantSpec
+from app.kube.manifests.specs import (
+    UNLIMITED_GPUS,
+    ClusterSpec,
+    InvalidSpec,
+    ManifestPolicy,
+    TenantSpec,
+)
 from app.kube.manifests.units import mib_to_mb
 
 Manifest = dict[str, Any]
@@ -58,7 +64,7 @@ def _min_runtimes(tenant: TenantSpec) -> dict[str, str]:
 def tenant_queue(tenant: TenantSpec, policy: ManifestPolicy) -> Manifest:
     name = tenant_queue_name(tenant.slug)
     if name == policy.kai_root_queue:
-        raise ValueError(f"tenant slug {tenant.slug!r} collides with the root queue")
+        raise InvalidSpec(f"tenant slug {tenant.slug!r} collides with the root queue")
     weight = tenant.over_quota_weight
     ceiling = tenant.gpu_ceiling
     spec = {

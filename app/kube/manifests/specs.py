@@ -27,9 +27,14 @@ _POD_SECURITY: Final = ("restricted", "baseline")
 _EDITIONS: Final = ("oss", "pro")
 
 
+class InvalidSpec(ValueError):
+    """A spec the builders refuse (a tenant's or operator's input): the tenant is told. Any
+    other error out of a builder is a bug."""
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
-        raise ValueError(message)
+        raise InvalidSpec(message)
 
 
 def _require_slug(value: str, what: str, max_len: int = 63) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.clusters import conditions as cond
 from app.clusters import desired, team_queues
@@ -12,23 +12,21 @@ from app.clusters.shapes import ClusterAddon
 from app.kube.errors import KubeError
 from app.kube.helm import InstallError
 from app.reconcilers.clusters.results import Failure, Pass, classify
-
-if TYPE_CHECKING:
-    from app.reconcilers.clusters.run import ClusterRun
+from app.reconcilers.clusters.scope import ClusterScope
 
 log = logging.getLogger(__name__)
 
 
-def converge(run: ClusterRun, ready: Pass) -> Pass:
+def converge(scope: ClusterScope, ready: Pass) -> Pass:
     """Install what is missing or changed, uninstall what is no longer wanted; each add-on
     keeps its own condition, and one failing retries with backoff without holding up the
     others or the cluster's Ready."""
-    wanted = {addon.name: addon for addon in run.wanted.addons}
-    failures = [_step(run, cond.addon_type(addon.name), _install, addon)
+    wanted = {addon.name: addon for addon in scope.wanted.addons}
+    failures = [_step(scope, cond.addon_type(addon.name), _install, addon)
                 for addon in wanted.values()]
-    failures += [_step(run, cond.addon_type(name), _uninstall, name)
-                 for name in cond.addon_names(run.conditions) if name not in wanted]
-    failures.append(_step(run, cond.TEAM_QUEUES, _team_queues, None))
+    failures += [_step(scope, cond.addon_type(name), _uninstall, name)
+                 for name in cond.addon_names(scope.conditions) if name not in wanted]
+    failures.append(_step(scope, cond.TEAM_QUEUES, _team_queues, None))
     failed = [f for f in failures if f is not None]
     if not failed:
         return ready
@@ -39,65 +37,62 @@ def converge(run: ClusterRun, ready: Pass) -> Pass:
     return Pass(converged=True, failure=Failure(message, delay=delay or None))
 
 
-def _step(run: ClusterRun, type_: str, step: Callable[[ClusterRun, Any], None],
+def _step(scope: ClusterScope, type_: str, step: Callable[[ClusterScope, Any], None],
           subject: Any) -> tuple[bool, float, str] | None:
     """Runs one add-on's install or uninstall; (permanent, server's delay, message) if it
     failed."""
     try:
-        step(run, subject)
+        step(scope, subject)
     except (InstallError, KubeError) as error:
         reason, message, permanent, delay = classify(error)
-        run.set(type_, False, reason, message)
-        log.info("cluster %d: %s failed (%s): %s", run.wanted.cluster_id, type_, reason,
+        scope.set(type_, False, reason, message)
+        log.info("cluster %d: %s failed (%s): %s", scope.wanted.cluster_id, type_, reason,
                  message)
         return permanent, delay or 0.0, f"{type_}: {message}"
     return None
 
 
-def _install(run: ClusterRun, addon: ClusterAddon) -> None:
+def _install(scope: ClusterScope, addon: ClusterAddon) -> None:
     type_ = cond.addon_type(addon.name)
     message = (f"{addon.chart} {addon.version} from {addon.repo} "
                f"(values {desired.addon_digest(addon)})")
-    current = cond.find(run.conditions, type_)
+    current = cond.find(scope.conditions, type_)
     if current is not None and current.get("status") == "True" and (
-            current.get("message") == message) and not run.reinstalled:
+            current.get("message") == message) and not scope.reinstalled:
         return
     if current is None:
-        run.set(type_, False, "Installing", message)
-    assert run.kubeconfig is not None
-    run.check_lease()
-    run.save_conditions()
-    run.where.installer.install_addon(addon, run.kubeconfig)
-    run.check_lease()
-    run.set(type_, True, "Installed", message)
+        scope.set(type_, False, "Installing", message)
+    assert scope.kubeconfig is not None
+    scope.check_lease()
+    scope.save_conditions()
+    scope.where.installer.install_addon(addon, scope.kubeconfig)
+    scope.check_lease()
+    scope.set(type_, True, "Installed", message)
 
 
-def _uninstall(run: ClusterRun, name: str) -> None:
-    assert run.kubeconfig is not None
-    run.check_lease()
-    run.save_conditions()
-    run.where.installer.uninstall_addon(name, run.kubeconfig)
-    run.check_lease()
-    run.conditions = cond.remove_condition(run.conditions, cond.addon_type(name))
-    run.unsaved = run.owner.clock()
+def _uninstall(scope: ClusterScope, name: str) -> None:
+    assert scope.kubeconfig is not None
+    scope.check_lease()
+    scope.save_conditions()
+    scope.where.installer.uninstall_addon(name, scope.kubeconfig)
+    scope.check_lease()
+    scope.drop(cond.addon_type(name))
 
 
-def _team_queues(run: ClusterRun, _: None) -> None:
+def _team_queues(scope: ClusterScope, _: None) -> None:
     """KAI inside a dedicated-nodes cluster: its parent and team queues, once KAI is Ready."""
-    kai = run.wanted.kai_addon
+    kai = scope.wanted.kai_addon
     if kai is None:
-        if cond.find(run.conditions, cond.TEAM_QUEUES) is not None:
-            run.conditions = cond.remove_condition(run.conditions, cond.TEAM_QUEUES)
-            run.unsaved = run.owner.clock()
+        scope.drop(cond.TEAM_QUEUES)
         return
-    if not cond.is_true(run.conditions, cond.addon_type(kai.name)):
-        run.set(cond.TEAM_QUEUES, False, "WaitingForAddon",
+    if not cond.is_true(scope.conditions, cond.addon_type(kai.name)):
+        scope.set(cond.TEAM_QUEUES, False, "WaitingForAddon",
                 f"the team queues are made once add-on {kai.name} is installed")
         return
-    wanted = run.wanted.team_queues()
-    assert run.kubeconfig is not None
-    run.check_lease()
-    port = run.owner.connector.virtual(run.kubeconfig)
+    wanted = scope.wanted.team_queues()
+    assert scope.kubeconfig is not None
+    scope.check_lease()
+    port = scope.deps.connector.virtual(scope.kubeconfig)
     try:
         team_queues.ensure(port, wanted)
     finally:
@@ -105,4 +100,4 @@ def _team_queues(run: ClusterRun, _: None) -> None:
         close = getattr(port, "close", None)
         if callable(close):
             close()
-    run.set(cond.TEAM_QUEUES, True, "Applied", team_queues.summary(wanted))
+    scope.set(cond.TEAM_QUEUES, True, "Applied", team_queues.summary(wanted))

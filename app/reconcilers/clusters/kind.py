@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, NoReturn
 
 from sqlalchemy.orm import Session
 
+from app.clusters import conditions as cond
 from app.clusters import desired, repository
 from app.clusters.models import VirtualCluster
 from app.database.core import Database, utcnow
@@ -53,10 +54,21 @@ from app.kube import manifests
 from app.kube.cache import ListCache
 from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.helm import HelmInstaller, Installer
-from app.kube.port import KubePort, Manifest, ObjectRef
-from app.reconcilers.clusters.results import Host
-from app.reconcilers.clusters.run import ClusterRun, mark_invalid, to_outcome
-from app.reconcilers.kind import GONE, Context, Deferred, Outcome
+from app.kube.manifests import InvalidSpec
+from app.kube.port import KubePort
+from app.reconcilers.clusters import deletion, provision, sleeping
+from app.reconcilers.clusters.results import NO_HOST_MESSAGE, Host, Pass
+from app.reconcilers.clusters.scope import ClusterScope, Collaborators
+from app.reconcilers.clusters.shared import SharedObjects
+from app.reconcilers.kind import (
+    GONE,
+    Context,
+    Deferred,
+    HostUnreachable,
+    Outcome,
+    RetryLater,
+    TerminalError,
+)
 from app.reconcilers.runtime import RunsAlone
 from app.workqueue import CLUSTERS
 
@@ -65,8 +77,7 @@ log = logging.getLogger(__name__)
 WAIT_SECONDS = 3.0
 # How soon a cluster whose host has its share of the pool busy is looked at again.
 HOST_BUSY_SECONDS = 1.0
-# How old the list cache's snapshot may be when it serves an unchanged cluster, and how long
-# an object shared by many clusters counts as applied.
+# How old the list cache's snapshot may be when it serves an unchanged cluster.
 CACHE_SECONDS = 10.0
 _ADMISSION = "admissionregistration.k8s.io/v1"
 CACHED_KINDS = (("v1", "Namespace"), ("v1", "ResourceQuota"), ("v1", "LimitRange"),
@@ -74,41 +85,6 @@ CACHED_KINDS = (("v1", "Namespace"), ("v1", "ResourceQuota"), ("v1", "LimitRange
                 (manifests.labels.KAI_API_VERSION, "Queue"),
                 (_ADMISSION, "ValidatingAdmissionPolicy"),
                 (_ADMISSION, "ValidatingAdmissionPolicyBinding"))
-
-
-class SharedObjects:
-    """Objects many clusters of a host want (shared queues, the queue guard): the last one
-    applied of each, for ``CACHE_SECONDS``, and a lock per object so that concurrent
-    reconciles apply it once."""
-
-    def __init__(self, clock: Callable[[], datetime],
-                 max_age_seconds: float = CACHE_SECONDS) -> None:
-        self.clock = clock
-        self.max_age = max_age_seconds
-        self._applied: dict[tuple[int, ObjectRef], tuple[Manifest, datetime]] = {}
-        self._locks: dict[tuple[int, ObjectRef], threading.Lock] = {}
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def ensuring(self, host_id: int, ref: ObjectRef) -> Iterator[None]:
-        with self._lock:
-            lock = self._locks.setdefault((host_id, ref), threading.Lock())
-        with lock:
-            yield
-
-    def applied(self, host_id: int, ref: ObjectRef, obj: Manifest) -> bool:
-        with self._lock:
-            found = self._applied.get((host_id, ref))
-        return found is not None and found[0] == obj and (
-            (self.clock() - found[1]).total_seconds() < self.max_age)
-
-    def remember(self, host_id: int, ref: ObjectRef, obj: Manifest) -> None:
-        with self._lock:
-            self._applied[(host_id, ref)] = (obj, self.clock())
-
-    def forget(self, host_id: int) -> None:
-        with self._lock:
-            self._applied = {k: v for k, v in self._applied.items() if k[0] != host_id}
 
 
 @dataclass(frozen=True)
@@ -186,30 +162,36 @@ class ClusterReconciler(RunsAlone):
         installer: Installer = per_host(target)
         return installer
 
+    def collaborators(self) -> Collaborators:
+        return Collaborators(settings=self.settings, database=self.database,
+                             connector=self.connector, clock=self.clock, box=self.box,
+                             wait_seconds=self.wait_seconds, cache=self.cache,
+                             shared=self.shared)
+
     def reconcile(self, key: str, context: Context) -> Outcome:
         loaded = self._load(int(key))
         if loaded is None:
             return GONE
         if loaded.wanted is None:
             assert loaded.invalid is not None
-            return mark_invalid(self, int(key), context, *loaded.invalid)
+            return self._mark_invalid(int(key), context, *loaded.invalid)
         with context.slots.hold(loaded.host_id) as slot:
             if not slot:
                 # The host has its share of the pool busy (slow, or long helm runs): the
                 # clusters of other hosts go first.
                 raise Deferred(f"host cluster {loaded.host_id} has its share of the worker "
                                "busy", delay=HOST_BUSY_SECONDS)
-            return self._run(loaded, context)
+            scope = self._scope(loaded, context)
+            return _to_outcome(scope, _run(scope))
 
-    def _run(self, loaded: Loaded, context: Context) -> Outcome:
+    def _scope(self, loaded: Loaded, context: Context) -> ClusterScope:
         assert loaded.wanted is not None
         target = loaded.target
         where = Host(loaded.host_id, target.name if target else f"#{loaded.host_id}",
                      self.port(target), self.installer_for(target),
                      target is None or routed(target))
-        run = ClusterRun(self, loaded.wanted, context, loaded.failed_attempts,
-                         loaded.observed_generation, where)
-        return to_outcome(run, run.run())
+        return ClusterScope(self.collaborators(), loaded.wanted, context, where,
+                            loaded.failed_attempts, loaded.observed_generation)
 
     def _load(self, cluster_id: int) -> Loaded | None:
         with self.database.transaction() as db:
@@ -219,8 +201,69 @@ class ClusterReconciler(RunsAlone):
             target = self.target(db, cluster.host_cluster_id)
             try:
                 wanted, invalid = desired.load(db, cluster, self.settings), None
-            except ValueError as error:
+            except InvalidSpec as error:
                 wanted = None
                 invalid = (cluster.generation, list(cluster.conditions or []), str(error))
             return Loaded(wanted, invalid, cluster.failed_attempts, cluster.observed_generation,
                           cluster.host_cluster_id, target)
+
+    def _mark_invalid(self, cluster_id: int, context: Context, generation: int,
+                      conditions: list[dict[str, Any]], message: str) -> NoReturn:
+        """A row the builders refuse (e.g. a name clash with the KAI root queue): tell the
+        tenant."""
+        updated = cond.set_condition(conditions, cond.FAILED, True, "InvalidSpec", message,
+                                     generation, self.clock())
+        if updated != conditions:
+            with self.database.transaction() as db:
+                context.lease.fence(db)
+                repository.update_status(db, cluster_id, conditions=updated,
+                                         updated_at=self.clock())
+        raise TerminalError(f"InvalidSpec: {message}")
+
+
+def _run(scope: ClusterScope) -> Pass:
+    """One pass: the one path the cluster's state calls for, then its conditions saved."""
+    outcome = _path(scope)
+    if outcome.reached:
+        scope.context.hosts.reached(scope.where.id)
+        if cond.find(scope.conditions, cond.HOST_REACHABLE) is not None:
+            scope.set(cond.HOST_REACHABLE, True, "HostReachable",
+                      f"host cluster {scope.where.name} answers")
+    if not outcome.deleted:
+        scope.finish(outcome)
+    return outcome
+
+
+def _path(scope: ClusterScope) -> Pass:
+    if scope.where.port is None:
+        return _no_host(scope)
+    down_until = scope.context.hosts.open_until(scope.where.id)
+    if down_until is not None:
+        # The host failed moments ago: no call to it until its backoff ends.
+        return scope.unreachable(down_until)
+    if scope.wanted.deleting:
+        return deletion.delete(scope)
+    if scope.wanted.asleep:
+        return sleeping.sleep(scope)
+    return provision.provision(scope)
+
+
+def _no_host(scope: ClusterScope) -> Pass:
+    if scope.wanted.deleting:
+        return deletion.delete(scope)
+    scope.set(cond.READY, False, "HostClusterNotConfigured", NO_HOST_MESSAGE)
+    return Pass(reached=False)
+
+
+def _to_outcome(scope: ClusterScope, outcome: Pass) -> Outcome:
+    """What the runtime is told: a failure as the error that schedules its retry."""
+    failure = outcome.failure
+    if outcome.deleted:
+        return GONE
+    if failure is not None and failure.unreachable:
+        raise HostUnreachable(scope.where.id, failure.message)
+    if failure is not None and failure.permanent:
+        raise TerminalError(failure.message)
+    if failure is not None:
+        raise RetryLater(failure.message, delay=failure.delay)
+    return Outcome(requeue_after=0.0 if scope.respec else outcome.next_in)
