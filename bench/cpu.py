@@ -45,7 +45,7 @@ if __package__ in (None, ""):  # run as a file: bench/ is on sys.path, the check
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.database import migrate
-from app.process.cli import usable_cpus
+from app.process.serving import usable_cpus
 from bench import load, seed
 from bench.load import Request
 from bench.portal import TICKS, Credentials, Portal, bearer, mint, serving_pids

@@ -17,7 +17,8 @@ from app.http.health import PROBE_PATHS
 from app.http.middleware import AnswerStampMiddleware
 from app.kit.logs import AccessLog
 from app.process.asgi import create_app
-from app.process.cli import UVICORN_OPTIONS, _settings, settle_heap
+from app.process.preflight import settings_or_exit
+from app.process.serving import UVICORN_OPTIONS, settle_heap
 from bench.lower_bound import MINIMAL, MINIMAL_READY, PROBES
 from bench.twin_app import add_twins
 
@@ -106,7 +107,7 @@ def beside(portal: ASGIApp, minimal: ASGIApp) -> ASGIApp:
 
 
 def serve(port: int) -> None:
-    settings = _settings()
+    settings = settings_or_exit()
     app = create_app(settings)
     add_probes(app, app.state.database, settings.database_url)
     settle_heap()

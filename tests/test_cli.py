@@ -111,10 +111,10 @@ def test_production_on_sqlite_refuses_to_start_and_names_the_database_url(
 
 STOPPED_ANYWHERE = """
 import os, signal, threading
-from app.process.cli import _stop_on_signals
+from app.process.signals import stop_on_signals
 
 stopping = threading.Event()
-_stop_on_signals(stopping.set)
+stop_on_signals(stopping.set)
 threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGTERM)).start()
 while not stopping.wait(0):  # the worker's loop, without its pause: always near the lock
     pass
@@ -351,7 +351,7 @@ def test_every_portal_help_reads_at_80_columns_with_flags_as_flags() -> None:
 ])
 def test_serve_runs_one_process_per_cpu_the_container_may_use(
         tmp_path: Path, files: dict[str, str], expected: int | None) -> None:
-    from app.process.cli import usable_cpus
+    from app.process.serving import usable_cpus
 
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -362,7 +362,7 @@ def test_serve_runs_one_process_per_cpu_the_container_may_use(
 
 def test_serve_runs_one_process_on_sqlite() -> None:
     from app.kit.config import Settings
-    from app.process.cli import serving_processes
+    from app.process.serving import serving_processes
 
     assert serving_processes(Settings(database_url="sqlite:///portal.db")) == 1
 

@@ -30,19 +30,25 @@ from app.audit import readable
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz.scoping import Action
-from app.clusters import checks, deletion, desired, limits, power, repository, sleep_policy
-from app.clusters import conditions as cond
+from app.clusters import (
+    checks,
+    deletion,
+    desired,
+    limits,
+    power,
+    repository,
+    sleep_policy,
+    template_upgrade,
+)
 from app.clusters.deletion import spec_of as _spec
 from app.clusters.models import VirtualCluster
 from app.clusters.placement import Placed
+from app.clusters.presented import cluster_fields, gpu_wait, gpus_in_use
 from app.clusters.schemas import (
     ClusterCreate,
     ClusterOut,
     ClusterPreview,
     ClusterResize,
-    ConditionOut,
-    GpusInUseOut,
-    GpuWaitOut,
     SleepPolicyIn,
 )
 from app.clusters.shapes import ResolvedCreate, TemplateResolver, TemplateUpgrade
@@ -93,31 +99,6 @@ def _cluster_out(db: Session, cluster: VirtualCluster,
         if in_use else None))
 
 
-def gpu_wait(pods: int | None, reason: str, observed_at: datetime | None) -> GpuWaitOut | None:
-    """``None`` when the worker has not looked (no row, or the columns of an outer join)."""
-    if pods is None or observed_at is None:
-        return None
-    return GpuWaitOut(pods=pods, reason=reason, observed_at=observed_at,
-                      message=gpu_wait_message(pods, reason))
-
-
-def gpus_in_use(guaranteed: float | None, burst: float | None,
-                observed_at: datetime | None) -> GpusInUseOut | None:
-    """``None`` when the worker has not read the cluster's queue (no row, or an outer join's
-    columns)."""
-    if guaranteed is None or burst is None or observed_at is None:
-        return None
-    return GpusInUseOut(guaranteed=guaranteed, burst=burst, reclaimable=burst > 0,
-                        observed_at=observed_at)
-
-
-def gpu_wait_message(pods: int, reason: str) -> str:
-    if pods == 0:
-        return "no pod waits for GPUs"
-    said = f"{pods} pod waits" if pods == 1 else f"{pods} pods wait"
-    return f"{said} for GPUs: {reason}" if reason else f"{said} for GPUs (KAI has not said why yet)"
-
-
 def record_gpu_waits(db: Session, waits: Mapping[int, tuple[int, str]],
                      observed_at: datetime) -> None:
     """What the worker saw on a host: by cluster id, its GPU pods waiting and KAI's reason."""
@@ -130,46 +111,6 @@ def record_gpus_in_use(db: Session, in_use: Mapping[int, tuple[float, float] | N
     allocated to its leaf queue; None for a cluster without a queue (its figures go)."""
     repository.record_gpus_in_use(db, in_use, observed_at)
 
-
-_CONDITION_FIELDS = tuple(ConditionOut.model_fields)
-
-
-def cluster_fields(cluster: Any, tenant: str, gpu_class: tuple[str | None, str | None],
-                   host: str, region: str, wait: GpuWaitOut | None,
-                   in_use: GpusInUseOut | None) -> dict[str, Any]:
-    """``ClusterOut``'s fields, from a cluster or a row of its columns, as plain values;
-    ``gpu_class`` is its product and display name. The host's name and region, never how the
-    portal reaches it."""
-    conditions = list(cluster.conditions or [])
-    deleting = cluster.deletion_requested_at is not None
-    status = cond.statuses(conditions)
-    return {
-        "id": cluster.id, "tenant": tenant, "name": cluster.name,
-        "kubernetes_version": cluster.kubernetes_version, "placement": cluster.placement,
-        "gpu_class_id": cluster.gpu_class_id, "gpu_class": gpu_class[0],
-        "gpu_class_name": gpu_class[1],
-        "gpus": cluster.gpus, "cpu_millicores": cluster.cpu_millicores,
-        "memory_mib": cluster.memory_mib, "template_version_id": cluster.template_version_id,
-        "pod_security": cluster.pod_security, "user_namespaces": cluster.user_namespaces,
-        "generation": cluster.generation,
-        "observed_generation": cluster.observed_generation,
-        "phase": cond.phase_of(status, deleting, cluster.power),
-        "ready": status.get(cond.READY) == "True",
-        "over_quota": cluster.over_quota, "deleting": deleting, "endpoint": cluster.endpoint,
-        "region": region, "host_cluster": host, "placement_reason": cluster.placement_reason,
-        "conditions": [{field: c[field] for field in _CONDITION_FIELDS} for c in conditions],
-        "waiting_for_gpus": wait.model_dump() if wait else None,
-        "gpus_in_use": in_use.model_dump() if in_use else None,
-        "power": {"wanted": cluster.power, "reason": cluster.power_reason,
-                  "changed_at": cluster.power_changed_at, "asleep_since": cluster.asleep_since},
-        "sleep_policy": {**{name: getattr(cluster, name) for name in SLEEP_POLICY_FIELDS},
-                         "deletes_at": sleep_policy.deletes_at(cluster)},
-        "created_at": cluster.created_at, "updated_at": cluster.updated_at,
-    }
-
-
-SLEEP_POLICY_FIELDS = ("never_sleep", "sleep_after_idle_minutes", "sleep_schedule",
-                       "sleep_timezone", "delete_after_sleep_days", "deletion_warned_at")
 
 
 def list_clusters(db: Session, principal: Principal, slug: str,
@@ -427,8 +368,7 @@ def upgrade_template(db: Session, principal: Principal, settings: Settings, slug
         raise NotFound(f"no cluster {name!r} in tenant {slug!r}")
     if cluster.deletion_requested_at is not None:
         raise Conflict(f"cluster {name!r} is being deleted")
-    _check_upgrade(cluster, upgrade)
-    _check_hardening_reach(db, settings, cluster, upgrade)
+    template_upgrade.check(db, settings, cluster, upgrade)
     before = _spec(cluster)
     if upgrade.kubernetes_version is not None:
         cluster.kubernetes_version = upgrade.kubernetes_version
@@ -444,36 +384,6 @@ def upgrade_template(db: Session, principal: Principal, settings: Settings, slug
     return cluster_out(db, cluster)
 
 
-def _check_upgrade(cluster: VirtualCluster, upgrade: TemplateUpgrade) -> None:
-    if cluster.template_version_id == upgrade.template_version_id:
-        raise Conflict(f"cluster {cluster.name!r} is on {upgrade.label} already")
-    if upgrade.placement is not None and upgrade.placement != cluster.placement:
-        raise Conflict(f"{upgrade.label} places clusters on {upgrade.placement}; this cluster "
-                       f"uses {cluster.placement}: create a new cluster from it instead")
-    if upgrade.gpu_class_id is not None and upgrade.gpu_class_id != cluster.gpu_class_id:
-        raise Conflict(f"{upgrade.label} uses another GPU class: create a new cluster from it")
-    if upgrade.max_gpus is not None and cluster.gpus > upgrade.max_gpus:
-        raise Conflict(f"{upgrade.label} allows at most {upgrade.max_gpus} GPUs; resize the "
-                       f"cluster from {cluster.gpus} first")
-
-
-def _check_hardening_reach(db: Session, settings: Settings, cluster: VirtualCluster,
-                           upgrade: TemplateUpgrade) -> None:
-    """A version whose pods the webhook hardens needs a host whose API server reaches the
-    webhook, as placement does for a new cluster: elsewhere the hardening guard would refuse
-    every new pod of the upgraded cluster."""
-    if desired.hardening(settings, upgrade.pod_security, upgrade.user_namespaces) is None:
-        return
-    host, reaches = repository.host_webhook_reach(db, cluster.host_cluster_id)
-    if not reaches:
-        raise Conflict(
-            f"{upgrade.label} hardens the cluster's pods through the portal's admission "
-            f"webhook, and host cluster {host!r} has no webhook URL: its hardening guard would "
-            f"refuse the pods. A platform admin sets the host's webhook URL first "
-            f"(portalctl hosts update {host} --webhook-url https://...)")
-
-
-# ----- review without a host cluster
 
 
 def preview(db: Session, principal: Principal, settings: Settings, slug: str,

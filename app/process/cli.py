@@ -1,44 +1,29 @@
-"""The ``portal`` command."""
+"""The ``portal`` command: its subcommands, each a thin start of what it runs."""
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import logging
-import math
-import os
 import re
-import signal
-import socket
 import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import uvicorn
 from cryptography.fernet import Fernet
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.auth import service as auth_service
 from app.database import migrate
 from app.database.core import Database, utcnow
 from app.keys import service as keys_service
-from app.kit.config import Settings, configuration_reference, get_settings
+from app.kit.config import Settings, configuration_reference
 from app.kit.crypto import SecretBox
 from app.kit.errors import ProblemError
-from app.kit.logs import configure_logging
 from app.kube.connector import real_host_configured
 from app.process import quota_check
-from app.process.balance import (
-    ConnectionShares,
-    NoShares,
-    connection_shares,
-    shares_from_environment,
-)
+from app.process.balance import connection_shares
 from app.process.capacity import shortfall, web_time_limits, worker_time_limits
 from app.process.devmode import (
     check_clusters_on_the_new_host,
@@ -48,15 +33,25 @@ from app.process.devmode import (
     seed_demo,
     simulated_host_for,
 )
+from app.process.preflight import (
+    migrated_settings,
+    refuse_in_production,
+    refuse_simulated_host,
+    require_migrated,
+    settings_or_exit,
+)
+from app.process.serving import (
+    UVICORN_OPTIONS,
+    WORKER_HEALTHCHECK_S,
+    serving_app,
+    serving_processes,
+)
+from app.process.signals import stop_on_signals
 from app.process.wiring import connect_hooks
 from app.process.worker import build_worker
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
-    from starlette.types import Lifespan
-
     from app.lab.walk import Report
-
 
 
 def _commands(help_text: str) -> typer.Typer:
@@ -79,34 +74,7 @@ cli.add_typer(keys_cli, name="keys")
 cli.add_typer(config_cli, name="config")
 log = logging.getLogger("portal")
 
-
-def _settings() -> Settings:
-    try:
-        settings = get_settings()
-    except ValueError as error:
-        typer.echo(f"configuration error: {error}", err=True)
-        raise typer.Exit(2) from error
-    configure_logging(settings.log_level)
-    return settings
-
-
-def _require_migrated(settings: Settings) -> None:
-    """For a command that needs the schema: a database that is missing or behind is one line
-    saying what to run, not a traceback (and no empty SQLite file left behind)."""
-    if not migrate.is_migrated(settings.database_url):
-        typer.echo(f"error: the database {migrate.displayed(settings.database_url)} is missing "
-                   "or not migrated: run `portal db upgrade` (or `portal dev`, which migrates "
-                   "it) with the same PORTAL_DATABASE_URL", err=True)
-        raise typer.Exit(2)
-
-
-def _migrated_settings() -> Settings:
-    settings = _settings()
-    _require_migrated(settings)
-    return settings
-
-
-quota_check.register(cli, _migrated_settings)
+quota_check.register(cli, migrated_settings)
 
 
 @cli.command()
@@ -118,9 +86,9 @@ def serve(
                     "this process may use; 1 on SQLite)")] = None,
 ) -> None:
     """Serve the web UI and the REST API."""
-    settings = _settings()
-    _refuse_simulated_host(settings)
-    _require_migrated(settings)
+    settings = settings_or_exit()
+    refuse_simulated_host(settings)
+    require_migrated(settings)
     processes = workers or settings.web_workers or serving_processes(settings)
     warning = shortfall(settings, processes)
     if warning:
@@ -133,149 +101,19 @@ def serve(
         uvicorn.run(serving_app(settings), host=host, port=port, **options)
     else:
         with connection_shares():
-            uvicorn.run(f"{__name__}:serving_app", factory=True, workers=processes, host=host,
-                        port=port, timeout_worker_healthcheck=WORKER_HEALTHCHECK_S, **options)
-
-
-class AppWritesAccessLine(HttpToolsProtocol):
-    """uvicorn's HTTP protocol without uvicorn's access line: the app writes one per answer
-    (``app.kit.logs.AccessLog``). Why not ``access_log=False``: uvicorn then also silences the
-    ``uvicorn.access`` logger the app writes through (no line at all from one process), and a
-    serving process that configures logging after uvicorn did (``--workers N``) turned
-    uvicorn's own line back on: two lines per answer, the second through ``logging``."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.access_log = False
-
-
-class BalancedProtocol(AppWritesAccessLine):
-    """Closes a connection after its answer while this process has more requests in progress
-    than its share of all the serving processes' (``app.process.balance``)."""
-
-    shares: ClassVar[ConnectionShares | NoShares] = NoShares()
-    # Connections told to close whose end this process has not seen yet: already gone.
-    closing: ClassVar[int] = 0
-    shed = False
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._publish()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        if self.shed:
-            self.shed = False
-            BalancedProtocol.closing -= 1
-        self._publish()
-
-    def on_headers_complete(self) -> None:
-        before = self.cycle
-        super().on_headers_complete()
-        if (self.cycle is not before and not self.shed
-                and self.shares.over_share(self._held(), len(self.tasks))):
-            self.cycle.keep_alive = False
-            self.shed = True
-            BalancedProtocol.closing += 1
-            self._publish()
-
-    def _held(self) -> int:
-        return len(self.connections) - BalancedProtocol.closing
-
-    def _publish(self) -> None:
-        self.shares.publish(self._held())
-
-
-# log_config None: the portal configures logging itself (``configure_logging``).
-UVICORN_OPTIONS: dict[str, Any] = {
-    "log_config": None, "access_log": True, "http": BalancedProtocol, "proxy_headers": True}
-
-
-# uvicorn's master kills a serving process that does not answer its ping within this long. A new
-# process imports the whole app before it can answer: about 2.5 s on an idle core, over 5 s
-# (uvicorn's default) on a busy one, where the default killed each new process in turn for 25 s.
-WORKER_HEALTHCHECK_S = 30
-
-
-def serving_app(settings: Settings | None = None) -> FastAPI:
-    """The application one serving process runs (each of ``--workers`` makes its own)."""
-    from app.process.asgi import create_app
-
-    if settings is None:
-        settings = _settings()
-    app = create_app(settings, serving=True)
-    app.router.lifespan_context = _counted_once_started(app.router.lifespan_context)
-    settle_heap()
-    return app
-
-
-def _counted_once_started(lifespan: Lifespan[Any]) -> Lifespan[Any]:
-    """The process counts among the serving ones (``app.process.balance``) only once it has
-    started, right before it accepts. Counted while still starting (seconds on a busy machine),
-    it had its busy sibling shed connections that only the sibling could take back."""
-
-    @asynccontextmanager
-    async def counted(app: Any) -> AsyncIterator[Any]:
-        async with lifespan(app) as state:
-            BalancedProtocol.shares = shares_from_environment()
-            yield state
-
-    return counted
-
-
-def serving_processes(settings: Settings) -> int:
-    """One process per CPU it may use: a process runs Python on one core at a time. SQLite
-    takes one writer at a time, so there one process."""
-    return 1 if settings.is_sqlite else usable_cpus()
-
-
-def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
-    """The CPUs this process may run on, within its container's CPU limit (cgroup v2
-    ``cpu.max``, or v1's CFS quota), rounded up."""
-    count = len(os.sched_getaffinity(0))
-    limit = _cgroup_cpu_limit(cgroup)
-    return max(1, min(count, math.ceil(limit))) if limit else count
-
-
-def _cgroup_cpu_limit(cgroup: Path) -> float | None:
-    try:
-        quota, period = (cgroup / "cpu.max").read_text().split()[:2]
-    except (OSError, ValueError):
-        try:
-            quota = (cgroup / "cpu" / "cpu.cfs_quota_us").read_text().strip()
-            period = (cgroup / "cpu" / "cpu.cfs_period_us").read_text().strip()
-        except OSError:
-            return None
-    if quota in ("max", "-1") or not quota.lstrip("-").isdigit() or not period.isdigit():
-        return None
-    return int(quota) / int(period) if int(period) > 0 else None
-
-
-# Young objects collected once per this many allocations (CPython's default: 700).
-GC_YOUNG_THRESHOLD = 20_000
-
-
-def settle_heap() -> None:
-    """What the process holds once started (modules, mappers, compiled code, ~200,000 objects)
-    is moved out of the garbage collector's sight, and young objects are collected less often.
-
-    Why: a full collection walked all of it, 175 ms with every request stalled behind it (a
-    p99 of its own), and young collections ran every 700 allocations, about 5 % of a list
-    request's CPU; now a collection takes at most a few milliseconds.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 100)
+            uvicorn.run("app.process.serving:serving_app", factory=True, workers=processes,
+                        host=host, port=port, timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
+                        **options)
 
 
 @cli.command()
 def worker() -> None:
     """Run the reconcile loop until SIGTERM or Ctrl-C."""
-    settings = _settings()
-    _refuse_simulated_host(settings)
-    _require_migrated(settings)
+    settings = settings_or_exit()
+    refuse_simulated_host(settings)
+    require_migrated(settings)
     loop = build_worker(settings, Database(settings.database_url, worker_time_limits(settings)))
-    _stop_on_signals(loop.stop)
+    stop_on_signals(loop.stop)
     loop.run()
 
 
@@ -292,7 +130,7 @@ def webhook(
     from app.kube.manifests.admission import WEBHOOK_PATH
     from app.webhook.server import WebhookServer, host_lookup
 
-    settings = _settings()
+    settings = settings_or_exit()
     connector = ClientConnector(settings)
     kube = connector.host()
     if kube is None:
@@ -305,57 +143,17 @@ def webhook(
     server = WebhookServer(kube, settings.webhook_namespace, address=host, port=port,
                            cert_dir=cert_dir, hosts=lookup)
     stopping = threading.Event()
-    _stop_on_signals(stopping.set)
+    stop_on_signals(stopping.set)
     log.info("admission webhook on https://%s:%d%s", host, port, WEBHOOK_PATH)
     server.start()
     stopping.wait()
     server.stop()
 
 
-def _refuse_simulated_host(settings: Settings) -> None:
-    # The simulated host lives in one process's memory: web and worker must share it.
-    if settings.simulated_host:
-        typer.echo("error: PORTAL_SIMULATED_HOST needs web and worker in one process: use "
-                   "`portal dev`", err=True)
-        raise typer.Exit(2)
-
-
-def _refuse_in_production(settings: Settings, command: str, why: str) -> None:
-    if settings.env == "production":
-        typer.echo(f"error: {command} {why}; it is refused when PORTAL_ENV=production",
-                   err=True)
-        raise typer.Exit(2)
-
-
-def _stop_on_signals(stop: Callable[[], None]) -> None:
-    """SIGTERM and Ctrl-C call ``stop`` from a thread of their own, which the signal wakes
-    through a socket. Not from a Python handler: that runs in the main thread between two of
-    its steps, and ``stop`` sets an Event whose lock the main thread may hold right then
-    (inside ``Event.wait``): the process hung (``portalctl audit --follow`` did on Ctrl-C)."""
-    woken, waking = socket.socketpair()
-    waking.setblocking(False)
-    signal.set_wakeup_fd(waking.fileno(), warn_on_full_buffer=False)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _noted_only)
-
-    def relay() -> None:
-        with woken, waking:  # open as long as the relay runs (closed, signals go nowhere)
-            while received := woken.recv(16):
-                for signum in received:
-                    log.info("received %s, stopping", signal.Signals(signum).name)
-                    stop()
-
-    threading.Thread(target=relay, name="signals", daemon=True).start()
-
-
-def _noted_only(_signum: int, _frame: FrameType | None) -> None:
-    """Python's part of a signal: nothing (the wakeup socket carries it to ``relay``)."""
-
-
 @db_cli.command("upgrade")
 def db_upgrade(revision: str = "head") -> None:
     """Apply migrations up to REVISION (default: head)."""
-    settings = _settings()
+    settings = settings_or_exit()
     migrate.upgrade(settings.database_url, revision)
     typer.echo(f"database at {revision}")
 
@@ -363,7 +161,7 @@ def db_upgrade(revision: str = "head") -> None:
 @db_cli.command("downgrade")
 def db_downgrade(revision: str) -> None:
     """Revert migrations down to REVISION (``base`` empties the database)."""
-    settings = _settings()
+    settings = settings_or_exit()
     migrate.downgrade(settings.database_url, revision)
     typer.echo(f"database at {revision}")
 
@@ -371,7 +169,7 @@ def db_downgrade(revision: str) -> None:
 @users_cli.command("make-admin")
 def make_admin(email: str) -> None:
     """Make EMAIL a platform admin (the user record is created if needed)."""
-    settings = _migrated_settings()
+    settings = migrated_settings()
     with Database(settings.database_url).transaction() as db:
         auth_service.grant_platform_admin(db, email, actor_label="cli")
     typer.echo(f"{email} is a platform admin", err=True)
@@ -396,7 +194,7 @@ def create_token(
     name: Annotated[str, typer.Option(help="a label to recognise the token")] = "cli",
 ) -> None:
     """Mint an API token for EMAIL and print it, alone, on stdout."""
-    settings = _migrated_settings()
+    settings = migrated_settings()
     expires_at = utcnow() + parse_duration(expires_in)
     try:
         with Database(settings.database_url).transaction() as db:
@@ -426,7 +224,7 @@ def rotate_keys(
     Credentials sealed with a key in PORTAL_ENCRYPTION_OLD_KEYS are re-encrypted; running it
     again changes nothing. Exits 1 when some credential opens with none of the keys.
     """
-    settings = _migrated_settings()
+    settings = migrated_settings()
     database = Database(settings.database_url)
     try:
         report = keys_service.rotate_stored_secrets(
@@ -466,8 +264,8 @@ def dev(
     from app.kube.helm import SimulatedInstaller
     from app.process.asgi import create_app
 
-    base = _settings()
-    _refuse_in_production(base, "portal dev", "signs in anyone as a demo user")
+    base = settings_or_exit()
+    refuse_in_production(base, "portal dev", "signs in anyone as a demo user")
     url = f"sqlite:///{database.resolve()}" if database is not None else base.database_url
     simulation = simulated_host_for(base, simulate=simulate)
     installer = SimulatedInstaller(simulation) if simulation is not None else None
@@ -517,10 +315,10 @@ def lab(
     control planes, and the portal on it. Needs `make tools`; Ctrl-C stops everything."""
     from app.lab.main import Lab, LabError, LabOptions
 
-    _refuse_in_production(_settings(), "portal lab", "signs in anyone as a demo user")
+    refuse_in_production(settings_or_exit(), "portal lab", "signs in anyone as a demo user")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the lab's own probes, every 200 ms
     stopping = threading.Event()
-    _stop_on_signals(stopping.set)
+    stop_on_signals(stopping.set)
     try:
         with Lab(LabOptions(port=port, idp_port=idp_port, nodes=nodes)).running() as running:
             typer.echo(running.summary())
@@ -584,10 +382,10 @@ def dev_idp(
     port: Annotated[int, typer.Option(help="port to listen on")] = 9400,
 ) -> None:
     """Development only: the local OIDC provider with the demo users, and nothing else."""
-    settings = _settings()
-    _refuse_in_production(settings, "dev-idp", "signs in anyone as a demo user")
+    settings = settings_or_exit()
+    refuse_in_production(settings, "dev-idp", "signs in anyone as a demo user")
     stopping = threading.Event()
-    _stop_on_signals(stopping.set)
+    stop_on_signals(stopping.set)
     with local_oidc_provider(demo_users(settings.oidc_admin_group), host=host, port=port) as url:
         typer.echo(f"local OIDC provider (development only) on {url}; demo users: "
                    "admin@example.com (platform admin), alice@example.com, bob@example.com")
@@ -597,5 +395,7 @@ def dev_idp(
 def main() -> None:
     connect_hooks()
     cli()
+
+
 if __name__ == "__main__":
     main()

@@ -27,7 +27,7 @@ from app.process.balance import (
     counted_processes,
     create_shares_file,
 )
-from app.process.cli import BalancedProtocol, serving_app
+from app.process.serving import BalancedProtocol, serving_app
 from tests.support.serve_process import serving, serving_children
 from tests.support.waiting import wait_for
 
