@@ -95,7 +95,7 @@ def test_the_page_shows_the_refusal_under_the_field_and_stores_nothing(
     assert page.status_code == 422
     form = page.text.split('id="tenant-form"', 1)[1]
     field = form.split('name="display_name"', 1)[1].split("</label>", 1)[0]
-    assert f'<span class="field-error">{RLO_REFUSAL}</span>' in field
+    assert f'id="display_name-error">{RLO_REFUSAL}</span>' in field
     assert _tenants(db) == before
 
 

@@ -6,7 +6,6 @@ import re
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
-from pydantic import ValidationError
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
@@ -20,9 +19,7 @@ from app.http.deps import DbSession, RowId
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
 from app.kit.config import Settings
-from app.kit.errors import ValidationFailed
-from app.kit.limits import LimitReached
-from app.web.forms import problem_errors, validation_errors
+from app.web.forms import submitted
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
@@ -54,7 +51,8 @@ def create_token(
     expires_in_days: Annotated[str, Form()] = "30",
 ) -> Response:
     typed = {"name": name, "scopes": scopes or [], "expires": expires_in_days}
-    try:
+
+    def create() -> Response:
         payload = TokenCreate.model_validate(
             {"name": name, "scopes": scopes or [], "expires_in_days": _int_or_raw(expires_in_days)}
         )
@@ -62,18 +60,13 @@ def create_token(
             db, principal, settings, name=payload.name, scopes=list(payload.scopes),
             expires_in_days=payload.expires_in_days,
         )
-    except ValidationError as error:
-        return _page(request, db, principal, settings, errors=validation_errors(error),
-                     status_code=422, form=typed)
-    except ValidationFailed as error:
-        return _page(request, db, principal, settings, errors=problem_errors(error),
-                     status_code=422, form=typed)
-    except LimitReached as error:
-        return _page(request, db, principal, settings, errors={"form": error.detail},
-                     status_code=error.status, form=typed)
-    response = _page(request, db, principal, settings, created=token, secret=secret)
-    response.headers["Cache-Control"] = "no-store"
-    return response
+        response = _page(request, db, principal, settings, created=token, secret=secret)
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    return submitted(create, lambda refusal: _page(
+        request, db, principal, settings, errors=refusal.errors, status_code=refusal.status,
+        form=typed))
 
 
 @router.post("/tokens/{token_id}/revoke", dependencies=STATE_CHANGING)

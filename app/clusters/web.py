@@ -9,7 +9,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from markupsafe import Markup
-from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.auth.csrf import STATE_CHANGING
@@ -23,7 +22,7 @@ from app.http.deps import DbSession, get_settings_dep
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
 from app.kit.config import Settings
-from app.kit.errors import Conflict, NotFound, ValidationFailed
+from app.kit.errors import NotFound
 from app.quotas import service as quotas
 from app.tenants import service as tenants_service
 from app.web import live
@@ -31,11 +30,12 @@ from app.web.charts.timeline import condition_timeline
 from app.web.forms import (
     FieldErrors,
     FormFields,
+    Refusal,
     check_typed_name,
     go_to,
     is_htmx,
-    problem_errors,
-    validation_errors,
+    only_touched,
+    submitted,
 )
 from app.web.forms import form_payload as parse_form
 from app.web.templating import render
@@ -93,20 +93,12 @@ def _create_form(request: Request, db: DbSession, principal: Principal, settings
     return render(request, "clusters/list.html", context, status_code=status_code)
 
 
-def _checked(db: DbSession, principal: Principal, settings: Settings, tenant: str,
-             fields: dict[str, str],
-             resolver: TemplateResolver | None) -> tuple[ClusterCreate | None, FieldErrors, int]:
-    # A hidden tenant is a 404 and a viewer's a 403, whatever the form holds: the form that
-    # answers a bad field echoes the slug from the URL.
-    service.tenant_to_create_in(db, principal, tenant)
-    try:
-        payload = ClusterCreate.model_validate(_create_payload(fields))
-        service.check_create(db, principal, settings, tenant, payload, resolver=resolver)
-    except ValidationError as error:
-        return None, validation_errors(error), 422
-    except (ValidationFailed, Conflict) as error:
-        return None, problem_errors(error), error.status
-    return payload, {}, 200
+def _check(db: DbSession, principal: Principal, settings: Settings, tenant: str,
+           fields: dict[str, str], resolver: TemplateResolver | None) -> ClusterCreate:
+    """The cluster if it can be created; a refusal if not."""
+    payload = ClusterCreate.model_validate(_create_payload(fields))
+    service.check_create(db, principal, settings, tenant, payload, resolver=resolver)
+    return payload
 
 
 @router.get("/t/{tenant}/clusters")
@@ -121,29 +113,41 @@ def clusters_page(request: Request, tenant: str, db: DbSession, principal: Curre
 @router.post("/t/{tenant}/clusters/validate", dependencies=STATE_CHANGING)
 def validate_cluster(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
                      settings: AppSettings, fields: FormFields, resolver: Resolver) -> Response:
-    _payload, errors, _status = _checked(db, principal, settings, tenant, fields, resolver)
-    # While the form is being filled in, speak only of fields touched so far.
-    touched = {request.headers.get("hx-trigger-name", "")} | {k for k, v in fields.items() if v}
-    errors = {field: message for field, message in errors.items() if field in touched}
-    return _create_form(request, db, principal, settings, tenant, fields, errors,
-                        422 if errors else 200, resolver=resolver)
+    _may_create_in(db, principal, tenant)
+
+    def checked() -> Response:
+        _check(db, principal, settings, tenant, fields, resolver)
+        return _create_form(request, db, principal, settings, tenant, fields, {}, 200,
+                            resolver=resolver)
+
+    def refused(refusal: Refusal) -> Response:
+        errors = only_touched(request, fields, refusal.errors)
+        return _create_form(request, db, principal, settings, tenant, fields, errors,
+                            422 if errors else 200, resolver=resolver)
+
+    return submitted(checked, refused)
 
 
 @router.post("/t/{tenant}/clusters", dependencies=STATE_CHANGING)
 def create_cluster(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
                    settings: AppSettings, fields: FormFields, resolver: Resolver) -> Response:
-    payload, errors, status_code = _checked(db, principal, settings, tenant, fields, resolver)
-    if payload is not None:
-        try:
-            created = service.create_cluster(db, principal, settings, tenant, payload,
-                                             resolver)
-        except (ValidationFailed, Conflict) as error:
-            payload, errors, status_code = None, problem_errors(error), error.status
-    if payload is None:
-        return _create_form(request, db, principal, settings, tenant, fields, errors,
-                            status_code, whole_page=not is_htmx(request), resolver=resolver)
-    return go_to(request, f"/t/{tenant}/clusters/{created.name}",
-                 toast=f"Cluster {created.name} requested: the worker is provisioning it.")
+    _may_create_in(db, principal, tenant)
+
+    def create() -> Response:
+        payload = _check(db, principal, settings, tenant, fields, resolver)
+        created = service.create_cluster(db, principal, settings, tenant, payload, resolver)
+        return go_to(request, f"/t/{tenant}/clusters/{created.name}",
+                     toast=f"Cluster {created.name} requested: the worker is provisioning it.")
+
+    return submitted(create, lambda refusal: _create_form(
+        request, db, principal, settings, tenant, fields, refusal.errors, refusal.status,
+        whole_page=not is_htmx(request), resolver=resolver))
+
+
+def _may_create_in(db: DbSession, principal: Principal, tenant: str) -> None:
+    # A hidden tenant is a 404 and a viewer's a 403, whatever the form holds: the form that
+    # answers a bad field echoes the slug from the URL.
+    service.tenant_to_create_in(db, principal, tenant)
 
 
 # ----- one cluster
@@ -214,17 +218,16 @@ def resize_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
                    principal: CurrentPrincipal, settings: AppSettings,
                    fields: FormFields) -> Response:
     payload = parse_form(fields, keys=SIZE_FIELDS, integers=SIZE_FIELDS)
-    try:
+
+    def resize() -> Response:
         service.resize_cluster(db, principal, tenant, cluster,
                                ClusterResize.model_validate(payload))
-    except ValidationError as error:
-        return _detail(request, db, principal, settings, tenant, cluster, fields,
-                       validation_errors(error), 422)
-    except (ValidationFailed, Conflict) as error:
-        return _detail(request, db, principal, settings, tenant, cluster, fields,
-                       problem_errors(error), error.status)
-    return go_to(request, f"/t/{tenant}/clusters/{cluster}",
-                 toast=f"Cluster {cluster} resized: the worker applies the new size.")
+        return go_to(request, f"/t/{tenant}/clusters/{cluster}",
+                     toast=f"Cluster {cluster} resized: the worker applies the new size.")
+
+    return submitted(resize, lambda refusal: _detail(
+        request, db, principal, settings, tenant, cluster, fields, refusal.errors,
+        refusal.status))
 
 
 @router.post("/t/{tenant}/clusters/{cluster}/delete", dependencies=STATE_CHANGING)
@@ -232,14 +235,16 @@ def delete_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
                    principal: CurrentPrincipal, settings: AppSettings,
                    fields: FormFields) -> Response:
     service.cluster_for(db, principal, tenant, cluster, "manage")  # who may, before what
-    try:
+
+    def delete() -> Response:
         check_typed_name(fields, cluster)
-    except ValidationFailed as error:
-        return _detail(request, db, principal, settings, tenant, cluster, status_code=422,
-                       delete_error=error.detail)
-    service.delete_cluster(db, principal, tenant, cluster)
-    return go_to(request, f"/t/{tenant}/clusters/{cluster}",
-                 toast=f"Deleting cluster {cluster}: its kubeconfigs are revoked.")
+        service.delete_cluster(db, principal, tenant, cluster)
+        return go_to(request, f"/t/{tenant}/clusters/{cluster}",
+                     toast=f"Deleting cluster {cluster}: its kubeconfigs are revoked.")
+
+    return submitted(delete, lambda refusal: _detail(
+        request, db, principal, settings, tenant, cluster, status_code=refusal.status,
+        delete_error=refusal.detail))
 
 
 @router.post("/t/{tenant}/clusters/{cluster}/sleep-policy", dependencies=STATE_CHANGING)
@@ -249,18 +254,16 @@ def set_sleep_policy(request: Request, tenant: str, cluster: str, db: DbSession,
     service.cluster_for(db, principal, tenant, cluster, "manage")  # who may, before what
     payload = parse_form(fields, keys=POLICY_FIELDS, booleans=("never_sleep",),
                          integers=("sleep_after_idle_minutes", "delete_after_sleep_days"))
-    try:
+
+    def save() -> Response:
         service.change_sleep_policy(db, principal, tenant, cluster,
                                     SleepPolicyIn.model_validate(payload))
-    except ValidationError as error:
-        return _detail(request, db, principal, settings, tenant, cluster, status_code=422,
-                       policy=fields, policy_errors=validation_errors(error))
-    except (ValidationFailed, Conflict) as error:
-        return _detail(request, db, principal, settings, tenant, cluster,
-                       status_code=error.status, policy=fields,
-                       policy_errors=problem_errors(error))
-    return go_to(request, f"/t/{tenant}/clusters/{cluster}",
-                 toast=f"Sleep policy of cluster {cluster} saved.")
+        return go_to(request, f"/t/{tenant}/clusters/{cluster}",
+                     toast=f"Sleep policy of cluster {cluster} saved.")
+
+    return submitted(save, lambda refusal: _detail(
+        request, db, principal, settings, tenant, cluster, status_code=refusal.status,
+        policy=fields, policy_errors=refusal.errors))
 
 
 @router.post("/t/{tenant}/clusters/{cluster}/power", dependencies=STATE_CHANGING)

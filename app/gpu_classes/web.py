@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
@@ -17,16 +16,15 @@ from app.gpu_classes.schemas import GpuClassCreate, GpuClassUpdate
 from app.http.deps import DbSession, RowId
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
-from app.kit.errors import Conflict, ValidationFailed
 from app.web.forms import (
     FieldErrors,
     FormFields,
-    as_problem,
+    Refusal,
     form_payload,
     go_to,
+    in_row,
     is_htmx,
-    problem_errors,
-    validation_errors,
+    submitted,
 )
 from app.web.templating import render
 
@@ -54,29 +52,30 @@ def declare_class(request: Request, db: DbSession, principal: CurrentPrincipal,
     payload = form_payload(fields, keys=("product", "display_name", "memory_mib",
                                          "gpus_per_node"),
                            integers=("memory_mib", "gpus_per_node"))
-    try:
+
+    def declare() -> Response:
         gpu_classes.declare_class(db, principal, GpuClassCreate.model_validate(payload))
-    except ValidationError as error:
-        return _page(request, db, principal, payload, validation_errors(error), 422)
-    except (ValidationFailed, Conflict) as error:
-        return _page(request, db, principal, payload, problem_errors(error), error.status)
-    return go_to(request, "/admin/gpu-classes")
+        return go_to(request, "/admin/gpu-classes")
+
+    return submitted(declare, lambda refusal: _page(request, db, principal, payload,
+                                                    refusal.errors, refusal.status))
 
 
 @router.post("/admin/gpu-classes/{class_id}", dependencies=PLATFORM_STATE_CHANGING)
 def rename_class(request: Request, class_id: RowId, db: DbSession, principal: CurrentPrincipal,
                  fields: FormFields) -> Response:
-    try:
+    def rename() -> Response:
         payload = GpuClassUpdate.model_validate(form_payload(fields, keys=("display_name",)))
         row = gpu_classes.update_class(db, principal, class_id, payload)
-    except ValidationError as error:
-        problem = as_problem(error)
         if not is_htmx(request):
-            raise problem from error
+            return go_to(request, "/admin/gpu-classes")
+        return render(request, "admin/_gpu_class_row.html", {"gpu_class": row, "error": ""})
+
+    def row_refused(refusal: Refusal) -> Response:
         ensure_platform_admin(principal)
         current = gpu_classes.to_out(db, principal, gpu_classes.get_class(db, class_id))
         return render(request, "admin/_gpu_class_row.html",
-                      {"gpu_class": current, "error": problem.detail}, status_code=422)
-    if not is_htmx(request):
-        return go_to(request, "/admin/gpu-classes")
-    return render(request, "admin/_gpu_class_row.html", {"gpu_class": row, "error": ""})
+                      {"gpu_class": current, "error": refusal.detail},
+                      status_code=refusal.status)
+
+    return submitted(rename, in_row(request, row_refused))

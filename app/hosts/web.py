@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -17,13 +18,14 @@ from app.hosts.api import AppSettings, Charts, Connector, HostName
 from app.hosts.schemas import HostCredentialsIn, HostRegister, HostUpdate, StateChange
 from app.http.deps import DbSession
 from app.http.routing import UnitOfWorkRoute
-from app.kit.errors import Conflict, NotFound, ValidationFailed
+from app.kit.errors import NotFound
 from app.web.forms import (
     FieldErrors,
     FormFields,
+    Refusal,
     form_payload,
     go_to,
-    problem_errors,
+    submitted,
     validation_errors,
 )
 from app.web.templating import render
@@ -65,15 +67,14 @@ def register_host(request: Request, db: DbSession, principal: CurrentPrincipal,
                                          "kube_burst", "webhook_url"), integers=("kube_burst",))
     _optional_number(payload, "kube_qps")
     payload["credentials"] = _credentials(fields)
-    try:
+
+    def register() -> Response:
         row = service.register_host(db, principal, settings,
                                     HostRegister.model_validate(payload))
-    except ValidationError as error:
-        return _list_page(request, db, principal, payload, validation_errors(error), 422)
-    except (ValidationFailed, Conflict) as error:
-        return _list_page(request, db, principal, payload, problem_errors(error),
-                          error.status)
-    return go_to(request, f"/admin/hosts/{row.name}", f"Host cluster {row.name} registered")
+        return go_to(request, f"/admin/hosts/{row.name}", f"Host cluster {row.name} registered")
+
+    return submitted(register, lambda refusal: _list_page(
+        request, db, principal, payload, refusal.errors, refusal.status))
 
 
 @router.get("/admin/hosts/{name}")
@@ -93,15 +94,12 @@ def update_host(request: Request, name: HostName, db: DbSession, principal: Curr
     if "webhook_url" in fields and fields["webhook_url"].strip() == "":
         payload["webhook_url"] = None  # emptied: no webhook URL any more
     _optional_number(payload, "kube_qps")
-    try:
+
+    def update() -> Response:
         row = service.update_host(db, principal, name, HostUpdate.model_validate(payload))
-    except ValidationError as error:
-        return _detail_page(request, db, principal, name, payload, validation_errors(error),
-                            422)
-    except (ValidationFailed, Conflict) as error:
-        return _detail_page(request, db, principal, name, payload, problem_errors(error),
-                            error.status)
-    return go_to(request, f"/admin/hosts/{row.name}", "Saved")
+        return go_to(request, f"/admin/hosts/{row.name}", "Saved")
+
+    return submitted(update, _on_detail_page(request, db, principal, name, payload))
 
 
 @router.post("/admin/hosts/{name}/credentials", dependencies=PLATFORM_STATE_CHANGING)
@@ -109,17 +107,19 @@ def replace_credentials(request: Request, name: HostName, db: DbSession,
                         principal: CurrentPrincipal, settings: AppSettings,
                         fields: FormFields) -> Response:
     payload = _credentials(fields)
-    try:
+
+    def replace() -> Response:
         service.replace_credentials(db, principal, settings, name,
                                     HostCredentialsIn.model_validate(payload))
-    except ValidationError as error:
-        errors = {f"credentials.{k}": v for k, v in validation_errors(error).items()}
-        return _detail_page(request, db, principal, name, {"credentials": payload}, errors,
-                            422)
-    except (ValidationFailed, Conflict) as error:
-        return _detail_page(request, db, principal, name, {"credentials": payload},
-                            problem_errors(error), error.status)
-    return go_to(request, f"/admin/hosts/{name}", "Credentials replaced")
+        return go_to(request, f"/admin/hosts/{name}", "Credentials replaced")
+
+    return submitted(replace, _on_detail_page(request, db, principal, name,
+                                              {"credentials": payload}),
+                     schema_errors=_as_credential_fields)
+
+
+def _as_credential_fields(error: ValidationError) -> FieldErrors:
+    return {f"credentials.{k}": v for k, v in validation_errors(error).items()}
 
 
 @router.post("/admin/hosts/{name}/state/{action}", dependencies=PLATFORM_STATE_CHANGING)
@@ -127,12 +127,13 @@ def change_state(request: Request, name: HostName, action: str, db: DbSession,
                  principal: CurrentPrincipal, fields: FormFields) -> Response:
     if action not in STATES:
         raise NotFound(f"no host action {action!r}")
-    try:
+
+    def changed() -> Response:
         change = StateChange.model_validate({"reason": fields.get("reason", "")})
-    except ValidationError as error:
-        return _detail_page(request, db, principal, name, None, validation_errors(error), 422)
-    service.set_state(db, principal, name, STATES[action], change.reason)
-    return go_to(request, f"/admin/hosts/{name}", f"{name}: {action} done")
+        service.set_state(db, principal, name, STATES[action], change.reason)
+        return go_to(request, f"/admin/hosts/{name}", f"{name}: {action} done")
+
+    return submitted(changed, _on_detail_page(request, db, principal, name))
 
 
 @router.post("/admin/hosts/{name}/check", dependencies=PLATFORM_STATE_CHANGING)
@@ -145,11 +146,18 @@ def check_now(request: Request, name: HostName, db: DbSession, principal: Curren
 @router.post("/admin/hosts/{name}/delete", dependencies=PLATFORM_STATE_CHANGING)
 def delete_host(request: Request, name: HostName, db: DbSession,
                 principal: CurrentPrincipal) -> Response:
-    try:
+    def delete() -> Response:
         service.delete_host(db, principal, name)
-    except Conflict as error:
-        return _detail_page(request, db, principal, name, None, problem_errors(error), 409)
-    return go_to(request, "/admin/hosts", f"Host cluster {name} deleted")
+        return go_to(request, "/admin/hosts", f"Host cluster {name} deleted")
+
+    return submitted(delete, _on_detail_page(request, db, principal, name))
+
+
+def _on_detail_page(request: Request, db: DbSession, principal: Principal, name: str,
+                    form: dict[str, Any] | None = None) -> Callable[[Refusal], Response]:
+    """A refusal shown on the host's page, with what was typed in ``form`` (never secrets)."""
+    return lambda refusal: _detail_page(request, db, principal, name, form, refusal.errors,
+                                        refusal.status)
 
 
 def _credentials(fields: dict[str, str]) -> dict[str, Any]:

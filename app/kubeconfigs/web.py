@@ -6,7 +6,6 @@ import base64
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.auth.csrf import STATE_CHANGING
@@ -14,7 +13,6 @@ from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.http.deps import DbSession, RowId
 from app.http.routing import UnitOfWorkRoute
-from app.kit.errors import Conflict, ValidationFailed
 from app.kubeconfigs import service
 from app.kubeconfigs.api import Clusters, kubeconfig_response
 from app.kubeconfigs.schemas import IssuedKubeconfig, KubeconfigRequest
@@ -24,8 +22,7 @@ from app.web.forms import (
     form_payload,
     go_to,
     is_htmx,
-    problem_errors,
-    validation_errors,
+    submitted,
     with_toast,
 )
 from app.web.templating import render
@@ -63,23 +60,23 @@ def issue(request: Request, tenant: str, cluster: str, db: DbSession,
     payload = form_payload(fields, keys=("role", "lifetime_seconds"),
                            integers=("lifetime_seconds",))
     settings = request.app.state.settings
-    try:
+
+    def issue_one() -> Response:
         issued = service.issue_kubeconfig(db, principal, clusters, settings, tenant, cluster,
                                           KubeconfigRequest.model_validate(payload))
-    except ValidationError as error:
-        return _panel(request, db, principal, tenant, cluster, form=payload,
-                      errors=validation_errors(error), status_code=422)
-    except (ValidationFailed, Conflict) as error:
-        return _panel(request, db, principal, tenant, cluster, form=payload,
-                      errors=problem_errors(error), status_code=error.status)
-    if issued is None:
-        return _panel(request, db, principal, tenant, cluster, form=payload, status_code=202,
-                      errors={"form": f"Cluster {cluster} was asleep or is waking up: it wakes "
+        if issued is None:
+            return _panel(request, db, principal, tenant, cluster, form=payload,
+                          status_code=202, errors={
+                              "form": f"Cluster {cluster} was asleep or is waking up: it wakes "
                                       "now. Ask again once it is Ready (about a minute)."})
-    if not is_htmx(request):
-        return kubeconfig_response(issued)
-    return _panel(request, db, principal, tenant, cluster, form=payload, issued=issued,
-                  status_code=201)
+        if not is_htmx(request):
+            return kubeconfig_response(issued)
+        return _panel(request, db, principal, tenant, cluster, form=payload, issued=issued,
+                      status_code=201)
+
+    return submitted(issue_one, lambda refusal: _panel(
+        request, db, principal, tenant, cluster, form=payload, errors=refusal.errors,
+        status_code=refusal.status))
 
 
 @router.get(PANEL + "/{grant_id}/revoke")

@@ -3,6 +3,7 @@ in."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -18,16 +19,17 @@ from app.gpu_classes.service import all_classes
 from app.hosts import repository as hosts_repository
 from app.http.deps import DbSession
 from app.http.routing import UnitOfWorkRoute
-from app.kit.errors import Conflict, NotFound, ValidationFailed
+from app.kit.errors import NotFound
 from app.machines import service
 from app.machines.api import AppSettings, MachineName
 from app.machines.schemas import BmcCredentialsIn, MachineRegister
 from app.web.forms import (
     FieldErrors,
     FormFields,
+    Refusal,
     form_payload,
     go_to,
-    problem_errors,
+    submitted,
     validation_errors,
 )
 from app.web.templating import render
@@ -69,14 +71,14 @@ def register_machine(request: Request, db: DbSession, principal: CurrentPrincipa
     payload["bmc"] = {"username": fields.get("bmc_username", ""),
                       "password": fields.get("bmc_password", "")}
     shown = {k: v for k, v in payload.items() if k != "bmc"}
-    try:
+
+    def register() -> Response:
         row = service.register_machine(db, principal, settings,
                                        MachineRegister.model_validate(payload))
-    except ValidationError as error:
-        return _list_page(request, db, principal, shown, validation_errors(error), 422)
-    except (ValidationFailed, Conflict) as error:
-        return _list_page(request, db, principal, shown, problem_errors(error), error.status)
-    return go_to(request, f"/admin/machines/{row.name}", f"Machine {row.name} registered")
+        return go_to(request, f"/admin/machines/{row.name}", f"Machine {row.name} registered")
+
+    return submitted(register, lambda refusal: _list_page(
+        request, db, principal, shown, refusal.errors, refusal.status))
 
 
 @router.get("/admin/machines/{name}")
@@ -89,17 +91,19 @@ def machine_page(request: Request, name: MachineName, db: DbSession,
 def replace_bmc_credentials(request: Request, name: MachineName, db: DbSession,
                             principal: CurrentPrincipal, settings: AppSettings,
                             fields: FormFields) -> Response:
-    try:
+    def replace() -> Response:
         payload = BmcCredentialsIn.model_validate(
             {"username": fields.get("bmc_username", ""),
              "password": fields.get("bmc_password", "")})
         service.replace_bmc_credentials(db, principal, settings, name, payload)
-    except ValidationError as error:
-        errors = {f"bmc_{k}": v for k, v in validation_errors(error).items()}
-        return _detail_page(request, db, principal, name, errors, 422)
-    except Conflict as error:
-        return _detail_page(request, db, principal, name, problem_errors(error), 409)
-    return go_to(request, f"/admin/machines/{name}", "BMC credentials replaced")
+        return go_to(request, f"/admin/machines/{name}", "BMC credentials replaced")
+
+    return submitted(replace, _on_detail_page(request, db, principal, name),
+                     schema_errors=_as_bmc_fields)
+
+
+def _as_bmc_fields(error: ValidationError) -> FieldErrors:
+    return {f"bmc_{k}": v for k, v in validation_errors(error).items()}
 
 
 @router.post("/admin/machines/{name}/{action}", dependencies=PLATFORM_STATE_CHANGING)
@@ -108,8 +112,15 @@ def act(request: Request, name: MachineName, action: str, db: DbSession,
     change = ACTIONS.get(action)
     if change is None:
         raise NotFound(f"no machine action {action!r}")
-    try:
+
+    def done() -> Response:
         change(db, principal, name)
-    except Conflict as error:
-        return _detail_page(request, db, principal, name, problem_errors(error), 409)
-    return go_to(request, f"/admin/machines/{name}", f"{name}: {action} asked")
+        return go_to(request, f"/admin/machines/{name}", f"{name}: {action} asked")
+
+    return submitted(done, _on_detail_page(request, db, principal, name))
+
+
+def _on_detail_page(request: Request, db: Session, principal: Principal,
+                    name: str) -> Callable[[Refusal], Response]:
+    return lambda refusal: _detail_page(request, db, principal, name, refusal.errors,
+                                        refusal.status)

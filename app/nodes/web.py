@@ -6,7 +6,6 @@ from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.auth.deps import CurrentPrincipal
@@ -18,7 +17,7 @@ from app.gpu_classes.charts import capacity_chart
 from app.http.deps import DbSession
 from app.http.pagination import PageParams, Paging
 from app.http.routing import UnitOfWorkRoute
-from app.kit.errors import Conflict, NotFound, ValidationFailed
+from app.kit.errors import NotFound
 from app.nodes import service
 from app.nodes.api import Filters, SortQuery
 from app.nodes.repository import NodeFilters
@@ -27,12 +26,13 @@ from app.web import live
 from app.web.forms import (
     FieldErrors,
     FormFields,
-    as_problem,
+    Refusal,
     check_typed_name,
     form_payload,
     go_to,
     is_htmx,
     problem_errors,
+    submitted,
 )
 from app.web.templating import render
 
@@ -124,31 +124,37 @@ async def node_stream(request: Request, node: str, principal: CurrentPrincipal) 
 @router.post("/admin/nodes/{node}/assignment", dependencies=PLATFORM_STATE_CHANGING)
 def assign(request: Request, node: str, db: DbSession, principal: CurrentPrincipal,
            fields: FormFields) -> Response:
-    try:
+    def assign_tenant() -> Response:
         payload = AssignmentIn.model_validate(form_payload(fields, keys=("tenant",)))
         service.assign_node(db, principal, node, payload)
-    except (ValidationError, ValidationFailed, Conflict) as error:
-        problem = as_problem(error)
-        return _node_page(request, db, principal, node, problem_errors(problem), problem.status)
-    return go_to(request, f"/admin/nodes/{node}",
-                 toast=f"{node} is dedicated to {payload.tenant}.")
+        return go_to(request, f"/admin/nodes/{node}",
+                     toast=f"{node} is dedicated to {payload.tenant}.")
+
+    return submitted(assign_tenant, lambda refusal: _node_page(
+        request, db, principal, node, problem_errors(refusal.problem), refusal.status))
 
 
 @router.post("/admin/nodes/{node}/assignment/end", dependencies=PLATFORM_STATE_CHANGING)
 def end_assignment(request: Request, node: str, db: DbSession,
                    principal: CurrentPrincipal, fields: FormFields) -> Response:
     ensure_platform_writer(principal)  # who may, before what was typed
-    try:
+
+    def end() -> Response:
         check_typed_name(fields, node)
         service.end_assignment(db, principal, node)
-    except ValidationFailed as error:
+        return go_to(request, f"/admin/nodes/{node}",
+                     toast=f"{node} is back in the shared pool.")
+
+    def refused(refusal: Refusal) -> Response:
         service.get_node(db, principal, node)  # an unknown node stays a plain 404
-        return _node_page(request, db, principal, node, {"confirm_name": error.detail}, 422)
-    except NotFound as error:
+        return _node_page(request, db, principal, node, {"confirm_name": refusal.detail},
+                          refusal.status)
+
+    try:
+        return submitted(end, refused)
+    except NotFound as error:  # no assignment to end
         service.get_node(db, principal, node)
         return _node_page(request, db, principal, node, {"form": error.detail}, 409)
-    return go_to(request, f"/admin/nodes/{node}",
-                 toast=f"{node} is back in the shared pool.")
 
 
 def _suggest_page(request: Request, db: DbSession, principal: Principal,
@@ -173,17 +179,18 @@ def suggest(request: Request, db: DbSession, principal: CurrentPrincipal,
             fields: FormFields) -> Response:
     form = form_payload(fields, keys=SUGGESTION_FIELDS, integers=("gpus",))
     partial = is_htmx(request)
-    try:
+
+    def suggested() -> Response:
         suggestion = service.suggest_nodes(db, principal, SuggestionIn.model_validate(form))
-    except (ValidationError, ValidationFailed, Conflict) as error:
-        problem = as_problem(error)
-        return _suggest_page(request, db, principal, fields, problem_errors(problem),
-                             problem.status, partial=partial)
-    suggested = {node.name for node in suggestion.nodes}
-    free = [n for n in service.free_nodes_of(db, principal, suggestion.gpu_class)
-            if n.name not in suggested]
-    return _suggest_page(request, db, principal, fields, suggestion=suggestion,
-                         partial=partial, free=free)
+        names = {node.name for node in suggestion.nodes}
+        free = [n for n in service.free_nodes_of(db, principal, suggestion.gpu_class)
+                if n.name not in names]
+        return _suggest_page(request, db, principal, fields, suggestion=suggestion,
+                             partial=partial, free=free)
+
+    return submitted(suggested, lambda refusal: _suggest_page(
+        request, db, principal, fields, problem_errors(refusal.problem), refusal.status,
+        partial=partial))
 
 
 async def chosen_nodes(request: Request) -> list[str]:
@@ -196,13 +203,16 @@ def accept_suggestion(request: Request, db: DbSession, principal: CurrentPrincip
                       fields: FormFields,
                       nodes: Annotated[list[str], Depends(chosen_nodes)]) -> Response:
     tenant = fields.get("tenant", "")
-    try:
+
+    def accept() -> Response:
         service.assign_nodes(db, principal, tenant, nodes)
-    except (ValidationFailed, Conflict) as error:
-        return _suggest_page(request, db, principal, fields, problem_errors(error),
-                             error.status, partial=is_htmx(request))
-    return go_to(request, f"/admin/fleet?tenant={quote(tenant)}",
-                 toast=f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} dedicated to {tenant}.")
+        return go_to(request, f"/admin/fleet?tenant={quote(tenant)}",
+                     toast=f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} dedicated to "
+                           f"{tenant}.")
+
+    return submitted(accept, lambda refusal: _suggest_page(
+        request, db, principal, fields, refusal.errors, refusal.status,
+        partial=is_htmx(request)))
 
 
 @router.get("/t/{tenant}/nodes")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.audit import readable
@@ -16,7 +16,7 @@ from app.authz.routes import PLATFORM_STATE_CHANGING
 from app.http.deps import DbSession, RowId
 from app.http.pagination import Paging
 from app.http.routing import UnitOfWorkRoute
-from app.kit.errors import Conflict, ProblemError, ValidationFailed
+from app.kit.errors import ProblemError
 from app.kit.limits import LimitReached
 from app.kit.plurals import counted
 from app.kit.validation import MAX_ROW_ID
@@ -34,12 +34,13 @@ from app.web import live
 from app.web.forms import (
     FieldErrors,
     FormFields,
-    as_problem,
+    Refusal,
     form_payload,
     go_to,
+    in_row,
     is_htmx,
-    problem_errors,
-    validation_errors,
+    only_touched,
+    submitted,
     with_toast,
 )
 from app.web.templating import render
@@ -66,19 +67,12 @@ def _request_form(request: Request, db: DbSession, principal: Principal, tenant:
     }, status_code=status_code)
 
 
-def _checked(db: DbSession, principal: Principal, tenant: str, fields: dict[str, str]
-             ) -> tuple[QuotaRequestCreate | None, FieldErrors, int, list[str]]:
-    """The request if it can be sent, the errors if not, and the warnings either way."""
-    typed = _request_payload(fields)
-    warnings = _warnings(db, principal, tenant, typed)
-    try:
-        payload = QuotaRequestCreate.model_validate(typed)
-        service.check_request(db, principal, tenant, payload)
-    except ValidationError as error:
-        return None, validation_errors(error), 422, warnings
-    except ValidationFailed as error:
-        return None, problem_errors(error), 422, warnings
-    return payload, {}, 200, warnings
+def _check(db: DbSession, principal: Principal, tenant: str,
+           fields: dict[str, str]) -> QuotaRequestCreate:
+    """The request if it can be sent; a refusal if not."""
+    payload = QuotaRequestCreate.model_validate(_request_payload(fields))
+    service.check_request(db, principal, tenant, payload)
+    return payload
 
 
 def _warnings(db: DbSession, principal: Principal, tenant: str,
@@ -99,30 +93,38 @@ def new_request(request: Request, tenant: str, db: DbSession,
 @router.post("/t/{tenant}/quota-requests/validate", dependencies=STATE_CHANGING)
 def validate_request(request: Request, tenant: str, db: DbSession,
                      principal: CurrentPrincipal, fields: FormFields) -> Response:
-    _payload, errors, _status, warnings = _checked(db, principal, tenant, fields)
-    # While the form is being filled in, speak only of fields touched so far.
-    touched = {request.headers.get("hx-trigger-name", "")} | {k for k, v in fields.items() if v}
-    errors = {field: message for field, message in errors.items() if field in touched}
-    return _request_form(request, db, principal, tenant, fields, errors,
-                         422 if errors else 200, warnings=warnings)
+    warnings = _warnings(db, principal, tenant, _request_payload(fields))
+
+    def checked() -> Response:
+        _check(db, principal, tenant, fields)
+        return _request_form(request, db, principal, tenant, fields, {}, 200,
+                             warnings=warnings)
+
+    def refused(refusal: Refusal) -> Response:
+        errors = only_touched(request, fields, refusal.errors)
+        return _request_form(request, db, principal, tenant, fields, errors,
+                             422 if errors else 200, warnings=warnings)
+
+    return submitted(checked, refused)
 
 
 @router.post("/t/{tenant}/quota-requests", dependencies=STATE_CHANGING)
 def create_request(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
                    settings: AppSettings, fields: FormFields) -> Response:
-    payload, errors, status_code, _warnings = _checked(db, principal, tenant, fields)
-    if payload is None:
-        return _request_form(request, db, principal, tenant, fields, errors, status_code,
-                             whole_page=not is_htmx(request))
-    try:
+    def create() -> Response:
+        payload = _check(db, principal, tenant, fields)
         created = service.create_request(db, principal, settings, tenant, payload)
-    except LimitReached as error:
-        return _request_form(request, db, principal, tenant, fields,
-                             {"gpus": error.detail}, error.status,
+        return go_to(request, f"/t/{tenant}",
+                     toast=" ".join(["Quota request sent: a platform admin decides it.",
+                                     *created.warnings]))
+
+    def refused(refusal: Refusal) -> Response:
+        errors = ({"gpus": refusal.detail} if isinstance(refusal.problem, LimitReached)
+                  else refusal.errors)
+        return _request_form(request, db, principal, tenant, fields, errors, refusal.status,
                              whole_page=not is_htmx(request))
-    return go_to(request, f"/t/{tenant}",
-                 toast=" ".join(["Quota request sent: a platform admin decides it.",
-                                 *created.warnings]))
+
+    return submitted(create, refused)
 
 
 @router.post("/t/{tenant}/quota-requests/{request_id}/cancel", dependencies=STATE_CHANGING)
@@ -152,19 +154,19 @@ def burst_context(db: DbSession, principal: Principal, tenant: str) -> dict[str,
 def set_burst(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
               fields: FormFields) -> Response:
     payload = form_payload(fields, keys=("tier", *burst.FIELDS), integers=burst.FIELDS)
-    try:
-        chosen = BurstIn.model_validate(payload)
-        burst.set_burst(db, principal, tenant, chosen.tier, chosen.own_values())
-    except (ValidationError, ValidationFailed) as error:
-        errors = (validation_errors(error) if isinstance(error, ValidationError)
-                  else problem_errors(error))
-        return render(request, "quotas/_burst.html",
-                      {**burst_context(db, principal, tenant), "form": fields,
-                       "errors": errors}, status_code=422)
-    if not is_htmx(request):
-        return go_to(request, f"/t/{tenant}")
-    response = render(request, "quotas/_burst.html", burst_context(db, principal, tenant))
-    return with_toast(response, f"Burst of {tenant} set: its queues follow within seconds.")
+
+    def choose() -> Response:
+        burst_in = BurstIn.model_validate(payload)
+        burst.set_burst(db, principal, tenant, burst_in.tier, burst_in.own_values())
+        if not is_htmx(request):
+            return go_to(request, f"/t/{tenant}")
+        response = render(request, "quotas/_burst.html", burst_context(db, principal, tenant))
+        return with_toast(response, f"Burst of {tenant} set: its queues follow within seconds.")
+
+    return submitted(choose, lambda refusal: render(
+        request, "quotas/_burst.html",
+        {**burst_context(db, principal, tenant), "form": fields, "errors": refusal.errors},
+        status_code=refusal.status))
 
 
 # ----- the approval queue
@@ -189,23 +191,23 @@ async def queue_stream(request: Request, principal: CurrentPrincipal) -> Respons
 
 
 def _decided(request: Request, db: DbSession, principal: Principal, request_id: RowId,
-             decide: Any) -> Response:
-    try:
+             decide: Callable[[], Any]) -> Response:
+    def decided() -> Response:
         item = decide()
-    except (ValidationError, ValidationFailed, Conflict) as error:
-        problem = as_problem(error)
         if not is_htmx(request):
-            raise problem from error
+            return go_to(request, "/admin/quota-requests")
+        response = render(request, "admin/_queue_row.html", {"item": item, "error": ""})
+        named = readable.quota_request_label(item.gpu_class_name, item.id, item.tenant)
+        return with_toast(response, f"{named} {item.state}.")
+
+    def row_refused(refusal: Refusal) -> Response:
         current = service.get_queue_item(db, principal, request_id)
         return render(request, "admin/_queue_row.html",
-                      {"item": current, "error": problem.detail,
-                       "needs_overcommit": _needs_overcommit(problem)},
-                      status_code=problem.status)
-    if not is_htmx(request):
-        return go_to(request, "/admin/quota-requests")
-    response = render(request, "admin/_queue_row.html", {"item": item, "error": ""})
-    named = readable.quota_request_label(item.gpu_class_name, item.id, item.tenant)
-    return with_toast(response, f"{named} {item.state}.")
+                      {"item": current, "error": refusal.detail,
+                       "needs_overcommit": _needs_overcommit(refusal.problem)},
+                      status_code=refusal.status)
+
+    return submitted(decided, in_row(request, row_refused))
 
 
 def _needs_overcommit(problem: ProblemError) -> bool:

@@ -21,16 +21,17 @@ from app.gpu_classes import service as gpu_classes
 from app.http.deps import DbSession, get_settings_dep
 from app.http.routing import UnitOfWorkRoute
 from app.kit.config import Settings
-from app.kit.errors import Conflict, NotFound, ValidationFailed
+from app.kit.errors import NotFound
 from app.templates import service
 from app.templates.addon_lines import format_lines, parse_lines
 from app.templates.schemas import TemplateCreate, VersionEdit
 from app.web.forms import (
     FieldErrors,
     FormFields,
+    Refusal,
     form_payload,
     go_to,
-    problem_errors,
+    submitted,
     validation_errors,
 )
 from app.web.templating import render
@@ -101,14 +102,14 @@ def create_template(request: Request, db: DbSession, principal: CurrentPrincipal
                     settings: AppSettings, fields: FormFields) -> Response:
     payload = {"name": fields.get("name", ""), "description": fields.get("description", ""),
                "settings": settings_payload(fields)}
-    try:
+
+    def create() -> Response:
         created = service.create_template(db, principal, TemplateCreate.model_validate(payload))
-    except ValidationError as error:
-        return _list_page(request, db, principal, settings, fields, _flat(error), 422)
-    except (ValidationFailed, Conflict) as error:
-        return _list_page(request, db, principal, settings, fields, problem_errors(error),
-                          error.status)
-    return go_to(request, f"/admin/cluster-templates/{created.name}")
+        return go_to(request, f"/admin/cluster-templates/{created.name}")
+
+    return submitted(create, lambda refusal: _list_page(
+        request, db, principal, settings, fields, refusal.errors, refusal.status),
+        schema_errors=_flat)
 
 
 def _flat(error: ValidationError) -> FieldErrors:
@@ -131,27 +132,25 @@ def template_page(request: Request, name: TemplateName, db: DbSession,
 def new_version(request: Request, name: TemplateName, db: DbSession,
                 principal: CurrentPrincipal, settings: AppSettings,
                 fields: FormFields) -> Response:
-    try:
+    def add_version() -> Response:
         service.new_version(db, principal, name,
                             VersionEdit.model_validate(settings_payload(fields)))
-    except ValidationError as error:
-        return _detail_page(request, db, principal, settings, name, fields, _flat(error), 422)
-    except (ValidationFailed, Conflict) as error:
-        return _detail_page(request, db, principal, settings, name, fields,
-                            problem_errors(error), error.status)
-    return go_to(request, f"/admin/cluster-templates/{name}")
+        return go_to(request, f"/admin/cluster-templates/{name}")
+
+    return submitted(add_version, lambda refusal: _detail_page(
+        request, db, principal, settings, name, fields, refusal.errors, refusal.status),
+        schema_errors=_flat)
 
 
 @router.post("/admin/cluster-templates/{name}/versions/{version}/validate",
              dependencies=PLATFORM_STATE_CHANGING)
 def validate_version(request: Request, name: TemplateName, version: VersionNumber,
                      db: DbSession, principal: CurrentPrincipal, settings: AppSettings) -> Response:
-    try:
+    def validate() -> Response:
         service.request_validation(db, principal, name, version)
-    except Conflict as error:
-        return _detail_page(request, db, principal, settings, name, None,
-                            {"form": error.detail}, error.status)
-    return go_to(request, f"/admin/cluster-templates/{name}#v{version}")
+        return go_to(request, f"/admin/cluster-templates/{name}#v{version}")
+
+    return submitted(validate, _action_refused(request, db, principal, settings, name))
 
 
 @router.get("/admin/cluster-templates/{name}/versions/{version}/validation")
@@ -185,12 +184,20 @@ def _change_state(request: Request, db: Session, principal: Principal, settings:
                   name: str, version: int,
                   change: Callable[[Session, Principal, str, int], object]) -> Response:
     """Offers or retires a version; a refusal shows the template's page with its reason."""
-    try:
+
+    def changed() -> Response:
         change(db, principal, name, version)
-    except Conflict as error:
-        return _detail_page(request, db, principal, settings, name, None,
-                            {"form": error.detail}, error.status)
-    return go_to(request, f"/admin/cluster-templates/{name}#v{version}")
+        return go_to(request, f"/admin/cluster-templates/{name}#v{version}")
+
+    return submitted(changed, _action_refused(request, db, principal, settings, name))
+
+
+def _action_refused(request: Request, db: Session, principal: Principal, settings: Settings,
+                    name: str) -> Callable[[Refusal], Response]:
+    """A version's action refused: its reason above the template's page, whose version form
+    keeps the newest version's settings."""
+    return lambda refusal: _detail_page(request, db, principal, settings, name, None,
+                                        {"form": refusal.detail}, refusal.status)
 
 
 # ----- a tenant's cluster
@@ -216,10 +223,11 @@ def upgrade_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
                     fields: FormFields) -> Response:
     payload = form_payload(fields, keys=("version",), integers=("version",))
     version = payload.get("version")
-    try:
+
+    def upgrade() -> Response:
         service.upgrade_cluster(db, principal, settings, tenant, cluster,
                                 version if isinstance(version, int) else None)
-    except Conflict as error:
-        return _cluster_page(request, db, principal, tenant, cluster, error.detail,
-                             error.status)
-    return go_to(request, f"/t/{tenant}/clusters/{cluster}")
+        return go_to(request, f"/t/{tenant}/clusters/{cluster}")
+
+    return submitted(upgrade, lambda refusal: _cluster_page(
+        request, db, principal, tenant, cluster, refusal.detail, refusal.status))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.auth.csrf import STATE_CHANGING
@@ -16,19 +16,19 @@ from app.authz.routes import PLATFORM_STATE_CHANGING
 from app.http.deps import DbSession, RowId
 from app.http.pagination import PageParams, Paging
 from app.http.routing import UnitOfWorkRoute
-from app.kit.errors import Conflict, NotFound, ProblemError, ValidationFailed
+from app.kit.errors import NotFound
 from app.tenants import service
 from app.tenants.api import Search
 from app.tenants.schemas import MemberCreate, MemberUpdate, TenantCreate, TenantUpdate
 from app.web.forms import (
     FieldErrors,
     FormFields,
-    as_problem,
+    Refusal,
     form_payload,
     go_to,
+    in_row,
     is_htmx,
-    problem_errors,
-    validation_errors,
+    submitted,
     with_toast,
 )
 from app.web.templating import render
@@ -59,16 +59,14 @@ def members(request: Request, tenant: str, db: DbSession,
 def add_member(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
                fields: FormFields) -> Response:
     payload = form_payload(fields, keys=("email", "role"))
-    try:
+
+    def add() -> Response:
         service.add_member(db, principal, tenant, MemberCreate.model_validate(payload))
-    except ValidationError as error:
-        return _members_page(request, db, principal, tenant, payload,
-                             validation_errors(error), 422)
-    except (ValidationFailed, Conflict) as error:
-        return _members_page(request, db, principal, tenant, payload,
-                             problem_errors(error), error.status)
-    return go_to(request, f"/t/{tenant}/members",
-                 toast=f"{payload.get('email', '')} added as {payload.get('role', '')}.")
+        return go_to(request, f"/t/{tenant}/members",
+                     toast=f"{payload.get('email', '')} added as {payload.get('role', '')}.")
+
+    return submitted(add, lambda refusal: _members_page(
+        request, db, principal, tenant, payload, refusal.errors, refusal.status))
 
 
 def _member_row(request: Request, tenant: str, member: Any, error: str = "",
@@ -81,32 +79,34 @@ def _member_row(request: Request, tenant: str, member: Any, error: str = "",
 @router.post("/t/{tenant}/members/{member_id}", dependencies=STATE_CHANGING)
 def change_role(request: Request, tenant: str, member_id: RowId, db: DbSession,
                 principal: CurrentPrincipal, fields: FormFields) -> Response:
-    try:
+    def change() -> Response:
         payload = MemberUpdate.model_validate(form_payload(fields, keys=("role",)))
         member = service.change_role(db, principal, tenant, member_id, payload)
-    except (ValidationError, Conflict) as error:
         if not is_htmx(request):
-            raise as_problem(error) from error
-        current = _find_member(db, principal, tenant, member_id)
-        return _member_row(request, tenant, current, _message(error), _status(error))
-    if not is_htmx(request):
-        return go_to(request, f"/t/{tenant}/members")
-    return with_toast(_member_row(request, tenant, member), f"Role changed to {member.role}.")
+            return go_to(request, f"/t/{tenant}/members")
+        return with_toast(_member_row(request, tenant, member),
+                          f"Role changed to {member.role}.")
+
+    return submitted(change, _in_member_row(request, db, principal, tenant, member_id))
 
 
 @router.post("/t/{tenant}/members/{member_id}/remove", dependencies=STATE_CHANGING)
 def remove_member(request: Request, tenant: str, member_id: RowId, db: DbSession,
                   principal: CurrentPrincipal) -> Response:
-    try:
+    def remove() -> Response:
         service.remove_member(db, principal, tenant, member_id)
-    except Conflict as error:
         if not is_htmx(request):
-            raise
-        current = _find_member(db, principal, tenant, member_id)
-        return _member_row(request, tenant, current, error.detail, error.status)
-    if not is_htmx(request):
-        return go_to(request, f"/t/{tenant}/members")
-    return with_toast(Response(status_code=200), "Member removed.")
+            return go_to(request, f"/t/{tenant}/members")
+        return with_toast(Response(status_code=200), "Member removed.")
+
+    return submitted(remove, _in_member_row(request, db, principal, tenant, member_id))
+
+
+def _in_member_row(request: Request, db: DbSession, principal: Principal, tenant: str,
+                   member_id: RowId) -> Callable[[Refusal], Response]:
+    return in_row(request, lambda refusal: _member_row(
+        request, tenant, _find_member(db, principal, tenant, member_id), refusal.detail,
+        refusal.status))
 
 
 def _find_member(db: DbSession, principal: Principal, tenant: str, member_id: RowId) -> Any:
@@ -115,14 +115,6 @@ def _find_member(db: DbSession, principal: Principal, tenant: str, member_id: Ro
     if found is None:
         raise NotFound(f"no member {member_id} in {tenant!r}")
     return found
-
-
-def _message(error: ValidationError | ProblemError) -> str:
-    return as_problem(error).detail
-
-
-def _status(error: ValidationError | ProblemError) -> int:
-    return as_problem(error).status
 
 
 # ----- platform admins
@@ -152,14 +144,14 @@ def create_tenant(request: Request, db: DbSession, principal: CurrentPrincipal,
     payload = form_payload(fields, keys=("slug", "display_name", "admin_email"))
     if not payload.get("admin_email"):
         payload.pop("admin_email", None)
-    try:
+
+    def create() -> Response:
         service.create_tenant(db, principal, TenantCreate.model_validate(payload))
-    except ValidationError as error:
-        return _tenants_page(request, db, principal, payload, validation_errors(error), 422)
-    except (ValidationFailed, Conflict) as error:
-        return _tenants_page(request, db, principal, payload, problem_errors(error),
-                             error.status)
-    return go_to(request, "/admin/tenants", toast=f"Tenant {payload.get('slug', '')} created.")
+        return go_to(request, "/admin/tenants",
+                     toast=f"Tenant {payload.get('slug', '')} created.")
+
+    return submitted(create, lambda refusal: _tenants_page(
+        request, db, principal, payload, refusal.errors, refusal.status))
 
 
 @router.post("/admin/tenants/{tenant}", dependencies=PLATFORM_STATE_CHANGING)
@@ -167,14 +159,14 @@ def update_tenant(request: Request, tenant: str, db: DbSession, principal: Curre
                   fields: FormFields) -> Response:
     payload = {k: v for k, v in form_payload(fields, keys=("display_name", "state")).items()
                if v != ""}
-    try:
+
+    def update() -> Response:
         row = service.update_tenant(db, principal, tenant, TenantUpdate.model_validate(payload))
-    except ValidationError as error:
         if not is_htmx(request):
-            raise as_problem(error) from error
-        current = service.get_tenant(db, principal, tenant)
-        return render(request, "admin/_tenant_row.html",
-                      {"tenant": current, "error": _message(error)}, status_code=422)
-    if not is_htmx(request):
-        return go_to(request, "/admin/tenants")
-    return render(request, "admin/_tenant_row.html", {"tenant": row, "error": ""})
+            return go_to(request, "/admin/tenants")
+        return render(request, "admin/_tenant_row.html", {"tenant": row, "error": ""})
+
+    return submitted(update, in_row(request, lambda refusal: render(
+        request, "admin/_tenant_row.html",
+        {"tenant": service.get_tenant(db, principal, tenant), "error": refusal.detail},
+        status_code=refusal.status)))

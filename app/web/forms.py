@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from pydantic import ValidationError
 from starlette.responses import RedirectResponse, Response
 
-from app.kit.errors import ProblemError, ValidationFailed
+from app.kit.errors import Conflict, ProblemError, ValidationFailed
 from app.kit.validation_messages import in_our_words
 
 _INTEGER = re.compile(r"^[+-]?\d{1,18}$")
@@ -85,6 +86,65 @@ def problem_errors(error: ProblemError) -> FieldErrors:
     errors = {str(item["field"]): str(item["message"]) for item in error.errors}
     errors["form"] = error.detail
     return errors
+
+
+# What a form's action may be refused with, to show on the form: the schema's refusal, a
+# service's, or a conflict with what is stored (a limit reached is one).
+REFUSALS = (ValidationError, ValidationFailed, Conflict)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A form's action refused: the message per field (``form`` for the whole form), the
+    status to answer, and the problem the API would answer."""
+
+    errors: FieldErrors
+    status: int
+    problem: ProblemError
+
+    @property
+    def detail(self) -> str:
+        return self.problem.detail
+
+    @classmethod
+    def of(cls, error: ValidationError | ProblemError,
+           schema_errors: Callable[[ValidationError], FieldErrors]) -> Refusal:
+        problem = as_problem(error)
+        if isinstance(error, ValidationError):
+            return cls(schema_errors(error), problem.status, problem)
+        return cls(problem_errors(error), error.status, problem)
+
+
+def submitted(action: Callable[[], Response], refused: Callable[[Refusal], Response], *,
+              schema_errors: Callable[[ValidationError], FieldErrors] = validation_errors,
+              ) -> Response:
+    """The one way an HTML form answers a refusal: ``action`` does the work and answers; a
+    validation failure or a conflict goes to ``refused``, which shows the form again with
+    the errors and what was typed, answering ``refusal.status``. ``schema_errors`` names a
+    schema's errors after the form's fields where the two differ."""
+    try:
+        return action()
+    except REFUSALS as error:
+        return refused(Refusal.of(error, schema_errors))
+
+
+def in_row(request: Request, row: Callable[[Refusal], Response]) -> Callable[[Refusal], Response]:
+    """A refusal shown in the table row an htmx form swaps; a plain form post has no row to
+    show it in, so it answers the problem's own page."""
+
+    def refused(refusal: Refusal) -> Response:
+        if not is_htmx(request):
+            raise refusal.problem
+        return row(refusal)
+
+    return refused
+
+
+def only_touched(request: Request, fields: dict[str, str], errors: FieldErrors) -> FieldErrors:
+    """While a form is being filled in (inline validation), the errors of the fields touched
+    so far: the one that changed, which htmx names, and those holding something."""
+    touched = {request.headers.get("hx-trigger-name", "")} | {k for k, v in fields.items() if v}
+    return {field: message for field, message in errors.items() if field in touched}
 
 
 def is_htmx(request: Request) -> bool:

@@ -46,7 +46,7 @@ def test_an_admin_sets_and_clears_a_hosts_webhook_url(
     expect(webhook).to_contain_text("none: set a webhook URL below")
 
     _save_webhook_url(page, "http://webhook.gpu-eu-2.example.com:9443")
-    expect(page.locator(".field-error")).to_contain_text("https://")
+    expect(page.locator("#webhook_url-error")).to_contain_text("https://")
     expect(page.locator("input[name=webhook_url]")).to_have_value(
         "http://webhook.gpu-eu-2.example.com:9443")
     expect(webhook).to_contain_text("none")

@@ -244,7 +244,7 @@ def test_the_credentials_form_says_under_the_field_that_the_key_is_not_the_certi
     assert refused.status_code == 422
     form = refused.text.split('id="host-credentials"', 1)[1].split("</form>", 1)[0]
     textarea_onwards = form.split('name="kubeconfig"', 1)[1].split("</label>", 1)[0]
-    assert ('<span class="field-error">the client key does not belong to the client '
-            'certificate</span>') in textarea_onwards
+    assert ('<span class="field-error" role="alert" id="credentials-kubeconfig-error">the '
+            'client key does not belong to the client certificate</span>') in textarea_onwards
     for line in _key_lines(key):
         assert line not in refused.text
