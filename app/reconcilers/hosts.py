@@ -28,7 +28,6 @@ from app.kube.connector import KubeConnector
 from app.reconcilers.host_keys import host_keys, host_target
 from app.reconcilers.kind import DONE, GONE, Context, Outcome
 from app.reconcilers.leases import Lease
-from app.reconcilers.runtime import RunsAlone
 from app.workqueue import HOSTS
 
 log = logging.getLogger(__name__)
@@ -57,7 +56,7 @@ class ChartMemo:
         return answer
 
 
-class HostHealthReconciler(RunsAlone):
+class HostHealthReconciler:
     name = HOSTS
 
     def __init__(self, settings: Settings, database: Database, kube: KubeConnector,

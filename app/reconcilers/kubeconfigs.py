@@ -22,13 +22,12 @@ from app.kube.errors import KubeError, TransientKubeError
 from app.kubeconfigs import repository
 from app.kubeconfigs.service import VirtualClusters, clean_up_grant
 from app.reconcilers.kind import GONE, Context, Outcome, RetryLater
-from app.reconcilers.runtime import RunsAlone
 from app.workqueue import KUBECONFIGS
 
 log = logging.getLogger(__name__)
 
 
-class KubeconfigReconciler(RunsAlone):
+class KubeconfigReconciler:
     name = KUBECONFIGS
 
     def __init__(self, settings: Settings, database: Database, clusters: VirtualClusters, *,

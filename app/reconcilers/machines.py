@@ -51,7 +51,6 @@ from app.machines.service import MachineSpec
 from app.reconcilers.host_keys import client, failure, wait_for_breaker
 from app.reconcilers.kind import DONE, GONE, Context, Outcome, TerminalError
 from app.reconcilers.leases import Lease
-from app.reconcilers.runtime import RunsAlone
 from app.workqueue import MACHINES, NODES, enqueue
 
 log = logging.getLogger(__name__)
@@ -72,7 +71,7 @@ class Snapshot:
     stored_endpoint: join.JoinEndpoint | None
 
 
-class MachineReconciler(RunsAlone):
+class MachineReconciler:
     name = MACHINES
 
     def __init__(self, settings: Settings, database: Database, kube: KubeConnector, *,

@@ -57,7 +57,6 @@ from app.reconcilers.kind import (
 )
 from app.reconcilers.leases import Lease
 from app.reconcilers.node_strangers import dedicated_nodes, evict_strangers
-from app.reconcilers.runtime import RunsAlone
 from app.workqueue import NODES
 
 log = logging.getLogger(__name__)
@@ -81,7 +80,7 @@ def needs_patch(labels: dict[str, Any], taints: list[dict[str, Any]],
     return held != node_labels(tenant) or ours != wanted
 
 
-class NodeReconciler(RunsAlone):
+class NodeReconciler:
     """Syncs one registered host's nodes with that host's client per key."""
 
     name = NODES

@@ -18,7 +18,6 @@ from app.database.core import Database, utcnow
 from app.kit.config import Settings
 from app.quotas.service import expire_quotas
 from app.reconcilers.kind import DONE, GONE, Context, Outcome
-from app.reconcilers.runtime import RunsAlone
 from app.workqueue import ALL, QUOTA_EXPIRY
 
 log = logging.getLogger(__name__)
@@ -26,7 +25,7 @@ log = logging.getLogger(__name__)
 KEY = ALL
 
 
-class QuotaExpiryReconciler(RunsAlone):
+class QuotaExpiryReconciler:
     name = QUOTA_EXPIRY
 
     def __init__(self, settings: Settings, database: Database, *,

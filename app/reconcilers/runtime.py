@@ -269,26 +269,3 @@ def _success(kind: Kind, outcome: Outcome) -> Result:
     after = outcome.requeue_after if outcome.requeue_after is not None else kind.resync_seconds
     return Result(after, 0, forget=outcome.forget)
 
-
-class RunsAlone:
-    """``run_due`` drives one kind through the runtime on its own, one inline pass: for tests
-    and for one-shot commands. A kind mixing it in has ``database`` and ``settings``."""
-
-    database: Database
-    settings: Any
-
-    def run_due(self, worker_id: str = "worker") -> int:
-        return self.runtime_for(worker_id).run_pass()
-
-    def runtime_for(self, worker_id: str) -> Runtime:
-        """The runtime ``run_due`` drives this kind with as ``worker_id``: one per id, as if
-        each were a worker process of its own."""
-        runtimes: dict[str, Runtime] = self.__dict__.setdefault("_runtimes", {})
-        runtime = runtimes.get(worker_id)
-        if runtime is None:
-            clock = getattr(self, "now", utcnow)
-            runtime = runtimes[worker_id] = Runtime(
-                self.database, [self],  # type: ignore[list-item]
-                lease_seconds=self.settings.worker_lease_seconds, clock=clock,
-                identity=worker_id)
-        return runtime

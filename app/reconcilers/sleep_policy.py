@@ -25,7 +25,6 @@ from app.database.core import Database, utcnow
 from app.kit.config import Settings
 from app.kit.errors import Conflict
 from app.reconcilers.kind import DONE, GONE, Context, Outcome
-from app.reconcilers.runtime import RunsAlone
 from app.usage.repository import ClusterGpuUse, cluster_gpu_use
 from app.usage.sampling import sample_hold
 from app.workqueue import ALL, SLEEP_POLICY
@@ -35,7 +34,7 @@ log = logging.getLogger(__name__)
 KEY = ALL
 
 
-class SleepPolicyReconciler(RunsAlone):
+class SleepPolicyReconciler:
     name = SLEEP_POLICY
 
     def __init__(self, settings: Settings, database: Database, *,

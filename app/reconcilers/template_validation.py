@@ -28,7 +28,6 @@ from app.kit.config import Settings
 from app.kube.connector import KubeConnector, for_host
 from app.kube.port import HostProbe
 from app.reconcilers.kind import GONE, Context, Outcome
-from app.reconcilers.runtime import RunsAlone
 from app.templates import service
 from app.templates.charts import ChartResolver, ChartSources
 from app.templates.models import ClusterTemplateVersion
@@ -48,7 +47,7 @@ class Requested:
     gpu_product: str | None
 
 
-class TemplateValidator(RunsAlone):
+class TemplateValidator:
     name = TEMPLATE_VALIDATION
 
     def __init__(self, settings: Settings, database: Database, connector: KubeConnector,

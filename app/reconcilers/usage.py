@@ -34,7 +34,6 @@ from app.kube.usage import HostUsage, WaitingPods, read_host_usage, read_virtual
 from app.kubeconfigs.service import VirtualClusters
 from app.reconcilers.host_keys import failure, host_keys, host_target, wait_for_breaker
 from app.reconcilers.kind import DONE, GONE, Context, Outcome, TerminalError
-from app.reconcilers.runtime import RunsAlone
 from app.usage import ledger, samples
 from app.usage.reclaims import record_evictions
 from app.usage.sampling import record_usage, sample_hold
@@ -45,7 +44,7 @@ log = logging.getLogger(__name__)
 RETENTION = "retention"
 
 
-class UsageSampler(RunsAlone):
+class UsageSampler:
     """Reads one registered host per key with that host's client, and stores that host's
     samples in a transaction of its own."""
 

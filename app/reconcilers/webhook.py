@@ -59,7 +59,6 @@ from app.kube.quantities import drifted
 from app.reconcilers.breaker import HostBreakers
 from app.reconcilers.host_keys import failure, unreachable, wait_for_breaker
 from app.reconcilers.kind import DONE, GONE, Context, Outcome, RetryLater, TerminalError
-from app.reconcilers.runtime import RunsAlone
 from app.webhook import certificates as certs
 from app.webhook.secret import StoredPair, read_secret
 from app.workqueue import ALL, WEBHOOK
@@ -91,7 +90,7 @@ def serving_hosts(settings: Settings, routes: Iterable[WebhookRoute] = ()) -> li
 Plan = list[tuple[HostTarget, WebhookRoute | None]]
 
 
-class WebhookReconciler(RunsAlone):
+class WebhookReconciler:
     name = WEBHOOK
 
     def __init__(self, settings: Settings, database: Database, kube: KubeConnector, *,

@@ -14,6 +14,7 @@ from app.kit.config import Settings
 from app.reconcilers.template_validation import TemplateValidator
 from tests import factories
 from tests.browser.conftest import demo_database, signed_in_page
+from tests.support.drive import run_due
 from tests.support.kube import InMemoryConnector
 from tests.support.serving import serving
 from tests.templates.support import StandinCharts
@@ -44,8 +45,8 @@ def test_the_validation_result_arrives_by_itself(
     page.evaluate("window.__notReloaded = true")
 
     # The worker (no host cluster here: the host checks fail, and say so).
-    TemplateValidator(settings, database, InMemoryConnector(None), StandinCharts()).run_due(
-        "worker-1")
+    run_due(TemplateValidator(settings, database, InMemoryConnector(None), StandinCharts()),
+            "worker-1")
     expect(page.locator("#validation-v1 .validation-failed")).to_be_visible()
     expect(page.locator("#validation-v1")).to_contain_text("no host cluster is configured")
     expect(page.locator("#validation-v1 .validation-pending")).to_have_count(0)

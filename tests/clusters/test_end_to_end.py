@@ -34,6 +34,7 @@ from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import helm_calls, use_standin_helm
 from tests.clusters.support import Clock
 from tests.support import oidc
+from tests.support.drive import run_due
 from tests.support.kube_server import ApiServer
 from tests.support.web import HTML, csrf_of
 
@@ -123,7 +124,7 @@ def test_create_watch_ready_resize_and_delete(
 
     def run() -> None:
         clock.advance(301)  # later than any backoff, lease or resync
-        worker.run_due("worker-1")
+        run_due(worker, "worker-1")
 
     phases = []
     for _ in range(4):
@@ -193,7 +194,7 @@ def test_without_a_host_cluster_the_page_shows_what_would_be_applied(
     client.post("/t/acme/clusters", headers={"X-CSRF-Token": csrf}, follow_redirects=False,
                 data={"name": "train", "gpu_class_id": str(gpu_id), "gpus": "2",
                       "cpu_millicores": "4000", "memory_mib": "16384"})
-    ClusterReconciler(settings, database, ClientConnector(settings)).run_due("worker-1")
+    run_due(ClusterReconciler(settings, database, ClientConnector(settings)), "worker-1")
     page = client.get("/t/acme/clusters/train", headers=HTML).text
     assert "HostClusterNotConfigured" in page
     assert 'id="no-host"' in page

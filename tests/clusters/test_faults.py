@@ -15,6 +15,7 @@ from app.kube import manifests
 from app.kube.errors import TransientKubeError
 from app.reconcilers.clusters import ClusterReconciler
 from tests.clusters.support import Harness, create
+from tests.support.drive import run_due
 from tests.support.tenancy import Tenancy
 
 # Kubernetes calls of a first, uninterrupted provisioning pass (measured by the test below).
@@ -57,10 +58,10 @@ def test_a_worker_killed_between_any_two_calls_is_adopted_by_the_next(
     successor = ClusterReconciler(harness.reconciler.settings, database, harness.connector,
                                   harness.installer, clock=harness.clock)
     harness.clock.advance(30)
-    assert successor.run_due("worker-2") == 0  # the dead worker's lease still holds
+    assert run_due(successor, "worker-2") == 0  # the dead worker's lease still holds
     harness.clock.advance(61)
     for _ in range(3):
-        successor.run_due("worker-2")
+        run_due(successor, "worker-2")
         harness.clock.advance(301)
     assert ready(harness, created.id)
     assert kinds(harness) == EXPECTED_KINDS

@@ -14,6 +14,7 @@ from app.database.core import Database
 from app.reconcilers.clusters import ClusterReconciler
 from app.workqueue import CLUSTERS
 from tests.clusters.support import FakeInstaller, Harness, create
+from tests.support.drive import run_due
 from tests.support.tenancy import Tenancy
 
 LEASE = 30.0  # the default PORTAL_WORKER_LEASE_SECONDS
@@ -70,7 +71,7 @@ def test_the_heartbeat_keeps_a_helm_run_longer_than_the_lease(
         for _ in range(12):  # a beat every 10 s, as the heartbeat thread does
             harness.clock.advance(LEASE / 3)
             leases.renew_now()
-            taken_by_other.append(other.run_due("worker-2"))
+            taken_by_other.append(run_due(other, "worker-2"))
         assert not leases.lost((CLUSTERS, str(created.id)))
 
     installer.during = helm_takes_two_minutes
@@ -95,9 +96,9 @@ def test_a_worker_killed_during_helm_is_adopted_after_one_lease(
         harness.run("worker-1")
     successor = other_worker(harness, database)
     harness.clock.advance(LEASE - 1)
-    assert successor.run_due("worker-2") == 0  # the dead worker's lease still holds
+    assert run_due(successor, "worker-2") == 0  # the dead worker's lease still holds
     harness.clock.advance(2)  # nothing renewed it: it ran out with the lease, not 300 s later
-    assert successor.run_due("worker-2") == 1
+    assert run_due(successor, "worker-2") == 1
     assert ready(harness, created.id)
     assert installer.installs == 1  # the killed run never finished its install
 
@@ -114,7 +115,7 @@ def test_a_worker_whose_lease_was_taken_writes_nothing_more(
         # The heartbeat could not renew (the process was frozen): the lease runs out and the
         # other worker adopts the cluster and converges it.
         harness.clock.advance(LEASE + 1)
-        assert successor.run_due("worker-2") == 1
+        assert run_due(successor, "worker-2") == 1
         assert ready(harness, created.id)
         leases = harness.leases()
         leases.renew_now()  # the next beat finds the lease taken
@@ -143,7 +144,7 @@ def test_without_a_beat_the_database_still_refuses_the_old_holder(
 
     def stalled_past_the_lease() -> None:
         harness.clock.advance(LEASE + 1)
-        successor.run_due("worker-2")
+        run_due(successor, "worker-2")
         cluster = harness.cluster(created.id)
         assert cluster is not None
         adopted_state.append((cluster.conditions, cluster.admin_kubeconfig_encrypted,

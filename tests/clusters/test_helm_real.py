@@ -40,6 +40,7 @@ from tests.clusters.support import Clock, cluster_settings
 from tests.deploy.kustomize import BASE, render
 from tests.deploy.rbac import Grant
 from tests.support.charts import charts_dir, served
+from tests.support.drive import run_due
 from tests.support.kube_server import ApiServer, tool
 from tests.support.waiting import wait_for
 
@@ -102,7 +103,7 @@ class Worker:
     def pass_(self) -> None:
         """One pass of the cluster reconciler, later than any backoff or resync."""
         self.clock.advance(301)
-        self.reconciler.run_due("worker-1")
+        run_due(self.reconciler, "worker-1")
 
     def cluster(self, cluster_id: int) -> VirtualCluster | None:
         with self.database.session() as db:
@@ -238,7 +239,7 @@ def test_values_the_chart_refuses_put_its_message_in_the_condition_without_a_hot
         update={"worker_resync_seconds": 600.0})
     cluster_id = worker.create()
     worker.clock.advance(1)
-    worker.reconciler.run_due("worker-1")
+    run_due(worker.reconciler, "worker-1")
     failed = worker.condition(cluster_id, cond.FAILED)
     installed = worker.condition(cluster_id, cond.RELEASE_INSTALLED)
     assert failed["status"] == "True" and failed["reason"] == "ValuesRejected"
@@ -251,10 +252,10 @@ def test_values_the_chart_refuses_put_its_message_in_the_condition_without_a_hot
     assert refusing.runs == 1
     for _ in range(5):
         worker.clock.advance(60)
-        worker.reconciler.run_due("worker-1")
+        run_due(worker.reconciler, "worker-1")
     assert refusing.runs == 1
     worker.clock.advance(600)
-    worker.reconciler.run_due("worker-1")
+    run_due(worker.reconciler, "worker-1")
     assert refusing.runs == 2
 
 

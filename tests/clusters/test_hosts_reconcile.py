@@ -27,6 +27,7 @@ from app.reconcilers.clusters import ClusterReconciler
 from app.reconcilers.runtime import Runtime
 from tests import factories
 from tests.clusters.support import Clock, FakeConnector, FakeInstaller, cluster_settings
+from tests.support.drive import run_due
 from tests.support.waiting import wait_for
 
 SETTINGS = cluster_settings()
@@ -87,7 +88,7 @@ class TwoHosts:
 
     def run(self) -> int:
         self.clock.advance(301)
-        return self.reconciler.run_due("worker-1")
+        return run_due(self.reconciler, "worker-1")
 
     def cluster(self, cluster_id: int) -> VirtualCluster | None:
         with self.database.session() as db:

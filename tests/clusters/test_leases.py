@@ -18,6 +18,7 @@ from app.reconcilers.clusters import ClusterReconciler
 from app.workqueue import CLUSTERS as CLUSTER_KIND
 from app.workqueue import repository as queue
 from tests.clusters.support import FakeConnector, FakeInstaller, cluster_settings, seed_clusters
+from tests.support.drive import run_due
 
 WORKERS = 8
 CLUSTERS = 40
@@ -86,7 +87,7 @@ def test_parallel_workers_provision_each_cluster_exactly_once(own_pg_database: D
     def work(index: int) -> int:
         barrier.wait()
         handled = 0
-        while (done := reconcilers[index].run_due(f"worker-{index}")) > 0:
+        while (done := run_due(reconcilers[index], f"worker-{index}")) > 0:
             handled += done
         return handled
 

@@ -41,6 +41,7 @@ from app.reconcilers.clusters import ClusterReconciler
 from tests import factories
 from tests.clusters.cleanup import own_objects
 from tests.clusters.support import Clock, cluster_settings
+from tests.support.drive import run_due
 from tests.support.kube import Call, RecordingConnector
 from tests.support.kube_server import ApiServer
 from tests.support.kubectl import Kubectl, KubectlError
@@ -160,7 +161,7 @@ class Worker:
     def run(self) -> int:
         """One pass, later than any backoff, lease or resync."""
         self.clock.advance(301)
-        return self.reconciler.run_due("worker-1")
+        return run_due(self.reconciler, "worker-1")
 
     def cluster(self, cluster_id: int) -> VirtualCluster | None:
         with self.database.session() as db:

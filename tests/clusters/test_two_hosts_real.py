@@ -40,6 +40,7 @@ from tests import factories
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import helm_calls, use_standin_helm
 from tests.clusters.support import H100, Clock, cluster_settings
+from tests.support.drive import run_due
 from tests.support.kube_server import ApiServer
 
 QUEUE = lbl.KAI_API_VERSION
@@ -71,7 +72,7 @@ class Fleet:
 
     def run(self) -> int:
         self.clock.advance(301)  # later than any backoff, lease or resync
-        return self.reconciler.run_due("worker-1")
+        return run_due(self.reconciler, "worker-1")
 
     def cluster(self, cluster_id: int) -> VirtualCluster:
         with self.database.session() as db:

@@ -90,6 +90,7 @@ from tests.deploy.rbac import (
 )
 from tests.kube.test_baremetal_real import metal3_host as metal3_host  # a fixture
 from tests.nodes.conftest import Later
+from tests.support.drive import run_due
 from tests.support.kube_server import ApiServer, fast_adapter
 from tests.support.kubectl import Kubectl
 from tests.templates.support import StandinCharts, training
@@ -274,15 +275,15 @@ class Run:
     def pass_(self) -> None:
         """One pass of the cluster reconciler, later than any backoff, lease or resync."""
         self.clock.advance(301)
-        self.clusters.run_due("worker-1")
-        self.usage.run_due("worker-1")
+        run_due(self.clusters, "worker-1")
+        run_due(self.usage, "worker-1")
 
     def label_nodes(self, admin: KubernetesAdapter, tenant: str | None) -> None:
         """Node reconciler passes until the node carries ``tenant`` (the controller-manager
         writes nodes too: an apply on a version it just replaced is retried on a later pass)."""
         for _ in range(5):
             self.node_clock[0] += 301
-            self.nodes.run_due("worker-1")
+            run_due(self.nodes, "worker-1")
             if node_tenant(admin, self.node) == tenant:
                 return
         raise AssertionError(f"node {self.node} was not labelled for {tenant}")
@@ -528,7 +529,7 @@ def validate_template(run: Run) -> None:
         version_id = factories.template_version(
             db, template, 1, state="draft", validation_requested_at=utcnow(),
             **{**training(run.gpu_class_id)["settings"], "kubernetes_version": "1.32.4"}).id
-    assert run.validator.run_due("worker-1") == 1
+    assert run_due(run.validator, "worker-1") == 1
     with run.database.session() as db:
         row = db.get(ClusterTemplateVersion, version_id)
         assert row is not None and row.validation is not None
@@ -560,7 +561,7 @@ def machine_pass(run: Run) -> str:
     """One pass of the machines reconciler, later than any poll or resync: the phase after it
     ("gone" once the machine is removed)."""
     run.machine_clock.later(301)
-    run.machines.run_due("worker-1")
+    run_due(run.machines, "worker-1")
     row = machine_row(run)
     return row.phase if row is not None else "gone"
 

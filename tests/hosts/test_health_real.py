@@ -29,6 +29,7 @@ from app.kube.port import Manifest
 from app.reconcilers.hosts import HostHealthReconciler
 from app.templates.charts import ChartLookup
 from tests import factories
+from tests.support.drive import run_due
 from tests.support.kube_server import ApiServer, kubeconfig_yaml
 from tests.support.web import free_port
 
@@ -198,7 +199,7 @@ def test_the_worker_stores_each_hosts_health_and_audits_it_turning_unreachable(
             name="gpu-eu-2", credentials=HostCredentialsIn(
                 kind="kubeconfig", kubeconfig=kai_host.admin_kubeconfig)))
     worker = HostHealthReconciler(settings, database, ClientConnector(settings), Charts())
-    worker.run_due("w1")
+    run_due(worker, "w1")
     with database.transaction() as db:
         row = repository.host_by_name(db, "gpu-eu-2")
         default = repository.default_host(db)
@@ -209,7 +210,7 @@ def test_the_worker_stores_each_hosts_health_and_audits_it_turning_unreachable(
             kind="token", server=f"https://127.0.0.1:{free_port()}", token="t",
             ca_certificate=kai_host.ca.cert_pem.decode()))
         row.health_reachable = True  # as last seen before the move
-    assert worker.run_due("w1") == 1  # the new credentials enqueued the host: checked at once
+    assert run_due(worker, "w1") == 1  # the new credentials enqueued the host: checked at once
     with database.transaction() as db:
         row = repository.host_by_name(db, "gpu-eu-2")
         assert row is not None and row.health_reachable is False

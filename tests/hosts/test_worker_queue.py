@@ -21,6 +21,7 @@ from app.workqueue import HOSTS, NODES, USAGE, WEBHOOK
 from app.workqueue.models import WorkItem
 from app.workqueue.repository import items
 from tests import factories
+from tests.support.drive import run_due
 from tests.support.kube import PerHostConnector
 from tests.support.kube_server import kubeconfig_yaml
 
@@ -78,11 +79,11 @@ def test_a_registered_host_is_checked_at_once(database: Database) -> None:
         factories.env_host(db)
     connector = PerHostConnector({"default": InMemoryKube(), "gpu-eu-2": InMemoryKube()})
     worker = HostHealthReconciler(SETTINGS, database, connector, None)
-    assert worker.run_due("w1") == 1  # the environment's host
-    assert worker.run_due("w1") == 0  # checked: due again at the resync
+    assert run_due(worker, "w1") == 1  # the environment's host
+    assert run_due(worker, "w1") == 0  # checked: due again at the resync
     with database.transaction() as db:
         host_id = _register(db).id
-    assert worker.run_due("w1") == 1
+    assert run_due(worker, "w1") == 1
     with database.session() as db:
         row = repository.host_by_id(db, host_id)
         assert row is not None and row.health_checked_at is not None

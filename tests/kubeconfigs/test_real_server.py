@@ -25,6 +25,7 @@ from app.kube.connector import ClientConnector
 from app.kubeconfigs.manifests import PORTAL_NAMESPACE
 from app.kubeconfigs.models import KubeconfigGrant
 from app.reconcilers.kubeconfigs import KubeconfigReconciler
+from tests.support.drive import run_due
 from tests.support.kubeconfigs import PODS, Kubeconfig, config_map, eventually, guard_enforced
 from tests.support.tenancy import Tenancy, headers
 
@@ -117,7 +118,7 @@ def test_revoking_ends_that_token_alone_and_expiry_ends_the_other(
     grant.expires_at = utcnow() - timedelta(seconds=1)
     db.commit()
     sweeper = KubeconfigReconciler.from_settings(settings, database, ClientConnector(settings))
-    assert sweeper.run_due("test") == 1
+    assert run_due(sweeper, "test") == 1
     assert eventually(lambda: second.answers() == 401)
 
 

@@ -37,6 +37,7 @@ from app.tenants import service as tenants
 from app.tenants.schemas import MemberUpdate, TenantUpdate
 from app.workqueue import KUBECONFIGS, enqueue
 from app.workqueue import repository as queue
+from tests.support.drive import run_due
 from tests.support.kube import RecordingConnector
 from tests.support.kubeconfigs import RBAC, objects_of_user
 from tests.support.tenancy import Tenancy
@@ -94,9 +95,9 @@ def test_removing_a_member_revokes_their_grants_and_the_worker_deletes_the_secre
     assert secret_exists(virtual, grant)  # revoked at once, deleted by the worker
 
     reconciler = KubeconfigReconciler(settings, database, clusters)
-    assert reconciler.run_due("w1") == 1
+    assert run_due(reconciler, "w1") == 1
     requests = len(connector.calls)
-    assert reconciler.run_due("w1") == 0  # level-triggered: the second pass changes nothing
+    assert run_due(reconciler, "w1") == 0  # level-triggered: the second pass changes nothing
     assert len(connector.calls) == requests
     assert not secret_exists(virtual, grant) and secret_exists(virtual, other)
     assert virtual.get("v1", "ServiceAccount", grant.service_account, NS) is None
@@ -148,7 +149,7 @@ def test_deleting_a_cluster_revokes_its_grants_and_the_worker_gives_up_on_its_dy
     offline_train.deletion_requested_at = utcnow()
     db.commit()
     fake.kube.inject("delete", OSError("connection refused"), times=10)
-    assert KubeconfigReconciler(settings, database, clusters).run_due("w1") == 1
+    assert run_due(KubeconfigReconciler(settings, database, clusters), "w1") == 1
     db.expire_all()
     assert grant.revoke_reason == "cluster-deleted" and grant.secret_deleted_at is not None
     assert service.forget_grants_for_cluster(db, offline_train.id) == 1
@@ -170,7 +171,7 @@ def test_the_worker_backs_off_on_failures_and_deletes_the_secret_once_the_api_an
 
     reconciler = KubeconfigReconciler(settings, database, clusters)
     fake.kube.inject("delete", PermanentKubeError("forbidden", reason="Forbidden"), times=1)
-    assert reconciler.run_due("w1") == 1  # one attempt, failed
+    assert run_due(reconciler, "w1") == 1  # one attempt, failed
     db.expire_all()
     assert grant.secret_deleted_at is None
     [item] = queue.items(db, KUBECONFIGS)
@@ -178,11 +179,11 @@ def test_the_worker_backs_off_on_failures_and_deletes_the_secret_once_the_api_an
     assert item.attempts == 1 and "Forbidden" in (item.last_error or "")
     assert item.due_at > utcnow()
     calls = len(fake.kube.calls)
-    assert reconciler.run_due("w1") == 0 and len(fake.kube.calls) == calls  # backing off
+    assert run_due(reconciler, "w1") == 0 and len(fake.kube.calls) == calls  # backing off
 
     enqueue(db, KUBECONFIGS, grant.id)  # due now: as if the backoff had run out
     db.commit()
-    assert reconciler.run_due("w1") == 1
+    assert run_due(reconciler, "w1") == 1
     assert not secret_exists(fake.kube, grant)
     db.expire_all()
     assert grant.secret_deleted_at is not None
@@ -199,7 +200,7 @@ def test_the_server_hint_sets_the_retry_of_a_failed_clean_up(
     grant.expires_at = utcnow() - timedelta(seconds=1)  # expiry enqueues nothing: the resync
     db.commit()
     fake.kube.inject("delete", TransientKubeError("busy", delay_seconds=120), times=1)
-    assert KubeconfigReconciler(settings, database, clusters).run_due("w1") == 1
+    assert run_due(KubeconfigReconciler(settings, database, clusters), "w1") == 1
     [item] = queue.items(db, KUBECONFIGS)
     assert item.attempts == 1 and item.last_error == "Transient: busy"
     assert item.due_at > utcnow() + timedelta(seconds=100)
@@ -245,7 +246,7 @@ def test_expired_grants_lose_their_secret_and_the_account_goes_with_its_last_liv
     expired.expires_at = utcnow() - timedelta(seconds=1)
     db.commit()
     reconciler = KubeconfigReconciler(settings, database, clusters)
-    assert reconciler.run_due("w1") == 1
+    assert run_due(reconciler, "w1") == 1
     assert not secret_exists(virtual, expired) and secret_exists(virtual, live)
     # The account stays, still used by the live grant.
     assert virtual.get("v1", "ServiceAccount", live.service_account, NS) is not None
@@ -253,7 +254,7 @@ def test_expired_grants_lose_their_secret_and_the_account_goes_with_its_last_liv
 
     live.expires_at = utcnow() - timedelta(seconds=1)
     db.commit()
-    assert reconciler.run_due("w1") == 1
+    assert run_due(reconciler, "w1") == 1
     assert virtual.get("v1", "ServiceAccount", live.service_account, NS) is None
     assert virtual.get(RBAC, "ClusterRoleBinding", binding) is None
     assert objects_of_user(virtual, tenancy.acme_member.id) == []

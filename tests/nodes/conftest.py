@@ -23,6 +23,7 @@ from app.kube.connector import ClientConnector
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort, Manifest, register_kind
 from app.reconcilers.nodes import NodeReconciler
+from tests.support.drive import run_due
 from tests.support.kube import RecordingConnector, RecordingPort
 from tests.support.kube_server import ApiServer
 from tests.support.kubectl import Kubectl
@@ -107,7 +108,7 @@ class Synced:
     def resync(self) -> int:
         """The host's next pass at its resync period; the items handled."""
         self.clock.later(RESYNC_SECONDS)
-        return self.reconciler.run_due("test")
+        return run_due(self.reconciler, "test")
 
 
 @pytest.fixture
@@ -115,7 +116,7 @@ def synced(database: Database, host_kube: InMemoryKube) -> Synced:
     """The reference nodes synced into the inventory through the fake."""
     clock = Later()
     loop = reconciler(database, host_kube, clock=clock)
-    loop.run_due("test")
+    run_due(loop, "test")
     host_kube.reset_calls()
     return Synced(database, host_kube, loop, clock)
 
@@ -267,7 +268,7 @@ class Portal:
         write) to the host."""
         self.connector.forget()
         self.later(RESYNC_SECONDS)
-        self.reconciler.run_due("worker-1")
+        run_due(self.reconciler, "worker-1")
         return list(self.connector.writes)
 
     def later(self, seconds: float) -> None:

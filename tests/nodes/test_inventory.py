@@ -15,6 +15,7 @@ from app.nodes.inventory import display_name, read_node
 from app.nodes.models import Node, NodeAssignment
 from tests import factories
 from tests.nodes.conftest import RACK_LABEL, Synced, reconciler, reference_nodes
+from tests.support.drive import run_due
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 
@@ -112,7 +113,7 @@ def test_a_declared_class_is_adopted_by_the_inventory(
     declared = factories.gpu_class(db, "NVIDIA-L40S", display_name="L40S", memory_mib=0,
                                    declared_by_admin=True)
     db.commit()
-    reconciler(database, host_kube).run_due("test")
+    run_due(reconciler(database, host_kube), "test")
     db.expire_all()
     assert _class(db, "NVIDIA-L40S").id == declared.id
     assert (declared.display_name, declared.memory_mib, declared.gpus_per_node) == (
@@ -122,5 +123,5 @@ def test_a_declared_class_is_adopted_by_the_inventory(
 
 
 def test_no_host_cluster_means_no_sync(database: Database, db: Session) -> None:
-    reconciler(database, None).run_due("test")  # the environment's host has no client
+    run_due(reconciler(database, None), "test")  # the environment's host has no client
     assert _by_name(db) == {}

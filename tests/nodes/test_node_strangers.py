@@ -11,6 +11,7 @@ from app.kube.manifests import labels as lbl
 from app.reconcilers.node_strangers import strangers
 from tests.nodes.conftest import Synced
 from tests.nodes.test_reconciler import _assign
+from tests.support.drive import run_due
 
 
 def tenant_namespace(name: str, tenant: str, placement: str) -> dict[str, Any]:
@@ -51,7 +52,7 @@ def test_dedicating_a_node_evicts_other_tenants_pods_bound_there(
         synced.kube.seed(bound_pod(name, "p1", node))
     synced.kube.seed(bound_pod("t-acme--train", "elsewhere", "h100-r1-n1"))
     _assign(db, node, "initech")
-    assert synced.reconciler.run_due("test") == 1
+    assert run_due(synced.reconciler, "test") == 1
     left = {(p["metadata"]["namespace"], p["metadata"]["name"])
             for p in synced.kube.list("v1", "Pod")}
     assert left == {("t-initech--big", "p1"), ("kube-system", "p1"),

@@ -25,6 +25,7 @@ from app.workqueue.models import WorkItem
 from app.workqueue.repository import items
 from tests import factories
 from tests.nodes.conftest import RESYNC_SECONDS, Synced, reconciler
+from tests.support.drive import run_due
 
 TAINT = {"key": lbl.TENANT, "value": "acme", "effect": "NoSchedule"}
 
@@ -63,7 +64,7 @@ def _run_twice(synced: Synced) -> int:
     """First run converges; the second, at the resync, must write nothing. The nodes the first
     wrote."""
     synced.kube.reset_calls()
-    assert synced.reconciler.run_due("test") == 1
+    assert run_due(synced.reconciler, "test") == 1
     written = len(synced.kube.writes())
     synced.kube.reset_calls()
     assert synced.resync() == 1
@@ -98,7 +99,7 @@ def test_ending_the_assignment_removes_label_and_taint_only(synced: Synced, db: 
     node["spec"]["taints"] = [{"key": "example.com/maintenance", "effect": "NoSchedule"}]
     synced.kube.seed(node)
     assignment = _assign(db, "h100-r1-n1")
-    synced.reconciler.run_due("test")
+    run_due(synced.reconciler, "test")
     assert _host_node(synced, "h100-r1-n1")["spec"]["taints"] == [
         {"key": "example.com/maintenance", "effect": "NoSchedule"}, TAINT]
     _end(db, assignment)
@@ -112,12 +113,12 @@ def test_ending_the_assignment_removes_label_and_taint_only(synced: Synced, db: 
 
 def test_a_label_removed_by_hand_comes_back_on_resync(synced: Synced, db: Session) -> None:
     _assign(db, "gb200-c1-n2")
-    synced.reconciler.run_due("test")
+    run_due(synced.reconciler, "test")
     drifted = _host_node(synced, "gb200-c1-n2")
     del drifted["metadata"]["labels"][lbl.TENANT]
     drifted["metadata"]["labels"]["team"] = "ops"  # someone else's label, kept
     synced.kube.seed(drifted)
-    assert synced.reconciler.run_due("test") == 0  # not due before the resync
+    assert run_due(synced.reconciler, "test") == 0  # not due before the resync
     synced.clock.later(RESYNC_SECONDS)
     assert _run_twice(synced) == 1
     repaired = _host_node(synced, "gb200-c1-n2")["metadata"]["labels"]
@@ -138,7 +139,7 @@ def test_an_assignment_is_picked_up_before_the_resync_period(synced: Synced, db:
     """Assigning and ending through the nodes service enqueue the host's key in the same
     transaction: due at once, not at the (here hour-long) resync."""
     slow = reconciler(synced.database, synced.kube, resync_seconds=3600, clock=synced.clock)
-    assert slow.run_due("test") == 0  # the fixture's pass left the host due at its resync
+    assert run_due(slow, "test") == 0  # the fixture's pass left the host due at its resync
     assert synced.kube.calls == []  # nothing changed, nothing due: no API call at all
     admin = Principal(user=factories.user(db, admin=True), via="token")
     acme = factories.tenant(db, "acme")
@@ -148,13 +149,13 @@ def test_an_assignment_is_picked_up_before_the_resync_period(synced: Synced, db:
     service.assign_node(db, admin, "h100-r2-n1", AssignmentIn(tenant="acme"))
     db.commit()
     assert _item(synced.database).due_at <= synced.clock()
-    assert slow.run_due("test") == 1
+    assert run_due(slow, "test") == 1
     assert _host_node(synced, "h100-r2-n1")["metadata"]["labels"][lbl.TENANT] == "acme"
-    assert slow.run_due("test") == 0
+    assert run_due(slow, "test") == 0
 
     service.end_assignment(db, admin, "h100-r2-n1")
     db.commit()
-    assert slow.run_due("test") == 1
+    assert run_due(slow, "test") == 1
     assert lbl.TENANT not in _host_node(synced, "h100-r2-n1")["metadata"]["labels"]
 
 
@@ -163,15 +164,15 @@ def test_a_failed_apply_is_retried_after_the_servers_delay(synced: Synced, db: S
     loop, clock = synced.reconciler, synced.clock
     _assign(db, "h100-r1-n3")
     synced.kube.inject("apply", TransientKubeError("throttled", delay_seconds=30.0))
-    assert loop.run_due("test") == 1  # tried, and failed
+    assert run_due(loop, "test") == 1  # tried, and failed
     failed = _item(synced.database)
     assert failed.attempts == 1 and "throttled" in (failed.last_error or "")
     assert failed.due_at >= clock() + timedelta(seconds=29)
     clock.later(10)
-    assert loop.run_due("test") == 0  # still backing off: the node is left alone
+    assert run_due(loop, "test") == 0  # still backing off: the node is left alone
     assert lbl.TENANT not in _host_node(synced, "h100-r1-n3")["metadata"]["labels"]
     clock.later(25)
-    assert loop.run_due("test") == 1
+    assert run_due(loop, "test") == 1
     assert _host_node(synced, "h100-r1-n3")["metadata"]["labels"][lbl.TENANT] == "acme"
     done = _item(synced.database)
     assert (done.attempts, done.last_error) == (0, None)
@@ -182,24 +183,24 @@ def test_a_node_changed_since_the_listing_is_read_again_and_patched_in_the_same_
     loop = synced.reconciler
     _assign(db, "h100-r1-n3")
     synced.kube.inject("apply", ApplyConflictError("the object has been modified"))
-    assert loop.run_due("test") == 1
+    assert run_due(loop, "test") == 1
     assert _host_node(synced, "h100-r1-n3")["metadata"]["labels"][lbl.TENANT] == "acme"
     assert _item(synced.database).attempts == 0
 
     _assign(db, "h100-r1-n4", "globex")  # changed again before the second apply: back off
     synced.kube.inject("apply", ApplyConflictError("the object has been modified"), times=2)
-    assert loop.run_due("test") == 1
+    assert run_due(loop, "test") == 1
     assert lbl.TENANT not in _host_node(synced, "h100-r1-n4")["metadata"]["labels"]
     assert _item(synced.database).attempts == 1
-    assert loop.run_due("test") == 0  # backing off
+    assert run_due(loop, "test") == 0  # backing off
     synced.clock.later(5)
-    assert loop.run_due("test") == 1
+    assert run_due(loop, "test") == 1
     assert _host_node(synced, "h100-r1-n4")["metadata"]["labels"][lbl.TENANT] == "globex"
 
 
 def test_the_inventory_records_what_the_host_carries(synced: Synced, db: Session) -> None:
     _assign(db, "h100-r1-n4")
-    synced.reconciler.run_due("test")
+    run_due(synced.reconciler, "test")
     db.expire_all()
     row = db.scalar(select(Node).where(Node.name == "h100-r1-n4"))
     assert row is not None and row.labels[lbl.TENANT] == "acme" and row.taints == [TAINT]

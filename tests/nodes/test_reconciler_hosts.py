@@ -25,6 +25,7 @@ from app.workqueue import NODES
 from app.workqueue.repository import items
 from tests import factories
 from tests.nodes.conftest import RACK_LABEL, Fleet
+from tests.support.drive import run_due
 from tests.support.kube_server import kubeconfig_yaml
 from tests.support.web import free_port
 
@@ -69,7 +70,7 @@ def test_each_registered_host_syncs_with_its_own_client_and_a_dead_one_stops_not
     reconciler = NodeReconciler(settings, database, ClientConnector(settings),
                                 now=lambda: started)
     with caplog.at_level(logging.WARNING):
-        reconciler.run_due("worker-1")
+        run_due(reconciler, "worker-1")
     assert _nodes_by_host(database) == {"gpu-eu-2": gpu_nodes}
     assert "listing the nodes of host cluster a-dead-host failed" in caplog.text
     assert "host cluster a-broken-host: no client from its credentials" in caplog.text
@@ -77,5 +78,5 @@ def test_each_registered_host_syncs_with_its_own_client_and_a_dead_one_stops_not
         failed = {item.key: item for item in items(db, NODES) if item.last_error}
         names = {str(h.id): h.name for h in hosts_repository.all_hosts(db)}
     assert sorted(names[key] for key in failed) == ["a-broken-host", "a-dead-host"]
-    assert reconciler.run_due("worker-1") == 0  # the dead host is retried later, nothing breaks
+    assert run_due(reconciler, "worker-1") == 0  # the dead host is retried later, nothing breaks
     assert _nodes_by_host(database) == {"gpu-eu-2": gpu_nodes}

@@ -14,6 +14,7 @@ from app.kit.config import Settings
 from app.reconcilers.template_validation import TemplateValidator
 from tests import factories
 from tests.portalctl.conftest import Portal, PortalCtl, Result
+from tests.support.drive import run_due
 from tests.support.kube import InMemoryConnector
 from tests.templates.support import StandinCharts
 
@@ -169,7 +170,7 @@ def validating(portal: Portal) -> Iterator[None]:
 
     def loop() -> None:
         while not stop.is_set():
-            validator.run_due("test-worker")
+            run_due(validator, "test-worker")
             stop.wait(0.1)
 
     thread = threading.Thread(target=loop, daemon=True)

@@ -18,6 +18,7 @@ from app.workqueue import CLUSTERS, QUOTA_EXPIRY
 from app.workqueue import repository as queue
 from app.workqueue.models import WorkItem
 from tests import factories
+from tests.support.drive import run_due
 from tests.support.kube import InMemoryConnector
 from tests.support.tenancy import Tenancy, build_tenancy
 
@@ -81,8 +82,8 @@ def test_the_worker_runs_expiry_and_a_second_pass_changes_nothing(
         request.ends_at = utcnow() - timedelta(seconds=1)
     settings = Settings(env="test")
     reconciler = QuotaExpiryReconciler(settings, sqlite_database)
-    assert reconciler.run_due("test-worker") == 1
-    assert reconciler.run_due("test-worker") == 0
+    assert run_due(reconciler, "test-worker") == 1
+    assert run_due(reconciler, "test-worker") == 0
     with sqlite_database.session() as db:
         quota = db.scalar(select(TenantQuota))
         assert quota is not None and quota.gpus == 0

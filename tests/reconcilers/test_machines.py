@@ -32,6 +32,7 @@ from app.workqueue import MACHINES, enqueue
 from app.workqueue.models import WorkItem
 from tests import factories
 from tests.nodes.conftest import Later
+from tests.support.drive import run_due
 from tests.support.kube import InMemoryConnector
 
 PASSWORD = "bmc-pa55word-never-logged"
@@ -52,7 +53,7 @@ class Lab:
 
     def next_pass(self) -> int:
         self.clock.later(120)
-        return self.reconciler.run_due("test")
+        return run_due(self.reconciler, "test")
 
     def machine(self) -> Machine:
         with self.database.session() as db:
@@ -292,7 +293,7 @@ def test_a_joined_machines_node_is_in_the_inventory_and_not_released_while_dedic
     lab.next_pass()
     assert lab.machine().phase == "joined"
     settings = Settings(env="test", database_url="sqlite://")
-    NodeReconciler(settings, lab.database, InMemoryConnector(lab.kube)).run_due("test")
+    run_due(NodeReconciler(settings, lab.database, InMemoryConnector(lab.kube)), "test")
     with lab.database.transaction() as db:
         machine = db.get(Machine, lab.machine_id)
         assert machine is not None

@@ -21,6 +21,7 @@ from app.workqueue import MACHINES, enqueue
 from tests import factories
 from tests.kube.test_baremetal_real import metal3_host as metal3_host  # a fixture
 from tests.nodes.conftest import Later
+from tests.support.drive import run_due
 from tests.support.kube import InMemoryConnector
 from tests.support.kube_server import ApiServer
 
@@ -53,7 +54,7 @@ def test_provision_release_and_delete_on_a_real_api_server(
     settings = Settings(env="test", database_url="sqlite://", kubeconfig=str(kubeconfig))
     clock = Later()
     loop = MachineReconciler(settings, database, InMemoryConnector(adapter), now=clock)
-    loop.run_due("test")
+    run_due(loop, "test")
     host = adapter.get(*BMH, NAME, metal3.MACHINES_NAMESPACE)
     assert host is not None and host["spec"]["image"]["url"] == settings.machine_image_url
     with database.session() as db:
@@ -67,13 +68,13 @@ def test_provision_release_and_delete_on_a_real_api_server(
 
     _ask(database, machine_id, desired="pool")
     clock.later(60)
-    loop.run_due("test")
+    run_due(loop, "test")
     host = adapter.get(*BMH, NAME, metal3.MACHINES_NAMESPACE)
     assert host is not None and "image" not in host["spec"] and "userData" not in host["spec"]
 
     _ask(database, machine_id, deleting_at=utcnow())
     clock.later(60)
-    loop.run_due("test")
+    run_due(loop, "test")
     assert adapter.get(*BMH, NAME, metal3.MACHINES_NAMESPACE) is None
     assert adapter.get("v1", "Secret", f"{NAME}-bmc", metal3.MACHINES_NAMESPACE) is None
     assert adapter.get("v1", "Secret", f"{NAME}-user-data", metal3.MACHINES_NAMESPACE) is None
@@ -91,12 +92,12 @@ def test_bmc_credentials_someone_else_changed_on_the_host_are_written_back(
     settings = Settings(env="test", database_url="sqlite://", kubeconfig=str(kubeconfig))
     clock = Later()
     loop = MachineReconciler(settings, database, InMemoryConnector(adapter), now=clock)
-    loop.run_due("test")
+    run_due(loop, "test")
     name = f"{NAME}-bmc"
     adapter.apply({"apiVersion": "v1", "kind": "Secret",
                    "metadata": {"name": name, "namespace": metal3.MACHINES_NAMESPACE},
                    "data": {"username": "", "password": ""}}, force=True, manager="someone")
     clock.later(60)
-    loop.run_due("test")
+    run_due(loop, "test")
     secret = adapter.get("v1", "Secret", name, metal3.MACHINES_NAMESPACE) or {}
     assert base64.b64decode(secret["data"]["password"]).decode() == "calvin-and-hobbes"

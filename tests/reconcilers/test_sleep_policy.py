@@ -22,6 +22,7 @@ from app.usage.models import HourlyUsage, UsageSample
 from app.workqueue import CLUSTERS, SLEEP_POLICY
 from app.workqueue import repository as queue
 from tests import factories
+from tests.support.drive import run_due
 from tests.support.kube import InMemoryConnector
 from tests.support.tenancy import build_tenancy
 
@@ -88,7 +89,7 @@ def test_an_idle_cluster_sleeps_once_and_the_worker_is_asked(
     sample(database, train, MONDAY_NOON - timedelta(minutes=45), 2)  # busy before its minutes
     sample(database, train, MONDAY_NOON - timedelta(minutes=20), 0)
     reconciler = kind(database, clock)
-    assert reconciler.run_due("w") == 1
+    assert run_due(reconciler, "w") == 1
     after = cluster(database, train)
     assert (after.power, after.power_reason, after.generation) == ("asleep", "idle", 2)
     [event] = events(database, "virtual_cluster.sleep")
@@ -98,7 +99,7 @@ def test_an_idle_cluster_sleeps_once_and_the_worker_is_asked(
         assert str(train) in [item.key for item in queue.items(db, CLUSTERS)]
     clock.now += timedelta(minutes=1)
     queue_due_now(database)
-    reconciler.run_due("w")
+    run_due(reconciler, "w")
     assert len(events(database, "virtual_cluster.sleep")) == 1
 
 
@@ -122,7 +123,7 @@ def test_a_cluster_stays_awake_with(database: Database, clock: Clock, case: str,
     train = make_cluster(database, **{"sleep_after_idle_minutes": 30, **fields})
     for minutes, used, *source in samples:
         sample(database, train, MONDAY_NOON + timedelta(minutes=minutes), used, *source)
-    kind(database, clock).run_due("w")
+    run_due(kind(database, clock), "w")
     assert cluster(database, train).power == "awake", case
 
 
@@ -137,12 +138,12 @@ def test_idle_minutes_beyond_the_raw_samples_read_the_hourly_ones(
         tenant_id = cluster(database, train).tenant_id
         db.add(HourlyUsage(hour_s=hour_s, source="queue", tenant_id=tenant_id, subject_id=train,
                            samples=12, mean_used_gpus=0.5, peak_used_gpus=1))
-    kind(database, clock).run_due("w")
+    run_due(kind(database, clock), "w")
     assert cluster(database, train).power == "awake"
     clock.now += timedelta(days=1)
     sample(database, train, clock.now - timedelta(minutes=5), 0)
     queue_due_now(database)
-    kind(database, clock).run_due("w")
+    run_due(kind(database, clock), "w")
     assert cluster(database, train).power == "asleep"
 
 
@@ -157,20 +158,20 @@ def test_the_schedule_puts_it_to_sleep_in_its_window_and_wakes_it_after(
 ) -> None:
     train = make_cluster(database, sleep_schedule=NIGHTS, sleep_timezone="Europe/Berlin")
     reconciler = kind(database, clock)
-    reconciler.run_due("w")
+    run_due(reconciler, "w")
     assert cluster(database, train).power == "awake"  # 13:00 in Berlin
     clock.now = datetime(2026, 12, 7, 19, 0, tzinfo=UTC)  # 20:00 in Berlin
     queue_due_now(database)
-    reconciler.run_due("w")
+    run_due(reconciler, "w")
     asleep = cluster(database, train)
     assert (asleep.power, asleep.power_reason) == ("asleep", "schedule")
     clock.now = datetime(2026, 12, 8, 6, 59, tzinfo=UTC)  # 07:59
     queue_due_now(database)
-    reconciler.run_due("w")
+    run_due(reconciler, "w")
     assert cluster(database, train).power == "asleep"
     clock.now = datetime(2026, 12, 8, 7, 0, tzinfo=UTC)  # 08:00
     queue_due_now(database)
-    reconciler.run_due("w")
+    run_due(reconciler, "w")
     awake = cluster(database, train)
     assert (awake.power, awake.power_reason) == ("awake", "schedule")
     assert [e.actor_label for e in events(database, "virtual_cluster.wake")] == ["sleep-policy"]
@@ -179,7 +180,7 @@ def test_the_schedule_puts_it_to_sleep_in_its_window_and_wakes_it_after(
 def test_the_schedule_wakes_only_what_it_put_to_sleep(database: Database, clock: Clock) -> None:
     train = make_cluster(database, sleep_schedule="daily 00:00-06:00", power="asleep",
                          power_reason="manual", power_changed_at=MONDAY_NOON)
-    kind(database, clock).run_due("w")
+    run_due(kind(database, clock), "w")
     assert cluster(database, train).power == "asleep"
 
 
@@ -191,11 +192,11 @@ def test_someone_who_wakes_it_in_its_window_keeps_it_awake_until_the_next(
                          power_changed_at=datetime(2026, 12, 7, 21, 0, tzinfo=UTC),
                          power_reason="kubeconfig")
     reconciler = kind(database, clock)
-    reconciler.run_due("w")
+    run_due(reconciler, "w")
     assert cluster(database, train).power == "awake"
     clock.now = datetime(2026, 12, 8, 20, 0, tzinfo=UTC)
     queue_due_now(database)
-    reconciler.run_due("w")
+    run_due(reconciler, "w")
     assert cluster(database, train).power == "asleep"
 
 
@@ -204,7 +205,7 @@ def test_a_schedule_removed_or_never_sleep_wakes_what_it_put_to_sleep(
 ) -> None:
     train = make_cluster(database, power="asleep", power_reason="schedule",
                          power_changed_at=MONDAY_NOON - timedelta(hours=1))
-    kind(database, clock).run_due("w")
+    run_due(kind(database, clock), "w")
     assert cluster(database, train).power == "awake"
 
 
@@ -220,7 +221,7 @@ def test_a_long_sleeping_cluster_is_announced_then_deleted(
                          delete_after_sleep_days=14, generation=3)
     clock.now = asleep_since + timedelta(days=13, hours=23)  # within a day of it
     reconciler = kind(database, clock, sleep_delete_warning_hours=24)
-    reconciler.run_due("w")
+    run_due(reconciler, "w")
     warned = cluster(database, train)
     assert warned.deletion_warned_at == clock.now
     # Announced late (23 h before): deleted no sooner than a day after the announcement.
@@ -230,11 +231,11 @@ def test_a_long_sleeping_cluster_is_announced_then_deleted(
     assert warning.after["deletes_at"] == (clock.now + timedelta(hours=24)).isoformat()
     clock.now = asleep_since + timedelta(days=14, minutes=30)
     queue_due_now(database)
-    reconciler.run_due("w")
+    run_due(reconciler, "w")
     assert cluster(database, train).deletion_requested_at is None
     clock.now = asleep_since + timedelta(days=14, hours=23)
     queue_due_now(database)
-    reconciler.run_due("w")
+    run_due(reconciler, "w")
     deleted = cluster(database, train)
     assert deleted.deletion_requested_at is not None and deleted.generation == 4
     [event] = events(database, "virtual_cluster.delete")
@@ -248,16 +249,16 @@ def test_the_announcement_comes_the_warning_time_before(database: Database,
     train = make_cluster(database, power="asleep", power_reason="manual",
                          asleep_since=asleep_since, delete_after_sleep_days=7)
     reconciler = kind(database, clock, sleep_delete_warning_hours=6)
-    reconciler.run_due("w")
+    run_due(reconciler, "w")
     assert cluster(database, train).deletion_warned_at is None  # 12 h before
     clock.now += timedelta(hours=6)
     queue_due_now(database)
-    reconciler.run_due("w")
+    run_due(reconciler, "w")
     warned = cluster(database, train)
     assert warned.deletion_due_at == asleep_since + timedelta(days=7)
     clock.now = warned.deletion_due_at
     queue_due_now(database)
-    reconciler.run_due("w")
+    run_due(reconciler, "w")
     assert cluster(database, train).deletion_requested_at is not None
 
 
@@ -269,7 +270,7 @@ def test_no_deletion_without_its_rule_or_before_it_fell_asleep(
     train = make_cluster(database, **{
         "power": "asleep", "power_reason": "manual", "delete_after_sleep_days": 1,
         "asleep_since": MONDAY_NOON - timedelta(days=30), **fields})
-    kind(database, clock).run_due("w")
+    run_due(kind(database, clock), "w")
     after = cluster(database, train)
     assert after.deletion_warned_at is None and after.deletion_requested_at is None
 
@@ -300,5 +301,5 @@ def test_a_demonstration_runs_the_policies_faster_and_still_reads_the_latest_sam
     sample(database, busy, MONDAY_NOON - timedelta(seconds=15), 1)
     sample(database, idle, MONDAY_NOON - timedelta(seconds=40), 1)
     sample(database, idle, MONDAY_NOON - timedelta(seconds=15), 0)
-    kind(database, clock, sleep_policy_speedup=720, worker_resync_seconds=15).run_due("w")
+    run_due(kind(database, clock, sleep_policy_speedup=720, worker_resync_seconds=15), "w")
     assert (cluster(database, busy).power, cluster(database, idle).power) == ("awake", "asleep")

@@ -14,6 +14,7 @@ from app.kube.errors import KubeError
 from app.kube.port import Manifest
 from app.reconcilers.template_validation import TemplateValidator
 from app.templates.charts import ChartLookup
+from tests.support.drive import run_due
 from tests.support.paths import REFERENCE
 
 TEMPLATES = "/api/v1/cluster-templates"
@@ -109,5 +110,5 @@ def validate_in_worker(client: TestClient, admin: dict[str, str], name: str,
 def run_validations(client: TestClient) -> int:
     """One pass of the worker's validator, with the app's host cluster and charts."""
     state = client.app.state  # type: ignore[attr-defined]
-    return TemplateValidator(state.settings, state.database, state.kube,
-                             state.chart_resolver).run_due("test-worker")
+    return run_due(TemplateValidator(state.settings, state.database, state.kube,
+                                     state.chart_resolver), "test-worker")

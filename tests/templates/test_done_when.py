@@ -33,6 +33,7 @@ from app.tenants.models import GroupMapping
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.standin_helm import helm_calls, use_standin_helm
 from tests.clusters.support import Clock
+from tests.support.drive import run_due
 from tests.support.kube_server import ApiServer, install_crds
 from tests.support.paths import KAI_QUEUE_CRD
 from tests.support.tenancy import Tenancy, headers
@@ -126,7 +127,7 @@ def test_training_with_kai_inside_from_template_to_team_queues(
     conditions: list[dict[str, Any]] = []
     for _ in range(8):
         clock.advance(301)
-        reconciler.run_due("worker-1")
+        run_due(reconciler, "worker-1")
         conditions = host_client.get(f"{CLUSTERS}/kai-train", headers=tenant).json()[
             "conditions"]
         if cond.is_true(conditions, cond.TEAM_QUEUES):

@@ -19,6 +19,7 @@ from app.reconcilers.template_validation import TemplateValidator
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.workqueue import TEMPLATE_VALIDATION
 from app.workqueue import repository as queue
+from tests.support.drive import run_due
 from tests.support.kube import InMemoryConnector
 from tests.support.kube_server import ApiServer, kubeconfig_yaml
 from tests.support.tenancy import Tenancy, headers
@@ -79,8 +80,8 @@ def test_the_web_queues_and_the_worker_validates_on_its_host(
 
     worker = TemplateValidator(app_client.app.state.settings,  # type: ignore[attr-defined]
                                database, InMemoryConnector(real_host), charts)
-    assert worker.run_due("worker-1") == 1
-    assert worker.run_due("worker-1") == 0
+    assert run_due(worker, "worker-1") == 1
+    assert run_due(worker, "worker-1") == 0
     done = version(app_client, admin)
     assert done["validation_pending"] is False
     assert done["validation"]["passed"] is True  # type: ignore[index]
@@ -109,7 +110,7 @@ def test_the_worker_validates_on_every_open_host_and_skips_a_cordoned_one(
     worker = TemplateValidator(settings, database, ClientConnector(settings), charts)
     app_client.post(TEMPLATES, json=training(tenancy.h100.id), headers=admin)
     app_client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin)
-    assert worker.run_due("worker-1") == 1
+    assert run_due(worker, "worker-1") == 1
     shown = version(app_client, admin)["validation"]
     failed = {c["name"]: c["reasons"] for c in shown["checks"]  # type: ignore[index]
               if not c["passed"]}
@@ -120,7 +121,7 @@ def test_the_worker_validates_on_every_open_host_and_skips_a_cordoned_one(
     cordoned = app_client.post("/api/v1/host-clusters/gpu-us-1/cordon", headers=admin, json={})
     assert cordoned.status_code == 200, cordoned.text
     app_client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin)
-    assert worker.run_due("worker-1") == 1
+    assert run_due(worker, "worker-1") == 1
     assert version(app_client, admin)["validation"]["passed"] is True  # type: ignore[index]
 
 
@@ -136,10 +137,10 @@ def test_a_validation_whose_worker_died_is_taken_again_once_its_lease_runs_out(
     # Claimed, then the worker died before storing.
     assert Runtime(database, [dead], clock=clock, identity="worker-1").claim(1) != []
     other = TemplateValidator(settings, database, InMemoryConnector(None), charts, clock=clock)
-    assert other.run_due("worker-2") == 0
+    assert run_due(other, "worker-2") == 0
     assert version(app_client, admin)["validation_pending"] is True
     clock.now += timedelta(seconds=settings.worker_lease_seconds + 1)
-    assert other.run_due("worker-2") == 1
+    assert run_due(other, "worker-2") == 1
     done = version(app_client, admin)
     assert done["validation_pending"] is False
     # No host cluster in this worker: the host checks fail, with that reason.
@@ -173,7 +174,7 @@ def test_a_version_no_longer_requested_is_forgotten(
     db.commit()
     worker = TemplateValidator(app_client.app.state.settings,  # type: ignore[attr-defined]
                                database, InMemoryConnector(None), charts)
-    assert worker.run_due("worker-1") == 1
+    assert run_due(worker, "worker-1") == 1
     assert queue.items(db, TEMPLATE_VALIDATION) == []
     db.refresh(row)
     assert row.validation is None  # nothing ran
@@ -188,8 +189,9 @@ def test_a_check_that_crashes_fails_the_validation_with_its_reason(
     admin = headers(db, tenancy.platform_admin)
     app_client.post(TEMPLATES, json=training(tenancy.h100.id), headers=admin)
     app_client.post(f"{TEMPLATES}/training/versions/1/validate", headers=admin)
-    TemplateValidator(app_client.app.state.settings,  # type: ignore[attr-defined]
-                      database, InMemoryConnector(None), Broken()).run_due("w")  # type: ignore[arg-type]
+    run_due(TemplateValidator(app_client.app.state.settings,  # type: ignore[attr-defined]
+                              database, InMemoryConnector(None), Broken()),  # type: ignore[arg-type]
+            "w")
     done = version(app_client, admin)
     assert done["validation_pending"] is False
     assert done["validation"] == {"passed": False, "note": None, "checks": [

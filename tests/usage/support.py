@@ -27,6 +27,7 @@ from app.usage import service as usage
 from app.usage.models import LedgerEntry
 from app.usage.schemas import UsageFilters, UsageReport
 from tests.clusters.support import Clock, cluster_settings
+from tests.support.drive import run_due
 from tests.support.tenancy import Tenancy
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)  # a Monday, midnight UTC
@@ -126,7 +127,7 @@ def reconcile_until_ready(settings: Settings, database: Database, cluster_id: in
     conditions: list[dict[str, Any]] = []
     for _ in range(4):
         clock.advance(301)
-        reconciler.run_due("worker-1")
+        run_due(reconciler, "worker-1")
         with database.session() as db:
             cluster = db.scalar(select(VirtualCluster).where(VirtualCluster.id == cluster_id))
             conditions = list(cluster.conditions or []) if cluster else []

@@ -18,6 +18,7 @@ from app.kube.memory import InMemoryKube
 from app.quotas.schemas import TenantQuotaOut
 from app.usage.csv_export import COLUMNS
 from app.usage.models import HourlyUsage, UsageSample
+from tests.support.drive import run_due
 from tests.support.tenancy import Tenancy, build_tenancy, headers
 from tests.support.web import HTML
 from tests.usage.support import LedgerClock, approve_quota, create_cluster, fix_clock, report
@@ -51,7 +52,7 @@ def _acme_bursting(database: Database, clock: LedgerClock) -> Tenancy:
         host.seed(leaf_queue(allocated, 4))
         host.seed(quota("acme", "train", allocated, "4"))
         clock.at(hours=10, minutes=minute)
-        sampler(database, host, resync=900).run_due("w")
+        run_due(sampler(database, host, resync=900), "w")
     clock.at(hours=12)
     return t
 
@@ -78,7 +79,7 @@ def test_burst_gpu_hours_are_part_of_those_in_use_and_survive_folding(
     t = _acme_bursting(database, clock)
     assert _hours(database, t) == (6.0 + 3.0, 4.0 + 3.0, 2.0)
     clock.at(days=2, hours=13)  # past the raw retention: both hours are folded
-    sampler(database, InMemoryKube()).run_due("w")
+    run_due(sampler(database, InMemoryKube()), "w")
     with database.session() as db:
         folded = db.scalars(select(HourlyUsage).where(HourlyUsage.source == "queue")
                             .order_by(HourlyUsage.hour_s)).all()
@@ -93,7 +94,7 @@ def test_dedicated_node_use_is_never_burst(database: Database, clock: LedgerCloc
     host.seed(pod("a", node, 8))
     host.seed(leaf_queue("5", 4))
     clock.at(hours=10)
-    sampler(database, host, resync=1800).run_due("w")
+    run_due(sampler(database, host, resync=1800), "w")
     clock.at(hours=11)
     assert _hours(database, t) == (8.0 + 5.0, 8.0 + 4.0, 1.0)
 
@@ -127,7 +128,7 @@ def _bursting_now(database: Database) -> dict[str, str]:
     host = InMemoryKube()
     for obj in (leaf_queue("6", 4), quota("acme", "train", "6", "4"), pod("a", node, 8)):
         host.seed(obj)
-    sampler(database, host).run_due("worker-1")
+    run_due(sampler(database, host), "worker-1")
     with database.transaction() as db:
         return headers(db, t.acme_viewer)
 
@@ -162,7 +163,7 @@ def test_a_clusters_gpus_in_use_are_guaranteed_and_burst_and_burst_is_reclaimabl
     assert client.get(url, headers=viewer).json()["gpus_in_use"] is None  # not read yet
     host = InMemoryKube()
     host.seed(leaf_queue("6", 4))
-    sampler(database, host).run_due("worker-1")
+    run_due(sampler(database, host), "worker-1")
     shown = client.get(url, headers=viewer).json()["gpus_in_use"]
     assert {k: shown[k] for k in ("guaranteed", "burst", "reclaimable")} == {
         "guaranteed": 4.0, "burst": 2.0, "reclaimable": True}
@@ -175,11 +176,11 @@ def test_a_clusters_gpus_in_use_are_guaranteed_and_burst_and_burst_is_reclaimabl
     host = InMemoryKube()
     host.seed(leaf_queue("3", 4))
     clock.at(minutes=5)
-    sampler(database, host).run_due("worker-1")
+    run_due(sampler(database, host), "worker-1")
     shown = client.get(url, headers=viewer).json()["gpus_in_use"]
     assert (shown["guaranteed"], shown["burst"], shown["reclaimable"]) == (3.0, 0.0, False)
     clock.at(minutes=10)  # the queue is gone
-    sampler(database, InMemoryKube()).run_due("worker-1")
+    run_due(sampler(database, InMemoryKube()), "worker-1")
     assert client.get(url, headers=viewer).json()["gpus_in_use"] is None
 
 
@@ -205,7 +206,7 @@ def test_per_cluster_rows_split_each_clusters_hours_and_leave_dedicated_nodes_ou
         host.seed(leaf_queue(allocated, 4))
         host.seed(leaf_queue("2", 2, cluster="eval"))
         clock.at(hours=10, minutes=minute)
-        sampler(database, host, resync=900).run_due("w")
+        run_due(sampler(database, host, resync=900), "w")
     clock.at(hours=12)
     body = client.get("/api/v1/usage/clusters", params=DAY, headers=viewer).json()
     rows = {r["cluster"]: (r["used_gpu_hours"], r["guaranteed_gpu_hours"], r["burst_gpu_hours"])

@@ -25,6 +25,7 @@ from app.nodes.models import Node
 from app.reconcilers.usage import UsageSampler
 from app.usage.models import LedgerEntry
 from tests.clusters.support import cluster_settings
+from tests.support.drive import run_due
 from tests.support.kube import InMemoryConnector
 from tests.support.tenancy import Tenancy, build_tenancy, headers, signed_in_admin_of
 from tests.support.web import HTML, csrf_of
@@ -170,7 +171,7 @@ class Day:
         return host
 
     def sample(self) -> None:
-        self.sampler.run_due("worker-1")
+        run_due(self.sampler, "worker-1")
 
 
 def _simulate(day: Day) -> None:

@@ -15,6 +15,7 @@ from app.kube.manifests import labels as lbl
 from app.kube.manifests.names import host_namespace_name
 from app.kube.memory import InMemoryKube
 from app.kube.usage import queue_use, waiting_pods
+from tests.support.drive import run_due
 from tests.support.tenancy import headers
 from tests.support.web import HTML
 from tests.usage.support import LedgerClock, fix_clock
@@ -85,7 +86,7 @@ def test_in_use_is_what_kai_bound_plus_the_pods_on_dedicated_nodes_not_the_alloc
     for obj in (queue("acme", "train", "1500m", "4"), quota("acme", "train", "4", "4"),
                 pod("a", node, 2), kai_pod("job-2", 4, message=NO_ROOM)):
         host.seed(obj)
-    sampler(database, host).run_due("worker-1")
+    run_due(sampler(database, host), "worker-1")
     assert _quota(client, auth) == [(4, 3.5, 8)]
     dashboard = client.get("/t/acme", headers=page).text
     assert re.search(r'<td class="in-use">\s*3.5\s*</td>', dashboard)
@@ -99,7 +100,7 @@ def test_in_use_is_what_kai_bound_plus_the_pods_on_dedicated_nodes_not_the_alloc
     host = InMemoryKube()
     host.seed(queue("acme", "train", "0", "0"))
     clock.at(minutes=1)
-    sampler(database, host).run_due("worker-1")
+    run_due(sampler(database, host), "worker-1")
     assert _quota(client, auth) == [(4, 0.0, 8)]
 
 
@@ -115,7 +116,7 @@ def test_pods_waiting_for_gpus_show_on_the_clusters_api_and_page_with_kais_reaso
     host = InMemoryKube()
     for name in ("job-2", "job-3"):
         host.seed(kai_pod(name, 8, message=NO_ROOM))
-    sampler(database, host).run_due("worker-1")
+    run_due(sampler(database, host), "worker-1")
 
     shown = client.get(cluster_url, headers=auth).json()["waiting_for_gpus"]
     assert (shown["pods"], shown["reason"]) == (2, NO_ROOM)
@@ -126,7 +127,7 @@ def test_pods_waiting_for_gpus_show_on_the_clusters_api_and_page_with_kais_reaso
     assert "2 pods wait for GPUs: Pod t-acme--train/job-2 cannot be scheduled" in html
 
     clock.at(minutes=1)
-    sampler(database, InMemoryKube()).run_due("worker-1")  # bound, or gone
+    run_due(sampler(database, InMemoryKube()), "worker-1")  # bound, or gone
     shown = client.get(cluster_url, headers=auth).json()["waiting_for_gpus"]
     assert (shown["pods"], shown["message"]) == (0, "no pod waits for GPUs")
     assert 'id="gpu-wait"' not in client.get("/t/acme/clusters/train", headers=page).text

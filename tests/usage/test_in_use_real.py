@@ -31,6 +31,7 @@ from tests.clusters.standin_helm import use_standin_helm
 from tests.clusters.support import cluster_settings
 from tests.portalctl.conftest import PortalCtl
 from tests.support import kai
+from tests.support.drive import run_due
 from tests.support.kai import GpuScheduling
 from tests.support.kai import gpu_host as kai_host
 from tests.support.kube_server import ApiServer
@@ -109,8 +110,8 @@ def test_in_use_is_what_kai_bound_and_a_pod_no_node_fits_waits_with_kais_reason(
              lambda: f"KAI's allocation of 3 GPUs to {queue}: {allocated(host, queue)}",
              timeout=SCHEDULED_WITHIN)
     sampler_settings = worker_settings.model_copy(update={"worker_resync_seconds": 300.0})
-    UsageSampler(sampler_settings, database, ClientConnector(sampler_settings)
-                 ).run_due("worker-1")
+    run_due(UsageSampler(sampler_settings, database, ClientConnector(sampler_settings)),
+            "worker-1")
 
     portal_settings = settings.model_copy(update={"database_url": database.url})
     with serving(portal_settings, database) as url:

@@ -29,6 +29,7 @@ from tests import factories
 from tests.clusters.standin_helm import use_standin_helm
 from tests.clusters.support import cluster_settings
 from tests.support import kai
+from tests.support.drive import run_due
 from tests.support.kai import SCHEDULER_NAME, GpuScheduling
 from tests.support.kai import gpu_host as kai_host
 from tests.support.kube_server import ApiServer
@@ -115,7 +116,7 @@ def test_kai_binds_gpu_pods_within_the_clusters_queue_and_in_use_is_what_it_allo
     assert leaf == {lbl.GPU_RESOURCE: str(GRANTED)}  # the key the usage sampler reads
     sampler_settings = settings.model_copy(update={"worker_resync_seconds": 300.0})
     sampler = UsageSampler(sampler_settings, database, ClientConnector(sampler_settings))
-    sampler.run_due("worker-1")
+    run_due(sampler, "worker-1")
     with database.session() as db:
         assert usage_service.gpus_in_use_by_class(db, tenant_id) == {h100_id: float(GRANTED)}
 

@@ -23,6 +23,7 @@ from app.reconcilers.quota_expiry import QuotaExpiryReconciler
 from app.usage import service as usage
 from app.usage.models import LedgerEntry
 from tests import factories
+from tests.support.drive import run_due
 from tests.support.tenancy import Tenancy, build_tenancy
 from tests.usage.support import (
     T0,
@@ -103,7 +104,7 @@ def test_quota_approval_and_expiry_by_the_worker_are_recorded(
     clock.at(hours=3)
     expiry = QuotaExpiryReconciler(Settings(env="test", database_url="sqlite://"), database,
                                    clock=clock)
-    assert expiry.run_due("worker-1") == 1
+    assert run_due(expiry, "worker-1") == 1
     clock.at(hours=5)
     with database.session() as db:
         assert [e[2] for e in entries(db, "quota")] == [8, 12, 8]

@@ -13,6 +13,7 @@ from app.database.core import Database
 from app.kube.manifests.names import host_namespace_name
 from app.kube.memory import InMemoryKube
 from app.usage.models import GpuReclaim
+from tests.support.drive import run_due
 from tests.support.tenancy import build_tenancy
 from tests.usage.support import LedgerClock, approve_quota, create_cluster, fix_clock
 from tests.usage.test_sampler import sampler
@@ -51,9 +52,9 @@ def test_each_reclaimed_pod_is_audited_once_for_its_tenant_without_the_other_ten
     host.seed(evict_event("e2", namespace, "sweep-def-x-default-x-train"))
     host.seed(evict_event("e3", "t-nobody--here", "x-x-default-x-here"))  # not the portal's
     worker = sampler(database, host)
-    worker.run_due("w")
+    run_due(worker, "w")
     clock.at(seconds=120)
-    worker.run_due("w")  # the same events again: nothing new
+    run_due(worker, "w")  # the same events again: nothing new
     with database.session() as db:
         rows = db.scalars(select(AuditEvent).where(
             AuditEvent.action == "cluster.gpu_reclaimed").order_by(AuditEvent.id)).all()

@@ -19,6 +19,7 @@ from app.reconcilers.usage import UsageSampler
 from app.usage.models import HourlyUsage, UsageSample
 from tests import factories
 from tests.clusters.support import cluster_settings
+from tests.support.drive import run_due
 from tests.support.kube import InMemoryConnector
 from tests.support.tenancy import Tenancy, build_tenancy
 from tests.usage.support import LedgerClock, approve_quota, create_cluster, fix_clock, report
@@ -85,7 +86,7 @@ def test_a_pass_stores_queue_quota_and_dedicated_node_samples(
                 pod("a", node_name, 2), pod("b", node_name, 4, phase="Pending"),
                 pod("c", "some-other-node", 1)):
         host.seed(obj)
-    assert sampler(database, host).run_due("worker-1") == 2  # the host, and the retention
+    assert run_due(sampler(database, host), "worker-1") == 2  # the host, and the retention
     with database.session() as db:
         taken = {s.source: (s.used_gpus, s.allocated_gpus, s.requested_gpus)
                  for s in db.scalars(select(UsageSample))}
@@ -98,13 +99,13 @@ def test_the_next_pass_waits_for_the_resync(database: Database, clock: LedgerClo
                            InMemoryConnector(InMemoryKube()))
     host_lists = sampler.kube.host()
     assert isinstance(host_lists, InMemoryKube)
-    sampler.run_due("w")
+    run_due(sampler, "w")
     clock.at(seconds=59)
-    assert sampler.run_due("w") == 0
+    assert run_due(sampler, "w") == 0
     assert [c.kind for c in host_lists.calls if c.method == "list"] == [
         "Queue", "ResourceQuota", "Pod", "Event"]  # no node is dedicated: KAI's pending pods
     clock.at(seconds=60)
-    sampler.run_due("w")
+    run_due(sampler, "w")
     assert len([c for c in host_lists.calls if c.method == "list"]) == 8
 
 
@@ -133,12 +134,12 @@ def test_used_gpu_hours_are_hourly_means_and_survive_folding(
         host.seed(quota("acme", "train", "4", "4"))
         host.seed(queue("acme", "train", used, "4"))
         clock.at(hours=10, minutes=minute)
-        sampler(database, host, resync=900).run_due("w")
+        run_due(sampler(database, host, resync=900), "w")
     clock.at(hours=12)
     with database.session() as db:
         assert _used_hours(db, admin) == 3.0 + 1.0
     clock.at(days=2, hours=13)  # past the raw retention: the two hours are folded
-    sampler(database, InMemoryKube()).run_due("w")
+    run_due(sampler(database, InMemoryKube()), "w")
     with database.session() as db:
         assert db.scalar(select(func.count()).select_from(UsageSample)) == 0
         folded = db.scalars(select(HourlyUsage).order_by(HourlyUsage.hour_s)).all()
@@ -147,7 +148,7 @@ def test_used_gpu_hours_are_hourly_means_and_survive_folding(
         assert bound == [(2, 3.0, 4.0), (2, 1.0, 1.0)]
         assert _used_hours(db, admin) == 3.0 + 1.0
     clock.at(days=401)
-    sampler(database, InMemoryKube()).run_due("w")
+    run_due(sampler(database, InMemoryKube()), "w")
     with database.session() as db:
         assert db.scalar(select(func.count()).select_from(HourlyUsage)) == 0
 
@@ -157,7 +158,7 @@ def test_an_hour_still_running_counts_up_to_now(database: Database, clock: Ledge
     host = InMemoryKube()
     host.seed(queue("acme", "train", "4", "4"))
     clock.at(hours=10)
-    sampler(database, host, resync=900).run_due("w")
+    run_due(sampler(database, host, resync=900), "w")
     clock.at(hours=10, minutes=15)
     with database.session() as db:
         assert _used_hours(db, admin) == 1.0
@@ -172,7 +173,7 @@ def test_gpu_hours_in_use_start_when_the_pods_are_bound_to_the_minute(
     host.seed(queue("acme", "train", "4", "4"))
     for minute in range(55, 66):  # a pass a minute, 10:55 to 11:05
         clock.at(hours=10, minutes=minute)
-        sampler(database, host, resync=60).run_due("w")
+        run_due(sampler(database, host, resync=60), "w")
     with database.session() as db:
         assert _used_hours(db, admin) == pytest.approx(4 * 10 / 60, abs=1e-6)
 

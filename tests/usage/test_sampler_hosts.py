@@ -21,6 +21,7 @@ from app.workqueue import USAGE
 from app.workqueue.repository import items
 from tests import factories
 from tests.clusters.support import cluster_settings
+from tests.support.drive import run_due
 from tests.support.kube import PerHostConnector
 from tests.usage.support import T0, LedgerClock, fix_clock
 from tests.usage.test_sampler import pod, queue, quota
@@ -82,7 +83,7 @@ def test_each_host_counts_for_its_own_clusters_and_nodes(
                 pod("b", "gpu-1", 1)):
         us.seed(obj)
     connector = PerHostConnector({"default": eu, "gpu-us-1": us}, broken=("broken",))
-    _sampler(database, connector).run_due("worker-1")
+    run_due(_sampler(database, connector), "worker-1")
     assert _taken(database) == {
         ("queue", ids["train"], 3.0), ("quota", ids["train"], 3.0),
         ("node", ids["eu-node"], 3.0),
@@ -99,11 +100,11 @@ def test_a_host_that_cannot_be_read_is_skipped_and_keeps_its_samples(
     eu.seed(quota("acme", "train", "2", "4"))
     us.seed(quota("acme", "eval", "1", "2"))
     connector = PerHostConnector({"default": eu, "gpu-us-1": us}, broken=("broken",))
-    _sampler(database, connector).run_due("worker-1")
+    run_due(_sampler(database, connector), "worker-1")
     connector.ports["gpu-us-1"] = Unreachable()
     clock.at(minutes=5)
     with caplog.at_level(logging.WARNING):
-        _sampler(database, connector).run_due("worker-1")
+        run_due(_sampler(database, connector), "worker-1")
     with database.session() as db:
         now_s = int(clock.now.timestamp())
         taken = db.scalars(select(UsageSample).where(UsageSample.taken_s == now_s)).all()
@@ -133,7 +134,7 @@ def test_a_host_that_does_not_answer_is_tried_again_after_a_backoff_that_grows(
     def asked_at(moment: datetime) -> list[str]:
         clock.now = moment.replace(microsecond=0) + timedelta(seconds=1)  # a whole second on
         connector.asked.clear()
-        sampler.run_due("worker-1")
+        run_due(sampler, "worker-1")
         return sorted(connector.asked)
 
     def due_in() -> dict[str, float]:

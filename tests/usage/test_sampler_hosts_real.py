@@ -29,6 +29,7 @@ from app.usage.models import UsageSample
 from tests import factories
 from tests.clusters.cleanup import remove_tenant_objects
 from tests.clusters.support import cluster_settings
+from tests.support.drive import run_due
 from tests.support.kube_server import ApiServer
 from tests.support.kubectl import Kubectl
 from tests.usage.support import LedgerClock, fix_clock
@@ -146,7 +147,7 @@ def test_each_real_host_is_sampled_with_its_own_client_and_a_stopped_one_is_skip
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     ids = two_hosts.ids
-    two_hosts.sampler.run_due("worker-1")
+    run_due(two_hosts.sampler, "worker-1")
     first = {("queue", ids["train"], 3.0), ("queue", ids["eval"], 1.0),
              ("node", ids["eu-node"], 3.0), ("node", ids["us-node"], 1.0)}
     assert set(_taken(database, two_hosts)) == first
@@ -154,7 +155,7 @@ def test_each_real_host_is_sampled_with_its_own_client_and_a_stopped_one_is_skip
     us_api.stop_apiserver()
     clock.at(minutes=5)
     with caplog.at_level(logging.WARNING):
-        two_hosts.sampler.run_due("worker-1")
+        run_due(two_hosts.sampler, "worker-1")
     assert f"reading GPU use from host cluster gpu-us-{two_hosts.slug} failed" in caplog.text
     taken = _taken(database, two_hosts)
     assert set(taken[len(first):]) == {("queue", ids["train"], 3.0),
@@ -163,5 +164,5 @@ def test_each_real_host_is_sampled_with_its_own_client_and_a_stopped_one_is_skip
 
     us_api.restart_apiserver()
     clock.at(minutes=10)
-    two_hosts.sampler.run_due("worker-1")
+    run_due(two_hosts.sampler, "worker-1")
     assert set(_taken(database, two_hosts)[len(first) + 2:]) == first

@@ -22,6 +22,7 @@ from app.reconcilers.usage import UsageSampler
 from app.usage.models import UsageSample
 from tests import factories
 from tests.clusters.support import cluster_settings
+from tests.support.drive import run_due
 from tests.support.kube import InMemoryConnector
 from tests.support.kube_server import ApiServer
 from tests.support.kubectl import Kubectl, KubectlError
@@ -101,7 +102,7 @@ def test_samples_come_from_queue_status_quota_status_and_running_pods(
                     "requested": {lbl.GPU_RESOURCE: "3500m"}}}, subresource="status")
 
     sampler = UsageSampler(cluster_settings(), database, InMemoryConnector(host_admin))
-    assert sampler.run_due("worker-1") >= 2  # the host and the retention key at least
+    assert run_due(sampler, "worker-1") >= 2  # the host and the retention key at least
     mine = db.scalars(select(UsageSample).where(UsageSample.tenant_id == tenant.id)).all()
     by_source = {s.source: (s.subject_id, s.used_gpus, s.allocated_gpus, s.requested_gpus)
                  for s in mine}

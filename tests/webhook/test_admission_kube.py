@@ -44,6 +44,7 @@ from app.reconcilers.webhook import WebhookReconciler
 from app.webhook import certificates as certs
 from app.webhook.secret import read_secret, unbase64
 from app.webhook.server import WebhookServer
+from tests.support.drive import run_due
 from tests.support.kube_server import ApiServer
 from tests.support.waiting import wait_for
 from tests.support.web import free_port
@@ -111,7 +112,7 @@ def webhook(host_api: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> It
         reconciler = WebhookReconciler(settings, database, ClientConnector(settings),
                                        now=lambda: datetime.now(UTC) + offset[0])
         # one key: the Secret and the configuration
-        assert reconciler.run_due("test-worker") == 1
+        assert run_due(reconciler, "test-worker") == 1
         handle = Webhook(kube, host_api, settings, database, reconciler,
                          WebhookServer(kube, settings.webhook_namespace, port=port), offset)
         handle.server.start()

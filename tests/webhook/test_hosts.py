@@ -37,6 +37,7 @@ from app.webhook.server import HostNamespaces, NamespaceLabels, Webhook
 from app.workqueue import WEBHOOK
 from app.workqueue.repository import items
 from tests import factories
+from tests.support.drive import run_due
 from tests.support.kube import PerHostConnector
 from tests.support.kube_server import kubeconfig_yaml
 from tests.webhook.support import MWC, client_config
@@ -77,7 +78,7 @@ def test_each_host_gets_its_own_url_and_the_one_ca_bundle(
                                   "gpu-down": Unreachable()})
     worker = WebhookReconciler(settings(), sqlite_database, connector)
     with caplog.at_level(logging.WARNING):
-        assert worker.run_due("w1") == 1  # the one key
+        assert run_due(worker, "w1") == 1  # the one key
     # the Secret, two configurations, one removed
     assert [c.kind for c in env.writes() + us.writes() + ap.writes() if c.kind != "Namespace"
             ] == ["Secret", "MutatingWebhookConfiguration", "MutatingWebhookConfiguration",
@@ -117,7 +118,7 @@ def test_a_new_host_url_is_put_in_the_certificate(sqlite_database: Database) -> 
         factories.env_host(db)
     connector = PerHostConnector({"default": env, "gpu-us-1": us})
     worker = WebhookReconciler(settings(), sqlite_database, connector)
-    worker.run_due("w1")
+    run_due(worker, "w1")
     first = read_secret(env.get("v1", "Secret", TLS_SECRET_NAME, NAMESPACE)).pair
     with sqlite_database.transaction() as db:
         admin = Principal(user=factories.user(db, admin=True), via="token")
@@ -125,7 +126,7 @@ def test_a_new_host_url_is_put_in_the_certificate(sqlite_database: Database) -> 
             name="gpu-us-1", region="us", webhook_url="https://webhook.gpu-us-1.example:9443",
             credentials=HostCredentialsIn(kind="kubeconfig", kubeconfig=kubeconfig_yaml(
                 "https://gpu-us-1.example:6443", CA.cert_pem, token="t"))))
-    assert worker.run_due("w1") == 1  # registering enqueued the key: due at once
+    assert run_due(worker, "w1") == 1  # registering enqueued the key: due at once
     second = read_secret(env.get("v1", "Secret", TLS_SECRET_NAME, NAMESPACE))
     assert first is not None and second.pair is not None
     assert second.pair.cert_pem != first.cert_pem

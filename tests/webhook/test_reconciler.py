@@ -24,6 +24,7 @@ from app.process.worker import build_kinds
 from app.reconcilers.webhook import WebhookReconciler, serving_hosts
 from app.webhook import certificates as certs
 from app.webhook.secret import read_secret, unbase64
+from tests.support.drive import run_due
 from tests.support.kube import InMemoryConnector
 
 NAMESPACE = "gpu-tenant-portal"
@@ -93,7 +94,7 @@ def events(database: Database) -> list[AuditEvent]:
 def test_the_first_pass_issues_a_certificate_and_registers_the_webhook(
         sqlite_database: Database) -> None:
     kube, clock = PreconditionKube(), Clock()
-    assert reconciler(kube, sqlite_database, clock).run_due("w1") == 1  # the one key
+    assert run_due(reconciler(kube, sqlite_database, clock), "w1") == 1  # the one key
     assert written(kube) == ["Secret", "MutatingWebhookConfiguration"]
     bundle, ca_bundle, served = stored(kube)
     assert bundle == ca_bundle == [served]
@@ -113,11 +114,11 @@ def test_a_converged_webhook_costs_reads_only_and_waits_for_the_resync(
         sqlite_database: Database) -> None:
     kube, clock = PreconditionKube(), Clock()
     worker = reconciler(kube, sqlite_database, clock)
-    worker.run_due("w1")
+    run_due(worker, "w1")
     kube.reset_calls()
-    assert worker.run_due("w1") == 0 and kube.calls == []  # not due yet
+    assert run_due(worker, "w1") == 0 and kube.calls == []  # not due yet
     clock.later(301)
-    assert worker.run_due("w1") == 1
+    assert run_due(worker, "w1") == 1
     assert kube.writes() == []
 
 
@@ -125,12 +126,12 @@ def test_a_deleted_configuration_comes_back_at_the_next_resync(
         sqlite_database: Database) -> None:
     kube, clock = PreconditionKube(), Clock()
     worker = reconciler(kube, sqlite_database, clock)
-    worker.run_due("w1")
+    run_due(worker, "w1")
     kube.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
                 WEBHOOK_CONFIGURATION_NAME)
     kube.reset_calls()
     clock.later(301)
-    assert worker.run_due("w1") == 1
+    assert run_due(worker, "w1") == 1
     assert written(kube) == ["MutatingWebhookConfiguration"]
     bundle, ca_bundle, _ = stored(kube)
     assert bundle == ca_bundle
@@ -140,18 +141,18 @@ def test_rotation_keeps_both_certificates_trusted_then_drops_the_expired_one(
         sqlite_database: Database) -> None:
     kube, clock = PreconditionKube(), Clock()
     worker = reconciler(kube, sqlite_database, clock)
-    worker.run_due("w1")
+    run_due(worker, "w1")
     _, _, first = stored(kube)
     clock.wall = T0 + 61 * DAY
     kube.reset_calls()
-    assert worker.run_due("w1") == 1
+    assert run_due(worker, "w1") == 1
     assert written(kube) == ["Secret", "MutatingWebhookConfiguration"]
     bundle, ca_bundle, second = stored(kube)
     assert second != first and bundle == ca_bundle == [first, second]
     assert events(sqlite_database)[-1].action == "webhook.certificate_rotated"
     clock.wall = T0 + 91 * DAY
     kube.reset_calls()
-    assert worker.run_due("w1") == 1
+    assert run_due(worker, "w1") == 1
     # the Secret's bundle is pruned, then the caBundle
     assert written(kube) == ["Secret", "MutatingWebhookConfiguration"]
     assert stored(kube)[:2] == ([second], [second])
@@ -160,12 +161,12 @@ def test_rotation_keeps_both_certificates_trusted_then_drops_the_expired_one(
 def test_two_workers_rotating_at_once_leave_secret_and_ca_bundle_agreeing(
         sqlite_database: Database) -> None:
     kube, clock = PreconditionKube(), Clock()
-    reconciler(kube, sqlite_database, clock).run_due("w0")
+    run_due(reconciler(kube, sqlite_database, clock), "w0")
     clock.wall = T0 + 61 * DAY
     first, second = (reconciler(kube, sqlite_database, clock) for _ in range(2))
     # The queue's lease keeps a second worker off the key ...
-    kube.before_secret_write = lambda: second.run_due("w2")
-    first.run_due("w1")
+    kube.before_secret_write = lambda: run_due(second, "w2")
+    run_due(first, "w1")
     assert len([e for e in events(sqlite_database)
                 if e.action == "webhook.certificate_rotated"]) == 1
     # ... but one that lost its lease mid-pass may still write: w2 rotates while w1 is mid-pass.
@@ -192,7 +193,7 @@ def test_the_base_address_the_docs_ask_for_is_registered_with_the_webhooks_path(
     kube, clock = PreconditionKube(), Clock()
     worker = reconciler(kube, sqlite_database, clock,
                         webhook_url="https://webhook.example.com:9443")
-    worker.run_due("w1")
+    run_due(worker, "w1")
     config = kube.objects("MutatingWebhookConfiguration")[0]
     assert {hook["clientConfig"]["url"] for hook in config["webhooks"]} == {
         "https://webhook.example.com:9443/mutate-pods"}
@@ -211,7 +212,7 @@ def test_a_webhook_url_that_cannot_work_is_refused_at_startup(url: str, why: str
 
 def test_without_a_host_cluster_nothing_happens(sqlite_database: Database) -> None:
     worker = WebhookReconciler(settings(), sqlite_database, InMemoryConnector(None))
-    assert worker.run_due("w1") == 0
+    assert run_due(worker, "w1") == 0
 
 
 def test_the_worker_runs_the_webhook_reconciler(sqlite_database: Database) -> None:
@@ -223,7 +224,7 @@ def test_the_worker_runs_the_webhook_reconciler(sqlite_database: Database) -> No
 def test_the_private_key_never_reaches_the_audit_trail_or_the_configuration(
         sqlite_database: Database) -> None:
     kube, clock = PreconditionKube(), Clock()
-    reconciler(kube, sqlite_database, clock).run_due("w1")
+    run_due(reconciler(kube, sqlite_database, clock), "w1")
     key = read_secret(kube.get("v1", "Secret", TLS_SECRET_NAME, NAMESPACE)).pair
     assert key is not None
     config = str(kube.objects("MutatingWebhookConfiguration"))

@@ -23,6 +23,7 @@ from app.reconcilers.webhook import WebhookReconciler
 from app.webhook import certificates as certs
 from app.webhook.secret import read_secret
 from app.webhook.server import MAX_BODY_BYTES, WebhookServer
+from tests.support.drive import run_due
 from tests.support.kube import InMemoryConnector
 from tests.support.web import free_port
 
@@ -55,8 +56,8 @@ class Served:
         return pair.cert_pem
 
     def rotate(self, at: datetime) -> None:
-        WebhookReconciler(self.settings, self.database, InMemoryConnector(self.kube),
-                          now=lambda: at).run_due("w1")
+        run_due(WebhookReconciler(self.settings, self.database, InMemoryConnector(self.kube),
+                                  now=lambda: at), "w1")
 
 
 @pytest.fixture

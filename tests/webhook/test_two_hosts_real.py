@@ -43,6 +43,7 @@ from app.webhook import certificates as certs
 from app.webhook.secret import read_secret, unbase64
 from app.webhook.server import WebhookServer, host_lookup
 from tests import factories
+from tests.support.drive import run_due
 from tests.support.kube_server import ApiServer
 from tests.support.waiting import wait_for
 from tests.support.web import free_port
@@ -160,7 +161,7 @@ def test_the_webhook_is_registered_on_both_hosts_and_answers_each_with_its_own_l
 ) -> None:
     connector = ClientConnector(two_hosts.settings)
     reconciler = WebhookReconciler(two_hosts.settings, own_pg_database, connector)
-    assert reconciler.run_due("worker-1") == 1  # the one key: the Secret, both configurations
+    assert run_due(reconciler, "worker-1") == 1  # the one key: the Secret, both configurations
     secret = read_secret(two_hosts.env.get("v1", "Secret", TLS_SECRET_NAME,
                                            two_hosts.settings.webhook_namespace))
     base = f"https://127.0.0.1:{two_hosts.port}/mutate-pods"

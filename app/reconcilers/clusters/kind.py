@@ -69,7 +69,6 @@ from app.reconcilers.kind import (
     RetryLater,
     TerminalError,
 )
-from app.reconcilers.runtime import RunsAlone
 from app.workqueue import CLUSTERS
 
 log = logging.getLogger(__name__)
@@ -99,7 +98,7 @@ class Loaded:
     target: HostTarget | None
 
 
-class ClusterReconciler(RunsAlone):
+class ClusterReconciler:
     name = CLUSTERS
 
     def __init__(
