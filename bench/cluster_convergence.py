@@ -30,13 +30,13 @@ from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.kit.config import Settings
 from app.kube import manifests
-from app.kube.helm import AddonChart
 from app.kube.memory import InMemoryKube
-from app.kube.port import KubePort
+from app.kube.port import KubePort, Manifest
 from app.quotas.models import TenantQuota
 from app.reconcilers.clusters import ClusterReconciler
 from app.tenants.models import Tenant
 from tests.support.drive import run_due
+from tests.support.installers import FakeInstaller
 
 SETTINGS = Settings(env="test", database_url="sqlite://")
 KUBECONFIG = yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "clusters": [],
@@ -59,27 +59,19 @@ class Connector:
         return True
 
 
-class Helm:
+def standin_helm(kube: InMemoryKube) -> FakeInstaller:
     """Brings the release up at once: the Secret vc-<release> appears."""
 
-    def __init__(self, kube: InMemoryKube) -> None:
-        self.kube = kube
-        self.runs = 0
+    def bring_up(release: str, namespace: str) -> None:
+        kube.seed(kubeconfig_secret(release, namespace))
 
-    def install(self, release: str, namespace: str, values_yaml: str) -> None:
-        self.runs += 1
-        self.kube.seed({"apiVersion": "v1", "kind": "Secret",
-                        "metadata": {"name": f"vc-{release}", "namespace": namespace},
-                        "data": {"config": base64.b64encode(KUBECONFIG.encode()).decode()}})
+    return FakeInstaller(brings_up=bring_up)
 
-    def uninstall(self, release: str, namespace: str) -> None:
-        self.runs += 1
 
-    def install_addon(self, addon: AddonChart, kubeconfig: str) -> None:
-        self.runs += 1  # the bench's clusters have no add-ons
-
-    def uninstall_addon(self, name: str, kubeconfig: str) -> None:
-        self.runs += 1
+def kubeconfig_secret(release: str, namespace: str) -> Manifest:
+    return {"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": f"vc-{release}", "namespace": namespace},
+            "data": {"config": base64.b64encode(KUBECONFIG.encode()).decode()}}
 
 
 @dataclass
@@ -113,9 +105,10 @@ def seed(database: Database, clusters: int, tenants: int, prefix: str = "tenant"
             for i in range(clusters))
 
 
-def measure(kube: InMemoryKube, connector: Connector, helm: Helm, run: object) -> Figures:
+def measure(kube: InMemoryKube, connector: Connector, helm: FakeInstaller, run: object) -> Figures:
     kube.reset_calls()
-    connector.readyz = helm.runs = 0
+    connector.readyz = 0
+    helm.forget()
     started = time.perf_counter()
     assert callable(run)
     run()
@@ -124,7 +117,7 @@ def measure(kube: InMemoryKube, connector: Connector, helm: Helm, run: object) -
 
 
 def portal_reconciler(database: Database, kube: InMemoryKube, connector: Connector,
-                      helm: Helm, *, list_cache: bool = True) -> tuple[Figures, Figures]:
+                      helm: FakeInstaller, *, list_cache: bool = True) -> tuple[Figures, Figures]:
     clock_now = [utcnow()]
     reconciler = ClusterReconciler(SETTINGS, database, connector, helm,
                                    clock=lambda: clock_now[0], list_cache=list_cache)
@@ -140,13 +133,13 @@ def portal_reconciler(database: Database, kube: InMemoryKube, connector: Connect
 
 
 def get_per_object_reconciler(database: Database, kube: InMemoryKube, connector: Connector,
-                              helm: Helm) -> tuple[Figures, Figures]:
+                              helm: FakeInstaller) -> tuple[Figures, Figures]:
     """The reconciler as it was: each unchanged object read with a GET."""
     return portal_reconciler(database, kube, connector, helm, list_cache=False)
 
 
 def naive_reconciler(database: Database, kube: InMemoryKube, connector: Connector,
-                     helm: Helm) -> tuple[Figures, Figures]:
+                     helm: FakeInstaller) -> tuple[Figures, Figures]:
     """Apply every object, run helm and check readiness for every cluster on every pass."""
     with database.session() as db:
         wanted = [desired.load(db, c, SETTINGS) for c in db.query(VirtualCluster).all()]
@@ -175,7 +168,7 @@ def run(clusters: int, tenants: int) -> dict[str, tuple[Figures, Figures]]:
             database = Database(url)
             seed(database, clusters, tenants)
             kube = InMemoryKube()
-            results[name] = strategy(database, kube, Connector(kube), Helm(kube))
+            results[name] = strategy(database, kube, Connector(kube), standin_helm(kube))
             database.dispose()
     return results
 

@@ -27,7 +27,6 @@ The last line printed is one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import shutil
 import tempfile
@@ -48,16 +47,16 @@ from app.database.core import Database, utcnow
 from app.kit.config import Settings
 from app.kube import manifests
 from app.kube.adapter import KubernetesAdapter
-from app.kube.helm import AddonChart
 from app.kube.port import KubePort, Manifest
 from app.reconcilers.clusters import ClusterReconciler
 from app.reconcilers.runtime import Runtime
 from app.workqueue import CLUSTERS
 from app.workqueue.models import WorkItem
-from bench.cluster_convergence import KUBECONFIG, seed
+from bench.cluster_convergence import kubeconfig_secret, seed
 from tests.clusters.standin_helm import helm_calls, install_standin_helm
 from tests.support import postgres
 from tests.support.cluster_worker import WorkerProcess, worker_env
+from tests.support.installers import FakeInstaller
 from tests.support.kube_server import ApiServer, install_crds, kube_assets
 from tests.support.paths import KAI_QUEUE_CRD
 
@@ -121,31 +120,14 @@ class Connector:
         return True
 
 
-class Helm:
+def standin_helm(admin: KubernetesAdapter, seconds: float) -> FakeInstaller:
     """Brings the control plane up after ``seconds``: Secret vc-<release>, written by helm's
     own client (not the portal's, so not counted)."""
 
-    def __init__(self, admin: KubernetesAdapter, seconds: float) -> None:
-        self.admin = admin
-        self.seconds = seconds
-        self.runs = 0
+    def bring_up(release: str, namespace: str) -> None:
+        admin.apply(kubeconfig_secret(release, namespace), force=True)
 
-    def install(self, release: str, namespace: str, values_yaml: str) -> None:
-        self.runs += 1
-        time.sleep(self.seconds)
-        self.admin.apply({"apiVersion": "v1", "kind": "Secret",
-                          "metadata": {"name": f"vc-{release}", "namespace": namespace},
-                          "data": {"config": base64.b64encode(KUBECONFIG.encode()).decode()}},
-                         force=True)
-
-    def uninstall(self, release: str, namespace: str) -> None:
-        self.runs += 1
-
-    def install_addon(self, addon: AddonChart, kubeconfig: str) -> None:
-        self.runs += 1  # the bench's clusters have no add-ons
-
-    def uninstall_addon(self, name: str, kubeconfig: str) -> None:
-        self.runs += 1
+    return FakeInstaller(during=lambda _: time.sleep(seconds), brings_up=bring_up)
 
 
 @dataclass
@@ -197,7 +179,7 @@ class Bench:
     def reconciler(self, database: Database, port: CountingPort, concurrency: int, *,
                    list_cache: bool = True) -> ClusterReconciler:
         return ClusterReconciler(self.settings(database.url, concurrency), database,
-                                 Connector(port), Helm(self.admin, self.args.helm_seconds),
+                                 Connector(port), standin_helm(self.admin, self.args.helm_seconds),
                                  list_cache=list_cache)
 
     # ----- 1. convergence of new clusters
@@ -243,7 +225,7 @@ class Bench:
         with database.session() as db:
             wanted = [desired.load(db, c, settings) for c in db.scalars(select(VirtualCluster))]
         port = self.port()
-        helm = Helm(self.admin, 0.0)
+        helm = standin_helm(self.admin, 0.0)
         started = time.perf_counter()
         for cluster in wanted:
             for obj in [*manifests.platform_objects(cluster.policy), *cluster.host_objects()]:

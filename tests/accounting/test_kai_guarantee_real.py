@@ -27,12 +27,12 @@ from app.nodes.schemas import AssignmentIn
 from tests import factories
 from tests.quotas.test_approval_reaches_host_real import (  # noqa: F401 - fixtures
     Worker,
-    eventually,
     gpu_quota,
     host,
     remove_tenant_objects,
     worker,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kube_server
 
@@ -98,16 +98,16 @@ def test_the_tenant_queue_carries_the_shared_pools_guarantee_through_a_dedicatio
             assert cluster is not None
             return True if cond.is_true(cluster.conditions or [], cond.READY) else None
 
-    eventually(ready, timeout=120, every=0.5)
+    wait_for(ready, "the cluster to be Ready")
     assert gpu_quota(host, world.slug) == _model_guarantee(database, world) == 16
     with database.transaction() as db:
         nodes.assign_node(db, world.platform_admin, world.node, AssignmentIn(tenant=world.slug))
-    eventually(lambda: True if gpu_quota(host, world.slug) == 8 else None,
-               timeout=WITHIN_SECONDS, every=0.2)
+    wait_for(lambda: gpu_quota(host, world.slug) == 8, "the tenant queue's GPU quota of 8",
+             timeout=WITHIN_SECONDS)
     assert _model_guarantee(database, world) == 8
     assert _gpu_hard(host, world, "train") == "8"
     with database.transaction() as db:
         nodes.end_assignment(db, world.platform_admin, world.node)
-    eventually(lambda: True if gpu_quota(host, world.slug) == 16 else None,
-               timeout=WITHIN_SECONDS, every=0.2)
+    wait_for(lambda: gpu_quota(host, world.slug) == 16, "the tenant queue's GPU quota of 16",
+             timeout=WITHIN_SECONDS)
     assert _model_guarantee(database, world) == 16

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
@@ -13,8 +13,6 @@ from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate, ClusterOut
 from app.database.core import Database, utcnow
 from app.kit.config import Settings
-from app.kube import simulated
-from app.kube.helm import AddonChart, InstallError
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort
 from app.reconcilers.clusters import ClusterReconciler
@@ -22,8 +20,9 @@ from app.reconcilers.leases import HeldLeases
 from app.workqueue import CLUSTERS
 from app.workqueue.models import WorkItem
 from tests import factories
-from tests.support import virtual_clusters
+from tests.support import installers, virtual_clusters
 from tests.support.drive import run_due, runtime_for
+from tests.support.installers import FakeInstaller
 from tests.support.tenancy import Tenancy
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -60,50 +59,9 @@ class FakeConnector:
         return self.answers_readyz and "admin-token-never-shown" in kubeconfig_yaml
 
 
-@dataclass
-class FakeInstaller:
+def fake_installer(kube: InMemoryKube) -> FakeInstaller:
     """Plays helm: install brings the control plane up (StatefulSet, Secret vc-<release>)."""
-
-    kube: InMemoryKube
-    brings_up_secret: bool = True
-    calls: list[tuple[str, str, str]] = field(default_factory=list)
-    values: dict[str, str] = field(default_factory=dict)
-    # Add-ons: every call, what is installed now, and errors the next calls raise in turn.
-    addon_calls: list[tuple[str, str]] = field(default_factory=list)
-    addons: dict[str, AddonChart] = field(default_factory=dict)
-    addon_failures: list[InstallError] = field(default_factory=list)
-
-    def install(self, release: str, namespace: str, values_yaml: str) -> None:
-        self.calls.append(("install", release, namespace))
-        self.values[release] = values_yaml
-        self.kube.seed(simulated.control_plane_statefulset(release, namespace))
-        if self.brings_up_secret:
-            self.kube.seed(kubeconfig_secret(release, namespace))
-
-    def uninstall(self, release: str, namespace: str) -> None:
-        self.calls.append(("uninstall", release, namespace))
-        self.kube.delete("apps/v1", "StatefulSet", release, namespace)
-
-    def install_addon(self, addon: AddonChart, kubeconfig: str) -> None:
-        self.addon_calls.append(("install", addon.name))
-        if self.addon_failures:
-            raise self.addon_failures.pop(0)
-        self.addons[addon.name] = addon
-
-    def uninstall_addon(self, name: str, kubeconfig: str) -> None:
-        self.addon_calls.append(("uninstall", name))
-        if self.addon_failures:
-            raise self.addon_failures.pop(0)
-        self.addons.pop(name, None)
-
-    @property
-    def installs(self) -> int:
-        return sum(1 for call in self.calls if call[0] == "install")
-
-
-def kubeconfig_secret(release: str, namespace: str) -> dict[str, object]:
-    return simulated.kubeconfig_secret(release, namespace,
-                                       virtual_clusters.admin_kubeconfig(VC_SERVER))
+    return installers.in_memory(kube, virtual_clusters.admin_kubeconfig(VC_SERVER))
 
 
 def cluster_settings(**overrides: object) -> Settings:
@@ -124,7 +82,7 @@ class Harness:
               normalize_quantities: bool = False) -> Harness:
         kube = InMemoryKube(normalize_quantities=normalize_quantities)
         connector = FakeConnector(kube if host else None)
-        installer = FakeInstaller(kube)
+        installer = fake_installer(kube)
         clock = Clock()
         reconciler = ClusterReconciler(settings or cluster_settings(), database, connector,
                                        installer, clock=clock)

@@ -17,35 +17,12 @@ from app.reconcilers.runtime import Runtime
 from app.workqueue import CLUSTERS as CLUSTER_KIND
 from app.workqueue import repository as queue
 from app.workqueue.models import WorkItem
-from tests.clusters.support import FakeConnector, FakeInstaller, cluster_settings, seed_clusters
+from tests.clusters.support import FakeConnector, cluster_settings, fake_installer, seed_clusters
 from tests.support.waiting import wait_for
 
 CONCURRENCY = 8
 HOST_SHARE = CONCURRENCY // 2
 CLUSTERS = 8
-
-
-class GatheringInstaller(FakeInstaller):
-    """Each install waits for ``width`` installs to run side by side (a sequential pass would
-    wait in vain), and counts how many ever ran at once."""
-
-    def __init__(self, kube: InMemoryKube, width: int) -> None:
-        super().__init__(kube)
-        self.gathered = threading.Barrier(width, timeout=60)
-        self.lock = threading.Lock()
-        self.running = 0
-        self.most = 0
-
-    def install(self, release: str, namespace: str, values_yaml: str) -> None:
-        with self.lock:
-            self.running += 1
-            self.most = max(self.most, self.running)
-        try:
-            self.gathered.wait()
-            super().install(release, namespace, values_yaml)
-        finally:
-            with self.lock:
-                self.running -= 1
 
 
 def ready(database: Database, ids: list[int]) -> dict[str, bool]:
@@ -70,7 +47,11 @@ def test_the_worker_runs_a_hosts_share_of_the_concurrency_at_once(
         own_pg_database: Database) -> None:
     ids = seed_clusters(own_pg_database, CLUSTERS)
     kube = InMemoryKube()
-    installer = GatheringInstaller(kube, HOST_SHARE)
+    installer = fake_installer(kube)
+    # Each install waits for a host's share to run side by side (a sequential pass would wait
+    # in vain).
+    gathered = threading.Barrier(HOST_SHARE, timeout=60)
+    installer.during = lambda release: gathered.wait()
     settings = cluster_settings(worker_concurrency=CONCURRENCY)
     reconciler = ClusterReconciler(settings, own_pg_database, FakeConnector(kube), installer)
     runtime = Runtime(own_pg_database, [reconciler], concurrency=CONCURRENCY, poll_seconds=0.1)
@@ -86,15 +67,13 @@ def test_the_worker_runs_a_hosts_share_of_the_concurrency_at_once(
 def test_one_clusters_crash_does_not_stop_the_others(own_pg_database: Database) -> None:
     ids = seed_clusters(own_pg_database, 3)
     kube = InMemoryKube()
-    installer = FakeInstaller(kube)
-    real_install = installer.install
+    installer = fake_installer(kube)
 
-    def buggy(release: str, namespace: str, values_yaml: str) -> None:
+    def buggy(release: str) -> None:
         if release == "c1":
             raise RuntimeError("a bug, not a helm failure")
-        real_install(release, namespace, values_yaml)
 
-    installer.install = buggy  # type: ignore[method-assign]
+    installer.during = buggy
     reconciler = ClusterReconciler(cluster_settings(), own_pg_database, FakeConnector(kube),
                                    installer)
     runtime = Runtime(own_pg_database, [reconciler], concurrency=2, poll_seconds=0.1)

@@ -13,8 +13,9 @@ from app.clusters import conditions as cond
 from app.database.core import Database
 from app.reconcilers.clusters import ClusterReconciler
 from app.workqueue import CLUSTERS
-from tests.clusters.support import FakeInstaller, Harness, create
+from tests.clusters.support import Harness, create
 from tests.support.drive import run_due
+from tests.support.installers import FakeInstaller
 from tests.support.tenancy import Tenancy
 
 LEASE = 30.0  # the default PORTAL_WORKER_LEASE_SECONDS
@@ -24,22 +25,15 @@ class WorkerKilled(BaseException):
     """Like SIGKILL: nothing in the worker may catch it."""
 
 
-class HookedInstaller(FakeInstaller):
-    """Runs ``during`` in the middle of the first install, as if helm took that long."""
+def hooked(harness: Harness, during: Callable[[], None]) -> FakeInstaller:
+    """Runs ``during`` in the middle of the next install, as if helm took that long."""
+    installer = harness.installer
 
-    during: Callable[[], None] | None = None
+    def once(release: str) -> None:
+        installer.during = None
+        during()
 
-    def install(self, release: str, namespace: str, values_yaml: str) -> None:
-        hook, self.during = self.during, None
-        if hook is not None:
-            hook()
-        super().install(release, namespace, values_yaml)
-
-
-def hooked(harness: Harness) -> HookedInstaller:
-    installer = HookedInstaller(harness.kube)
-    harness.installer = installer
-    harness.reconciler.installer = installer
+    installer.during = once
     return installer
 
 
@@ -62,7 +56,6 @@ def test_the_heartbeat_keeps_a_helm_run_longer_than_the_lease(
     harness: Harness, tenancy: Tenancy, database: Database
 ) -> None:
     created = create(harness.database, tenancy)
-    installer = hooked(harness)
     other = other_worker(harness, database)
     taken_by_other: list[int] = []
 
@@ -74,7 +67,7 @@ def test_the_heartbeat_keeps_a_helm_run_longer_than_the_lease(
             taken_by_other.append(run_due(other, "worker-2"))
         assert not leases.lost((CLUSTERS, str(created.id)))
 
-    installer.during = helm_takes_two_minutes
+    installer = hooked(harness, helm_takes_two_minutes)
     harness.run("worker-1")
     assert taken_by_other == [0] * 12
     assert ready(harness, created.id)
@@ -86,12 +79,11 @@ def test_a_worker_killed_during_helm_is_adopted_after_one_lease(
     harness: Harness, tenancy: Tenancy, database: Database
 ) -> None:
     created = create(harness.database, tenancy)
-    installer = hooked(harness)
 
     def killed() -> None:
         raise WorkerKilled
 
-    installer.during = killed
+    installer = hooked(harness, killed)
     with pytest.raises(WorkerKilled):
         harness.run("worker-1")
     successor = other_worker(harness, database)
@@ -107,7 +99,6 @@ def test_a_worker_whose_lease_was_taken_writes_nothing_more(
     harness: Harness, tenancy: Tenancy, database: Database
 ) -> None:
     created = create(harness.database, tenancy)
-    installer = hooked(harness)
     successor = other_worker(harness, database)
     calls_after_takeover: list[int] = []
 
@@ -122,7 +113,7 @@ def test_a_worker_whose_lease_was_taken_writes_nothing_more(
         assert leases.lost((CLUSTERS, str(created.id)))
         calls_after_takeover.append(len(harness.kube.calls))
 
-    installer.during = stalled_past_the_lease
+    installer = hooked(harness, stalled_past_the_lease)
     before = harness.cluster(created.id)
     harness.run("worker-1")
 
@@ -138,7 +129,6 @@ def test_without_a_beat_the_database_still_refuses_the_old_holder(
     harness: Harness, tenancy: Tenancy, database: Database
 ) -> None:
     created = create(harness.database, tenancy)
-    installer = hooked(harness)
     successor = other_worker(harness, database)
     adopted_state: list[object] = []
 
@@ -150,7 +140,7 @@ def test_without_a_beat_the_database_still_refuses_the_old_holder(
         adopted_state.append((cluster.conditions, cluster.admin_kubeconfig_encrypted,
                               harness.due_at(created.id)))
 
-    installer.during = stalled_past_the_lease
+    hooked(harness, stalled_past_the_lease)
     harness.run("worker-1")  # its writes are fenced on its claim's token and refused
     cluster = harness.cluster(created.id)
     assert cluster is not None

@@ -41,6 +41,7 @@ from tests.deploy.kustomize import BASE, render
 from tests.deploy.rbac import Grant
 from tests.support.charts import charts_dir, served
 from tests.support.drive import run_due
+from tests.support.installers import FakeInstaller
 from tests.support.kube_server import ApiServer, tool
 from tests.support.waiting import wait_for
 
@@ -233,7 +234,7 @@ def helm_values(admin_kubeconfig: Path, release: str, namespace: str) -> str:
 
 def test_values_the_chart_refuses_put_its_message_in_the_condition_without_a_hot_loop(
         worker: Worker, host_admin: KubernetesAdapter) -> None:
-    refusing = RefusedValues(HelmInstaller.from_settings(worker.settings))
+    refusing = refused_values(HelmInstaller.from_settings(worker.settings))
     worker.reconciler.installer = refusing
     worker.reconciler.settings = worker.settings.model_copy(
         update={"worker_resync_seconds": 600.0})
@@ -249,35 +250,25 @@ def test_values_the_chart_refuses_put_its_message_in_the_condition_without_a_hot
     assert "notAKey" in installed["message"]
     assert host_admin.get("apps/v1", "StatefulSet", "train", worker.namespace) is None
     # Failed for good: helm is not run again until the resync, then once.
-    assert refusing.runs == 1
+    assert refusing.installs == 1
     for _ in range(5):
         worker.clock.advance(60)
         run_due(worker.reconciler, "worker-1")
-    assert refusing.runs == 1
+    assert refusing.installs == 1
     worker.clock.advance(600)
     run_due(worker.reconciler, "worker-1")
-    assert refusing.runs == 2
+    assert refusing.installs == 2
 
 
-class RefusedValues:
+def refused_values(helm: HelmInstaller) -> FakeInstaller:
     """The real helm, given the portal's values plus a key the chart's schema does not have
     (as a chart upgrade that drops a key would refuse them)."""
+    installer = FakeInstaller(takes_down=helm.uninstall)
 
-    def __init__(self, helm: HelmInstaller) -> None:
-        self.helm = helm
-        self.runs = 0
-
-    def install(self, release: str, namespace: str, values_yaml: str) -> None:
-        self.runs += 1
-        values = yaml.safe_load(values_yaml)
+    def install(release: str, namespace: str) -> None:
+        values = yaml.safe_load(installer.values[release])
         values["controlPlane"]["notAKey"] = True
-        self.helm.install(release, namespace, dump_yaml(values))
+        helm.install(release, namespace, dump_yaml(values))
 
-    def uninstall(self, release: str, namespace: str) -> None:
-        self.helm.uninstall(release, namespace)
-
-    def install_addon(self, addon: Any, kubeconfig: str) -> None:
-        raise AssertionError("no add-on in this test")
-
-    def uninstall_addon(self, name: str, kubeconfig: str) -> None:
-        raise AssertionError("no add-on in this test")
+    installer.brings_up = install
+    return installer

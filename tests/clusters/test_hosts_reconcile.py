@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -26,8 +26,9 @@ from app.kube.port import KubePort, Manifest
 from app.reconcilers.clusters import ClusterReconciler
 from app.reconcilers.runtime import Runtime
 from tests import factories
-from tests.clusters.support import Clock, FakeConnector, FakeInstaller, cluster_settings
+from tests.clusters.support import Clock, FakeConnector, cluster_settings, fake_installer
 from tests.support.drive import run_due
+from tests.support.installers import FakeInstaller
 from tests.support.waiting import wait_for
 
 SETTINGS = cluster_settings()
@@ -44,29 +45,18 @@ class Hosts(FakeConnector):
         return self.kubes.get(target.host_id)
 
 
-@dataclass
-class PerHostInstaller:
+def per_host(kubes: dict[int, InMemoryKube]) -> FakeInstaller:
     """The stand-in helm, run against the cluster's own host."""
+    installers: dict[int, FakeInstaller] = {}
 
-    kubes: dict[int, InMemoryKube]
-    installers: dict[int, FakeInstaller] = field(default_factory=dict)
+    def for_host(target: HostTarget) -> FakeInstaller:
+        return installers.setdefault(target.host_id, fake_installer(kubes[target.host_id]))
 
-    def for_host(self, target: HostTarget) -> FakeInstaller:
-        return self.installers.setdefault(target.host_id,
-                                          FakeInstaller(self.kubes[target.host_id]))
+    return FakeInstaller(brings_up=unknown_host, takes_down=unknown_host, for_host=for_host)
 
-    # Only reached without a target, which these tests never have.
-    def install(self, release: str, namespace: str, values_yaml: str) -> None:
-        raise AssertionError("installed without knowing the host")
 
-    def uninstall(self, release: str, namespace: str) -> None:
-        raise AssertionError("uninstalled without knowing the host")
-
-    def install_addon(self, addon: Any, kubeconfig: str) -> None:
-        raise AssertionError("unused")
-
-    def uninstall_addon(self, name: str, kubeconfig: str) -> None:
-        raise AssertionError("unused")
+def unknown_host(release: str, namespace: str) -> None:
+    raise AssertionError("helm ran without knowing the host")
 
 
 @dataclass
@@ -119,7 +109,7 @@ def two_hosts(database: Database, *, us_port: KubePort | None = None,
     kubes = {ids[0]: InMemoryKube(), ids[1]: InMemoryKube()}
     ports: dict[int, KubePort] = {ids[0]: kubes[ids[0]], ids[1]: us_port or kubes[ids[1]]}
     clock = Clock()
-    worker = ClusterReconciler(settings, database, Hosts(ports), PerHostInstaller(kubes),
+    worker = ClusterReconciler(settings, database, Hosts(ports), per_host(kubes),
                                clock=clock, **reconciler)
     return TwoHosts(database, kubes[ids[0]], kubes[ids[1]], *ids, principal, gpu, clock, worker)
 

@@ -5,6 +5,7 @@ service that creates them; the runtime's queue hands them out."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -17,7 +18,7 @@ from app.kube.memory import InMemoryKube
 from app.reconcilers.clusters import ClusterReconciler
 from app.workqueue import CLUSTERS as CLUSTER_KIND
 from app.workqueue import repository as queue
-from tests.clusters.support import FakeConnector, FakeInstaller, cluster_settings, seed_clusters
+from tests.clusters.support import FakeConnector, cluster_settings, fake_installer, seed_clusters
 from tests.support.drive import run_due
 
 WORKERS = 8
@@ -57,29 +58,11 @@ def test_claims_on_sqlite_never_take_a_held_cluster(sqlite_database: Database) -
     assert len(taken) == CLUSTERS
 
 
-class ExclusiveInstaller(FakeInstaller):
-    """Fails the test if two workers ever work on one release at the same time."""
-
-    def __init__(self, kube: InMemoryKube) -> None:
-        super().__init__(kube)
-        self.busy: set[str] = set()
-        self.overlaps = 0
-        self.lock = threading.Lock()
-
-    def install(self, release: str, namespace: str, values_yaml: str) -> None:
-        with self.lock:
-            self.overlaps += release in self.busy
-            self.busy.add(release)
-        threading.Event().wait(0.005)
-        with self.lock:
-            super().install(release, namespace, values_yaml)
-            self.busy.discard(release)
-
-
 def test_parallel_workers_provision_each_cluster_exactly_once(own_pg_database: Database) -> None:
     ids = seed_clusters(own_pg_database, CLUSTERS)
     kube = InMemoryKube()
-    installer = ExclusiveInstaller(kube)
+    installer = fake_installer(kube)
+    installer.during = lambda release: time.sleep(0.005)  # long enough for a rival to overlap
     reconcilers = [ClusterReconciler(cluster_settings(), own_pg_database, FakeConnector(kube),
                                      installer) for _ in range(WORKERS)]
     barrier = threading.Barrier(WORKERS)

@@ -23,7 +23,7 @@ from app.kubeconfigs.models import KubeconfigGrant
 from app.nodes.models import Node
 from tests import factories
 from tests.clusters.support import Harness, cluster_settings, create
-from tests.support import virtual_clusters
+from tests.support import installers, virtual_clusters
 from tests.support.tenancy import Tenancy
 from tests.templates.support import vcluster_values_schema
 
@@ -221,7 +221,8 @@ def test_the_tenant_queue_stays_while_another_cluster_needs_it(
 def test_a_delete_during_provisioning_leaves_nothing_behind(
     harness: Harness, tenancy: Tenancy, database: Database
 ) -> None:
-    harness.installer.brings_up_secret = False  # the control plane never comes up
+    # the control plane never comes up
+    harness.installer.brings_up = installers.vcluster_chart(harness.kube, None)
     created = create(harness.database, tenancy)
     harness.converge(3)
     assert statuses(harness.cluster(created.id))[cond.READY] == "False"
@@ -290,16 +291,7 @@ def test_a_permanent_error_sets_failed_with_its_reason(
 
 
 def test_a_helm_failure_is_retried_with_backoff(harness: Harness, tenancy: Tenancy) -> None:
-    real_install = harness.installer.install
-    failures = iter([InstallError("helm upgrade failed: connection refused")])
-
-    def flaky(release: str, namespace: str, values_yaml: str) -> None:
-        error = next(failures, None)
-        if error is not None:
-            raise error
-        real_install(release, namespace, values_yaml)
-
-    harness.installer.install = flaky  # type: ignore[method-assign]
+    harness.installer.failures.append(InstallError("helm upgrade failed: connection refused"))
     created = create(harness.database, tenancy)
     harness.run()
     cluster = harness.cluster(created.id)

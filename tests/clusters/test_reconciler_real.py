@@ -16,7 +16,7 @@ import base64
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from app.kit.config import Settings
 from app.kit.crypto import SecretBox
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
-from app.kube.helm import AddonChart, InstallError
+from app.kube.helm import InstallError
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.admission import POLICY_NAME as GUARD
 from app.kube.port import Manifest
@@ -42,6 +42,7 @@ from tests import factories
 from tests.clusters.cleanup import own_objects
 from tests.clusters.support import Clock, cluster_settings
 from tests.support.drive import run_due
+from tests.support.installers import FakeInstaller
 from tests.support.kube import Call, RecordingConnector
 from tests.support.kube_server import ApiServer
 from tests.support.kubectl import Kubectl, KubectlError
@@ -116,20 +117,14 @@ def tenant(host: Host, database: Database) -> Iterator[Tenant]:
         host.admin.delete(QUEUE, "Queue", queue["metadata"]["name"])
 
 
-@dataclass
-class VClusterStandIn:
+def vcluster_release(kubectl: Kubectl, admin_kubeconfig: str) -> FakeInstaller:
     """Plays helm: installing brings up Secret vc-<release> holding the virtual cluster's
     admin kubeconfig (the second real API server), written as helm would, not as the portal."""
 
-    kubectl: Kubectl
-    kubeconfig: str
-    calls: list[tuple[str, str]] = field(default_factory=list)
-
-    def install(self, release: str, namespace: str, values_yaml: str) -> None:
-        self.calls.append(("install", namespace))
-        config = base64.b64encode(self.kubeconfig.encode()).decode()
+    def bring_up(release: str, namespace: str) -> None:
+        config = base64.b64encode(admin_kubeconfig.encode()).decode()
         try:
-            self.kubectl.apply({
+            kubectl.apply({
                 "apiVersion": "v1", "kind": "Secret",
                 "metadata": {"name": f"vc-{release}", "namespace": namespace,
                              "labels": {"app": "vcluster", "release": release}},
@@ -138,15 +133,10 @@ class VClusterStandIn:
         except KubectlError as error:  # as HelmInstaller reports a failed helm run
             raise InstallError(f"helm upgrade failed: {error.message}") from error
 
-    def uninstall(self, release: str, namespace: str) -> None:
-        self.calls.append(("uninstall", namespace))
-        self.kubectl.delete("v1", "Secret", f"vc-{release}", namespace)
+    def take_down(release: str, namespace: str) -> None:
+        kubectl.delete("v1", "Secret", f"vc-{release}", namespace)
 
-    def install_addon(self, addon: AddonChart, kubeconfig: str) -> None:
-        self.calls.append(("install_addon", addon.name))
-
-    def uninstall_addon(self, name: str, kubeconfig: str) -> None:
-        self.calls.append(("uninstall_addon", name))
+    return FakeInstaller(brings_up=bring_up, takes_down=take_down)
 
 
 @dataclass
@@ -154,9 +144,11 @@ class Worker:
     database: Database
     settings: Settings
     connector: RecordingConnector
-    installer: VClusterStandIn
+    installer: FakeInstaller
     clock: Clock
     reconciler: ClusterReconciler
+    # The virtual cluster's admin kubeconfig, as helm leaves it on the host.
+    admin_kubeconfig: str
 
     def run(self) -> int:
         """One pass, later than any backoff, lease or resync."""
@@ -174,11 +166,12 @@ def worker(host: Host, virtual_api: ApiServer, database: Database) -> Iterator[W
     settings = cluster_settings(kubeconfig=str(kubeconfig))
     connector = RecordingConnector(ClientConnector(settings))
     helm = Kubectl(host.api, host.workdir / "helm", manager="helm")
-    installer = VClusterStandIn(helm, virtual_api.admin_kubeconfig)
+    installer = vcluster_release(helm, virtual_api.admin_kubeconfig)
     clock = Clock()
     reconciler = ClusterReconciler(settings, database, connector, installer, clock=clock,
                                    wait_seconds=0.5)
-    yield Worker(database, settings, connector, installer, clock, reconciler)
+    yield Worker(database, settings, connector, installer, clock, reconciler,
+                 virtual_api.admin_kubeconfig)
     helm.close()
 
 
@@ -307,7 +300,7 @@ def test_a_new_cluster_becomes_ready_with_every_object_on_the_server(
     # Ready means the second API server answered /readyz through the stored kubeconfig
     assert cluster.admin_kubeconfig_encrypted is not None
     opened = SecretBox(worker.settings.encryption_key).open(cluster.admin_kubeconfig_encrypted)
-    assert opened == worker.installer.kubeconfig
+    assert opened == worker.admin_kubeconfig
 
     versions = resource_versions(host, tenant.slug)
     worker.connector.forget()
@@ -319,7 +312,7 @@ def test_a_new_cluster_becomes_ready_with_every_object_on_the_server(
         Call("get", "Secret", "vc-train"), *(Call("list", kind, "") for kind in (
             "Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy", "Queue",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"))])
-    assert worker.installer.calls == [("install", namespace)]
+    assert worker.installer.calls == [("install", "train", namespace)]
 
     delete_until_gone(worker, tenant, created.id)
 
@@ -342,7 +335,7 @@ def test_resize_updates_quota_and_leaf_queue_on_the_server(
     leaf = stored(host, QUEUE, "Queue", f"{tenant.slug}--train")["spec"]["resources"]
     assert leaf["gpu"] == {"quota": 8, "limit": 8, "overQuotaWeight": 1}
     assert leaf["memory"]["quota"] == 1099512  # MB, as KAI counts memory
-    assert [call for call, _ in worker.installer.calls] == ["install", "install"]
+    assert [call[0] for call in worker.installer.calls] == ["install", "install"]
 
     worker.connector.forget()
     worker.run()
@@ -412,7 +405,7 @@ def test_deletion_waits_for_the_namespace_to_be_finalised(
     delete_until_gone(worker, tenant, created.id)
     for api_version, kind, name, ns in own_objects(tenant.slug):
         assert host.admin.get(api_version, kind, name, ns) is None, f"{kind} {name} remains"
-    assert worker.installer.calls[-1] == ("uninstall", namespace)
+    assert worker.installer.calls[-1] == ("uninstall", "train", namespace)
 
 
 def synced_pod(namespace: str, name: str, queue: str, *, gpus: int = 1,
@@ -510,5 +503,5 @@ def test_a_namespace_deleted_by_hand_is_made_again(
         worker.run()
     for api_version, kind, name, ns in own_objects(tenant.slug):
         assert stored(host, api_version, kind, name, ns)
-    assert [call for call, _ in worker.installer.calls] == ["install", "install"]
+    assert [call[0] for call in worker.installer.calls] == ["install", "install"]
     delete_until_gone(worker, tenant, created.id)

@@ -14,11 +14,11 @@ import base64
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -32,7 +32,6 @@ from app.database.core import Database, utcnow
 from app.kit.config import Settings
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
-from app.kube.helm import AddonChart
 from app.kube.manifests import labels as lbl
 from app.quotas import service as quotas
 from app.quotas.schemas import ApproveIn, QuotaRequestCreate
@@ -41,7 +40,9 @@ from app.reconcilers.runtime import Runtime
 from app.workqueue import CLUSTERS
 from app.workqueue import repository as queue
 from tests import factories
+from tests.support.installers import FakeInstaller
 from tests.support.kube_server import ApiServer
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kube_server
 
@@ -49,31 +50,22 @@ KAI = lbl.KAI_API_VERSION
 H100 = "NVIDIA-H100-80GB-HBM3"
 # Far below the resync (300 s): only the enqueue can explain a change this soon.
 BOUND_SECONDS = 15.0
-T = TypeVar("T")
 
 
-@dataclass
-class StandInHelm:
+def standin_helm(host: KubernetesAdapter, kubeconfig: str) -> FakeInstaller:
     """Plays helm: an install leaves Secret vc-<release> with the virtual cluster's admin
     kubeconfig (a second real API server's), as the vCluster chart does."""
 
-    host: KubernetesAdapter
-    kubeconfig: str
-
-    def install(self, release: str, namespace: str, values_yaml: str) -> None:
-        self.host.apply({
+    def bring_up(release: str, namespace: str) -> None:
+        host.apply({
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": f"vc-{release}", "namespace": namespace},
-            "data": {"config": base64.b64encode(self.kubeconfig.encode()).decode()}})
+            "data": {"config": base64.b64encode(kubeconfig.encode()).decode()}})
 
-    def uninstall(self, release: str, namespace: str) -> None:
-        self.host.delete("v1", "Secret", f"vc-{release}", namespace)
+    def take_down(release: str, namespace: str) -> None:
+        host.delete("v1", "Secret", f"vc-{release}", namespace)
 
-    def install_addon(self, addon: AddonChart, kubeconfig: str) -> None:
-        pass
-
-    def uninstall_addon(self, name: str, kubeconfig: str) -> None:
-        pass
+    return FakeInstaller(brings_up=bring_up, takes_down=take_down)
 
 
 @dataclass
@@ -82,16 +74,6 @@ class World:
     tenant_admin: Principal
     platform_admin: Principal
     gpu_class_id: int
-
-
-def eventually(check: Callable[[], T | None], timeout: float, every: float = 0.05) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found is not None:
-            return found
-        assert time.monotonic() < deadline, f"not within {timeout} s"
-        time.sleep(every)
 
 
 @pytest.fixture
@@ -143,7 +125,7 @@ def worker(own_pg_database: Database, kai_host: ApiServer, virtual_api: ApiServe
                         kubeconfig=str(kubeconfig))
     assert settings.worker_resync_seconds == 300
     kind = ClusterReconciler(settings, own_pg_database, ClientConnector(settings),
-                             StandInHelm(host, virtual_api.admin_kubeconfig), wait_seconds=0.5)
+                             standin_helm(host, virtual_api.admin_kubeconfig), wait_seconds=0.5)
     runtime = Runtime(own_pg_database, [kind], lease_seconds=settings.worker_lease_seconds,
                       concurrency=settings.worker_concurrency,
                       poll_seconds=settings.worker_poll_seconds)
@@ -179,7 +161,7 @@ def test_an_approval_reaches_the_tenant_queue_on_the_host_within_seconds(
                     and cluster.observed_generation == cluster.generation)
             return True if done else None
 
-    eventually(ready, timeout=120, every=0.5)
+    wait_for(ready, "the cluster to be Ready")
     assert gpu_quota(host, world.slug) == 4
     # Converged: the worker idles, and would look at the cluster again in about 300 s.
     with database.session() as db:
@@ -194,8 +176,8 @@ def test_an_approval_reaches_the_tenant_queue_on_the_host_within_seconds(
     with database.transaction() as db:
         quotas.approve(db, world.platform_admin, request.id, ApproveIn())
     approved = time.monotonic()
-    eventually(lambda: True if gpu_quota(host, world.slug) == 8 else None,
-               timeout=BOUND_SECONDS + 15)
+    wait_for(lambda: gpu_quota(host, world.slug) == 8, "the tenant queue's GPU quota of 8",
+             timeout=BOUND_SECONDS + 15)
     elapsed = time.monotonic() - approved
     print(f"\napproval -> tenant queue gpu quota on the host: {elapsed:.2f} s "
           f"(poll {settings.worker_poll_seconds:g} s, resync "
