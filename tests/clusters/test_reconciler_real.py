@@ -46,6 +46,7 @@ from tests.support.installers import FakeInstaller
 from tests.support.kube import Call, RecordingConnector
 from tests.support.kube_server import ApiServer
 from tests.support.kubectl import Kubectl, KubectlError
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kube_server
 
@@ -224,29 +225,23 @@ def resource_versions(host: Host, slug: str) -> dict[str, str]:
 def quota_counted(host: Host, namespace: str) -> dict[str, Any]:
     """The ResourceQuota once the controller-manager has written its status (it bumps the
     resourceVersion once; only after that are versions a measure of the portal's writes)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def counted() -> dict[str, Any] | None:
         quota = stored(host, "v1", "ResourceQuota", "tenant-quota", namespace)
-        if (quota.get("status") or {}).get("hard") == quota["spec"]["hard"]:
-            return quota
-        time.sleep(0.2)
-    raise AssertionError("the quota controller did not count the namespace")
+        return quota if (quota.get("status") or {}).get("hard") == quota["spec"]["hard"] else None
+
+    return wait_for(counted, "the quota controller to count the namespace", timeout=30)
 
 
 def wait_for_service_account(host: Host, namespace: str) -> None:
     """The controller-manager makes ServiceAccount default, without which no pod is admitted."""
-    deadline = time.monotonic() + 30
-    while host.admin.get("v1", "ServiceAccount", "default", namespace) is None:
-        assert time.monotonic() < deadline, "no default ServiceAccount"
-        time.sleep(0.2)
+    wait_for(lambda: host.admin.get("v1", "ServiceAccount", "default", namespace),
+             "the default ServiceAccount", timeout=30)
 
 
 def wait_until_emptied(host: Host, namespace: str) -> None:
     """The controller-manager has removed what it can from a terminating namespace."""
-    deadline = time.monotonic() + 30
-    while host.admin.get("v1", "ResourceQuota", "tenant-quota", namespace) is not None:
-        assert time.monotonic() < deadline, "the namespace was not emptied"
-        time.sleep(0.2)
+    wait_for(lambda: host.admin.get("v1", "ResourceQuota", "tenant-quota", namespace) is None,
+             "the namespace to be emptied", timeout=30)
 
 
 def delete_until_gone(worker: Worker, tenant: Tenant, cluster_id: int) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,19 +31,13 @@ from tests.clusters.standin_helm import helm_calls, install_standin_helm
 from tests.clusters.support import seed_clusters
 from tests.support.cluster_worker import WorkerProcess, worker_env
 from tests.support.kube_server import ApiServer
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kube_server
 
 LEASE = 6.0
 # Generous for a loaded machine; what it rules out is the old 300 s + lease.
 ADOPTION_BOUND = LEASE + 60.0
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
 
 
 def row(database: Database, cluster_id: int) -> VirtualCluster:
@@ -96,7 +90,7 @@ def test_a_worker_killed_during_helm_is_adopted_within_the_lease(
 
     first = WorkerProcess.start({**env, "HELM_STANDIN_HANG": str(hanging)}, tmp_path / "w1.log")
     workers.append(first)
-    wait_for(hanging.exists, 60, "the first worker never ran helm")
+    wait_for(hanging.exists, "the first worker to run helm", timeout=60)
     claimed = lease(own_pg_database, cluster_id)
     assert first.holds(claimed.lease_owner)
     assert claimed.lease_expires_at is not None
@@ -116,7 +110,7 @@ def test_a_worker_killed_during_helm_is_adopted_within_the_lease(
         return second.holds(lease(own_pg_database, cluster_id).lease_owner) or cond.is_true(
             cluster.conditions, cond.READY)
 
-    wait_for(adopted, ADOPTION_BOUND, "the second worker did not adopt the cluster")
-    wait_for(lambda: cond.is_true(row(own_pg_database, cluster_id).conditions, cond.READY), 60,
-             "the adopted cluster did not turn Ready")
+    wait_for(adopted, "the second worker to adopt the cluster", timeout=ADOPTION_BOUND)
+    wait_for(lambda: cond.is_true(row(own_pg_database, cluster_id).conditions, cond.READY),
+             "the adopted cluster to turn Ready", timeout=60)
     assert upgrades(log) == 2

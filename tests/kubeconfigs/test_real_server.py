@@ -26,8 +26,15 @@ from app.kubeconfigs.manifests import PORTAL_NAMESPACE
 from app.kubeconfigs.models import KubeconfigGrant
 from app.reconcilers.kubeconfigs import KubeconfigReconciler
 from tests.support.drive import run_due
-from tests.support.kubeconfigs import PODS, Kubeconfig, config_map, eventually, guard_enforced
+from tests.support.kubeconfigs import (
+    PODS,
+    SETTLE_SECONDS,
+    Kubeconfig,
+    config_map,
+    guard_enforced,
+)
 from tests.support.tenancy import Tenancy, headers
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kube_server
 Issue = Callable[..., tuple["Kubeconfig", int]]
@@ -110,7 +117,8 @@ def test_revoking_ends_that_token_alone_and_expiry_ends_the_other(
     auth = headers(db, tenancy.acme_member)
     db.commit()
     assert client.delete(f"{URL}/{first_id}", headers=auth).status_code == 204
-    assert eventually(lambda: first.answers() == 401)
+    wait_for(lambda: first.answers() == 401, "the revoked token to be refused",
+             timeout=SETTLE_SECONDS)
     assert second.answers() == 200
 
     grant = db.get(KubeconfigGrant, second_id)
@@ -119,7 +127,8 @@ def test_revoking_ends_that_token_alone_and_expiry_ends_the_other(
     db.commit()
     sweeper = KubeconfigReconciler.from_settings(settings, database, ClientConnector(settings))
     assert run_due(sweeper, "test") == 1
-    assert eventually(lambda: second.answers() == 401)
+    wait_for(lambda: second.answers() == 401, "the expired token to be refused",
+             timeout=SETTLE_SECONDS)
 
 
 def test_the_control_plane_still_keeps_up_the_portal_namespace(
@@ -132,7 +141,8 @@ def test_the_control_plane_still_keeps_up_the_portal_namespace(
     assert guard_enforced(admin)  # the policy is loaded (RBAC lets an admin write there)
     for kind, name in (("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")):
         virtual.delete("v1", kind, name, PORTAL_NAMESPACE)  # as the portal's admin may
-        assert eventually(partial(restored, virtual, kind, name)), f"{kind} {name} not restored"
+        wait_for(partial(restored, virtual, kind, name), f"{kind} {name} to be restored",
+                 timeout=SETTLE_SECONDS)
 
 
 def restored(port: KubernetesAdapter, kind: str, name: str) -> bool:
@@ -157,8 +167,8 @@ def test_edit_and_view_cannot_borrow_a_controllers_identity_in_kube_system(
     create_in = "/api/v1/namespaces/{}/pods?dryRun=All"
     # RBAC alone would let it: edit is bound cluster-wide and creates pods.
     assert edit.may("create", "pods", namespace="kube-system")
-    assert eventually(lambda: edit.call(
-        "POST", create_in.format("kube-system"), steal).status_code == 403)
+    wait_for(lambda: edit.call("POST", create_in.format("kube-system"), steal).status_code == 403,
+             "a write in kube-system to be refused", timeout=SETTLE_SECONDS)
     refused = edit.call("POST", create_in.format("kube-system"), steal)
     assert "system namespaces" in refused.json()["message"]
     assert edit.call("POST", create_in.format("default"),

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +24,7 @@ from app.quotas.schemas import QuotaRequestCreate
 from tests.support import oidc
 from tests.support.principals import bearer
 from tests.support.tenancy import Tenancy, build_tenancy, signed_in_admin_of
+from tests.support.waiting import wait_for
 from tests.support.web import csrf_of
 
 LIMITS = {"tenant_max_pending_quota_requests": 2, "tenant_max_clusters": 2,
@@ -157,12 +157,6 @@ def _waiting_on_a_lock(database: Database) -> bool:
             "AND wait_event_type = 'Lock'")))
 
 
-def _until(condition: Callable[[], bool], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 Create = Callable[[Session, Tenancy, Settings, str], object]
 
 
@@ -209,7 +203,8 @@ def test_two_creates_at_once_cannot_both_take_the_last_place(
         create(first, tenancy, settings, "first")
         racer = threading.Thread(target=second)
         racer.start()
-        _until(lambda: bool(outcome) or _waiting_on_a_lock(database), seconds=5)
+        wait_for(lambda: bool(outcome) or _waiting_on_a_lock(database),
+                 "the second to finish or wait on the first's lock", timeout=5)
     racer.join(timeout=30)
     assert outcome == ["refused"]
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +28,7 @@ from app.kubeconfigs.manifests import PORTAL_NAMESPACE, USER_ID
 from app.tenants.models import Tenant
 from tests.support.kube_server import ApiServer
 from tests.support.virtual_clusters import ready_cluster
+from tests.support.waiting import wait_for
 
 PODS = "/api/v1/namespaces/default/pods"
 RBAC = "rbac.authorization.k8s.io/v1"
@@ -104,26 +104,22 @@ def config_map(name: str, namespace: str) -> dict[str, Any]:
             "metadata": {"name": name, "namespace": namespace}}
 
 
-def eventually(check: Callable[[], bool], timeout: float = 15.0) -> bool:
-    """kube-apiserver caches a token's successful authentication for 10 s: a revoked token
-    keeps working that long at most."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.2)
-    return bool(check())
+# How long kube-apiserver may take to act on a change: it caches a token's successful
+# authentication for 10 s (a revoked token keeps working that long at most), and loads a new
+# admission policy asynchronously.
+SETTLE_SECONDS = 15.0
 
 
 def guard_enforced(kubeconfig: Kubeconfig) -> bool:
-    """Whether a write in the portal's namespace is refused (tried as a dry run).
+    """Waits until a write in the portal's namespace is refused (tried as a dry run).
 
     The API server loads a new admission policy asynchronously: on a brand-new cluster the
     guard applied with the first kubeconfig takes effect a moment later.
     """
     path = f"/api/v1/namespaces/{PORTAL_NAMESPACE}/configmaps?dryRun=All"
-    return eventually(lambda: kubeconfig.call(
-        "POST", path, config_map("sneaky", PORTAL_NAMESPACE)).status_code == 403)
+    return wait_for(lambda: kubeconfig.call(
+        "POST", path, config_map("sneaky", PORTAL_NAMESPACE)).status_code == 403,
+        f"a write in {PORTAL_NAMESPACE} to be refused", timeout=SETTLE_SECONDS)
 
 
 def public_endpoint(api: ApiServer) -> str:

@@ -14,13 +14,14 @@ HANG_SECONDS = 120.0
 
 
 def wait_for(check: Callable[[], T | None], what: str | Callable[[], str],
-             timeout: float = HANG_SECONDS) -> T:
-    """Returns what ``check()`` gives once it is truthy; fails naming ``what`` (or what it
-    says, called then: the state it found) after ``timeout`` seconds."""
+             timeout: float = HANG_SECONDS, *, every: float = 0.2) -> T:
+    """Returns what ``check()`` gives once it is truthy, asking every ``every`` seconds; fails
+    naming ``what`` (or what it says, called then: the state it found) after ``timeout``
+    seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = check()
         if found:
             return found
-        time.sleep(0.2)
+        time.sleep(every)
     raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")

@@ -5,8 +5,7 @@ count against the load shedder's requests in flight."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -25,6 +24,7 @@ from app.process.asgi import create_app
 from app.web import live
 from tests import factories
 from tests.support.principals import bearer
+from tests.support.waiting import wait_for
 from tests.support.web import free_port
 
 STREAM = "/live/t/acme/clusters/train"
@@ -66,7 +66,7 @@ def served(own_pg_database: Database, settings: Settings,
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
-    _eventually(lambda: _answers(base), "the server did not start")
+    wait_for(lambda: _answers(base), "the server to start", timeout=15)
     yield Live(base, app, own_pg_database, alice, gary)
     server.should_exit = True
     thread.join(10)
@@ -77,13 +77,6 @@ def _answers(base: str) -> bool:
         return httpx.get(f"{base}/healthz").status_code == 200
     except httpx.TransportError:
         return False
-
-
-def _eventually(check: Callable[[], bool], message: str) -> None:
-    deadline = time.monotonic() + 15
-    while not check():
-        assert time.monotonic() < deadline, message
-        time.sleep(0.05)
 
 
 def _events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
@@ -156,7 +149,8 @@ def test_a_closed_stream_frees_its_slot(served: Live) -> None:
         assert next(events)[0] == "ready"
         assert served.app.state.live_streams.open == 1
     client.close()  # the browser leaves the page
-    _eventually(lambda: served.app.state.live_streams.open == 0, "the stream was never freed")
+    wait_for(lambda: served.app.state.live_streams.open == 0, "the stream to be freed",
+             timeout=15)
 
 
 def test_a_stream_ends_after_its_lifetime(served: Live, monkeypatch: pytest.MonkeyPatch) -> None:
