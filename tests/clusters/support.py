@@ -23,6 +23,7 @@ from app.workqueue import CLUSTERS
 from app.workqueue.models import WorkItem
 from tests import factories
 from tests.support import virtual_clusters
+from tests.support.cluster_kinds import run_cluster_kinds, runtime_of
 from tests.support.tenancy import Tenancy
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -132,7 +133,7 @@ class Harness:
     def run(self, worker: str = "worker-1", *, later: float = 301.0) -> int:
         """One worker pass after ``later`` seconds (past any backoff, lease or resync)."""
         self.clock.advance(later)
-        return self.reconciler.run_due(worker)
+        return run_cluster_kinds(self.reconciler, worker)
 
     def converge(self, passes: int = 10) -> None:
         for _ in range(passes):
@@ -155,7 +156,7 @@ class Harness:
 
     def leases(self, worker: str = "worker-1") -> HeldLeases:
         """The leases the pass running as ``worker`` holds (its heartbeat)."""
-        held = self.reconciler.runtime_for(worker).held
+        held = runtime_of(self.reconciler, worker).held
         assert held is not None, f"no pass of {worker} has run"
         return held
 
