@@ -154,7 +154,7 @@ def check_spec(db: Session, settings: Settings, tenant: Tenant, payload: Cluster
         kubernetes_version=payload.kubernetes_version or settings.kubernetes_versions[0],
         cpu_millicores=payload.cpu_millicores, memory_mib=payload.memory_mib, endpoint="")
     try:
-        desired.cluster_spec(probe, tenant, gpu_class, settings)
+        desired.cluster_spec(probe, tenant.slug, gpu_class, settings)
     except ValueError as error:
         raise ValidationFailed.on_field("name", str(error)) from error
 

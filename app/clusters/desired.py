@@ -20,7 +20,7 @@ from app.kube import manifests
 from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec, team_queues
 from app.kube.manifests.queues import cluster_gpu_limit
 from app.kube.manifests.units import mib_to_mb
-from app.quotas.burst import tenant_burst
+from app.quotas.burst import Burst, tenant_burst
 from app.tenants.models import Tenant
 
 CHART = "vcluster"
@@ -36,7 +36,6 @@ class DesiredCluster:
     deleting: bool
     conditions: list[dict[str, Any]]
     sealed_kubeconfig: str | None
-    last_of_tenant: bool
     spec: ClusterSpec
     tenant: TenantSpec
     policy: ManifestPolicy
@@ -62,7 +61,12 @@ class DesiredCluster:
         return manifests.kubeconfig_secret_name(self.release)
 
     def host_objects(self) -> list[dict[str, Any]]:
+        """What the cluster needs on its host, the root and tenant queues included."""
         return manifests.cluster_host_objects(self.spec, self.tenant, self.policy)
+
+    def own_objects(self) -> list[dict[str, Any]]:
+        """What its reconcile writes: the objects of this cluster alone."""
+        return manifests.cluster_own_objects(self.spec, self.policy)
 
     def values_yaml(self) -> str:
         return manifests.vcluster_values_yaml(self.spec, self.policy)
@@ -94,14 +98,14 @@ def addon_digest(addon: ClusterAddon) -> str:
     return hashlib.sha256(json.dumps(addon.as_json(), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cluster_spec(cluster: VirtualCluster, tenant: Tenant, gpu_class: GpuClass | None,
+def cluster_spec(cluster: VirtualCluster, tenant_slug: str, gpu_class: GpuClass | None,
                  settings: Settings) -> ClusterSpec:
     return ClusterSpec(
-        tenant=tenant.slug, name=cluster.name, kubernetes_version=cluster.kubernetes_version,
+        tenant=tenant_slug, name=cluster.name, kubernetes_version=cluster.kubernetes_version,
         placement="dedicated-nodes" if cluster.placement == "dedicated-nodes" else "shared-pool",
         gpu_class=gpu_class.product if gpu_class else None, gpus=cluster.gpus,
         cpu_millicores=cluster.cpu_millicores, memory_mib=cluster.memory_mib,
-        endpoint=cluster.endpoint or endpoint_for(settings, tenant.slug, cluster.name),
+        endpoint=cluster.endpoint or endpoint_for(settings, tenant_slug, cluster.name),
         pod_security=effective_pod_security(settings, cluster.pod_security),
         user_namespaces=bool(cluster.user_namespaces),
     )
@@ -124,28 +128,48 @@ def manifest_policy(settings: Settings) -> ManifestPolicy:
                           control_plane_node_selector=settings.control_plane_node_selector)
 
 
-def tenant_spec(db: Session, tenant: Tenant, region: str, host_id: int) -> TenantSpec:
+@dataclass(frozen=True)
+class TenantFacts:
+    """What a tenant's queue on one host derives from, as read from the database."""
+
+    slug: str
+    display_name: str
+    # GPU class product -> what the shared pool of the host's region guarantees the tenant.
+    guarantees: dict[str, int]
+    cpu_millicores: int
+    memory_mib: int
+    burst: Burst
+    asleep_gpus: int
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What one cluster's desired state derives from, as read from the database."""
+
+    cluster: VirtualCluster
+    tenant: TenantFacts
+    gpu_class: GpuClass | None
+    addons: tuple[ClusterAddon, ...]
+    # (IdP group, role) of the tenant, read only for a dedicated-nodes cluster with KAI inside.
+    groups: tuple[tuple[str, str], ...] | None
+
+
+def read_tenant(db: Session, tenant: Tenant, region: str, host_id: int) -> TenantFacts:
     """The tenant's parent queue on a host gets the shared pool's guarantee to it of every
     class in the host's region (``Standing.shared_guarantee``: its approved quota less its
     dedicated GPUs), less the GPUs of its clusters asleep there."""
     quotas = repository.tenant_quotas(db, tenant.id, region)
     guarantees = repository.shared_guarantees(db, tenant.id, region)
     products = repository.class_products(db, [q.gpu_class_id for q in quotas])
-    burst = tenant_burst(db, tenant.id)
-    return TenantSpec(
+    return TenantFacts(
         slug=tenant.slug, display_name=tenant.display_name,
-        gpu_quota={products[q.gpu_class_id]: guarantees.get(q.gpu_class_id, 0) for q in quotas},
+        guarantees={products[q.gpu_class_id]: guarantees.get(q.gpu_class_id, 0) for q in quotas},
         cpu_millicores=sum(q.cpu_millicores for q in quotas),
-        memory_mb=mib_to_mb(sum(q.memory_mib for q in quotas)),
-        burst_gpus=None if burst.burst_gpus == manifests.UNLIMITED_GPUS else burst.burst_gpus,
-        over_quota_weight=burst.over_quota_weight,
-        reclaim_min_runtime_s=burst.reclaim_min_runtime_s,
-        preempt_min_runtime_s=burst.preempt_min_runtime_s,
-        asleep_gpus=repository.asleep_gpus(db, tenant.id, host_id),
-    )
+        memory_mib=sum(q.memory_mib for q in quotas), burst=tenant_burst(db, tenant.id),
+        asleep_gpus=repository.asleep_gpus(db, tenant.id, host_id))
 
 
-def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredCluster:
+def read_cluster(db: Session, cluster: VirtualCluster) -> ClusterFacts:
     tenant = db.get(Tenant, cluster.tenant_id)
     assert tenant is not None
     gpu_class = db.get(GpuClass, cluster.gpu_class_id) if cluster.gpu_class_id else None
@@ -153,22 +177,66 @@ def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredClu
     # Only a dedicated-nodes cluster with KAI inside has team queues: the others skip the query.
     kai_inside = cluster.placement == "dedicated-nodes" and any(
         a.chart == KAI_CHART for a in addons)
-    teams = team_queues.teams(repository.group_roles(db, tenant.id)) if kai_inside else []
+    groups = tuple(repository.group_roles(db, tenant.id)) if kai_inside else None
     host = repository.host_cluster(db, cluster.host_cluster_id)
     assert host is not None
-    tenant_wanted = tenant_spec(db, tenant, host.region, host.id)
-    spec = cluster_spec(cluster, tenant, gpu_class, settings)
+    return ClusterFacts(cluster=cluster, tenant=read_tenant(db, tenant, host.region, host.id),
+                        gpu_class=gpu_class, addons=addons, groups=groups)
+
+
+def tenant_spec(facts: TenantFacts) -> TenantSpec:
+    burst = facts.burst
+    return TenantSpec(
+        slug=facts.slug, display_name=facts.display_name, gpu_quota=dict(facts.guarantees),
+        cpu_millicores=facts.cpu_millicores, memory_mb=mib_to_mb(facts.memory_mib),
+        burst_gpus=None if burst.burst_gpus == manifests.UNLIMITED_GPUS else burst.burst_gpus,
+        over_quota_weight=burst.over_quota_weight,
+        reclaim_min_runtime_s=burst.reclaim_min_runtime_s,
+        preempt_min_runtime_s=burst.preempt_min_runtime_s, asleep_gpus=facts.asleep_gpus)
+
+
+def build(facts: ClusterFacts, settings: Settings) -> DesiredCluster:
+    """The cluster's desired state from what was read: pure."""
+    cluster = facts.cluster
+    tenant_wanted = tenant_spec(facts.tenant)
+    spec = cluster_spec(cluster, facts.tenant.slug, facts.gpu_class, settings)
     spec = replace(spec, gpu_limit=cluster_gpu_limit(tenant_wanted, spec.gpus, spec.placement),
                    asleep=cluster.power == "asleep")
+    conditions = list(cluster.conditions or [])
+    teams = () if facts.groups is None else tuple(team_queues.teams(facts.groups))
     return DesiredCluster(
-        cluster_id=cluster.id, tenant_id=tenant.id, generation=cluster.generation,
-        deleting=cluster.deletion_requested_at is not None,
-        conditions=list(cluster.conditions or []),
+        cluster_id=cluster.id, tenant_id=cluster.tenant_id, generation=cluster.generation,
+        deleting=cluster.deletion_requested_at is not None, conditions=conditions,
         sealed_kubeconfig=cluster.admin_kubeconfig_encrypted,
-        last_of_tenant=not repository.other_clusters_exist(db, tenant.id, cluster.id,
-                                                           cluster.host_cluster_id),
         spec=spec, tenant=tenant_wanted, policy=manifest_policy(settings),
-        addons=addons, teams=tuple(teams), asleep=cluster.power == "asleep",
-        slept=cond.is_true(list(cluster.conditions or []), cond.ASLEEP),
+        addons=facts.addons, teams=teams,
+        asleep=cluster.power == "asleep", slept=cond.is_true(conditions, cond.ASLEEP),
         power_reason=cluster.power_reason, asleep_since=cluster.asleep_since,
     )
+
+
+def load(db: Session, cluster: VirtualCluster, settings: Settings) -> DesiredCluster:
+    return build(read_cluster(db, cluster), settings)
+
+
+@dataclass(frozen=True)
+class DesiredTenantQueue:
+    """A tenant's KAI queue on one host, which its clusters' queues hang from."""
+
+    slug: str
+    # None: the tenant has no cluster on the host any more, and its queue goes.
+    queue: dict[str, Any] | None
+
+
+def load_tenant_queue(db: Session, tenant_id: int, host_id: int,
+                      settings: Settings) -> DesiredTenantQueue | None:
+    """None when the tenant or the host is gone."""
+    tenant = db.get(Tenant, tenant_id)
+    host = repository.host_cluster(db, host_id)
+    if tenant is None or host is None:
+        return None
+    if not repository.has_clusters_on(db, tenant_id, host_id):
+        return DesiredTenantQueue(tenant.slug, None)
+    facts = read_tenant(db, tenant, host.region, host.id)
+    return DesiredTenantQueue(tenant.slug, manifests.tenant_queue(tenant_spec(facts),
+                                                                  manifest_policy(settings)))

@@ -19,7 +19,7 @@ from app.clusters import repository
 from app.clusters.models import VirtualCluster
 from app.database.core import utcnow
 from app.kit.errors import Conflict, NotFound
-from app.workqueue import CLUSTERS, enqueue
+from app.workqueue import CLUSTERS, TENANT_QUEUES, enqueue, tenant_queue_key
 
 AWAKE: Final = "awake"
 ASLEEP: Final = "asleep"
@@ -41,6 +41,8 @@ def request(db: Session, cluster: VirtualCluster, power: str, reason: str, *,
         cluster.deletion_warned_at = cluster.deletion_due_at = None
     cluster.generation += 1
     enqueue(db, CLUSTERS, cluster.id)
+    # A sleeping cluster's GPUs go back to the pool: its tenant's queue guarantees less.
+    enqueue(db, TENANT_QUEUES, tenant_queue_key(cluster.tenant_id, cluster.host_cluster_id))
     db.flush()
     action = "virtual_cluster.sleep" if power == ASLEEP else "virtual_cluster.wake"
     audit.record(db, action=action, actor_id=actor_id, actor_label=actor_label,

@@ -353,11 +353,18 @@ def class_names(db: Session, class_ids: list[int]) -> dict[int, tuple[str, str]]
     return {row.id: (row.product, row.display_name) for row in rows}
 
 
-def other_clusters_exist(db: Session, tenant_id: int, cluster_id: int,
-                         host_cluster_id: int) -> bool:
-    """Whether the tenant has other clusters on the host (its queue there stays for them)."""
+def tenant_hosts(db: Session, tenant_id: int | None = None) -> list[tuple[int, int]]:
+    """(tenant id, host cluster id) of every tenant with a cluster on a host (of one tenant)."""
+    query = select(VirtualCluster.tenant_id, VirtualCluster.host_cluster_id).distinct()
+    if tenant_id is not None:
+        query = query.where(VirtualCluster.tenant_id == tenant_id)
+    return [(tenant, host) for tenant, host in db.execute(query).all()]
+
+
+def has_clusters_on(db: Session, tenant_id: int, host_cluster_id: int) -> bool:
+    """Whether the tenant has a cluster on the host (its queue there stays for them)."""
     query = select(VirtualCluster.id).where(
-        VirtualCluster.tenant_id == tenant_id, VirtualCluster.id != cluster_id,
+        VirtualCluster.tenant_id == tenant_id,
         VirtualCluster.host_cluster_id == host_cluster_id).limit(1)
     return db.scalar(query) is not None
 

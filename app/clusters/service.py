@@ -61,7 +61,7 @@ from app.kube.manifests import dump_yaml
 from app.quotas import regions
 from app.tenants.access import tenant_for
 from app.tenants.models import Tenant
-from app.workqueue import CLUSTERS, enqueue
+from app.workqueue import CLUSTERS, PLATFORM_OBJECTS, TENANT_QUEUES, enqueue, tenant_queue_key
 
 
 def cluster_for(db: Session, principal: Principal, slug: str, name: str,
@@ -233,6 +233,9 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
         **(resolved.sleep_policy if resolved else {}),
     ), _name_taken(payload.name))
     enqueue(db, CLUSTERS, cluster.id)
+    # Its queue hangs from its tenant's, under the host's root queue: their kinds make them.
+    enqueue(db, TENANT_QUEUES, tenant_queue_key(tenant.id, cluster.host_cluster_id))
+    enqueue(db, PLATFORM_OBJECTS, cluster.host_cluster_id)
     _record(db, principal, "virtual_cluster.create", cluster, None,
             {**_spec(cluster), "gpu_class": gpu_class.display_name if gpu_class else None,
              "host_cluster": placed.host_name, "region": placed.region,

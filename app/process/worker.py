@@ -13,10 +13,12 @@ from app.reconcilers.kind import Kind
 from app.reconcilers.kubeconfigs import KubeconfigReconciler
 from app.reconcilers.machines import MachineReconciler
 from app.reconcilers.nodes import NodeReconciler
+from app.reconcilers.platform_objects import PlatformObjectsReconciler
 from app.reconcilers.quota_expiry import QuotaExpiryReconciler
 from app.reconcilers.runtime import Runtime
 from app.reconcilers.sleep_policy import SleepPolicyReconciler
 from app.reconcilers.template_validation import TemplateValidator
+from app.reconcilers.tenant_queues import TenantQueueReconciler
 from app.reconcilers.usage import UsageSampler
 from app.reconcilers.webhook import WebhookReconciler
 from app.templates.charts import ChartResolver, ChartSources
@@ -35,6 +37,8 @@ def build_kinds(
             NodeReconciler(settings, database, kube),
             MachineReconciler(settings, database, kube),
             ClusterReconciler(settings, database, kube, installer),
+            TenantQueueReconciler(settings, database, kube),
+            PlatformObjectsReconciler(settings, database, kube),
             WebhookReconciler(settings, database, kube),
             UsageSampler(settings, database, kube),
             TemplateValidator(settings, database, kube, charts),

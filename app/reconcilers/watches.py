@@ -15,21 +15,30 @@ from sqlalchemy.orm import Session
 
 from app.clusters import repository as clusters
 from app.quotas import events as quota_events
-from app.workqueue import CLUSTERS, enqueue_many
+from app.quotas.burst import tenant_burst
+from app.workqueue import CLUSTERS, TENANT_QUEUES, enqueue_many, tenant_queue_key
 
 
 @quota_events.quota_changed.connect
-def clusters_of_a_changed_quota(db: Session, event: quota_events.QuotaChanged) -> None:
-    """Every cluster of the tenant: the tenant's queue (its quota per class) is kept by each of
-    its clusters' reconciles, and each cluster's own quota derives from the tenant's."""
-    _enqueue_clusters_of(db, event.tenant_id)
+def queues_of_a_changed_quota(db: Session, event: quota_events.QuotaChanged) -> None:
+    """The tenant's queue on every host it has clusters on (its guarantee per class); its
+    clusters too while it bursts, as their queues' ceiling is the tenant's."""
+    _enqueue_tenant_queues_of(db, event.tenant_id)
+    if tenant_burst(db, event.tenant_id).burst_gpus != 0:
+        _enqueue_clusters_of(db, event.tenant_id)
 
 
 @quota_events.burst_changed.connect
-def clusters_of_a_changed_burst(db: Session, event: quota_events.BurstChanged) -> None:
-    """Every cluster of the tenant: each keeps the tenant's queue and its own leaf and quota,
-    whose ceilings follow the burst."""
+def queues_of_a_changed_burst(db: Session, event: quota_events.BurstChanged) -> None:
+    """The tenant's queues (its ceiling and weights) and every cluster of the tenant, whose
+    own queue and quota follow the tenant's ceiling."""
+    _enqueue_tenant_queues_of(db, event.tenant_id)
     _enqueue_clusters_of(db, event.tenant_id)
+
+
+def _enqueue_tenant_queues_of(db: Session, tenant_id: int) -> None:
+    enqueue_many(db, TENANT_QUEUES, [tenant_queue_key(tenant, host)
+                                     for tenant, host in clusters.tenant_hosts(db, tenant_id)])
 
 
 def _enqueue_clusters_of(db: Session, tenant_id: int) -> None:

@@ -12,13 +12,17 @@ from app.workqueue.kinds import (
     KUBECONFIGS,
     MACHINES,
     NODES,
+    PLATFORM_OBJECTS,
     QUOTA_EXPIRY,
     SLEEP_POLICY,
     TEMPLATE_VALIDATION,
+    TENANT_QUEUES,
     USAGE,
     WEBHOOK,
+    tenant_queue_key,
 )
 from app.workqueue.repository import enqueue, enqueue_many
 
-__all__ = ["ALL", "CLUSTERS", "HOSTS", "KUBECONFIGS", "MACHINES", "NODES", "QUOTA_EXPIRY",
-           "SLEEP_POLICY", "TEMPLATE_VALIDATION", "USAGE", "WEBHOOK", "enqueue", "enqueue_many"]
+__all__ = ["ALL", "CLUSTERS", "HOSTS", "KUBECONFIGS", "MACHINES", "NODES", "PLATFORM_OBJECTS",
+           "QUOTA_EXPIRY", "SLEEP_POLICY", "TEMPLATE_VALIDATION", "TENANT_QUEUES", "USAGE",
+           "WEBHOOK", "enqueue", "enqueue_many", "tenant_queue_key"]

@@ -1,6 +1,10 @@
 """The kinds of work, by the name each has in the queue, and what its keys are."""
 
 CLUSTERS = "clusters"  # a virtual cluster's id
+# "<tenant id>:<host cluster id>" (``tenant_queue_key``): the tenant's KAI queue on that host
+TENANT_QUEUES = "tenant-queues"
+# A host cluster's id: what every tenant there shares (the KAI root queue, the guards)
+PLATFORM_OBJECTS = "platform-objects"
 NODES = "nodes"  # a host cluster's id: its node inventory and dedicated-node labels
 HOSTS = "hosts"  # a host cluster's id: its health checks
 WEBHOOK = "webhook"  # ALL: the webhook's certificate, and its configuration on every host
@@ -13,3 +17,7 @@ SLEEP_POLICY = "sleep-policy"  # one key, ALL: idle and scheduled sleep, deletio
 ALL = "all"
 TEMPLATE_VALIDATION = "template-validation"  # a template version's id
 MACHINES = "machines"  # a bare-metal machine's id: its BareMetalHost, secrets and phase
+
+
+def tenant_queue_key(tenant_id: int, host_cluster_id: int) -> str:
+    return f"{tenant_id}:{host_cluster_id}"

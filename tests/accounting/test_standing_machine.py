@@ -367,7 +367,7 @@ class SurfacesMachine(QuotaRuleMachine):
                     VirtualCluster.placement == "shared-pool", VirtualCluster.power == "asleep")))
                 guarantee = sum(_pool_guarantee(figures) for (t, _, region), figures
                                 in held.items() if t == slug and region == host.region)
-                spec = desired.tenant_spec(db, tenant, host.region, host.id)
+                spec = desired.tenant_spec(desired.read_tenant(db, tenant, host.region, host.id))
                 assert spec.guaranteed_gpus == max(guarantee - asleep, 0), (slug, host.name)
 
 

@@ -51,20 +51,24 @@ def platform_objects(policy: ManifestPolicy) -> list[dict[str, Any]]:
 def cluster_host_objects(
     cluster: ClusterSpec, tenant: TenantSpec, policy: ManifestPolicy
 ) -> list[dict[str, Any]]:
-    """Everything one virtual cluster needs on the host before its Helm release, in apply order.
-
-    The root queue is repeated here so that each reconcile is self-sufficient (apply is idempotent).
-    """
+    """Everything one virtual cluster needs on the host before its Helm release, in apply order:
+    its own objects, with the root and tenant queues its queue hangs from (those two are kept by
+    kinds of their own: the cluster's reconcile writes only ``cluster_own_objects``)."""
     if cluster.tenant != tenant.slug:
         raise ValueError(f"cluster {cluster.name!r} does not belong to tenant {tenant.slug!r}")
+    *before_queue, queue = cluster_own_objects(cluster, policy)
+    return [*before_queue, root_queue(policy), tenant_queue(tenant, policy), queue]
+
+
+def cluster_own_objects(cluster: ClusterSpec, policy: ManifestPolicy) -> list[dict[str, Any]]:
+    """What belongs to one virtual cluster alone on its host, in apply order; its KAI queue
+    last."""
     return [
         namespace(cluster, policy),
         resource_quota(cluster),
         limit_range(cluster, policy),
         network_policy(cluster),
         api_server_network_policy(cluster, policy),
-        root_queue(policy),
-        tenant_queue(tenant, policy),
         cluster_queue(cluster, policy),
     ]
 
@@ -79,6 +83,7 @@ __all__ = [
     "TenantSpec",
     "api_server_network_policy",
     "cluster_host_objects",
+    "cluster_own_objects",
     "cluster_queue",
     "cluster_queue_name",
     "dump_yaml",

@@ -10,6 +10,7 @@ from app.kube.helm import InstallError
 from app.kube.port import ObjectRef
 from app.reconcilers.clusters.results import ACTOR, Pass
 from app.reconcilers.clusters.scope import ClusterScope
+from app.workqueue import TENANT_QUEUES, enqueue, tenant_queue_key
 
 
 def delete(scope: ClusterScope) -> Pass:
@@ -40,20 +41,16 @@ def _take_down(scope: ClusterScope) -> bool:
     scope.save_conditions()
     scope.where.installer.uninstall(scope.wanted.release, namespace)
     scope.check_lease()
-    queue_version = manifests.labels.KAI_API_VERSION
+    # Its tenant's queue stays while the tenant has another cluster on the host; the
+    # tenant-queues kind removes it once the row is gone (``_remove_row`` asks it).
     doomed = [ObjectRef("v1", "Namespace", namespace),
-              ObjectRef(queue_version, "Queue",
+              ObjectRef(manifests.labels.KAI_API_VERSION, "Queue",
                         manifests.cluster_queue_name(spec.tenant, spec.name))]
-    if scope.wanted.last_of_tenant:
-        doomed.append(ObjectRef(queue_version, "Queue",
-                                manifests.tenant_queue_name(spec.tenant)))
     cache = scope.cache
     for ref in doomed:
         scope.host.delete(ref.api_version, ref.kind, ref.name, ref.namespace)
         if cache is not None:
             cache.forgot(ref)
-    # The tenant queue may be gone: the next cluster of the tenant applies it again.
-    scope.deps.shared.forget(scope.where.id)
     return scope.host.get("v1", "Namespace", namespace) is None
 
 
@@ -68,4 +65,5 @@ def _remove_row(scope: ClusterScope) -> Pass:
         scope.audit(db, "virtual_cluster.deleted", before, None)
         events.cluster_row_deleting.fire(db, events.ClusterDeleting(cluster.id, ACTOR))
         repository.delete_cluster_row(db, cluster.id)
+        enqueue(db, TENANT_QUEUES, tenant_queue_key(cluster.tenant_id, cluster.host_cluster_id))
     return Pass(deleted=True)

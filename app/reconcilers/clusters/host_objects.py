@@ -1,5 +1,10 @@
 """The cluster's objects on its host, in order: its namespace, quota, network policies and KAI
-queue, each step setting its condition. An awake cluster and a sleeping one both keep them."""
+queue, each step setting its condition. An awake cluster and a sleeping one both keep them.
+
+The objects it shares are other kinds' to write: its queue's parent (the tenant's queue, kind
+``tenant-queues``) and the root queue and guards of its host (``platform-objects``). The queue
+step waits until those are there, asking their kinds for them, so that no pod of the cluster
+runs before the guards that hold it."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from app.kube.manifests import InvalidSpec
 from app.kube.port import Manifest, ObjectRef
 from app.reconcilers.clusters.results import Pass
 from app.reconcilers.clusters.scope import ClusterScope
+from app.workqueue import PLATFORM_OBJECTS, TENANT_QUEUES, enqueue, tenant_queue_key
 
 
 def apply(scope: ClusterScope) -> Pass | None:
@@ -25,14 +31,24 @@ def apply(scope: ClusterScope) -> Pass | None:
     for type_, step in steps:
         try:
             reason, message = step(scope)
+        except _Waiting as waiting:
+            scope.set(type_, False, waiting.reason, waiting.message)
+            return Pass(next_in=scope.deps.wait_seconds)
         except (KubeError, InvalidSpec) as error:
             return scope.failed(type_, error)
         scope.set(type_, True, reason, message)
     return None
 
 
+class _Waiting(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
 def _objects(scope: ClusterScope, *kinds: str) -> list[Manifest]:
-    return [obj for obj in scope.wanted.host_objects() if obj["kind"] in kinds]
+    return [obj for obj in scope.wanted.own_objects() if obj["kind"] in kinds]
 
 
 def _namespace(scope: ClusterScope) -> tuple[str, str]:
@@ -61,37 +77,51 @@ def _network_policies(scope: ClusterScope) -> tuple[str, str]:
 
 
 def _queues(scope: ClusterScope) -> tuple[str, str]:
-    spec = scope.wanted.spec
-    queue = manifests.cluster_queue_name(spec.tenant, spec.name)
-    queues = _objects(scope, "Queue")
-    # The root and tenant queues and the guards are shared by many clusters.
-    ensure(scope, [*manifests.platform_objects(scope.wanted.policy),
-                   *(q for q in queues if q["metadata"]["name"] != queue)], shared=True)
-    ensure(scope, [q for q in queues if q["metadata"]["name"] == queue])
-    return "Applied", f"KAI queue {queue} under {scope.wanted.tenant.slug}"
+    wanted = scope.wanted
+    # Built only to be checked: a tenant slug the builders refuse is the tenant's to see.
+    parent = ObjectRef.of(manifests.tenant_queue(wanted.tenant, wanted.policy))
+    ensure(scope, _objects(scope, "Queue"))
+    queue = manifests.cluster_queue_name(wanted.spec.tenant, wanted.spec.name)
+    if not _on_host(scope, parent):
+        _ask(scope, TENANT_QUEUES, tenant_queue_key(wanted.tenant_id, scope.where.id))
+        raise _Waiting("WaitingForTenantQueue", f"KAI queue {queue} waits for its tenant's "
+                       f"queue {parent.name}, which the worker makes")
+    shared = [ObjectRef.of(obj) for obj in manifests.platform_objects(wanted.policy)]
+    missing = [ref for ref in shared if not scope.steady and not _on_host(scope, ref)]
+    if missing:
+        _ask(scope, PLATFORM_OBJECTS, str(scope.where.id))
+        raise _Waiting("WaitingForGuards", f"waiting for {missing[0].kind} {missing[0].name} "
+                       f"on host cluster {scope.where.name}, which the worker makes")
+    return "Applied", f"KAI queue {queue} under {wanted.tenant.slug}"
 
 
-def ensure(scope: ClusterScope, objects: list[Manifest], *,
-           shared: bool = False) -> list[Manifest]:
-    """Apply what is missing or differs; the live objects it read or wrote. An object
-    many clusters share is applied once while it stays the same (``SharedObjects``)."""
+def _on_host(scope: ClusterScope, ref: ObjectRef) -> bool:
+    """Whether the object is on the host; a snapshot that lacks it is asked again (another
+    kind may have made it since)."""
+    cache = scope.cache
+    if cache is not None and cache.covers(ref) and cache.get(ref) is not None:
+        return True
+    return scope.host.get(ref.api_version, ref.kind, ref.name, ref.namespace) is not None
+
+
+def _ask(scope: ClusterScope, kind: str, key: str) -> None:
+    """The object's own kind makes it: the cluster only asks for it."""
+    with scope.deps.database.transaction() as db:
+        enqueue(db, kind, key)
+
+
+def ensure(scope: ClusterScope, objects: list[Manifest]) -> list[Manifest]:
+    """Apply what is missing or differs; the live objects it read or wrote."""
     seen = []
     cache = scope.cache
-    memo = scope.deps.shared
-    host_id = scope.where.id
     for ref, obj in {ObjectRef.of(obj): obj for obj in objects}.items():
-        with memo.ensuring(host_id, ref):
-            if shared and memo.applied(host_id, ref, obj):
-                continue
-            live = _read(scope, ref) if scope.steady else None
-            if not scope.steady or quantities.drifted(live, obj):
-                scope.check_lease()
-                # The portal owns these objects outright: take back fields others set.
-                live = scope.host.apply(obj, force=True)
-                if cache is not None:
-                    cache.stored(live)
-            if shared:
-                memo.remember(host_id, ref, obj)
+        live = _read(scope, ref) if scope.steady else None
+        if not scope.steady or quantities.drifted(live, obj):
+            scope.check_lease()
+            # The portal owns these objects outright: take back fields others set.
+            live = scope.host.apply(obj, force=True)
+            if cache is not None:
+                cache.stored(live)
         if live is not None:
             seen.append(live)
     return seen

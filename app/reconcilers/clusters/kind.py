@@ -5,21 +5,24 @@ the actual state from Kubernetes, and applies only what differs. The runtime han
 cluster at a time under a fenced lease (``app.reconcilers.runtime``); every write to the row is
 fenced on that lease and every write to the host checks it first.
 
-Steps, each setting its condition: NamespaceReady, QuotaApplied (ResourceQuota, LimitRange),
-NetworkPolicyApplied, QueuesApplied (KAI queues and the queue guard), ReleaseInstalled (helm),
-then Ready (Secret ``vc-<release>`` exists and ``/readyz`` answers through it). The conditions
-are saved together, before helm runs (so the tenant follows a long install) and at the end of
-the reconcile: one write where there was one per step (``run.py``; add-ons in ``addons.py``,
-taking a cluster down in ``deletion.py``).
+This module reads the cluster and picks the one path its state calls for; the steps live in
+modules of their own, top to bottom, and act through one ``ClusterScope`` (``scope.py``: the
+conditions, the lease check, fenced writes, the audit trail): ``provision.py`` (an awake
+cluster), ``host_objects.py`` (NamespaceReady, QuotaApplied, NetworkPolicyApplied,
+QueuesApplied), then ReleaseInstalled (helm) and Ready (Secret ``vc-<release>`` exists and
+``/readyz`` answers through it), ``addons.py``, ``sleeping.py`` and ``deletion.py``. The
+conditions are saved together, before helm runs (so the tenant follows a long install) and at
+the end of the reconcile. A cluster writes only its own objects: its tenant's queue and its
+host's root queue and guards have kinds of their own (``tenant_queues.py``,
+``platform_objects.py``), which it waits for.
 
 Cost: a cluster still converged at its last generation is only read, and what it reads is
 compared by value where the server rewrites it (resource quantities come back in canonical
 form). Its objects are read from a list cache (``app.kube.cache``): each kind the portal labels
 is LISTed once across all namespaces, and the snapshot serves every cluster for
 ``CACHE_SECONDS``. Only the Secret ``vc-<release>`` (the chart's, not labelled by the portal) is
-a GET per cluster, plus ``/readyz``. Objects shared by many clusters (root and tenant queues,
-the queue guard) are applied once per ``CACHE_SECONDS`` on each host. Conditions are written
-only when they change, so an unchanged cluster costs no Kubernetes writes.
+a GET per cluster, plus ``/readyz``. Conditions are written only when they change, so an
+unchanged cluster costs no Kubernetes writes.
 
 Errors: transient ones (429, 5xx, 409, connection trouble, helm failures) set the failed step's
 condition and are retried by the runtime with backoff per cluster (at least the server's
@@ -59,7 +62,6 @@ from app.kube.port import KubePort
 from app.reconcilers.clusters import deletion, provision, sleeping
 from app.reconcilers.clusters.results import NO_HOST_MESSAGE, Host, Pass
 from app.reconcilers.clusters.scope import ClusterScope, Collaborators
-from app.reconcilers.clusters.shared import SharedObjects
 from app.reconcilers.kind import (
     GONE,
     Context,
@@ -122,7 +124,6 @@ class ClusterReconciler:
         self.list_cache = list_cache
         self._cache_lock = threading.Lock()
         self._caches: dict[int, ListCache] = {}
-        self.shared = SharedObjects(clock)
 
     @property
     def resync_seconds(self) -> float:
@@ -164,8 +165,7 @@ class ClusterReconciler:
     def collaborators(self) -> Collaborators:
         return Collaborators(settings=self.settings, database=self.database,
                              connector=self.connector, clock=self.clock, box=self.box,
-                             wait_seconds=self.wait_seconds, cache=self.cache,
-                             shared=self.shared)
+                             wait_seconds=self.wait_seconds, cache=self.cache)
 
     def reconcile(self, key: str, context: Context) -> Outcome:
         loaded = self._load(int(key))

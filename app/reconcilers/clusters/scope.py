@@ -24,7 +24,6 @@ from app.kube.connector import KubeConnector
 from app.kube.errors import KubeError
 from app.kube.port import KubePort
 from app.reconcilers.clusters.results import ACTOR, Failure, Host, Pass, classify
-from app.reconcilers.clusters.shared import SharedObjects
 from app.reconcilers.host_keys import unreachable
 from app.reconcilers.kind import Context
 from app.reconcilers.leases import LeaseLost
@@ -45,7 +44,6 @@ class Collaborators:
     wait_seconds: float
     # The list cache over one host, when the cache is on.
     cache: Callable[[int, KubePort], ListCache | None]
-    shared: SharedObjects
 
 
 class ClusterScope:
