@@ -9,6 +9,8 @@ for a key whose host is gone or no longer reachable, so that its kind forgets th
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy.orm import Session
 
@@ -20,11 +22,13 @@ from app.kit.crypto import UnreadableSecret
 from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import KubeError, PermanentKubeError, TransientKubeError
 from app.kube.port import KubePort
-from app.reconcilers.kind import Context, HostUnreachable, RetryLater, TerminalError
+from app.reconcilers.kind import Context, Deferred, HostUnreachable, RetryLater, TerminalError
 
 log = logging.getLogger(__name__)
 # What a client says when nothing answers at the host's address.
 UNREACHABLE_REASONS = ("ConnectionError",)
+# How soon a key whose host has its share of the worker busy is looked at again.
+HOST_BUSY_SECONDS = 1.0
 # The longest a server's Retry-After is taken at its word.
 MAX_RETRY_SECONDS = 300.0
 
@@ -54,6 +58,17 @@ def wait_for_breaker(context: Context, host_id: int) -> None:
     if until is not None:
         wait = max((until - context.hosts.clock()).total_seconds(), 1.0)
         raise RetryLater(f"host cluster {host_id} is unreachable; waiting for it", delay=wait)
+
+
+@contextmanager
+def host_share(context: Context, host_id: int) -> Iterator[None]:
+    """A slot of the host's share of the worker's threads for the block: a host that answers
+    slowly holds up only its own keys. With its share busy, the key is looked at again soon."""
+    with context.slots.hold(host_id) as slot:
+        if not slot:
+            raise Deferred(f"host cluster {host_id} has its share of the worker busy",
+                           delay=HOST_BUSY_SECONDS)
+        yield
 
 
 def client(kube: KubeConnector, target: HostTarget) -> KubePort | None:

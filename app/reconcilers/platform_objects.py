@@ -18,7 +18,14 @@ from app.kube import manifests
 from app.kube.connector import KubeConnector
 from app.kube.errors import KubeError
 from app.reconcilers.applying import apply_drifted
-from app.reconcilers.host_keys import client, failure, host_keys, host_target, wait_for_breaker
+from app.reconcilers.host_keys import (
+    client,
+    failure,
+    host_keys,
+    host_share,
+    host_target,
+    wait_for_breaker,
+)
 from app.reconcilers.kind import DONE, GONE, Context, Outcome
 from app.workqueue import PLATFORM_OBJECTS
 
@@ -50,7 +57,8 @@ class PlatformObjectsReconciler:
             return DONE  # this connector reaches no such host
         objects = manifests.platform_objects(manifest_policy(self.settings))
         try:
-            written = apply_drifted(host, objects, context.lease.check)
+            with host_share(context, target.host_id):
+                written = apply_drifted(host, objects, context.lease.check)
         except KubeError as error:
             raise failure(target, error, "applying the root queue and the guards") from error
         context.hosts.reached(target.host_id)

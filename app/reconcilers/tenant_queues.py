@@ -20,8 +20,15 @@ from app.kube import manifests
 from app.kube.connector import KubeConnector
 from app.kube.errors import KubeError
 from app.kube.manifests import InvalidSpec
+from app.kube.port import KubePort
 from app.reconcilers.applying import apply_drifted
-from app.reconcilers.host_keys import client, failure, host_target, wait_for_breaker
+from app.reconcilers.host_keys import (
+    client,
+    failure,
+    host_share,
+    host_target,
+    wait_for_breaker,
+)
 from app.reconcilers.kind import DONE, GONE, Context, Outcome, TerminalError
 from app.workqueue import TENANT_QUEUES, tenant_queue_key
 
@@ -58,13 +65,18 @@ class TenantQueueReconciler:
         if host is None:
             return DONE
         try:
-            if wanted.queue is None:
-                context.lease.check()
-                host.delete(manifests.labels.KAI_API_VERSION, "Queue",
-                            manifests.tenant_queue_name(wanted.slug))
-            else:
-                apply_drifted(host, [wanted.queue], context.lease.check)
+            with host_share(context, host_id):
+                _ensure(host, wanted, context)
         except KubeError as error:
             raise failure(target, error, f"the queue of tenant {wanted.slug}") from error
         context.hosts.reached(host_id)
         return GONE if wanted.queue is None else DONE
+
+
+def _ensure(host: KubePort, wanted: desired.DesiredTenantQueue, context: Context) -> None:
+    if wanted.queue is None:
+        context.lease.check()
+        host.delete(manifests.labels.KAI_API_VERSION, "Queue",
+                    manifests.tenant_queue_name(wanted.slug))
+    else:
+        apply_drifted(host, [wanted.queue], context.lease.check)

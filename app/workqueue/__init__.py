@@ -21,8 +21,8 @@ from app.workqueue.kinds import (
     WEBHOOK,
     tenant_queue_key,
 )
-from app.workqueue.repository import enqueue, enqueue_many
+from app.workqueue.repository import ask, enqueue, enqueue_many
 
 __all__ = ["ALL", "CLUSTERS", "HOSTS", "KUBECONFIGS", "MACHINES", "NODES", "PLATFORM_OBJECTS",
            "QUOTA_EXPIRY", "SLEEP_POLICY", "TEMPLATE_VALIDATION", "TENANT_QUEUES", "USAGE",
-           "WEBHOOK", "enqueue", "enqueue_many", "tenant_queue_key"]
+           "WEBHOOK", "ask", "enqueue", "enqueue_many", "tenant_queue_key"]

@@ -71,6 +71,17 @@ _ENQUEUE_ONE = PreparedInsert(cast(Table, WorkItem.__table__), statement_for=lam
                               _ENQUEUE[dialect.name == "postgresql"])
 
 
+def ask(db: Session, kind: str, key: str) -> None:
+    """Makes ``(kind, key)`` due now, as ``enqueue`` does, unless it is failing: a key in
+    backoff keeps its schedule, however often others wait on it and ask."""
+    statement = _insert(db, [{"kind": kind, "key": key, "due_at": utcnow()}])
+    excluded = statement.excluded
+    db.execute(statement.on_conflict_do_update(
+        index_elements=[WorkItem.kind, WorkItem.key],
+        set_={"due_at": case(((WorkItem.attempts == 0) & (excluded.due_at < WorkItem.due_at),
+                              excluded.due_at), else_=WorkItem.due_at)}))
+
+
 def seed(db: Session, kind: str, keys: Iterable[str], now: datetime) -> None:
     """Adds the keys the queue does not know yet, due now; the known keep their schedule."""
     rows: list[dict[str, object]] = [{"kind": kind, "key": k, "due_at": now}

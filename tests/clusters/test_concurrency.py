@@ -18,6 +18,7 @@ from app.workqueue import CLUSTERS as CLUSTER_KIND
 from app.workqueue import repository as queue
 from app.workqueue.models import WorkItem
 from tests.clusters.support import FakeConnector, cluster_settings, fake_installer, seed_clusters
+from tests.support.drive import beside
 from tests.support.waiting import wait_for
 
 CONCURRENCY = 8
@@ -54,7 +55,8 @@ def test_the_worker_runs_a_hosts_share_of_the_concurrency_at_once(
     installer.during = lambda release: gathered.wait()
     settings = cluster_settings(worker_concurrency=CONCURRENCY)
     reconciler = ClusterReconciler(settings, own_pg_database, FakeConnector(kube), installer)
-    runtime = Runtime(own_pg_database, [reconciler], concurrency=CONCURRENCY, poll_seconds=0.1)
+    runtime = Runtime(own_pg_database, [*beside(reconciler), reconciler],
+                      concurrency=CONCURRENCY, poll_seconds=0.1)
     assert runtime.concurrency == CONCURRENCY
 
     work_until(runtime, lambda: all(ready(own_pg_database, ids).values()))
@@ -76,7 +78,8 @@ def test_one_clusters_crash_does_not_stop_the_others(own_pg_database: Database) 
     installer.during = buggy
     reconciler = ClusterReconciler(cluster_settings(), own_pg_database, FakeConnector(kube),
                                    installer)
-    runtime = Runtime(own_pg_database, [reconciler], concurrency=2, poll_seconds=0.1)
+    runtime = Runtime(own_pg_database, [*beside(reconciler), reconciler], concurrency=2,
+                      poll_seconds=0.1)
     def crashed() -> WorkItem | None:
         with own_pg_database.session() as db:
             found = db.get(WorkItem, (CLUSTER_KIND, str(ids[1])))

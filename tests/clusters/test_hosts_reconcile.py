@@ -27,7 +27,7 @@ from app.reconcilers.clusters import ClusterReconciler
 from app.reconcilers.runtime import Runtime
 from tests import factories
 from tests.clusters.support import Clock, FakeConnector, cluster_settings, fake_installer
-from tests.support.drive import run_due
+from tests.support.drive import beside, run_due
 from tests.support.installers import FakeInstaller
 from tests.support.waiting import wait_for
 
@@ -198,7 +198,8 @@ def test_a_slow_host_holds_up_only_its_own_clusters(
     """Even when more of the slow host's clusters are due than the worker has threads: the
     host gets its share of the pool (half), and the other host's cluster goes on."""
     fleet, us = slow_us
-    runtime = Runtime(fleet.database, [fleet.reconciler], concurrency=2, poll_seconds=0.1)
+    runtime = Runtime(fleet.database, [*beside(fleet.reconciler), fleet.reconciler],
+                      concurrency=2, poll_seconds=0.1)
     slow = [fleet.create(name, "us") for name in ("serve", "infer", "batch")]
     eu = fleet.create("train", "eu")  # due last
     worker = threading.Thread(target=runtime.run, name="worker-under-test")

@@ -11,11 +11,13 @@ from sqlalchemy import func, select
 
 from app.audit.models import AuditEvent
 from app.clusters import conditions as cond
+from app.clusters.desired import manifest_policy
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterResize
 from app.clusters.service import delete_cluster, resize_cluster
 from app.database.core import Database
 from app.kit.crypto import SecretBox
+from app.kube import manifests
 from app.kube.errors import PermanentKubeError
 from app.kube.helm import InstallError
 from app.kube.manifests.chart_schema import validate_values
@@ -99,7 +101,8 @@ def test_a_resync_of_a_converged_cluster_writes_nothing(
     before = harness.cluster(created.id)
     audits = audit_count(harness.database)
     harness.kube.reset_calls()
-    assert harness.run() == 1
+    # The cluster, its tenant's queue and its host's shared objects, each looked at once.
+    assert harness.run() == 3
     after = harness.cluster(created.id)
     assert harness.kube.mutations() == []
     assert harness.kube.writes() == []
@@ -117,12 +120,17 @@ def test_a_resync_lists_each_kind_once_and_gets_only_each_clusters_secret(
         create(harness.database, tenancy, name, gpus=2)
     harness.converge()
     harness.kube.reset_calls()
-    assert harness.run() == 3
+    assert harness.run() == 3 + 2  # and the tenant's queue, and the host's shared objects
     assert harness.kube.writes() == []
+    # What the tenant's and the host's kinds read is one GET per object, whatever the number
+    # of clusters.
+    policy = manifest_policy(harness.reconciler.settings)
+    shared = [("get", obj["kind"]) for obj in manifests.platform_objects(policy)]
     assert sorted((c.method, c.kind) for c in harness.kube.calls) == sorted([
         ("list", "Namespace"), ("list", "ResourceQuota"), ("list", "LimitRange"),
         ("list", "NetworkPolicy"), ("list", "Queue"), ("list", "ValidatingAdmissionPolicy"),
-        ("list", "ValidatingAdmissionPolicyBinding"), *[("get", "Secret")] * 3])
+        ("list", "ValidatingAdmissionPolicyBinding"), *[("get", "Secret")] * 3,
+        ("get", "Queue"), *shared])
 
 
 def test_drift_is_repaired_on_resync(harness: Harness, tenancy: Tenancy) -> None:
@@ -273,7 +281,8 @@ def test_a_permanent_error_sets_failed_with_its_reason(
 ) -> None:
     harness.kube.inject("apply", PermanentKubeError("queues.scheduling.run.ai is forbidden",
                                                     reason="Forbidden", status=403),
-                        match=lambda call: call.kind == "Queue")
+                        match=lambda call: call.kind == "Queue"
+                        and call.name == manifests.cluster_queue_name("acme", "train"))
     created = create(harness.database, tenancy)
     harness.run()
     cluster = harness.cluster(created.id)

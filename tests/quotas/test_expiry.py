@@ -10,11 +10,11 @@ from sqlalchemy.orm import Session
 from app.audit.models import AuditEvent
 from app.database.core import Database, utcnow
 from app.kit.config import Settings
-from app.quotas.models import QuotaRequest, TenantQuota
+from app.quotas.models import BurstPolicy, QuotaRequest, TenantQuota
 from app.quotas.schemas import ApproveIn, QuotaRequestCreate
 from app.quotas.service import approve, create_request, expire_quotas
 from app.reconcilers.quota_expiry import QuotaExpiryReconciler
-from app.workqueue import CLUSTERS, QUOTA_EXPIRY
+from app.workqueue import CLUSTERS, QUOTA_EXPIRY, TENANT_QUEUES, tenant_queue_key
 from app.workqueue import repository as queue
 from app.workqueue.models import WorkItem
 from tests import factories
@@ -94,25 +94,42 @@ def test_the_worker_runs_expiry_and_a_second_pass_changes_nothing(
     assert reconciler.resync_seconds == settings.worker_poll_seconds * 15 <= 60
 
 
-def test_an_approval_or_an_expiry_enqueues_every_cluster_of_the_tenant(db: Session) -> None:
-    """In the deciding transaction, due at once: the tenant's queue and its clusters' quotas
-    follow the quota within seconds, not at the next resync."""
+def test_an_approval_or_an_expiry_enqueues_the_tenants_queues_not_its_clusters(
+        db: Session) -> None:
+    """In the deciding transaction, due at once: the tenant's queue on each host it has
+    clusters on follows the quota within seconds, not at the next resync; its clusters, whose
+    own objects do not follow the quota while the tenant does not burst, are not woken."""
     t = build_tenancy(db)
     host = factories.host_cluster(db)
-    a = factories.cluster(db, t.acme, host, "a", gpu_class_id=t.h100.id, gpus=1)
-    b = factories.cluster(db, t.acme, host, "b")  # CPU only: the tenant queue is its too
-    other = factories.cluster(db, t.globex, host, "other", gpu_class_id=t.h100.id, gpus=1)
+    factories.cluster(db, t.acme, host, "a", gpu_class_id=t.h100.id, gpus=1)
+    factories.cluster(db, t.acme, host, "b")  # CPU only: the tenant queue is its too
+    factories.cluster(db, t.globex, host, "other", gpu_class_id=t.h100.id, gpus=1)
     db.execute(delete(WorkItem))
     before = utcnow()
     request = _approved(db, t, 2, days=1)
-    due = {item.key: item.due_at for item in queue.items(db, CLUSTERS)}
-    assert set(due) == {str(a.id), str(b.id)} and str(other.id) not in due
+    due = {item.key: item.due_at for item in queue.items(db, TENANT_QUEUES)}
+    assert set(due) == {tenant_queue_key(t.acme.id, host.id)}
     assert all(before - timedelta(seconds=1) <= at <= utcnow() for at in due.values())
+    assert queue.items(db, CLUSTERS) == []
 
     db.execute(delete(WorkItem))
     [expired] = expire_quotas(db, utcnow() + timedelta(days=2))
     assert expired.request_id == request.id
-    assert {item.key for item in queue.items(db, CLUSTERS)} == {str(a.id), str(b.id)}
+    assert {item.key for item in queue.items(db, TENANT_QUEUES)} == {
+        tenant_queue_key(t.acme.id, host.id)}
+
+
+def test_while_a_tenant_bursts_a_quota_change_enqueues_its_clusters_too(db: Session) -> None:
+    """A bursting tenant's clusters may hold up to the tenant's ceiling (their queues' limit
+    and their quota), which the quota moves."""
+    t = build_tenancy(db)
+    host = factories.host_cluster(db)
+    a = factories.cluster(db, t.acme, host, "a", gpu_class_id=t.h100.id, gpus=1)
+    db.add(BurstPolicy(tenant_id=t.acme.id, tier="burst"))
+    db.flush()
+    db.execute(delete(WorkItem))
+    _approved(db, t, 2, days=1)
+    assert {item.key for item in queue.items(db, CLUSTERS)} == {str(a.id)}
 
 
 def test_the_expiry_reconciler_is_registered(sqlite_database: Database) -> None:

@@ -17,7 +17,7 @@ from app.kube.manifests import InvalidSpec
 from app.kube.port import Manifest, ObjectRef
 from app.reconcilers.clusters.results import Pass
 from app.reconcilers.clusters.scope import ClusterScope
-from app.workqueue import PLATFORM_OBJECTS, TENANT_QUEUES, enqueue, tenant_queue_key
+from app.workqueue import PLATFORM_OBJECTS, TENANT_QUEUES, ask, tenant_queue_key
 
 
 def apply(scope: ClusterScope) -> Pass | None:
@@ -105,9 +105,10 @@ def _on_host(scope: ClusterScope, ref: ObjectRef) -> bool:
 
 
 def _ask(scope: ClusterScope, kind: str, key: str) -> None:
-    """The object's own kind makes it: the cluster only asks for it."""
+    """The object's own kind makes it: the cluster only asks for it (never sooner than that
+    kind's backoff, when it is failing)."""
     with scope.deps.database.transaction() as db:
-        enqueue(db, kind, key)
+        ask(db, kind, key)
 
 
 def ensure(scope: ClusterScope, objects: list[Manifest]) -> list[Manifest]:

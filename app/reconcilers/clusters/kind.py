@@ -62,10 +62,10 @@ from app.kube.port import KubePort
 from app.reconcilers.clusters import deletion, provision, sleeping
 from app.reconcilers.clusters.results import NO_HOST_MESSAGE, Host, Pass
 from app.reconcilers.clusters.scope import ClusterScope, Collaborators
+from app.reconcilers.host_keys import host_share
 from app.reconcilers.kind import (
     GONE,
     Context,
-    Deferred,
     HostUnreachable,
     Outcome,
     RetryLater,
@@ -76,8 +76,6 @@ from app.workqueue import CLUSTERS
 log = logging.getLogger(__name__)
 
 WAIT_SECONDS = 3.0
-# How soon a cluster whose host has its share of the pool busy is looked at again.
-HOST_BUSY_SECONDS = 1.0
 # How old the list cache's snapshot may be when it serves an unchanged cluster.
 CACHE_SECONDS = 10.0
 _ADMISSION = "admissionregistration.k8s.io/v1"
@@ -174,12 +172,9 @@ class ClusterReconciler:
         if loaded.wanted is None:
             assert loaded.invalid is not None
             return self._mark_invalid(int(key), context, *loaded.invalid)
-        with context.slots.hold(loaded.host_id) as slot:
-            if not slot:
-                # The host has its share of the pool busy (slow, or long helm runs): the
-                # clusters of other hosts go first.
-                raise Deferred(f"host cluster {loaded.host_id} has its share of the worker "
-                               "busy", delay=HOST_BUSY_SECONDS)
+        # A host with its share of the pool busy (slow, or long helm runs): the clusters of
+        # other hosts go first.
+        with host_share(context, loaded.host_id):
             scope = self._scope(loaded, context)
             return _to_outcome(scope, _run(scope))
 
