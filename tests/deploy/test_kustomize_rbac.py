@@ -46,17 +46,14 @@ from app.database.core import Database, utcnow
 from app.gpu_classes.models import GpuClass
 from app.hosts.health import ADMISSION_WEBHOOK, API_REACHABLE, KAI_QUEUE_CRD, run_checks
 from app.kit.config import Settings
+from app.kube import manifests
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.errors import KubeError
+from app.kube.manifests import ManifestPolicy
 from app.kube.manifests import baremetal as metal3
 from app.kube.manifests import labels as lbl
-from app.kube.manifests.admission import POLICY_NAME, WEBHOOK_CONFIGURATION_NAME
-from app.kube.manifests.tenancy import (
-    DEDICATED_NODE_POLICY_NAME,
-    ENDPOINTS_POLICY_NAME,
-    TENANCY_POLICY_NAME,
-)
+from app.kube.manifests.admission import WEBHOOK_CONFIGURATION_NAME
 from app.kube.manifests.webhook import TLS_SECRET_NAME
 from app.kube.port import HostProbe, KubePort, Manifest, ObjectRef, kind_info
 from app.machines import join
@@ -382,13 +379,10 @@ def start(grant: Grant, base: list[Manifest], missing: Pair | None, kai_host: Ap
 
 
 def remove_platform_objects(admin: KubernetesAdapter) -> None:
-    """What every cluster shares (root queue, queue guard) and the webhook's registration: made
-    afresh by each run, so that the worker is seen creating them."""
-    admin.delete(lbl.KAI_API_VERSION, "Queue", "tenants")
-    for name in (POLICY_NAME, TENANCY_POLICY_NAME, DEDICATED_NODE_POLICY_NAME,
-                 ENDPOINTS_POLICY_NAME):
-        admin.delete(ADMISSION, "ValidatingAdmissionPolicyBinding", name)
-        admin.delete(ADMISSION, "ValidatingAdmissionPolicy", name)
+    """What every tenant on the host shares (root queue, guards) and the webhook's
+    registration: made afresh by each run, so that the worker is seen creating them."""
+    for obj in manifests.platform_objects(ManifestPolicy()):
+        admin.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
     admin.delete(ADMISSION, "MutatingWebhookConfiguration", WEBHOOK_CONFIGURATION_NAME)
     for binding in metal3.bootstrap_role_bindings():
         admin.delete(RBAC, "ClusterRoleBinding", binding["metadata"]["name"])
