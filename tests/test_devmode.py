@@ -5,17 +5,12 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from app.auth import service as auth_service
-from app.database import migrate
-from app.database.core import Database, utcnow
 from app.kit.config import Settings
 from app.kube.helm import SimulatedInstaller
 from app.kube.memory import InMemoryKube
@@ -23,15 +18,13 @@ from app.kube.simulated import SIMULATED_DOMAIN, SimulatedHost
 from app.process.asgi import create_app
 from app.process.devmode import (
     DEMO_ADMIN,
-    DEMO_MEMBER,
     DEMO_TENANT_ADMIN,
     check_clusters_on_the_new_host,
     dev_settings,
-    seed_demo,
     simulated_host_for,
 )
 from app.process.worker import build_worker
-from app.reconcilers.runtime import Runtime
+from tests.support.dev_portal import DevPortal, running_dev_portal
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 
@@ -67,50 +60,10 @@ def test_dev_settings_on_the_simulated_host_name_an_unreachable_endpoint(
     assert real.cluster_endpoint_template == settings.cluster_endpoint_template
 
 
-@dataclass
-class DevPortal:
-    client: TestClient
-    worker: Runtime
-    simulation: SimulatedHost
-    tokens: dict[str, str]
-    settings: Settings
-    database: Database
-
-    def as_user(self, email: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.tokens[email]}"}
-
-    def converge(self, passes: int = 6) -> None:
-        for _ in range(passes):
-            self.worker.run_pass()
-
-
 @pytest.fixture
 def dev_portal(tmp_path: Path, settings: Settings) -> Iterator[DevPortal]:
-    """What `portal dev` wires, in-process: the demo SQLite file, the simulated host (coming
-    up at once), web and worker sharing it."""
-    url = f"sqlite:///{tmp_path / 'portal-dev.db'}"
-    base = settings.model_copy(update={"simulated_startup_seconds": 0.0})
-    simulation = simulated_host_for(base, simulate=True)
-    assert simulation is not None
-    dev = dev_settings(base, database_url=url, issuer=str(settings.oidc_issuer), simulated=True)
-    migrate.upgrade(url)
-    database = Database(url)
-    tokens = {}
-    with database.transaction() as db:
-        seed_demo(db)
-        for email, scopes in ((DEMO_ADMIN, ["admin", "write", "read"]),
-                              (DEMO_TENANT_ADMIN, ["write", "read"]),
-                              (DEMO_MEMBER, ["write", "read"])):
-            user = auth_service.user_for_email(db, email)
-            if email == DEMO_ADMIN:
-                auth_service.grant_platform_admin(db, email, actor_label="test")
-            _token, tokens[email] = auth_service.issue_api_token(
-                db, user, name="test", scopes=scopes, expires_at=utcnow() + timedelta(hours=1),
-                actor_label="test")
-    worker = build_worker(dev, database, simulation, SimulatedInstaller(simulation))
-    with TestClient(create_app(dev, database, simulation)) as client:
-        yield DevPortal(client, worker, simulation, tokens, dev, database)
-    database.dispose()
+    with running_dev_portal(tmp_path, settings) as portal:
+        yield portal
 
 
 def test_the_inventory_sync_finds_the_demo_fleet(dev_portal: DevPortal) -> None:

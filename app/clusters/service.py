@@ -232,10 +232,11 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
         addons=[a.as_json() for a in resolved.addons] if resolved else [],
         **(resolved.sleep_policy if resolved else {}),
     ), _name_taken(payload.name))
-    enqueue(db, CLUSTERS, cluster.id)
-    # Its queue hangs from its tenant's, under the host's root queue: their kinds make them.
+    # Its queue hangs from its tenant's, under the host's root queue: their kinds make them,
+    # due first, so that a worker has them by the time it looks at the cluster.
     enqueue(db, TENANT_QUEUES, tenant_queue_key(tenant.id, cluster.host_cluster_id))
     enqueue(db, PLATFORM_OBJECTS, cluster.host_cluster_id)
+    enqueue(db, CLUSTERS, cluster.id)
     _record(db, principal, "virtual_cluster.create", cluster, None,
             {**_spec(cluster), "gpu_class": gpu_class.display_name if gpu_class else None,
              "host_cluster": placed.host_name, "region": placed.region,

@@ -30,7 +30,14 @@ from app.kube.connector import real_host_configured
 from app.kube.simulated import SIMULATED_ENDPOINT_TEMPLATE, SimulatedHost, demo_nodes
 from app.tenants.models import Membership, Tenant
 from app.web.templating import STATIC_DIR, TEMPLATES_DIR
-from app.workqueue import CLUSTERS, NODES, enqueue_many
+from app.workqueue import (
+    CLUSTERS,
+    NODES,
+    PLATFORM_OBJECTS,
+    TENANT_QUEUES,
+    enqueue_many,
+    tenant_queue_key,
+)
 
 # The local demo IdP (oidc-provider-mock, development only) imports authlib.jose and Authlib's
 # httpx client, which Authlib deprecates (see app.auth.oidc for httpx): the causes are in that
@@ -104,7 +111,11 @@ def check_clusters_on_the_new_host(db: Session) -> None:
     """A simulated host starts empty each run: its nodes and every cluster are checked at once,
     so the worker rebuilds what the database says exists (as it would repair a real host that
     lost it)."""
-    enqueue_many(db, NODES, db.scalars(select(HostCluster.id)))
+    hosts = list(db.scalars(select(HostCluster.id)))
+    enqueue_many(db, NODES, hosts)
+    enqueue_many(db, PLATFORM_OBJECTS, hosts)
+    enqueue_many(db, TENANT_QUEUES, [tenant_queue_key(tenant, host) for tenant, host
+                                     in cluster_repository.tenant_hosts(db)])
     enqueue_many(db, CLUSTERS, cluster_repository.every_cluster_id(db))
 
 

@@ -1,0 +1,74 @@
+"""What `portal dev` wires, in-process: the demo SQLite file, the simulated host (coming up at
+once), the web app and the whole worker (every kind) sharing it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from app.auth import service as auth_service
+from app.database import migrate
+from app.database.core import Database, utcnow
+from app.kit.config import Settings
+from app.kube.helm import SimulatedInstaller
+from app.kube.simulated import SimulatedHost
+from app.process.asgi import create_app
+from app.process.devmode import (
+    DEMO_ADMIN,
+    DEMO_MEMBER,
+    DEMO_TENANT_ADMIN,
+    dev_settings,
+    seed_demo,
+    simulated_host_for,
+)
+from app.process.worker import build_worker
+from app.reconcilers.runtime import Runtime
+
+
+@dataclass
+class DevPortal:
+    client: TestClient
+    worker: Runtime
+    simulation: SimulatedHost
+    tokens: dict[str, str]
+    settings: Settings
+    database: Database
+
+    def as_user(self, email: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[email]}"}
+
+    def converge(self, passes: int = 6) -> None:
+        for _ in range(passes):
+            self.worker.run_pass()
+
+
+@contextmanager
+def running_dev_portal(tmp_path: Path, settings: Settings) -> Iterator[DevPortal]:
+    url = f"sqlite:///{tmp_path / 'portal-dev.db'}"
+    base = settings.model_copy(update={"simulated_startup_seconds": 0.0})
+    simulation = simulated_host_for(base, simulate=True)
+    assert simulation is not None
+    dev = dev_settings(base, database_url=url, issuer=str(settings.oidc_issuer), simulated=True)
+    migrate.upgrade(url)
+    database = Database(url)
+    tokens = {}
+    with database.transaction() as db:
+        seed_demo(db)
+        for email, scopes in ((DEMO_ADMIN, ["admin", "write", "read"]),
+                              (DEMO_TENANT_ADMIN, ["write", "read"]),
+                              (DEMO_MEMBER, ["write", "read"])):
+            user = auth_service.user_for_email(db, email)
+            if email == DEMO_ADMIN:
+                auth_service.grant_platform_admin(db, email, actor_label="test")
+            _token, tokens[email] = auth_service.issue_api_token(
+                db, user, name="test", scopes=scopes, expires_at=utcnow() + timedelta(hours=1),
+                actor_label="test")
+    worker = build_worker(dev, database, simulation, SimulatedInstaller(simulation))
+    with TestClient(create_app(dev, database, simulation)) as client:
+        yield DevPortal(client, worker, simulation, tokens, dev, database)
+    database.dispose()
