@@ -56,6 +56,7 @@ from bench.cluster_convergence import kubeconfig_secret, seed
 from tests.clusters.standin_helm import helm_calls, install_standin_helm
 from tests.support import postgres
 from tests.support.cluster_worker import WorkerProcess, worker_env
+from tests.support.drive import beside
 from tests.support.installers import FakeInstaller
 from tests.support.kube_server import ApiServer, install_crds, kube_assets
 from tests.support.paths import KAI_QUEUE_CRD
@@ -287,7 +288,7 @@ class Bench:
 
 def drain(reconciler: ClusterReconciler) -> None:
     """The worker's runtime on its pool until nothing is due."""
-    Runtime(reconciler.database, [reconciler], identity="bench",
+    Runtime(reconciler.database, [*beside(reconciler), reconciler], identity="bench",
             concurrency=reconciler.settings.worker_concurrency).drain()
 
 

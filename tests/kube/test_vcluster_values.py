@@ -2,7 +2,7 @@
 
 The chart's own values.schema.json, of the pinned version and of a newer one, is read from
 ../shared/reference, so a chart upgrade shows which values would break. The real chart installs
-with these values under the worker's RBAC in tests/clusters/test_helm_real.py.
+with these values under the worker's RBAC in tests/reconcilers/clusters/test_helm_real.py.
 """
 
 import json

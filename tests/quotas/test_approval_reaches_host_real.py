@@ -40,6 +40,7 @@ from app.reconcilers.runtime import Runtime
 from app.workqueue import CLUSTERS
 from app.workqueue import repository as queue
 from tests import factories
+from tests.support.drive import beside
 from tests.support.installers import FakeInstaller
 from tests.support.kube_server import ApiServer
 from tests.support.waiting import wait_for
@@ -126,7 +127,8 @@ def worker(own_pg_database: Database, kai_host: ApiServer, virtual_api: ApiServe
     assert settings.worker_resync_seconds == 300
     kind = ClusterReconciler(settings, own_pg_database, ClientConnector(settings),
                              standin_helm(host, virtual_api.admin_kubeconfig), wait_seconds=0.5)
-    runtime = Runtime(own_pg_database, [kind], lease_seconds=settings.worker_lease_seconds,
+    runtime = Runtime(own_pg_database, [*beside(kind), kind],
+                      lease_seconds=settings.worker_lease_seconds,
                       concurrency=settings.worker_concurrency,
                       poll_seconds=settings.worker_poll_seconds)
     thread = threading.Thread(target=runtime.run, name="worker", daemon=True)

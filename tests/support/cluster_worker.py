@@ -25,6 +25,7 @@ from app.kit.logs import configure_logging
 from app.kube.connector import ClientConnector
 from app.reconcilers.clusters import ClusterReconciler
 from app.reconcilers.runtime import Runtime
+from tests.support.drive import beside
 from tests.support.paths import ROOT
 
 
@@ -33,7 +34,8 @@ def main() -> None:
     configure_logging(settings.log_level)
     database = Database(settings.database_url)
     reconciler = ClusterReconciler(settings, database, ClientConnector(settings))
-    worker = Runtime(database, [reconciler], lease_seconds=settings.worker_lease_seconds,
+    worker = Runtime(database, [*beside(reconciler), reconciler],
+                     lease_seconds=settings.worker_lease_seconds,
                      concurrency=settings.worker_concurrency,
                      poll_seconds=settings.worker_poll_seconds)
 
