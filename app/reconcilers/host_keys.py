@@ -33,6 +33,20 @@ HOST_BUSY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 300.0
 
 
+class HostWriter:
+    """What a kind that keeps objects on hosts is made with; it looks at each of its keys
+    again at the worker's resync period."""
+
+    def __init__(self, settings: Settings, database: Database, kube: KubeConnector) -> None:
+        self.settings = settings
+        self.database = database
+        self.kube = kube
+
+    @property
+    def resync_seconds(self) -> float:
+        return float(self.settings.worker_resync_seconds)
+
+
 def host_keys(db: Session, settings: Settings) -> list[str]:
     """The ids of every registered host the worker can reach (the default host made if
     missing), as keys."""

@@ -12,13 +12,11 @@ import logging
 from sqlalchemy.orm import Session
 
 from app.clusters.desired import manifest_policy
-from app.database.core import Database
-from app.kit.config import Settings
 from app.kube import manifests
-from app.kube.connector import KubeConnector
 from app.kube.errors import KubeError
 from app.reconcilers.applying import apply_drifted
 from app.reconcilers.host_keys import (
+    HostWriter,
     client,
     failure,
     host_keys,
@@ -32,17 +30,8 @@ from app.workqueue import PLATFORM_OBJECTS
 log = logging.getLogger(__name__)
 
 
-class PlatformObjectsReconciler:
+class PlatformObjectsReconciler(HostWriter):
     name = PLATFORM_OBJECTS
-
-    def __init__(self, settings: Settings, database: Database, kube: KubeConnector) -> None:
-        self.settings = settings
-        self.database = database
-        self.kube = kube
-
-    @property
-    def resync_seconds(self) -> float:
-        return float(self.settings.worker_resync_seconds)
 
     def keys(self, db: Session) -> list[str]:
         return host_keys(db, self.settings)

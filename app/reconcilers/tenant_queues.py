@@ -8,21 +8,17 @@ queue goes once the tenant has no cluster on the host."""
 
 from __future__ import annotations
 
-import logging
-
 from sqlalchemy.orm import Session
 
 from app.clusters import desired
 from app.clusters import repository as clusters
-from app.database.core import Database
-from app.kit.config import Settings
 from app.kube import manifests
-from app.kube.connector import KubeConnector
 from app.kube.errors import KubeError
 from app.kube.manifests import InvalidSpec
 from app.kube.port import KubePort
 from app.reconcilers.applying import apply_drifted
 from app.reconcilers.host_keys import (
+    HostWriter,
     client,
     failure,
     host_share,
@@ -32,20 +28,9 @@ from app.reconcilers.host_keys import (
 from app.reconcilers.kind import DONE, GONE, Context, Outcome, TerminalError
 from app.workqueue import TENANT_QUEUES, tenant_queue_key
 
-log = logging.getLogger(__name__)
 
-
-class TenantQueueReconciler:
+class TenantQueueReconciler(HostWriter):
     name = TENANT_QUEUES
-
-    def __init__(self, settings: Settings, database: Database, kube: KubeConnector) -> None:
-        self.settings = settings
-        self.database = database
-        self.kube = kube
-
-    @property
-    def resync_seconds(self) -> float:
-        return float(self.settings.worker_resync_seconds)
 
     def keys(self, db: Session) -> list[str]:
         return [tenant_queue_key(tenant, host) for tenant, host in clusters.tenant_hosts(db)]
