@@ -167,12 +167,13 @@ def worker(host: Host, virtual_api: ApiServer, database: Database) -> Iterator[W
     settings = cluster_settings(kubeconfig=str(kubeconfig))
     connector = RecordingConnector(ClientConnector(settings))
     helm = Kubectl(host.api, host.workdir / "helm", manager="helm")
-    installer = vcluster_release(helm, virtual_api.admin_kubeconfig)
+    # Read once: each read of the server's admin kubeconfig is a new credential.
+    admin_kubeconfig = virtual_api.admin_kubeconfig
+    installer = vcluster_release(helm, admin_kubeconfig)
     clock = Clock()
     reconciler = ClusterReconciler(settings, database, connector, installer, clock=clock,
                                    wait_seconds=0.5)
-    yield Worker(database, settings, connector, installer, clock, reconciler,
-                 virtual_api.admin_kubeconfig)
+    yield Worker(database, settings, connector, installer, clock, reconciler, admin_kubeconfig)
     helm.close()
 
 
