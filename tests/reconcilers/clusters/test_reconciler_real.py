@@ -26,11 +26,13 @@ from sqlalchemy import select
 from app.auth.principal import Principal
 from app.clusters import conditions as cond
 from app.clusters import service
+from app.clusters.desired import manifest_policy
 from app.clusters.models import VirtualCluster
 from app.clusters.schemas import ClusterCreate, ClusterOut, ClusterResize
 from app.database.core import Database
 from app.kit.config import Settings
 from app.kit.crypto import SecretBox
+from app.kube import manifests
 from app.kube.adapter import KubernetesAdapter
 from app.kube.connector import ClientConnector
 from app.kube.helm import InstallError
@@ -300,14 +302,19 @@ def test_a_new_cluster_becomes_ready_with_every_object_on_the_server(
 
     versions = resource_versions(host, tenant.slug)
     worker.connector.forget()
-    assert worker.run() == 1
+    # The cluster, its tenant's queue and its host's shared objects.
+    assert worker.run() == 3
     assert worker.connector.writes == []
     assert resource_versions(host, tenant.slug) == versions
-    # one LIST per kind, by the portal's label across all namespaces; one GET, the Secret
+    # The cluster: one LIST per kind, by the portal's label across all namespaces, and one GET,
+    # the Secret; the tenant's queue and the shared objects: a GET each.
+    shared = manifests.platform_objects(manifest_policy(worker.settings))
     assert sorted(worker.connector.calls) == sorted([
         Call("get", "Secret", "vc-train"), *(Call("list", kind, "") for kind in (
             "Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy", "Queue",
-            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"))])
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")),
+        Call("get", "Queue", tenant.slug),
+        *(Call("get", obj["kind"], obj["metadata"]["name"]) for obj in shared)])
     assert worker.installer.calls == [("install", "train", namespace)]
 
     delete_until_gone(worker, tenant, created.id)
