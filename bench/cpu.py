@@ -110,16 +110,17 @@ class Run:
 
 
 # A process's CPU time counts in clock ticks: a run that used fewer than a few is rounding,
-# not a measurement (a short run on a loaded machine), so it runs again, twice as long.
+# not a measurement, nor is one in which no request completed (a short run on a loaded
+# machine, whose first slow page outlasted it), so it runs again, twice as long.
 MIN_CPU_S = 2 / TICKS
-LONGER_AT_MOST = 3
+LONGER_AT_MOST = 4
 
 
 def cpu_per_request(server: Portal, url: str, step: Step, seconds: float,
                     connections: int) -> Run:
     for _ in range(LONGER_AT_MOST):
         run, used = _timed_run(server, url, step, seconds, connections)
-        if used >= MIN_CPU_S:
+        if used >= MIN_CPU_S and run.result.requests > 0:
             break
         seconds *= 2
     return run

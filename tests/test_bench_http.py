@@ -196,3 +196,32 @@ def test_the_lower_bound_bench_measures_its_probes_next_to_the_real_endpoints(
             "probe: thread hop + INSERT + COMMIT"} <= set(steps)
     assert [row for row in steps.values()
             if row["failed"] or not row["requests"] or not row["times_floor"] > 0] == []
+
+
+class _Server:
+    """A server whose CPU clock moves by what each run is given to use."""
+
+    def __init__(self, uses: list[float]) -> None:
+        self.uses, self.clock, self.url = uses, 0.0, "http://127.0.0.1:1"
+
+    def cpu_s(self) -> float:
+        return self.clock
+
+
+def test_a_run_with_no_request_done_or_too_few_ticks_runs_again_twice_as_long(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short run on a loaded machine (its first slow page outlasting it) is no measurement."""
+    server = _Server([0.5, 0.0, 0.5])
+    completed, asked = [0, 10, 10], []
+
+    def run_for(*_args: object, duration_s: float, **_kwargs: object) -> Result:
+        asked.append(duration_s)
+        server.clock += server.uses[len(asked) - 1]
+        return _result({200: completed[len(asked) - 1]})
+
+    monkeypatch.setattr(load, "run", run_for)
+    monkeypatch.setattr(cpu, "backend_cpu_s", lambda _url: 0.0)
+    measured = cpu.cpu_per_request(server, "db", cpu.HEALTHZ, 0.5, 1)  # type: ignore[arg-type]
+    assert asked == [0.5, 1.0, 2.0]
+    assert measured.result.requests == 10 and measured.cpu_s == 0.05

@@ -160,6 +160,10 @@ def _refuse_statements_that_write(state: ORMExecuteState) -> None:
 class Database:
     """One engine and its session factories; the app and the worker each hold one."""
 
+    # Sessions of one that is a single shared connection (``within``) must not overlap except
+    # nested, as a request's do: work of its own pace beside the requests (a timer) is not run.
+    shares_one_connection = False
+
     def __init__(self, url: str, limits: TimeLimits | None = None, **engine_kwargs: Any) -> None:
         self.url = url
         self.engine = make_engine(url, limits, **engine_kwargs)
@@ -188,6 +192,7 @@ class Database:
     def within(cls, connection: Connection) -> Database:
         """Sessions that commit to savepoints of an outer transaction the caller rolls back."""
         database = cls.__new__(cls)
+        database.shares_one_connection = True
         database.url = str(connection.engine.url)
         database.engine = connection.engine
         database.sessions = sessionmaker(

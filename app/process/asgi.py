@@ -262,19 +262,28 @@ def _lifespan(threads: int, database: Database | None
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         to_thread.current_default_thread_limiter().total_tokens = threads
         hop.set_threads(threads, threads + SPARE_CONNECTIONS)
-        flusher = asyncio.create_task(_flush_denials(app))
+        flusher = asyncio.create_task(_flush_denials(app)) if _may_flush_meanwhile(app) else None
         listener = listen_for_changes(database) if database is not None else None
         try:
             yield
         finally:
             if listener is not None:
                 listener.stop()
-            flusher.cancel()
-            await asyncio.gather(flusher, return_exceptions=True)
+            if flusher is not None:
+                flusher.cancel()
+                await asyncio.gather(flusher, return_exceptions=True)
             _write_denials(app, app.state.denials.drain())
             hop.stop()
 
     return lifespan
+
+
+def _may_flush_meanwhile(app: FastAPI) -> bool:
+    """A timer's writes on a database that is one shared connection would interleave their
+    savepoints with a request's; there a closed window is written by the next denial (as
+    everywhere) or when the process stops."""
+    database: Database = app.state.database
+    return not database.shares_one_connection
 
 
 async def _flush_denials(app: FastAPI) -> None:

@@ -4,6 +4,7 @@ audited once per window and kind, the rest counted into one row (issue 30, item 
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from app.kit.config import Settings
 from app.process.asgi import create_app
 from tests import factories
 from tests.support.principals import bearer
+from tests.support.waiting import wait_for
 
 ATTACKER, OTHER = "203.0.113.7", "198.51.100.20"
 SECURITY_HEADERS = ("content-security-policy", "x-frame-options", "x-content-type-options",
@@ -233,3 +235,30 @@ def test_a_mistyped_trusted_proxy_is_refused_at_start() -> None:
     with pytest.raises(ValidationError, match="'ingress' is not an IP address or network"):
         Settings(database_url="sqlite://", trusted_proxies="10.0.0.0/8, ingress")
     assert Settings(database_url="sqlite://", trusted_proxies="10.0.0.0/8, ::1").trusted_proxies
+
+
+def quick_windows(settings: Settings) -> Settings:
+    return settings.model_copy(update={"audit_denial_window_seconds": 0.2})
+
+
+def test_a_closed_window_is_written_by_a_quiet_server(
+    settings: Settings, sqlite_database: Database
+) -> None:
+    with TestClient(create_app(quick_windows(settings), sqlite_database)) as caller:
+        for _ in range(3):
+            caller.get("/api/v1/me", headers=bad_token())
+        with sqlite_database.session() as session:
+            wait_for(lambda: len(denials(session)) == 2, "the window's count to be written")
+            assert (denials(session)[1].after or {})["count"] == 2
+
+
+def test_on_the_tests_one_shared_connection_a_window_is_written_at_the_stop(
+    settings: Settings, database: Database, db: Session
+) -> None:
+    """Written meanwhile, it could end a request's savepoint under it (a 500 under load)."""
+    with TestClient(create_app(quick_windows(settings), database)) as caller:
+        for _ in range(3):
+            caller.get("/api/v1/me", headers=bad_token())
+        time.sleep(1)
+        assert len(denials(db)) == 1
+    assert len(denials(db)) == 2
