@@ -222,6 +222,6 @@ def test_a_run_with_no_request_done_or_too_few_ticks_runs_again_twice_as_long(
 
     monkeypatch.setattr(load, "run", run_for)
     monkeypatch.setattr(cpu, "backend_cpu_s", lambda _url: 0.0)
-    measured = cpu.cpu_per_request(server, "db", cpu.HEALTHZ, 0.5, 1)  # type: ignore[arg-type]
+    measured = cpu.cpu_per_request(server, "db", run.HEALTHZ, 0.5, 1)  # type: ignore[arg-type]
     assert asked == [0.5, 1.0, 2.0]
     assert measured.result.requests == 10 and measured.cpu_s == 0.05
