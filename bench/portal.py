@@ -215,7 +215,7 @@ class Portal:
     def workers_option(self) -> list[str]:
         return [] if self.workers is None else ["--workers", str(self.workers)]
 
-    def start(self, wait_s: float = 60) -> None:
+    def start(self, wait_s: float = 120) -> None:
         self.starts_logged = (self.log_path.read_text(errors="replace").count(
             "Application startup complete") if self.log_path.exists() else 0)
         self._log = self.log_path.open("ab")

@@ -22,7 +22,7 @@ from app.auth.models import ApiToken, User
 from app.auth.tokens import hash_token
 from app.database.core import Database
 from tests.support import oidc
-from tests.support.waiting import wait_for
+from tests.support.waiting import HANG_SECONDS, wait_for
 from tests.support.web import free_port
 
 PORTAL = [sys.executable, "-m", "app.process.cli"]
@@ -41,7 +41,8 @@ def _env(tmp_path: Path, *, default_database: bool = False, **extra: str) -> dic
 def _run(tmp_path: Path, *args: str,
          default_database: bool = False) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*PORTAL, *args], env=_env(tmp_path, default_database=default_database),
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HANG_SECONDS,
+                          check=False)
 
 
 
@@ -91,7 +92,8 @@ def test_make_admin_grants_platform_admin(tmp_path: Path) -> None:
 
 def test_production_with_default_secrets_refuses_to_start(tmp_path: Path) -> None:
     result = subprocess.run([*PORTAL, "db", "upgrade"], env=_env(tmp_path, PORTAL_ENV="production"),
-                            cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+                            cwd=tmp_path, capture_output=True, text=True, timeout=HANG_SECONDS,
+                          check=False)
     assert result.returncode == 2
     assert "PORTAL_SECRET_KEY" in result.stderr
 
@@ -103,7 +105,7 @@ def test_production_on_sqlite_refuses_to_start_and_names_the_database_url(
                PORTAL_ENCRYPTION_KEY=Fernet.generate_key().decode(),
                PORTAL_OIDC_ISSUER="https://idp.example.com")
     result = subprocess.run([*PORTAL, "db", "upgrade"], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60, check=False)
+                            capture_output=True, text=True, timeout=HANG_SECONDS, check=False)
     assert result.returncode == 2
     assert "PORTAL_DATABASE_URL is SQLite" in result.stderr
     assert not (tmp_path / "cli.db").exists()
@@ -127,7 +129,7 @@ def test_a_signal_stops_a_loop_waiting_on_its_event_wherever_it_lands() -> None:
     for _ in range(5):
         try:
             ran = subprocess.run([sys.executable, "-c", STOPPED_ANYWHERE], capture_output=True,
-                                 text=True, timeout=60, check=False)
+                                 text=True, timeout=HANG_SECONDS, check=False)
         except subprocess.TimeoutExpired:
             pytest.fail("a SIGTERM left the process hanging")
         assert ran.returncode == 0, ran.stderr
@@ -143,7 +145,7 @@ def test_worker_starts_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
         started = worker.stderr.readline()
         assert started, "worker exited before starting"
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=20) == 0
+    assert worker.wait(timeout=HANG_SECONDS) == 0
     assert "stopped" in worker.stderr.read()
 
 
@@ -244,7 +246,7 @@ def fleet_of(browser: httpx.Client, *, at_least: int) -> list[str]:
 
 def stop(process: subprocess.Popen[str]) -> str:
     process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=30)
+    output, _ = process.communicate(timeout=HANG_SECONDS)
     return output
 
 
@@ -261,7 +263,7 @@ def test_dev_serves_the_portal_with_working_sign_in_and_stops_on_ctrl_c(
     assert me["memberships"] == [{"tenant": "demo", "role": "admin"}]
     assert (tmp_path / "cli.db").exists()
     process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=30)
+    output, _ = process.communicate(timeout=HANG_SECONDS)
     assert process.returncode == 0, output
     assert f"{base}" in output
     with pytest.raises(httpx.TransportError):
@@ -315,7 +317,7 @@ def test_dev_with_a_real_kubeconfig_simulates_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize("command", ["serve", "worker"])
 def test_serve_and_worker_refuse_the_simulated_host(tmp_path: Path, command: str) -> None:
     result = subprocess.run([*PORTAL, command], env=_env(tmp_path, PORTAL_SIMULATED_HOST="true"),
-                            cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                            cwd=tmp_path, capture_output=True, text=True, timeout=HANG_SECONDS,
                             check=False)
     assert result.returncode == 2
     assert "use `portal dev`" in result.stderr

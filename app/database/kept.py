@@ -56,6 +56,12 @@ class Kept(Generic[T]):
 _every_kept: list[Kept[Any]] = []
 
 
+def forget_everything(session: Session) -> None:
+    """Every figure kept for ``session``'s database: each is read afresh when next asked."""
+    for kept in _every_kept:
+        kept.forget(session)
+
+
 def _note_changes(session: Session, changed_types: set[type[Any]]) -> None:
     for kept in _every_kept:
         if any(issubclass(changed, kept.watched) for changed in changed_types):

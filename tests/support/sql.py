@@ -11,7 +11,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from app.database.core import Database
-from app.database.kept import MAX_AGE_SECONDS
+from app.database.kept import MAX_AGE_SECONDS, forget_everything
 
 WRITES = ("INSERT", "UPDATE", "DELETE")
 SAVEPOINTS = ("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
@@ -48,6 +48,9 @@ def one_request(database: Database, client: TestClient, url: str, headers: dict[
         assert response.status_code == 200, response.text
 
     for _ in range(WARM_TRIES):
+        # Each kept figure is read by the first of the two, so none is older than the pair.
+        with database.read_session() as session:
+            forget_everything(session)
         started = time.monotonic()
         send()
         seen = statements_during(database, send)
