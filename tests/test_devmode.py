@@ -218,7 +218,7 @@ def test_a_machine_provisioned_on_the_simulated_host_joins_in_seconds_and_a_stra
                 answer = portal.client.get(f"/admin/machines/{name}",
                                            headers={"accept": "text/html", **admin})
                 assert answer.status_code == 200
-                return answer.text
+                return str(answer.text)
 
             def phase(name: str, wanted: str) -> str | None:
                 text = page(name)
