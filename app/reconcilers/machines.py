@@ -107,16 +107,13 @@ class MachineReconciler:
         snapshot = self._read(key) if key.isdigit() else None
         if snapshot is None:
             return GONE
-        spec, target = snapshot.spec, snapshot.target
         try:
             return self._reconcile(snapshot, context)
         except Stuck as stuck:
-            # Retrying will not help until someone fixes the host: said where the admin looks,
-            # looked at again at the resync (or at the machine's next change).
-            where = target.name if target is not None else "?"
-            log.warning("machine %s on host cluster %s: %s", spec.name, where, stuck.message)
-            self._note(spec, stuck, context.lease)
-            raise TerminalError(f"machine {spec.name}: {stuck.message}") from None
+            # Retrying will not help until someone fixes the host: said where the admin looks
+            # (the runtime logs it), looked at again at the resync or the machine's next change.
+            self._note(snapshot.spec, stuck, context.lease)
+            raise TerminalError(f"machine {snapshot.spec.name}: {stuck.message}") from None
 
     def _reconcile(self, snapshot: Snapshot, context: Context) -> Outcome:
         spec, target = snapshot.spec, snapshot.target
