@@ -1,11 +1,14 @@
 """``portal dev`` on its simulated host: the wiring, and the whole journey through the API
-with the worker converging on the in-memory fleet."""
+with the worker converging on the in-memory fleet; a bare-metal machine joining in seconds."""
 
 from __future__ import annotations
 
 import base64
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -25,6 +28,7 @@ from app.process.devmode import (
 )
 from app.process.worker import build_worker
 from tests.support.dev_portal import DevPortal, running_dev_portal
+from tests.support.waiting import wait_for
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 
@@ -185,3 +189,64 @@ def test_a_restart_rebuilds_the_simulated_host_from_the_database(dev_portal: Dev
     assert issued.status_code == 201, issued.text
     token = yaml.safe_load(issued.text)["users"][0]["user"]["token"]
     assert virtual_cluster(restarted, "t-demo--train", "train").token_valid(token)
+
+
+SPARE_H100_MAC = "52:54:00:a1:00:02"  # app/devdata/spare-machines.json
+
+
+def test_a_machine_provisioned_on_the_simulated_host_joins_in_seconds_and_a_stranger_says_why(
+        tmp_path: Path, settings: Settings) -> None:
+    """`make run` as a newcomer meets it: the worker running, Metal3's steps a second apart."""
+    with running_dev_portal(tmp_path, settings, startup_seconds=2.0,
+                            worker_poll_seconds=0.2) as portal:
+        admin = portal.as_user(DEMO_ADMIN)
+        listed = portal.client.get("/admin/machines", headers={"accept": "text/html", **admin})
+        assert 'id="simulated-machines"' in listed.text  # which machines answer, at once
+        assert SPARE_H100_MAC[:-1] in listed.text and "make lab" in listed.text
+        worker = threading.Thread(target=portal.worker.run, daemon=True)
+        worker.start()
+        try:
+            for name, mac in (("spare-1", SPARE_H100_MAC), ("stranger", "0c:c4:7a:12:34:56")):
+                registered = portal.client.post("/api/v1/machines", headers=admin, json={
+                    "name": name, "host_cluster": "local", "bmc_address":
+                    "redfish+https://10.0.4.7/redfish/v1/Systems/1",
+                    "bmc": {"username": "admin", "password": "bmc-pa55word"},
+                    "boot_mac": mac, "gpu_class": H100, "gpu_count": 8})
+                assert registered.status_code == 201, registered.text
+
+            def page(name: str) -> str:
+                answer = portal.client.get(f"/admin/machines/{name}",
+                                           headers={"accept": "text/html", **admin})
+                assert answer.status_code == 200
+                return str(answer.text)
+
+            def phase(name: str, wanted: str) -> str | None:
+                text = page(name)
+                return text if f'class="badge phase-{wanted}"' in text else None
+
+            started = time.monotonic()
+            wait_for(lambda: phase("spare-1", "available"), lambda: page("spare-1"))
+            print(f"registered to available in {time.monotonic() - started:.1f} s")
+            stranger = wait_for(lambda: phase("stranger", "failed"), lambda: page("stranger"))
+            assert "no machine answers at boot MAC 0c:c4:7a:12:34:56" in stranger
+            assert "52:54:00:a1:00:01 to 52:54:00:a1:00:04" in stranger
+            assert "make lab" in stranger
+
+            provisioned = portal.client.post("/api/v1/machines/spare-1/provision",
+                                             headers=admin)
+            assert provisioned.status_code == 200, provisioned.text
+            started = time.monotonic()
+            joined = wait_for(lambda: phase("spare-1", "joined"), lambda: page("spare-1"))
+            print(f"provisioned to joined in {time.monotonic() - started:.1f} s")
+            assert 'href="/admin/nodes/spare-1"' in joined
+
+            def in_inventory() -> dict[str, Any] | None:
+                nodes = portal.client.get("/api/v1/nodes", params={"limit": 100},
+                                          headers=admin).json()["items"]
+                return next((n for n in nodes if n["name"] == "spare-1"), None)
+
+            node = wait_for(in_inventory, "spare-1 in the node inventory")
+            assert (node["gpu_class"], node["gpus"], node["ready"]) == (H100, 8, True)
+        finally:
+            portal.worker.stop()
+            worker.join(30)

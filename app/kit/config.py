@@ -318,7 +318,8 @@ class Settings(BaseSettings):
     simulated_startup_seconds: float = Field(
         default=8.0, ge=0, le=600,
         description="how long a simulated virtual cluster takes to come up (with "
-                    "`PORTAL_SIMULATED_HOST`)")
+                    "`PORTAL_SIMULATED_HOST`); a simulated bare-metal machine takes half of it "
+                    "for each Metal3 step")
 
     log_level: str = Field(
         default="INFO", description="log level; every line carries the request id")

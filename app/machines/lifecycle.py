@@ -16,7 +16,10 @@ Condition = dict[str, Any]
 HOST_REGISTERED = "HostRegistered"
 PROVISIONED = "Provisioned"
 NODE_READY = "NodeReady"
-ORDER = (HOST_REGISTERED, PROVISIONED, NODE_READY)
+# Whether the worker's last pass could do what the machine asks on its host (False: what
+# stops it, in words, until someone fixes the host or the machine).
+RECONCILED = "Reconciled"
+ORDER = (HOST_REGISTERED, PROVISIONED, NODE_READY, RECONCILED)
 
 # Metal3's provisioning states, by the phase each means for a machine.
 _PHASE_OF_STATE = {
@@ -109,10 +112,21 @@ def conditions_of(previous: list[Condition], observed: Observed, generation: int
         (NODE_READY, observed.node_ready, "NodeReady" if observed.node_ready else "NoReadyNode",
          f"node {observed.node_name} is Ready" if observed.node_ready
          else "no Ready node with the machine's providerID"),
+        (RECONCILED, True, "Reconciled",
+         "the worker's last pass applied what the machine asks on its host cluster"),
     ]
     before = {str(c.get("type")): c for c in previous}
     return [_condition(before.get(type_), type_, status, reason, message, generation, now)
             for type_, status, reason, message in found]
+
+
+def blocked(previous: list[Condition], reason: str, message: str, generation: int,
+            now: datetime) -> list[Condition]:
+    """The conditions with ``Reconciled`` False: what stops the worker, the others as they
+    were (what Metal3 said last)."""
+    others = [c for c in previous if c.get("type") != RECONCILED]
+    before = next((c for c in previous if c.get("type") == RECONCILED), None)
+    return [*others, _condition(before, RECONCILED, False, reason, message, generation, now)]
 
 
 def _condition(previous: Condition | None, type_: str, status: bool, reason: str, message: str,

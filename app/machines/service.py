@@ -31,7 +31,7 @@ from app.kit.config import Settings
 from app.kit.crypto import SecretBox
 from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.machines import repository
-from app.machines.lifecycle import Observed, conditions_of, reading
+from app.machines.lifecycle import Observed, blocked, conditions_of, reading
 from app.machines.models import Machine
 from app.machines.schemas import BmcCredentialsIn, MachineOut, MachineRegister
 from app.nodes import repository as nodes_repository
@@ -289,6 +289,14 @@ def record_observation(db: Session, row: Machine, observed: Observed, generation
     if joined:
         enqueue(db, NODES, row.host_cluster_id)  # the inventory takes the new node now
     return joined
+
+
+def record_blocked(row: Machine, reason: str, message: str, generation: int,
+                   now: datetime) -> None:
+    """What stops the worker becomes the machine's reason and its ``Reconciled`` condition;
+    the phase stays what Metal3 said last."""
+    row.reason = message[:1000]
+    row.conditions = blocked(list(row.conditions or []), reason, message, generation, now)
 
 
 def forget(db: Session, row: Machine) -> None:

@@ -20,6 +20,7 @@ from app.hosts import repository as hosts_repository
 from app.http.deps import DbSession
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import NotFound
+from app.kube.simulated import spares_on_the_simulated_host
 from app.machines import service
 from app.machines.api import AppSettings, MachineName
 from app.machines.schemas import BmcCredentialsIn, MachineRegister
@@ -49,6 +50,7 @@ def _list_page(request: Request, db: Session, principal: Principal,
                   {"machines": service.list_machines(db, principal).items,
                    "hosts": [h.name for h in hosts_repository.all_hosts(db)],
                    "classes": [c.product for c in all_classes(db)],
+                   "spares": spares_on_the_simulated_host(),
                    "form": form or {}, "errors": errors or {}}, status_code=status_code)
 
 

@@ -87,6 +87,9 @@ class SuggestionOut(BaseModel):
     cliques: list[str]
     quota_gpus: int = Field(description="the tenant's approved quota of the class")
     dedicated_gpus: int = Field(description="GPUs of the class already dedicated to the tenant")
+    quota_left_gpus: int = Field(description="GPUs of the class the tenant's approved quota "
+                                             "leaves for dedicated nodes (its dedicated nodes "
+                                             "and shared-pool clusters hold the rest)")
     fits_quota: bool
     note: str = ""
 

@@ -394,7 +394,8 @@ def _suggestion_out(db: Session, tenant: Tenant, gpu_class: GpuClass, asked: int
         gpus=suggestion.gpus, racks=suggestion.racks, cliques=suggestion.cliques,
         nodes=[SuggestedNode(name=n.name, gpus=n.gpus, zone=n.zone, rack=n.rack,
                              clique=n.clique) for n in suggestion.nodes],
-        quota_gpus=approved, dedicated_gpus=dedicated, fits_quota=fits, note="; ".join(notes))
+        quota_gpus=approved, dedicated_gpus=dedicated, quota_left_gpus=standing.shared_left,
+        fits_quota=fits, note="; ".join(notes))
 
 
 def free_nodes_of(db: Session, principal: Principal, product: str,
@@ -414,6 +415,18 @@ def free_nodes_of(db: Session, principal: Principal, product: str,
 def classes_to_suggest(db: Session, principal: Principal) -> list[GpuClass]:
     ensure_platform_admin(principal)
     return gpu_classes.all_classes(db)
+
+
+# The most tenants the dedicate page's picker offers; beyond, the slug is typed (and checked).
+TENANT_CHOICES = 1000
+
+
+def tenants_to_pick(db: Session, principal: Principal) -> list[tuple[str, str]]:
+    """The active tenants the dedicate page offers, by slug: (slug, display name)."""
+    ensure_platform_admin(principal)
+    rows = db.execute(select(Tenant.slug, Tenant.display_name).where(Tenant.state == "active")
+                      .order_by(Tenant.slug).limit(TENANT_CHOICES))
+    return [(slug, name) for slug, name in rows]
 
 
 def fleet_zones(db: Session, principal: Principal) -> list[str]:

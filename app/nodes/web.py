@@ -164,9 +164,17 @@ def _suggest_page(request: Request, db: DbSession, principal: Principal,
     template = "nodes/_suggestion.html" if partial else "nodes/suggest.html"
     return render(request, template, {
         "classes": service.classes_to_suggest(db, principal), "form": form,
-        "errors": errors or {},
+        "tenants": [] if partial else service.tenants_to_pick(db, principal),
+        "tenant_choices": service.TENANT_CHOICES,
+        "errors": _once(errors or {}),
         "suggestion": suggestion, "free": free,
     }, status_code=status_code)
+
+
+def _once(errors: FieldErrors) -> FieldErrors:
+    """Each message once: the form's own is left out when a field says the same."""
+    fields = {name: message for name, message in errors.items() if name != "form"}
+    return fields if errors.get("form") in fields.values() else errors
 
 
 @router.get("/admin/fleet/suggest")

@@ -64,6 +64,16 @@ NODE = ("v1", "Node")
 BMH = (metal3.METAL3_API_VERSION, metal3.BAREMETAL_HOST)
 
 
+class Stuck(Exception):
+    """What stops the machine until someone changes the host or the machine: ``reason`` for
+    its condition (CamelCase), ``message`` in words."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
 @dataclass(frozen=True)
 class Snapshot:
     spec: MachineSpec
@@ -97,24 +107,34 @@ class MachineReconciler:
         snapshot = self._read(key) if key.isdigit() else None
         if snapshot is None:
             return GONE
+        try:
+            return self._reconcile(snapshot, context)
+        except Stuck as stuck:
+            # Retrying will not help until someone fixes the host: said where the admin looks
+            # (the runtime logs it), looked at again at the resync or the machine's next change.
+            self._note(snapshot.spec, stuck, context.lease)
+            raise TerminalError(f"machine {snapshot.spec.name}: {stuck.message}") from None
+
+    def _reconcile(self, snapshot: Snapshot, context: Context) -> Outcome:
         spec, target = snapshot.spec, snapshot.target
         if target is None:
-            self._note(spec, "the portal cannot reach the machine's host cluster: it has no "
-                             "stored credentials", context.lease)
-            raise TerminalError(f"machine {spec.name}: its host cluster cannot be reached (no "
-                                "stored credentials)")
+            raise Stuck("NoCredentials", "the portal cannot reach the machine's host cluster: "
+                                         "it has no stored credentials")
         wait_for_breaker(context, target.host_id)
         host = client(self.kube, target)
         if host is None:
-            raise TerminalError(f"machine {spec.name}: no client for host cluster "
-                                f"{target.name}")
+            raise Stuck("NoClient", f"the portal has no Kubernetes client for host cluster "
+                                    f"{target.name}: give it a kubeconfig (PORTAL_KUBECONFIG, "
+                                    "or a real host with `make lab`)")
         try:
             observed = self._converge(host, snapshot, context.lease)
         except KubeError as error:
             log.warning("machine %s on host cluster %s: %s (%s)", spec.name, target.name,
                         error.reason, error.message)
             if isinstance(error, PermanentKubeError):
-                self._note(spec, f"the host cluster refused: {error.message}", context.lease)
+                self._note(spec, Stuck("HostRefused",
+                                       f"the host cluster refused: {error.message}"),
+                           context.lease)
             raise failure(target, error, f"machine {spec.name}") from error
         context.hosts.reached(target.host_id)
         if observed is None:
@@ -230,10 +250,12 @@ class MachineReconciler:
         endpoint = snapshot.stored_endpoint or join.from_cluster_info(
             host.get("v1", "ConfigMap", join.CLUSTER_INFO, join.CLUSTER_INFO_NAMESPACE))
         if endpoint is None:
-            raise TerminalError(
-                f"machine {snapshot.spec.name}: no API server address and CA to join host "
-                "cluster with (the host's stored kubeconfig has no certificate-authority-data "
-                f"and {join.CLUSTER_INFO_NAMESPACE}/{join.CLUSTER_INFO} has no kubeconfig)")
+            raise Stuck("NoJoinEndpoint", (
+                "no API server address and CA to join the host cluster with: the host's "
+                "kubeconfig has no certificate-authority-data and "
+                f"{join.CLUSTER_INFO_NAMESPACE}/{join.CLUSTER_INFO} has no kubeconfig; give "
+                "the host a kubeconfig that carries its CA (the machine is looked at again "
+                f"within {self.resync_seconds:g} s, or when it changes)"))
         return endpoint
 
     def _node(self, host: KubePort, spec: MachineSpec) -> Manifest | None:
@@ -288,14 +310,16 @@ class MachineReconciler:
             machines_service.record_observation(db, row, observed, spec.generation, self.now())
             return row.phase
 
-    def _note(self, spec: MachineSpec, reason: str, lease: Lease) -> None:
-        """What keeps the machine where it is, where the admin looks (retrying will not help
-        until someone fixes the host: a missing CRD, a refused field)."""
+    def _note(self, spec: MachineSpec, stuck: Stuck, lease: Lease) -> None:
+        """What keeps the machine where it is, where the admin looks: its reason and its
+        ``Reconciled`` condition (retrying will not help until someone fixes the host: a
+        missing CRD, a refused field, no address to join)."""
         with self.database.transaction() as db:
             lease.fence(db)
             row = machines_repository.machine_by_id(db, spec.id, lock=True)
             if row is not None:
-                row.reason = reason[:1000]
+                machines_service.record_blocked(row, stuck.reason, stuck.message,
+                                                spec.generation, self.now())
 
     def _forget(self, spec: MachineSpec, lease: Lease) -> Outcome:
         with self.database.transaction() as db:

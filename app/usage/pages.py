@@ -91,25 +91,33 @@ def tenant_page(db: Session, principal: Principal, slug: str, chosen: Span) -> d
     tenant = access.tenant_for(db, principal, slug, "read")
     report = service.report(db, principal, _filters(chosen, slug))
     labels = _labels(chosen)
+    so_far = _so_far(chosen, labels)
     daily = stacked_bars(
-        "GPU-hours allocated to clusters per day (UTC), by GPU class",
+        "GPU-hours allocated to clusters per day (UTC), by GPU class" + so_far,
         f"GPU-hours allocated to {tenant.slug}'s clusters each day (UTC) from "
         f"{labels[0]} to {labels[-1]}, stacked by GPU class. The table below lists the figures.",
         labels, _by_class(db, report.rows, labels, "allocated_gpu_hours"), "GPU-hours")
     clusters = repository.clusters_now(db, tenant.id)
     classes = _classes_now(db, tenant, clusters)
     return {"tenant": tenant, "span": chosen, "rows": report.rows, "daily_chart": daily,
-            "in_use_chart": _in_use_chart(tenant, report.rows, labels),
-            "slept_chart": _slept_chart(db, tenant, report.rows, labels),
+            "in_use_chart": _in_use_chart(tenant, report.rows, labels, so_far),
+            "slept_chart": _slept_chart(db, tenant, report.rows, labels, so_far),
             "clusters": clusters, "classes": classes,
             "products": repository.class_products(db, {c.gpu_class_id for c in clusters}),
             "now_chart": _now_chart(tenant, classes), "class_names": class_names(db),
             "csv_query": chosen.query(tenant=tenant.slug)}
 
 
-def _in_use_chart(tenant: Tenant, rows: list[UsageRow], labels: list[str]) -> Markup:
+def _so_far(chosen: Span, labels: list[str]) -> str:
+    """What a daily chart's title says of a day under way in its range: its hours so far."""
+    today = _today(chosen)
+    return "" if today is None else f"; {labels[today]}: so far"
+
+
+def _in_use_chart(tenant: Tenant, rows: list[UsageRow], labels: list[str],
+                  so_far: str) -> Markup:
     return stacked_bars(
-        "GPU-hours in use per day (UTC): guaranteed and burst, all GPU classes",
+        "GPU-hours in use per day (UTC): guaranteed and burst, all GPU classes" + so_far,
         f"GPU-hours bound to {tenant.slug}'s pods each day (UTC) from {labels[0]} to "
         f"{labels[-1]}, all GPU classes: within the clusters' guarantees, and burst, lent by "
         "KAI beyond them from idle GPUs and taken back when another tenant needs its "
@@ -119,9 +127,9 @@ def _in_use_chart(tenant: Tenant, rows: list[UsageRow], labels: list[str]) -> Ma
 
 
 def _slept_chart(db: Session, tenant: Tenant, rows: list[UsageRow],
-                 labels: list[str]) -> Markup:
+                 labels: list[str], so_far: str) -> Markup:
     return stacked_bars(
-        "GPU-hours freed by sleep per day (UTC), by GPU class",
+        "GPU-hours freed by sleep per day (UTC), by GPU class" + so_far,
         f"GPU-hours of {tenant.slug}'s cluster guarantees given back to the shared pool while "
         f"the clusters were asleep, each day (UTC) from {labels[0]} to {labels[-1]}, stacked "
         "by GPU class (part of the GPU-hours allocated: the clusters are still held). The "
@@ -201,7 +209,7 @@ def _hours_elapsed(chosen: Span) -> list[float]:
 
 
 def _mean_gpus(rows: list[UsageRow], labels: list[str], hours: list[float],
-               field: str) -> list[float]:
+               field: str) -> list[float | None]:
     totals = dict.fromkeys(labels, 0.0)
     for row in rows:
         totals[row.period] += getattr(row, field)
@@ -213,24 +221,60 @@ def _class_charts(db: Session, rows: list[UsageRow], chosen: Span,
                   labels: list[str]) -> list[tuple[str, Markup, list[Series]]]:
     hours = _hours_elapsed(chosen)
     capacity = _capacity_by_day(db, chosen)
+    today = _today(chosen)
+    levels = _levels_now(db) if today is not None else {}
     charts = []
-    for gpu_class in sorted({r.gpu_class for r in rows} | set(capacity)):
+    for gpu_class in sorted({r.gpu_class for r in rows} | set(capacity) | set(levels)):
         mine = [r for r in rows if r.gpu_class == gpu_class]
-        series = [_kind("capacity", "capacity", capacity.get(gpu_class, [None] * len(labels))),
-                  _kind("guaranteed", "guaranteed",
-                        _mean_gpus(mine, labels, hours, "approved_gpu_hours")),
-                  _kind("in-use", "in use", _mean_gpus(mine, labels, hours, "used_gpu_hours")),
-                  _kind("burst", "of which burst",
-                        _mean_gpus(mine, labels, hours, "burst_gpu_hours"))]
-        chart = lines(f"{gpu_class}: mean GPUs per day (UTC)",
+        figures = [capacity.get(gpu_class, [None] * len(labels)),
+                   _mean_gpus(mine, labels, hours, "approved_gpu_hours"),
+                   _mean_gpus(mine, labels, hours, "used_gpu_hours"),
+                   _mean_gpus(mine, labels, hours, "burst_gpu_hours")]
+        if today is not None:
+            for values, level in zip(figures, levels.get(gpu_class, _NO_LEVELS), strict=True):
+                values[today] = level
+        series = [_kind(key, label, values) for (key, label), values
+                  in zip(_CLASS_SERIES, figures, strict=True)]
+        chart = lines(f"{gpu_class}: mean GPUs per day (UTC), today now",
                       f"Mean GPUs of {gpu_class} per day (UTC): the capacity, GPUs on the "
                       "nodes the inventory saw that day, over the part of the day it knew the "
                       "class (none drawn before it first saw a node of it), "
                       "the quota guaranteed to tenants, the GPUs running pods requested, and "
-                      "of those the burst KAI lent beyond the clusters' guarantees.",
+                      "of those the burst KAI lent beyond the clusters' guarantees. Today is "
+                      "not over: its point is the level now (the nodes there now, the quota "
+                      "approved now, the GPUs bound at the last sample), not a mean.",
                       labels, series, "GPUs")
         charts.append((gpu_class, chart, series))
     return charts
+
+
+_CLASS_SERIES = (("capacity", "capacity"), ("guaranteed", "guaranteed"), ("in-use", "in use"),
+                 ("burst", "of which burst"))
+_NO_LEVELS: tuple[float | None, ...] = (None, 0.0, None, None)
+
+
+def _today(chosen: Span) -> int | None:
+    """The index of the day under way in the range, if it is in it."""
+    now = ledger.now_in_seconds()
+    return next((n for n, p in enumerate(service.periods(chosen.start, chosen.end, "day"))
+                 if p.start <= now < p.end), None)
+
+
+def _levels_now(db: Session) -> dict[str, tuple[float | None, ...]]:
+    """Per class product: GPUs on the nodes there now, approved to tenants now, and bound to
+    pods and of those burst at the last sample (None: no host reported the class yet)."""
+    now = ledger.now_in_seconds()
+    capacity: dict[int, float] = defaultdict(float)
+    for node in repository.node_spans(db, now):
+        if node.gone_at is None and service.as_utc(node.first_seen_at) <= now:
+            capacity[node.gpu_class_id] += node.gpus
+    approved, bound = repository.approved_now(db, None), repository.bound_now(db, None)
+    class_ids = set(capacity) | set(approved) | set(bound)
+    products = repository.class_products(db, class_ids)
+    return {products[c]: (capacity.get(c), float(approved.get(c, 0)),
+                          bound[c].gpus if c in bound else None,
+                          bound[c].burst_gpus if c in bound else None)
+            for c in class_ids}
 
 
 def _capacity_by_day(db: Session, chosen: Span) -> dict[str, list[float | None]]:

@@ -272,22 +272,24 @@ def _queue_and_quota(used: dict[tuple[str, int], tuple[float, float]], cluster_i
             queue[1] if queue else None)
 
 
-def bound_now(db: Session, tenant_id: int) -> dict[int, BoundGpus]:
-    """GPUs of each class bound to the tenant's pods over all hosts and of those the burst, as
-    the worker last read them (app.quotas.models.GpusInUse); a class no host reported yet is
-    absent."""
-    rows = db.execute(select(GpusInUse.gpu_class_id, func.sum(GpusInUse.gpus),
-                             func.sum(GpusInUse.burst_gpus))
-                      .where(GpusInUse.tenant_id == tenant_id)
-                      .group_by(GpusInUse.gpu_class_id))
+def bound_now(db: Session, tenant_id: int | None) -> dict[int, BoundGpus]:
+    """GPUs of each class bound to the tenant's pods (every tenant's: None) over all hosts and
+    of those the burst, as the worker last read them (app.quotas.models.GpusInUse); a class no
+    host reported yet is absent."""
+    query = select(GpusInUse.gpu_class_id, func.sum(GpusInUse.gpus),
+                   func.sum(GpusInUse.burst_gpus))
+    if tenant_id is not None:
+        query = query.where(GpusInUse.tenant_id == tenant_id)
+    rows = db.execute(query.group_by(GpusInUse.gpu_class_id))
     return {row[0]: BoundGpus(float(row[1]), float(row[2])) for row in rows}
 
 
-def approved_now(db: Session, tenant_id: int) -> dict[int, int]:
-    """GPUs of each class approved to the tenant, over all regions."""
-    rows = db.execute(select(TenantQuota.gpu_class_id, func.sum(TenantQuota.gpus))
-                      .where(TenantQuota.tenant_id == tenant_id)
-                      .group_by(TenantQuota.gpu_class_id))
+def approved_now(db: Session, tenant_id: int | None) -> dict[int, int]:
+    """GPUs of each class approved to the tenant (to every tenant: None), over all regions."""
+    query = select(TenantQuota.gpu_class_id, func.sum(TenantQuota.gpus))
+    if tenant_id is not None:
+        query = query.where(TenantQuota.tenant_id == tenant_id)
+    rows = db.execute(query.group_by(TenantQuota.gpu_class_id))
     return {row[0]: int(row[1] or 0) for row in rows}
 
 

@@ -80,3 +80,19 @@ document.addEventListener("focusout", (event) => {
   delete element.dataset.stale;
   htmx.trigger(element, "livepoll");
 });
+
+// A form with data-gpu-limit: its submit button is disabled while the checked boxes' data-gpus
+// add up to more, the reason (data-over-limit, "{gpus}" the sum) in its aria-describedby.
+document.addEventListener("change", (event) => {
+  const form = event.target.closest && event.target.closest("form[data-gpu-limit]");
+  if (!form) return;
+  let gpus = 0;
+  form.querySelectorAll("input[type=checkbox][data-gpus]:checked").forEach((box) => {
+    gpus += Number(box.dataset.gpus);
+  });
+  const over = gpus > Number(form.dataset.gpuLimit);
+  const button = form.querySelector("button[type=submit]");
+  button.disabled = over;
+  const reason = document.getElementById(button.getAttribute("aria-describedby"));
+  if (reason) reason.textContent = over ? form.dataset.overLimit.replace("{gpus}", gpus) : "";
+});

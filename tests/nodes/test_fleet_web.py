@@ -139,3 +139,44 @@ def test_the_node_table_pages_in_the_chosen_order_and_keeps_its_filters(
     assert rest.text.lstrip().startswith('<div id="node-table"') and "First page" in rest.text
     shown += list(_tenants_column(rest.text))
     assert len(shown) == 4 and len(set(shown)) == 4  # the zone's four nodes, none twice
+
+
+def test_the_dedicate_page_picks_a_tenant_and_says_a_refusal_once(
+        synced: Synced, client: TestClient, db: Session) -> None:
+    _acme_with_h100_quota(db, gpus=8)
+    factories.tenant(db, "globex")
+    db.commit()
+    oidc.sign_in(client, "admin@example.com")
+    page = client.get("/admin/fleet/suggest", headers=HTML)
+    picker = re.search(r'<select name="tenant"[^>]*>(.*?)</select>', page.text, re.S)
+    assert picker is not None  # a picker, not a slug to remember
+    assert re.findall(r'<option value="([^"]+)"', picker.group(1)) == ["acme", "globex"]
+    nope = client.post("/admin/fleet/suggest", headers=htmx(csrf_of(page.text)),
+                       data={"tenant": "nope", "gpu_class": H100, "gpus": "8"})
+    assert nope.status_code == 422
+    assert nope.text.count("there is no tenant") == 1
+
+
+def test_a_suggestion_beyond_the_quota_warns_and_disables_dedicating_still_refused_on_submit(
+        synced: Synced, client: TestClient, db: Session) -> None:
+    _acme_with_h100_quota(db, gpus=8)
+    oidc.sign_in(client, "admin@example.com")
+    csrf = csrf_of(client.get("/admin/fleet/suggest", headers=HTML).text)
+    within = client.post("/admin/fleet/suggest", headers=htmx(csrf),
+                         data={"tenant": "acme", "gpu_class": H100, "gpus": "8"})
+    button = re.search(r'<button[^>]*id="dedicate-button"[^>]*>', within.text)
+    assert button is not None and " disabled" not in button.group(0)
+    beyond = client.post("/admin/fleet/suggest", headers=htmx(csrf),
+                         data={"tenant": "acme", "gpu_class": H100, "gpus": "16"})
+    assert beyond.status_code == 200
+    warning = re.search(r'<p class="callout-warning" id="suggestion-note" role="alert">([^<]*)',
+                        beyond.text)
+    assert warning is not None and "approve more before assigning" in warning.group(1)
+    button = re.search(r'<button[^>]*id="dedicate-button"[^>]*>', beyond.text)
+    assert button is not None and " disabled" in button.group(0)
+    assert ("The checked nodes hold 16 GPUs; acme has 8 GPUs of approved quota left for "
+            "dedicated nodes") in beyond.text
+    checked = re.findall(r'name="node" value="([^"]+)" checked', beyond.text)
+    refused = client.post("/admin/fleet/assignments", headers=htmx(csrf),
+                          data={"tenant": "acme", "node": checked})
+    assert refused.status_code == 409 and "approved quota of 8" in refused.text

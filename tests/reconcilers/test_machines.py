@@ -321,3 +321,44 @@ def test_a_joined_machine_whose_node_reports_other_gpus_says_so(lab: Lab) -> Non
     assert machine.phase == "joined"
     assert machine.reason == ("its node reports 8 GPUs of NVIDIA-H100-80GB-HBM3; 4 of "
                               "NVIDIA-H100-80GB-HBM3 expected")
+
+
+def _shown(lab: Lab) -> tuple[str, dict[str, tuple[str, str, str]]]:
+    """The machine's reason and conditions as its page and the API show them."""
+    with lab.database.session() as db:
+        machine = service.get_machine(db, Principal(factories.user(db, admin=True), via="token"),
+                                      NAME)
+    return machine.reason, {c.type: (c.status, c.reason, c.message) for c in machine.conditions}
+
+
+def test_a_host_with_no_address_to_join_says_so_on_the_machine_until_it_has_one(
+        lab: Lab) -> None:
+    lab.next_pass()
+    lab.metal3_reports("available")
+    lab.next_pass()
+    cluster_info = lab.kube.get("v1", "ConfigMap", "cluster-info", "kube-public")
+    assert cluster_info is not None
+    lab.kube.delete("v1", "ConfigMap", "cluster-info", "kube-public")
+    lab.ask(desired="provisioned")
+    lab.next_pass()
+    reason, conditions = _shown(lab)
+    assert reason.startswith("no API server address and CA to join the host cluster with")
+    status, why, message = conditions["Reconciled"]
+    assert (status, why, message) == ("False", "NoJoinEndpoint", reason)
+    assert "give the host a kubeconfig that carries its CA" in message
+    assert conditions["HostRegistered"][0] == "True"  # what Metal3 said last stays
+
+    lab.kube.seed(cluster_info)
+    lab.clock.later(lab.reconciler.resync_seconds)
+    lab.next_pass()
+    reason, conditions = _shown(lab)
+    assert conditions["Reconciled"][:2] == ("True", "Reconciled")
+    assert reason == "waiting for Metal3 to start provisioning"
+
+
+def test_a_host_the_worker_has_no_client_for_says_so_on_the_machine(lab: Lab) -> None:
+    lab.reconciler.kube = InMemoryConnector(None)
+    lab.next_pass()
+    reason, conditions = _shown(lab)
+    assert reason.startswith("the portal has no Kubernetes client for host cluster")
+    assert conditions["Reconciled"][:2] == ("False", "NoClient")

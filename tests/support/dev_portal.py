@@ -48,9 +48,16 @@ class DevPortal:
 
 
 @contextmanager
-def running_dev_portal(tmp_path: Path, settings: Settings) -> Iterator[DevPortal]:
+def running_dev_portal(tmp_path: Path, settings: Settings, *, startup_seconds: float = 0.0,
+                       worker_poll_seconds: float | None = None) -> Iterator[DevPortal]:
+    """``startup_seconds``: how long a control plane takes to boot (a Metal3 step, half);
+    ``worker_poll_seconds`` the worker's, when it is run (``Runtime.run``) rather than
+    driven pass by pass."""
     url = f"sqlite:///{tmp_path / 'portal-dev.db'}"
-    base = settings.model_copy(update={"simulated_startup_seconds": 0.0})
+    update: dict[str, object] = {"simulated_startup_seconds": startup_seconds}
+    if worker_poll_seconds is not None:
+        update["worker_poll_seconds"] = worker_poll_seconds
+    base = settings.model_copy(update=update)
     simulation = simulated_host_for(base, simulate=True)
     assert simulation is not None
     dev = dev_settings(base, database_url=url, issuer=str(settings.oidc_issuer), simulated=True)

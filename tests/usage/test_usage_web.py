@@ -16,6 +16,7 @@ from app.kube.usage import HostUsage, NamespaceUse, QueueUse
 from app.nodes.models import Node
 from app.usage.sampling import record_usage
 from app.web.charts.series import Series, grouped_bars, lines, stacked_bars
+from tests.support.paths import ROOT
 from tests.support.tenancy import Tenancy, build_tenancy, headers
 from tests.support.web import HTML
 from tests.usage.support import T0, LedgerClock, approve_quota, create_cluster, fix_clock
@@ -51,6 +52,8 @@ def test_the_tenant_page_charts_what_its_table_lists(client: TestClient, db: Ses
     listed = dict(re.findall(r'data-period="([\d-]+)"[^>]*>.*?class="allocated" '
                              r'data-value="([\d.]+)"', page.text, flags=re.S))
     assert charted == listed == {"2026-11-02": "66.0", "2026-11-03": "18.0"}
+    title = re.search(r'<title id="[^"]+">([^<]*)</title>', daily)
+    assert title is not None and title.group(1).endswith("; 2026-11-03: so far")  # 06:00
     assert 'href="/api/v1/usage.csv?from=2026-11-02T00%3A00%3A00%2B00%3A00' in page.text
     assert "tenant=acme" in page.text
     assert "globex" not in page.text
@@ -123,7 +126,10 @@ def test_the_admin_page_has_a_chart_per_class_with_its_figures(
                       ("guaranteed", str(round((8 * 24 + 2 * 22) / 24, 3))), ("in use", "0.0"),
                       ("of which burst", "0.0")]
     assert "<details><summary>Figures for" in figure
-    assert f"{t.h100.product}: mean GPUs per day (UTC)</text>" in figure  # a visible title
+    shown = re.search(r'<text class="chart-title"[^>]*>(.*?)</text>', figure)
+    assert shown is not None  # a visible title, in as many lines as it takes
+    assert " ".join(re.findall(r"<tspan[^>]*>([^<]*)</tspan>", shown.group(1))) == (
+        f"{t.h100.product}: mean GPUs per day (UTC), today now")
 
 
 def _nodes_first_seen(db: Session, at: datetime) -> None:
@@ -204,3 +210,63 @@ def _in_use_cell(page: str) -> str:
     found = re.search(r'<td class="in-use">([^<]*)</td>', page)
     assert found is not None
     return found.group(1).strip()
+
+
+def test_today_on_the_admin_chart_is_the_level_now_not_a_mean_of_the_day_so_far(
+    client: TestClient, db: Session, clock: LedgerClock
+) -> None:
+    """A fresh install, six hours into the day: the fleet came at five, 8 GPUs were approved
+    and 3 bound a minute ago. Means of the day so far would draw about 0 beside 64."""
+    t = build_tenancy(db)
+    _nodes_first_seen(db, T0 + timedelta(hours=5))
+    clock.at(hours=6)
+    approve_quota(db, t, 8)
+    create_cluster(db, t, "train", 3)
+    host = db.scalar(select(VirtualCluster.host_cluster_id)
+                     .where(VirtualCluster.name == "train"))
+    assert host is not None
+    record_usage(db, host, HostUsage(queues=[QueueUse("acme", "train", 3.0, 3.0)],
+                                     namespaces=[NamespaceUse("acme", "train", 3.0, 3.0)]),
+                 int(clock.now.timestamp()), {})
+    db.commit()
+    clock.at(hours=6, minutes=1)
+    figure = _class_figure(client, db, t)
+    today = dict(re.findall(r'data-series="([\w ()]+)" data-category="2026-11-02" '
+                            r'data-value="([\d.]+)"', figure))
+    assert today == {"capacity": "64.0", "guaranteed": "8.0", "in use": "3.0",
+                     "of which burst": "0.0"}
+    assert "Today is not over: its point is the level now" in figure
+
+
+def test_the_now_chart_carries_each_bars_number(client: TestClient, db: Session,
+                                                clock: LedgerClock) -> None:
+    t = _tenancy(db, clock)
+    page = client.get("/t/acme/usage", headers={**HTML, **headers(db, t.acme_viewer)}).text
+    now = page.split('id="now-chart"')[1].split("</figure>")[0]
+    assert re.findall(r'<text class="bar-value"[^>]*>([^<]*)</text>', now) == [
+        "8", "3", "0", "0"]
+
+
+def test_chart_text_is_readable_at_the_narrowest_a_chart_is_drawn(
+    client: TestClient, db: Session, clock: LedgerClock
+) -> None:
+    """Below its CSS min-width a chart's figure scrolls; at that width, no text of any chart
+    of the usage pages is drawn smaller than 11 px."""
+    css = (ROOT / "static" / "css" / "portal.css").read_text()
+    rule = re.search(r"svg\.chart \{[^}]*min-width: (\d+)px", css)
+    assert rule is not None
+    narrowest = float(rule.group(1))
+    t = _tenancy(db, clock)
+    _nodes_first_seen(db, T0 - timedelta(days=1))
+    pages = [client.get("/t/acme/usage", params=DAYS,
+                        headers={**HTML, **headers(db, t.acme_viewer)}).text,
+             client.get("/admin/usage", params=DAYS,
+                        headers={**HTML, **headers(db, t.platform_admin)}).text]
+    charts = [svg for page in pages for svg in re.findall(r"<svg.*?</svg>", page, re.S)]
+    assert len(charts) >= 5
+    for svg in charts:
+        view = re.search(r'viewBox="0 0 ([\d.]+)', svg)
+        assert view is not None
+        scale = min(narrowest / float(view.group(1)), 1.0)
+        for size in re.findall(r'<text[^>]*font-size="([\d.]+)"', svg):
+            assert float(size) * scale >= 11, (size, view.group(1), svg[:200])

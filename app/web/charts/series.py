@@ -17,10 +17,14 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-WIDTH, HEIGHT = 640, 290
-LEFT, RIGHT, TOP, BOTTOM = 56, 12, 42, 44
-TITLE_Y = 20
-LEGEND_ROW = 18
+# A drawing about as wide as it is shown (a grid cell of 600 px, the figure's 520 px at least),
+# so that its text is drawn near the sizes below: 13 px figures, 14 px legend, 16 px title.
+WIDTH, HEIGHT = 560, 300
+LEFT, RIGHT, TOP, BOTTOM = 60, 12, 46, 48
+TITLE_Y = 22
+LEGEND_ROW = 20
+TITLE_SIZE, LEGEND_SIZE, FIGURE_SIZE = 16, 14, 13
+CHAR_WIDTH = 0.6  # of the font size: how wide a character of a label is, about
 COLOURS = ("#2f6f4f", "#c47f17", "#3a5f9e", "#8c3b6b", "#5b6675", "#a32020")
 # Fill patterns for bars, one per series: solid, hatched, dotted, crossed, ...
 PATTERNS = ("solid", "hatch", "dots", "cross", "backhatch", "grid")
@@ -114,16 +118,18 @@ def _axes(frame: _Frame, unit: str) -> str:
         y = frame.y(value)
         parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
                      f'stroke="#dde2e8"/><text x="{LEFT - 6}" y="{y + 4:.1f}" '
-                     f'text-anchor="end" font-size="11">{number(value)}</text>')
-    # As many labels as fit side by side (about 6.5 px a character at 11 px), evenly spaced.
-    widest = max((len(label) for label in frame.categories), default=1) * 6.5 + 10
+                     f'text-anchor="end" font-size="{FIGURE_SIZE}">{number(value)}</text>')
+    # As many labels as fit side by side, evenly spaced.
+    widest = max((len(label) for label in frame.categories), default=1) * (
+        CHAR_WIDTH * FIGURE_SIZE) + 12
     every = max(1, math.ceil(len(frame.categories) * widest / frame.plot_width))
     for n, label in enumerate(frame.categories):
         if n % every == 0:
-            parts.append(f'<text x="{frame.x(n):.1f}" y="{HEIGHT - BOTTOM + 16}" '
-                         f'text-anchor="middle" font-size="11">{escape(label)}</text>')
-    parts.append(f'<text x="12" y="{TOP + frame.plot_height / 2:.1f}" font-size="11" '
-                 f'transform="rotate(-90 12 {TOP + frame.plot_height / 2:.1f})" '
+            parts.append(f'<text x="{frame.x(n):.1f}" y="{HEIGHT - BOTTOM + 18}" '
+                         f'text-anchor="middle" font-size="{FIGURE_SIZE}">{escape(label)}</text>')
+    parts.append(f'<text x="14" y="{TOP + frame.plot_height / 2:.1f}" '
+                 f'font-size="{FIGURE_SIZE}" '
+                 f'transform="rotate(-90 14 {TOP + frame.plot_height / 2:.1f})" '
                  f'text-anchor="middle">{escape(unit)}</text>')
     return "".join(parts)
 
@@ -132,7 +138,7 @@ def _legend_places(series: Sequence[Series]) -> list[tuple[float, int]]:
     """(x, row) of each legend item: side by side, on a new row when the next would not fit."""
     places, x, row = [], float(LEFT), 0
     for one in series:
-        width = 40 + len(one.label) * 7
+        width = 40 + len(one.label) * CHAR_WIDTH * LEGEND_SIZE
         if x + width > WIDTH - RIGHT and x > LEFT:
             x, row = float(LEFT), row + 1
         places.append((x, row))
@@ -158,7 +164,7 @@ def _legend(prefix: str, series: Sequence[Series], *, lines: bool) -> str:
             swatch = (f'<rect x="{x}" y="{y - 10}" width="14" height="12" '
                       f'fill="url(#{prefix}-p{n})" stroke="#1c2430" stroke-width=".5"/>')
         items.append(f'<g class="legend-item">{swatch}<text x="{x + 28}" y="{y}" '
-                     f'font-size="12">{escape(one.label)}</text></g>')
+                     f'font-size="{LEGEND_SIZE}">{escape(one.label)}</text></g>')
     return "".join(items)
 
 
@@ -172,20 +178,39 @@ def _figures(categories: Sequence[str], series: Sequence[Series], unit: str) -> 
     return " Figures: " + "; ".join(said) + "." if said else ""
 
 
+def _title_lines(title: str) -> list[str]:
+    """The title in lines that fit the drawing's width, broken between words."""
+    room = int((WIDTH - LEFT - RIGHT) / (CHAR_WIDTH * TITLE_SIZE))
+    found: list[str] = []
+    for word in title.split():
+        if found and len(found[-1]) + 1 + len(word) <= room:
+            found[-1] += " " + word
+        else:
+            found.append(word)
+    return found or [""]
+
+
 def _open(prefix: str, title: str, description: str, series: Sequence[Series]) -> str:
-    return (f'<svg class="chart" viewBox="0 0 {WIDTH} {_height(series)}" role="img" '
+    """The drawing's frame and title; what follows is drawn below the title's lines (closed by
+    ``_svg``)."""
+    lines = _title_lines(title)
+    below = (len(lines) - 1) * (TITLE_SIZE + 4)
+    drawn = "".join(f'<tspan x="{LEFT}" dy="{0 if n == 0 else TITLE_SIZE + 4}">{escape(line)}'
+                    "</tspan>" for n, line in enumerate(lines))
+    return (f'<svg class="chart" viewBox="0 0 {WIDTH} {_height(series) + below}" role="img" '
             f'aria-labelledby="{prefix}-title {prefix}-desc" '
             f'xmlns="http://www.w3.org/2000/svg" font-family="system-ui, sans-serif">'
             f'<title id="{prefix}-title">{escape(title)}</title>'
             f'<desc id="{prefix}-desc">{escape(description)}</desc>'
-            f'<text class="chart-title" x="{LEFT}" y="{TITLE_Y}" font-size="14" '
-            f'font-weight="bold" fill="#1c2430" aria-hidden="true">{escape(title)}</text>')
+            f'<text class="chart-title" x="{LEFT}" y="{TITLE_Y}" font-size="{TITLE_SIZE}" '
+            f'font-weight="bold" fill="#1c2430" aria-hidden="true">{drawn}</text>'
+            f'<g transform="translate(0 {below})">')
 
 
 def _svg(*parts: str) -> Markup:
     # Every label, title and unit went through escape() where it was put in; numbers and
     # constants are the only other text.
-    return Markup("".join(parts) + "</svg>")  # noqa: S704
+    return Markup("".join(parts) + "</g></svg>")  # noqa: S704
 
 
 def stacked_bars(title: str, description: str, categories: Sequence[str],
@@ -268,7 +293,8 @@ def lines(title: str, description: str, categories: Sequence[str],
 
 def grouped_bars(title: str, description: str, categories: Sequence[str],
                  series: Sequence[Series], unit: str) -> Markup:
-    """Side by side bars per category, one per series (e.g. approved, allocated, in use)."""
+    """Side by side bars per category, one per series (e.g. approved, allocated, in use),
+    each with its number above it."""
     prefix = f"chart{next(_ids)}"
     largest = max((v or 0.0 for s in series for v in s.values), default=0.0)
     frame = _Frame(categories, nice_top(largest))
@@ -286,6 +312,10 @@ def grouped_bars(title: str, description: str, categories: Sequence[str],
                 f'data-series="{escape(one.label)}" data-category="{escape(category)}" '
                 f'data-value="{value!r}"><title>{escape(one.label)}, {escape(category)}: '
                 f'{number(value)} {escape(unit)}</title></rect>')
+            # Each bar's number above it, readable without the table or a hover.
+            bars.append(f'<text class="bar-value" x="{start + k * width + width * 0.45:.1f}" '
+                        f'y="{top - 4:.1f}" text-anchor="middle" font-size="{FIGURE_SIZE}" '
+                        f'font-weight="bold" fill="#1c2430">{number(value)}</text>')
     return _svg(_open(prefix, title, description + _figures(categories, series, unit), series),
                 _defs(prefix, series), _axes(frame, unit), *bars,
                 _legend(prefix, series, lines=False))
