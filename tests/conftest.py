@@ -110,6 +110,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
               for kind in ("passed", "failed", "xfailed", "xpassed"))
     skipped = len(terminalreporter.stats.get("skipped", []))
     terminalreporter.write_line(f"tests that ran: {ran} (skipped: {skipped})")
+    # Where a test that records ("screenshots", folder) left them (test_layout.py: each page
+    # at 390 px).
+    stats = terminalreporter.stats
+    for report in [r for kind in ("passed", "failed") for r in stats.get(kind, [])]:
+        for name, value in getattr(report, "user_properties", ()):
+            if name == "screenshots" and report.when == "call":
+                terminalreporter.write_line(f"screenshots of {report.nodeid}: {value}")
 
 
 @pytest.fixture(autouse=True)

@@ -11,12 +11,24 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page
+from sqlalchemy import select
 
+from app.auth import service as auth_service
 from app.database import migrate
 from app.database.core import Database
+from app.gpu_classes.models import GpuClass
+from app.hosts.models import HostCluster
 from app.kit.config import Settings
 from app.kube.helm import SimulatedInstaller
-from app.process.devmode import dev_settings, seed_demo, simulated_host_for
+from app.process.devmode import (
+    DEMO_TENANT,
+    DEMO_TENANT_ADMIN,
+    dev_settings,
+    seed_demo,
+    simulated_host_for,
+)
+from app.tenants.models import Tenant
+from tests import factories
 from tests.support.paths import ROOT
 from tests.support.serving import serving
 
@@ -60,6 +72,22 @@ def simulated_portal(tmp_path: Path, settings: Settings) -> Iterator[SimulatedPo
                  installer=SimulatedInstaller(simulation)) as url:
         yield SimulatedPortal(url, database)
     database.dispose()
+
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def seed_work(portal: SimulatedPortal) -> None:
+    """Approved quota, a pending request and a cluster, so that pages show tables, not blanks."""
+    with portal.database.transaction() as db:
+        demo = db.scalars(select(Tenant).where(Tenant.slug == DEMO_TENANT)).one()
+        h100 = db.scalars(select(GpuClass).where(GpuClass.product == H100)).one()
+        alice = auth_service.user_for_email(db, DEMO_TENANT_ADMIN)
+        factories.quota(db, demo, h100, 8)
+        factories.quota_request(db, demo, h100, alice, gpus=4)
+        host = db.scalars(select(HostCluster).where(HostCluster.is_default)).one()
+        factories.cluster(db, demo, host, "train",
+                          gpu_class_id=h100.id, gpus=4)
 
 
 class Screenshots:

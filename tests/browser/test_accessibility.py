@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
-from sqlalchemy import select
 
-from app.auth import service as auth_service
-from app.gpu_classes.models import GpuClass
-from app.hosts.models import HostCluster
 from app.process.devmode import DEMO_TENANT, DEMO_TENANT_ADMIN
-from app.tenants.models import Tenant
-from tests import factories
 from tests.browser.accessibility import serious_violations
-from tests.browser.conftest import Screenshots, SimulatedPortal, sign_in_on
+from tests.browser.conftest import Screenshots, SimulatedPortal, seed_work, sign_in_on
 
 pytestmark = pytest.mark.browser
-
-H100 = "NVIDIA-H100-80GB-HBM3"
 
 TENANT_PAGES = ("/", f"/t/{DEMO_TENANT}", f"/t/{DEMO_TENANT}/quota-requests/new",
                 f"/t/{DEMO_TENANT}/clusters", f"/t/{DEMO_TENANT}/clusters/train", "/audit",
@@ -27,19 +19,6 @@ ADMIN_PAGES = ("/", "/admin/quota-requests", "/admin/fleet", "/admin/nodes/h100-
                "/admin/fleet/hosts", "/admin/fleet/suggest", "/admin/tenants",
                "/admin/gpu-classes", "/admin/usage",
                "/admin/hosts", "/admin/hosts/local", "/audit")
-
-
-def seed_work(portal: SimulatedPortal) -> None:
-    """Approved quota, a pending request and a cluster, so that pages show tables, not blanks."""
-    with portal.database.transaction() as db:
-        demo = db.scalars(select(Tenant).where(Tenant.slug == DEMO_TENANT)).one()
-        h100 = db.scalars(select(GpuClass).where(GpuClass.product == H100)).one()
-        alice = auth_service.user_for_email(db, DEMO_TENANT_ADMIN)
-        factories.quota(db, demo, h100, 8)
-        factories.quota_request(db, demo, h100, alice, gpus=4)
-        host = db.scalars(select(HostCluster).where(HostCluster.is_default)).one()
-        factories.cluster(db, demo, host, "train",
-                          gpu_class_id=h100.id, gpus=4)
 
 
 def check(page: Page, url: str, shots: Screenshots, found: dict[str, list[str]]) -> None:
