@@ -116,7 +116,8 @@ def create_request(request: Request, tenant: str, db: DbSession, principal: Curr
         created = service.create_request(db, principal, settings, tenant, payload)
         return go_to(request, f"/t/{tenant}",
                      toast=" ".join(["Quota request sent: a platform admin decides it.",
-                                     *created.warnings]))
+                                     *created.warnings]),
+                     focus=f"quota-request-{created.id}")
 
     def refused(refusal: Refusal) -> Response:
         errors = ({"gpus": refusal.detail} if isinstance(refusal.problem, LimitReached)

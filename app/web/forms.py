@@ -151,13 +151,23 @@ def is_htmx(request: Request) -> bool:
     return request.headers.get("hx-request") == "true"
 
 
-def go_to(request: Request, url: str, toast: str | None = None) -> Response:
-    """A full navigation: ``HX-Redirect`` for htmx, a 303 for a plain form post. The toast
-    is shown on the page navigated to (htmx only)."""
+def go_to(request: Request, url: str, toast: str | None = None, *,
+          focus: str | None = None) -> Response:
+    """A full navigation, so that the address is the page shown: ``HX-Redirect`` for htmx, a
+    303 for a plain form post. The toast is shown on the page navigated to (htmx only);
+    ``focus`` (an element's id) is where focus lands there: the form's result, rather than
+    the top of the page."""
     if is_htmx(request):
         response = Response(status_code=200, headers={"HX-Redirect": url})
-        return with_toast(response, toast, after_navigation=True) if toast else response
-    return RedirectResponse(url, status_code=303)
+        events: dict[str, Any] = {}
+        if toast:
+            events["toast-next"] = {"message": toast}
+        if focus:
+            events["focus-next"] = {"element": f"#{focus}"}  # htmx reads "target" itself
+        if events:
+            response.headers["HX-Trigger"] = json.dumps(events)
+        return response
+    return RedirectResponse(f"{url}#{focus}" if focus else url, status_code=303)
 
 
 def with_toast(response: Response, message: str, *, after_navigation: bool = False) -> Response:
