@@ -1,6 +1,7 @@
 """Issue 58 in a real browser: after a form is sent the address is the page shown, reloading
 it shows that page again (not an empty form), and focus lands on the result or on the first
-field refused, not at the top of the page."""
+field refused, not at the top of the page; revoking a kubeconfig leaves the one just issued,
+shown once, where it is."""
 
 from __future__ import annotations
 
@@ -8,12 +9,19 @@ from datetime import date, timedelta
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
+from sqlalchemy import select
 
+from app.gpu_classes.models import GpuClass
+from app.hosts.models import HostCluster
 from app.process.devmode import DEMO_TENANT, DEMO_TENANT_ADMIN
-from tests.browser.conftest import Screenshots, signed_in_page
+from app.tenants.models import Tenant
+from tests import factories
+from tests.browser.conftest import Screenshots, SimulatedPortal, signed_in_page
 
 pytestmark = pytest.mark.browser
 
+H100 = "NVIDIA-H100-80GB-HBM3"
+READY_TIMEOUT_MS = 60_000
 FOCUSED_ID = "document.activeElement && document.activeElement.id"
 
 
@@ -53,3 +61,45 @@ def test_a_refused_quota_request_stays_with_focus_on_the_first_refused_field(
     expect(alice.get_by_label("Until")).to_be_focused()
     assert alice.url == new
     screenshots(alice, "request-refused-focus-on-the-field")
+
+
+@pytest.fixture
+def ready_cluster(simulated_portal: SimulatedPortal) -> str:
+    """Cluster ``train`` of the demo tenant, brought up by the simulated host's worker."""
+    with simulated_portal.database.transaction() as db:
+        demo = db.scalars(select(Tenant).where(Tenant.slug == DEMO_TENANT)).one()
+        h100 = db.scalars(select(GpuClass).where(GpuClass.product == H100)).one()
+        host = db.scalars(select(HostCluster).where(HostCluster.is_default)).one()
+        factories.quota(db, demo, h100, 8)
+        factories.cluster(db, demo, host, "train", gpu_class_id=h100.id, gpus=2)
+    return f"{simulated_portal.url}/t/{DEMO_TENANT}/clusters/train"
+
+
+def get_kubeconfig(page: Page, role: str) -> str:
+    panel = page.locator("#kubeconfigs")
+    panel.get_by_label("Role").select_option(role)
+    panel.get_by_role("button", name="Get kubeconfig").click()
+    expect(page.locator("#issued-kubeconfig")).to_contain_text(f"Your {role} kubeconfig")
+    return page.locator("#kubeconfig-yaml").inner_text()
+
+
+def test_revoking_another_kubeconfig_keeps_the_one_just_issued(
+    browser: Browser, simulated_portal: SimulatedPortal, ready_cluster: str,
+    screenshots: Screenshots,
+) -> None:
+    alice = signed_in_page(browser, simulated_portal.url, DEMO_TENANT_ADMIN)
+    alice.goto(ready_cluster)
+    expect(alice.locator("#cluster-phase")).to_have_text("Ready", timeout=READY_TIMEOUT_MS)
+    get_kubeconfig(alice, "view")
+    issued = get_kubeconfig(alice, "edit")
+    expect(alice.locator("#issued-kubeconfig")).to_be_focused()
+
+    older = alice.locator("#kubeconfig-grants tr", has_text="view")
+    older.get_by_role("link", name="Revoke…").click()
+    alice.get_by_role("button", name="Revoke it").click()
+    expect(alice.locator("#toasts")).to_contain_text("Revoked the view kubeconfig")
+    expect(alice.locator("#kubeconfig-yaml")).to_have_text(issued)
+    revoked = alice.locator("#revoked-grants tr", has_text="view")
+    expect(revoked).to_be_focused()
+    expect(alice.locator("#kubeconfig-grants tr", has_text="edit")).to_be_visible()
+    screenshots(alice, "revoked-another-kubeconfig-kept")
