@@ -24,6 +24,8 @@ SHOWN_WHERE_POSTED = {
     "/cli/login": "the hand-off page that passes the new token to the waiting portalctl",
     "/t/{tenant}/clusters/validate": "checks a form being filled in; never a form's action",
     "/t/{tenant}/quota-requests/validate": "checks a form being filled in; never a form's action",
+    "/admin/tenants/{tenant}/burst-policy/check": (
+        "checks a form being filled in; never a form's action"),
     "/admin/fleet/suggest": "a question, not a change: the suggestion is shown where asked",
 }
 # Forms without hx-post: a plain 303 is what the browser gets, htmx or not.

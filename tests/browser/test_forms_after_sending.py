@@ -103,3 +103,30 @@ def test_revoking_another_kubeconfig_keeps_the_one_just_issued(
     expect(revoked).to_be_focused()
     expect(alice.locator("#kubeconfig-grants tr", has_text="edit")).to_be_visible()
     screenshots(alice, "revoked-another-kubeconfig-kept")
+
+
+def test_the_burst_form_says_no_ceiling_before_saving_and_focuses_what_it_set(
+    browser: Browser, live_portal: str, screenshots: Screenshots
+) -> None:
+    admin = signed_in_page(browser, live_portal, "admin@example.com")
+    admin.goto(f"{live_portal}/t/{DEMO_TENANT}")
+    form = admin.locator("#burst-form")
+    form.locator("select[name=tier]").select_option("burst")
+    expect(admin.locator("#burst-gpus-error")).to_contain_text("the burst tier has no ceiling")
+    form.get_by_role("checkbox", name="No ceiling").check()
+    expect(admin.locator("#burst-effect")).to_contain_text("no ceiling but the pool")
+    screenshots(admin, "burst-no-ceiling-said-before-saving")
+    assert admin.locator("#burst-summary .burst-tier").inner_text() == "guaranteed"  # unsaved
+
+    form.get_by_role("textbox", name="Burst ceiling").fill("-1")
+    form.get_by_role("checkbox", name="No ceiling").uncheck()
+    form.get_by_role("button", name="Set burst").click()
+    expect(admin.locator("#burst-gpus-error")).to_contain_text("at least 0 GPUs")
+    expect(admin.get_by_role("textbox", name="Burst ceiling")).to_be_focused()
+
+    admin.get_by_role("textbox", name="Burst ceiling").fill("6")
+    admin.locator("#burst-form").get_by_role("button", name="Set burst").click()
+    expect(admin.locator("#burst-summary")).to_contain_text("up to 6 idle GPUs")
+    expect(admin.locator("#burst-summary")).to_be_focused()
+    assert admin.url == f"{live_portal}/t/{DEMO_TENANT}"
+    screenshots(admin, "burst-set")
