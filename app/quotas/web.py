@@ -42,6 +42,7 @@ from app.web.forms import (
     in_row,
     is_htmx,
     only_touched,
+    said_once,
     submitted,
     validation_errors,
     with_toast,
@@ -224,11 +225,8 @@ def _out_of_range(name: str, given: object) -> str:
 def _burst_form(request: Request, db: DbSession, principal: Principal, tenant: str,
                 fields: dict[str, str], errors: FieldErrors, status_code: int,
                 effect: burst.Burst | None = None) -> Response:
-    fields_said = {message for name, message in errors.items() if name != "form"}
-    if errors.get("form") in fields_said:  # said once, beside its field
-        errors = {name: message for name, message in errors.items() if name != "form"}
     return render(request, "quotas/_burst.html", {
-        **burst_context(db, principal, tenant), "form": fields, "errors": errors,
+        **burst_context(db, principal, tenant), "form": fields, "errors": said_once(errors),
         "effect": effect}, status_code=status_code)
 
 

@@ -140,6 +140,14 @@ def in_row(request: Request, row: Callable[[Refusal], Response]) -> Callable[[Re
     return refused
 
 
+def said_once(errors: FieldErrors) -> FieldErrors:
+    """The errors without the whole form's when a field says the same beside it."""
+    beside_fields = {message for field, message in errors.items() if field != "form"}
+    if errors.get("form") in beside_fields:
+        return {field: message for field, message in errors.items() if field != "form"}
+    return errors
+
+
 def only_touched(request: Request, fields: dict[str, str], errors: FieldErrors) -> FieldErrors:
     """While a form is being filled in (inline validation), the errors of the fields touched
     so far: the one that changed, which htmx names, and those holding something."""

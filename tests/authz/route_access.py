@@ -318,6 +318,9 @@ ROUTES += [
     Route("POST", "/t/{tenant}/clusters/{cluster}/sleep-policy", Access.TENANT_ADMIN,
           params=acme_cluster, body=lambda _w: {"sleep_after_idle_minutes": "60",
                                                 "sleep_timezone": "UTC"}),
+    Route("POST", "/t/{tenant}/clusters/{cluster}/sleep-policy/check", Access.TENANT_ADMIN,
+          params=acme_cluster, body=lambda _w: {"sleep_schedule": "daily",
+                                                "sleep_timezone": "UTC"}),
 ]
 
 # GPU usage (issue 15): without a tenant filter everyone signed in gets the tenants they see.

@@ -26,6 +26,8 @@ SHOWN_WHERE_POSTED = {
     "/t/{tenant}/quota-requests/validate": "checks a form being filled in; never a form's action",
     "/admin/tenants/{tenant}/burst-policy/check": (
         "checks a form being filled in; never a form's action"),
+    "/t/{tenant}/clusters/{cluster}/sleep-policy/check": (
+        "checks a form being filled in; never a form's action"),
     "/admin/fleet/suggest": "a question, not a change: the suggestion is shown where asked",
 }
 # Forms without hx-post: a plain 303 is what the browser gets, htmx or not.

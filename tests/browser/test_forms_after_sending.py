@@ -5,7 +5,9 @@ shown once, where it is."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import date, timedelta
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -13,10 +15,12 @@ from sqlalchemy import select
 
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
+from app.kit.config import Settings
 from app.process.devmode import DEMO_TENANT, DEMO_TENANT_ADMIN
 from app.tenants.models import Tenant
 from tests import factories
-from tests.browser.conftest import Screenshots, SimulatedPortal, signed_in_page
+from tests.browser.conftest import Screenshots, SimulatedPortal, demo_database, signed_in_page
+from tests.support.serving import serving
 
 pytestmark = pytest.mark.browser
 
@@ -130,3 +134,50 @@ def test_the_burst_form_says_no_ceiling_before_saving_and_focuses_what_it_set(
     expect(admin.locator("#burst-summary")).to_be_focused()
     assert admin.url == f"{live_portal}/t/{DEMO_TENANT}"
     screenshots(admin, "burst-set")
+
+
+@pytest.fixture
+def portal_with_a_cluster(tmp_path: Path, settings: Settings) -> Iterator[str]:
+    """The demo portal with cluster ``train`` of the demo tenant (no worker: it stays as
+    made); yields the cluster page's address."""
+    database = demo_database(tmp_path)
+    with database.transaction() as db:
+        demo = db.scalars(select(Tenant).where(Tenant.slug == DEMO_TENANT)).one()
+        host = db.scalars(select(HostCluster).where(HostCluster.is_default)).one()
+        factories.cluster(db, demo, host, "train")
+    with serving(settings.model_copy(update={"database_url": database.url}), database) as base:
+        yield f"{base}/t/{DEMO_TENANT}/clusters/train"
+    database.dispose()
+
+
+def test_a_schedule_that_sleeps_the_cluster_now_says_so_before_saving(
+    browser: Browser, portal_with_a_cluster: str, screenshots: Screenshots
+) -> None:
+    base = portal_with_a_cluster.split("/t/")[0]
+    alice = signed_in_page(browser, base, DEMO_TENANT_ADMIN)
+    alice.goto(portal_with_a_cluster)
+    form = alice.locator("#sleep-policy-form")
+    never = form.get_by_role("checkbox", name="Never sleep by itself")
+    label = form.locator("label", has=alice.locator("input[name=never_sleep]")).bounding_box()
+    box = never.bounding_box()
+    assert label is not None and box is not None
+    assert box["x"] - label["x"] < 16 and label["height"] < 2 * box["height"] + 8, (
+        "the checkbox sits beside its words, on their line")
+
+    form.get_by_role("textbox", name="Asleep on this schedule").fill("daily")
+    form.get_by_role("textbox", name="Time zone of the schedule").fill("UTC")
+    form.get_by_role("textbox", name="Time zone of the schedule").press("Tab")
+    expect(alice.locator("#sleep-policy-effect")).to_contain_text(
+        "Saving this puts the cluster to sleep at once")
+    screenshots(alice, "sleep-now-said-before-saving")
+    form.get_by_role("button", name="Save sleep policy").click()
+    sleep_now = alice.get_by_role("checkbox", name="Put it to sleep now")
+    expect(sleep_now).to_be_focused()
+    expect(alice.locator("#sleep-policy-summary")).to_contain_text("none: it sleeps only when")
+
+    sleep_now.check()
+    alice.get_by_role("button", name="Save sleep policy").click()
+    alice.wait_for_url(portal_with_a_cluster)
+    expect(alice.locator("#sleep-policy-summary")).to_contain_text("asleep daily (UTC).")
+    expect(alice.locator("#sleep-policy-summary")).to_be_focused()
+    screenshots(alice, "sleep-policy-saved")
