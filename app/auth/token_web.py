@@ -19,7 +19,7 @@ from app.http.deps import DbSession, RowId
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
 from app.kit.config import Settings
-from app.web.forms import submitted
+from app.web.forms import go_to, submitted
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=UnitOfWorkRoute)
@@ -72,10 +72,9 @@ def create_token(
 @router.post("/tokens/{token_id}/revoke", dependencies=STATE_CHANGING)
 def revoke_token(
     token_id: RowId, request: Request, principal: CurrentPrincipal, db: DbSession,
-    settings: AppSettings,
 ) -> Response:
     token_service.revoke_token(db, principal, token_id)
-    return _page(request, db, principal, settings)
+    return go_to(request, "/tokens", focus=f"token-{token_id}")
 
 
 def _int_or_raw(text: str) -> int | str:

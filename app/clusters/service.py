@@ -347,6 +347,14 @@ def change_sleep_policy(db: Session, principal: Principal, slug: str, name: str,
     return cluster_out(db, sleep_policy.change_policy(db, principal, found, payload))
 
 
+def sleep_policy_sleeps_at_once(db: Session, principal: Principal, slug: str, name: str,
+                                payload: SleepPolicyIn, now: datetime) -> bool:
+    """Whether saving ``payload`` would put the cluster to sleep at once (its schedule's
+    window holds now): the page says so before saving."""
+    found = cluster_for(db, principal, slug, name, "manage")
+    return sleep_policy.sleeps_at_once(found, payload, now)
+
+
 def wake_for_use(db: Session, principal: Principal, cluster: VirtualCluster) -> bool:
     """Someone who may use the cluster asked for a kubeconfig: a sleeping cluster wakes."""
     if cluster.power != power.ASLEEP:

@@ -69,6 +69,17 @@ def change_policy(db: Session, principal: Principal, found: VirtualCluster,
     return cluster
 
 
+def sleeps_at_once(cluster: VirtualCluster, policy: SleepPolicyIn, now: datetime) -> bool:
+    """Whether saving ``policy`` puts the awake cluster to sleep at once: its schedule's window
+    holds ``now`` and nobody changed the cluster's power since that window began (as
+    ``decide`` will find it)."""
+    if policy.never_sleep or not policy.sleep_schedule or cluster.power == power.ASLEEP:
+        return False
+    began = sleep_schedule.window_began(policy.sleep_schedule, policy.sleep_timezone, now)
+    changed = cluster.power_changed_at
+    return began is not None and (changed is None or changed < began)
+
+
 def policy_of(cluster: Any) -> dict[str, Any]:
     return {name: getattr(cluster, name) for name in POLICY_FIELDS}
 

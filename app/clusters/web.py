@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Annotated, Any
+from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Depends, Request
 from markupsafe import Markup
@@ -22,7 +23,7 @@ from app.http.deps import DbSession, get_settings_dep
 from app.http.pagination import PageParams
 from app.http.routing import UnitOfWorkRoute
 from app.kit.config import Settings
-from app.kit.errors import NotFound
+from app.kit.errors import NotFound, ValidationFailed
 from app.quotas import service as quotas
 from app.tenants import service as tenants_service
 from app.web import live
@@ -35,6 +36,7 @@ from app.web.forms import (
     go_to,
     is_htmx,
     only_touched,
+    said_once,
     submitted,
 )
 from app.web.forms import form_payload as parse_form
@@ -157,7 +159,7 @@ def _detail(request: Request, db: DbSession, principal: Principal, settings: Set
             tenant: str, name: str, form: dict[str, Any] | None = None,
             errors: FieldErrors | None = None, status_code: int = 200,
             delete_error: str = "", policy: dict[str, Any] | None = None,
-            policy_errors: FieldErrors | None = None) -> Response:
+            policy_errors: FieldErrors | None = None, sleeps_now: str = "") -> Response:
     cluster = service.get_cluster(db, principal, tenant, name)
     row, can_manage = tenants_service.tenant_and_rights(db, principal, tenant)
     no_host = request.app.state.kube.host() is None
@@ -169,6 +171,7 @@ def _detail(request: Request, db: DbSession, principal: Principal, settings: Set
         "form": form or {k: str(getattr(cluster, k)) for k in SIZE_FIELDS},
         "errors": errors or {},
         "policy": policy or _policy_form(cluster), "policy_errors": policy_errors or {},
+        "sleeps_now": sleeps_now,
     }, status_code=status_code)
 
 
@@ -247,23 +250,66 @@ def delete_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
         delete_error=refusal.detail))
 
 
+SLEEP_NOW = "sleep_now"
+
+
+def _policy_payload(fields: dict[str, str]) -> dict[str, Any]:
+    return parse_form(fields, keys=POLICY_FIELDS, booleans=("never_sleep",),
+                      integers=("sleep_after_idle_minutes", "delete_after_sleep_days"))
+
+
+def _sleeps_at_once(db: DbSession, principal: Principal, tenant: str, cluster: str,
+                    policy: SleepPolicyIn) -> str:
+    """Said before saving a policy whose schedule puts the cluster to sleep at once: now, in
+    the schedule's time zone ("" when it does not)."""
+    now = datetime.now(UTC)
+    if not service.sleep_policy_sleeps_at_once(db, principal, tenant, cluster, policy, now):
+        return ""
+    local = now.astimezone(ZoneInfo(policy.sleep_timezone))
+    return f"{local:%A %H:%M} in {policy.sleep_timezone}"
+
+
+@router.post("/t/{tenant}/clusters/{cluster}/sleep-policy/check", dependencies=STATE_CHANGING)
+def check_sleep_policy(request: Request, tenant: str, cluster: str, db: DbSession,
+                       principal: CurrentPrincipal, settings: AppSettings,
+                       fields: FormFields) -> Response:
+    """What saving the form would do, said before saving (the form asks on each change)."""
+    service.cluster_for(db, principal, tenant, cluster, "manage")  # who may, before what
+
+    def checked() -> Response:
+        policy = SleepPolicyIn.model_validate(_policy_payload(fields))
+        return _detail(request, db, principal, settings, tenant, cluster, policy=fields,
+                       sleeps_now=_sleeps_at_once(db, principal, tenant, cluster, policy))
+
+    return submitted(checked, lambda refusal: _detail(
+        request, db, principal, settings, tenant, cluster, policy=fields,
+        policy_errors=only_touched(request, fields, refusal.errors)))
+
+
 @router.post("/t/{tenant}/clusters/{cluster}/sleep-policy", dependencies=STATE_CHANGING)
 def set_sleep_policy(request: Request, tenant: str, cluster: str, db: DbSession,
                      principal: CurrentPrincipal, settings: AppSettings,
                      fields: FormFields) -> Response:
+    """Saves the policy; one that puts the cluster to sleep at once is saved only once the
+    form said so and the user ticked "Put it to sleep now"."""
     service.cluster_for(db, principal, tenant, cluster, "manage")  # who may, before what
-    payload = parse_form(fields, keys=POLICY_FIELDS, booleans=("never_sleep",),
-                         integers=("sleep_after_idle_minutes", "delete_after_sleep_days"))
+    sleeps_now = ""
 
     def save() -> Response:
-        service.change_sleep_policy(db, principal, tenant, cluster,
-                                    SleepPolicyIn.model_validate(payload))
+        nonlocal sleeps_now
+        policy = SleepPolicyIn.model_validate(_policy_payload(fields))
+        sleeps_now = _sleeps_at_once(db, principal, tenant, cluster, policy)
+        if sleeps_now and fields.get(SLEEP_NOW) != "on":
+            message = "saving this puts the cluster to sleep at once: tick to confirm"
+            raise ValidationFailed(message, errors=[{"field": SLEEP_NOW, "message": message}])
+        service.change_sleep_policy(db, principal, tenant, cluster, policy)
         return go_to(request, f"/t/{tenant}/clusters/{cluster}",
-                     toast=f"Sleep policy of cluster {cluster} saved.")
+                     toast=f"Sleep policy of cluster {cluster} saved.",
+                     focus="sleep-policy-summary")
 
     return submitted(save, lambda refusal: _detail(
         request, db, principal, settings, tenant, cluster, status_code=refusal.status,
-        policy=fields, policy_errors=refusal.errors))
+        policy=fields, policy_errors=said_once(refusal.errors), sleeps_now=sleeps_now))
 
 
 @router.post("/t/{tenant}/clusters/{cluster}/power", dependencies=STATE_CHANGING)

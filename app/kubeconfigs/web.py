@@ -34,12 +34,12 @@ PANEL = "/t/{tenant}/clusters/{cluster}/kubeconfigs"
 def _panel(request: Request, db: DbSession, principal: Principal, tenant: str, cluster: str,
            *, form: dict[str, Any] | None = None, errors: FieldErrors | None = None,
            issued: IssuedKubeconfig | None = None, confirming: int | None = None,
-           status_code: int = 200) -> Response:
+           revoked_now: int | None = None, status_code: int = 200) -> Response:
     panel = service.kubeconfig_panel(db, principal, request.app.state.settings, tenant, cluster)
     template = "kubeconfigs/_panel.html" if is_htmx(request) else "kubeconfigs/page.html"
     response = render(request, template, {
         "panel": panel, "form": form or {}, "errors": errors or {}, "issued": issued,
-        "confirming": confirming,
+        "confirming": confirming, "revoked_now": revoked_now,
         "issued_b64": base64.b64encode(issued.yaml.encode()).decode() if issued else "",
     }, status_code=status_code)
     if issued is not None:
@@ -93,4 +93,4 @@ def revoke(request: Request, tenant: str, cluster: str, grant_id: RowId, db: DbS
     done = f"Revoked the {grant.role} kubeconfig of {grant.user_email}: it no longer works."
     if not is_htmx(request):
         return go_to(request, PANEL.format(tenant=tenant, cluster=cluster))
-    return with_toast(_panel(request, db, principal, tenant, cluster), done)
+    return with_toast(_panel(request, db, principal, tenant, cluster, revoked_now=grant.id), done)

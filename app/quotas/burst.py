@@ -63,6 +63,18 @@ TIERS: Final = {
     "priority-burst": Burst("priority-burst", UNLIMITED, 3, 600, None),
 }
 DEFAULT_TIER: Final = "guaranteed"
+# What each tier means, as the burst form explains it.
+TIER_MEANINGS: Final = {
+    "guaranteed": "exactly the approved quota: nothing borrowed, nothing taken back.",
+    "burst": "borrows idle GPUs of its classes beyond the guarantee, with no ceiling but the "
+             "pool; KAI Scheduler takes them back as soon as their owners need them.",
+    "priority-burst": "as burst, with three times a burst tenant's share of idle GPUs; a pod "
+                      "keeps borrowed GPUs at least 10 minutes before they may be taken back.",
+}
+# The values a platform admin may set apart from the tier, in words.
+FIELD_NAMES: Final = {"burst_gpus": "burst ceiling", "over_quota_weight": "share of idle GPUs",
+                      "reclaim_min_runtime_s": "time before reclaim",
+                      "preempt_min_runtime_s": "time before preemption"}
 
 
 def effective(row: Any) -> Burst:
@@ -70,9 +82,14 @@ def effective(row: Any) -> Burst:
     ``_POLICY``; None for none)."""
     if row is None:
         return TIERS[DEFAULT_TIER]
-    tier = TIERS.get(row.tier, TIERS[DEFAULT_TIER])
-    own = {name: getattr(row, name) for name in FIELDS if getattr(row, name) is not None}
-    return replace(tier, tier=row.tier, overrides=tuple(own), **own)
+    return chosen(row.tier, {name: getattr(row, name) for name in FIELDS})
+
+
+def chosen(tier: str, own: dict[str, int | None]) -> Burst:
+    """The tier's values with those set apart from it (None: the tier's)."""
+    apart = {name: value for name, value in own.items() if value is not None}
+    return replace(TIERS.get(tier, TIERS[DEFAULT_TIER]), tier=tier, overrides=tuple(apart),
+                   **apart)
 
 
 _POLICY = Prepared(select(BurstPolicy.tier, *(getattr(BurstPolicy, name) for name in FIELDS))

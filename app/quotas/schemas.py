@@ -190,7 +190,10 @@ class BurstIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tier: BurstTier
-    burst_gpus: StrictInt | None = Field(default=None, ge=-1, le=MAX_GPUS * 10)
+    burst_gpus: StrictInt | None = Field(
+        default=None, ge=-1, le=MAX_GPUS * 10,
+        description="GPUs the tenant may borrow beyond its guarantee, 0 to 100000; -1: no "
+                    "ceiling but the pool (the pages ask for it in words: a \"No ceiling\" box)")
     over_quota_weight: StrictInt | None = Field(default=None, ge=0, le=1000)
     reclaim_min_runtime_s: StrictInt | None = Field(default=None, ge=0, le=MAX_RUNTIME_S)
     preempt_min_runtime_s: StrictInt | None = Field(default=None, ge=0, le=MAX_RUNTIME_S)

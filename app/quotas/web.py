@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
+from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.audit import readable
@@ -16,7 +18,7 @@ from app.authz.routes import PLATFORM_STATE_CHANGING
 from app.http.deps import DbSession, RowId
 from app.http.pagination import Paging
 from app.http.routing import UnitOfWorkRoute
-from app.kit.errors import ProblemError
+from app.kit.errors import ProblemError, ValidationFailed
 from app.kit.limits import LimitReached
 from app.kit.plurals import counted
 from app.kit.validation import MAX_ROW_ID
@@ -40,7 +42,9 @@ from app.web.forms import (
     in_row,
     is_htmx,
     only_touched,
+    said_once,
     submitted,
+    validation_errors,
     with_toast,
 )
 from app.web.templating import render
@@ -116,7 +120,8 @@ def create_request(request: Request, tenant: str, db: DbSession, principal: Curr
         created = service.create_request(db, principal, settings, tenant, payload)
         return go_to(request, f"/t/{tenant}",
                      toast=" ".join(["Quota request sent: a platform admin decides it.",
-                                     *created.warnings]))
+                                     *created.warnings]),
+                     focus=f"quota-request-{created.id}")
 
     def refused(refusal: Refusal) -> Response:
         errors = ({"gpus": refusal.detail} if isinstance(refusal.problem, LimitReached)
@@ -140,33 +145,121 @@ def cancel_request(request: Request, tenant: str, request_id: RowId, db: DbSessi
 
 # ----- burst
 
+# Each number of the burst form: its least and most value and its unit, as the form says them.
+BURST_RANGES: dict[str, tuple[int, int, str]] = {
+    "burst_gpus": (0, burst.MOST["burst_gpus"], "GPUs"),
+    "over_quota_weight": (0, burst.MOST["over_quota_weight"], ""),
+    "reclaim_min_runtime_s": (0, burst.MOST["reclaim_min_runtime_s"], "seconds"),
+    "preempt_min_runtime_s": (0, burst.MOST["preempt_min_runtime_s"], "seconds"),
+}
+NO_CEILING = "no_ceiling"
+NEGATIVE_CEILING = 'at least 0 GPUs; for no ceiling, tick "No ceiling"'
+
 
 def burst_context(db: DbSession, principal: Principal, tenant: str) -> dict[str, Any]:
     """What ``quotas/_burst.html`` shows (the dashboard includes it); the form starts from
-    the values set apart from the tier, so that sending it again keeps them."""
+    the values set apart from the tier, so that sending it again keeps them, and from the
+    ceiling as it is ("No ceiling" ticked when there is none)."""
     current = burst.burst_for(db, principal, tenant)
-    return {"burst": current, "tiers": list(burst.TIERS), "tenant_slug": tenant,
-            "is_platform_admin": principal.is_platform_admin, "errors": {},
-            "form": {name: str(getattr(current, name)) for name in current.overrides}}
+    form = {name: str(getattr(current, name)) for name in current.overrides}
+    if current.burst_gpus == burst.UNLIMITED:
+        form.pop("burst_gpus", None)
+        form[NO_CEILING] = "on"
+    return {**_burst_words(), "burst": current, "tenant_slug": tenant,
+            "is_platform_admin": principal.is_platform_admin, "errors": {}, "form": form,
+            "effect": current}
+
+
+def _burst_words() -> dict[str, Any]:
+    return {"tiers": list(burst.TIERS), "tier_meanings": burst.TIER_MEANINGS,
+            "field_names": burst.FIELD_NAMES, "ranges": BURST_RANGES}
+
+
+def _burst_choice(fields: dict[str, str]) -> tuple[str, dict[str, int | None]]:
+    """The form's tier and values apart from it, as the API takes them. No ceiling is never
+    saved unsaid: it is the "No ceiling" box (the API's -1), and a tier without a ceiling is
+    refused until the box says so, or a number of GPUs caps it."""
+    payload = form_payload(fields, keys=("tier", *burst.FIELDS), integers=burst.FIELDS)
+    chosen = BurstIn.model_validate(payload)
+    own = chosen.own_values()
+    no_ceiling = fields.get(NO_CEILING, "").lower() in ("on", "true")
+    ceiling, tier_has_none = own["burst_gpus"], burst.TIERS[chosen.tier].burst_gpus < 0
+    if ceiling is not None and ceiling < 0:
+        _refuse_ceiling(NEGATIVE_CEILING)
+    if no_ceiling and ceiling is not None:
+        _refuse_ceiling(f"either at most {ceiling} GPUs or no ceiling: not both")
+    if no_ceiling:
+        own["burst_gpus"] = None if tier_has_none else burst.UNLIMITED
+    elif ceiling is None and tier_has_none:
+        _refuse_ceiling(f'the {chosen.tier} tier has no ceiling: tick "No ceiling" to save it '
+                        "so, or give at most how many GPUs")
+    return chosen.tier, own
+
+
+def _refuse_ceiling(message: str) -> None:
+    raise ValidationFailed(message, errors=[{"field": "burst_gpus", "message": message}])
+
+
+def _burst_errors(error: ValidationError) -> FieldErrors:
+    """The schema's refusals, a number's said with its range and unit ("at most 100000
+    GPUs", not "far too large a number")."""
+    errors = validation_errors(error)
+    for item in error.errors():
+        name = str(item["loc"][0]) if item["loc"] else ""
+        if name in BURST_RANGES:
+            errors[name] = _out_of_range(name, item.get("input"))
+    return errors
+
+
+def _out_of_range(name: str, given: object) -> str:
+    least, most, unit = BURST_RANGES[name]
+    unit = f" {unit}" if unit else ""
+    digits = str(given).strip()
+    if isinstance(given, int) or re.fullmatch(r"[+-]?\d+", digits):
+        if int(digits) > most:
+            return f"at most {most}{unit}"
+        return NEGATIVE_CEILING if name == "burst_gpus" else f"at least {least}{unit}"
+    return f"a whole number{unit and ' of' + unit}, from {least} to {most}"
+
+
+def _burst_form(request: Request, db: DbSession, principal: Principal, tenant: str,
+                fields: dict[str, str], errors: FieldErrors, status_code: int,
+                effect: burst.Burst | None = None) -> Response:
+    return render(request, "quotas/_burst.html", {
+        **burst_context(db, principal, tenant), "form": fields, "errors": said_once(errors),
+        "effect": effect}, status_code=status_code)
+
+
+@router.post("/admin/tenants/{tenant}/burst-policy/check",
+             dependencies=PLATFORM_STATE_CHANGING)
+def check_burst(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
+                fields: FormFields) -> Response:
+    """What saving the form would set, said before saving (the form asks on each change)."""
+
+    def checked() -> Response:
+        effect = burst.chosen(*_burst_choice(fields))
+        return _burst_form(request, db, principal, tenant, fields, {}, 200, effect)
+
+    return submitted(checked, lambda refusal: _burst_form(
+        request, db, principal, tenant, fields, refusal.errors, 200),
+        schema_errors=_burst_errors)
 
 
 @router.post("/admin/tenants/{tenant}/burst-policy", dependencies=PLATFORM_STATE_CHANGING)
 def set_burst(request: Request, tenant: str, db: DbSession, principal: CurrentPrincipal,
               fields: FormFields) -> Response:
-    payload = form_payload(fields, keys=("tier", *burst.FIELDS), integers=burst.FIELDS)
-
     def choose() -> Response:
-        burst_in = BurstIn.model_validate(payload)
-        burst.set_burst(db, principal, tenant, burst_in.tier, burst_in.own_values())
+        tier, own = _burst_choice(fields)
+        burst.set_burst(db, principal, tenant, tier, own)
         if not is_htmx(request):
-            return go_to(request, f"/t/{tenant}")
-        response = render(request, "quotas/_burst.html", burst_context(db, principal, tenant))
+            return go_to(request, f"/t/{tenant}", focus="burst-summary")
+        response = render(request, "quotas/_burst.html",
+                          {**burst_context(db, principal, tenant), "saved": True})
         return with_toast(response, f"Burst of {tenant} set: its queues follow within seconds.")
 
-    return submitted(choose, lambda refusal: render(
-        request, "quotas/_burst.html",
-        {**burst_context(db, principal, tenant), "form": fields, "errors": refusal.errors},
-        status_code=refusal.status))
+    return submitted(choose, lambda refusal: _burst_form(
+        request, db, principal, tenant, fields, refusal.errors, refusal.status),
+        schema_errors=_burst_errors)
 
 
 # ----- the approval queue

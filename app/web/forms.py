@@ -140,6 +140,14 @@ def in_row(request: Request, row: Callable[[Refusal], Response]) -> Callable[[Re
     return refused
 
 
+def said_once(errors: FieldErrors) -> FieldErrors:
+    """The errors without the whole form's when a field says the same beside it."""
+    beside_fields = {message for field, message in errors.items() if field != "form"}
+    if errors.get("form") in beside_fields:
+        return {field: message for field, message in errors.items() if field != "form"}
+    return errors
+
+
 def only_touched(request: Request, fields: dict[str, str], errors: FieldErrors) -> FieldErrors:
     """While a form is being filled in (inline validation), the errors of the fields touched
     so far: the one that changed, which htmx names, and those holding something."""
@@ -151,13 +159,23 @@ def is_htmx(request: Request) -> bool:
     return request.headers.get("hx-request") == "true"
 
 
-def go_to(request: Request, url: str, toast: str | None = None) -> Response:
-    """A full navigation: ``HX-Redirect`` for htmx, a 303 for a plain form post. The toast
-    is shown on the page navigated to (htmx only)."""
+def go_to(request: Request, url: str, toast: str | None = None, *,
+          focus: str | None = None) -> Response:
+    """A full navigation, so that the address is the page shown: ``HX-Redirect`` for htmx, a
+    303 for a plain form post. The toast is shown on the page navigated to (htmx only);
+    ``focus`` (an element's id) is where focus lands there: the form's result, rather than
+    the top of the page."""
     if is_htmx(request):
         response = Response(status_code=200, headers={"HX-Redirect": url})
-        return with_toast(response, toast, after_navigation=True) if toast else response
-    return RedirectResponse(url, status_code=303)
+        events: dict[str, Any] = {}
+        if toast:
+            events["toast-next"] = {"message": toast}
+        if focus:
+            events["focus-next"] = {"element": f"#{focus}"}  # htmx reads "target" itself
+        if events:
+            response.headers["HX-Trigger"] = json.dumps(events)
+        return response
+    return RedirectResponse(f"{url}#{focus}" if focus else url, status_code=303)
 
 
 def with_toast(response: Response, message: str, *, after_navigation: bool = False) -> Response:

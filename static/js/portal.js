@@ -96,3 +96,43 @@ document.addEventListener("change", (event) => {
   const reason = document.getElementById(button.getAttribute("aria-describedby"));
   if (reason) reason.textContent = over ? form.dataset.overLimit.replace("{gpus}", gpus) : "";
 });
+
+// Focus after a form is sent. Answered in place (htmx swapped the form or its section): the
+// first field refused, else the form's own refusal, else the result the answer marks with
+// data-result. Answered by a navigation: the element the server named (HX-Trigger
+// "focus-next" over htmx, or the address's #fragment after a plain post's redirect).
+const FOCUS_KEY = "portal-focus";
+function focusOn(element) {
+  if (!element) return;
+  if (element.tabIndex < 0 && !element.hasAttribute("tabindex")) element.setAttribute("tabindex", "-1");
+  element.focus();
+}
+function firstRefusal(within) {
+  return within.querySelector('[aria-invalid="true"]')
+    || Array.from(within.querySelectorAll(".field-error[role=alert]"))
+      .find((message) => message.textContent.trim() !== "");
+}
+document.addEventListener("htmx:afterSettle", (event) => {
+  const config = event.detail.requestConfig;
+  if (!config || !config.triggeringEvent || config.triggeringEvent.type !== "submit") return;
+  const swapped = event.target;
+  if (!swapped.querySelector) return;
+  focusOn(firstRefusal(swapped) || swapped.querySelector("[data-result]")
+    || (swapped.hasAttribute("data-result") ? swapped : null));
+});
+document.addEventListener("focus-next", (event) => {
+  sessionStorage.setItem(FOCUS_KEY, event.detail.element);
+});
+function focusArrival() {
+  const named = sessionStorage.getItem(FOCUS_KEY);
+  sessionStorage.removeItem(FOCUS_KEY);
+  const wanted = named || (window.location.hash.length > 1 ? window.location.hash : "");
+  if (!wanted) return;
+  try {
+    focusOn(document.querySelector(wanted));
+  } catch (error) {
+    // not a selector (an address's own #fragment): nothing to focus
+  }
+}
+if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", focusArrival);
+else focusArrival();

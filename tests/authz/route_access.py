@@ -176,6 +176,8 @@ ROUTES += [
           body=lambda _w: {"slug": "initech", "display_name": "Initech"}),
     Route("POST", "/admin/tenants/{tenant}/burst-policy", Access.PLATFORM_ADMIN, params=acme,
           body=lambda _w: {"tier": "burst", "burst_gpus": "4"}),
+    Route("POST", "/admin/tenants/{tenant}/burst-policy/check", Access.PLATFORM_ADMIN,
+          params=acme, body=lambda _w: {"tier": "burst", "no_ceiling": "on"}),
     Route("POST", "/admin/tenants/{tenant}", Access.PLATFORM_ADMIN, params=acme,
           body=lambda _w: {"state": "suspended"}),
     Route("GET", "/admin/gpu-classes", Access.PLATFORM_ADMIN),
@@ -315,6 +317,9 @@ ROUTES += [
           params=acme_cluster, body=lambda _w: {"power": "asleep"}),
     Route("POST", "/t/{tenant}/clusters/{cluster}/sleep-policy", Access.TENANT_ADMIN,
           params=acme_cluster, body=lambda _w: {"sleep_after_idle_minutes": "60",
+                                                "sleep_timezone": "UTC"}),
+    Route("POST", "/t/{tenant}/clusters/{cluster}/sleep-policy/check", Access.TENANT_ADMIN,
+          params=acme_cluster, body=lambda _w: {"sleep_schedule": "daily",
                                                 "sleep_timezone": "UTC"}),
 ]
 

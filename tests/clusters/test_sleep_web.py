@@ -4,7 +4,7 @@ deletion; the tenant's cluster list shows the Sleeping phase."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from fastapi.testclient import TestClient
 from sqlalchemy import select
@@ -43,7 +43,9 @@ def test_an_admin_sets_the_policy_on_the_page(client: TestClient, db: Session,
                         follow_redirects=False,
                         data={"sleep_after_idle_minutes": "45", "sleep_schedule": "sat,sun",
                               "sleep_timezone": "Europe/Berlin",
-                              "delete_after_sleep_days": ""})
+                              "delete_after_sleep_days": "",
+                              # as the form asks on a weekend, when the window holds now
+                              "sleep_now": "on"})
     assert saved.status_code in (303, 200), saved.text
     train = _train(db)
     assert (train.sleep_after_idle_minutes, train.sleep_schedule, train.sleep_timezone,
@@ -103,3 +105,68 @@ def test_sleep_now_and_wake_now(client: TestClient, db: Session, oidc_issuer: st
     client.post(f"{PAGE}/power", headers={"X-CSRF-Token": csrf}, data={"power": "awake"},
                 follow_redirects=False)
     assert _train(db).power == "awake"
+
+
+def _not_now() -> str:
+    """A daily window half a day away from now (UTC)."""
+    hour = (datetime.now(UTC).hour + 12) % 24
+    return f"daily {hour:02d}:00-{hour:02d}:30"
+
+
+def test_a_schedule_that_sleeps_the_cluster_now_is_said_before_saving(
+        client: TestClient, db: Session, oidc_issuer: str) -> None:
+    csrf = _with_train(client, db, oidc_issuer)
+    policy = {"sleep_schedule": "daily", "sleep_timezone": "UTC"}
+    checked = client.post(f"{PAGE}/sleep-policy/check",
+                          headers={**HTML, "HX-Request": "true", "X-CSRF-Token": csrf},
+                          data=policy)
+    effect = re.search(r'<div id="sleep-policy-effect" role="status">(.*?)</div>', checked.text,
+                       re.S)
+    assert effect is not None
+    weekday = datetime.now(UTC).strftime("%A")
+    assert "<strong>Saving this puts the cluster to sleep at once</strong>: now (" + weekday in (
+        effect[1])
+    assert 'name="sleep_now"' in effect[1]
+    assert _train(db).sleep_schedule is None  # a check saves nothing
+
+    refused = client.post(f"{PAGE}/sleep-policy", headers={**HTML, "X-CSRF-Token": csrf},
+                          data=policy)
+    assert refused.status_code == 422
+    assert re.search(r'name="sleep_now" value="on" aria-invalid="true"', refused.text)
+    assert refused.text.count("saving this puts the cluster to sleep at once: tick") == 1
+    assert _train(db).sleep_schedule is None
+
+    confirmed = client.post(f"{PAGE}/sleep-policy", headers={"X-CSRF-Token": csrf},
+                            data={**policy, "sleep_now": "on"}, follow_redirects=False)
+    assert confirmed.status_code == 303
+    assert confirmed.headers["location"] == f"{PAGE}#sleep-policy-summary"
+    assert _train(db).sleep_schedule == "daily"
+
+
+def test_a_schedule_outside_now_saves_without_a_word_more(
+        client: TestClient, db: Session, oidc_issuer: str) -> None:
+    csrf = _with_train(client, db, oidc_issuer)
+    policy = {"sleep_schedule": _not_now(), "sleep_timezone": "UTC"}
+    checked = client.post(f"{PAGE}/sleep-policy/check",
+                          headers={**HTML, "HX-Request": "true", "X-CSRF-Token": csrf},
+                          data=policy)
+    assert "puts the cluster to sleep at once" not in checked.text
+    saved = client.post(f"{PAGE}/sleep-policy", headers={"X-CSRF-Token": csrf}, data=policy,
+                        follow_redirects=False)
+    assert saved.status_code == 303, saved.text
+    assert _train(db).sleep_schedule == policy["sleep_schedule"]
+
+
+def test_the_policy_summary_ends_in_a_full_stop(
+        client: TestClient, db: Session, oidc_issuer: str) -> None:
+    csrf = _with_train(client, db, oidc_issuer)
+    schedule = _not_now()
+    client.post(f"{PAGE}/sleep-policy", headers={"X-CSRF-Token": csrf}, follow_redirects=False,
+                data={"sleep_after_idle_minutes": "30", "sleep_schedule": schedule,
+                      "sleep_timezone": "UTC"})
+    summary = re.search(r'id="sleep-policy-summary">(.*?)</p>', client.get(
+        PAGE, headers=HTML).text, re.S)
+    assert summary is not None
+    said = " ".join(summary[1].split())
+    assert said == (f"Sleep policy: sleeps after 30 minutes without a GPU pod bound; asleep "
+                    f"<code>{schedule}</code> (UTC).")
