@@ -100,7 +100,7 @@ log = logging.getLogger(__name__)
 
 API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api.router,
                tenants_api.router, quotas_api.router, gpu_classes_api.router,
-               kubeconfigs_api.router,
+               kubeconfigs_api.router, kubeconfigs_api.grants_router,
                nodes_api.router,
                clusters_api.router, clusters_api.power_router, templates_api.router,
                templates_api.cluster_router,
