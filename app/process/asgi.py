@@ -68,6 +68,7 @@ from app.kit.errors import (
     ValidationFailed,
 )
 from app.kit.logs import AccessLog
+from app.kit.validation_messages import api_field_error
 from app.kube.connector import ClientConnector, KubeConnector
 from app.kubeconfigs import api as kubeconfigs_api
 from app.kubeconfigs import web as kubeconfigs_web
@@ -374,12 +375,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def handle_validation(request: Request, error: RequestValidationError) -> Response:
-        fields = [
-            {"field": ".".join(str(p) for p in e["loc"] if p != "body"), "message": e["msg"]}
-            for e in error.errors()
-        ]
-        return _problem_response(request, ValidationFailed("the request is invalid",
-                                                           errors=fields))
+        fields = [api_field_error(e) for e in error.errors()]
+        unparsed = any(e["type"] == "json_invalid" for e in error.errors())
+        detail = "the request body is not valid JSON" if unparsed else "the request is invalid"
+        return _problem_response(request, ValidationFailed(detail, errors=fields))
 
     @app.exception_handler(StarletteHTTPException)
     async def handle_http(request: Request, error: StarletteHTTPException) -> Response:

@@ -84,3 +84,12 @@ def _tenants(db: Session) -> dict[str, Tenant]:
 def _json(result: Result) -> Any:
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def test_a_refused_value_is_said_in_the_portals_words(portal: Portal, portalctl: PortalCtl) -> None:
+    portalctl.login(portal, "acme-admin")
+    refused = portalctl("clusters", "create", "Bad_Name", "--gpus", "0")
+    assert refused.exit_code == 1
+    lines = refused.stderr.splitlines()
+    assert lines[0] == "error: the request is invalid"
+    assert lines[1].startswith("  name: ") and "error," not in refused.stderr
