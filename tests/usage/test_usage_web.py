@@ -46,7 +46,7 @@ def test_the_tenant_page_charts_what_its_table_lists(client: TestClient, db: Ses
     assert page.status_code == 200
     daily = page.text.split('id="daily-chart"')[1].split("</figure>")[0]
     assert re.search(r'<svg[^>]+role="img"[^>]+aria-labelledby="(\S+)-title \1-desc"', daily)
-    assert "<title" in daily and "<desc" in daily and t.h100.product in daily
+    assert "<title" in daily and "<desc" in daily and t.h100.display_name in daily
     charted = dict(re.findall(r'data-category="([\d-]+)" data-value="([\d.]+)"', daily))
     listed = dict(re.findall(r'data-period="([\d-]+)"[^>]*>.*?class="allocated" '
                              r'data-value="([\d.]+)"', page.text, flags=re.S))
@@ -123,7 +123,7 @@ def test_the_admin_page_has_a_chart_per_class_with_its_figures(
                       ("guaranteed", str(round((8 * 24 + 2 * 22) / 24, 3))), ("in use", "0.0"),
                       ("of which burst", "0.0")]
     assert "<details><summary>Figures for" in figure
-    assert f"{t.h100.product}: mean GPUs per day (UTC)</text>" in figure  # a visible title
+    assert f"{t.h100.display_name}: mean GPUs per day (UTC)</text>" in figure  # a visible title
 
 
 def _nodes_first_seen(db: Session, at: datetime) -> None:

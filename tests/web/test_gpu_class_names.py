@@ -80,7 +80,7 @@ def test_no_page_or_chart_names_a_class_by_its_product_alone(
         assert shown == [], path
     home = client.get("/", headers=HTML).text
     oldest = home.split('id="oldest-request"', 1)[1].split("</p>", 1)[0]
-    assert f"2 × {NAMED}" in oldest
+    assert f"2 \u00d7 {NAMED}" in oldest
 
 
 def _places(text: str, word: str) -> list[int]:
