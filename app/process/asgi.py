@@ -95,6 +95,7 @@ from app.usage import api as usage_api
 from app.usage import web as usage_web
 from app.web import api_docs, live
 from app.web.favicon import router as favicon_router
+from app.web.forms import is_htmx, with_toast
 from app.web.templating import STATIC_DIR, render, templates
 
 log = logging.getLogger(__name__)
@@ -313,6 +314,15 @@ def _wants_problem_json(request: Request) -> bool:
 
 
 def _problem_response(request: Request, error: ProblemError) -> Response:
+    response = _problem_body(request, error)
+    if is_htmx(request) and not request.url.path.startswith("/api/"):
+        # htmx swaps no error answer (base.html's responseHandling) but runs its HX-Trigger:
+        # the refusal is told in the page's toast region instead of nothing happening.
+        with_toast(response, error.detail)
+    return response
+
+
+def _problem_body(request: Request, error: ProblemError) -> Response:
     if _wants_problem_json(request):
         body = error.to_problem(request.url.path, getattr(request.state, "request_id", ""))
         headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
