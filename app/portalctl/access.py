@@ -157,7 +157,7 @@ def grants_list(
 @grants_app.command("revoke")
 def grants_revoke(
     grant: Annotated[list[str], typer.Argument(
-        metavar="GRANT_ID", show_default=False,
+        metavar="[CLUSTER] GRANT_ID", show_default=False,
         help="the grant's id (grants list; ids are global, so no cluster or tenant is needed; "
              "CLUSTER GRANT_ID is still taken)")],
     tenant: Annotated[str | None, typer.Option(

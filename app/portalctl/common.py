@@ -22,7 +22,7 @@ TenantOpt = Annotated[str | None, typer.Option(
     "--tenant", "-t", envvar=TENANT_ENV,
     help="tenant slug; default: your only tenant")]
 TenantArg = Annotated[str | None, typer.Argument(
-    metavar="[TENANT]", show_default=False,
+    metavar="TENANT", show_default=False,
     help="tenant slug, as --tenant; default: your only tenant")]
 GPU_CLASS_HELP = ("its id, or a part of its product or display name in any case, e.g. h100 "
                   "(see gpu-classes list)")
