@@ -162,10 +162,16 @@ def test_tokens_create_after_make_run_uses_the_database_portal_dev_migrated(
     assert sorted(path.name for path in tmp_path.glob("*.db")) == ["portal.db"]
 
 
+# Every command that reads or writes the database (`db` and `dev` migrate it themselves).
 @pytest.mark.parametrize("command", [
     ["tokens", "create", "ops@example.com", "--scope", "read"],
     ["users", "make-admin", "ops@example.com"],
-])
+    ["serve", "--port", "0"],
+    ["worker"],
+    ["webhook", "--port", "0"],
+    ["keys", "rotate"],
+    ["quota", "check"],
+], ids=" ".join)
 def test_a_missing_database_is_one_line_saying_what_to_run_and_no_file(
     tmp_path: Path, command: list[str],
 ) -> None:
@@ -186,6 +192,7 @@ def test_an_unmigrated_database_file_is_one_line_saying_what_to_run(tmp_path: Pa
 
 
 def test_webhook_without_a_host_cluster_says_so(tmp_path: Path) -> None:
+    _run(tmp_path, "db", "upgrade")
     result = _run(tmp_path, "webhook", "--port", str(free_port()))
     assert result.returncode == 2
     assert "needs the host cluster" in result.stderr

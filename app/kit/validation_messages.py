@@ -1,5 +1,6 @@
 """Pydantic's refusals in the portal's own words ("at most 40", not "Input should be less than
-or equal to 40"): the one translation every HTML form uses."""
+or equal to 40"): the one translation every HTML form uses; and the API's refusals without
+Pydantic's prefixes ("Value error, ...") or a JSON decoder's position as a field name."""
 
 from __future__ import annotations
 
@@ -7,13 +8,39 @@ import re
 from typing import Any
 
 _HUGE = re.compile(r"^\s*[+-]?\d{19,}\s*$")
+# What Pydantic puts before a validator's own sentence.
+LIBRARY_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def without_library_prefix(message: str) -> str:
+    for prefix in LIBRARY_PREFIXES:
+        message = message.removeprefix(prefix)
+    return message
+
+
+def api_field_error(item: Any) -> dict[str, str]:
+    """One refusal of a request (``RequestValidationError.errors()`` item) as the API's problem
+    lists it: the field's dotted path and the message."""
+    if item["type"] == "json_invalid":
+        return {"field": "body", "message": not_json(item)}
+    field = ".".join(str(part) for part in item["loc"] if part != "body")
+    return {"field": field, "message": without_library_prefix(str(item["msg"]))}
+
+
+def not_json(item: Any) -> str:
+    """A body that does not parse: FastAPI's location is the character, not a field."""
+    where = item["loc"][-1] if isinstance(item["loc"][-1], int) else None
+    reason = (item.get("ctx") or {}).get("error") or "it does not parse"
+    return f"not valid JSON: {reason}" + (f" at character {where}" if where is not None else "")
 
 
 def in_our_words(item: Any) -> str:
     """One Pydantic error (``ValidationError.errors()`` item) as the portal says it."""
     kind, context, given = item["type"], item.get("ctx") or {}, item.get("input")
-    if kind == "value_error":
-        return str(item["msg"]).removeprefix("Value error, ")
+    if kind in ("value_error", "assertion_error"):
+        return without_library_prefix(str(item["msg"]))
+    if kind == "json_invalid":
+        return not_json(item)
     if kind in ("int_type", "int_parsing", "int_from_float"):
         if isinstance(given, str) and _HUGE.match(given):
             return "far too large a number"

@@ -87,3 +87,19 @@ def revoke(tenant: str, cluster: str, grant_id: RowId, db: DbSession,
     admins. Audited."""
     service.revoke_grant(db, principal, clusters, tenant, cluster, grant_id)
     return Response(status_code=204)
+
+
+grants_router = APIRouter(prefix="/api/v1/kubeconfig-grants", tags=["kubeconfigs"],
+                          route_class=UnitOfWorkRoute)
+
+
+@grants_router.delete("/{grant_id}", status_code=204,
+                      summary="Revoke a kubeconfig by its grant id", responses=problems(403, 404))
+def revoke_by_id(grant_id: RowId, db: DbSession, principal: CurrentPrincipal,
+                 clusters: Clusters) -> Response:
+    """Revokes a kubeconfig given only its grant id (the `X-Kubeconfig-Grant` header of the
+    issue; ids are unique across tenants): its token stops working at once. Your own, or
+    anyone's for the tenant's admins; 404 for a grant of a tenant you do not belong to.
+    Audited."""
+    service.revoke_grant_by_id(db, principal, clusters, grant_id)
+    return Response(status_code=204)

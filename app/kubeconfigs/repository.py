@@ -12,7 +12,7 @@ from app.auth.models import User
 from app.clusters.models import VirtualCluster
 from app.database.concurrency import lock_rows
 from app.kubeconfigs.models import KubeconfigGrant
-from app.tenants.models import Membership
+from app.tenants.models import Membership, Tenant
 
 
 def cluster_in_tenant(db: Session, tenant_id: int, name: str) -> VirtualCluster | None:
@@ -87,6 +87,16 @@ def cleanup_ids(db: Session, now: datetime) -> list[int]:
 
 def users_by_id(db: Session, user_ids: set[int]) -> dict[int, User]:
     return {u.id: u for u in db.scalars(select(User).where(User.id.in_(list(user_ids))))}
+
+
+def grant_place(db: Session, grant_id: int) -> tuple[str, str] | None:
+    """The tenant slug and cluster name of a grant, whoever asks: callers scope it."""
+    row = db.execute(
+        select(Tenant.slug, VirtualCluster.name)
+        .join(VirtualCluster, VirtualCluster.tenant_id == Tenant.id)
+        .join(KubeconfigGrant, KubeconfigGrant.cluster_id == VirtualCluster.id)
+        .where(KubeconfigGrant.id == grant_id)).first()
+    return None if row is None else (row[0], row[1])
 
 
 def cluster_by_id(db: Session, cluster_id: int) -> VirtualCluster | None:

@@ -31,6 +31,7 @@ from app.audit import readable
 from app.audit import service as audit
 from app.auth.models import User
 from app.auth.principal import Principal
+from app.authz.scoping import TenantHidden
 from app.clusters import service as cluster_service
 from app.clusters.models import VirtualCluster
 from app.database.concurrency import lock_row
@@ -232,6 +233,19 @@ def revoke_grant(db: Session, principal: Principal, clusters: VirtualClusters, s
             enqueue(db, KUBECONFIGS, grant.id)
     user = repository.users_by_id(db, {grant.user_id})[grant.user_id]
     return _grant_out(grant, cluster, user)
+
+
+def revoke_grant_by_id(db: Session, principal: Principal, clusters: VirtualClusters,
+                       grant_id: int) -> GrantOut:
+    """A grant by its id alone (ids are global), under the same rules as ``revoke_grant``; a
+    grant in a tenant the caller may not see is not found, and its tenant not named."""
+    place = repository.grant_place(db, grant_id)
+    try:
+        if place is None:
+            raise NotFound(f"no kubeconfig grant {grant_id}")
+        return revoke_grant(db, principal, clusters, *place, grant_id)
+    except TenantHidden:
+        raise TenantHidden(f"no kubeconfig grant {grant_id}") from None
 
 
 def _try_cleanup_now(db: Session, grant: KubeconfigGrant, cluster: VirtualCluster,

@@ -23,20 +23,21 @@ _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 
 
 def bmc_address_problem(address: str) -> str | None:
-    """Why Metal3 could not use ``address``, or None."""
+    """Why Metal3 could not use ``address``, or None: "required", or what follows "the BMC
+    address" in a sentence."""
     if not address:
         return "required"
     if any(c.isspace() for c in address):
         return "holds spaces"
     scheme, separator, _rest = address.partition("://")
     if not separator:
-        return ("needs a driver scheme, e.g. ipmi://10.0.0.5 or "
-                "redfish+https://10.0.0.5/redfish/v1/Systems/1")
+        return f"needs a driver scheme, e.g. {_EXAMPLES}"
     driver, plus, transport = scheme.partition("+")
     if driver not in DRIVERS:
-        return f"unknown BMC driver {driver!r}: one of {', '.join(sorted(DRIVERS))}"
+        return (f"starts with {driver!r}, which is no BMC driver: the scheme names the driver, "
+                f"e.g. {_EXAMPLES}; one of {', '.join(sorted(DRIVERS))}")
     if plus and (not DRIVERS[driver] or transport not in ("http", "https")):
-        return f"driver {driver!r} takes no '+{transport}'"
+        return f"uses driver {driver!r}, which takes no '+{transport}'"
     if "@" in _rest.split("/", 1)[0]:
         return ("must not carry a user or password: give them as the BMC credentials, which "
                 "are stored encrypted")
@@ -45,6 +46,9 @@ def bmc_address_problem(address: str) -> str | None:
     except ValueError:
         host = None
     return None if host else "names no host"
+
+
+_EXAMPLES = "ipmi://10.0.0.5 or redfish+https://10.0.0.5/redfish/v1/Systems/1"
 
 
 def normalized_mac(value: str) -> str | None:

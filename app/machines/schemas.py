@@ -70,7 +70,7 @@ class MachineRegister(BaseModel):
     def _bmc_address(cls, value: str) -> str:
         problem = bmc_address_problem(value.strip())
         if problem:
-            raise ValueError(f"the BMC address {problem}")
+            raise ValueError(problem if problem == "required" else f"the BMC address {problem}")
         return value.strip()
 
     @field_validator("boot_mac")

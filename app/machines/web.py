@@ -49,8 +49,8 @@ def _list_page(request: Request, db: Session, principal: Principal,
     return render(request, "machines/list.html",
                   {"machines": service.list_machines(db, principal).items,
                    "hosts": [h.name for h in hosts_repository.all_hosts(db)],
-                   "classes": [c.product for c in all_classes(db)],
                    "spares": spares_on_the_simulated_host(),
+                   "class_names": _class_names(db),
                    "form": form or {}, "errors": errors or {}}, status_code=status_code)
 
 
@@ -58,7 +58,13 @@ def _detail_page(request: Request, db: Session, principal: Principal, name: str,
                  errors: FieldErrors | None = None, status_code: int = 200) -> Response:
     machine = service.get_machine(db, principal, name)
     return render(request, "machines/detail.html",
-                  {"machine": machine, "errors": errors or {}}, status_code=status_code)
+                  {"machine": machine, "errors": errors or {}, "class_names": _class_names(db)},
+                  status_code=status_code)
+
+
+def _class_names(db: Session) -> dict[str, str]:
+    """Each class's display name by its product, as machines name their class."""
+    return {c.product: c.display_name for c in all_classes(db)}
 
 
 @router.get("/admin/machines")

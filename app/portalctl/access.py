@@ -7,8 +7,18 @@ from typing import Annotated, Any
 
 import typer
 
-from app.portalctl.client import NOT_FOUND, Client
-from app.portalctl.common import Limit, Output, TenantOpt, api, command_group, fail, tenant_of
+from app.portalctl.client import NOT_FOUND, USAGE, Client
+from app.portalctl.common import (
+    Limit,
+    Output,
+    TenantArg,
+    TenantOpt,
+    api,
+    command_group,
+    either_tenant,
+    fail,
+    tenant_of,
+)
 from app.portalctl.output import Format, emit
 
 members_app = command_group("A tenant's members and their roles (tenant admins).")
@@ -52,14 +62,15 @@ def member_id(client: Client, path: str, member: str) -> int:
 
 
 @members_app.command("list")
-def members_list(tenant: TenantOpt = None, output: Output = Format.table,
-                 limit: Limit = None) -> None:
+def members_list(slug: TenantArg = None, tenant: TenantOpt = None,
+                 output: Output = Format.table, limit: Limit = None) -> None:
     """List the tenant's members.
 
-    Example: portalctl members list --tenant acme -o json | jq -r '.[].email'
+    Example: portalctl members list acme -o json | jq -r '.[].email'
     """
     with api() as client:
-        emit(list(client.items(members_path(client, tenant), limit)), output, MEMBER_COLUMNS)
+        path = members_path(client, either_tenant(slug, tenant))
+        emit(list(client.items(path, limit)), output, MEMBER_COLUMNS)
 
 
 @members_app.command("add")
@@ -144,15 +155,29 @@ def grants_list(
 
 
 @grants_app.command("revoke")
-def grants_revoke(cluster: str, grant_id: int, tenant: TenantOpt = None) -> None:
+def grants_revoke(
+    grant: Annotated[list[str], typer.Argument(
+        metavar="[CLUSTER] GRANT_ID", show_default=False,
+        help="the grant's id (grants list; ids are global, so no cluster or tenant is needed; "
+             "CLUSTER GRANT_ID is still taken)")],
+    tenant: Annotated[str | None, typer.Option(
+        "--tenant", "-t", hidden=True, help="not needed: grant ids are global")] = None,
+) -> None:
     """Revoke a kubeconfig at once: its credential stops working in the cluster.
 
-    Example: portalctl grants revoke train 17
+    Example: portalctl grants revoke 17
     """
+    grant_id = _grant_id(grant)
     with api() as client:
-        slug = tenant_of(client, tenant)
-        client.request("DELETE", f"{grants_path(slug, cluster)}/{grant_id}")
-    typer.echo(f"Grant {grant_id} of cluster {cluster} revoked.")
+        client.request("DELETE", f"/api/v1/kubeconfig-grants/{grant_id}")
+    typer.echo(f"Grant {grant_id} revoked.")
+
+
+def _grant_id(given: list[str]) -> int:
+    """The id of ``GRANT_ID`` or of the older ``CLUSTER GRANT_ID``."""
+    if len(given) > 2 or not given[-1].isascii() or not given[-1].isdigit():
+        fail(f"give one grant id (a number, from grants list), not {' '.join(given)!r}", USAGE)
+    return int(given[-1])
 
 
 # ----- API tokens

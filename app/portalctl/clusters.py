@@ -14,9 +14,11 @@ from app.portalctl.common import (
     GpuClassOpt,
     Limit,
     Output,
+    TenantArg,
     TenantOpt,
     api,
     command_group,
+    either_tenant,
     fail,
     resolve_gpu_class,
     tenant_of,
@@ -34,14 +36,15 @@ def clusters_path(client: Client, tenant: str | None) -> str:
 
 
 @clusters_app.command("list")
-def clusters_list(tenant: TenantOpt = None, output: Output = Format.table,
-                  limit: Limit = None) -> None:
+def clusters_list(slug: TenantArg = None, tenant: TenantOpt = None,
+                  output: Output = Format.table, limit: Limit = None) -> None:
     """List the tenant's clusters.
 
-    Example: portalctl clusters list -o json | jq -r '.[] | select(.ready) | .name'
+    Example: portalctl clusters list acme -o json | jq -r '.[] | select(.ready) | .name'
     """
     with api() as client:
-        emit(list(client.items(clusters_path(client, tenant), limit)), output, CLUSTER_COLUMNS)
+        path = clusters_path(client, either_tenant(slug, tenant))
+        emit(list(client.items(path, limit)), output, CLUSTER_COLUMNS)
 
 
 @clusters_app.command("show")

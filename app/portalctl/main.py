@@ -20,9 +20,11 @@ from app.portalctl.common import (
     Limit,
     Output,
     RequiredGpuClass,
+    TenantArg,
     TenantOpt,
     api,
     command_group,
+    either_tenant,
     fail,
     resolve_gpu_class,
     state,
@@ -198,27 +200,35 @@ REQUEST_COLUMNS = ("id", "tenant", "gpu_class", "region", "gpus", "state", "requ
 
 
 @quota_app.command("show")
-def quota_show(tenant: TenantOpt = None, output: Output = Format.table) -> None:
+def quota_show(slug: TenantArg = None, tenant: TenantOpt = None,
+               output: Output = Format.table) -> None:
     """Show the tenant's approved quota per GPU class and region: its dedicated GPUs (part of
     it), what its shared-pool and dedicated-nodes clusters hold and have left.
 
-    Example: portalctl quota show --tenant acme
+    Example: portalctl quota show acme
     """
     with api() as client:
-        slug = tenant_of(client, tenant)
+        slug = tenant_of(client, either_tenant(slug, tenant))
         emit(list(client.items(f"/api/v1/tenants/{slug}/quota")), output, QUOTA_COLUMNS)
 
 
 @quota_app.command("requests")
-def quota_requests(tenant: TenantOpt = None, output: Output = Format.table,
-                   limit: Limit = None) -> None:
-    """List the tenant's quota requests, newest first.
+def quota_requests(slug: TenantArg = None, tenant: TenantOpt = None,
+                   output: Output = Format.table, limit: Limit = None) -> None:
+    """List the tenant's quota requests, newest first. A platform admin naming no tenant gets
+    the queue: every tenant's pending requests, the one waiting longest first.
 
-    Example: portalctl quota requests -o yaml
+    Example: portalctl quota requests acme -o yaml
+
+    Example (platform admins): portalctl quota requests
     """
+    chosen = either_tenant(slug, tenant)
     with api() as client:
-        slug = tenant_of(client, tenant)
-        rows = list(client.items(f"/api/v1/tenants/{slug}/quota-requests", limit))
+        if chosen is None and client.get("/api/v1/me")["platform_admin"]:
+            rows = list(client.items("/api/v1/quota-requests", limit, state="pending"))
+        else:
+            path = f"/api/v1/tenants/{tenant_of(client, chosen)}/quota-requests"
+            rows = list(client.items(path, limit))
         emit(rows, output, REQUEST_COLUMNS)
 
 
@@ -307,14 +317,15 @@ BURST_COLUMNS = ("tier", "burst_gpus", "over_quota_weight", "reclaim_min_runtime
 
 
 @quota_app.command("burst")
-def quota_burst(tenant: TenantOpt = None, output: Output = Format.table) -> None:
+def quota_burst(slug: TenantArg = None, tenant: TenantOpt = None,
+                output: Output = Format.table) -> None:
     """Show how the tenant may borrow idle GPUs beyond its guarantee (burst_gpus -1: no
     ceiling but the pool); borrowed GPUs are reclaimed when their owners need them.
 
-    Example: portalctl quota burst --tenant acme
+    Example: portalctl quota burst acme
     """
     with api() as client:
-        slug = tenant_of(client, tenant)
+        slug = tenant_of(client, either_tenant(slug, tenant))
         emit(client.get(f"/api/v1/tenants/{slug}/burst-policy"), output, BURST_COLUMNS)
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from app.portalctl.common import TenantOpt, api
+from app.portalctl.common import TenantArg, TenantOpt, api, either_tenant
 from app.portalctl.output import Format, emit
 
 ROW_COLUMNS = ("period", "tenant", "gpu_class", "approved_gpu_hours", "allocated_gpu_hours",
@@ -38,6 +38,7 @@ class GroupBy(StrEnum):
 
 
 def usage(
+    slug: TenantArg = None,
     tenant: TenantOpt = None,
     start: Annotated[str | None, typer.Option(
         "--from", help="start, inclusive (ISO 8601, UTC when no offset); default: 30 days "
@@ -55,12 +56,13 @@ def usage(
     """GPU-hours of approved quota, clusters, dedicated nodes and pods (guaranteed and burst),
     and of the clusters' guarantees freed by sleep (slept), per period.
 
-    Without --tenant, every tenant you may see (all of them for platform admins).
+    Without a tenant, every tenant you may see (all of them for platform admins).
 
-    Example: portalctl usage --tenant acme --from 2026-11-01 --group-by month -o csv > acme.csv
-    Per cluster, guaranteed and burst: portalctl usage --by cluster --tenant acme
+    Example: portalctl usage acme --from 2026-11-01 --group-by month -o csv > acme.csv
+    Per cluster, guaranteed and burst: portalctl usage acme --by cluster
     """
-    params = {"tenant": tenant, "from": start, "to": end, "group_by": group_by.value}
+    params = {"tenant": either_tenant(slug, tenant), "from": start, "to": end,
+              "group_by": group_by.value}
     path, columns = (("/api/v1/usage/clusters", CLUSTER_COLUMNS) if by is By.cluster
                      else ("/api/v1/usage", ROW_COLUMNS))
     with api() as client:

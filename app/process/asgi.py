@@ -68,6 +68,7 @@ from app.kit.errors import (
     ValidationFailed,
 )
 from app.kit.logs import AccessLog
+from app.kit.validation_messages import api_field_error
 from app.kube.connector import ClientConnector, KubeConnector
 from app.kubeconfigs import api as kubeconfigs_api
 from app.kubeconfigs import web as kubeconfigs_web
@@ -94,13 +95,14 @@ from app.usage import api as usage_api
 from app.usage import web as usage_web
 from app.web import api_docs, live
 from app.web.favicon import router as favicon_router
+from app.web.forms import is_htmx, with_toast
 from app.web.templating import STATIC_DIR, render, templates
 
 log = logging.getLogger(__name__)
 
 API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api.router,
                tenants_api.router, quotas_api.router, gpu_classes_api.router,
-               kubeconfigs_api.router,
+               kubeconfigs_api.router, kubeconfigs_api.grants_router,
                nodes_api.router,
                clusters_api.router, clusters_api.power_router, templates_api.router,
                templates_api.cluster_router,
@@ -312,6 +314,15 @@ def _wants_problem_json(request: Request) -> bool:
 
 
 def _problem_response(request: Request, error: ProblemError) -> Response:
+    response = _problem_body(request, error)
+    if is_htmx(request) and not request.url.path.startswith("/api/"):
+        # htmx swaps no error answer (base.html's responseHandling) but runs its HX-Trigger:
+        # the refusal is told in the page's toast region instead of nothing happening.
+        with_toast(response, error.detail)
+    return response
+
+
+def _problem_body(request: Request, error: ProblemError) -> Response:
     if _wants_problem_json(request):
         body = error.to_problem(request.url.path, getattr(request.state, "request_id", ""))
         headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
@@ -374,12 +385,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def handle_validation(request: Request, error: RequestValidationError) -> Response:
-        fields = [
-            {"field": ".".join(str(p) for p in e["loc"] if p != "body"), "message": e["msg"]}
-            for e in error.errors()
-        ]
-        return _problem_response(request, ValidationFailed("the request is invalid",
-                                                           errors=fields))
+        fields = [api_field_error(e) for e in error.errors()]
+        unparsed = any(e["type"] == "json_invalid" for e in error.errors())
+        detail = "the request body is not valid JSON" if unparsed else "the request is invalid"
+        return _problem_response(request, ValidationFailed(detail, errors=fields))
 
     @app.exception_handler(StarletteHTTPException)
     async def handle_http(request: Request, error: StarletteHTTPException) -> Response:

@@ -130,7 +130,7 @@ def webhook(
     from app.kube.manifests.admission import WEBHOOK_PATH
     from app.webhook.server import WebhookServer, host_lookup
 
-    settings = settings_or_exit()
+    settings = migrated_settings()
     connector = ClientConnector(settings)
     kube = connector.host()
     if kube is None:

@@ -63,8 +63,10 @@ def _request_form(request: Request, db: DbSession, principal: Principal, tenant:
                   fields: dict[str, str], errors: FieldErrors, status_code: int,
                   whole_page: bool = False, warnings: list[str] | None = None) -> Response:
     template = "quotas/request_page.html" if whole_page else "quotas/_request_form.html"
+    classes = service.classes_to_request(db, principal, tenant)
     return render(request, template, {
-        "tenant_slug": tenant, "classes": service.classes_to_request(db, principal, tenant),
+        "tenant_slug": tenant, "classes": classes,
+        "mig_only": service.mig_only_classes(db, classes),
         "regions": service.regions_to_request(db),
         "form": fields, "errors": errors, "checked": not errors and bool(fields),
         "warnings": warnings or [],

@@ -64,7 +64,9 @@ def addons_payload(text: str) -> list[dict[str, Any] | str]:
 
 
 def _form_context(db: DbSession, settings: Settings) -> dict[str, Any]:
-    return {"classes": gpu_classes.all_classes(db), "versions": settings.kubernetes_versions}
+    classes = gpu_classes.all_classes(db)
+    return {"classes": classes, "class_names": {c.product: c.display_name for c in classes},
+            "versions": settings.kubernetes_versions}
 
 
 def _list_page(request: Request, db: DbSession, principal: Principal, settings: Settings,

@@ -22,6 +22,7 @@ from app.usage import ledger, repository, service
 from app.usage.schemas import UsageFilters, UsageRow
 from app.web.charts import palette
 from app.web.charts.series import Series, grouped_bars, lines, stacked_bars
+from app.web.names import gpu_class_name
 
 DEFAULT_DAYS = 14
 
@@ -63,9 +64,9 @@ def _by_class(db: Session, rows: list[UsageRow], labels: list[str],
     values: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(labels, 0.0))
     for row in rows:
         values[row.gpu_class][row.period] += getattr(row, field)
-    styles = class_styles(db)
-    return [Series(gpu_class, [round(v, 6) for v in by_day.values()],
-                   *styles.get(gpu_class, (None, None)))
+    styles, names = class_styles(db), class_names(db)
+    return [Series(gpu_class_name(names.get(gpu_class), gpu_class),
+                   [round(v, 6) for v in by_day.values()], *styles.get(gpu_class, (None, None)))
             for gpu_class, by_day in sorted(values.items())]
 
 
@@ -104,7 +105,8 @@ def tenant_page(db: Session, principal: Principal, slug: str, chosen: Span) -> d
             "slept_chart": _slept_chart(db, tenant, report.rows, labels, so_far),
             "clusters": clusters, "classes": classes,
             "products": repository.class_products(db, {c.gpu_class_id for c in clusters}),
-            "now_chart": _now_chart(tenant, classes), "class_names": class_names(db),
+            "now_chart": _now_chart(tenant, classes, class_names(db)),
+            "class_names": class_names(db),
             "csv_query": chosen.query(tenant=tenant.slug)}
 
 
@@ -160,8 +162,8 @@ def _classes_now(db: Session, tenant: Tenant,
     return found
 
 
-def _now_chart(tenant: Tenant, classes: list[ClassNow]) -> Markup:
-    names = [c.gpu_class for c in classes]
+def _now_chart(tenant: Tenant, classes: list[ClassNow], names_of: dict[str, str]) -> Markup:
+    names = [gpu_class_name(names_of.get(c.gpu_class), c.gpu_class) for c in classes]
     return grouped_bars(
         "GPUs now per GPU class: approved, allocated, in use and burst",
         f"Per GPU class of {tenant.slug}: GPUs approved as quota, allocated to clusters, "
@@ -223,8 +225,10 @@ def _class_charts(db: Session, rows: list[UsageRow], chosen: Span,
     capacity = _capacity_by_day(db, chosen)
     today = _today(chosen)
     levels = _levels_now(db) if today is not None else {}
+    names = class_names(db)
     charts = []
     for gpu_class in sorted({r.gpu_class for r in rows} | set(capacity) | set(levels)):
+        name = gpu_class_name(names.get(gpu_class), gpu_class)
         mine = [r for r in rows if r.gpu_class == gpu_class]
         figures = [capacity.get(gpu_class, [None] * len(labels)),
                    _mean_gpus(mine, labels, hours, "approved_gpu_hours"),
@@ -235,8 +239,8 @@ def _class_charts(db: Session, rows: list[UsageRow], chosen: Span,
                 values[today] = level
         series = [_kind(key, label, values) for (key, label), values
                   in zip(_CLASS_SERIES, figures, strict=True)]
-        chart = lines(f"{gpu_class}: mean GPUs per day (UTC), today now",
-                      f"Mean GPUs of {gpu_class} per day (UTC): the capacity, GPUs on the "
+        chart = lines(f"{name}: mean GPUs per day (UTC), today now",
+                      f"Mean GPUs of {name} per day (UTC): the capacity, GPUs on the "
                       "nodes the inventory saw that day, over the part of the day it knew the "
                       "class (none drawn before it first saw a node of it), "
                       "the quota guaranteed to tenants, the GPUs running pods requested, and "

@@ -132,7 +132,7 @@ def test_a_token_cannot_stand_in_for_the_browser(client: TestClient, db: Session
 
 
 def _handoff_fields(page: str) -> dict[str, str]:
-    action = re.search(r'<form method="post" action="([^"]+)" id="cli-handoff"', page)
+    action = re.search(r'<form[^>]* method="post" action="([^"]+)" id="cli-handoff"', page)
     assert action, page
     fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', page))
     return {"action": action.group(1), **{k: unescape(v) for k, v in fields.items()}}

@@ -208,6 +208,10 @@ ROUTES += [
           body=lambda _w: {"role": "view", "lifetime_seconds": 3600}),
     Route("GET", KUBECONFIGS, Access.TENANT_VIEWER, params=acme_kubeconfigs),
     Route("DELETE", KUBECONFIGS + "/{grant_id}", Access.TENANT_MEMBER, params=acme_grant),
+    # The same grant by its id alone: acme's member and admin, a platform admin; acme's viewer
+    # 403, globex's admin 404.
+    Route("DELETE", "/api/v1/kubeconfig-grants/{grant_id}", Access.TENANT_MEMBER,
+          params=lambda w: {"grant_id": w.grant_id}),
     Route("GET", KUBECONFIG_PANEL, Access.TENANT_VIEWER, params=acme_kubeconfigs),
     Route("POST", KUBECONFIG_PANEL, Access.TENANT_VIEWER, params=acme_kubeconfigs,
           body=lambda _w: {"role": "view", "lifetime_seconds": "3600"}),

@@ -202,7 +202,7 @@ def test_usage_and_fleet_charts_have_titles_and_fill_their_cards(
     page.goto(base + "/admin/usage")
     figure = page.locator("figure[data-gpu-class='NVIDIA-H100-80GB-HBM3']")
     expect(figure.locator("text.chart-title")).to_have_text(
-        "NVIDIA-H100-80GB-HBM3: mean GPUs per day (UTC)"
+        "H100 80GB: mean GPUs per day (UTC)"
     )
     _chart_fills_its_card(page, "figure[data-gpu-class='NVIDIA-H100-80GB-HBM3']")
     screenshots(page, "usage-admin-charts")

@@ -51,8 +51,11 @@ def test_the_quota_chart_shows_the_tables_numbers(client: TestClient, db: Sessio
 def test_empty_states_name_the_next_step(client: TestClient, db: Session,
                                          oidc_issuer: str) -> None:
     sign_in_acme_admin(db, oidc_issuer, client)
+    for path in ("/t/acme", "/t/acme/clusters"):  # a button on one, a form on the other
+        page = client.get(path, headers=HTML).text
+        assert "No clusters yet: create one with “Create a cluster”" in page, path
+        assert re.search(r">\s*Create a cluster\s*<", page), path
     page = client.get("/t/acme", headers=HTML).text
-    assert "No clusters yet: create one" in page
     assert "No requests yet. A platform admin decides each request you send." in page
 
 

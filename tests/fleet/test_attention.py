@@ -86,7 +86,9 @@ def test_the_admin_home_says_what_needs_them_now(client: TestClient, db: Session
 
     requests = _section(page, "attention-requests")
     assert 'data-count="2"' in requests
-    assert re.search(r"Oldest: <strong>acme</strong> asks for 4 <code>NVIDIA-H100", requests)
+    assert re.search(r'Oldest: <strong>acme</strong> asks for 4 \u00d7 <span class="gpu-class" '
+                     r'title="NVIDIA-H100-80GB-HBM3"><span class="gpu-class-name">H100 80GB<',
+                     requests)
     assert 'href="/admin/quota-requests"' in requests
 
     hosts = _section(page, "attention-hosts")

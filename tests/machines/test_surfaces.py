@@ -91,10 +91,15 @@ def test_every_change_enqueues_the_machine_for_the_worker(client: TestClient,
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
-    ("bmc_address", "10.0.4.7", "driver scheme"),
-    ("bmc_address", "redfsh://10.0.4.7", "unknown BMC driver 'redfsh'"),
-    ("bmc_address", "ipmi+https://10.0.4.7", "takes no '+https'"),
-    ("bmc_address", "redfish://root:calvin@10.0.4.7/x", "must not carry a user or password"),
+    ("bmc_address", "10.0.4.7", "the BMC address needs a driver scheme, e.g. ipmi://"),
+    ("bmc_address", "redfsh://10.0.4.7",
+     "the BMC address starts with 'redfsh', which is no BMC driver: the scheme names the driver"),
+    ("bmc_address", "http://10.0.4.7", "the BMC address starts with 'http', which is no BMC"),
+    ("bmc_address", "ipmi+https://10.0.4.7",
+     "the BMC address uses driver 'ipmi', which takes no '+https'"),
+    ("bmc_address", "redfish://root:calvin@10.0.4.7/x",
+     "the BMC address must not carry a user or password"),
+    ("bmc_address", "", "required"),
     ("boot_mac", "0c:c4:7a:12:34", "a MAC address"),
     ("name", "Not_A_Label", "DNS-1123"),
 ])

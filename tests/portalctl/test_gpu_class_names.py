@@ -40,6 +40,30 @@ def test_tenant_commands_take_the_product_or_the_display_name_in_any_case(
     assert created["gpu_class_id"] == portal.h100_id
 
 
+def test_a_part_of_the_name_picks_the_one_class_containing_it(
+    portal: Portal, portalctl: PortalCtl
+) -> None:
+    with portal.database.transaction() as db:
+        l40s = factories.gpu_class(db, "NVIDIA-L40S", display_name="L40S 48GB").id
+    portalctl.login(portal, "acme-admin")
+    for typed, meant in (("h100", portal.h100_id), ("H100", portal.h100_id),
+                         ("80gb-hbm3", portal.h100_id), ("l40s", l40s), ("48GB", l40s)):
+        asked = _json(portalctl("quota", "request", "--gpu-class", typed, "--gpus", "1",
+                                "--reason", "r", "-o", "json"))
+        assert asked["gpu_class_id"] == meant, typed
+
+    both = portalctl("quota", "request", "--gpu-class", "nvidia", "--gpus", "1", "--reason", "r")
+    assert both.exit_code == 2
+    assert both.stderr.startswith("error: GPU class 'nvidia' is ambiguous: it names ")
+    assert PRODUCT in both.stderr and "NVIDIA-L40S" in both.stderr
+    none = portalctl("quota", "request", "--gpu-class", "a100", "--gpus", "1", "--reason", "r")
+    assert none.exit_code == 2 and "no GPU class 'a100'; choose one of " in none.stderr
+    number = next(n for n in ("80", "100", "48") if int(n) not in (l40s, portal.h100_id))
+    by_id_only = portalctl("quota", "request", "--gpu-class", number, "--gpus", "1",
+                           "--reason", "r")
+    assert by_id_only.exit_code == 2, number  # a number is an id, never a part of a name
+
+
 def test_platform_admin_commands_take_the_display_name(
     portal: Portal, portalctl: PortalCtl
 ) -> None:

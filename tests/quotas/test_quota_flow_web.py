@@ -140,3 +140,17 @@ def test_the_queue_pages_and_keeps_its_state_filter(client: TestClient, db: Sess
     assert more and "state=pending" in more.group(1)
     rest = client.get(more.group(1).replace("&amp;", "&"), headers=HTML)
     assert rest.text.count('<tr id="queue-') == 2 and 'id="queue-more"' not in rest.text
+
+
+def test_a_class_with_mig_slices_only_is_not_offered_for_whole_gpus(
+        client: TestClient, db: Session, oidc_issuer: str) -> None:
+    h100 = _acme_with_invited_admin(db, oidc_issuer, "tess@acme.example")
+    a100 = factories.gpu_class(db, "NVIDIA-A100-SXM4-80GB", display_name="A100 80GB")
+    factories.node(db, factories.host_cluster(db), a100, gpu_count=0, mig_strategy="mixed",
+                   mig_resources={"nvidia.com/mig-1g.10gb": 7})
+    db.commit()
+    oidc.sign_in(client, "tess@acme.example")
+    form = client.get("/t/acme/quota-requests/new", headers=HTML).text
+    assert re.search(rf'<option value="{a100.id}" disabled>A100 80GB \(NVIDIA-A100-SXM4-80GB\): '
+                     r"MIG slices only, no whole GPUs to ask for</option>", form)
+    assert re.search(rf'<option value="{h100}"\s*>H100 80GB', form)

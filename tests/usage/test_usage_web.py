@@ -47,7 +47,7 @@ def test_the_tenant_page_charts_what_its_table_lists(client: TestClient, db: Ses
     assert page.status_code == 200
     daily = page.text.split('id="daily-chart"')[1].split("</figure>")[0]
     assert re.search(r'<svg[^>]+role="img"[^>]+aria-labelledby="(\S+)-title \1-desc"', daily)
-    assert "<title" in daily and "<desc" in daily and t.h100.product in daily
+    assert "<title" in daily and "<desc" in daily and t.h100.display_name in daily
     charted = dict(re.findall(r'data-category="([\d-]+)" data-value="([\d.]+)"', daily))
     listed = dict(re.findall(r'data-period="([\d-]+)"[^>]*>.*?class="allocated" '
                              r'data-value="([\d.]+)"', page.text, flags=re.S))
@@ -129,7 +129,7 @@ def test_the_admin_page_has_a_chart_per_class_with_its_figures(
     shown = re.search(r'<text class="chart-title"[^>]*>(.*?)</text>', figure)
     assert shown is not None  # a visible title, in as many lines as it takes
     assert " ".join(re.findall(r"<tspan[^>]*>([^<]*)</tspan>", shown.group(1))) == (
-        f"{t.h100.product}: mean GPUs per day (UTC), today now")
+        f"{t.h100.display_name}: mean GPUs per day (UTC), today now")
 
 
 def _nodes_first_seen(db: Session, at: datetime) -> None:
