@@ -116,7 +116,7 @@ def issue_kubeconfig(db: Session, principal: Principal, clusters: VirtualCluster
         ca_data=ca_data, user=context, token=token, notice=notice))
     log.info("kubeconfig grant %d issued: %s for user %d until %s", grant.id, context,
              grant.user_id, grant.expires_at.isoformat())
-    return IssuedKubeconfig(grant=_grant_out(grant, cluster, principal.user),
+    return IssuedKubeconfig(grant=grant_out(grant, cluster, principal.user),
                             yaml=text, filename=f"{context}.kubeconfig.yaml")
 
 
@@ -205,7 +205,7 @@ def list_active_grants(db: Session, principal: Principal, slug: str, name: str,
     query = repository.active_grants_query(cluster.id, utcnow(), only_user)
     rows, cursor = paginate(db, query, KubeconfigGrant.id, params)
     users = repository.users_by_id(db, {g.user_id for g in rows})
-    return Page(items=[_grant_out(g, cluster, users[g.user_id]) for g in rows],
+    return Page(items=[grant_out(g, cluster, users[g.user_id]) for g in rows],
                 next_cursor=cursor)
 
 
@@ -232,7 +232,7 @@ def revoke_grant(db: Session, principal: Principal, clusters: VirtualClusters, s
         if grant.secret_deleted_at is None:
             enqueue(db, KUBECONFIGS, grant.id)
     user = repository.users_by_id(db, {grant.user_id})[grant.user_id]
-    return _grant_out(grant, cluster, user)
+    return grant_out(grant, cluster, user)
 
 
 def revoke_grant_by_id(db: Session, principal: Principal, clusters: VirtualClusters,
@@ -405,7 +405,7 @@ def _grant_facts(grant: KubeconfigGrant, cluster: VirtualCluster, email: str) ->
             "secret_name": grant.secret_name, "expires_at": grant.expires_at.isoformat()}
 
 
-def _grant_out(grant: KubeconfigGrant, cluster: VirtualCluster, user: User) -> GrantOut:
+def grant_out(grant: KubeconfigGrant, cluster: VirtualCluster, user: User) -> GrantOut:
     return GrantOut(id=grant.id, cluster=cluster.name, user_id=grant.user_id,
                     user_email=user.email, user_name=user.name or user.email,
                     role=cast(KubeconfigRole, grant.role),
@@ -429,80 +429,3 @@ def _grant_label(db: Session, grant: KubeconfigGrant) -> str:
     whose = f" of {user.email}" if user else ""
     where = f" for {readable.cluster_label(cluster.name)}" if cluster else ""
     return f"{grant.role} kubeconfig #{grant.id}{whose}{where}"
-
-
-# ----- what the cluster page's kubeconfig panel shows
-
-LIFETIME_PRESETS = (600, 3600, 4 * 3600, 8 * 3600, 12 * 3600, 24 * 3600, 7 * 24 * 3600)
-
-
-# How many revoked grants the panel keeps in sight (the audit log has them all).
-REVOKED_SHOWN = 20
-# Why the portal revoked a grant that nobody revoked by hand (reason "user").
-REVOKED_BECAUSE = {
-    "member-removed": "its holder left the tenant",
-    "role-changed": "its holder's role changed",
-    "tenant-suspended": "the tenant was suspended",
-    "cluster-deleted": "the cluster was deleted",
-}
-
-
-@dataclass(frozen=True)
-class RevokedGrant:
-    grant: GrantOut
-    revoked_at: datetime
-    revoked_by: str
-    because: str
-
-
-@dataclass(frozen=True)
-class KubeconfigPanel:
-    tenant: str
-    cluster: str
-    issuable: bool
-    why_not: str
-    roles: tuple[str, ...]
-    lifetimes: tuple[int, ...]
-    default_lifetime: int
-    grants: list[GrantOut]
-    revoke_any: bool
-    user_id: int
-    revoked: list[RevokedGrant]
-
-
-def kubeconfig_panel(db: Session, principal: Principal, settings: Settings, slug: str,
-                     name: str) -> KubeconfigPanel:
-    tenant, cluster = rules.cluster_for(db, principal, slug, name)
-    default, maximum = rules.lifetime_bounds(settings)
-    why_not = ""
-    try:
-        rules.ensure_may_issue(principal, tenant, "view")
-        rules.ensure_issuable(cluster)
-    except ProblemError as error:
-        why_not = error.detail
-    lifetimes = sorted({t for t in LIFETIME_PRESETS if t <= maximum} | {default, maximum})
-    grants = list_active_grants(db, principal, slug, name, PageParams(limit=200)).items
-    return KubeconfigPanel(
-        tenant=tenant.slug, cluster=cluster.name, issuable=not why_not, why_not=why_not,
-        roles=rules.allowed_roles(principal, tenant), lifetimes=tuple(lifetimes),
-        default_lifetime=default, grants=grants,
-        revoke_any=rules.is_tenant_admin(principal, tenant), user_id=principal.user_id,
-        revoked=_recently_revoked(db, principal, tenant, cluster))
-
-
-def _recently_revoked(db: Session, principal: Principal, tenant: Tenant,
-                      cluster: VirtualCluster) -> list[RevokedGrant]:
-    """What was revoked lately, and by whom: everyone's for a tenant admin, else one's own."""
-    only_user = None if rules.is_tenant_admin(principal, tenant) else principal.user_id
-    rows = repository.revoked_grants(db, cluster.id, only_user, REVOKED_SHOWN)
-    people = {g.user_id for g in rows} | {g.revoked_by_id for g in rows if g.revoked_by_id}
-    users = repository.users_by_id(db, people)
-    return [RevokedGrant(grant=_grant_out(g, cluster, users[g.user_id]),
-                         revoked_at=cast(datetime, g.revoked_at),
-                         revoked_by=_revoker(g, users),
-                         because=REVOKED_BECAUSE.get(g.revoke_reason or "", "")) for g in rows]
-
-
-def _revoker(grant: KubeconfigGrant, users: dict[int, User]) -> str:
-    revoker = users.get(grant.revoked_by_id) if grant.revoked_by_id else None
-    return (revoker.name or revoker.email) if revoker is not None else "the portal"

@@ -13,7 +13,7 @@ from app.auth.deps import CurrentPrincipal
 from app.auth.principal import Principal
 from app.http.deps import DbSession, RowId
 from app.http.routing import UnitOfWorkRoute
-from app.kubeconfigs import service
+from app.kubeconfigs import panel_view, service
 from app.kubeconfigs.api import Clusters, kubeconfig_response
 from app.kubeconfigs.schemas import IssuedKubeconfig, KubeconfigRequest
 from app.web.forms import (
@@ -35,7 +35,7 @@ def _panel(request: Request, db: DbSession, principal: Principal, tenant: str, c
            *, form: dict[str, Any] | None = None, errors: FieldErrors | None = None,
            issued: IssuedKubeconfig | None = None, confirming: int | None = None,
            revoked_now: int | None = None, status_code: int = 200) -> Response:
-    panel = service.kubeconfig_panel(db, principal, request.app.state.settings, tenant, cluster)
+    panel = panel_view.kubeconfig_panel(db, principal, request.app.state.settings, tenant, cluster)
     template = "kubeconfigs/_panel.html" if is_htmx(request) else "kubeconfigs/page.html"
     response = render(request, template, {
         "panel": panel, "form": form or {}, "errors": errors or {}, "issued": issued,
