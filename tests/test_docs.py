@@ -1,9 +1,11 @@
 """The README stays a front door and the docs stay true: the README is short, every relative
-link of the README and docs/ reaches a file (and a heading, if it names one), and
-docs/layout.md places every package of app/ as the import contract does."""
+link of the README and docs/ reaches a file (and a heading, if it names one),
+docs/layout.md places every package of app/ as the import contract does, and every step of
+docs/journey.md names the tests that walk it, tests that exist."""
 
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 from pathlib import Path
@@ -101,3 +103,79 @@ def test_every_package_of_app_is_in_the_layout() -> None:
     packages = {path.parent.name for path in (ROOT / "app").glob("*/__init__.py")}
     placed = set().union(*_layout_rows())
     assert sorted(packages - placed) == []
+
+
+# ----- docs/journey.md: every step of the README's journey names the tests that walk it
+
+JOURNEY = ROOT / "docs" / "journey.md"
+_STEP = re.compile(r"^(\d+)\. ")
+_WALKED_BY = re.compile(r"<!--\s*walked by:\s*(.*?)\s*-->")
+
+
+def journey_steps(text: str) -> dict[int, list[str]]:
+    """Each numbered step of the journey and the tests its ``<!-- walked by: … -->`` names
+    (a step runs from its number to the next step or heading)."""
+    steps: dict[int, list[str]] = {}
+    current: int | None = None
+    for line in _prose(text):
+        number = _STEP.match(line)
+        if number is not None:
+            current = int(number.group(1))
+            assert current not in steps, f"step {current} is numbered twice"
+            steps[current] = []
+        elif line.startswith("#"):
+            current = None
+        if current is not None:
+            for named in _WALKED_BY.findall(line):
+                steps[current].extend(n.strip() for n in named.split(",") if n.strip())
+    return steps
+
+
+def defined_tests(path: Path) -> set[str]:
+    """The test functions a test file defines, at module level or in its ``Test`` classes
+    (read with ``ast``: nothing is run or imported)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+            found.add(node.name)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            found |= {f"{node.name}::{item.name}" for item in node.body
+                      if isinstance(item, ast.FunctionDef) and item.name.startswith("test")}
+    return found
+
+
+def unwalked(text: str) -> list[str]:
+    """What is wrong with the journey's markers: a step naming no test, a test that is not
+    there."""
+    steps = journey_steps(text)
+    wrong = [] if steps else ["no numbered step"]
+    if sorted(steps) != list(range(1, len(steps) + 1)):
+        wrong.append(f"steps are not numbered 1 to {len(steps)}: {sorted(steps)}")
+    for number, tests in steps.items():
+        if not tests:
+            wrong.append(f"step {number} names no test that walks it")
+        for test in tests:
+            path, _, name = test.partition("::")
+            name = name.split("[", 1)[0]  # a parametrized case names its function
+            file = ROOT / path
+            if not (path.startswith("tests/") and file.is_file()):
+                wrong.append(f"step {number}: no test file {path}")
+            elif name not in defined_tests(file):
+                wrong.append(f"step {number}: {path} has no test {name}")
+    return wrong
+
+
+def test_every_step_of_the_journey_names_tests_that_exist() -> None:
+    assert unwalked(JOURNEY.read_text()) == []
+
+
+def test_the_journey_check_finds_a_step_without_a_test_and_a_test_that_is_gone() -> None:
+    walked = ("1. **alice** signs in.\n   <!-- walked by: tests/test_docs.py::"
+              "test_every_step_of_the_journey_names_tests_that_exist -->\n")
+    assert unwalked(walked) == []
+    assert unwalked(walked + "2. **bob** looks.\n") == ["step 2 names no test that walks it"]
+    assert unwalked(walked.replace("test_every", "test_no")) == [
+        "step 1: tests/test_docs.py has no test test_no_step_of_the_journey_names_tests_that_exist"]
+    assert unwalked(walked.replace("tests/test_docs.py", "tests/gone.py")) == [
+        "step 1: no test file tests/gone.py"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,33 +13,17 @@ from playwright.sync_api import Browser, BrowserContext, Page
 from sqlalchemy import select
 
 from app.auth import service as auth_service
-from app.database import migrate
-from app.database.core import Database
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.kit.config import Settings
-from app.kube.helm import SimulatedInstaller
-from app.process.devmode import (
-    DEMO_TENANT,
-    DEMO_TENANT_ADMIN,
-    dev_settings,
-    seed_demo,
-    simulated_host_for,
-)
+from app.process.devmode import DEMO_TENANT, DEMO_TENANT_ADMIN
 from app.tenants.models import Tenant
 from tests import factories
+from tests.support.dev_portal import SimulatedPortal, demo_database, serving_simulated_portal
 from tests.support.paths import ROOT
 from tests.support.serving import serving
 
-
-def demo_database(directory: Path) -> Database:
-    """The embedded default as `portal dev` makes it: an SQLite file with the demo data."""
-    url = f"sqlite:///{directory / 'portal.db'}"
-    migrate.upgrade(url)
-    database = Database(url)
-    with database.transaction() as db:
-        seed_demo(db)
-    return database
+__all__ = ["SimulatedPortal", "demo_database"]  # the browser tests import them from here
 
 
 @pytest.fixture
@@ -51,27 +34,11 @@ def live_portal(tmp_path: Path, settings: Settings) -> Iterator[str]:
     database.dispose()
 
 
-@dataclass(frozen=True)
-class SimulatedPortal:
-    url: str
-    database: Database
-
-
 @pytest.fixture
 def simulated_portal(tmp_path: Path, settings: Settings) -> Iterator[SimulatedPortal]:
-    """`portal dev` as a newcomer runs it: the demo SQLite file on the simulated host, with the
-    worker converging; a virtual cluster comes up in a few seconds."""
-    database = demo_database(tmp_path)
-    base = settings.model_copy(update={"simulated_startup_seconds": 3.0,
-                                       "worker_poll_seconds": 0.2})
-    simulation = simulated_host_for(base, simulate=True)
-    assert simulation is not None
-    dev = dev_settings(base, database_url=database.url, issuer=str(settings.oidc_issuer),
-                       simulated=True)
-    with serving(dev, database, simulation, with_worker=True,
-                 installer=SimulatedInstaller(simulation)) as url:
-        yield SimulatedPortal(url, database)
-    database.dispose()
+    """`portal dev` as a newcomer runs it (tests/support/dev_portal.py)."""
+    with serving_simulated_portal(tmp_path, settings) as portal:
+        yield portal
 
 
 H100 = "NVIDIA-H100-80GB-HBM3"

@@ -1,7 +1,8 @@
 """The newcomer's journeys in a real browser, on `portal dev`'s simulated host with its worker
-running: the whole loop from quota to a revoked kubeconfig, what a member and a viewer may not
-do, and another tenant's pages answering 404. Each step leaves a screenshot (see
-``Screenshots``).
+running: the whole loop from quota to a revoked kubeconfig, a spare machine registered on the
+Machines page joining as a node, what a member and a viewer may not do, and another tenant's
+pages answering 404 (docs/journey.md lists the steps and names these tests). Each step leaves
+a screenshot (see ``Screenshots``).
 
 Selectors are roles, labels and visible names, plus a few ids the pages promise (``#cluster-phase``,
 ``#kubeconfig-yaml``) and the simulated host's ``data-testid``s."""
@@ -9,6 +10,7 @@ Selectors are roles, labels and visible names, plus a few ids the pages promise 
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from playwright.sync_api import Browser, Dialog, Locator, Page, expect
@@ -207,6 +209,56 @@ def audit_log_filters(page: Page, base: str, shots: Screenshots) -> None:
     assert all(a.startswith("virtual_cluster.") for a in actions.evaluate_all(
         "rows => rows.map(r => r.dataset.action)"))
     shots(page, "admin-audit-log-clusters")
+
+
+SPARE_H100_MAC = "52:54:00:a1:00:03"  # app/devdata/spare-machines.json
+MACHINE_TIMEOUT_S = 60.0
+
+
+def machine_phase_becomes(page: Page, phase: str) -> None:
+    """The machine's page, reloaded as a user would, until its phase is ``phase``."""
+    shown = page.locator("#machine-phase .badge")
+    deadline = time.monotonic() + MACHINE_TIMEOUT_S
+    while shown.inner_text() != phase:
+        assert time.monotonic() < deadline, (
+            f"still {shown.inner_text()!r}, not {phase!r}: "
+            f"{page.locator('#machine-conditions').inner_text()}")
+        page.wait_for_timeout(500)
+        page.reload()
+
+
+def test_a_spare_machine_registered_on_the_machines_page_joins_as_a_node(
+    browser: Browser, simulated_portal: SimulatedPortal, screenshots: Screenshots,
+) -> None:
+    base = simulated_portal.url
+    admin = signed_in_page(browser, base, "admin@example.com")
+    admin.get_by_text("Admin", exact=True).click()
+    admin.get_by_role("link", name="Bare-metal machines").click()
+    expect(admin.locator("#simulated-machines")).to_contain_text(SPARE_H100_MAC[:-1])
+    screenshots(admin, "admin-machines")
+    form = admin.locator("#machine-form")
+    form.get_by_label("Name").fill("spare-3")
+    form.get_by_label("BMC address").fill("redfish+https://10.0.4.9/redfish/v1/Systems/1")
+    form.get_by_label("BMC user").fill("admin")
+    form.get_by_label("BMC password").fill("bmc-pa55word")
+    form.get_by_label("Boot MAC address").fill(SPARE_H100_MAC)
+    choose_option(form.get_by_label("Expected GPU class"), "H100")
+    form.get_by_label("Expected GPUs").fill("8")
+    form.get_by_role("button", name="Register machine").click()
+    admin.wait_for_url(f"{base}/admin/machines/spare-3")
+    screenshots(admin, "machine-registered")
+    machine_phase_becomes(admin, "available")  # inspected, in the pool
+    screenshots(admin, "machine-available")
+    admin.get_by_role("button", name="Provision").click()
+    admin.wait_for_url(f"{base}/admin/machines/spare-3")
+    machine_phase_becomes(admin, "joined")
+    screenshots(admin, "machine-joined")
+    admin.locator("#machine-facts").get_by_role("link", name="spare-3").click()
+    admin.wait_for_url(f"{base}/admin/nodes/spare-3")
+    expect(admin.get_by_role("heading", level=1)).to_contain_text("spare-3")
+    admin.get_by_role("link", name="Fleet", exact=True).click()
+    expect(admin.get_by_role("row").filter(has_text="spare-3")).to_be_visible()
+    screenshots(admin, "fleet-with-the-machine")
 
 
 def add_viewer(portal: SimulatedPortal, issuer: str, email: str) -> None:

@@ -121,14 +121,15 @@ class BrowserLogin:
 
 
 def start_browser_login(portalctl: PortalCtl, url: str, *args: str,
-                        env: dict[str, str] | None = None) -> BrowserLogin:
+                        env: dict[str, str] | None = None,
+                        options: tuple[str, ...] = ()) -> BrowserLogin:
     """Runs the installed script as a terminal would (its standard input a pseudo-terminal),
-    with no display: it prints the link."""
+    with no display: it prints the link. ``options`` go before ``login`` (``--profile P``)."""
     environment = {"PATH": os.environ.get("PATH", ""),
                    "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
                    **{k: v for k, v in portalctl.env.items() if v is not None}, **(env or {})}
     ours, its = os.openpty()
-    process = subprocess.Popen([str(PORTALCTL), "login", "--url", url, *args],
+    process = subprocess.Popen([str(PORTALCTL), *options, "login", "--url", url, *args],
                                env=environment, stdin=its, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     os.close(its)

@@ -1,5 +1,7 @@
-"""What `portal dev` wires, in-process: the demo SQLite file, the simulated host (coming up at
-once), the web app and the whole worker (every kind) sharing it."""
+"""What `portal dev` wires: in-process (``running_dev_portal``: the demo SQLite file, the
+simulated host coming up at once, the web app and the whole worker, every kind, sharing it,
+driven pass by pass) or served on loopback with its worker running
+(``serving_simulated_portal``: what `make run` is, for the browser and portalctl)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from app.process.devmode import (
 )
 from app.process.worker import build_worker
 from app.reconcilers.runtime import Runtime
+from tests.support.serving import serving
 
 
 @dataclass
@@ -78,4 +81,38 @@ def running_dev_portal(tmp_path: Path, settings: Settings, *, startup_seconds: f
     worker = build_worker(dev, database, simulation, SimulatedInstaller(simulation))
     with TestClient(create_app(dev, database, simulation)) as client:
         yield DevPortal(client, worker, simulation, tokens, dev, database)
+    database.dispose()
+
+
+def demo_database(directory: Path) -> Database:
+    """The embedded default as `portal dev` makes it: an SQLite file with the demo data."""
+    url = f"sqlite:///{directory / 'portal.db'}"
+    migrate.upgrade(url)
+    database = Database(url)
+    with database.transaction() as db:
+        seed_demo(db)
+    return database
+
+
+@dataclass(frozen=True)
+class SimulatedPortal:
+    url: str
+    database: Database
+
+
+@contextmanager
+def serving_simulated_portal(tmp_path: Path, settings: Settings) -> Iterator[SimulatedPortal]:
+    """`portal dev` as a newcomer runs it: the demo SQLite file on the simulated host, served
+    on loopback with the worker converging; a virtual cluster comes up in a few seconds (a
+    Metal3 step in half that)."""
+    database = demo_database(tmp_path)
+    base = settings.model_copy(update={"simulated_startup_seconds": 3.0,
+                                       "worker_poll_seconds": 0.2})
+    simulation = simulated_host_for(base, simulate=True)
+    assert simulation is not None
+    dev = dev_settings(base, database_url=database.url, issuer=str(settings.oidc_issuer),
+                       simulated=True)
+    with serving(dev, database, simulation, with_worker=True,
+                 installer=SimulatedInstaller(simulation)) as url:
+        yield SimulatedPortal(url, database)
     database.dispose()
