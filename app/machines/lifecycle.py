@@ -77,13 +77,13 @@ def _reading(observed: Observed, desired: str, deleting: bool) -> Reading:
                        "waiting for the BareMetalHost to be removed" if deleting
                        else "waiting for the BareMetalHost to be created")
     phase = _PHASE_OF_STATE.get(state, "registering")
-    if state == "provisioned" and observed.node_ready and desired == "provisioned" and (
-            not deleting):
+    joining = desired in ("provisioned", "private")
+    if state == "provisioned" and observed.node_ready and joining and not deleting:
         return Reading("joined", "")
     if state == "provisioned":
         return Reading("deprovisioning" if deleting or desired == "pool" else "provisioning",
                        _provisioned_reason(observed, desired, deleting))
-    if phase == "available" and desired == "provisioned" and not deleting:
+    if phase == "available" and joining and not deleting:
         return Reading("available", "waiting for Metal3 to start provisioning")
     return Reading(phase, "" if phase == "available" else f"Metal3: {state or 'new'}")
 
@@ -93,7 +93,8 @@ def _provisioned_reason(observed: Observed, desired: str, deleting: bool) -> str
         return "waiting for Metal3 to start deprovisioning"
     if observed.node_name:
         return f"waiting for node {observed.node_name} to be Ready"
-    return "imaged; waiting for the machine's node to join the host cluster"
+    where = "its private-nodes cluster" if desired == "private" else "the host cluster"
+    return f"imaged; waiting for the machine's node to join {where}"
 
 
 def conditions_of(previous: list[Condition], observed: Observed, generation: int,
