@@ -100,7 +100,7 @@ def test_clusters_picking_from_one_pool_at_once_never_share_a_machine(
     def _pick(cluster_id: int) -> None:
         with database.transaction() as db:
             free = list(db.scalars(select(Machine.id).order_by(Machine.id)))
-            tenant_id = db.scalar(select(Tenant.id))
+            tenant_id = db.scalars(select(Tenant.id)).one()
             started.wait()
             for machine_id in free:
                 if len(taken[cluster_id]) == 2:
