@@ -43,6 +43,9 @@ class Observed:
     # What the Node says of its GPUs (GPU Feature Discovery's product label, allocatable GPUs).
     node_gpu_product: str = ""
     node_gpus: int = 0
+    # What keeps a private machine from going on (its cluster not Ready, a host Node of its
+    # name): its reason until it is joined.
+    waiting: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ def reading(observed: Observed, desired: str, deleting: bool,
     """The phase and reason; ``expected`` (GPU class product, count) is checked against a
     joined machine's Node."""
     found = _reading(observed, desired, deleting)
+    if observed.waiting and found.phase not in ("joined", "failed"):
+        return Reading(found.phase, observed.waiting)
     if found.phase == "joined" and expected is not None:
         return Reading("joined", _gpu_mismatch(observed, *expected))
     return found

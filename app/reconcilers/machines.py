@@ -17,6 +17,15 @@ rather than left to fail every pass.
 - Deleting: the BareMetalHost is deleted and awaited (Metal3 deprovisions or detaches it),
   then the Secrets and the machine itself.
 
+- Private (issue 57, r57.md §8): the machine serves a private-nodes cluster and joins *its*
+  API server. Once the cluster is Ready with its bootstrap bindings, and no host Node has the
+  machine's name, a token is minted in the **virtual** cluster's kube-system (id and expiry
+  recorded first), the user data names the virtual cluster's endpoint and CA; once imaged, the
+  token's CSR for the machine's node is approved and any other CSR of the token denied; the
+  token is deleted once the Node registered, the user data once it is Ready there. Given back
+  (desired pool, cluster kept): its pods are deleted and the virtual Node removed, then the
+  image taken off; once Metal3 has it in the pool again, the machine is no cluster's.
+
 Nothing enqueues on Metal3's progress, so a machine between two states is looked at again
 every few seconds; a settled one at the resync period. The token's secret half is never
 logged nor stored in the portal's database.
@@ -29,20 +38,25 @@ import binascii
 import logging
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from app.clusters import conditions as cond
+from app.clusters.models import VirtualCluster
 from app.database.core import Database, utcnow
 from app.hosts import repository as hosts_repository
 from app.hosts import service as hosts_service
 from app.kit.config import Settings
+from app.kit.crypto import SecretBox
 from app.kube.connector import HostTarget, KubeConnector
 from app.kube.errors import KubeError, PermanentKubeError
 from app.kube.manifests import baremetal as metal3
 from app.kube.manifests import labels as lbl
-from app.kube.port import KubePort, Manifest
+from app.kube.manifests import private_nodes
+from app.kube.port import CsrDecider, KubePort, Manifest
+from app.machines import csr as csrs
 from app.machines import join
 from app.machines import repository as machines_repository
 from app.machines import service as machines_service
@@ -64,11 +78,29 @@ NODE = ("v1", "Node")
 BMH = (metal3.METAL3_API_VERSION, metal3.BAREMETAL_HOST)
 
 
+CSR = ("certificates.k8s.io/v1", "CertificateSigningRequest")
+POD = ("v1", "Pod")
+# The label a private node carries in its cluster (a kubelet argument): whose machine it is.
+CLUSTER_LABEL = "gpu-tenant-portal/cluster"
+
+
+@dataclass(frozen=True)
+class PrivateCluster:
+    """The private-nodes cluster a machine serves, as one pass needs it."""
+
+    cluster_id: int
+    tenant_id: int
+    name: str
+    ready: bool
+    kubeconfig: str | None = field(default=None, repr=False)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     spec: MachineSpec
     target: HostTarget | None
     stored_endpoint: join.JoinEndpoint | None
+    private: PrivateCluster | None = None
 
 
 class MachineReconciler:
@@ -122,6 +154,10 @@ class MachineReconciler:
         phase = self._record(spec, observed, context.lease)
         if phase is None:
             return GONE
+        if spec.cluster_id is not None and spec.desired == "pool" and phase == "available" and (
+                not observed.waiting):
+            self._returned(spec, context.lease)
+            return DONE
         return DONE if _settled(spec, phase) else Outcome(requeue_after=self.poll_seconds)
 
     # ----- reading the machine
@@ -135,8 +171,26 @@ class MachineReconciler:
             if host is None:
                 return None
             target = hosts_service.target_for(host, self.settings)
+            private = self._private(db, row.cluster_id) if row.cluster_id else None
             return Snapshot(machines_service.spec_of(row, self.settings), target,
-                            self._stored_endpoint(target))
+                            self._stored_endpoint(target), private)
+
+    def _private(self, db: Session, cluster_id: int) -> PrivateCluster | None:
+        cluster = db.get(VirtualCluster, cluster_id)
+        if cluster is None:
+            return None
+        conditions = list(cluster.conditions or [])
+        ready = (cond.is_true(conditions, cond.READY)
+                 and cond.is_true(conditions, cond.NODE_BOOTSTRAP)
+                 and cluster.power == "awake")
+        kubeconfig = None
+        if cluster.admin_kubeconfig_encrypted:
+            try:
+                kubeconfig = SecretBox.from_settings(self.settings).open(
+                    cluster.admin_kubeconfig_encrypted)
+            except ValueError:
+                kubeconfig = None
+        return PrivateCluster(cluster.id, cluster.tenant_id, cluster.name, ready, kubeconfig)
 
     def _stored_endpoint(self, target: HostTarget | None) -> join.JoinEndpoint | None:
         if target is None:
@@ -155,6 +209,8 @@ class MachineReconciler:
         spec = snapshot.spec
         if spec.deleting:
             return self._delete(host, spec)
+        if spec.cluster_id is not None:
+            return self._converge_private(host, snapshot, lease)
         host.apply(_machines_namespace(), force=True)
         host.apply(metal3.bmc_secret(spec.name, spec.bmc.username, spec.bmc.password), force=True)
         current = metal3.host_observation(host.get(*BMH, spec.name, metal3.MACHINES_NAMESPACE))
@@ -277,6 +333,163 @@ class MachineReconciler:
         host.delete(*SECRET, metal3.bmc_secret_name(spec.name), metal3.MACHINES_NAMESPACE)
         return None
 
+    # ----- a private-nodes cluster's machine
+
+    def _converge_private(self, host: KubePort, snapshot: Snapshot, lease: Lease) -> Observed:
+        spec, cluster = snapshot.spec, snapshot.private
+        host.apply(_machines_namespace(), force=True)
+        host.apply(metal3.bmc_secret(spec.name, spec.bmc.username, spec.bmc.password), force=True)
+        current = metal3.host_observation(host.get(*BMH, spec.name, metal3.MACHINES_NAMESPACE))
+        virtual = (self.kube.virtual(cluster.kubeconfig)
+                   if cluster is not None and cluster.kubeconfig else None)
+        try:
+            if spec.desired == "private":
+                return self._join_private(host, virtual, snapshot, current, lease)
+            return self._leave_private(host, virtual, spec, lease)
+        finally:
+            close = getattr(virtual, "close", None)
+            if callable(close):
+                close()
+
+    def _join_private(self, host: KubePort, virtual: KubePort | None, snapshot: Snapshot,
+                      current: metal3.HostObservation, lease: Lease) -> Observed:
+        spec, cluster = snapshot.spec, snapshot.private
+        name = metal3.user_data_secret_name(spec.name)
+        waiting = self._not_yet(host, virtual, spec, cluster)
+        if waiting:
+            # Whatever Metal3 has begun is kept: a cluster briefly not Ready takes nothing away.
+            imaged = current.exists and bool(current.wanted_image_url)
+            stored = host.apply(self._host(spec, image=imaged, user_data=name if imaged
+                                           else None), force=True)
+            return replace(_observed(metal3.host_observation(stored), None), waiting=waiting)
+        assert virtual is not None and cluster is not None
+        if not current.exists or current.state in BEFORE_PROVISIONING:
+            self._private_user_data(host, virtual, spec, cluster, lease)
+        stored = host.apply(self._host(spec, image=True, user_data=name), force=True)
+        observation = metal3.host_observation(stored)
+        node = None
+        if observation.state == "provisioned":
+            self._decide_csrs(virtual, spec)
+            node = self._node(virtual, spec)
+            if node is not None and spec.bootstrap_token_id:
+                _delete_token(virtual, spec.bootstrap_token_id)  # registered: never again
+                self._forget_token(spec, lease)
+            if node is not None and _ready(node):
+                host.delete(*SECRET, name, metal3.MACHINES_NAMESPACE)
+        return _observed(observation, node)
+
+    def _not_yet(self, host: KubePort, virtual: KubePort | None, spec: MachineSpec,
+                 cluster: PrivateCluster | None) -> str:
+        """Why the machine cannot go on joining its cluster now ('' when it can)."""
+        if cluster is None:
+            return "its private-nodes cluster is gone"
+        if not cluster.ready or virtual is None:
+            return (f"waiting for cluster {cluster.name} to be Ready with its node bootstrap "
+                    "bindings")
+        if join.from_kubeconfig(cluster.kubeconfig) is None:
+            return (f"cluster {cluster.name}'s admin kubeconfig has no server and CA to join "
+                    "with")
+        if host.get(*NODE, spec.name) is not None:
+            return (f"the host cluster has a Node named {spec.name}: vCluster's node sync "
+                    "would delete the private node of that name; rename or remove it")
+        return ""
+
+    def _private_user_data(self, host: KubePort, virtual: KubePort, spec: MachineSpec,
+                           cluster: PrivateCluster, lease: Lease) -> None:
+        token = self._valid_token(virtual, spec) or self._mint_private(virtual, spec, cluster,
+                                                                         lease)
+        endpoint = join.from_kubeconfig(cluster.kubeconfig)
+        assert endpoint is not None
+        args = [f"--node-labels={CLUSTER_LABEL}={cluster.cluster_id}", "--rotate-certificates"]
+        dns = ((virtual.get("v1", "Service", "kube-dns", "kube-system") or {}).get("spec")
+               or {}).get("clusterIP")
+        if dns:
+            args.append(f"--cluster-dns={dns}")
+        host.apply(metal3.user_data_secret(spec.name, server=endpoint.server,
+                                           ca_data=endpoint.ca_data, token=token.value,
+                                           node_name=spec.name, extra_kubelet_args=args),
+                   force=True)
+
+    def _mint_private(self, virtual: KubePort, spec: MachineSpec, cluster: PrivateCluster,
+                      lease: Lease) -> metal3.BootstrapToken:
+        """A token in the virtual cluster's kube-system, its id and expiry recorded first."""
+        token = metal3.BootstrapToken.generate(self.choose)
+        expires_at = self.now() + timedelta(seconds=self.settings.machine_join_token_ttl_seconds)
+        with self.database.transaction() as db:
+            lease.fence(db)
+            row = machines_repository.machine_by_id(db, spec.id, lock=True)
+            if row is not None:
+                machines_service.record_token(row, token.token_id, expires_at)
+        if spec.bootstrap_token_id:
+            _delete_token(virtual, spec.bootstrap_token_id)
+        virtual.apply(private_nodes.bootstrap_token_secret(
+            token.token_id, token.secret, expires_at,
+            f"gpu-tenant-portal: joins machine {spec.name} to cluster {cluster.name}"),
+            force=True)
+        log.info("machine %s: bootstrap token %s minted in cluster %s, valid until %s",
+                 spec.name, token.token_id, cluster.name, expires_at.isoformat())
+        return token
+
+    def _decide_csrs(self, virtual: KubePort, spec: MachineSpec) -> None:
+        """The machine's token's CSRs: the one for its node approved, any other denied."""
+        token_id = spec.bootstrap_token_id
+        if not token_id:
+            return
+        for request in virtual.list(*CSR):
+            if csrs.decided(request) or csrs.bootstrap_token_of(request) != token_id:
+                continue
+            if not isinstance(virtual, CsrDecider):
+                raise TerminalError(f"machine {spec.name}: this client cannot approve CSRs")
+            mine = csrs.is_machines(request, token_id, spec.name)
+            virtual.decide_csr(
+                str(request["metadata"]["name"]), approve=mine,
+                reason="GpuTenantPortalApproved" if mine else "GpuTenantPortalDenied",
+                message=f"machine {spec.name}'s node" if mine else
+                f"bootstrap token {token_id} joins only node {spec.name}")
+            log.info("machine %s: CSR %s %s", spec.name, request["metadata"]["name"],
+                     "approved" if mine else "denied")
+
+    def _leave_private(self, host: KubePort, virtual: KubePort | None, spec: MachineSpec,
+                       lease: Lease) -> Observed:
+        """Given back: out of the cluster (its pods, then its Node), then wiped by Metal3."""
+        if virtual is not None:
+            node = self._node(virtual, spec)
+            if node is not None:
+                for pod in virtual.list(*POD, field_selector={"spec.nodeName": spec.name}):
+                    meta = pod["metadata"]
+                    virtual.delete(*POD, meta["name"], meta.get("namespace"))
+                virtual.delete(*NODE, spec.name)
+            if spec.bootstrap_token_id:
+                _delete_token(virtual, spec.bootstrap_token_id)
+        stored = host.apply(self._host(spec, image=False, user_data=None), force=True)
+        host.delete(*SECRET, metal3.user_data_secret_name(spec.name), metal3.MACHINES_NAMESPACE)
+        if spec.bootstrap_token_id or spec.node_name:
+            self._forget_token(spec, lease, node_too=True)
+        observation = metal3.host_observation(stored)
+        return replace(_observed(observation, None), waiting="" if observation.in_pool else
+                       "leaving its private-nodes cluster: waiting for Metal3 to wipe it")
+
+    def _forget_token(self, spec: MachineSpec, lease: Lease, *, node_too: bool = False) -> None:
+        with self.database.transaction() as db:
+            lease.fence(db)
+            row = machines_repository.machine_by_id(db, spec.id, lock=True)
+            if row is not None:
+                machines_service.record_token(row, None, None)
+                if node_too and row.desired == "pool":
+                    row.node_name = None
+
+    def _returned(self, spec: MachineSpec, lease: Lease) -> None:
+        """Wiped and available: the machine is no cluster's any more."""
+        with self.database.transaction() as db:
+            lease.fence(db)
+            row = machines_repository.machine_by_id(db, spec.id, lock=True)
+            if row is None or row.cluster_id is None:
+                return
+            cluster = db.get(VirtualCluster, row.cluster_id)
+            machines_service.record_returned(
+                db, row, cluster.tenant_id if cluster else None,
+                f"cluster {cluster.name}" if cluster else f"cluster #{row.cluster_id}")
+
     # ----- recording what was read
 
     def _record(self, spec: MachineSpec, observed: Observed, lease: Lease) -> str | None:
@@ -311,7 +524,7 @@ def _settled(spec: MachineSpec, phase: str) -> bool:
     """Nothing to wait for: looked at again at the resync period."""
     if spec.deleting:
         return False
-    wanted = "joined" if spec.desired == "provisioned" else "available"
+    wanted = "joined" if spec.desired in machines_service.JOINING else "available"
     return phase in (wanted, "failed")
 
 
