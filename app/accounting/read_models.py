@@ -1,4 +1,5 @@
-"""Read models of the tables the accounting sums: quotas, dedicated nodes and clusters.
+"""Read models of the tables the accounting sums: quotas, dedicated nodes, clusters and the
+bare-metal machines of private-nodes clusters.
 
 The accounting sits below every domain whose rows it counts (GPU classes, quotas, nodes,
 clusters), so it reads their tables through these column lists, never their models; only the
@@ -33,4 +34,12 @@ virtual_clusters = table(
     column("id", Integer), column("name", String), column("tenant_id", Integer),
     column("gpu_class_id", Integer), column("host_cluster_id", Integer),
     column("placement", String), column("gpus", Integer),
+)
+
+# Bare-metal machines, for the private-nodes pool: which are free, which serve which cluster.
+machines = table(
+    "machines",
+    column("id", Integer), column("name", String), column("host_cluster_id", Integer),
+    column("gpu_class_id", Integer), column("gpu_count", Integer), column("cluster_id", Integer),
+    column("desired", String), column("phase", String), column("deleting_at", UTCDateTime),
 )

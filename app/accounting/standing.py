@@ -8,10 +8,14 @@
   those being deleted included: they come back, or still hold them).
 - ``dedicated_held``: GPUs of its dedicated-nodes clusters there. They draw on the dedicated
   GPUs (host by host), never on the rest of the quota.
+- ``private_held``: GPUs of its private-nodes clusters there (whole machines joined to the
+  cluster itself, issue 57). Part of the approved quota like dedicated nodes: capacity figures
+  count them as dedicated.
 
-The rule every door keeps: ``dedicated + shared_held <= approved``, and on each host the
-dedicated-nodes clusters hold no more than the tenant's dedicated GPUs there. So shared-pool
-clusters have ``approved - dedicated`` to share (``for_shared``), and the shared pool's
+The rule every door keeps: ``dedicated + shared_held + private_held <= approved``, and on each
+host the dedicated-nodes clusters hold no more than the tenant's dedicated GPUs there. So
+shared-pool clusters have ``approved - dedicated - private_held`` to share (``for_shared``),
+private-nodes clusters what shared-pool clusters leave of it, and the shared pool's
 guarantee to the tenant (its KAI tenant queue's quota, its clusters' ResourceQuota ceilings, the
 region's guaranteed figure) is that rest, or what its shared-pool clusters hold if more
 (``shared_guarantee``: a tenant over quota, after an expiry or from before this rule, keeps
@@ -37,6 +41,7 @@ from app.hosts.repository import hosts_in
 
 SHARED = "shared-pool"
 DEDICATED = "dedicated-nodes"
+PRIVATE = "private-nodes"
 
 Key = tuple[int, int, str]
 """(tenant id, GPU class id, region)."""
@@ -50,11 +55,13 @@ class Standing:
     dedicated: int = 0
     shared_held: int = 0
     dedicated_held: int = 0
+    private_held: int = 0
 
     @property
     def for_shared(self) -> int:
-        """The quota shared-pool clusters may hold: what dedicated nodes leave of it."""
-        return max(self.approved - self.dedicated, 0)
+        """The quota shared-pool clusters may hold: what dedicated nodes and private-nodes
+        clusters leave of it."""
+        return max(self.approved - self.dedicated - self.private_held, 0)
 
     @property
     def shared_left(self) -> int:
@@ -67,30 +74,33 @@ class Standing:
 
     @property
     def over(self) -> int:
-        """How far dedicated and shared-pool GPUs together pass the approved quota."""
-        return max(self.dedicated + self.shared_held - self.approved, 0)
+        """How far dedicated, shared-pool and private-node GPUs together pass the approved
+        quota."""
+        return max(self.dedicated + self.shared_held + self.private_held - self.approved, 0)
 
     @property
     def shared_guarantee(self) -> int:
         """What the shared pool guarantees the tenant: its KAI tenant queue's quota."""
-        return max(self.approved - self.dedicated, self.shared_held)
+        return max(self.approved - self.dedicated - self.private_held, self.shared_held)
 
     @property
     def guaranteed(self) -> int:
-        return self.dedicated + self.shared_guarantee
+        return self.dedicated + self.private_held + self.shared_guarantee
 
     def left_for(self, placement: str) -> int:
-        """What a new cluster of ``placement`` may take here."""
+        """What a new cluster of ``placement`` may take here: a private-nodes cluster takes
+        from the same rest of the quota as a shared-pool one."""
         return self.dedicated_left if placement == DEDICATED else self.shared_left
 
     def with_shared(self, gpus: int) -> Standing:
         return Standing(self.approved, self.dedicated, self.shared_held + gpus,
-                        self.dedicated_held)
+                        self.dedicated_held, self.private_held)
 
 
-def shared_refusal(standing: Standing, gpus: int, class_name: str, region: str) -> str | None:
-    """Why ``gpus`` more in shared-pool clusters break the rule, in the tenant's figures; None
-    when they fit."""
+def shared_refusal(standing: Standing, gpus: int, class_name: str, region: str,
+                   placement: str = SHARED) -> str | None:
+    """Why ``gpus`` more in shared-pool (or private-nodes) clusters break the rule, in the
+    tenant's figures; None when they fit."""
     if gpus <= standing.shared_left:
         return None
     where = f" in region {region}" if region else ""
@@ -98,28 +108,33 @@ def shared_refusal(standing: Standing, gpus: int, class_name: str, region: str) 
     if standing.dedicated:
         figures.append(f"{standing.dedicated} of your {standing.approved} {class_name} "
                        f"GPUs{where} are on your dedicated nodes")
-    if standing.shared_held:
-        figures.append(f"your shared-pool clusters hold {standing.shared_held}"
-                       if figures else
-                       f"your shared-pool clusters hold {standing.shared_held} of your "
-                       f"{standing.approved} {class_name} GPUs{where}")
+    for held, what in ((standing.shared_held, "shared-pool"),
+                       (standing.private_held, "private-nodes")):
+        if held:
+            figures.append(f"your {what} clusters hold {held}" if figures else
+                           f"your {what} clusters hold {held} of your "
+                           f"{standing.approved} {class_name} GPUs{where}")
     if not figures:
         figures.append(f"you have {standing.approved} {class_name} GPUs approved{where}")
-    return (f"{'; '.join(figures)}; {standing.shared_left} are left for shared-pool clusters, "
+    return (f"{'; '.join(figures)}; {standing.shared_left} are left for {placement} clusters, "
             f"{gpus} asked: request more quota first")
 
 
 def dedication_refusal(standing: Standing, node: str, gpus: int, tenant: str,
                        class_name: str, region: str) -> str | None:
     """Why dedicating a node of ``gpus`` to the tenant breaks the rule; None when it fits."""
-    after = Standing(standing.approved, standing.dedicated + gpus, standing.shared_held)
+    after = Standing(standing.approved, standing.dedicated + gpus, standing.shared_held, 0,
+                     standing.private_held)
     if after.over <= standing.over or after.over == 0:
         return None
     where = f" in region {region}" if region else ""
     shrink = "shrink its shared-pool clusters or " if after.shared_held else ""
+    private = (f", {after.private_held} in private-nodes clusters" if after.private_held
+               else "")
     return (f"dedicating {node} ({gpus} GPUs) would give {tenant} {after.dedicated} "
             f"{class_name} GPUs on dedicated nodes and {after.shared_held} in shared-pool "
-            f"clusters{where}, {after.dedicated + after.shared_held} in all: {after.over} more "
+            f"clusters{private}{where}, "
+            f"{after.dedicated + after.shared_held + after.private_held} in all: {after.over} more "
             f"than its approved quota of {after.approved}; {shrink}approve more quota first")
 
 
@@ -173,22 +188,26 @@ def dedicated_gpus(tenant_id: Any, gpu_class_id: Any, region: Any, *,
     return query
 
 
-def shared_guarantee(approved: Any, dedicated: Any, shared_held: Any) -> Any:
-    """``Standing.shared_guarantee`` as SQL, of three columns or values."""
-    rest = approved - dedicated
+def shared_guarantee(approved: Any, dedicated: Any, shared_held: Any,
+                     private_held: Any = 0) -> Any:
+    """``Standing.shared_guarantee`` as SQL, of four columns or values."""
+    rest = approved - dedicated - private_held
     return case((rest > shared_held, rest), else_=shared_held)
 
 
 def standing_columns(tenant_id: Any, gpu_class_id: Any, region: Any,
                      approved: Any) -> list[Any]:
-    """Columns ``dedicated``, ``shared_held``, ``dedicated_held`` and ``shared_guarantee``
-    of a row naming a tenant, a class and a region with its ``approved`` quota."""
+    """Columns ``dedicated``, ``shared_held``, ``dedicated_held``, ``private_held`` and
+    ``shared_guarantee`` of a row naming a tenant, a class and a region with its ``approved``
+    quota."""
     dedicated = dedicated_gpus(tenant_id, gpu_class_id, region).scalar_subquery()
     shared = held_gpus(tenant_id, gpu_class_id, region, placement=SHARED).scalar_subquery()
+    private = held_gpus(tenant_id, gpu_class_id, region, placement=PRIVATE).scalar_subquery()
     return [dedicated.label("dedicated"), shared.label("shared_held"),
             held_gpus(tenant_id, gpu_class_id, region,
                       placement=DEDICATED).scalar_subquery().label("dedicated_held"),
-            shared_guarantee(approved, dedicated, shared).label("shared_guarantee")]
+            private.label("private_held"),
+            shared_guarantee(approved, dedicated, shared, private).label("shared_guarantee")]
 
 
 def standings(db: Session, tenant_id: int, gpu_class_id: int, *,
@@ -199,14 +218,16 @@ def standings(db: Session, tenant_id: int, gpu_class_id: int, *,
     quotas = tenant_quotas.c
     held = {placement: held_gpus(quotas.tenant_id, quotas.gpu_class_id, quotas.region,
                                  placement=placement, excluding=excluding).scalar_subquery()
-            for placement in (SHARED, DEDICATED)}
+            for placement in (SHARED, DEDICATED, PRIVATE)}
     rows = db.execute(
         select(quotas.region, quotas.gpus,
                dedicated_gpus(quotas.tenant_id, quotas.gpu_class_id,
-                              quotas.region).scalar_subquery(), held[SHARED], held[DEDICATED])
+                              quotas.region).scalar_subquery(), held[SHARED], held[DEDICATED],
+               held[PRIVATE])
         .where(quotas.tenant_id == tenant_id, quotas.gpu_class_id == gpu_class_id)
         .order_by(quotas.id))
-    return {row[0]: Standing(int(row[1]), int(row[2] or 0), int(row[3] or 0), int(row[4] or 0))
+    return {row[0]: Standing(int(row[1]), int(row[2] or 0), int(row[3] or 0), int(row[4] or 0),
+                             int(row[5] or 0))
             for row in rows}
 
 
@@ -221,7 +242,9 @@ def standing(db: Session, tenant_id: int, gpu_class_id: int, region: str, *,
                     int(db.scalar(held_gpus(tenant_id, gpu_class_id, region, placement=SHARED,
                                             excluding=excluding)) or 0),
                     int(db.scalar(held_gpus(tenant_id, gpu_class_id, region,
-                                            placement=DEDICATED, excluding=excluding)) or 0))
+                                            placement=DEDICATED, excluding=excluding)) or 0),
+                    int(db.scalar(held_gpus(tenant_id, gpu_class_id, region,
+                                            placement=PRIVATE, excluding=excluding)) or 0))
 
 
 # ----- every tenant at once: the fleet's figures and the operator's check
@@ -230,7 +253,7 @@ def standing(db: Session, tenant_id: int, gpu_class_id: int, region: str, *,
 def every_standing(db: Session, tenant_id: int | None = None) -> dict[Key, Standing]:
     """(tenant, class, region) -> standing, of every tenant (or one) with a quota row, a
     dedicated node or a cluster with GPUs anywhere: three grouped statements."""
-    figures: dict[Key, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    figures: dict[Key, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
     quotas = tenant_quotas.c
     of_tenant = true() if tenant_id is None else quotas.tenant_id == tenant_id
     for tenant, class_id, region, gpus in db.execute(
@@ -240,8 +263,11 @@ def every_standing(db: Session, tenant_id: int | None = None) -> dict[Key, Stand
     for tenant, class_id, region, gpus in db.execute(_dedicated_per_key(tenant_id)):
         figures[tenant, class_id, str(region)][1] = int(gpus or 0)
     for tenant, class_id, region, placement, gpus in db.execute(_held_per_key(tenant_id)):
-        figures[tenant, class_id, str(region)][2 if placement == SHARED else 3] += int(gpus or 0)
+        figures[tenant, class_id, str(region)][_COLUMN[placement]] += int(gpus or 0)
     return {key: Standing(*values) for key, values in sorted(figures.items())}
+
+
+_COLUMN = {SHARED: 2, DEDICATED: 3, PRIVATE: 4}
 
 
 def _dedicated_per_key(tenant_id: int | None) -> Select[Any]:
@@ -274,11 +300,13 @@ def pool_guarantees(class_ids: Sequence[int] | None = None,
     quotas = tenant_quotas.c
     dedicated = _dedicated_per_key(None).subquery("dedicated")
     shared = _held_per_key(None).subquery("shared")
+    private = _held_per_key(None).subquery("private")
     query = (select(quotas.region, quotas.gpu_class_id, func.sum(shared_guarantee(
                  quotas.gpus, func.coalesce(dedicated.c.gpus, 0),
-                 func.coalesce(shared.c.gpus, 0))))
+                 func.coalesce(shared.c.gpus, 0), func.coalesce(private.c.gpus, 0))))
              .outerjoin(dedicated, _same_key(dedicated))
-             .outerjoin(shared, and_(_same_key(shared), shared.c.placement == SHARED)))
+             .outerjoin(shared, and_(_same_key(shared), shared.c.placement == SHARED))
+             .outerjoin(private, and_(_same_key(private), private.c.placement == PRIVATE)))
     if class_ids is not None:
         query = query.where(quotas.gpu_class_id.in_(list(class_ids)))
     if region is not None:

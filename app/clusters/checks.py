@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.accounting import machine_pool
 from app.accounting.standing import Standing, shared_refusal
 from app.clusters import desired, known_classes, placement, repository
 from app.clusters.models import VirtualCluster
@@ -24,6 +25,7 @@ from app.quotas import regions
 from app.tenants.models import Tenant
 
 DEDICATED = "dedicated-nodes"
+PRIVATE = "private-nodes"
 
 
 def place(db: Session, settings: Settings, tenant: Tenant, payload: ClusterCreate,
@@ -44,6 +46,10 @@ def place(db: Session, settings: Settings, tenant: Tenant, payload: ClusterCreat
         needs_webhook=(payload.placement == "shared-pool"
                        and settings.vcluster_edition == "oss"),
         hardening=hardened)
+    if payload.placement == PRIVATE and (gpu_class is None or payload.gpus <= 0):
+        raise ValidationFailed.on_field(
+            "gpus", "a private-nodes cluster is made of whole GPU machines: choose a GPU class "
+                    "and a number of GPUs")
     hosts = host_facts(db, tenant.id, request)
     if gpu_class is not None and request.gpus > 0:
         check_room(db, tenant, gpu_class, request, hosts)
@@ -60,6 +66,11 @@ def check_room(db: Session, tenant: Tenant, gpu_class: GpuClass, request: Placem
     (its own, or any)."""
     allowed = ({request.region} if request.region is not None
                else {h.region for h in hosts} | set(request.quota_free))
+    if request.placement == PRIVATE:
+        candidates = [h for h in hosts if h.region in allowed]
+        if candidates and all(h.private_unfit is not None for h in candidates):
+            raise ValidationFailed.on_field("gpus", "; ".join(
+                f"{h.name}: {h.private_unfit}" for h in candidates))
     if request.placement == DEDICATED:
         candidates = [h for h in hosts if h.region in allowed]
         free = max((h.tenant_node_gpus.get(gpu_class.id, 0) for h in candidates), default=0)
@@ -97,6 +108,12 @@ def host_facts(db: Session, tenant_id: int,
         tenant_nodes = {host: gpus - held.get(host, 0) for host, gpus in
                         repository.tenant_node_gpus(db, tenant_id,
                                                     request.gpu_class_id).items()}
+    private: dict[int, str | None] = {}
+    if request.gpu_class_id is not None and request.placement == PRIVATE:
+        pools = machine_pool.pools(db, request.gpu_class_id)
+        private = {host.id: private_unfit(pools.get(host.id, machine_pool.Pool()),
+                                          request.gpus, request.gpu_class_name)
+                   for host in hosts}
     return [placement.HostFacts(
         host.id, host.name, host.region, host.state,
         {c: total for (h, c), (total, _) in on_nodes.items() if h == host.id},
@@ -104,7 +121,23 @@ def host_facts(db: Session, tenant_id: int,
          for (h, c), (total, dedicated) in on_nodes.items() if h == host.id and only in (None, c)},
         {request.gpu_class_id: tenant_nodes.get(host.id, 0)}
         if request.gpu_class_id is not None else {},
-        host.has_credentials, host.answers, host.has_webhook) for host in hosts]
+        host.has_credentials, host.answers, host.has_webhook, private.get(host.id))
+        for host in hosts]
+
+
+def private_unfit(pool: machine_pool.Pool, gpus: int, class_name: str) -> str | None:
+    """Why a host's free machines cannot make ``gpus`` exactly (None: they can): a
+    private-nodes cluster is whole machines."""
+    if pool.fits(gpus):
+        return None
+    sizes = ", ".join(str(g) for g in pool.free) or "none"
+    promised = (f", {pool.promised} of them promised to clusters waiting for machines"
+                if pool.promised else "")
+    if gpus > pool.room:
+        return (f"its pool has {pool.free_gpus} {class_name} GPUs on free machines{promised}, "
+                f"{gpus} asked")
+    return (f"{gpus} {class_name} GPUs are not a sum of whole free machines' GPUs (free "
+            f"machines here have {sizes} GPUs each); ask for a count they add up to")
 
 
 def _hosts_and_shared(db: Session, only: int | None,
@@ -169,11 +202,12 @@ def check_placed(db: Session, tenant: Tenant, gpu_class: GpuClass, payload: Clus
         check_dedicated(db, tenant, gpu_class, payload.gpus, placed.host_id, None)
     else:
         _refuse_beyond_quota(gpu_class, placed.region, payload.gpus,
-                             rooms.get(placed.region, Standing()))
+                             rooms.get(placed.region, Standing()), payload.placement)
 
 
-def _refuse_beyond_quota(gpu_class: GpuClass, region: str, gpus: int, room: Standing) -> None:
-    refusal = shared_refusal(room, gpus, gpu_class.display_name, region)
+def _refuse_beyond_quota(gpu_class: GpuClass, region: str, gpus: int, room: Standing,
+                         placement: str = "shared-pool") -> None:
+    refusal = shared_refusal(room, gpus, gpu_class.display_name, region, placement)
     if refusal is not None:
         raise ValidationFailed.on_field("gpus", refusal)
 
@@ -192,7 +226,7 @@ def check_quota(db: Session, tenant: Tenant, gpu_class: GpuClass, region: str, p
     if placement != DEDICATED:
         room = repository.standings(db, tenant.id, gpu_class.id,
                                     excluding=excluding).get(region, Standing())
-        _refuse_beyond_quota(gpu_class, region, gpus, room)
+        _refuse_beyond_quota(gpu_class, region, gpus, room, placement)
     elif host_cluster_id is not None:
         check_dedicated(db, tenant, gpu_class, gpus, host_cluster_id, excluding)
 

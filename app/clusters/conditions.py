@@ -34,10 +34,15 @@ HARDENING_NEEDS = {
     "seccomp": "a seccomp profile (RuntimeDefault or Localhost)",
     "user-namespaces": "hostUsers: false and a seccomp profile (RuntimeDefault or Localhost)",
 }
+# Private-nodes clusters (issue 57): the bootstrap group's bindings applied inside the virtual
+# cluster (machines wait for it), and whole machines given for the GPUs asked.
+NODE_BOOTSTRAP = "NodeBootstrap"
+MACHINES_ASSIGNED = "MachinesAssigned"
 # In display order: the provisioning steps, then the summary.
 STEP_TYPES = (NAMESPACE_READY, QUOTA_APPLIED, NETWORK_POLICY_APPLIED, QUEUES_APPLIED,
               RELEASE_INSTALLED)
-ORDER = (HOST_REACHABLE, POD_ADMISSION, *STEP_TYPES, READY, ASLEEP, FAILED)
+ORDER = (HOST_REACHABLE, POD_ADMISSION, *STEP_TYPES, READY, NODE_BOOTSTRAP, MACHINES_ASSIGNED,
+         ASLEEP, FAILED)
 # One condition per add-on installed into the virtual cluster, shown after Ready.
 ADDON_PREFIX = "AddonReady/"
 # KAI's team queues inside the virtual cluster, shown after the add-ons.

@@ -47,6 +47,11 @@ class DesiredCluster:
     asleep_since: datetime | None = None
     # The tenant's teams (app.kube.manifests.team_queues): KAI queues inside the cluster.
     teams: tuple[str, ...] = field(default=())
+    # The row's own placement (``spec.placement`` is what the vcluster.yaml builders know),
+    # host and GPU class: a private-nodes cluster's machines are of that class on that host.
+    placement: str = ""
+    host_id: int = 0
+    gpu_class_id: int | None = None
 
     @property
     def namespace(self) -> str:
@@ -212,6 +217,8 @@ def build(facts: ClusterFacts, settings: Settings) -> DesiredCluster:
         addons=facts.addons, teams=teams,
         asleep=cluster.power == "asleep", slept=cond.is_true(conditions, cond.ASLEEP),
         power_reason=cluster.power_reason, asleep_since=cluster.asleep_since,
+        placement=cluster.placement, host_id=cluster.host_cluster_id,
+        gpu_class_id=cluster.gpu_class_id,
     )
 
 

@@ -19,14 +19,15 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.database.core import Base, utcnow
 
-PLACEMENTS = ("shared-pool", "dedicated-nodes")
+PLACEMENTS = ("shared-pool", "dedicated-nodes", "private-nodes")
 
 
 class VirtualCluster(Base):
     __tablename__ = "virtual_clusters"
     __table_args__ = (
         UniqueConstraint("tenant_id", "name"),
-        CheckConstraint("placement IN ('shared-pool', 'dedicated-nodes')", name="placement"),
+        CheckConstraint("placement IN ('shared-pool', 'dedicated-nodes', 'private-nodes')",
+                        name="placement"),
         CheckConstraint("gpus >= 0", name="gpus_non_negative"),
         CheckConstraint("pod_security IS NULL OR pod_security IN ('restricted', 'baseline')",
                         name="pod_security"),

@@ -29,6 +29,7 @@ from app.kube.manifests import labels as lbl
 
 ACTIVE = "active"
 DEDICATED = "dedicated-nodes"
+PRIVATE = "private-nodes"
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class HostFacts:
     # Its API server has a way to the portal's admission webhook (the environment's host, or
     # a webhook URL set on the host).
     has_webhook: bool = True
+    # For ``private-nodes``: why this host's free machines of the class cannot make the GPUs
+    # asked (None: they can).
+    private_unfit: str | None = None
 
     def free_of(self, gpu_class_id: int | None) -> int:
         if gpu_class_id is None:
@@ -148,7 +152,10 @@ def _webhook_needs(request: PlacementRequest) -> list[str]:
 def _gpu_reasons(host: HostFacts, request: PlacementRequest, class_id: int,
                  class_seen: bool) -> list[str]:
     reasons = []
-    if class_seen and host.class_gpus.get(class_id, 0) <= 0:
+    if request.placement == PRIVATE:
+        if host.private_unfit is not None:
+            reasons.append(host.private_unfit)
+    elif class_seen and host.class_gpus.get(class_id, 0) <= 0:
         reasons.append(f"has no {request.gpu_class_name} nodes")
     room = request.quota_free.get(host.region, 0)
     if room < request.gpus:
@@ -166,7 +173,7 @@ def _gpu_reasons(host: HostFacts, request: PlacementRequest, class_id: int,
 def place(hosts: Iterable[HostFacts], request: PlacementRequest) -> Placed | Unplaceable:
     """The host for the request, or why none fits."""
     candidates = sorted(hosts, key=lambda h: h.name)
-    seen = request.gpu_class_id is None or any(
+    seen = request.gpu_class_id is None or request.placement == PRIVATE or any(
         h.class_gpus.get(request.gpu_class_id, 0) > 0 for h in candidates)
     fitting = [h for h in candidates if not unfit_reasons(h, request, seen)]
     if not fitting:
@@ -190,6 +197,8 @@ def _reason(chosen: HostFacts, request: PlacementRequest, fitting: list[HostFact
     class_id = request.gpu_class_id if request.gpus > 0 else None
     if class_id is None:
         what = f"{chosen.free_of(None)} free {plural(chosen.free_of(None), 'GPU')}"
+    elif request.placement == PRIVATE:
+        what = f"free {request.gpu_class_name} machines for {counted(request.gpus, 'GPU')}"
     elif request.placement == DEDICATED:
         what = (f"{counted(chosen.tenant_node_gpus.get(class_id, 0), 'GPU')} free on the "
                 f"tenant's dedicated {request.gpu_class_name} nodes")

@@ -25,6 +25,14 @@ AWAKE: Final = "awake"
 ASLEEP: Final = "asleep"
 SLEEP_REASONS: Final = ("manual", "idle", "schedule")
 WAKE_REASONS: Final = ("manual", "kubeconfig", "schedule")
+# Issue 57, v1: a private-nodes cluster does not sleep (docs/operator.md says why).
+NO_SLEEP_FOR_PRIVATE_NODES: Final = (
+    "a private-nodes cluster does not sleep: its GPUs are whole machines assigned to it, not "
+    "lent to the pool while it sleeps; shrink or delete it to give them back")
+
+
+def may_sleep(cluster: VirtualCluster) -> bool:
+    return cluster.placement != "private-nodes"
 
 
 def request(db: Session, cluster: VirtualCluster, power: str, reason: str, *,
@@ -35,6 +43,8 @@ def request(db: Session, cluster: VirtualCluster, power: str, reason: str, *,
         raise Conflict(f"cluster {cluster.name!r} is being deleted")
     if cluster.power == power:
         return False
+    if power == ASLEEP and not may_sleep(cluster):
+        raise Conflict(NO_SLEEP_FOR_PRIVATE_NODES)
     before = _power(cluster)
     cluster.power, cluster.power_reason, cluster.power_changed_at = power, reason, utcnow()
     if power == AWAKE:

@@ -13,7 +13,7 @@ from app.quotas.schemas import MAX_CPU_MILLICORES, MAX_GPUS, MAX_MEMORY_MIB
 
 # The column holds 40 characters; longer names would also crowd the derived host names.
 NAME_MAX = 40
-Placement = Literal["shared-pool", "dedicated-nodes"]
+Placement = Literal["shared-pool", "dedicated-nodes", "private-nodes"]
 
 
 class ClusterCreate(BaseModel):

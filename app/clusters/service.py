@@ -278,6 +278,11 @@ def resize_cluster(db: Session, principal: Principal, slug: str, name: str,
     if not wanted:
         return cluster_out(db, cluster)
     limits.refuse_empty({**_spec(cluster), **wanted})
+    if cluster.placement == "private-nodes" and "gpus" in wanted:
+        raise ValidationFailed.on_field(
+            "gpus", "a private-nodes cluster keeps the machines it was made with (this "
+                    "version): create another cluster for more GPUs, or delete this one to "
+                    "give its machines back")
     new_gpus = wanted.get("gpus", cluster.gpus)
     if gpu_class is None and new_gpus > 0:
         raise ValidationFailed.on_field(

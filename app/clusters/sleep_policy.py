@@ -181,6 +181,8 @@ def _idle(cluster: VirtualCluster, moment: Moment) -> bool:
 
 def carry_out(db: Session, cluster: VirtualCluster, action: Action, moment: Moment) -> None:
     """Does what ``decide`` asked of the locked cluster, audited as the sleep policy."""
+    if action.startswith("sleep") and not power.may_sleep(cluster):
+        return  # a private-nodes cluster's policy never puts it to sleep (power.py)
     if action == "sleep-idle":
         power.request(db, cluster, power.ASLEEP, "idle", actor_id=None, actor_label=ACTOR)
     elif action == "sleep-schedule":

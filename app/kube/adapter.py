@@ -26,6 +26,7 @@ from app.kube.errors import (
     TransientKubeError,
 )
 from app.kube.port import (
+    CSR,
     FIELD_MANAGER,
     MIN_TOKEN_EXPIRATION_SECONDS,
     Manifest,
@@ -34,6 +35,7 @@ from app.kube.port import (
     matches_fields,
     matches_labels,
     selector_text,
+    with_decision,
 )
 from app.kube.retry import RetryPolicy, TokenBucket, parse_retry_after
 
@@ -215,6 +217,15 @@ class KubernetesAdapter:
         if not token:
             raise PermanentKubeError("TokenRequest returned no token", reason="NoToken")
         return str(token)
+
+    def decide_csr(self, name: str, *, approve: bool, reason: str, message: str) -> Manifest:
+        """Approves or denies a CSR through its ``approval`` subresource (a PUT of the object
+        as read, so a CSR changed meanwhile is a 409, retried by the reconciler's next pass)."""
+        path = kind_info(*CSR).object_path(name)
+        _, current = self._call("GET", path)
+        decided = with_decision(current, approve=approve, reason=reason, message=message)
+        _, stored = self._call("PUT", f"{path}/approval", body=decided)
+        return stored
 
     # ----- transport
 

@@ -25,12 +25,14 @@ from typing import Any
 
 from app.kube.errors import ApplyConflictError, PermanentKubeError, TransientKubeError
 from app.kube.port import (
+    CSR,
     MIN_TOKEN_EXPIRATION_SECONDS,
     Manifest,
     ObjectRef,
     kind_info,
     matches_fields,
     matches_labels,
+    with_decision,
 )
 from app.kube.quantities import canonical_quantities
 
@@ -198,7 +200,7 @@ class _Fault:
 class InMemoryKube:
     """``KubePort`` backed by dicts. Thread-safe enough for parallel service tests."""
 
-    WRITE_METHODS = frozenset({"apply", "delete", "request_token"})
+    WRITE_METHODS = frozenset({"apply", "delete", "request_token", "decide_csr"})
 
     def __init__(self, namespaces: tuple[str, ...] = DEFAULT_NAMESPACES, *,
                  normalize_quantities: bool = False) -> None:
@@ -341,6 +343,18 @@ class InMemoryKube:
                     self._remove(contained)
             call.changed = True
             return True
+
+    def decide_csr(self, name: str, *, approve: bool, reason: str, message: str) -> Manifest:
+        ref = self._ref(CSR[0], CSR[1], name, None)
+        with self._lock:
+            call = self._record("decide_csr", ref)
+            self._require_exists(ref)
+            live = self._objects[ref]
+            decided = with_decision(live, approve=approve, reason=reason, message=message)
+            if decided != live:
+                self._objects[ref] = self._stamp(copy.deepcopy(decided), live, ref)
+                call.changed = True
+            return copy.deepcopy(self._objects[ref])
 
     def request_token(
         self,

@@ -62,6 +62,29 @@ class KubePort(Protocol):
         ...
 
 
+CSR = ("certificates.k8s.io/v1", "CertificateSigningRequest")
+
+
+@runtime_checkable
+class CsrDecider(Protocol):
+    """Approving or denying a CertificateSigningRequest (its ``approval`` subresource): what
+    the machines kind does with a kubelet's first client certificate request."""
+
+    def decide_csr(self, name: str, *, approve: bool, reason: str, message: str) -> Manifest:
+        """Adds the Approved (or Denied) condition; the CSR as stored after."""
+        ...
+
+
+def with_decision(csr: Manifest, *, approve: bool, reason: str, message: str) -> Manifest:
+    """The CSR with the decision's condition added (one decision: a decided CSR is kept)."""
+    status = dict(csr.get("status") or {})
+    conditions = list(status.get("conditions") or [])
+    if not any(c.get("type") in ("Approved", "Denied") for c in conditions):
+        conditions.append({"type": "Approved" if approve else "Denied", "status": "True",
+                           "reason": reason, "message": message})
+    return {**csr, "status": {**status, "conditions": conditions}}
+
+
 @runtime_checkable
 class HostProbe(Protocol):
     """Questions a template's validation asks a host cluster; ``apply`` only for the one
@@ -205,6 +228,8 @@ def _register_builtins() -> None:
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings", False),
         ("scheduling.run.ai/v2", "Queue", "queues", False),
         ("metal3.io/v1alpha1", "BareMetalHost", "baremetalhosts", True),
+        ("certificates.k8s.io/v1", "CertificateSigningRequest", "certificatesigningrequests",
+         False),
         ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy",
          "validatingadmissionpolicies", False),
         ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding",

@@ -46,6 +46,9 @@ class Observed:
     # What the Node says of its GPUs (GPU Feature Discovery's product label, allocatable GPUs).
     node_gpu_product: str = ""
     node_gpus: int = 0
+    # What keeps a private machine from going on (its cluster not Ready, a host Node of its
+    # name): its reason until it is joined.
+    waiting: str = ""
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ def reading(observed: Observed, desired: str, deleting: bool,
     """The phase and reason; ``expected`` (GPU class product, count) is checked against a
     joined machine's Node."""
     found = _reading(observed, desired, deleting)
+    if observed.waiting and found.phase not in ("joined", "failed"):
+        return Reading(found.phase, observed.waiting)
     if found.phase == "joined" and expected is not None:
         return Reading("joined", _gpu_mismatch(observed, *expected))
     return found
@@ -80,13 +85,13 @@ def _reading(observed: Observed, desired: str, deleting: bool) -> Reading:
                        "waiting for the BareMetalHost to be removed" if deleting
                        else "waiting for the BareMetalHost to be created")
     phase = _PHASE_OF_STATE.get(state, "registering")
-    if state == "provisioned" and observed.node_ready and desired == "provisioned" and (
-            not deleting):
+    joining = desired in ("provisioned", "private")
+    if state == "provisioned" and observed.node_ready and joining and not deleting:
         return Reading("joined", "")
     if state == "provisioned":
         return Reading("deprovisioning" if deleting or desired == "pool" else "provisioning",
                        _provisioned_reason(observed, desired, deleting))
-    if phase == "available" and desired == "provisioned" and not deleting:
+    if phase == "available" and joining and not deleting:
         return Reading("available", "waiting for Metal3 to start provisioning")
     return Reading(phase, "" if phase == "available" else f"Metal3: {state or 'new'}")
 
@@ -96,7 +101,8 @@ def _provisioned_reason(observed: Observed, desired: str, deleting: bool) -> str
         return "waiting for Metal3 to start deprovisioning"
     if observed.node_name:
         return f"waiting for node {observed.node_name} to be Ready"
-    return "imaged; waiting for the machine's node to join the host cluster"
+    where = "its private-nodes cluster" if desired == "private" else "the host cluster"
+    return f"imaged; waiting for the machine's node to join {where}"
 
 
 def conditions_of(previous: list[Condition], observed: Observed, generation: int,

@@ -11,8 +11,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.database.core import Base, utcnow
 
 # What the admin asks: kept in the pool (registered, inspected, powered, no image), or
-# provisioned (imaged, booted, joined to the host cluster as a Node).
-DESIRED_STATES = ("pool", "provisioned")
+# provisioned (imaged, booted, joined to the host cluster as a Node); or what a private-nodes
+# cluster asks: private (imaged, booted, joined to that virtual cluster as a Node).
+DESIRED_STATES = ("pool", "provisioned", "private")
 # What the worker last read from Metal3 (and, for joined, from the host's Node).
 PHASES = ("registering", "inspecting", "available", "provisioning", "joined",
           "deprovisioning", "failed")
@@ -21,7 +22,10 @@ PHASES = ("registering", "inspecting", "available", "provisioning", "joined",
 class Machine(Base):
     __tablename__ = "machines"
     __table_args__ = (
-        CheckConstraint("desired IN ('pool', 'provisioned')", name="desired_known"),
+        CheckConstraint("desired IN ('pool', 'provisioned', 'private')", name="desired_known"),
+        # A private machine is always some cluster's: one column, so one cluster, one tenant.
+        CheckConstraint("desired <> 'private' OR cluster_id IS NOT NULL",
+                        name="private_has_cluster"),
         CheckConstraint("phase IN ('registering', 'inspecting', 'available', 'provisioning', "
                         "'joined', 'deprovisioning', 'failed')", name="phase_known"),
         CheckConstraint("gpu_count >= 0", name="gpu_count_non_negative"),
@@ -53,6 +57,12 @@ class Machine(Base):
     # the host cluster's kube-system Secret, never in the portal's database.
     bootstrap_token_id: Mapped[str | None] = mapped_column(String(6))
     bootstrap_token_expires_at: Mapped[datetime | None]
+    # The private-nodes cluster the machine serves, from its assignment until it is back in
+    # the pool, wiped (``available`` again): set only by a conditional UPDATE of a free
+    # machine (``repository.assign``), cleared only once it is returned.
+    cluster_id: Mapped[int | None] = mapped_column(ForeignKey("virtual_clusters.id"),
+                                                   index=True)
+    assigned_at: Mapped[datetime | None]
     generation: Mapped[int] = mapped_column(default=1)
     observed_generation: Mapped[int] = mapped_column(default=0)
     conditions: Mapped[list[Any]] = mapped_column(default=list)

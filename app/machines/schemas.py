@@ -15,7 +15,7 @@ from app.nodes.schemas import Condition
 MAX_MACHINE_NAME = 63
 Phase = Literal["registering", "inspecting", "available", "provisioning", "joined",
                 "deprovisioning", "failed"]
-Desired = Literal["pool", "provisioned"]
+Desired = Literal["pool", "provisioned", "private"]
 
 
 class BmcCredentialsIn(BaseModel):
@@ -102,7 +102,9 @@ class MachineOut(BaseModel):
     gpu_count: int
     rack: str
     desired: Desired = Field(description="pool: registered, inspected, no image; "
-                                         "provisioned: imaged and joined as a Node")
+                                         "provisioned: imaged and joined as a Node of its "
+                                         "host; private: imaged and joined as a Node of "
+                                         "the private-nodes cluster it serves")
     deleting: bool
     phase: Phase
     reason: str = Field(description="Metal3's error message when failed, what the machine "
@@ -110,7 +112,12 @@ class MachineOut(BaseModel):
                                     "the GPUs expected")
     provisioning_state: str = Field(description="Metal3's provisioning state as last read")
     node_name: str | None
-    tenant: str | None = Field(description="the tenant the machine's node is dedicated to")
+    tenant: str | None = Field(description="the tenant the machine's node is dedicated to, "
+                                           "or whose private-nodes cluster it serves")
+    cluster: str | None = Field(default=None,
+                                description="the private-nodes cluster the machine serves "
+                                            "(or is on its way back to the pool from)")
+    assigned_at: datetime | None = None
     generation: int
     observed_generation: int
     conditions: list[Condition]

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.accounting.read_models import virtual_clusters
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin, ensure_platform_writer
@@ -41,6 +42,8 @@ from app.workqueue import MACHINES, NODES, enqueue
 
 TARGET_TYPE = "machine"
 WORKER = "machine-reconciler"
+# What a machine is asked to join: its host cluster, or a private-nodes cluster.
+JOINING = ("provisioned", "private")
 # Phases from which a machine may leave the portal: nothing is imaged on it.
 DELETABLE_PHASES = ("registering", "inspecting", "available", "failed")
 
@@ -49,6 +52,8 @@ DELETABLE_PHASES = ("registering", "inspecting", "available", "failed")
 
 
 def machine_out(db: Session, row: Machine) -> MachineOut:
+    served = served_cluster(db, row)
+    cluster = served[1] if served else None
     host = hosts_repository.host_by_id(db, row.host_cluster_id)
     gpu_class = db.get(GpuClass, row.gpu_class_id)
     return MachineOut(
@@ -58,7 +63,8 @@ def machine_out(db: Session, row: Machine) -> MachineOut:
         gpu_count=row.gpu_count, rack=row.rack, desired=row.desired,
         deleting=row.deleting_at is not None, phase=row.phase,
         reason=row.reason, provisioning_state=row.provisioning_state, node_name=row.node_name,
-        tenant=_tenant_of_node(db, row), generation=row.generation,
+        tenant=_tenant_of_node(db, row), cluster=cluster, assigned_at=row.assigned_at,
+        generation=row.generation,
         observed_generation=row.observed_generation,
         conditions=[Condition.model_validate(c) for c in row.conditions or []],
         created_at=row.created_at, updated_at=row.updated_at)
@@ -84,8 +90,29 @@ def _machine(db: Session, name: str, *, lock: bool = False) -> Machine:
 
 
 def _tenant_of_node(db: Session, row: Machine) -> str | None:
+    served = served_cluster(db, row)
+    if served is not None:
+        return served[0]
     tenant = _dedicated_to(db, row)
     return tenant.slug if tenant else None
+
+
+def served_cluster(db: Session, row: Machine) -> tuple[str, str] | None:
+    """(tenant slug, cluster name) of the private-nodes cluster the machine serves."""
+    if row.cluster_id is None:
+        return None
+    clusters = virtual_clusters.c
+    found = db.execute(select(Tenant.slug, clusters.name)
+                       .join(virtual_clusters, clusters.tenant_id == Tenant.id)
+                       .where(clusters.id == row.cluster_id)).first()
+    return (str(found[0]), str(found[1])) if found else None
+
+
+def _refuse_while_private(row: Machine) -> None:
+    if row.cluster_id is not None:
+        raise Conflict(f"machine {row.name} serves a private-nodes cluster: its tenant "
+                       "releases it by shrinking or deleting the cluster; it comes back to "
+                       "the pool on its own")
 
 
 def _dedicated_to(db: Session, row: Machine) -> Tenant | None:
@@ -128,6 +155,7 @@ def provision(db: Session, principal: Principal, name: str) -> MachineOut:
     ensure_platform_writer(principal)
     row = _machine(db, name, lock=True)
     _refuse_while_deleting(row)
+    _refuse_while_private(row)
     if row.desired != "provisioned":
         before = _details(row)
         row.desired = "provisioned"
@@ -141,6 +169,7 @@ def release(db: Session, principal: Principal, name: str) -> MachineOut:
     ensure_platform_writer(principal)
     row = _machine(db, name, lock=True)
     _refuse_while_deleting(row)
+    _refuse_while_private(row)
     tenant = _dedicated_to(db, row)
     if tenant is not None:
         raise Conflict(f"machine {row.name}'s node {row.node_name} is dedicated to tenant "
@@ -158,6 +187,7 @@ def delete_machine(db: Session, principal: Principal, name: str) -> MachineOut:
     ensure_platform_writer(principal)
     row = _machine(db, name, lock=True)
     if row.deleting_at is None:
+        _refuse_while_private(row)
         if row.desired != "pool" or row.phase not in DELETABLE_PHASES:
             raise Conflict(f"machine {row.name} is {row.phase}: release it and wait until it "
                            "is back in the pool (available) before deleting it")
@@ -216,8 +246,63 @@ def _details(row: Machine) -> dict[str, Any]:
             "bmc_address": row.bmc_address, "boot_mac": row.boot_mac,
             "gpu_class_id": row.gpu_class_id, "gpu_count": row.gpu_count, "rack": row.rack,
             "desired": row.desired, "deleting": row.deleting_at is not None,
+            "cluster_id": row.cluster_id,
             "bmc_credentials_set_at": row.bmc_credentials_set_at.isoformat()
             if row.bmc_credentials_set_at else None}
+
+
+# ----- private-nodes clusters: the cluster kind gives and takes back whole machines
+
+
+def assign_to_cluster(db: Session, machine_id: int, cluster_id: int, tenant_id: int,
+                      cluster_label: str, actor: str) -> Machine | None:
+    """Gives a free machine to the cluster (``repository.assign``: never to two); audited as
+    ``machine.assigned`` and the machines kind told. None when it was not free any more."""
+    if not repository.assign(db, machine_id, cluster_id, utcnow()):
+        return None
+    row = db.scalar(select(Machine).where(Machine.id == machine_id)
+                    .execution_options(populate_existing=True))
+    assert row is not None
+    enqueue(db, MACHINES, row.id)
+    audit.record(db, action="machine.assigned", actor_id=None, actor_label=actor,
+                 tenant_id=tenant_id, target_type=TARGET_TYPE, target_id=row.id,
+                 target_label=f"machine {row.name}", before={"desired": "pool", "cluster": None},
+                 after={"desired": "private", "cluster": cluster_label,
+                        "gpu_count": row.gpu_count})
+    return row
+
+
+def release_from_cluster(db: Session, row: Machine, tenant_id: int | None, cluster_label: str,
+                         actor: str, why: str) -> bool:
+    """The cluster gives the (locked) machine back: drained, removed from the cluster and
+    deprovisioned by the machines kind, which clears its cluster once it is available again.
+    Audited as ``machine.released``; False if it was on its way back already."""
+    if row.desired != "private":
+        return False
+    row.desired = "pool"
+    row.generation += 1
+    row.updated_at = utcnow()
+    db.flush()
+    enqueue(db, MACHINES, row.id)
+    audit.record(db, action="machine.released", actor_id=None, actor_label=actor,
+                 tenant_id=tenant_id, target_type=TARGET_TYPE, target_id=row.id,
+                 target_label=f"machine {row.name}",
+                 before={"desired": "private", "cluster": cluster_label},
+                 after={"desired": "pool", "cluster": cluster_label, "why": why})
+    return True
+
+
+def record_returned(db: Session, row: Machine, tenant_id: int | None,
+                    cluster_label: str) -> bool:
+    """The machine is available again, wiped: no cluster's any more (``machine.returned``)."""
+    if not repository.clear_cluster(db, row.id, utcnow()):
+        return False
+    db.refresh(row)
+    audit.record(db, action="machine.returned", actor_id=None, actor_label=WORKER,
+                 tenant_id=tenant_id, target_type=TARGET_TYPE, target_id=row.id,
+                 target_label=f"machine {row.name}", before={"cluster": cluster_label},
+                 after={"cluster": None, "phase": row.phase})
+    return True
 
 
 # ----- the worker's part
@@ -245,6 +330,9 @@ class MachineSpec:
     bootstrap_token_id: str | None
     bootstrap_token_expires_at: datetime | None
     bmc: BmcCredentials = field(repr=False)
+    # The private-nodes cluster it serves (or is going back to the pool from).
+    cluster_id: int | None = None
+    gpu_count: int = 0
 
 
 def spec_of(row: Machine, settings: Settings) -> MachineSpec:
@@ -255,7 +343,8 @@ def spec_of(row: Machine, settings: Settings) -> MachineSpec:
         deleting=row.deleting_at is not None, generation=row.generation,
         node_name=row.node_name, bootstrap_token_id=row.bootstrap_token_id,
         bootstrap_token_expires_at=row.bootstrap_token_expires_at,
-        bmc=BmcCredentials(str(opened.get("username", "")), str(opened.get("password", ""))))
+        bmc=BmcCredentials(str(opened.get("username", "")), str(opened.get("password", ""))),
+        cluster_id=row.cluster_id, gpu_count=row.gpu_count)
 
 
 def record_token(row: Machine, token_id: str | None, expires_at: datetime | None) -> None:
@@ -275,7 +364,7 @@ def record_observation(db: Session, row: Machine, observed: Observed, generation
     row.provisioning_state = (observed.state or "")[:40]
     row.reason = found.reason[:1000]
     row.node_name = observed.node_name or (
-        row.node_name if row.desired == "provisioned" else None)
+        row.node_name if row.desired in JOINING else None)
     if conditions != row.conditions:
         row.conditions = conditions
     row.observed_generation = max(row.observed_generation, generation)
@@ -286,7 +375,7 @@ def record_observation(db: Session, row: Machine, observed: Observed, generation
                      target_label=f"machine {row.name}", before=before,
                      after={"phase": row.phase, "reason": row.reason,
                             "node_name": row.node_name})
-    if joined:
+    if joined and row.desired == "provisioned":
         enqueue(db, NODES, row.host_cluster_id)  # the inventory takes the new node now
     return joined
 

@@ -33,6 +33,7 @@ def _quota_fields(row: Any) -> dict[str, Any]:
         "burst_in_use_gpus": _gpus(row.burst), "dedicated_gpus": held.dedicated,
         "shared_pool_gpus": held.shared_guarantee, "shared_pool_allocated_gpus": held.shared_held,
         "dedicated_allocated_gpus": held.dedicated_held,
+        "private_nodes_allocated_gpus": held.private_held,
         "shared_pool_left_gpus": held.shared_left, "dedicated_left_gpus": held.dedicated_left,
         "over_quota_gpus": held.over,
         "cpu_millicores": row.cpu_millicores, "memory_mib": row.memory_mib,
@@ -42,7 +43,7 @@ def _quota_fields(row: Any) -> dict[str, Any]:
 def standing_of(row: Any) -> Standing:
     """The standing of a row with ``gpus`` and ``standing_columns``."""
     return Standing(int(row.gpus), int(row.dedicated or 0), int(row.shared_held or 0),
-                    int(row.dedicated_held or 0))
+                    int(row.dedicated_held or 0), int(row.private_held or 0))
 
 
 def _gpus(summed: Any) -> float | None:

@@ -135,14 +135,19 @@ class TenantQuotaOut(BaseModel):
         description="of allocated_gpus, held by shared-pool clusters")
     dedicated_allocated_gpus: int = Field(
         description="of allocated_gpus, held by dedicated-nodes clusters (on dedicated_gpus)")
+    private_nodes_allocated_gpus: int = Field(
+        default=0, description="of allocated_gpus, held by private-nodes clusters (whole "
+                               "machines joined to the cluster itself): part of approved_gpus")
     shared_pool_left_gpus: int = Field(
-        description="what a new shared-pool cluster may take: approved_gpus - dedicated_gpus "
-                    "- shared_pool_allocated_gpus")
+        description="what a new shared-pool or private-nodes cluster may take: approved_gpus "
+                    "- dedicated_gpus - shared_pool_allocated_gpus - "
+                    "private_nodes_allocated_gpus")
     dedicated_left_gpus: int = Field(
         description="what new dedicated-nodes clusters may take: dedicated_gpus - "
                     "dedicated_allocated_gpus (each host's nodes apart)")
     over_quota_gpus: int = Field(
-        description="how far dedicated_gpus + shared_pool_allocated_gpus pass approved_gpus "
+        description="how far dedicated_gpus + shared_pool_allocated_gpus + "
+                    "private_nodes_allocated_gpus pass approved_gpus "
                     "(after a quota expired, or from before the rule): nothing is taken away, "
                     "but nothing adds to it")
     cpu_millicores: int

@@ -17,6 +17,15 @@ rather than left to fail every pass.
 - Deleting: the BareMetalHost is deleted and awaited (Metal3 deprovisions or detaches it),
   then the Secrets and the machine itself.
 
+- Private (issue 57, r57.md §8): the machine serves a private-nodes cluster and joins *its*
+  API server. Once the cluster is Ready with its bootstrap bindings, and no host Node has the
+  machine's name, a token is minted in the **virtual** cluster's kube-system (id and expiry
+  recorded first), the user data names the virtual cluster's endpoint and CA; once imaged, the
+  token's CSR for the machine's node is approved and any other CSR of the token denied; the
+  token is deleted once the Node registered, the user data once it is Ready there. Given back
+  (desired pool, cluster kept): its pods are deleted and the virtual Node removed, then the
+  image taken off; once Metal3 has it in the pool again, the machine is no cluster's.
+
 Nothing enqueues on Metal3's progress, so a machine between two states is looked at again
 every few seconds; a settled one at the resync period. The token's secret half is never
 logged nor stored in the portal's database.
@@ -24,61 +33,55 @@ logged nor stored in the portal's database.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from app.clusters import conditions as cond
+from app.clusters.models import VirtualCluster
 from app.database.core import Database, utcnow
 from app.hosts import repository as hosts_repository
 from app.hosts import service as hosts_service
 from app.kit.config import Settings
+from app.kit.crypto import SecretBox
 from app.kube.connector import HostTarget, KubeConnector
 from app.kube.errors import KubeError, PermanentKubeError
 from app.kube.manifests import baremetal as metal3
-from app.kube.manifests import labels as lbl
+from app.kube.manifests import private_nodes
 from app.kube.port import KubePort, Manifest
 from app.machines import join
 from app.machines import repository as machines_repository
 from app.machines import service as machines_service
 from app.machines.lifecycle import Observed
 from app.machines.service import MachineSpec
+from app.reconcilers import machine_parts as parts
 from app.reconcilers.host_keys import client, failure, wait_for_breaker
 from app.reconcilers.kind import DONE, GONE, Context, Outcome, TerminalError
 from app.reconcilers.leases import Lease
+from app.reconcilers.machine_parts import (
+    BEFORE_PROVISIONING,
+    BMH,
+    CLUSTER_LABEL,
+    NODE,
+    POD,
+    SECRET,
+    TOKEN_RENEWAL_SHARE,
+    PrivateCluster,
+    Stuck,
+)
 from app.workqueue import MACHINES, NODES, enqueue
 
 log = logging.getLogger(__name__)
-# Metal3 states in which the user data has not been read yet: a token may still be minted.
-BEFORE_PROVISIONING = frozenset({"", "unmanaged", "registering", "match profile", "inspecting",
-                                 "preparing", "available", "ready"})
-# A token with less than this share of its lifetime left is replaced before use.
-TOKEN_RENEWAL_SHARE = 0.25
-SECRET = ("v1", "Secret")
-NODE = ("v1", "Node")
-BMH = (metal3.METAL3_API_VERSION, metal3.BAREMETAL_HOST)
-
-
-class Stuck(Exception):
-    """What stops the machine until someone changes the host or the machine: ``reason`` for
-    its condition (CamelCase), ``message`` in words."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
 @dataclass(frozen=True)
 class Snapshot:
     spec: MachineSpec
     target: HostTarget | None
     stored_endpoint: join.JoinEndpoint | None
+    private: PrivateCluster | None = None
 
 
 class MachineReconciler:
@@ -142,7 +145,11 @@ class MachineReconciler:
         phase = self._record(spec, observed, context.lease)
         if phase is None:
             return GONE
-        return DONE if _settled(spec, phase) else Outcome(requeue_after=self.poll_seconds)
+        if spec.cluster_id is not None and spec.desired == "pool" and phase == "available" and (
+                not observed.waiting):
+            self._returned(spec, context.lease)
+            return DONE
+        return DONE if parts.settled(spec, phase) else Outcome(requeue_after=self.poll_seconds)
 
     # ----- reading the machine
 
@@ -155,8 +162,26 @@ class MachineReconciler:
             if host is None:
                 return None
             target = hosts_service.target_for(host, self.settings)
+            private = self._private(db, row.cluster_id) if row.cluster_id else None
             return Snapshot(machines_service.spec_of(row, self.settings), target,
-                            self._stored_endpoint(target))
+                            self._stored_endpoint(target), private)
+
+    def _private(self, db: Session, cluster_id: int) -> PrivateCluster | None:
+        cluster = db.get(VirtualCluster, cluster_id)
+        if cluster is None:
+            return None
+        conditions = list(cluster.conditions or [])
+        ready = (cond.is_true(conditions, cond.READY)
+                 and cond.is_true(conditions, cond.NODE_BOOTSTRAP)
+                 and cluster.power == "awake")
+        kubeconfig = None
+        if cluster.admin_kubeconfig_encrypted:
+            try:
+                kubeconfig = SecretBox.from_settings(self.settings).open(
+                    cluster.admin_kubeconfig_encrypted)
+            except ValueError:
+                kubeconfig = None
+        return PrivateCluster(cluster.id, cluster.tenant_id, cluster.name, ready, kubeconfig)
 
     def _stored_endpoint(self, target: HostTarget | None) -> join.JoinEndpoint | None:
         if target is None:
@@ -175,7 +200,9 @@ class MachineReconciler:
         spec = snapshot.spec
         if spec.deleting:
             return self._delete(host, spec)
-        host.apply(_machines_namespace(), force=True)
+        if spec.cluster_id is not None:
+            return self._converge_private(host, snapshot, lease)
+        host.apply(parts.machines_namespace(), force=True)
         host.apply(metal3.bmc_secret(spec.name, spec.bmc.username, spec.bmc.password), force=True)
         current = metal3.host_observation(host.get(*BMH, spec.name, metal3.MACHINES_NAMESPACE))
         if spec.desired == "provisioned":
@@ -184,10 +211,10 @@ class MachineReconciler:
         else:
             stored = host.apply(self._host(spec, image=False, user_data=None), force=True)
         observation = metal3.host_observation(stored)
-        node = self._node(host, spec) if observation.state == "provisioned" else None
+        node = parts.node_of(host, spec) if observation.state == "provisioned" else None
         if spec.desired == "pool":
             self._clean_after_release(host, spec, observation, lease)
-        return _observed(observation, node)
+        return parts.observed(observation, node)
 
     def _host(self, spec: MachineSpec, *, image: bool, user_data: str | None) -> Manifest:
         return metal3.baremetal_host(spec.name, bmc_address=spec.bmc_address,
@@ -223,7 +250,7 @@ class MachineReconciler:
             return None
         stored = host.get(*SECRET, metal3.bootstrap_token_secret_name(spec.bootstrap_token_id),
                           metal3.BOOTSTRAP_TOKEN_NAMESPACE)
-        secret = _decoded((stored or {}).get("data") or {}, "token-secret")
+        secret = parts.decoded((stored or {}).get("data") or {}, "token-secret")
         try:
             return metal3.BootstrapToken(spec.bootstrap_token_id, secret) if secret else None
         except ValueError:
@@ -240,7 +267,7 @@ class MachineReconciler:
             if row is not None:
                 machines_service.record_token(row, token.token_id, expires_at)
         if spec.bootstrap_token_id:
-            _delete_token(host, spec.bootstrap_token_id)
+            parts.delete_token(host, spec.bootstrap_token_id)
         host.apply(metal3.bootstrap_token_secret(spec.name, token, expires_at), force=True)
         log.info("machine %s: bootstrap token %s minted, valid until %s", spec.name,
                  token.token_id, expires_at.isoformat())
@@ -258,15 +285,6 @@ class MachineReconciler:
                 f"within {self.resync_seconds:g} s, or when it changes)"))
         return endpoint
 
-    def _node(self, host: KubePort, spec: MachineSpec) -> Manifest | None:
-        """The machine's Node: named after it, and carrying its providerID (a Node of that name
-        from elsewhere is not it)."""
-        node = host.get(*NODE, spec.name)
-        if node is None or (node.get("spec") or {}).get("providerID") != metal3.provider_id(
-                spec.name):
-            return None
-        return node
-
     def _clean_after_release(self, host: KubePort, spec: MachineSpec,
                              observation: metal3.HostObservation, lease: Lease) -> None:
         """Once Metal3 has started deprovisioning: the Node goes (it will not come back), and
@@ -274,9 +292,9 @@ class MachineReconciler:
         if observation.state == "provisioned" or not (spec.node_name
                                                       or spec.bootstrap_token_id):
             return
-        if self._node(host, spec) is not None:
+        if parts.node_of(host, spec) is not None:
             host.delete(*NODE, spec.name)
-        _delete_join_secrets(host, spec)
+        parts.delete_join_secrets(host, spec)
         with self.database.transaction() as db:
             lease.fence(db)
             row = machines_repository.machine_by_id(db, spec.id, lock=True)
@@ -292,12 +310,134 @@ class MachineReconciler:
                 host.delete(*BMH, spec.name, metal3.MACHINES_NAMESPACE)
             stored = host.get(*BMH, spec.name, metal3.MACHINES_NAMESPACE)
         if stored is not None:
-            return _observed(metal3.host_observation(stored), None)  # Metal3 still at it
-        if self._node(host, spec) is not None:
+            return parts.observed(metal3.host_observation(stored), None)  # Metal3 still at it
+        if parts.node_of(host, spec) is not None:
             host.delete(*NODE, spec.name)
-        _delete_join_secrets(host, spec)
+        parts.delete_join_secrets(host, spec)
         host.delete(*SECRET, metal3.bmc_secret_name(spec.name), metal3.MACHINES_NAMESPACE)
         return None
+
+    # ----- a private-nodes cluster's machine
+
+    def _converge_private(self, host: KubePort, snapshot: Snapshot, lease: Lease) -> Observed:
+        spec, cluster = snapshot.spec, snapshot.private
+        host.apply(parts.machines_namespace(), force=True)
+        host.apply(metal3.bmc_secret(spec.name, spec.bmc.username, spec.bmc.password), force=True)
+        current = metal3.host_observation(host.get(*BMH, spec.name, metal3.MACHINES_NAMESPACE))
+        virtual = (self.kube.virtual(cluster.kubeconfig)
+                   if cluster is not None and cluster.kubeconfig else None)
+        try:
+            if spec.desired == "private":
+                return self._join_private(host, virtual, snapshot, current, lease)
+            return self._leave_private(host, virtual, spec, lease)
+        finally:
+            close = getattr(virtual, "close", None)
+            if callable(close):
+                close()
+
+    def _join_private(self, host: KubePort, virtual: KubePort | None, snapshot: Snapshot,
+                      current: metal3.HostObservation, lease: Lease) -> Observed:
+        spec, cluster = snapshot.spec, snapshot.private
+        name = metal3.user_data_secret_name(spec.name)
+        waiting = parts.not_yet(host, virtual, spec, cluster)
+        if waiting:
+            # Whatever Metal3 has begun is kept: a cluster briefly not Ready takes nothing away.
+            imaged = current.exists and bool(current.wanted_image_url)
+            stored = host.apply(self._host(spec, image=imaged, user_data=name if imaged
+                                           else None), force=True)
+            return replace(parts.observed(metal3.host_observation(stored), None), waiting=waiting)
+        assert virtual is not None and cluster is not None
+        if not current.exists or current.state in BEFORE_PROVISIONING:
+            self._private_user_data(host, virtual, spec, cluster, lease)
+        stored = host.apply(self._host(spec, image=True, user_data=name), force=True)
+        observation = metal3.host_observation(stored)
+        node = None
+        if observation.state == "provisioned":
+            parts.decide_csrs(virtual, spec)
+            node = parts.node_of(virtual, spec)
+            if node is not None and spec.bootstrap_token_id:
+                parts.delete_token(virtual, spec.bootstrap_token_id)  # registered: never again
+                self._forget_token(spec, lease)
+            if node is not None and parts.ready(node):
+                host.delete(*SECRET, name, metal3.MACHINES_NAMESPACE)
+        return parts.observed(observation, node)
+
+    def _private_user_data(self, host: KubePort, virtual: KubePort, spec: MachineSpec,
+                           cluster: PrivateCluster, lease: Lease) -> None:
+        token = self._valid_token(virtual, spec) or self._mint_private(virtual, spec, cluster,
+                                                                         lease)
+        endpoint = join.from_kubeconfig(cluster.kubeconfig)
+        assert endpoint is not None
+        args = [f"--node-labels={CLUSTER_LABEL}={cluster.cluster_id}", "--rotate-certificates"]
+        dns = ((virtual.get("v1", "Service", "kube-dns", "kube-system") or {}).get("spec")
+               or {}).get("clusterIP")
+        if dns:
+            args.append(f"--cluster-dns={dns}")
+        host.apply(metal3.user_data_secret(spec.name, server=endpoint.server,
+                                           ca_data=endpoint.ca_data, token=token.value,
+                                           node_name=spec.name, extra_kubelet_args=args),
+                   force=True)
+
+    def _mint_private(self, virtual: KubePort, spec: MachineSpec, cluster: PrivateCluster,
+                      lease: Lease) -> metal3.BootstrapToken:
+        """A token in the virtual cluster's kube-system, its id and expiry recorded first."""
+        token = metal3.BootstrapToken.generate(self.choose)
+        expires_at = self.now() + timedelta(seconds=self.settings.machine_join_token_ttl_seconds)
+        with self.database.transaction() as db:
+            lease.fence(db)
+            row = machines_repository.machine_by_id(db, spec.id, lock=True)
+            if row is not None:
+                machines_service.record_token(row, token.token_id, expires_at)
+        if spec.bootstrap_token_id:
+            parts.delete_token(virtual, spec.bootstrap_token_id)
+        virtual.apply(private_nodes.bootstrap_token_secret(
+            token.token_id, token.secret, expires_at,
+            f"gpu-tenant-portal: joins machine {spec.name} to cluster {cluster.name}"),
+            force=True)
+        log.info("machine %s: bootstrap token %s minted in cluster %s, valid until %s",
+                 spec.name, token.token_id, cluster.name, expires_at.isoformat())
+        return token
+
+    def _leave_private(self, host: KubePort, virtual: KubePort | None, spec: MachineSpec,
+                       lease: Lease) -> Observed:
+        """Given back: out of the cluster (its pods, then its Node), then wiped by Metal3."""
+        if virtual is not None:
+            node = parts.node_of(virtual, spec)
+            if node is not None:
+                for pod in virtual.list(*POD, field_selector={"spec.nodeName": spec.name}):
+                    meta = pod["metadata"]
+                    virtual.delete(*POD, meta["name"], meta.get("namespace"))
+                virtual.delete(*NODE, spec.name)
+            if spec.bootstrap_token_id:
+                parts.delete_token(virtual, spec.bootstrap_token_id)
+        stored = host.apply(self._host(spec, image=False, user_data=None), force=True)
+        host.delete(*SECRET, metal3.user_data_secret_name(spec.name), metal3.MACHINES_NAMESPACE)
+        if spec.bootstrap_token_id or spec.node_name:
+            self._forget_token(spec, lease, node_too=True)
+        observation = metal3.host_observation(stored)
+        return replace(parts.observed(observation, None), waiting="" if observation.in_pool else
+                       "leaving its private-nodes cluster: waiting for Metal3 to wipe it")
+
+    def _forget_token(self, spec: MachineSpec, lease: Lease, *, node_too: bool = False) -> None:
+        with self.database.transaction() as db:
+            lease.fence(db)
+            row = machines_repository.machine_by_id(db, spec.id, lock=True)
+            if row is not None:
+                machines_service.record_token(row, None, None)
+                if node_too and row.desired == "pool":
+                    row.node_name = None
+
+    def _returned(self, spec: MachineSpec, lease: Lease) -> None:
+        """Wiped and available: the machine is no cluster's any more."""
+        with self.database.transaction() as db:
+            lease.fence(db)
+            row = machines_repository.machine_by_id(db, spec.id, lock=True)
+            if row is None or row.cluster_id is None:
+                return
+            cluster = db.get(VirtualCluster, row.cluster_id)
+            machines_service.record_returned(
+                db, row, cluster.tenant_id if cluster else None,
+                f"cluster {cluster.name}" if cluster else f"cluster #{row.cluster_id}")
 
     # ----- recording what was read
 
@@ -330,58 +470,3 @@ class MachineReconciler:
         log.info("machine %s: BareMetalHost and Secrets removed; machine deleted", spec.name)
         return GONE
 
-
-def _settled(spec: MachineSpec, phase: str) -> bool:
-    """Nothing to wait for: looked at again at the resync period."""
-    if spec.deleting:
-        return False
-    wanted = "joined" if spec.desired == "provisioned" else "available"
-    return phase in (wanted, "failed")
-
-
-def _observed(observation: metal3.HostObservation, node: Manifest | None) -> Observed:
-    error_type = observation.error_type or (
-        "OperationalError" if observation.has_error else "")
-    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-    allocatable = ((node or {}).get("status") or {}).get("allocatable") or {}
-    return Observed(state=observation.state if observation.exists else None,
-                    error_type=error_type, error_message=observation.error_message,
-                    node_ready=node is not None and _ready(node),
-                    node_name=str(node["metadata"]["name"]) if node is not None else None,
-                    node_gpu_product=str(labels.get(lbl.GPU_PRODUCT, "")),
-                    node_gpus=_count(allocatable.get(lbl.GPU_RESOURCE)))
-
-
-def _ready(node: Manifest) -> bool:
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def _count(value: object) -> int:
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
-
-
-def _machines_namespace() -> Manifest:
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": metal3.MACHINES_NAMESPACE, "labels": lbl.managed()}}
-
-
-def _delete_join_secrets(host: KubePort, spec: MachineSpec) -> None:
-    host.delete(*SECRET, metal3.user_data_secret_name(spec.name), metal3.MACHINES_NAMESPACE)
-    if spec.bootstrap_token_id:
-        _delete_token(host, spec.bootstrap_token_id)
-
-
-def _delete_token(host: KubePort, token_id: str) -> None:
-    host.delete(*SECRET, metal3.bootstrap_token_secret_name(token_id),
-                metal3.BOOTSTRAP_TOKEN_NAMESPACE)
-
-
-def _decoded(data: dict[str, str], key: str) -> str:
-    try:
-        return base64.b64decode(data.get(key) or "", validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return ""

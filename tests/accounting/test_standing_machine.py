@@ -3,7 +3,8 @@ two tenants: quota approvals and expiries, node dedications and their ends, clus
 resizes, placement changes, sleeps and deletes. After every step:
 
 - ``QuotaRuleMachine``: for each tenant, class and region, the GPUs on its dedicated nodes and
-  in its shared-pool clusters stay within its approved quota (an expiry may leave it over: then
+  in its shared-pool and private-nodes clusters (whole free machines, issue 57) stay within its
+  approved quota (an expiry may leave it over: then
   no later step adds to the excess), and its dedicated-nodes clusters fit its nodes on each
   host. The figures are summed here from the rows themselves, not by the code under test.
 - ``SurfacesMachine`` also: the quota API, the create form's "left", the fleet per host, region
@@ -62,7 +63,8 @@ TENANTS = ("alpha", "beta")
 REGIONS = ("eu", "us")
 CLASSES = {"NVIDIA-H100-80GB-HBM3": 8, "NVIDIA-A100-80GB": 4}  # product -> GPUs per node
 NODES_PER_CLASS = 3
-PLACEMENTS = ("shared-pool", "dedicated-nodes")
+PLACEMENTS = ("shared-pool", "dedicated-nodes", "private-nodes")
+MACHINES_PER_CLASS = 2  # free bare-metal machines per host and class, for private-nodes
 Key = tuple[str, str, str]  # (tenant slug, product, region)
 SETTINGS = cluster_settings()
 
@@ -75,10 +77,11 @@ class Held:
     dedicated: int = 0
     shared: int = 0
     on_dedicated: int = 0
+    private: int = 0
 
     @property
     def over(self) -> int:
-        return max(self.dedicated + self.shared - self.approved, 0)
+        return max(self.dedicated + self.shared + self.private - self.approved, 0)
 
 
 class QuotaRuleMachine(RuleBasedStateMachine):
@@ -123,6 +126,10 @@ class QuotaRuleMachine(RuleBasedStateMachine):
                 for index in range(NODES_PER_CLASS):
                     factories.node(db, host, self.classes[product], gpu_count=per_node,
                                    name=f"{product[7:11].lower()}-{host.region}-n{index}")
+                for index in range(MACHINES_PER_CLASS):
+                    factories.machine(db, host, self.classes[product], gpu_count=per_node,
+                                      phase="available",
+                                      name=f"m-{product[7:11].lower()}-{host.region}-{index}")
         db.flush()
 
     @contextmanager
@@ -228,13 +235,13 @@ class QuotaRuleMachine(RuleBasedStateMachine):
         tenant reading its quota page asks for."""
         with self.database.session() as db:
             keys = sorted(key for key, held in held_per_key(db).items()
-                          if held.approved > held.shared + held.on_dedicated)
+                          if held.approved > held.shared + held.on_dedicated + held.private)
         if keys:
             tenant, product, region = data.draw(st.sampled_from(keys))
             with self.database.session() as db:
                 held = held_per_key(db)[tenant, product, region]
             self._create(tenant, product, region, "shared-pool",
-                         held.approved - held.shared - held.on_dedicated)
+                         held.approved - held.shared - held.on_dedicated - held.private)
 
     @rule(data=st.data(), gpus=st.integers(0, 12))
     def resize(self, data: st.DataObject, gpus: int) -> None:
@@ -256,7 +263,7 @@ class QuotaRuleMachine(RuleBasedStateMachine):
             if found is None or found.gpu_class_id is None:
                 return
             product = next(p for p, c in self.classes.items() if c.id == found.gpu_class_id)
-            other = PLACEMENTS[1 - PLACEMENTS.index(found.placement)]
+            other = PLACEMENTS[(PLACEMENTS.index(found.placement) + 1) % len(PLACEMENTS)]
             host = db.get(HostCluster, found.host_cluster_id)
             region = host.region if host else None
             gpus = found.gpus
@@ -291,7 +298,8 @@ class QuotaRuleMachine(RuleBasedStateMachine):
             for key, held in held_per_key(db).items():
                 assert held.over <= self.allowed_over[key], (
                     f"{key}: {held.dedicated} dedicated + {held.shared} in shared-pool clusters "
-                    f"on {held.approved} approved ({self.allowed_over[key]} over allowed)")
+                    f"+ {held.private} in private-nodes clusters on {held.approved} approved "
+                    f"({self.allowed_over[key]} over allowed)")
                 self.allowed_over[key] = held.over
             for (tenant, product, host), (on_nodes, held_there) in per_host(db).items():
                 assert held_there <= on_nodes, (
@@ -318,22 +326,23 @@ class SurfacesMachine(QuotaRuleMachine):
             figures = held.get((slug, row.gpu_class, row.region), Held())
             shown = {name: getattr(row, name, None) for name in (
                 "approved_gpus", "dedicated_gpus", "shared_pool_allocated_gpus",
-                "dedicated_allocated_gpus", "shared_pool_left_gpus", "over_quota_gpus",
-                "shared_pool_gpus")}
+                "dedicated_allocated_gpus", "private_nodes_allocated_gpus",
+                "shared_pool_left_gpus", "over_quota_gpus", "shared_pool_gpus")}
             assert shown == {
                 "approved_gpus": figures.approved, "dedicated_gpus": figures.dedicated,
                 "shared_pool_allocated_gpus": figures.shared,
                 "dedicated_allocated_gpus": figures.on_dedicated,
+                "private_nodes_allocated_gpus": figures.private,
                 "shared_pool_left_gpus": max(figures.approved - figures.dedicated
-                                             - figures.shared, 0),
+                                             - figures.shared - figures.private, 0),
                 "over_quota_gpus": figures.over,
                 "shared_pool_gpus": _pool_guarantee(figures)}, (slug, row.gpu_class, row.region)
         left = {room.product: room.left for room in quotas.room_per_class(db, principal, slug)}
         expected: dict[str, int] = defaultdict(int)
         for (tenant, product, _), figures in held.items():
             if tenant == slug and figures.approved:
-                expected[product] += max(figures.approved - figures.dedicated - figures.shared,
-                                         0)
+                expected[product] += max(figures.approved - figures.dedicated - figures.shared
+                                         - figures.private, 0)
         assert left == {product: expected[product] for product in left}, (slug, "form")
 
     def _fleet_surfaces(self, db: Session, held: dict[Key, Held]) -> None:
@@ -372,7 +381,7 @@ class SurfacesMachine(QuotaRuleMachine):
 
 
 def _pool_guarantee(figures: Held) -> int:
-    return max(figures.approved - figures.dedicated, figures.shared)
+    return max(figures.approved - figures.dedicated - figures.private, figures.shared)
 
 
 def _node_name(product: str, region: str, index: int) -> str:
@@ -405,6 +414,8 @@ def held_per_key(db: Session) -> dict[Key, Held]:
                regions[cluster.host_cluster_id])
         if cluster.placement == "shared-pool":
             found[key].shared += cluster.gpus
+        elif cluster.placement == "private-nodes":
+            found[key].private += cluster.gpus
         else:
             found[key].on_dedicated += cluster.gpus
     return dict(found)

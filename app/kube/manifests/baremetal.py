@@ -9,7 +9,7 @@ operator reports back. Field names and allowed values follow baremetal-operator 
 import base64
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -218,11 +218,13 @@ def bootstrap_kubeconfig(*, server: str, ca_data: str, token: str) -> Manifest:
     }
 
 
-def kubelet_extra_args(machine: str, node_name: str) -> str:
-    return f"--provider-id={provider_id(machine)} --hostname-override={node_name}"
+def kubelet_extra_args(machine: str, node_name: str, extra: Sequence[str] = ()) -> str:
+    return " ".join((f"--provider-id={provider_id(machine)}",
+                     f"--hostname-override={node_name}", *extra))
 
 
-def cloud_config(machine: str, *, server: str, ca_data: str, token: str, node_name: str) -> str:
+def cloud_config(machine: str, *, server: str, ca_data: str, token: str, node_name: str,
+                 extra_kubelet_args: Sequence[str] = ()) -> str:
     """The ``#cloud-config`` document that makes the provisioned machine join the host
     cluster as ``node_name``."""
     document = {
@@ -231,7 +233,8 @@ def cloud_config(machine: str, *, server: str, ca_data: str, token: str, node_na
              "content": _dump(bootstrap_kubeconfig(server=server, ca_data=ca_data,
                                                    token=token))},
             {"path": KUBELET_DEFAULTS_PATH, "owner": "root:root", "permissions": "0644",
-             "content": f"KUBELET_EXTRA_ARGS={kubelet_extra_args(machine, node_name)}\n"},
+             "content": "KUBELET_EXTRA_ARGS="
+                        f"{kubelet_extra_args(machine, node_name, extra_kubelet_args)}\n"},
         ],
         "runcmd": [["systemctl", "enable", "--now", "kubelet"]],
     }
@@ -239,7 +242,8 @@ def cloud_config(machine: str, *, server: str, ca_data: str, token: str, node_na
 
 
 def user_data_secret(
-    machine: str, *, server: str, ca_data: str, token: str, node_name: str
+    machine: str, *, server: str, ca_data: str, token: str, node_name: str,
+    extra_kubelet_args: Sequence[str] = (),
 ) -> Manifest:
     """The Secret the BareMetalHost's spec.userData names, read by the operator under
     ``userData``. It holds the bootstrap token: never log it."""
@@ -247,7 +251,7 @@ def user_data_secret(
     if not is_dns_label(node_name):
         raise ValueError(f"node name is not a DNS-1123 label: {node_name!r}")
     text = cloud_config(machine, server=server, ca_data=ca_data, token=token,
-                        node_name=node_name)
+                        node_name=node_name, extra_kubelet_args=extra_kubelet_args)
     labels = {**machine_labels(machine), **METAL3_SECRET_LABEL}
     return _secret(user_data_secret_name(machine), MACHINES_NAMESPACE, labels,
                    {USER_DATA_KEY: text})

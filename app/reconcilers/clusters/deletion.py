@@ -8,6 +8,7 @@ from app.kube import manifests
 from app.kube.errors import KubeError
 from app.kube.helm import InstallError
 from app.kube.port import ObjectRef
+from app.reconcilers.clusters import private_nodes
 from app.reconcilers.clusters.results import ACTOR, Pass
 from app.reconcilers.clusters.scope import ClusterScope
 from app.workqueue import TENANT_QUEUES, enqueue, tenant_queue_key
@@ -23,6 +24,10 @@ def delete(scope: ClusterScope) -> Pass:
                     "cannot remove what was applied while no host cluster is configured")
             return Pass()
         return _remove_row(scope)
+    if wanted.placement == private_nodes.PRIVATE and not private_nodes.release_all(scope):
+        # Its machines are drained out of it and wiped first: the virtual cluster must still
+        # be there for that.
+        return Pass(next_in=scope.deps.wait_seconds)
     try:
         if not _take_down(scope):
             scope.set(cond.READY, False, "Deleting",

@@ -14,7 +14,7 @@ from app.kube.errors import KubeError
 from app.kube.helm import InstallError
 from app.kube.manifests import InvalidSpec
 from app.kube.port import Manifest
-from app.reconcilers.clusters import addons, host_objects, sleeping
+from app.reconcilers.clusters import addons, host_objects, private_nodes, sleeping
 from app.reconcilers.clusters.results import Pass
 from app.reconcilers.clusters.scope import ClusterScope
 
@@ -38,7 +38,7 @@ def provision(scope: ClusterScope) -> Pass:
     if not outcome.converged:
         return outcome
     sleeping.woke(scope)
-    return addons.converge(scope, outcome)
+    return private_nodes.converge(scope, addons.converge(scope, outcome))
 
 
 def _admission(scope: ClusterScope) -> None:

@@ -1,0 +1,86 @@
+"""The bare-metal machines private-nodes clusters are made of, as the accounting sees them:
+which machines of a class are free on a host, what each cluster has been given, and what the
+private-nodes clusters of a host still wait for. A machine is free when it is in the pool,
+``available`` (inspected, no image), not being deleted and no cluster's (``cluster_id``
+cleared only once it came back wiped)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, case, func, select
+from sqlalchemy.orm import Session
+
+from app.accounting.read_models import machines, virtual_clusters
+from app.accounting.standing import PRIVATE
+from app.kit.sums import exact_parts
+
+
+def is_free() -> ColumnElement[bool]:
+    m = machines.c
+    return and_(m.cluster_id.is_(None), m.desired == "pool", m.phase == "available",
+                m.deleting_at.is_(None))
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One host's machines of one class for private-nodes clusters."""
+
+    # GPUs of each free machine, largest first.
+    free: tuple[int, ...] = ()
+    # GPUs the host's private-nodes clusters of the class ask and have not been given yet.
+    promised: int = 0
+
+    @property
+    def free_gpus(self) -> int:
+        return sum(self.free)
+
+    @property
+    def room(self) -> int:
+        return max(self.free_gpus - self.promised, 0)
+
+    def fits(self, gpus: int) -> bool:
+        """Whole free machines make exactly ``gpus``, after what others were promised."""
+        return gpus <= self.room and exact_parts(self.free, gpus) is not None
+
+
+def pools(db: Session, gpu_class_id: int) -> dict[int, Pool]:
+    """host id -> its pool of the class: two grouped statements."""
+    m, clusters = machines.c, virtual_clusters.c
+    free: dict[int, list[int]] = defaultdict(list)
+    for host_id, gpus in db.execute(
+            select(m.host_cluster_id, m.gpu_count)
+            .where(is_free(), m.gpu_class_id == gpu_class_id)
+            .order_by(m.host_cluster_id, m.gpu_count.desc(), m.id)):
+        free[host_id].append(int(gpus))
+    given = (select(m.cluster_id, func.sum(m.gpu_count).label("gpus"))
+             .where(m.cluster_id.is_not(None), m.desired == "private")
+             .group_by(m.cluster_id).subquery("given"))
+    promised: dict[int, int] = defaultdict(int)
+    for host_id, asked, got in db.execute(
+            select(clusters.host_cluster_id, clusters.gpus, func.coalesce(given.c.gpus, 0))
+            .outerjoin(given, given.c.cluster_id == clusters.id)
+            .where(clusters.placement == PRIVATE, clusters.gpu_class_id == gpu_class_id)):
+        promised[host_id] += max(int(asked) - int(got), 0)
+    return {host: Pool(tuple(free.get(host, ())), promised.get(host, 0))
+            for host in set(free) | set(promised)}
+
+
+def given_gpus(db: Session, cluster_id: int) -> list[int]:
+    """GPUs of each machine the cluster holds (being given back ones excluded)."""
+    m = machines.c
+    return [int(g) for g in db.scalars(select(m.gpu_count).where(
+        m.cluster_id == cluster_id, m.desired == "private").order_by(m.id))]
+
+
+def private_per_host_and_class(db: Session) -> dict[tuple[int, int], tuple[int, int]]:
+    """(host, class) -> (GPUs of machines serving private-nodes clusters, of those joined):
+    counted as dedicated in capacity figures."""
+    m = machines.c
+    joined: Any = func.sum(case((m.phase == "joined", m.gpu_count), else_=0))
+    return {(int(h), int(c)): (int(total or 0), int(ready or 0)) for h, c, total, ready in
+            db.execute(select(m.host_cluster_id, m.gpu_class_id, func.sum(m.gpu_count), joined)
+                       .where(m.cluster_id.is_not(None))
+                       .group_by(m.host_cluster_id, m.gpu_class_id))}
