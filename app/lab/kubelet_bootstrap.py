@@ -234,20 +234,36 @@ class VirtualKwoks:
         running = self.processes.get(server)
         if running is not None and running.poll() is None:
             return
-        host = urlsplit(server).hostname or "cluster"
         self.workdir.mkdir(parents=True, exist_ok=True)
-        kubeconfig = self.workdir / f"{host}.kubeconfig"
+        kubeconfig = self._kubeconfig(server)
         kubeconfig.touch(mode=0o600)
         kubeconfig.write_text(admin_kubeconfig)
+        self._start(server, kubeconfig)
+
+    def _kubeconfig(self, server: str) -> Path:
+        return self.workdir / f"{urlsplit(server).hostname or 'cluster'}.kubeconfig"
+
+    def _start(self, server: str, kubeconfig: Path) -> None:
         env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost"}
         if self.proxy:
             env["HTTPS_PROXY"] = self.proxy
-        with (self.workdir / f"{host}.kwok.log").open("ab") as out:
+        log_path = kubeconfig.with_suffix(".kwok.log")
+        with log_path.open("ab") as out:
             self.processes[server] = subprocess.Popen(
                 kwok_argv(self.program, kubeconfig, free_port()), stdout=out,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 start_new_session=True)
         log.info("kwok started for the machines of %s", server)
+
+    def keep(self, servers: set[str]) -> None:
+        """kwok again for a cluster whose kwok exited; none for a cluster without machines."""
+        for server in set(self.processes) - servers:
+            self.forget(server)
+        for server, process in list(self.processes.items()):
+            if process.poll() is not None:
+                log.warning("kwok for %s exited (%s); starting it again", server,
+                            process.returncode)
+                self._start(server, self._kubeconfig(server))
 
     def forget(self, server: str) -> None:
         process = self.processes.pop(server, None)

@@ -253,6 +253,7 @@ class MachineBoots:
     certificate_wait: float = CERTIFICATE_WAIT_SECONDS
     pending: dict[str, PendingJoin] = field(default_factory=dict)
     private: dict[str, PrivateNode] = field(default_factory=dict)
+    transport: httpx.BaseTransport | None = None  # tests: the virtual API servers' stand-in
 
     def run(self, stopping: threading.Event, interval: float = 1.0) -> None:
         while not stopping.wait(interval):
@@ -274,6 +275,8 @@ class MachineBoots:
             self._leave_virtual(gone)
         for waiting in list(self.pending):
             self._finish_join(waiting)
+        if self.kwoks is not None:
+            self.kwoks.keep({node.server for node in self.private.values()})
         joined = nodes.keys() | self.private.keys() | self.pending.keys()
         for booting in provisioned.keys() - joined:
             self._boot(provisioned[booting])
@@ -307,7 +310,7 @@ class MachineBoots:
                             bootstrap: BootstrapKubeconfig) -> None:
         """Post the kubelet's CSR with the bootstrap token; ``_finish_join`` waits for it."""
         self._virtual_admin(bootstrap.server)  # no CSR for a cluster the lab cannot serve
-        kubelet = VirtualKubelet(bootstrap, self.proxy)
+        kubelet = VirtualKubelet(bootstrap, self.proxy, transport=self.transport)
         key_pem, csr_name = kubelet.request_certificate(config.node_name)
         self.pending[config.provider_id] = PendingJoin(
             config, hardware, bootstrap, key_pem, csr_name,
@@ -317,7 +320,7 @@ class MachineBoots:
 
     def _finish_join(self, provider: str) -> None:
         join_ = self.pending[provider]
-        kubelet = VirtualKubelet(join_.bootstrap, self.proxy)
+        kubelet = VirtualKubelet(join_.bootstrap, self.proxy, transport=self.transport)
         try:
             certificate = kubelet.certificate(join_.csr_name)
             if certificate is None:
@@ -350,7 +353,8 @@ class MachineBoots:
         if node is None:
             return
         try:
-            delete_node(self._virtual_admin(node.server), node.node_name, self.proxy)
+            delete_node(self._virtual_admin(node.server), node.node_name, self.proxy,
+                        self.transport)
         except (JoinError, KubeError, httpx.HTTPError) as error:  # the cluster may be gone
             log.warning("machine %s deprovisioned; its Node %s in %s stays: %s", provider,
                         node.node_name, node.server, error)

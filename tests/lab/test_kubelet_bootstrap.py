@@ -17,6 +17,7 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from app.kube.memory import InMemoryKube
 from app.lab.kubelet_bootstrap import (
     KUBELET_SIGNER,
     BootstrapKubeconfig,
@@ -35,9 +36,12 @@ from app.lab.machines import (
     BOOTSTRAP_KUBECONFIG,
     KUBELET_DEFAULTS,
     LAB_HARDWARE,
+    MACHINES_NAMESPACE,
+    MachineBoots,
     boot_config,
     private_machine_node,
 )
+from app.lab.metal3 import METAL3_API
 
 SERVER = "https://train.acme.vc.lab"
 TOKEN = "abc123.0123456789abcdef"
@@ -203,3 +207,64 @@ def test_kwok_manages_only_the_lab_machines_of_the_cluster(tmp_path: Path) -> No
     assert argv == ["/bin/kwok", f"--kubeconfig={tmp_path / 'vc.kubeconfig'}",
                     "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                     "--server-address=127.0.0.1:4321", "--node-lease-duration-seconds=40"]
+
+
+# --- the machine play, on a dict host and a stand-in virtual API server --------------------
+
+
+def _host_with_provisioned_machine() -> InMemoryKube:
+    host = InMemoryKube(namespaces=("default", "kube-system", MACHINES_NAMESPACE, "t-acme--train"))
+    ca = base64.b64encode(b"ca").decode()
+    user_data = "#cloud-config\n" + yaml.safe_dump({"write_files": [
+        {"path": BOOTSTRAP_KUBECONFIG, "content": yaml.safe_dump({
+            "clusters": [{"cluster": {"server": SERVER, "certificate-authority-data": ca}}],
+            "users": [{"user": {"token": TOKEN}}]})},
+        {"path": KUBELET_DEFAULTS, "content": "KUBELET_EXTRA_ARGS=--provider-id=metal3://"
+         "portal-machines/gpu-07 --hostname-override=gpu-07\n"}]})
+    host.seed({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "gpu-07-user-data", "namespace": MACHINES_NAMESPACE},
+               "data": {"userData": base64.b64encode(user_data.encode()).decode()}})
+    admin = yaml.safe_dump({"clusters": [{"cluster": {"server": SERVER,
+                                                      "certificate-authority-data": ca}}],
+                            "users": [{"user": {"token": "admin"}}]})
+    host.seed({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "vc-train", "namespace": "t-acme--train"},
+               "data": {"config": base64.b64encode(admin.encode()).decode()}})
+    host.seed({"apiVersion": METAL3_API, "kind": "BareMetalHost",
+               "metadata": {"name": "gpu-07", "namespace": MACHINES_NAMESPACE},
+               "spec": {"bootMACAddress": "52:54:00:b1:00:01",
+                        "userData": {"name": "gpu-07-user-data"}},
+               "status": {"provisioning": {"state": "provisioned"}}})
+    return host
+
+
+def test_the_play_joins_a_virtual_clusters_machine_once_approved_and_removes_it_after() -> None:
+    host = _host_with_provisioned_machine()
+    server = StandIn(pending=1)
+    boots = MachineBoots(host, transport=httpx.MockTransport(server))
+    boots.step()  # the CSR posted
+    assert list(boots.pending) == ["metal3://portal-machines/gpu-07"]
+    boots.step()  # not yet approved: waits, posts no other CSR
+    boots.step()  # approved and signed: the Node registered
+    assert [r.method for r in server.requests] == ["POST", "GET", "GET", "POST", "PATCH"]
+    assert boots.private["metal3://portal-machines/gpu-07"].node_name == "gpu-07"
+    assert server.nodes["gpu-07"]["metadata"]["labels"]["kubernetes.io/os"] == "linux"
+    assert host.list("v1", "Node") == []  # never on the host
+    boots.step()  # joined: nothing more
+    assert len(server.requests) == 5
+    host.delete(METAL3_API, "BareMetalHost", "gpu-07", MACHINES_NAMESPACE)
+    boots.step()  # deprovisioned: its Node deleted in the virtual cluster
+    assert server.requests[-1].method == "DELETE"
+    assert server.requests[-1].url.path == "/api/v1/nodes/gpu-07"
+    assert boots.private == {}
+
+
+def test_no_csr_for_a_cluster_the_lab_has_no_admin_kubeconfig_of() -> None:
+    host = _host_with_provisioned_machine()
+    host.delete("v1", "Secret", "vc-train", "t-acme--train")
+    server = StandIn()
+    boots = MachineBoots(host, transport=httpx.MockTransport(server))
+    boots.step()
+    boots.step()
+    assert server.requests == []
+    assert "no admin kubeconfig on the host" in boots.problems["gpu-07"]
