@@ -24,6 +24,7 @@ from app.lab.kubelet_bootstrap import (
     JoinError,
     NodeCredentials,
     VirtualKubelet,
+    VirtualKwoks,
     csr_manifest,
     delete_node,
     is_virtual_endpoint,
@@ -268,3 +269,27 @@ def test_no_csr_for_a_cluster_the_lab_has_no_admin_kubeconfig_of() -> None:
     boots.step()
     assert server.requests == []
     assert "no admin kubeconfig on the host" in boots.problems["gpu-07"]
+
+
+def test_kwok_for_a_cluster_is_started_again_and_stopped_with_its_last_machine(
+        tmp_path: Path) -> None:
+    program = tmp_path / "kwok"
+    program.write_text("#!/bin/sh\necho \"$HTTPS_PROXY $*\"\n")
+    program.chmod(0o755)
+    kwoks = VirtualKwoks(program, tmp_path / "machines", "http://127.0.0.1:3128")
+    try:
+        kwoks.ensure(SERVER, "admin kubeconfig")
+        first = kwoks.processes[SERVER]
+        first.wait(timeout=10)
+        kubeconfig = tmp_path / "machines" / "train.acme.vc.lab.kubeconfig"
+        assert kubeconfig.read_text() == "admin kubeconfig"
+        assert kubeconfig.stat().st_mode & 0o777 == 0o600
+        kwoks.keep({SERVER})  # it exited: started again
+        assert kwoks.processes[SERVER] is not first
+        kwoks.processes[SERVER].wait(timeout=10)
+        log_text = (tmp_path / "machines" / "train.acme.vc.lab.kwok.log").read_text()
+        assert log_text.count("http://127.0.0.1:3128 --kubeconfig=") == 2
+        kwoks.keep(set())  # no machine left in the cluster
+        assert kwoks.processes == {}
+    finally:
+        kwoks.stop()
