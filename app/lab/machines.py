@@ -9,6 +9,13 @@ registers the Node with that bootstrap token on the host's API server, which che
 and the GPUs of the lab's hardware table for the host's boot MAC, and is kwok's to keep Ready,
 like the lab's fleet. When the host leaves ``provisioned`` (deprovisioning wipes the disk), or
 is deleted, its Node goes.
+
+A machine whose user data names a virtual cluster's endpoint (``*.vc.lab``: a private-nodes
+cluster, issue 57) joins that cluster instead, as a kubelet does: a real TLS bootstrap through
+the lab's proxy, the Node registered with the issued certificate, kwok for that cluster keeping
+it Ready (``app.lab.kubelet_bootstrap``). Its Node is deleted there when the host is
+deprovisioned. The play remembers what it booted; a Node the portal deletes while the machine
+is still provisioned is not registered again (a real kubelet would).
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ import binascii
 import logging
 import shlex
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import yaml
 
 from app.kube.errors import KubeError
@@ -29,6 +38,19 @@ from app.kube.port import KubePort, Manifest
 from app.lab import host
 from app.lab.control_plane import fast_adapter
 from app.lab.gpu import gpu_node
+from app.lab.kubelet_bootstrap import (
+    CERTIFICATE_WAIT_SECONDS,
+    KUBELET_LABELS,
+    BootstrapKubeconfig,
+    JoinError,
+    NodeCredentials,
+    VirtualKubelet,
+    VirtualKwoks,
+    delete_node,
+    is_virtual_endpoint,
+    kubeconfig_server,
+    read_bootstrap_kubeconfig,
+)
 from app.lab.metal3 import METAL3_API
 
 log = logging.getLogger(__name__)
@@ -94,6 +116,7 @@ class BootConfig:
     kubeconfig: str
     provider_id: str
     node_name: str
+    node_labels: dict[str, str] = field(default_factory=dict)
 
 
 def boot_config(user_data: str) -> BootConfig:
@@ -113,7 +136,9 @@ def boot_config(user_data: str) -> BootConfig:
     if not provider_id.startswith(PROVIDER_PREFIX) or not node_name:
         raise BootError(f"{KUBELET_DEFAULTS} names no metal3:// --provider-id and "
                         "--hostname-override")
-    return BootConfig(kubeconfig, provider_id, node_name)
+    labels = dict(item.partition("=")[::2]
+                  for item in arguments.get("--node-labels", "").split(",") if "=" in item)
+    return BootConfig(kubeconfig, provider_id, node_name, labels)
 
 
 def _written_files(entries: Any) -> dict[str, str]:
@@ -154,6 +179,14 @@ def machine_node(config: BootConfig, hardware: Hardware) -> Manifest:
     return node
 
 
+def private_machine_node(config: BootConfig, hardware: Hardware) -> Manifest:
+    """The Node a kubelet registers in its virtual cluster: its own labels and the
+    ``--node-labels`` of its arguments too (NodeRestriction allows all of them)."""
+    node = machine_node(config, hardware)
+    node["metadata"]["labels"].update({**KUBELET_LABELS, **config.node_labels})
+    return node
+
+
 def bootstrap_rbac() -> list[Manifest]:
     """What the portal's bootstrap tokens may do in the lab: register their machine's Node (a
     kubelet's TLS bootstrap, a CSR first, is not played)."""
@@ -186,6 +219,26 @@ def provider_id(host_name: str, namespace: str = MACHINES_NAMESPACE) -> str:
 
 
 @dataclass
+class PendingJoin:
+    """A machine's CSR posted to its virtual cluster, waiting for approval and signature."""
+
+    config: BootConfig
+    hardware: Hardware
+    bootstrap: BootstrapKubeconfig
+    key_pem: bytes
+    csr_name: str
+    deadline: float
+
+
+@dataclass(frozen=True)
+class PrivateNode:
+    server: str
+    node_name: str
+    # The kubelet's client certificate, kept for checks that the host refuses it.
+    credentials: NodeCredentials
+
+
+@dataclass
 class MachineBoots:
     """Each ``step()`` boots the provisioned hosts without a Node and removes the Nodes of
     hosts no longer provisioned; a machine that cannot join says why once in the log."""
@@ -194,6 +247,13 @@ class MachineBoots:
     namespace: str = MACHINES_NAMESPACE
     hardware: dict[str, Hardware] = field(default_factory=lambda: dict(LAB_HARDWARE))
     problems: dict[str, str] = field(default_factory=dict)
+    # Virtual clusters: the lab's proxy, and one kwok per cluster with machines.
+    proxy: str | None = None
+    kwoks: VirtualKwoks | None = None
+    certificate_wait: float = CERTIFICATE_WAIT_SECONDS
+    pending: dict[str, PendingJoin] = field(default_factory=dict)
+    private: dict[str, PrivateNode] = field(default_factory=dict)
+    transport: httpx.BaseTransport | None = None  # tests: the virtual API servers' stand-in
 
     def run(self, stopping: threading.Event, interval: float = 1.0) -> None:
         while not stopping.wait(interval):
@@ -211,7 +271,14 @@ class MachineBoots:
             self.admin.delete("v1", "Node", nodes[gone]["metadata"]["name"])
             log.info("machine %s deprovisioned: its Node %s removed", gone,
                      nodes[gone]["metadata"]["name"])
-        for booting in provisioned.keys() - nodes.keys():
+        for gone in (self.private.keys() | self.pending.keys()) - provisioned.keys():
+            self._leave_virtual(gone)
+        for waiting in list(self.pending):
+            self._finish_join(waiting)
+        if self.kwoks is not None:
+            self.kwoks.keep({node.server for node in self.private.values()})
+        joined = nodes.keys() | self.private.keys() | self.pending.keys()
+        for booting in provisioned.keys() - joined:
             self._boot(provisioned[booting])
 
     def _machine_nodes(self) -> Iterable[Manifest]:
@@ -226,12 +293,87 @@ class MachineBoots:
             mac = str(bare_metal_host["spec"].get("bootMACAddress", "")).lower()
             if mac not in self.hardware:
                 raise BootError(f"the lab has no machine with boot MAC {mac!r}")
+            bootstrap = read_bootstrap_kubeconfig(config.kubeconfig)
+            if is_virtual_endpoint(bootstrap.server):
+                self._start_virtual_join(config, self.hardware[mac], bootstrap)
+                return
             join(config, self.hardware[mac])
-        except (BootError, KubeError) as error:
+        except (BootError, KubeError, JoinError, httpx.HTTPError) as error:
             self._problem(name, str(error))
             return
         self.problems.pop(name, None)
         log.info("machine %s booted and joined as Node %s", name, config.node_name)
+
+    # ----- a virtual cluster's machines
+
+    def _start_virtual_join(self, config: BootConfig, hardware: Hardware,
+                            bootstrap: BootstrapKubeconfig) -> None:
+        """Post the kubelet's CSR with the bootstrap token; ``_finish_join`` waits for it."""
+        self._virtual_admin(bootstrap.server)  # no CSR for a cluster the lab cannot serve
+        kubelet = VirtualKubelet(bootstrap, self.proxy, transport=self.transport)
+        key_pem, csr_name = kubelet.request_certificate(config.node_name)
+        self.pending[config.provider_id] = PendingJoin(
+            config, hardware, bootstrap, key_pem, csr_name,
+            time.monotonic() + self.certificate_wait)
+        log.info("machine %s booted: CSR %s posted to %s", config.provider_id, csr_name,
+                 bootstrap.server)
+
+    def _finish_join(self, provider: str) -> None:
+        join_ = self.pending[provider]
+        kubelet = VirtualKubelet(join_.bootstrap, self.proxy, transport=self.transport)
+        try:
+            certificate = kubelet.certificate(join_.csr_name)
+            if certificate is None:
+                if time.monotonic() > join_.deadline:
+                    del self.pending[provider]  # the next step boots it again: a new CSR
+                    raise JoinError(f"CSR {join_.csr_name} not approved and signed within "
+                                    f"{self.certificate_wait:.0f}s")
+                return
+            credentials = NodeCredentials(join_.key_pem, certificate, join_.csr_name)
+            admin = self._virtual_admin(join_.bootstrap.server)
+            if self.kwoks is not None:
+                self.kwoks.ensure(join_.bootstrap.server, admin)
+            kubelet.register(private_machine_node(join_.config, join_.hardware), credentials)
+        except (JoinError, KubeError, httpx.HTTPError) as error:
+            # Denied: the next step boots it again; otherwise tried again until the deadline.
+            if "denied" in str(error) or time.monotonic() > join_.deadline:
+                self.pending.pop(provider, None)
+            self._problem(provider, str(error))
+            return
+        del self.pending[provider]
+        self.private[provider] = PrivateNode(join_.bootstrap.server, join_.config.node_name,
+                                             credentials)
+        self.problems.pop(provider, None)
+        log.info("machine %s joined %s as Node %s", provider, join_.bootstrap.server,
+                 join_.config.node_name)
+
+    def _leave_virtual(self, provider: str) -> None:
+        self.pending.pop(provider, None)
+        node = self.private.pop(provider, None)
+        if node is None:
+            return
+        try:
+            delete_node(self._virtual_admin(node.server), node.node_name, self.proxy,
+                        self.transport)
+        except (JoinError, KubeError, httpx.HTTPError) as error:  # the cluster may be gone
+            log.warning("machine %s deprovisioned; its Node %s in %s stays: %s", provider,
+                        node.node_name, node.server, error)
+            return
+        log.info("machine %s deprovisioned: its Node %s removed from %s", provider,
+                 node.node_name, node.server)
+
+    def _virtual_admin(self, server: str) -> str:
+        """The virtual cluster's admin kubeconfig: the host Secret vc-<release> (key config)
+        whose server is the one the machine joins."""
+        for secret in self.admin.list("v1", "Secret"):
+            name = secret["metadata"]["name"]
+            encoded = (secret.get("data") or {}).get("config")
+            if not name.startswith("vc-") or name.startswith("vc-config-") or not encoded:
+                continue
+            text = base64.b64decode(encoded).decode()
+            if kubeconfig_server(text) == server:
+                return text
+        raise JoinError(f"no admin kubeconfig on the host for {server}")
 
     def _user_data(self, bare_metal_host: Manifest) -> str:
         reference = bare_metal_host["spec"].get("userData") or {}

@@ -28,6 +28,7 @@ from cryptography.fernet import Fernet
 from app.lab import charts, host, machines, network
 from app.lab.control_plane import ApiServer, free_port
 from app.lab.gpu import GpuScheduling
+from app.lab.kubelet_bootstrap import VirtualKwoks
 from app.lab.metal3 import PROGRAM as BAREMETAL_OPERATOR
 from app.lab.metal3 import BareMetalOperator
 from app.lab.pods import NODE_LABELS, HostAccess, PodRunner, prepare_mount_points
@@ -100,10 +101,11 @@ class Lab:
                                       isolate=self._isolated)
             stack.callback(self.gpus.stop)
             self.gpus.start()
-            self._start_machines(stack)
             self._start_runner(stack)
             self.proxy = ConnectProxy(self.runner.routes).start()
             stack.callback(self.proxy.shutdown)
+            # After the proxy: machines of private-nodes clusters join through it.
+            self._start_machines(stack)
             chart_repo = stack.enter_context(charts.served(self.options.charts.resolve()))
             self._start_portal(chart_repo)
             self._write_env()
@@ -149,13 +151,17 @@ class Lab:
         for obj in machines.bootstrap_rbac():
             self.host.apply(obj, force=True)
         admin = self.server.adapter()
-        thread = threading.Thread(target=machines.MachineBoots(admin).run,
+        kwoks = VirtualKwoks((self.options.programs / "kwok").resolve(),
+                             self.folder / "machines", self.proxy.url)
+        self.machine_boots = machines.MachineBoots(admin, proxy=self.proxy.url, kwoks=kwoks)
+        thread = threading.Thread(target=self.machine_boots.run,
                                   args=(self.stopping,), name="machine-boots", daemon=True)
         thread.start()
 
         def stop_boots() -> None:
             self.stopping.set()
             thread.join(10)
+            kwoks.stop()
             admin.close()
         stack.callback(stop_boots)
 

@@ -29,6 +29,7 @@ from app.kube.manifests.chart_schema import (
     validate_values,
     validator_for,
 )
+from app.kube.manifests.specs import Placement
 from app.kube.port import HostProbe, Manifest
 from app.templates.addons import addon_values, merged_values
 from app.templates.charts import ChartResolver, HelmIndexResolver
@@ -40,7 +41,7 @@ PROBE_TENANT: Final = "template-check"
 PROBE_CLUSTER: Final = "probe"
 # Namespaced host objects are dry-run here: a dry-run Namespace is not there for them to go in.
 CHECK_NAMESPACE: Final = "gtp-template-check"
-PLACEMENTS: Final = ("shared-pool", "dedicated-nodes")
+PLACEMENTS: Final = ("shared-pool", "dedicated-nodes", "private-nodes")
 # Where in vcluster.yaml the portal may put values at all (dotted prefixes). The builders only
 # write these; a key elsewhere means a builder change that nobody reviewed for tenants' safety.
 ALLOWED_VALUE_PATHS: Final = (
@@ -52,6 +53,12 @@ ALLOWED_VALUE_PATHS: Final = (
     "policies.podSecurityStandard", "policies.resourceQuota", "policies.limitRange",
     "policies.networkPolicy.enabled", "exportKubeConfig.server",
     "sync.toHost.pods.enforceTolerations", "sync.fromHost.nodes",
+    # Private nodes (r57.md §8): portal constants, never template input.
+    "controlPlane.distro.k8s.apiServer.extraArgs",
+    "controlPlane.distro.k8s.controllerManager.extraArgs",
+    "sync.toHost.pods.enabled", "sync.toHost.persistentVolumeClaims.enabled",
+    "sync.fromHost.csiNodes.enabled", "sync.fromHost.csiDrivers.enabled",
+    "sync.fromHost.csiStorageCapacities.enabled", "sync.fromHost.storageClasses.enabled",
     "experimental.syncSettings.setOwner", "rbac.enableVolumeSnapshotRules.enabled",
     # Pro only; the edition check refuses them on oss.
     "sync.toHost.pods.patches",
@@ -92,7 +99,7 @@ def probe_spec(settings: VersionSettings, probe: Probe, gpu_product: str | None,
     gpus = settings.max_gpus if settings.max_gpus is not None else settings.default_gpus
     return ClusterSpec(
         tenant=PROBE_TENANT, name=PROBE_CLUSTER, kubernetes_version=probe.kubernetes_version,
-        placement="dedicated-nodes" if probe.placement == "dedicated-nodes" else "shared-pool",
+        placement=_placement(probe.placement),
         gpu_class=gpu_product, gpus=gpus if gpu_product else 0, cpu_millicores=4000,
         memory_mib=16384,
         endpoint=portal.cluster_endpoint_template.format(tenant=PROBE_TENANT,
@@ -101,6 +108,14 @@ def probe_spec(settings: VersionSettings, probe: Probe, gpu_product: str | None,
         else "restricted",
         user_namespaces=settings.user_namespaces,
     )
+
+
+def _placement(name: str) -> Placement:
+    if name == "dedicated-nodes":
+        return "dedicated-nodes"
+    if name == "private-nodes":
+        return "private-nodes"
+    return "shared-pool"
 
 
 def probe_tenant(gpu_product: str | None, gpus: int) -> TenantSpec:

@@ -76,7 +76,7 @@ def test_golden_host_objects(placement: str) -> None:
     check_golden(f"{placement}.objects.yaml", "---\n".join(map(dump_yaml, objects)))
 
 
-@pytest.mark.parametrize("placement", ["shared-pool", "dedicated-nodes"])
+@pytest.mark.parametrize("placement", ["shared-pool", "dedicated-nodes", "private-nodes"])
 def test_golden_vcluster_values(placement: str) -> None:
     check_golden(f"{placement}.values.yaml", vcluster_values_yaml(train(placement), POLICY))
 
@@ -177,7 +177,7 @@ def test_shortened_names_stay_unique() -> None:
         {"endpoint": "http://train.example.com"},
         {"endpoint": "https://train.example.com\nsync: {}"},
         {"endpoint": "https://x.example.com/?a=b"},
-        {"placement": "private-nodes"},
+        {"placement": "host-nodes"},
         {"gpus": -1},
         {"gpus": 2, "gpu_class": None},
     ],
@@ -220,6 +220,14 @@ ALLOWED_VALUE_PATHS = {
     "experimental.syncSettings.setOwner",
     "exportKubeConfig.server",
     "rbac.enableVolumeSnapshotRules.enabled",
+    "controlPlane.distro.k8s.apiServer.extraArgs",
+    "controlPlane.distro.k8s.controllerManager.extraArgs",
+    "sync.toHost.pods.enabled",
+    "sync.toHost.persistentVolumeClaims.enabled",
+    "sync.fromHost.csiNodes.enabled",
+    "sync.fromHost.csiDrivers.enabled",
+    "sync.fromHost.csiStorageCapacities.enabled",
+    "sync.fromHost.storageClasses.enabled",
 }
 
 
@@ -234,7 +242,7 @@ def leaf_paths(values: dict[str, Any], prefix: str = "") -> set[str]:
     return paths
 
 
-@pytest.mark.parametrize("placement", ["shared-pool", "dedicated-nodes"])
+@pytest.mark.parametrize("placement", ["shared-pool", "dedicated-nodes", "private-nodes"])
 @pytest.mark.parametrize("pod_security", ["restricted", "baseline"])
 @pytest.mark.parametrize("policy", [POLICY, PRO], ids=["oss", "pro"])
 def test_values_only_use_allowlisted_keys(

@@ -29,7 +29,8 @@ NEWER_SCHEMA = REFERENCE / "vcluster-0.36.1-values.schema.json"
 OSS = ManifestPolicy()
 PRO = ManifestPolicy(vcluster_edition="pro")
 EDITIONS = pytest.mark.parametrize("policy", [OSS, PRO], ids=["oss", "pro"])
-PLACEMENTS = pytest.mark.parametrize("placement", ["shared-pool", "dedicated-nodes"])
+PLACEMENTS = pytest.mark.parametrize("placement",
+                                     ["shared-pool", "dedicated-nodes", "private-nodes"])
 POD_SECURITY = pytest.mark.parametrize("pod_security", ["restricted", "baseline"])
 
 
@@ -124,8 +125,56 @@ def test_pro_shared_pool_values_use_translate_patches() -> None:
     assert pro_only_paths(values(PRO)) == ["sync.toHost.pods.patches"]
 
 
-def test_pro_dedicated_nodes_values_need_no_pro_feature() -> None:
-    assert pro_only_paths(values(PRO, placement="dedicated-nodes")) == []
+@pytest.mark.parametrize("placement", ["dedicated-nodes", "private-nodes"])
+def test_pro_node_placements_need_no_pro_feature(placement: Placement) -> None:
+    assert pro_only_paths(values(PRO, placement=placement)) == []
+
+
+# --- private nodes (r57.md §8; each line confirmed on vcluster start 0.30.0: r57-experiments) --
+
+
+@EDITIONS
+def test_private_nodes_turn_on_what_a_kubelet_joining_the_virtual_api_server_needs(
+    policy: ManifestPolicy,
+) -> None:
+    generated = values(policy, placement="private-nodes")
+    k8s = generated["controlPlane"]["distro"]["k8s"]
+    assert k8s["apiServer"] == {"extraArgs": ["--enable-admission-plugins=NodeRestriction"]}
+    assert k8s["controllerManager"] == {"extraArgs": [
+        "--controllers=*,tokencleaner,-nodeipam,-persistentvolume-binder,-attachdetach,"
+        "-persistentvolume-expander,-cloud-node-lifecycle,-ttl",
+        "--node-monitor-grace-period=40s",
+        "--node-monitor-period=5s",
+    ]}
+    assert generated["controlPlane"]["advanced"] == {"virtualScheduler": {"enabled": True}}
+    assert "privateNodes" not in generated
+
+
+@EDITIONS
+def test_private_nodes_keep_pods_and_storage_off_the_host(policy: ManifestPolicy) -> None:
+    sync = values(policy, placement="private-nodes")["sync"]
+    assert sync["toHost"] == {"pods": {"enabled": False},
+                              "persistentVolumeClaims": {"enabled": False}}
+    assert sync["fromHost"] == {
+        # Node sync on (the virtual scheduler requires it) selecting no host node.
+        "nodes": {"enabled": True,
+                  "selector": {"labels": {"gpu-tenant-portal/private-nodes-of": "acme--train"}}},
+        "csiNodes": {"enabled": False},
+        "csiDrivers": {"enabled": False},
+        "csiStorageCapacities": {"enabled": False},
+        "storageClasses": {"enabled": False},
+    }
+
+
+def test_the_private_nodes_selector_is_a_label_value_for_the_longest_names() -> None:
+    spec = ClusterSpec(
+        tenant="t" * 30, name="c" * 63, kubernetes_version="1.32.4", placement="private-nodes",
+        gpu_class="NVIDIA-L40S", gpus=4, cpu_millicores=1000, memory_mib=1024,
+        endpoint="https://c.t.vc.example.com")
+    selector = vcluster_values(spec, OSS)["sync"]["fromHost"]["nodes"]["selector"]["labels"]
+    (value,) = selector.values()
+    assert len(value) <= 63
+    assert validate_values(vcluster_values(spec, OSS), PINNED) == []
 
 
 @pytest.mark.parametrize(

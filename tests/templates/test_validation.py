@@ -147,7 +147,7 @@ def test_open_settings_are_rendered_for_every_choice_a_tenant_has() -> None:
                     StandinCharts())["passed"] is True
     placements = {o["metadata"]["labels"]["gpu-tenant-portal/placement"]
                   for o in host.dry_runs if o["kind"] == "Namespace"}
-    assert placements == {"shared-pool", "dedicated-nodes"}
+    assert placements == {"shared-pool", "dedicated-nodes", "private-nodes"}
     # Every namespaced object went into the check namespace, never a tenant's.
     assert {o["metadata"].get("namespace") for o in host.dry_runs} == {
         None, "gtp-template-check"}

@@ -13,6 +13,10 @@ PLACEMENT: Final = "gpu-tenant-portal/placement"
 # shared-pool cluster's node sync selects on it, so it never sees another tenant's nodes.
 POOL: Final = "gpu-tenant-portal/pool"
 POOL_SHARED: Final = "shared"
+# The node-sync selector of a private-nodes cluster (value: its queue name, tenant--cluster),
+# which no host node carries: the virtual scheduler needs node sync on, and nothing of the host
+# may be synced in (r57.md §3).
+PRIVATE_NODES_OF: Final = "gpu-tenant-portal/private-nodes-of"
 # The leaf queue a shared-pool namespace's pods must name; read by the admission guard.
 QUEUE: Final = "gpu-tenant-portal/queue"
 

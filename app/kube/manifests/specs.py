@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from app.kube.manifests.names import SEPARATOR, is_dns_label
 
-Placement = Literal["shared-pool", "dedicated-nodes"]
+Placement = Literal["shared-pool", "dedicated-nodes", "private-nodes"]
 PodSecurityLevel = Literal["restricted", "baseline"]
 # Which vCluster build the operator runs: the open-source one or Pro (licensed features).
 VClusterEdition = Literal["oss", "pro"]
@@ -22,7 +22,7 @@ UNLIMITED_GPUS: Final = -1
 _K8S_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
 # A Kubernetes label value, which is what GPU Feature Discovery's product label is.
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_PLACEMENTS: Final = ("shared-pool", "dedicated-nodes")
+_PLACEMENTS: Final = ("shared-pool", "dedicated-nodes", "private-nodes")
 _POD_SECURITY: Final = ("restricted", "baseline")
 _EDITIONS: Final = ("oss", "pro")
 

@@ -89,6 +89,33 @@ _RESTRICTED_CONTAINER = {
 }
 
 
+# Private nodes (r57.md §1, §8): kubelets join the virtual API server with a bootstrap token.
+# vcluster start (pkg/k8s/k8s.go) already runs the apiserver with bootstrap-token auth and the
+# Node authorizer, the controller-manager's CSR signer on the cluster CA, and kube-scheduler
+# under the virtual scheduler; extraArgs replace a base argument of the same --name
+# (pkg/util/command/command.go MergeArgs), so always the --flag=value form. Portal constants,
+# never template input. The controller list is vCluster's own for the virtual scheduler plus
+# tokencleaner (expired bootstrap tokens); nodes unheard of for 40 s are taken for dead (the
+# virtual scheduler's default is 1 h).
+PRIVATE_NODES_CONTROLLERS: Final = (
+    "*,tokencleaner,-nodeipam,-persistentvolume-binder,-attachdetach,"
+    "-persistentvolume-expander,-cloud-node-lifecycle,-ttl"
+)
+_PRIVATE_NODES_DISTRO: Final[Values] = {
+    "apiServer": {"extraArgs": ["--enable-admission-plugins=NodeRestriction"]},
+    "controllerManager": {"extraArgs": [
+        f"--controllers={PRIVATE_NODES_CONTROLLERS}",
+        "--node-monitor-grace-period=40s",
+        "--node-monitor-period=5s",
+    ]},
+}
+# What the host would otherwise lend a private-nodes cluster: its storage (PVCs provisioned on
+# the host, and with them StorageClasses, CSI nodes and drivers synced in). Its own nodes bring
+# their own.
+_PRIVATE_NODES_FROM_HOST_OFF: Final = ("csiNodes", "csiDrivers", "csiStorageCapacities",
+                                       "storageClasses")
+
+
 def _security() -> Values:
     return {
         "podSecurityContext": copy.deepcopy(_RESTRICTED_POD),
@@ -104,8 +131,10 @@ def _control_plane(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
         # The chart defaults to the Pro image (Pro modules off); its values.yaml names this one
         # as "the pure OSS build".
         stateful_set["image"] = {"repository": OSS_IMAGE_REPOSITORY}
-    if spec.placement == "dedicated-nodes":
+    if spec.placement in ("dedicated-nodes", "private-nodes"):
         control_plane["advanced"] = {"virtualScheduler": {"enabled": True}}
+    if spec.placement == "private-nodes":
+        control_plane["distro"]["k8s"].update(copy.deepcopy(_PRIVATE_NODES_DISTRO))
     if policy.control_plane_node_selector:
         stateful_set["scheduling"] = {"nodeSelector": dict(policy.control_plane_node_selector)}
     # The certificate names the endpoint tenants use, or kubectl refuses it.
@@ -146,11 +175,25 @@ def _from_host(spec: ClusterSpec) -> Values:
     keeps on every GPU node dedicated to nobody), so GPUs granted for one class are never
     consumed on another and no node dedicated to a tenant is ever listed or selected.
     """
+    if spec.placement == "private-nodes":
+        return _private_from_host(spec)
     selector = _node_selector(spec)
     if not selector:
         return {}
     nodes = {"enabled": True, "clearImageStatus": True, "selector": {"labels": selector}}
     return {"nodes": nodes}
+
+
+def _private_from_host(spec: ClusterSpec) -> Values:
+    """Private nodes: node sync on (the virtual scheduler requires it, config validation.go)
+    with a selector no host node carries, so no host node is synced in; the node syncer leaves
+    alone the nodes that kubelets registered themselves (they lack its marker label). Host
+    storage off."""
+    selector = {lbl.PRIVATE_NODES_OF: cluster_queue_name(spec.tenant, spec.name)}
+    part: Values = {"nodes": {"enabled": True, "selector": {"labels": selector}}}
+    for kind in _PRIVATE_NODES_FROM_HOST_OFF:
+        part[kind] = {"enabled": False}
+    return part
 
 
 def _kai_patches(spec: ClusterSpec) -> list[dict[str, str]]:
@@ -170,6 +213,11 @@ def _kai_patches(spec: ClusterSpec) -> list[dict[str, str]]:
 
 
 def _to_host(spec: ClusterSpec, policy: ManifestPolicy) -> Values:
+    if spec.placement == "private-nodes":
+        # No pod of the cluster on the host: the pod syncer is not registered at all
+        # (pkg/controllers/resources/register.go), so it never fights the nodes' own kubelets
+        # over a pod. Claims are provisioned by the tenant's own storage, not the host's.
+        return {"pods": {"enabled": False}, "persistentVolumeClaims": {"enabled": False}}
     if spec.placement == "dedicated-nodes":
         toleration = f"{lbl.TENANT}={spec.tenant}:NoSchedule"
         return {"pods": {"enforceTolerations": [toleration]}}
