@@ -19,6 +19,7 @@ from app.kit.config import Settings
 from app.kube import manifests
 from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec, team_queues
 from app.kube.manifests.queues import cluster_gpu_limit
+from app.kube.manifests.specs import Placement
 from app.kube.manifests.units import mib_to_mb
 from app.quotas.burst import Burst, tenant_burst
 from app.tenants.models import Tenant
@@ -47,8 +48,8 @@ class DesiredCluster:
     asleep_since: datetime | None = None
     # The tenant's teams (app.kube.manifests.team_queues): KAI queues inside the cluster.
     teams: tuple[str, ...] = field(default=())
-    # The row's own placement (``spec.placement`` is what the vcluster.yaml builders know),
-    # host and GPU class: a private-nodes cluster's machines are of that class on that host.
+    # The row's placement (as ``spec.placement``), host and GPU class: a private-nodes
+    # cluster's machines are of that class on that host.
     placement: str = ""
     host_id: int = 0
     gpu_class_id: int | None = None
@@ -107,13 +108,21 @@ def cluster_spec(cluster: VirtualCluster, tenant_slug: str, gpu_class: GpuClass 
                  settings: Settings) -> ClusterSpec:
     return ClusterSpec(
         tenant=tenant_slug, name=cluster.name, kubernetes_version=cluster.kubernetes_version,
-        placement="dedicated-nodes" if cluster.placement == "dedicated-nodes" else "shared-pool",
+        placement=_placement(cluster.placement),
         gpu_class=gpu_class.product if gpu_class else None, gpus=cluster.gpus,
         cpu_millicores=cluster.cpu_millicores, memory_mib=cluster.memory_mib,
         endpoint=cluster.endpoint or endpoint_for(settings, tenant_slug, cluster.name),
         pod_security=effective_pod_security(settings, cluster.pod_security),
         user_namespaces=bool(cluster.user_namespaces),
     )
+
+
+_PLACEMENTS: dict[str, Placement] = {"dedicated-nodes": "dedicated-nodes",
+                                      "private-nodes": "private-nodes"}
+
+
+def _placement(stored: str) -> Placement:
+    return _PLACEMENTS.get(stored, "shared-pool")
 
 
 def effective_pod_security(settings: Settings,

@@ -142,13 +142,19 @@ class ClusterSpec:
                  "only a shared-pool cluster bursts")
 
     @property
+    def holds_no_host_gpus(self) -> bool:
+        """Asleep, or its GPUs are machines of its own (private nodes): none of the host's."""
+        return self.asleep or self.placement == "private-nodes"
+
+    @property
     def guaranteed_gpus(self) -> int:
-        return 0 if self.asleep else self.gpus
+        return 0 if self.holds_no_host_gpus else self.gpus
 
     @property
     def gpu_ceiling(self) -> int | None:
-        """The most GPUs the cluster's pods may hold at once; None: no ceiling but KAI's."""
-        if self.asleep:
+        """The most of the host's GPUs the cluster's pods may hold at once; None: no ceiling but
+        KAI's."""
+        if self.holds_no_host_gpus:
             return 0
         if self.gpu_limit is None:
             return self.gpus
