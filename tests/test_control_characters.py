@@ -186,7 +186,7 @@ def test_every_text_field_of_every_api_write_refuses_nul_and_lone_surrogates(
 WEB_WRITES = [r for r in ROUTES if r.method == "POST" and not r.path.startswith("/api/")
               and r.body is not None]
 # Check boxes: any text but "on", "true", "1" or "yes" means unchecked; nothing is stored.
-FORM_FLAGS = frozenset({"overcommit"})
+FORM_FLAGS = frozenset({"overcommit", "no_ceiling"})
 
 
 def test_every_text_field_of_every_html_form_refuses_nul(
@@ -382,7 +382,7 @@ def test_every_text_field_of_every_api_write_refuses_format_characters_naming_th
 NOT_TEXT = frozenset({
     "burst_gpus", "confirm_name", "cpu_millicores", "decision", "expires_in_days",
     "gpu_class_id", "gpu_count", "gpus", "kind", "lifetime_seconds", "max_gpus", "memory_mib",
-    "node", "overcommit", "placement", "port", "power", "role", "scopes",
+    "no_ceiling", "node", "overcommit", "placement", "port", "power", "role", "scopes",
     "sleep_after_idle_minutes", "state", "tenant", "tier"})
 SECRET_FORM_FIELDS = frozenset({"kubeconfig", "token", "ca_certificate"})
 # Optional text fields of the forms, beyond the bodies route_access sends (a valid value each).

@@ -281,9 +281,12 @@ def check_sleep_policy(request: Request, tenant: str, cluster: str, db: DbSessio
         return _detail(request, db, principal, settings, tenant, cluster, policy=fields,
                        sleeps_now=_sleeps_at_once(db, principal, tenant, cluster, policy))
 
-    return submitted(checked, lambda refusal: _detail(
-        request, db, principal, settings, tenant, cluster, policy=fields,
-        policy_errors=only_touched(request, fields, refusal.errors)))
+    def refused(refusal: Refusal) -> Response:
+        errors = only_touched(request, fields, refusal.errors)
+        return _detail(request, db, principal, settings, tenant, cluster, policy=fields,
+                       policy_errors=errors, status_code=422 if errors else 200)
+
+    return submitted(checked, refused)
 
 
 @router.post("/t/{tenant}/clusters/{cluster}/sleep-policy", dependencies=STATE_CHANGING)

@@ -189,14 +189,17 @@ class Lab:
         webhook_url = f"https://127.0.0.1:{webhook_port}"
         self.portal_url = f"http://127.0.0.1:{self.options.port}"
         self.env = self._portal_env(chart_repo, webhook_url)
-        self._spawn("webhook", ["webhook", "--host", "127.0.0.1", "--port", str(webhook_port),
-                                "--cert-dir", str(self.folder / "webhook-certs")],
-                    self._kubeconfig_for(host.WEBHOOK_ACCOUNT))
         self._spawn("portal", ["dev", "--no-simulate", "--port", str(self.options.port),
                                "--idp-port", str(self.options.idp_port),
                                "--database", str(self.folder / "portal.db")],
                     self._kubeconfig_for(host.WORKER_ACCOUNT))
         self._wait_for_portal()
+        # After the portal: `portal dev` migrates the database the webhook checks at its start.
+        self._spawn("webhook", ["webhook", "--host", "127.0.0.1", "--port", str(webhook_port),
+                                "--cert-dir", str(self.folder / "webhook-certs")],
+                    self._kubeconfig_for(host.WEBHOOK_ACCOUNT))
+        # Its health only, on loopback: its certificate is its own, checked by the host.
+        self._wait_for_answer(f"{webhook_url}/healthz", "webhook", 90.0, verify=False)
         self.admin_token = self._admin_token()
 
     def _portal_env(self, chart_repo: str, webhook_url: str) -> dict[str, str]:
@@ -245,17 +248,22 @@ class Lab:
                 env={**os.environ, **self.env, "PORTAL_KUBECONFIG": str(kubeconfig)})
 
     def _wait_for_portal(self, timeout: float = 90.0) -> None:
+        self._wait_for_answer(f"{self.portal_url}/healthz", "portal", timeout)
+
+    def _wait_for_answer(self, url: str, name: str, timeout: float, *,
+                         verify: bool = True) -> None:
+        """Until ``url`` answers 2xx; fails at once if one of the lab's processes exited."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for name, process in self.processes.items():
+            for spawned, process in self.processes.items():
                 if process.poll() is not None:
-                    raise LabError(f"{name} exited: see {self.folder / (name + '.log')}")
+                    raise LabError(f"{spawned} exited: see {self.folder / (spawned + '.log')}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.portal_url}/healthz", timeout=1, trust_env=False).is_success:
+                if httpx.get(url, timeout=1, trust_env=False, verify=verify).is_success:
                     return
             time.sleep(0.3)
-        raise LabError(f"the portal did not answer within {timeout:.0f}s: "
-                       f"see {self.folder / 'portal.log'}")
+        raise LabError(f"the {name} did not answer within {timeout:.0f}s: "
+                       f"see {self.folder / (name + '.log')}")
 
     def _admin_token(self) -> str:
         env = {**os.environ, **self.env}

@@ -218,7 +218,8 @@ def _out_of_range(name: str, given: object) -> str:
     unit = f" {unit}" if unit else ""
     digits = str(given).strip()
     if isinstance(given, int) or re.fullmatch(r"[+-]?\d+", digits):
-        if int(digits) > most:
+        # Told apart by its sign: a number of thousands of digits is no int() to make.
+        if not digits.startswith("-"):
             return f"at most {most}{unit}"
         return NEGATIVE_CEILING if name == "burst_gpus" else f"at least {least}{unit}"
     return f"a whole number{unit and ' of' + unit}, from {least} to {most}"
@@ -243,7 +244,7 @@ def check_burst(request: Request, tenant: str, db: DbSession, principal: Current
         return _burst_form(request, db, principal, tenant, fields, {}, 200, effect)
 
     return submitted(checked, lambda refusal: _burst_form(
-        request, db, principal, tenant, fields, refusal.errors, 200),
+        request, db, principal, tenant, fields, refusal.errors, refusal.status),
         schema_errors=_burst_errors)
 
 

@@ -4,6 +4,7 @@ title and sized to its card. Screenshots of each (see ``Screenshots``)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -24,6 +25,13 @@ pytestmark = pytest.mark.browser
 
 WIDE = {"width": 1440, "height": 900}
 
+
+def wrapped(title: str, then: str | None = None) -> re.Pattern[str]:
+    """A chart title as its words, whatever line (tspan) each is on; ``then``: what may
+    follow it (e.g. "; " and the day under way)."""
+    words = r"\s*".join(re.escape(word) for word in title.split())
+    rest = "" if then is None else f"({re.escape(then)}.*)?"
+    return re.compile(f"^{words}{rest}$")
 
 def _admin_at(browser: Browser, base: str, viewport: dict[str, int]) -> Page:
     return sign_in_on(browser.new_context(viewport=viewport), base, "admin@example.com")  # type: ignore[arg-type]
@@ -202,14 +210,12 @@ def test_usage_and_fleet_charts_have_titles_and_fill_their_cards(
     page.goto(base + "/admin/usage")
     figure = page.locator("figure[data-gpu-class='NVIDIA-H100-80GB-HBM3']")
     expect(figure.locator("text.chart-title")).to_have_text(
-        "H100 80GB: mean GPUs per day (UTC)"
-    )
+        wrapped("H100 80GB: mean GPUs per day (UTC), today now"))
     _chart_fills_its_card(page, "figure[data-gpu-class='NVIDIA-H100-80GB-HBM3']")
     screenshots(page, "usage-admin-charts")
     page.goto(f"{base}/t/{DEMO_TENANT}/usage")
-    expect(page.locator("#daily-chart text.chart-title")).to_have_text(
-        "GPU-hours allocated to clusters per day (UTC), by GPU class"
-    )
+    expect(page.locator("#daily-chart text.chart-title")).to_have_text(wrapped(
+        "GPU-hours allocated to clusters per day (UTC), by GPU class", then="; "))
     for chart in ("#now-chart", "#daily-chart", "#in-use-chart"):
         _chart_fills_its_card(page, chart)
     screenshots(page, "usage-tenant-charts")

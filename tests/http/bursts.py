@@ -447,6 +447,17 @@ def issue_kubeconfig(one_row: bool) -> Callable[[Session, World], Plan]:
 
 
 def revoke_kubeconfig(one_row: bool) -> Callable[[Session, World], Plan]:
+    return _revoke(one_row, lambda slug, cluster, grant_id:
+                   f"/api/v1/tenants/{slug}/clusters/{cluster}/kubeconfigs/{grant_id}")
+
+
+def revoke_grant_by_id(one_row: bool) -> Callable[[Session, World], Plan]:
+    return _revoke(one_row, lambda _slug, _cluster, grant_id:
+                   f"/api/v1/kubeconfig-grants/{grant_id}")
+
+
+def _revoke(one_row: bool, path: Callable[[str, str, int], str]
+            ) -> Callable[[Session, World], Plan]:
     def prepare(db: Session, world: World) -> Plan:
         t = new_tenancy(db)
         [cluster] = _clusters(db, t, 1)
@@ -457,8 +468,8 @@ def revoke_kubeconfig(one_row: bool) -> Callable[[Session, World], Plan]:
         db.add_all(grants)
         db.flush()
         ids = [g.id for g in grants]
-        calls = [Call("DELETE", f"/api/v1/tenants/{t.slug}/clusters/{cluster.name}/kubeconfigs/"
-                      f"{ids[i % len(ids)]}", t.headers) for i in range(BURST)]
+        calls = [Call("DELETE", path(t.slug, cluster.name, ids[i % len(ids)]), t.headers)
+                 for i in range(BURST)]
 
         def holds(db: Session, statuses: Counter[int]) -> None:
             _only(statuses, 204)
@@ -817,6 +828,7 @@ ROUTES: dict[tuple[str, str], Callable[[bool], Callable[[Session, World], Plan]]
     ("PUT", f"{TENANT}/burst-policy"): burst_policy,
     ("POST", f"{CLUSTER}/kubeconfigs"): issue_kubeconfig,
     ("DELETE", f"{CLUSTER}/kubeconfigs/{{grant_id}}"): revoke_kubeconfig,
+    ("DELETE", "/api/v1/kubeconfig-grants/{grant_id}"): revoke_grant_by_id,
     ("PUT", "/api/v1/nodes/{node}/assignment"): assign_node,
     ("DELETE", "/api/v1/nodes/{node}/assignment"): end_assignment,
     ("POST", "/api/v1/machines/{name}/provision"): lambda one: machine("provision", one),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import ssl
 import subprocess
@@ -364,14 +365,18 @@ def test_without_the_webhook_synced_pods_are_refused_and_others_are_not(
 
 
 def test_portal_webhook_serves_the_secrets_certificate_and_stops_on_sigterm(
-        webhook: Webhook, tmp_path: Path) -> None:
+        webhook: Webhook, sqlite_template: Path, tmp_path: Path) -> None:
     port = free_port()
+    certs, database = tmp_path / "certs", tmp_path / "portal.db"
+    certs.mkdir()
+    shutil.copyfile(sqlite_template, database)  # migrated, as the webhook checks at its start
     env = {k: v for k, v in os.environ.items() if not k.startswith("PORTAL_")}
     env.update(PORTAL_KUBECONFIG=str(webhook.settings.kubeconfig),
-               PORTAL_WEBHOOK_NAMESPACE=webhook.settings.webhook_namespace)
+               PORTAL_WEBHOOK_NAMESPACE=webhook.settings.webhook_namespace,
+               PORTAL_DATABASE_URL=f"sqlite:///{database}")
     process = subprocess.Popen(
         [sys.executable, "-m", "app.process.cli", "webhook", "--host", "127.0.0.1",
-         "--port", str(port), "--cert-dir", str(tmp_path)],
+         "--port", str(port), "--cert-dir", str(certs)],
         env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
         pair = read_secret(webhook.host().get("v1", "Secret", TLS_SECRET_NAME,
@@ -379,7 +384,7 @@ def test_portal_webhook_serves_the_secrets_certificate_and_stops_on_sigterm(
         assert pair is not None
         trust = ssl.create_default_context(cadata=pair.cert_pem)
         wait_for(lambda: _healthy(f"https://127.0.0.1:{port}/healthz", trust), "portal webhook")
-        assert list(tmp_path.iterdir()) == []  # the key files were only there to be loaded
+        assert list(certs.iterdir()) == []  # the key files were only there to be loaded
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
     finally:
