@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import ColumnElement, and_, case, func, select
+from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.orm import Session
 
 from app.accounting.read_models import machines, virtual_clusters
@@ -74,13 +73,3 @@ def given_gpus(db: Session, cluster_id: int) -> list[int]:
     return [int(g) for g in db.scalars(select(m.gpu_count).where(
         m.cluster_id == cluster_id, m.desired == "private").order_by(m.id))]
 
-
-def private_per_host_and_class(db: Session) -> dict[tuple[int, int], tuple[int, int]]:
-    """(host, class) -> (GPUs of machines serving private-nodes clusters, of those joined):
-    counted as dedicated in capacity figures."""
-    m = machines.c
-    joined: Any = func.sum(case((m.phase == "joined", m.gpu_count), else_=0))
-    return {(int(h), int(c)): (int(total or 0), int(ready or 0)) for h, c, total, ready in
-            db.execute(select(m.host_cluster_id, m.gpu_class_id, func.sum(m.gpu_count), joined)
-                       .where(m.cluster_id.is_not(None))
-                       .group_by(m.host_cluster_id, m.gpu_class_id))}

@@ -21,6 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from app.accounting.read_models import machines
 from app.accounting.standing import pool_guarantees
 from app.database.prepared import Prepared
 from app.gpu_classes.models import GpuClass
@@ -90,6 +91,11 @@ def host_sums(db: Session, class_ids: Sequence[int] | None = None,
     for host_id, class_id, in_use, borrowed in db.execute(_in_use(class_ids, region)):
         sums[host_id, class_id].in_use = float(in_use or 0)
         sums[host_id, class_id].borrowed = float(borrowed or 0)
+    for host_id, class_id, gpus, joining in db.execute(_private_machines(class_ids, region)):
+        row = sums[host_id, class_id]
+        row.total, row.dedicated = row.total + int(gpus), row.dedicated + int(gpus)
+        row.not_ready += int(joining or 0)
+        row.dedicated_not_ready += int(joining or 0)
     return dict(sums)
 
 
@@ -120,6 +126,17 @@ def _in_region(region: str | None, column: Any = nodes.c.host_cluster_id) -> Col
         return true()
     in_region: ColumnElement[bool] = column.in_(hosts_in(region))
     return in_region
+
+
+def _private_machines(class_ids: Sequence[int] | None, region: str | None) -> Select[Any]:
+    """GPUs of the machines given to private-nodes clusters per host and class, and of those
+    not joined yet: their host's capacity, dedicated (their nodes are no host Node)."""
+    m = machines.c
+    joining = func.sum(case((m.phase != "joined", m.gpu_count), else_=0))
+    return (select(m.host_cluster_id, m.gpu_class_id, func.sum(m.gpu_count), joining)
+            .where(m.cluster_id.is_not(None), _of_classes(m.gpu_class_id, class_ids),
+                   _in_region(region, m.host_cluster_id))
+            .group_by(m.host_cluster_id, m.gpu_class_id))
 
 
 def _active_assignment() -> ColumnElement[bool]:
