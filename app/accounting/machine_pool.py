@@ -73,3 +73,23 @@ def given_gpus(db: Session, cluster_id: int) -> list[int]:
     return [int(g) for g in db.scalars(select(m.gpu_count).where(
         m.cluster_id == cluster_id, m.desired == "private").order_by(m.id))]
 
+
+@dataclass(frozen=True)
+class ServingMachine:
+    """A machine as its cluster's tenant sees it: no BMC, no host object."""
+
+    name: str
+    gpus: int
+    phase: str
+    node_name: str | None
+    # Given back: leaving the cluster, to be wiped.
+    leaving: bool
+
+
+def serving(db: Session, cluster_id: int) -> list[ServingMachine]:
+    """The machines a private-nodes cluster holds, by name."""
+    m = machines.c
+    return [ServingMachine(str(name), int(gpus), str(phase), node, desired != "private")
+            for name, gpus, phase, node, desired in db.execute(
+                select(m.name, m.gpu_count, m.phase, m.node_name, m.desired)
+                .where(m.cluster_id == cluster_id).order_by(m.name))]

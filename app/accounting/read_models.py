@@ -42,4 +42,5 @@ machines = table(
     column("id", Integer), column("name", String), column("host_cluster_id", Integer),
     column("gpu_class_id", Integer), column("gpu_count", Integer), column("cluster_id", Integer),
     column("desired", String), column("phase", String), column("deleting_at", UTCDateTime),
+    column("node_name", String),
 )

@@ -164,6 +164,15 @@ class GpusInUseOut(BaseModel):
     observed_at: datetime
 
 
+class PrivateNodeOut(BaseModel):
+    machine: str = Field(description="the bare-metal machine")
+    gpus: int
+    phase: str = Field(description="the machine's phase: provisioning, joined (its node is Ready "
+                                   "in the cluster), deprovisioning, ...")
+    node: str | None = Field(description="its Node in the cluster, once registered")
+    leaving: bool = Field(description="given back: leaving the cluster, to be wiped")
+
+
 class ClusterOut(BaseModel):
     id: int
     tenant: str
@@ -199,6 +208,9 @@ class ClusterOut(BaseModel):
                     "which have none)")
     power: PowerOut = Field(description="asleep or awake, as asked, and since when")
     sleep_policy: SleepPolicyOut
+    private_nodes: list[PrivateNodeOut] = Field(
+        default_factory=list, description="a private-nodes cluster's machines and their nodes "
+                                          "(empty for the other placements, and in lists)")
     created_at: datetime
     updated_at: datetime
 

@@ -25,7 +25,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.accounting.standing import Standing
+from app.accounting import machine_pool
+from app.accounting.standing import PRIVATE, Standing
 from app.audit import readable
 from app.audit import service as audit
 from app.auth.principal import Principal
@@ -92,11 +93,16 @@ def _cluster_out(db: Session, cluster: VirtualCluster,
     assert tenant is not None and host is not None
     wait = repository.gpu_wait(db, cluster.id)
     in_use = repository.gpus_in_use(db, cluster.id)
-    return ClusterOut.model_validate(cluster_fields(
+    fields = cluster_fields(
         cluster, tenant.slug, gpu_class, host.name, host.region,
         gpu_wait(wait.pods, wait.reason, wait.observed_at) if wait else None,
         gpus_in_use(in_use.guaranteed_gpus, in_use.burst_gpus, in_use.observed_at)
-        if in_use else None))
+        if in_use else None)
+    if cluster.placement == PRIVATE:
+        fields["private_nodes"] = [
+            {"machine": m.name, "gpus": m.gpus, "phase": m.phase, "node": m.node_name,
+             "leaving": m.leaving} for m in machine_pool.serving(db, cluster.id)]
+    return ClusterOut.model_validate(fields)
 
 
 def record_gpu_waits(db: Session, waits: Mapping[int, tuple[int, str]],

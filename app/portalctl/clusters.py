@@ -64,6 +64,10 @@ def clusters_show(name: str, tenant: TenantOpt = None, output: Output = Format.t
           "placement_reason", "waiting_for_gpus", "gpus_in_use"))
     typer.echo("")
     emit(cluster["conditions"], output, ("type", "status", "reason", "message"))
+    if cluster.get("placement") == "private-nodes":
+        typer.echo("")
+        emit(cluster.get("private_nodes") or [], output,
+             ("machine", "gpus", "phase", "node", "leaving"))
 
 
 def _gpu_wait(wait: dict[str, Any] | None) -> str:

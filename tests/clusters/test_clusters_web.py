@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.database.core import Database
+from app.gpu_classes.models import GpuClass
 from app.tenants.models import Tenant
 from tests import factories
 from tests.clusters.test_end_to_end import sign_in_acme_admin
@@ -122,3 +123,40 @@ def test_the_clusters_page_costs_the_same_for_3_clusters_or_30(
     costs = at_two_sizes(db, add, lambda: one_request(database, client, "/t/acme/clusters",
                                                       HTML))
     assert_flat(*costs, budget=6)
+
+
+def test_a_private_nodes_cluster_shows_its_machines_and_their_nodes(
+        client: TestClient, db: Session, oidc_issuer: str) -> None:
+    """On its page (live part) and in the API: each machine, its GPUs, state and node."""
+    gpu_class_id = sign_in_acme_admin(db, oidc_issuer, client)
+    acme = db.scalar(select(Tenant).where(Tenant.slug == "acme"))
+    assert acme is not None
+    host = factories.env_host(db)
+    gpu = db.get(GpuClass, gpu_class_id)
+    assert gpu is not None
+    cluster = factories.cluster(db, acme, host, "metal", placement="private-nodes",
+                                gpu_class_id=gpu_class_id, gpus=16)
+    factories.machine(db, host, gpu, "m-joined", cluster_id=cluster.id, desired="private",
+                      phase="joined", node_name="m-joined")
+    factories.machine(db, host, gpu, "m-leaving", cluster_id=cluster.id, desired="pool",
+                      phase="deprovisioning")
+    factories.machine(db, host, gpu, "m-free", phase="available")
+    db.commit()
+
+    page = client.get("/t/acme/clusters/metal", headers=HTML).text
+    rows = re.findall(r'<tr data-machine="([^"]+)">(.*?)</tr>', page, re.S)
+    assert [name for name, _ in rows] == ["m-joined", "m-leaving"]
+    assert "joined" in rows[0][1] and "m-joined</td>" in rows[0][1]
+    assert "leaving" in rows[1][1]
+    csrf = csrf_of(page)
+    token = client.post("/tokens", headers={"X-CSRF-Token": csrf},
+                        data={"name": "t", "scopes": "read", "expires_in_days": "1"})
+    secret = re.search(r"gtp_[A-Za-z0-9_\-]+", token.text)
+    assert secret is not None
+    shown = client.get("/api/v1/tenants/acme/clusters/metal",
+                       headers={"Authorization": f"Bearer {secret.group(0)}"}).json()
+    assert shown["private_nodes"] == [
+        {"machine": "m-joined", "gpus": 8, "phase": "joined", "node": "m-joined",
+         "leaving": False},
+        {"machine": "m-leaving", "gpus": 8, "phase": "deprovisioning", "node": None,
+         "leaving": True}]

@@ -5,6 +5,7 @@ naming the field, and a machine whose node is dedicated is not released silently
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 from fastapi.testclient import TestClient
@@ -225,3 +226,21 @@ def test_a_joined_machine_links_to_its_node_on_the_pages(client: TestClient, db:
     link = '<a href="/admin/nodes/gpu-r4-07">gpu-r4-07</a>'
     assert link in client.get("/admin/machines/gpu-r4-07").text
     assert link in client.get("/admin/machines").text
+
+
+def test_the_pages_say_which_private_nodes_cluster_a_machine_serves(
+        client: TestClient, db: Session, oidc_issuer: str) -> None:
+    host = factories.registered_host(db, "gpu-eu-2")
+    gpu = factories.gpu_class(db, H100)
+    cluster = factories.cluster(db, factories.tenant(db, "acme"), host, "metal",
+                                placement="private-nodes", gpu_class_id=gpu.id, gpus=8)
+    factories.machine(db, host, gpu, "gpu-r4-07", cluster_id=cluster.id, desired="private",
+                      phase="joined", node_name="gpu-r4-07")
+    db.commit()
+    oidc.sign_in(client, DEMO_ADMIN)
+    row = re.search(r'<tr id="machine-gpu-r4-07">(.*?)</tr>',
+                    client.get("/admin/machines").text, re.S)
+    assert row is not None
+    for page in (row.group(1), client.get("/admin/machines/gpu-r4-07").text):
+        assert 'href="/t/acme/clusters/metal"' in page
+        assert 'href="/admin/nodes/gpu-r4-07"' not in page  # its node is not the host's

@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 
 from app.clusters.models import ClusterGpusInUse, VirtualCluster
+from app.hosts.models import HostCluster
+from tests import factories
 from tests.portalctl.conftest import Portal, PortalCtl
 
 
@@ -31,3 +33,21 @@ def test_show_says_how_many_gpus_in_use_are_burst_and_reclaimable(
     assert '"reclaimable": true' in as_json
     _read_by_the_worker(portal, 3.0, 0.0)
     assert "3 guaranteed, no burst" in portalctl("clusters", "show", "train").stdout
+
+
+def test_show_lists_a_private_nodes_clusters_machines_and_their_nodes(
+        portal_with_ready_cluster: Portal, portalctl: PortalCtl) -> None:
+    portal = portal_with_ready_cluster
+    with portal.database.transaction() as db:
+        cluster = db.scalars(select(VirtualCluster).where(VirtualCluster.name == "train")).one()
+        host = db.get(HostCluster, cluster.host_cluster_id)
+        assert host is not None
+        gpu = factories.gpu_class(db, "NVIDIA-L40S", display_name="L40S")
+        cluster.placement, cluster.gpu_class_id, cluster.gpus = "private-nodes", gpu.id, 8
+        factories.machine(db, host, gpu, "metal-a", cluster_id=cluster.id, desired="private",
+                          phase="joined", node_name="metal-a")
+    portalctl.login(portal, "acme-viewer")
+    shown = portalctl("clusters", "show", "train")
+    assert shown.exit_code == 0, shown.stderr
+    [line] = [line for line in shown.stdout.splitlines() if line.startswith("metal-a")]
+    assert line.split()[:4] == ["metal-a", "8", "joined", "metal-a"]
