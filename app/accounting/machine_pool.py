@@ -86,10 +86,13 @@ class ServingMachine:
     leaving: bool
 
 
-def serving(db: Session, cluster_id: int) -> list[ServingMachine]:
-    """The machines a private-nodes cluster holds, by name."""
+def serving(db: Session, cluster_ids: list[int]) -> dict[int, list[ServingMachine]]:
+    """cluster id -> the machines the private-nodes cluster holds, by name: one statement."""
     m = machines.c
-    return [ServingMachine(str(name), int(gpus), str(phase), node, desired != "private")
-            for name, gpus, phase, node, desired in db.execute(
-                select(m.name, m.gpu_count, m.phase, m.node_name, m.desired)
-                .where(m.cluster_id == cluster_id).order_by(m.name))]
+    found: dict[int, list[ServingMachine]] = defaultdict(list)
+    for cluster_id, name, gpus, phase, node, desired in db.execute(
+            select(m.cluster_id, m.name, m.gpu_count, m.phase, m.node_name, m.desired)
+            .where(m.cluster_id.in_(cluster_ids)).order_by(m.cluster_id, m.name)):
+        found[int(cluster_id)].append(
+            ServingMachine(str(name), int(gpus), str(phase), node, desired != "private"))
+    return dict(found)

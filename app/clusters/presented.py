@@ -70,6 +70,7 @@ def cluster_fields(cluster: Any, tenant: str, gpu_class: tuple[str | None, str |
                   "changed_at": cluster.power_changed_at, "asleep_since": cluster.asleep_since},
         "sleep_policy": {**{name: getattr(cluster, name) for name in SLEEP_POLICY_FIELDS},
                          "deletes_at": sleep_policy.deletes_at(cluster)},
+        "private_nodes": [],  # a private-nodes cluster's, filled in by the service
         "created_at": cluster.created_at, "updated_at": cluster.updated_at,
     }
 

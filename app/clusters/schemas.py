@@ -210,7 +210,7 @@ class ClusterOut(BaseModel):
     sleep_policy: SleepPolicyOut
     private_nodes: list[PrivateNodeOut] = Field(
         default_factory=list, description="a private-nodes cluster's machines and their nodes "
-                                          "(empty for the other placements, and in lists)")
+                                          "(empty for the other placements)")
     created_at: datetime
     updated_at: datetime
 

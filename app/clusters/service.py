@@ -98,11 +98,19 @@ def _cluster_out(db: Session, cluster: VirtualCluster,
         gpu_wait(wait.pods, wait.reason, wait.observed_at) if wait else None,
         gpus_in_use(in_use.guaranteed_gpus, in_use.burst_gpus, in_use.observed_at)
         if in_use else None)
-    if cluster.placement == PRIVATE:
-        fields["private_nodes"] = [
+    return ClusterOut.model_validate(_with_private_nodes(db, [fields])[0])
+
+
+def _with_private_nodes(db: Session, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each private-nodes cluster's machines, in one statement for a page (none for a page
+    without such a cluster)."""
+    ids = [item["id"] for item in items if item["placement"] == PRIVATE]
+    serving = machine_pool.serving(db, ids) if ids else {}
+    for item in items:
+        item["private_nodes"] = [
             {"machine": m.name, "gpus": m.gpus, "phase": m.phase, "node": m.node_name,
-             "leaving": m.leaving} for m in machine_pool.serving(db, cluster.id)]
-    return ClusterOut.model_validate(fields)
+             "leaving": m.leaving} for m in serving.get(item["id"], [])]
+    return items
 
 
 def record_gpu_waits(db: Session, waits: Mapping[int, tuple[int, str]],
@@ -130,12 +138,13 @@ def list_cluster_fields(db: Session, principal: Principal, slug: str,
     """A page of the tenant's clusters as ``ClusterOut`` fields, read as plain columns."""
     tenant = tenant_for(db, principal, slug)
     rows, cursor = repository.listed_page(db, tenant.id, params)
-    return [cluster_fields(row, tenant.slug, (row.product, row.gpu_class_name), row.host_name,
-                           row.host_region,
-                           gpu_wait(row.wait_pods, row.wait_reason, row.wait_observed_at),
-                           gpus_in_use(row.in_use_guaranteed, row.in_use_burst,
-                                       row.in_use_observed_at))
-            for row in rows], cursor
+    return _with_private_nodes(db, [
+        cluster_fields(row, tenant.slug, (row.product, row.gpu_class_name), row.host_name,
+                       row.host_region,
+                       gpu_wait(row.wait_pods, row.wait_reason, row.wait_observed_at),
+                       gpus_in_use(row.in_use_guaranteed, row.in_use_burst,
+                                   row.in_use_observed_at))
+        for row in rows]), cursor
 
 
 def get_cluster(db: Session, principal: Principal, slug: str, name: str) -> ClusterOut:
