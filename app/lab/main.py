@@ -304,7 +304,7 @@ class Lab:
             "  virtual clusters are reached through the lab's proxy: "
             f"export HTTPS_PROXY={self.proxy.url} NO_PROXY={self.env['NO_PROXY']}",
             f"  the same, and a platform-admin API token: {self.folder / 'env'}",
-            "  the three teams: `make lab-demo` in another shell. Ctrl-C stops the lab.",
+            "  the four teams: `make lab-demo` in another shell. Ctrl-C stops the lab.",
         ])
 
     def _stop_processes(self) -> None:

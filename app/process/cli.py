@@ -334,10 +334,11 @@ def lab_demo(
     lab: Annotated[Path, typer.Option(help="the running lab's folder")] = Path(".lab"),
 ) -> None:
     """The three teams on a running lab (`portal lab`): quota, clusters, kubeconfigs, GPU pods
-    applied with kubectl, then checks from outside the portal. Exits 1 if any check fails."""
-    from app.lab import demo
+    applied with kubectl, then checks from outside the portal; then a fourth team on private
+    nodes (two spare machines of the lab). Exits 1 if any check fails."""
+    from app.lab import private_demo
 
-    _run_lab_walk(lab, demo.run)
+    _run_lab_walk(lab, private_demo.with_three_teams)
 
 
 @cli.command("lab-reclaim")
