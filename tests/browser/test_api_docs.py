@@ -100,6 +100,8 @@ def test_the_local_idps_sign_in_page_is_styled_offline(
     page.goto(live_portal + "/")
     page.get_by_role("link", name="Sign in with SSO").click()
     expect(page.locator("button[value='alice@example.com']")).to_be_visible()
+    # Its stylesheets are in document.styleSheets once loaded: the button may show before.
+    page.wait_for_load_state("load")
     sheets = page.evaluate(
         "() => [...document.styleSheets].filter(s => s.href).map(s => s.cssRules.length)"
     )
