@@ -256,9 +256,10 @@ class MachineReconciler:
         except ValueError:
             return None
 
-    def _mint(self, host: KubePort, spec: MachineSpec, lease: Lease) -> metal3.BootstrapToken:
-        """A new token: its id recorded before its Secret exists, so that no pass leaves a
-        Secret the machine does not name (an orphan would still expire by itself)."""
+    def _recorded_token(self, spec: MachineSpec,
+                        lease: Lease) -> tuple[metal3.BootstrapToken, datetime]:
+        """A new token and its expiry, its id recorded on the machine before any Secret of it
+        exists (a pass that dies after finds the Secret missing and mints another)."""
         token = metal3.BootstrapToken.generate(self.choose)
         expires_at = self.now() + timedelta(seconds=self.settings.machine_join_token_ttl_seconds)
         with self.database.transaction() as db:
@@ -266,6 +267,12 @@ class MachineReconciler:
             row = machines_repository.machine_by_id(db, spec.id, lock=True)
             if row is not None:
                 machines_service.record_token(row, token.token_id, expires_at)
+        return token, expires_at
+
+    def _mint(self, host: KubePort, spec: MachineSpec, lease: Lease) -> metal3.BootstrapToken:
+        """A new token: its id recorded before its Secret exists, so that no pass leaves a
+        Secret the machine does not name (an orphan would still expire by itself)."""
+        token, expires_at = self._recorded_token(spec, lease)
         if spec.bootstrap_token_id:
             parts.delete_token(host, spec.bootstrap_token_id)
         host.apply(metal3.bootstrap_token_secret(spec.name, token, expires_at), force=True)
@@ -381,13 +388,7 @@ class MachineReconciler:
     def _mint_private(self, virtual: KubePort, spec: MachineSpec, cluster: PrivateCluster,
                       lease: Lease) -> metal3.BootstrapToken:
         """A token in the virtual cluster's kube-system, its id and expiry recorded first."""
-        token = metal3.BootstrapToken.generate(self.choose)
-        expires_at = self.now() + timedelta(seconds=self.settings.machine_join_token_ttl_seconds)
-        with self.database.transaction() as db:
-            lease.fence(db)
-            row = machines_repository.machine_by_id(db, spec.id, lock=True)
-            if row is not None:
-                machines_service.record_token(row, token.token_id, expires_at)
+        token, expires_at = self._recorded_token(spec, lease)
         if spec.bootstrap_token_id:
             parts.delete_token(virtual, spec.bootstrap_token_id)
         virtual.apply(private_nodes.bootstrap_token_secret(
