@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import httpx
 import yaml
 
 from app.kube.adapter import KubernetesAdapter
-from app.lab import demo
+from app.lab import attacks, demo
 from app.lab.kubelet_bootstrap import read_bootstrap_kubeconfig
 from app.lab.machines import MACHINES_NAMESPACE, boot_config
 from app.lab.metal3 import METAL3_API
@@ -35,6 +36,7 @@ MACHINES = {"spare-h100-03": "52:54:00:a1:00:03", "spare-h100-04": "52:54:00:a1:
 TEAM = Team("umbrella", "Umbrella Robotics", "fleet", demo.H100, 16, "private-nodes",
             Workload(pods=("policy-0", "policy-1"), gpus_each=8))
 JOIN_TIMEOUT = 300.0
+ATTACK_SETTLE_SECONDS = 20.0
 RELEASE_TIMEOUT = 240.0
 TOKEN_TYPE = "bootstrap.kubernetes.io/token"  # noqa: S105 (a Secret type)
 
@@ -85,6 +87,8 @@ def run(env: Mapping[str, str], folder: Path, other: Team = demo.TEAMS[0],
         check_nodes(report, host, kubectl, kubeconfig,
                     folder / f"{other.tenant}-{other.cluster}.kubeconfig", other, nodes)
         check_tokens(report, env, kubectl, kubeconfig, tokens)
+        check_attacks(report, host, kubectl, kubeconfig,
+                      folder / f"{other.tenant}-{other.cluster}.kubeconfig", other, nodes)
         if before_release is not None:
             before_release(nodes)
         print(f"== umbrella deletes {TEAM.label}", flush=True)
@@ -210,3 +214,38 @@ def host_status(env: Mapping[str, str], token: str) -> int:
 def _host_cluster(path: str) -> dict[str, Any]:
     cluster: dict[str, Any] = yaml.safe_load(Path(path).read_text())["clusters"][0]["cluster"]
     return cluster
+
+
+def check_attacks(report: Report, host: KubernetesAdapter, kubectl: Kubectl, kubeconfig: Path,
+                  other_kubeconfig: Path, other: Team, nodes: set[str]) -> None:
+    """Issue 33's node battery against the private nodes: the other team, with the kubeconfig
+    the portal issued it, reaches for each by every way a pod can (toleration, ``nodeName``,
+    selector, affinity, spread, pod affinity, a DaemonSet). None may land there: the host has
+    no such node, and the team's cluster runs only its own pods."""
+    if not other_kubeconfig.is_file():
+        report.check(f"{other.label} attacks {TEAM.label}'s nodes", False,
+                     f"no kubeconfig of {other.label} in {other_kubeconfig.parent}")
+        return
+    tried = [attacks.node_attacks(node, TEAM.tenant) for node in sorted(nodes)]
+    tags = [f"private{n}" for n in range(len(tried))]
+    try:
+        for tag, manifests in zip(tags, tried, strict=True):
+            attacks.attempt(kubectl, other_kubeconfig, other.label, tag, manifests)
+        time.sleep(ATTACK_SETTLE_SECONDS)  # the syncer and KAI act meanwhile: nothing may land
+        landed = sorted(f"{p['metadata']['name']} on {p['spec']['nodeName']}"
+                        for p in host.list("v1", "Pod", other.namespace)
+                        if p["spec"].get("nodeName") in nodes)
+        report.check(f"{other.label}'s pods reaching for {TEAM.label}'s nodes land on none "
+                     "(host)", not landed, f"{landed or 'none'}")
+        strangers = sorted(p["metadata"]["name"]
+                           for p in kubectl.pods(kubeconfig, "-A")
+                           if p["spec"].get("nodeName") in nodes
+                           and "attack" in (p["metadata"].get("labels") or {}))
+        report.check(f"{TEAM.label}'s nodes run none of {other.label}'s attacks (its cluster)",
+                     not strangers, f"{strangers or 'none'}")
+    finally:
+        for tag, manifests in zip(tags, tried, strict=True):
+            for each in manifests:
+                kubectl.run(other_kubeconfig, "delete", each["kind"].lower(),
+                            f"{each['metadata']['name']}-{tag}", "-n", "default",
+                            "--ignore-not-found", "--wait=false")
