@@ -42,14 +42,15 @@ def _sqlite_foreign_keys_checked_after(connection: Connection) -> Iterator[None]
     if connection.dialect.name != "sqlite":
         yield
         return
-    connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
-    connection.commit()
+    outside_a_transaction = connection.connection.driver_connection
+    assert outside_a_transaction is not None
+    outside_a_transaction.execute("PRAGMA foreign_keys=OFF")
     try:
         yield
     finally:
         broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
-        connection.exec_driver_sql("PRAGMA foreign_keys=ON")
         connection.commit()
+        outside_a_transaction.execute("PRAGMA foreign_keys=ON")
     if broken:
         raise RuntimeError(f"the migration left rows pointing nowhere: {broken[:5]}")
 

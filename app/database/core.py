@@ -86,6 +86,7 @@ def make_engine(url: str, limits: TimeLimits | None = None, **kwargs: Any) -> En
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
         event.listen(engine, "connect", _configure_sqlite)
+        event.listen(engine, "begin", _begin_sqlite)
         return engine
     if limits is not None:
         kwargs["connect_args"] = {**kwargs.get("connect_args", {}), "options": limits.options()}
@@ -126,6 +127,22 @@ def _configure_sqlite(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+    dbapi_connection.isolation_level = None  # the driver's own BEGIN: ``_begin_sqlite`` says it
+
+
+# Execution option of the sessions that only read: no transaction is begun for them.
+SQLITE_READS_ONLY = "sqlite_reads_only"
+
+
+def _begin_sqlite(connection: Connection) -> None:
+    """A transaction that may write takes SQLite's one write lock when it begins, waiting the
+    busy timeout for a writer in progress. Begun DEFERRED, it would read first and then, asking
+    for the lock while another writer held it, fail at once (SQLite cannot wait there: its
+    snapshot may be stale), however short that writer's hold: a web write beside any worker
+    write answered 409. Sessions that only read begin nothing, as on PostgreSQL: each
+    statement sees what was committed when it began, and never waits for a writer."""
+    if not connection.get_execution_options().get(SQLITE_READS_ONLY, False):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 class ReadOnlyViolation(RuntimeError):
@@ -177,6 +194,8 @@ class Database:
         it began, as it would in a READ COMMITTED transaction."""
         if isinstance(bind, Engine) and bind.dialect.name == "postgresql":
             bind = bind.execution_options(isolation_level="AUTOCOMMIT")
+        elif isinstance(bind, Engine):
+            bind = bind.execution_options(**{SQLITE_READS_ONLY: True})
         readers: sessionmaker[Session] = sessionmaker(bind, class_=ReadOnlySession,
                                                       expire_on_commit=False)
         event.listen(readers, "before_flush", _refuse_writes)

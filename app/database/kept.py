@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Table, event
+from sqlalchemy import Connection, Table, event
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
 
 from app.database.prepared import on_row_inserted
@@ -39,17 +39,25 @@ class Kept(Generic[T]):
     def get(self, db: Session, clock: Callable[[], float] = time.monotonic) -> T:
         if self in db.info.get(_CHANGED, ()):
             return self.read(db)
-        bind = db.get_bind()
+        where = _database_of(db)
         now = clock()
-        hit = self._kept.get(bind)
+        hit = self._kept.get(where)
         if hit is not None and now - hit[0] < self.max_age:
             return hit[1]
         figures = self.read(db)
-        self._kept[bind] = (now, figures)
+        self._kept[where] = (now, figures)
         return figures
 
     def forget(self, session: Session) -> None:
-        self._kept.pop(session.get_bind(), None)
+        self._kept.pop(_database_of(session), None)
+
+
+def _database_of(session: Session) -> object:
+    """What figures are kept per: an engine's pool, which its sessions that only read share
+    with those that write though they bind to a copy of it with other options; a test's one
+    shared connection."""
+    bind = session.get_bind()
+    return bind if isinstance(bind, Connection) else bind.pool
 
 
 # One set of session listeners for every Kept: each is called for every statement and flush.

@@ -65,7 +65,7 @@ def gate_of(request: Request) -> StreamGate:
 def _check(database: Database, fingerprint: Fingerprint) -> str | None:
     """The fingerprint read in a short transaction of its own; ``None`` once the subject is
     gone or hidden from the caller."""
-    with database.transaction() as db:
+    with database.read_session() as db:
         try:
             return fingerprint(db)
         except NotFound:
@@ -86,7 +86,7 @@ async def event_stream(request: Request, fingerprint: Fingerprint) -> StreamingR
 
 
 def _authorized_check(database: Database, fingerprint: Fingerprint) -> str:
-    with database.transaction() as db:
+    with database.read_session() as db:
         return fingerprint(db)
 
 

@@ -247,7 +247,7 @@ def test_a_closed_window_is_written_by_a_quiet_server(
     with TestClient(create_app(quick_windows(settings), sqlite_database)) as caller:
         for _ in range(3):
             caller.get("/api/v1/me", headers=bad_token())
-        with sqlite_database.session() as session:
+        with sqlite_database.read_session() as session:
             wait_for(lambda: len(denials(session)) == 2, "the window's count to be written")
             assert (denials(session)[1].after or {})["count"] == 2
 
