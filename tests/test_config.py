@@ -129,3 +129,21 @@ def test_an_old_key_that_is_not_a_fernet_key_is_named(monkeypatch: pytest.Monkey
     monkeypatch.setenv("PORTAL_ENCRYPTION_OLD_KEYS", f"{Fernet.generate_key().decode()},oops")
     with pytest.raises(ValidationError, match="key 2 is not a Fernet key"):
         Settings()
+
+
+@pytest.mark.parametrize(("url", "refusal"), [
+    ("prometheus:9090", "must start with http:// or https://"),
+    ("http://user:secret@prometheus:9090", "must not carry a user name or password"),
+    ("http://prometheus:9090/api/v1/query", "must be the base address"),
+    ("http://prometheus:9090/?x=1", "must not carry a query"),
+    ("http://:9090", "names no host"),
+])
+def test_a_prometheus_address_the_portal_could_not_query_is_refused_at_start(
+        url: str, refusal: str) -> None:
+    with pytest.raises(ValidationError, match=refusal):
+        Settings(prometheus_url=url)
+
+
+def test_a_prometheus_address_may_carry_a_path_prefix_and_empty_means_unset() -> None:
+    assert Settings(prometheus_url="https://mon.example.com/prometheus").prometheus_url
+    assert Settings(prometheus_url="").prometheus_url is None

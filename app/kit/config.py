@@ -12,6 +12,7 @@ from cryptography.fernet import Fernet
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.kit.prometheus_address import prometheus_url_problem
 from app.kit.webhook_address import webhook_url_problem
 
 DEV_SECRET_KEY = "dev-only-secret-key-change-me"  # noqa: S105 - a marker, refused in production
@@ -244,6 +245,25 @@ class Settings(BaseSettings):
         description="lifetime of the serving certificate; the worker rotates it with a third "
                     "left")
 
+    # GPU utilisation: the DCGM exporter's series, read from the operator's Prometheus.
+    prometheus_url: str | None = Field(
+        default=None,
+        description="base address of the operator's Prometheus HTTP API (e.g. "
+                    "`http://prometheus.monitoring:9090`) the portal reads the DCGM exporter's "
+                    "GPU utilisation from; unset: utilisation is shown as unknown")
+    prometheus_timeout_seconds: float = Field(
+        default=3.0, gt=0, le=30,
+        description="the longest the portal waits on Prometheus for one page or API answer; "
+                    "past it the figures say unknown")
+    idle_gpu_utilisation_percent: float = Field(
+        default=5.0, ge=0, le=100,
+        description="a bound GPU is idle while its utilisation (`DCGM_FI_DEV_GPU_UTIL`) stays "
+                    "below this many percent")
+    idle_gpu_window_minutes: int = Field(
+        default=30, ge=1, le=10080,
+        description="a GPU is idle past the window when its highest utilisation over this many "
+                    "minutes is below `PORTAL_IDLE_GPU_UTILISATION_PERCENT`")
+
     # Bare-metal machines (Metal3): what a provisioned machine is imaged with and how long the
     # bootstrap token it joins with lives.
     machine_image_url: str = Field(
@@ -331,6 +351,14 @@ class Settings(BaseSettings):
         if problem:
             raise ValueError(f"PORTAL_WEBHOOK_URL {problem}")
         return url
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _prometheus_url_is_a_base_address(cls, url: str | None) -> str | None:
+        problem = None if not url else prometheus_url_problem(url)
+        if problem:
+            raise ValueError(f"PORTAL_PROMETHEUS_URL {problem}")
+        return url or None
 
     @field_validator("trusted_proxies")
     @classmethod

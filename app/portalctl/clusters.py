@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.portalctl.client import USAGE, Client
+from app.portalctl.client import USAGE, ApiError, Client
 from app.portalctl.common import (
     GpuClassOpt,
     Limit,
@@ -54,20 +54,41 @@ def clusters_show(name: str, tenant: TenantOpt = None, output: Output = Format.t
     Example: portalctl clusters show train
     """
     with api() as client:
-        cluster = client.get(f"{clusters_path(client, tenant)}/{name}")
+        path = f"{clusters_path(client, tenant)}/{name}"
+        cluster = client.get(path)
+        utilisation = _utilisation_of(client, path)
     if output is not Format.table:
-        emit(cluster, output, ())
+        emit({**cluster, "utilisation": utilisation}, output, ())
         return
     emit({**cluster, "waiting_for_gpus": _gpu_wait(cluster.get("waiting_for_gpus")),
-          "gpus_in_use": _gpus_in_use(cluster.get("gpus_in_use"))}, output,
+          "gpus_in_use": _gpus_in_use(cluster.get("gpus_in_use")),
+          "utilisation": _utilisation(utilisation)}, output,
          (*CLUSTER_COLUMNS, "endpoint", "generation", "observed_generation",
-          "placement_reason", "waiting_for_gpus", "gpus_in_use"))
+          "placement_reason", "waiting_for_gpus", "gpus_in_use", "utilisation"))
     typer.echo("")
     emit(cluster["conditions"], output, ("type", "status", "reason", "message"))
     if cluster.get("placement") == "private-nodes":
         typer.echo("")
         emit(cluster.get("private_nodes") or [], output,
              ("machine", "gpus", "phase", "node", "leaving"))
+
+
+def _utilisation_of(client: Client, cluster_path: str) -> dict[str, Any]:
+    """The cluster's GPU utilisation; a portal that cannot say makes it unknown, not a failure."""
+    try:
+        answer: dict[str, Any] = client.get(f"{cluster_path}/utilisation")
+    except ApiError as error:
+        return {"known": False, "reason": error.message}
+    return answer
+
+
+def _utilisation(shown: dict[str, Any]) -> str:
+    if not shown.get("known"):
+        return f"unknown ({shown.get('reason') or 'no answer'})"
+    if not shown.get("gpus_bound"):
+        return "no GPU bound"
+    return (f"{shown['utilisation_percent']:.0f}% (mean of {shown['gpus_bound']} GPUs bound), "
+            f"{shown['gpus_idle']} idle past {shown['idle_window_minutes']} minutes")
 
 
 def _gpu_wait(wait: dict[str, Any] | None) -> str:

@@ -93,6 +93,8 @@ from app.tenants import web as tenants_web
 from app.tenants.access import cache_tenants
 from app.usage import api as usage_api
 from app.usage import web as usage_web
+from app.utilisation import api as utilisation_api
+from app.utilisation import web as utilisation_web
 from app.web import api_docs, live
 from app.web.favicon import router as favicon_router
 from app.web.forms import is_htmx, with_toast
@@ -107,14 +109,15 @@ API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api
                clusters_api.router, clusters_api.power_router, templates_api.router,
                templates_api.cluster_router,
                usage_api.router, hosts_api.router, machines_api.router, fleet_api.router,
-               limits_api.router]
+               limits_api.router, utilisation_api.router]
 WEB_ROUTERS = [home.router, auth_web.router, token_web.router, cli_login.router,
                audit_web.router,
                dashboard.router, tenants_web.router, quotas_web.router, gpu_classes_web.router,
                kubeconfigs_web.router,
                nodes_web.router,
                clusters_web.router, templates_web.router, usage_web.router, hosts_web.router,
-               machines_web.router, fleet_web.router, api_docs.router]
+               machines_web.router, fleet_web.router, utilisation_web.router,
+               api_docs.router]
 
 
 

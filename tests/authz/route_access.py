@@ -485,3 +485,14 @@ ROUTES += [
     Route("POST", ADMIN_MACHINES + "/{name}/{action}", Access.PLATFORM_ADMIN,
           params=lambda world: {"name": world.machine_name, "action": "provision"}),
 ]
+
+# GPU utilisation (without PORTAL_PROMETHEUS_URL every figure unknown; who may look is the same).
+ROUTES += [
+    Route("GET", "/api/v1/tenants/{tenant}/clusters/{cluster}/utilisation", Access.TENANT_VIEWER,
+          params=acme_cluster),
+    Route("GET", "/api/v1/tenants/{tenant}/utilisation", Access.TENANT_VIEWER, params=acme),
+    Route("GET", "/api/v1/admin/idle-gpus", Access.PLATFORM_ADMIN),
+    Route("GET", "/t/{tenant}/clusters/{cluster}/utilisation", Access.TENANT_VIEWER,
+          params=acme_cluster),
+    Route("GET", "/admin/idle-gpus", Access.PLATFORM_ADMIN),
+]

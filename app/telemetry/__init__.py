@@ -1,0 +1,1 @@
+"""What the portal reads from the operator's monitoring: the Prometheus HTTP API."""

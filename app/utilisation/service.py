@@ -1,0 +1,152 @@
+"""GPU utilisation per cluster and tenant, and the idle GPUs, read through the authz scoping
+helpers; Prometheus absent, down or slow makes every figure unknown (None), never zero."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.auth.principal import Principal
+from app.authz.scoping import ensure_platform_admin
+from app.clusters.service import cluster_for
+from app.kit.config import Settings
+from app.telemetry.prometheus import Prometheus, Unavailable
+from app.tenants.access import tenant_for
+from app.utilisation import repository
+from app.utilisation.mapping import Gpu, Owner, Ownership, figures, gpu_key, gpus_of, mean_over_time
+from app.utilisation.schemas import (
+    ClusterUtilisationOut,
+    IdleGpuOut,
+    IdleGpusOut,
+    TenantClusterUtilisation,
+    TenantUtilisationOut,
+    UtilisationOut,
+    UtilisationPoint,
+)
+
+UTILISATION = "DCGM_FI_DEV_GPU_UTIL"
+FRAMEBUFFER_USED = "DCGM_FI_DEV_FB_USED"
+HISTORY = timedelta(days=1)
+HISTORY_STEP_SECONDS = 15 * 60
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The owned GPUs now, as one moment's queries saw them."""
+
+    gpus: list[Gpu]
+    ownership: Ownership
+    observed_at: datetime
+    prometheus: Prometheus
+
+
+def read(db: Session, settings: Settings, now: datetime | None = None) -> Reading:
+    """Every owned GPU now: utilisation, framebuffer and the idle window's peak; raises
+    ``Unavailable`` when Prometheus cannot say."""
+    ownership = repository.ownership(db)
+    prometheus = Prometheus(settings.prometheus_url, settings.prometheus_timeout_seconds)
+    at = now or datetime.now(UTC)
+    samples = prometheus.instant(UTILISATION, at)
+    used = {gpu_key(s.labels): s.value for s in prometheus.instant(FRAMEBUFFER_USED, at)}
+    window = f"max_over_time({UTILISATION}[{settings.idle_gpu_window_minutes}m])"
+    peaks = {gpu_key(s.labels): s.value for s in prometheus.instant(window, at)}
+    gpus = gpus_of(((s.labels, s.value) for s in samples), ownership, used, peaks)
+    return Reading(gpus, ownership, at, prometheus)
+
+
+def _rule(settings: Settings) -> dict[str, Any]:
+    return {"idle_threshold_percent": settings.idle_gpu_utilisation_percent,
+            "idle_window_minutes": settings.idle_gpu_window_minutes}
+
+
+def _known(gpus: list[Gpu], settings: Settings, at: datetime) -> dict[str, Any]:
+    shown = figures(gpus, settings.idle_gpu_utilisation_percent)
+    return UtilisationOut(
+        known=True, utilisation_percent=shown.utilisation_percent, gpus_bound=shown.gpus_bound,
+        gpus_idle=shown.gpus_idle, framebuffer_used_mib=shown.framebuffer_used_mib,
+        observed_at=at, **_rule(settings)).model_dump()
+
+
+def _unknown(reason: str, settings: Settings) -> dict[str, Any]:
+    return UtilisationOut(known=False, reason=reason, **_rule(settings)).model_dump()
+
+
+def cluster_utilisation(db: Session, principal: Principal, settings: Settings, slug: str,
+                        name: str, *, history: bool = False) -> ClusterUtilisationOut:
+    """A cluster of a tenant the caller sees: its GPUs now (and over the last day)."""
+    cluster_for(db, principal, slug, name)
+    try:
+        reading = read(db, settings)
+        theirs = [g for g in reading.gpus if (g.owner.tenant, g.owner.cluster) == (slug, name)]
+        points = _history(reading, lambda o: (o.tenant, o.cluster) == (slug, name)) \
+            if history else None
+    except Unavailable as unavailable:
+        return ClusterUtilisationOut(tenant=slug, cluster=name,
+                                     **_unknown(unavailable.reason, settings))
+    return ClusterUtilisationOut(tenant=slug, cluster=name, history=points,
+                                 **_known(theirs, settings, reading.observed_at))
+
+
+def _history(reading: Reading, wanted: Callable[[Owner], bool]) -> list[UtilisationPoint]:
+    end = reading.observed_at
+    series = reading.prometheus.range(UTILISATION, end - HISTORY, end, HISTORY_STEP_SECONDS)
+    means = mean_over_time(((s.labels, s.points) for s in series), reading.ownership, wanted)
+    return [UtilisationPoint(at=datetime.fromtimestamp(at, UTC), utilisation_percent=value)
+            for at, value in means.items()]
+
+
+def tenant_utilisation(db: Session, principal: Principal, settings: Settings,
+                       slug: str) -> TenantUtilisationOut:
+    """A tenant the caller sees: all its GPUs now, and per cluster."""
+    tenant = tenant_for(db, principal, slug)
+    try:
+        reading = read(db, settings)
+    except Unavailable as unavailable:
+        return TenantUtilisationOut(tenant=tenant.slug, **_unknown(unavailable.reason, settings))
+    theirs = [g for g in reading.gpus if g.owner.tenant == tenant.slug]
+    clusters = sorted({g.owner.cluster for g in theirs}, key=lambda c: (c is None, c or ""))
+    return TenantUtilisationOut(
+        tenant=tenant.slug, **_known(theirs, settings, reading.observed_at),
+        clusters=[TenantClusterUtilisation(cluster=c, utilisation=UtilisationOut(
+            **_known([g for g in theirs if g.owner.cluster == c], settings,
+                     reading.observed_at))) for c in clusters])
+
+
+def idle_gpus(db: Session, principal: Principal, settings: Settings) -> IdleGpusOut:
+    """Platform admins: every GPU bound but idle past the window, by tenant and cluster."""
+    ensure_platform_admin(principal)
+    try:
+        reading = read(db, settings)
+    except Unavailable as unavailable:
+        return IdleGpusOut(**_unknown(unavailable.reason, settings))
+    threshold = settings.idle_gpu_utilisation_percent
+    return IdleGpusOut(known=True, observed_at=reading.observed_at, **_rule(settings),
+                       items=[_idle_out(g) for g in reading.gpus if g.idle(threshold)])
+
+
+def _idle_out(gpu: Gpu) -> IdleGpuOut:
+    return IdleGpuOut(tenant=gpu.owner.tenant, cluster=gpu.owner.cluster,
+                      gpu_class=gpu.owner.gpu_class, node=gpu.node, gpu=gpu.gpu, uuid=gpu.key,
+                      model=gpu.model, namespace=gpu.namespace, pod=gpu.pod,
+                      utilisation_percent=gpu.utilisation_percent,
+                      peak_in_window_percent=gpu.peak_in_window_percent or 0.0)
+
+
+def idle_gpus_by_tenant_and_class(db: Session,
+                                  settings: Settings) -> dict[tuple[str, str], int] | None:
+    """For the worker's ``portal_tenant_idle_gpus{tenant,gpu_class}`` gauge: idle GPUs per
+    tenant and class; None when Prometheus cannot say (the gauge is then left out)."""
+    try:
+        reading = read(db, settings)
+    except Unavailable:
+        return None
+    counts: dict[tuple[str, str], int] = {}
+    for gpu in reading.gpus:
+        if gpu.idle(settings.idle_gpu_utilisation_percent):
+            key = (gpu.owner.tenant, gpu.owner.gpu_class)
+            counts[key] = counts.get(key, 0) + 1
+    return counts
