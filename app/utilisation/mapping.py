@@ -1,12 +1,14 @@
 """Which tenant and cluster a DCGM exporter series belongs to, and the figures of a set of GPUs.
 
 The exporter labels each GPU's series with ``gpu``, ``UUID``, ``device``, ``modelName`` and
-``Hostname`` (the node), and, with the kubelet's pod-resources mapping, the ``pod``,
-``namespace`` and ``container`` the GPU is bound to. A Prometheus that does not honour the
-exporter's labels keeps them as ``exported_namespace`` and ``exported_pod`` (its own
-``namespace`` is then the exporter's). A shared-pool or dedicated-nodes cluster's pods run in
-its host namespace; a dedicated node is its tenant's whether a pod holds its GPUs or not; a
-private node is its cluster's. A series that maps to nothing is no tenant's and is not shown.
+the node as ``Hostname`` (``hostname`` since dcgm-exporter renamed it), and, with the kubelet's
+pod-resources mapping, the ``pod``, ``namespace`` and ``container`` the GPU is bound to
+(``pod_name``, ``pod_namespace``, ``container_name`` with ``--use-old-namespace``). A
+Prometheus that does not honour the exporter's labels keeps them as ``exported_namespace`` and
+``exported_pod`` (its own ``namespace`` is then the exporter's). A shared-pool or
+dedicated-nodes cluster's pods run in its host namespace; a dedicated node is its tenant's
+whether a pod holds its GPUs or not; a private node is its cluster's. A series that maps to
+nothing is no tenant's and is not shown.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-NAMESPACE_LABELS = ("exported_namespace", "namespace")
-POD_LABELS = ("exported_pod", "pod")
-NODE_LABELS = ("Hostname", "node", "kubernetes_node")
+NAMESPACE_LABELS = ("exported_namespace", "namespace", "exported_pod_namespace", "pod_namespace")
+POD_LABELS = ("exported_pod", "pod", "exported_pod_name", "pod_name")
+NODE_LABELS = ("Hostname", "hostname", "node", "kubernetes_node")
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,8 @@ def unambiguous(pairs: Iterable[tuple[str, Owner]]) -> dict[str, Owner]:
 
 def gpu_key(labels: Mapping[str, str]) -> str:
     """The GPU a series is of: its UUID, else its node and index."""
-    return labels.get("UUID") or f"{node_of(labels)}/{labels.get('gpu', '')}"
+    uuid = labels.get("UUID") or labels.get("uuid")
+    return uuid or f"{node_of(labels)}/{labels.get('gpu', '')}"
 
 
 def node_of(labels: Mapping[str, str]) -> str:

@@ -34,6 +34,13 @@ HISTORY = timedelta(days=1)
 HISTORY_STEP_SECONDS = 15 * 60
 
 
+def idle_window_query(minutes: int) -> str:
+    """Each GPU's highest utilisation over the window, of the series (the same GPU, pod and
+    labels) that already existed at the window's start: a pod bound a minute ago is not idle
+    past the window, however still its GPU."""
+    return f"max_over_time({UTILISATION}[{minutes}m]) and {UTILISATION} offset {minutes}m"
+
+
 @dataclass(frozen=True)
 class Reading:
     """The owned GPUs now, as one moment's queries saw them."""
@@ -52,8 +59,10 @@ def read(db: Session, settings: Settings, now: datetime | None = None) -> Readin
     at = now or datetime.now(UTC)
     samples = prometheus.instant(UTILISATION, at)
     used = {gpu_key(s.labels): s.value for s in prometheus.instant(FRAMEBUFFER_USED, at)}
-    window = f"max_over_time({UTILISATION}[{settings.idle_gpu_window_minutes}m])"
-    peaks = {gpu_key(s.labels): s.value for s in prometheus.instant(window, at)}
+    peaks: dict[str, float] = {}
+    for sample in prometheus.instant(idle_window_query(settings.idle_gpu_window_minutes), at):
+        key = gpu_key(sample.labels)
+        peaks[key] = max(sample.value, peaks.get(key, sample.value))
     gpus = gpus_of(((s.labels, s.value) for s in samples), ownership, used, peaks)
     return Reading(gpus, ownership, at, prometheus)
 

@@ -134,6 +134,7 @@ def test_a_quiet_fleet_says_so(client: TestClient, db: Session) -> None:
     assert 'data-count="0"' in _section(page, "attention-requests")
     assert "Nothing waits for a decision." in page
     assert "No cluster has failed or hangs while waking." in page
+    assert 'href="/admin/idle-gpus"' in _section(page, "attention-idle-gpus")
 
 
 def test_tenants_get_their_own_home(client: TestClient, db: Session) -> None:

@@ -12,7 +12,7 @@ from tests.support.fake_prometheus import Answers, Labels
 from tests.support.tenancy import Tenancy
 
 UTIL, USED = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"
-PEAK = "max_over_time(DCGM_FI_DEV_GPU_UTIL[30m])"
+PEAK = "max_over_time(DCGM_FI_DEV_GPU_UTIL[30m]) and DCGM_FI_DEV_GPU_UTIL offset 30m"
 TRAIN_NS = host_namespace_name("acme", "train")
 RIVAL_NS = host_namespace_name("globex", "rival")
 

@@ -54,3 +54,14 @@ def test_idle_means_the_windows_peak_is_below_the_threshold() -> None:
     # GPU-2 computed within the window; GPU-3's window is unknown: neither is called idle.
     assert [g.key for g in gpus if g.idle(5)] == ["GPU-1"]
     assert figures(gpus, 5).gpus_idle == 1
+
+
+def test_the_exporters_other_label_spellings_map_alike() -> None:
+    """dcgm-exporter's newer ``hostname`` and ``--use-old-namespace``'s ``pod_namespace``."""
+    ownership = Ownership(by_namespace={"t-acme-train": Owner("acme", "train")},
+                          by_node={"ded-1": Owner("acme", None)})
+    gpus = gpus_of([({"uuid": "GPU-1", "hostname": "ded-1"}, 1.0),
+                    ({"UUID": "GPU-2", "hostname": "pool-1", "pod_namespace": "t-acme-train",
+                      "pod_name": "p"}, 2.0)], ownership, {}, {})
+    assert [(g.key, g.owner.cluster, g.node, g.pod) for g in gpus] == [
+        ("GPU-1", None, "ded-1", ""), ("GPU-2", "train", "pool-1", "p")]
