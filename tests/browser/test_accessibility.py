@@ -18,7 +18,7 @@ TENANT_PAGES = ("/", f"/t/{DEMO_TENANT}", f"/t/{DEMO_TENANT}/quota-requests/new"
 ADMIN_PAGES = ("/", "/admin/quota-requests", "/admin/fleet", "/admin/nodes/h100-r1-n1",
                "/admin/fleet/hosts", "/admin/fleet/suggest", "/admin/tenants",
                "/admin/gpu-classes", "/admin/usage",
-               "/admin/hosts", "/admin/hosts/local", "/audit")
+               "/admin/hosts", "/admin/hosts/local", "/admin/idle-gpus", "/audit")
 
 
 def check(page: Page, url: str, shots: Screenshots, found: dict[str, list[str]]) -> None:
