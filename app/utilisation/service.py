@@ -17,7 +17,17 @@ from app.kit.config import Settings
 from app.telemetry.prometheus import Prometheus, Unavailable
 from app.tenants.access import tenant_for
 from app.utilisation import repository
-from app.utilisation.mapping import Gpu, Owner, Ownership, figures, gpu_key, gpus_of, mean_over_time
+from app.utilisation.mapping import (
+    NAMESPACE_LABELS,
+    NODE_LABELS,
+    Gpu,
+    Owner,
+    Ownership,
+    figures,
+    gpu_key,
+    gpus_of,
+    mean_over_time,
+)
 from app.utilisation.schemas import (
     ClusterUtilisationOut,
     IdleGpuOut,
@@ -100,9 +110,21 @@ def cluster_utilisation(db: Session, principal: Principal, settings: Settings, s
                                  **_known(theirs, settings, reading.observed_at))
 
 
+def history_query(ownership: Ownership, wanted: Callable[[Owner], bool]) -> str:
+    """Only the series that may be ``wanted``'s: by its host namespaces and nodes, under each
+    label the exporter may give them (a day of the whole fleet would be most of the answer)."""
+    namespaces = sorted(ns for ns, owner in ownership.by_namespace.items() if wanted(owner))
+    nodes = sorted(node for node, owner in ownership.by_node.items() if wanted(owner))
+    selectors = [f'{UTILISATION}{{{label}="{value}"}}'
+                 for values, labels in ((namespaces, NAMESPACE_LABELS), (nodes, NODE_LABELS))
+                 for value in values for label in labels]
+    return " or ".join(selectors) or f'{UTILISATION}{{UUID="-"}}'
+
+
 def _history(reading: Reading, wanted: Callable[[Owner], bool]) -> list[UtilisationPoint]:
     end = reading.observed_at
-    series = reading.prometheus.range(UTILISATION, end - HISTORY, end, HISTORY_STEP_SECONDS)
+    series = reading.prometheus.range(history_query(reading.ownership, wanted),
+                                      end - HISTORY, end, HISTORY_STEP_SECONDS)
     means = mean_over_time(((s.labels, s.points) for s in series), reading.ownership, wanted)
     return [UtilisationPoint(at=datetime.fromtimestamp(at, UTC), utilisation_percent=value)
             for at, value in means.items()]

@@ -17,7 +17,8 @@ from tests.utilisation.support import answers
 @pytest.fixture
 def portal_with_prometheus(settings: Settings, own_pg_database: Database) -> Iterator[Portal]:
     with fake_prometheus(answers()) as url:
-        yield from _serve(settings.model_copy(update={"prometheus_url": url}), own_pg_database,
+        yield from _serve(settings.model_copy(update={
+            "prometheus_url": url, "prometheus_timeout_seconds": 30.0}), own_pg_database,
                           ready_cluster_name="train")
 
 

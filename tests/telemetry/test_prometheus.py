@@ -40,24 +40,28 @@ def test_without_an_address_nothing_is_asked_and_it_says_why() -> None:
 def test_a_refused_port_is_unavailable_at_once() -> None:
     started = time.monotonic()
     with pytest.raises(Unavailable, match="unreachable"):
-        Prometheus(refusing_url(), 3).instant("up")
-    assert time.monotonic() - started < 2
+        Prometheus(refusing_url(), 30).instant("up")
+    assert time.monotonic() - started < 5  # far below the bound: nothing waited on
 
 
+# httpx's own default would wait 5 s: a reading given up on sooner is the bound's doing.
 def test_a_server_that_never_answers_is_given_up_on_at_the_bound() -> None:
     with silent_prometheus() as url:
         started = time.monotonic()
         with pytest.raises(Unavailable, match="in time"):
             Prometheus(url, 0.5).instant("up")
-        assert 0.4 < time.monotonic() - started < 2
+        assert 0.4 < time.monotonic() - started < 4
 
 
 def test_queries_of_one_reading_share_one_deadline() -> None:
-    """A reading of several queries is bounded as a whole, not per query."""
+    """A reading of several queries is bounded as a whole: once its time is up, the next query
+    is not even sent."""
     with silent_prometheus() as url:
         prometheus = Prometheus(url, 0.5)
+        with pytest.raises(Unavailable):
+            prometheus.instant("up")
         started = time.monotonic()
-        for _ in range(3):
-            with pytest.raises(Unavailable):
+        for _ in range(2):
+            with pytest.raises(Unavailable, match="in time"):
                 prometheus.instant("up")
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - started < 0.5

@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from app.utilisation import repository
 from app.utilisation.mapping import Owner, Ownership, figures, gpus_of
+from app.utilisation.service import history_query
 from tests import factories
 from tests.support.tenancy import build_tenancy
 from tests.utilisation.support import BUSY, DEDICATED, IDLE, NOBODYS, RIVAL, build_fleet, gpu
@@ -65,3 +66,14 @@ def test_the_exporters_other_label_spellings_map_alike() -> None:
                       "pod_name": "p"}, 2.0)], ownership, {}, {})
     assert [(g.key, g.owner.cluster, g.node, g.pod) for g in gpus] == [
         ("GPU-1", None, "ded-1", ""), ("GPU-2", "train", "pool-1", "p")]
+
+
+def test_the_days_chart_asks_only_for_the_clusters_namespaces_and_nodes() -> None:
+    ownership = Ownership(by_namespace={"t-acme-train": Owner("acme", "train"),
+                                        "t-globex-rival": Owner("globex", "rival")},
+                          by_node={"m-1": Owner("acme", "train"), "ded-1": Owner("acme", None)})
+    query = history_query(ownership, lambda o: (o.tenant, o.cluster) == ("acme", "train"))
+    assert 'DCGM_FI_DEV_GPU_UTIL{namespace="t-acme-train"}' in query
+    assert 'DCGM_FI_DEV_GPU_UTIL{exported_namespace="t-acme-train"}' in query
+    assert 'DCGM_FI_DEV_GPU_UTIL{Hostname="m-1"} or DCGM_FI_DEV_GPU_UTIL{hostname="m-1"}' in query
+    assert "rival" not in query and "ded-1" not in query

@@ -21,6 +21,8 @@ from tests.support.web import HTML
 from tests.utilisation.support import answers, build_fleet
 
 TRAIN = "/api/v1/tenants/acme/clusters/train/utilisation"
+# Where Prometheus answers, a bound no loaded test machine reaches; the slow paths set their own.
+GENEROUS = 30.0
 
 
 @pytest.fixture
@@ -31,7 +33,7 @@ def tenancy(db: Session) -> Tenancy:
 
 
 def _client(settings: Settings, database: Database, url: str | None,
-            timeout: float = 3.0) -> TestClient:
+            timeout: float = GENEROUS) -> TestClient:
     return TestClient(create_app(settings.model_copy(update={
         "prometheus_url": url, "prometheus_timeout_seconds": timeout}), database))
 
@@ -48,7 +50,8 @@ def test_a_cluster_shows_its_gpus_now_and_over_the_day(
                                 headers=headers(db, tenancy.acme_viewer))
     assert shown.status_code == 200, shown.text
     body = shown.json()
-    assert (body["known"], body["gpus_bound"], body["gpus_idle"]) == (True, 2, 1)
+    assert body["known"], body["reason"]
+    assert (body["gpus_bound"], body["gpus_idle"]) == (2, 1)
     assert body["utilisation_percent"] == 40.5
     assert body["framebuffer_used_mib"] == 41_000
     # globex's pod on the same node at 99% is not in acme's mean.
@@ -135,7 +138,8 @@ def test_prometheus_that_never_answers_is_unknown_within_the_bound(
         viewer = headers(db, tenancy.acme_viewer)
         started = time.monotonic()
         body = client.get(TRAIN, params={"history": "true"}, headers=viewer).json()
-        assert time.monotonic() - started < 3
+        # Four queries, none answered: one bound for all, below httpx's own 5 s for one.
+        assert time.monotonic() - started < 5
         assert (body["known"], body["gpus_idle"]) == (False, None)
         assert "in time" in body["reason"]
 
@@ -147,7 +151,8 @@ def test_the_workers_gauge_counts_idle_gpus_per_tenant_and_class(
     product = tenancy.h100.product
     with fake_prometheus(answers()) as url:
         counts = service.idle_gpus_by_tenant_and_class(
-            db, settings.model_copy(update={"prometheus_url": url}))
+            db, settings.model_copy(update={"prometheus_url": url,
+                                            "prometheus_timeout_seconds": GENEROUS}))
     assert counts == {("acme", product): 2, ("globex", product): 1}
     assert service.idle_gpus_by_tenant_and_class(
         db, settings.model_copy(update={"prometheus_url": refusing_url()})) is None
