@@ -60,9 +60,7 @@ def test_a_scraped_series_reads_back_through_the_query_api(tmp_path: Path) -> No
     with _exporter() as target, running_prometheus(tmp_path, [ScrapeJob("demo", [target])]) as prom:
         [scraped] = prom.wait_for_scrape("demo")
         assert scraped["labels"]["instance"] == target
-        clusters = wait_for(lambda: prom.value('portal_demo_reconciles_total{kind="clusters"}'),
-                            "the counter in Prometheus", 30)
-        assert clusters == 42.0
+        prom.wait_for_value('portal_demo_reconciles_total{kind="clusters"}', 42.0, timeout=30)
         assert prom.value("portal_demo_depth") == 3.0
         assert prom.value('sum(portal_demo_reconciles_total{job="demo"})') == 49.0
 

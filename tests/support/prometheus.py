@@ -2,7 +2,7 @@
 
     with running_prometheus(tmp_path, [ScrapeJob("portal-worker", ["127.0.0.1:9465"])]) as prom:
         prom.wait_for_scrape("portal-worker")
-        assert prom.value('portal_workqueue_depth{kind="clusters"}') == 0.0
+        prom.wait_for_value('portal_workqueue_depth{kind="clusters"}', 0.0)
 
 It scrapes every second from a config written into ``workdir`` (its TSDB there too), answers on
 a free loopback port, and stops (terminate, then kill) when the block ends. Missing program:
@@ -86,6 +86,12 @@ class Prometheus:
         samples = self.query(expr)
         assert len(samples) <= 1, f"{expr} gave {len(samples)} series: {samples}"
         return float(samples[0]["value"][1]) if samples else None
+
+    def wait_for_value(self, expr: str, expected: float, timeout: float = READY_SECONDS) -> None:
+        """Waits until ``expr`` gives one sample equal to ``expected`` (scrapes come each
+        interval, so a value a test just caused shows a scrape later)."""
+        wait_for(lambda: self.value(expr) == expected,
+                 lambda: f"{expr} == {expected} in Prometheus (now {self.value(expr)})", timeout)
 
     def targets(self) -> list[dict[str, Any]]:
         """``/api/v1/targets``' active targets (``labels``, ``health``, ``lastError``, ...)."""
