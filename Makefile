@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # fail under CI=true).
 GO ?= go
 TOOLS_BIN := .cache/bin
-TOOL_MODULES := kube helm kwok kai vcluster kine metal3
+TOOL_MODULES := kube helm kwok kai vcluster kine metal3 prometheus
 KUBEBUILDER_ASSETS ?= $(abspath $(TOOLS_BIN))
 PORTAL_TOOLS_BIN ?= $(abspath $(TOOLS_BIN))
 # The vCluster chart of the same module as the vcluster binary, packaged as a Helm repository.
@@ -29,6 +29,11 @@ LDFLAGS_kube := -X k8s.io/component-base/version.gitVersion=v1.32.13 \
 	-X k8s.io/client-go/pkg/version.gitVersion=v1.32.13 \
 	-X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=32
 LDFLAGS_helm := -X helm.sh/helm/v3/internal/version.version=v3.19.5
+LDFLAGS_prometheus := -X github.com/prometheus/common/version.Version=3.16.0
+# Build tags per program. Prometheus: its release's netgo, and remove_all_sd drops the 26
+# service-discovery plugins (AWS, Azure, GCE, Consul, ...): static, file and HTTP discovery stay,
+# and the cloud SDKs are never compiled (promtool still links Kubernetes discovery itself).
+TAGS_prometheus := netgo,remove_all_sd
 
 # Two stamps: `make run` needs only the portal (.runtime); the tests, lint and type checks
 # also need the test extras (.installed), which include the runtime, so either stamp is enough
@@ -95,7 +100,7 @@ etcd:
 tool-%:
 	@mkdir -p $(TOOLS_BIN)
 	cd tools/$* && GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOBIN=$(abspath $(TOOLS_BIN)) \
-		$(GO) install -trimpath -ldflags "-s -w $(LDFLAGS_$*)" tool
+		$(GO) install -trimpath -tags "$(TAGS_$*)" -ldflags "-s -w $(LDFLAGS_$*)" tool
 
 # The chart is read from the module download (never copied into the repository), versioned as
 # its release is, and indexed so that helm installs it with --repo/--version like any release.

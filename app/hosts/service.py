@@ -37,6 +37,7 @@ from app.kit.crypto import SecretBox, UnreadableSecret
 from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.kit.webhook_address import called_url
 from app.kube.connector import HostTarget, KubeConnector, probe
+from app.kube.port import release
 from app.workqueue import ALL, HOSTS, NODES, USAGE, WEBHOOK, enqueue
 
 log = logging.getLogger(__name__)
@@ -229,9 +230,8 @@ def checks_of(target: HostTarget, settings: Settings, connector: KubeConnector,
         return run_checks(port, settings, charts, webhook_routed=routed(target),
                           route=route_of(target, settings))
     finally:
-        close = getattr(port, "close", None)
-        if close is not None and port is not connector.host():
-            close()
+        if port is not connector.host():
+            release(port)
 
 
 def store_health(row: HostCluster, results: list[CheckResult]) -> None:

@@ -261,8 +261,9 @@ class Settings(BaseSettings):
                     "below this many percent")
     idle_gpu_window_minutes: int = Field(
         default=30, ge=1, le=10080,
-        description="a GPU is idle past the window when its highest utilisation over this many "
-                    "minutes is below `PORTAL_IDLE_GPU_UTILISATION_PERCENT`")
+        description="a GPU is idle past the window when it was bound this many minutes and its "
+                    "highest utilisation over them is below "
+                    "`PORTAL_IDLE_GPU_UTILISATION_PERCENT`")
 
     # Bare-metal machines (Metal3): what a provisioned machine is imaged with and how long the
     # bootstrap token it joins with lives.

@@ -17,6 +17,14 @@ FIELD_MANAGER = "gpu-tenant-portal"
 MIN_TOKEN_EXPIRATION_SECONDS = 600
 
 
+def release(port: object) -> None:
+    """Closes a client made for one pass, so its connections are not kept for the next; a
+    port with nothing to close (the in-memory one) is left as it is."""
+    close = getattr(port, "close", None)
+    if callable(close):
+        close()
+
+
 class KubePort(Protocol):
     """What reconcilers may do on a cluster. Every method raises only ``KubeError``s
     (plus ``ValueError`` for programming errors such as an unknown kind)."""

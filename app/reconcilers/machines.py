@@ -52,7 +52,7 @@ from app.kube.connector import HostTarget, KubeConnector
 from app.kube.errors import KubeError, PermanentKubeError
 from app.kube.manifests import baremetal as metal3
 from app.kube.manifests import private_nodes
-from app.kube.port import KubePort, Manifest
+from app.kube.port import KubePort, Manifest, release
 from app.machines import join
 from app.machines import repository as machines_repository
 from app.machines import service as machines_service
@@ -338,9 +338,7 @@ class MachineReconciler:
                 return self._join_private(host, virtual, snapshot, current, lease)
             return self._leave_private(host, virtual, spec, lease)
         finally:
-            close = getattr(virtual, "close", None)
-            if callable(close):
-                close()
+            release(virtual)
 
     def _join_private(self, host: KubePort, virtual: KubePort | None, snapshot: Snapshot,
                       current: metal3.HostObservation, lease: Lease) -> Observed:

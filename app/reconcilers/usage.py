@@ -29,7 +29,7 @@ from app.kit.errors import ProblemError
 from app.kube.connector import HostTarget, KubeConnector, for_host
 from app.kube.errors import KubeError
 from app.kube.evictions import Eviction, read_evictions
-from app.kube.port import KubePort
+from app.kube.port import KubePort, release
 from app.kube.usage import HostUsage, WaitingPods, read_host_usage, read_virtual_waits
 from app.kubeconfigs.service import VirtualClusters
 from app.reconcilers.host_keys import failure, host_keys, host_target, wait_for_breaker
@@ -118,9 +118,7 @@ class UsageSampler:
             log.warning("reading the pods of virtual cluster %s failed (%s)", cluster.name,
                         getattr(error, "message", None) or getattr(error, "detail", ""))
         finally:
-            close = getattr(port, "close", None)
-            if callable(close):
-                close()
+            release(port)
         return None
 
     def _client(self, target: HostTarget) -> KubePort | None:

@@ -11,6 +11,7 @@ from app.clusters import desired, team_queues
 from app.clusters.shapes import ClusterAddon
 from app.kube.errors import KubeError
 from app.kube.helm import InstallError
+from app.kube.port import release
 from app.reconcilers.clusters.results import Failure, Pass, classify
 from app.reconcilers.clusters.scope import ClusterScope
 
@@ -96,8 +97,5 @@ def _team_queues(scope: ClusterScope, _: None) -> None:
     try:
         team_queues.ensure(port, wanted)
     finally:
-        # A client made for this one pass: its connections are not kept for the next.
-        close = getattr(port, "close", None)
-        if callable(close):
-            close()
+        release(port)
     scope.set(cond.TEAM_QUEUES, True, "Applied", team_queues.summary(wanted))

@@ -16,6 +16,7 @@ from app.kit.plurals import counted
 from app.kit.sums import exact_parts
 from app.kube.errors import KubeError
 from app.kube.manifests import private_nodes as manifests
+from app.kube.port import release
 from app.machines import repository as machines_repository
 from app.machines import service as machines_service
 from app.reconcilers.clusters.results import ACTOR, Pass
@@ -45,9 +46,7 @@ def _bootstrap_rbac(scope: ClusterScope) -> None:
         for binding in manifests.bootstrap_rbac():
             port.apply(binding, force=True)
     finally:
-        close = getattr(port, "close", None)
-        if callable(close):
-            close()
+        release(port)
     scope.set(cond.NODE_BOOTSTRAP, True, "Applied",
               f"group {manifests.BOOTSTRAP_GROUP} may ask for node certificates")
 
