@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Route, expect
 
 from tests.browser.conftest import signed_in_page
 
@@ -48,3 +48,27 @@ def test_request_eight_approve_six_dashboard_shows_six(browser: Browser, live_po
     tenant_admin.goto(live_portal + "/t/demo")
     quota_row = tenant_admin.locator("tr", has_text="NVIDIA-H100-80GB-HBM3").first
     expect(quota_row).to_contain_text("6")
+
+
+def test_a_change_made_while_the_form_is_being_checked_is_checked_too(
+        browser: Browser, live_portal: str) -> None:
+    """On a loaded server the class's check was still running when the GPUs were typed: that
+    second check was dropped, and "at least 1" never came. The newer check now replaces it."""
+    page = signed_in_page(browser, live_portal, "alice@example.com")
+    held: list[Route] = []
+
+    def hold_the_first_check(route: Route) -> None:
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route("**/quota-requests/validate", hold_the_first_check)
+    page.goto(live_portal + "/t/demo/quota-requests/new")
+    form = page.locator("#quota-request-form")
+    with page.expect_request("**/quota-requests/validate"):
+        form.locator("select[name=gpu_class_id]").select_option(
+            label="H100 80GB (NVIDIA-H100-80GB-HBM3)")
+    form.locator("input[name=gpus]").fill("0")
+    form.locator("input[name=gpus]").dispatch_event("change")
+    expect(page.locator("#gpus-error")).to_have_text("at least 1")
