@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from prometheus_client import (
@@ -121,3 +123,35 @@ def process_ended(pid: int) -> None:
     """A serving process's live gauges leave the merge when it ends."""
     if os.environ.get(MULTIPROCESS_ENV):
         multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+class _Scrape(BaseHTTPRequestHandler):
+    """``GET /metrics`` (or ``/``) on a listen address of its own, without a token: an operator
+    keeps that address off the ingress."""
+
+    registries: tuple[CollectorRegistry, ...] = ()
+    timeout = 10  # a scraper that stalls holds its thread no longer than this
+
+    def do_GET(self) -> None:
+        if self.path.partition("?")[0] not in ("/metrics", "/"):
+            self.send_error(404)
+            return
+        body = exposition(*self.registries)
+        self.send_response(200)
+        self.send_header("Content-Type", CONTENT_TYPE)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Scrapes every few seconds are not worth a line each."""
+
+
+def serve_metrics(host: str, port: int, *registries: CollectorRegistry) -> ThreadingHTTPServer:
+    """Serves ``exposition(*registries)`` on ``host:port`` from a daemon thread until
+    ``shutdown()``."""
+    handler = type("Scrape", (_Scrape,), {"registries": registries})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server

@@ -33,6 +33,7 @@ from app.process.devmode import (
     seed_demo,
     simulated_host_for,
 )
+from app.process.metrics import metrics_address, multiprocess_metrics
 from app.process.preflight import (
     migrated_settings,
     refuse_in_production,
@@ -98,9 +99,12 @@ def serve(
     options = {**UVICORN_OPTIONS, "forwarded_allow_ips": settings.trusted_proxies,
                "timeout_graceful_shutdown": settings.web_shutdown_seconds}
     if processes == 1:
-        uvicorn.run(serving_app(settings), host=host, port=port, **options)
+        app = serving_app(settings)
+        with metrics_address(settings.metrics_address, app.state.metrics.registry):
+            uvicorn.run(app, host=host, port=port, **options)
     else:
-        with connection_shares():
+        with connection_shares(), multiprocess_metrics(processes), \
+                metrics_address(settings.metrics_address):
             uvicorn.run("app.process.serving:serving_app", factory=True, workers=processes,
                         host=host, port=port, timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
                         **options)
