@@ -21,9 +21,11 @@ from app.keys import service as keys_service
 from app.kit.config import Settings, configuration_reference
 from app.kit.crypto import SecretBox
 from app.kit.errors import ProblemError
+from app.kit.metrics import registry_of
 from app.kube.connector import real_host_configured
 from app.process import quota_check
 from app.process.balance import connection_shares
+from app.process.business_metrics import BusinessGauges
 from app.process.capacity import shortfall, web_time_limits, worker_time_limits
 from app.process.devmode import (
     check_clusters_on_the_new_host,
@@ -116,9 +118,12 @@ def worker() -> None:
     settings = settings_or_exit()
     refuse_simulated_host(settings)
     require_migrated(settings)
-    loop = build_worker(settings, Database(settings.database_url, worker_time_limits(settings)))
+    database = Database(settings.database_url, worker_time_limits(settings))
+    loop = build_worker(settings, database)
     stop_on_signals(loop.stop)
-    loop.run()
+    business = registry_of(BusinessGauges(database, loop.kinds))
+    with metrics_address(settings.worker_metrics_address, business):
+        loop.run()
 
 
 @cli.command()

@@ -33,12 +33,18 @@ def multiprocess_metrics(processes: int) -> Iterator[None]:
 
 @contextmanager
 def metrics_address(address: str | None, *registries: CollectorRegistry) -> Iterator[None]:
-    """Serves the metrics on ``address`` while the block runs; unset: nothing."""
+    """Serves the metrics on ``address`` while the block runs; unset: nothing. An address
+    another process holds costs the metrics, not the process (a warning)."""
     if not address:
         yield
         return
     host, port = listen_address(address)
-    server = serve_metrics(host, port, *registries)
+    try:
+        server = serve_metrics(host, port, *registries)
+    except OSError as error:
+        log.warning("metrics not served on %s: %s", address, error.strerror or error)
+        yield
+        return
     log.info("metrics served on http://%s/metrics", address)
     try:
         yield

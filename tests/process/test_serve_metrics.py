@@ -4,6 +4,7 @@ address without a token and on the public port with it."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -114,3 +115,14 @@ def test_one_process_serves_its_apps_metrics_on_the_metrics_address_without_a_to
     assert "portal_reconcile_total" in scraped.text
     with pytest.raises(httpx.TransportError):
         httpx.get(f"http://{address}/metrics", timeout=2)  # stopped with the server
+
+
+def test_a_metrics_address_another_process_holds_is_a_warning_not_a_stop(
+        caplog: pytest.LogCaptureFixture) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    with metrics_address(address), caplog.at_level(logging.WARNING, logger="portal"):
+        with metrics_address(address):
+            ran = True
+        assert httpx.get(f"http://{address}/metrics", timeout=10).status_code == 200
+    assert ran
+    assert f"metrics not served on {address}: Address already in use" in caplog.text
