@@ -11,6 +11,7 @@ start: each one then writes its values to files there, and any of them answers f
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -46,15 +47,21 @@ RECONCILES = Counter(
 RECONCILE_SECONDS = Histogram(
     "portal_reconcile_duration_seconds", "how long a reconcile took, by kind", ["kind"],
     buckets=SLOW_BUCKETS)
-WORKER_LAST_PASS = Gauge(
-    "portal_worker_last_pass_timestamp_seconds",
-    "unix time of the worker's last completed pass over the queue", multiprocess_mode="max")
 BREAKER_OPEN = Gauge(
     "portal_host_breaker_open", "1 while the worker's breaker for a host cluster is open "
     "(the host unreachable), else 0", ["host"], multiprocess_mode="max")
 HELM_INSTALL_SECONDS = Histogram(
     "portal_helm_install_duration_seconds", "how long a helm install or upgrade of a "
     "virtual cluster or add-on took, by host cluster", ["host"], buckets=SLOW_BUCKETS)
+
+
+@functools.cache
+def worker_last_pass() -> Gauge:
+    """Made by a worker's first pass: a web process never shows a last pass of 0, which an
+    alert on the worker's silence would read as a worker stopped since 1970."""
+    return Gauge("portal_worker_last_pass_timestamp_seconds",
+                 "unix time of the worker's last completed pass over the queue",
+                 multiprocess_mode="max")
 
 
 class HttpMetrics:

@@ -129,7 +129,7 @@ class Runtime:
                 claimed = self.claim(free) if free > 0 else []
                 running |= {pool.submit(self._run, item, held) for item in claimed}
                 self.passes += 1
-                metrics.WORKER_LAST_PASS.set_to_current_time()
+                metrics.worker_last_pass().set_to_current_time()
                 if until_idle and not claimed and not running:
                     break
                 if not claimed or free <= len(claimed):
@@ -163,7 +163,7 @@ class Runtime:
                     break
                 self._run(claimed[0], held)
                 done.add((claimed[0].kind, claimed[0].key))
-        metrics.WORKER_LAST_PASS.set_to_current_time()
+        metrics.worker_last_pass().set_to_current_time()
         return len(done)
 
     # ----- the queue

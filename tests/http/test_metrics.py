@@ -4,6 +4,8 @@ for a scraper with the metrics token (issue 59)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -12,7 +14,9 @@ from fastapi.testclient import TestClient
 from app.database.core import Database
 from app.kit.config import Settings
 from app.process.asgi import create_app
+from tests.support.paths import ROOT
 from tests.support.sql import statements_during, writes
+from tests.support.waiting import HANG_SECONDS
 
 TOKEN = "scrape-" + "x" * 40
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -95,3 +99,17 @@ def test_a_scrape_writes_nothing(scraped: TestClient, database: Database) -> Non
     scraped.get("/metrics", headers=AUTH)
     seen = statements_during(database, lambda: scraped.get("/metrics", headers=AUTH))
     assert writes(seen) == []
+
+
+def test_a_web_process_shows_no_worker_pass() -> None:
+    """Else an alert on the worker's silence would read the web's 0 as a worker stopped. In a
+    process of its own: a test before may have run a worker's pass in this one."""
+    shown = subprocess.run(
+        [sys.executable, "-c", "from app.process.asgi import create_app\n"
+         "from app.kit.metrics import exposition\n"
+         "from app.kit.config import Settings\n"
+         "app = create_app(Settings(env='test', database_url='sqlite://'))\n"
+         "print(exposition(app.state.metrics.registry).decode())"],
+        capture_output=True, text=True, timeout=HANG_SECONDS, check=True, cwd=ROOT).stdout
+    assert "# TYPE portal_reconcile_total counter" in shown
+    assert "portal_worker_last_pass_timestamp_seconds" not in shown
