@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote_to_bytes, urlencode
 
@@ -13,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.kit.errors import PROBLEM_JSON, ProblemError, ServiceUnavailable, ValidationFailed
 from app.kit.logs import AccessLog, new_request_id, request_id_var
+from app.kit.metrics import HttpMetrics
 
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -41,24 +43,32 @@ class AnswerStampMiddleware:
       in the request's log lines);
     - the security headers (a page's own Content-Security-Policy kept);
     - given an ``access`` log, the answer's line, written here where the id and the status are
-      at hand rather than in uvicorn's access log (``AccessLog``).
+      at hand rather than in uvicorn's access log (``AccessLog``);
+    - given ``metrics``, the request counted by its route's template, method and status, and
+      its time to the end of the answer (here, where the status is seen anyway: no wrapper of
+      its own per request).
     """
 
-    def __init__(self, app: ASGIApp, access: AccessLog | None = None) -> None:
+    def __init__(self, app: ASGIApp, access: AccessLog | None = None,
+                 metrics: HttpMetrics | None = None) -> None:
         self.app = app
         self.access = access
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
         incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
         request_id = incoming if _SAFE_REQUEST_ID.match(incoming) else new_request_id()
-        scope.setdefault("state", {})["request_id"] = request_id
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
         token = request_id_var.set(request_id)
 
         async def send_stamped(message: Message) -> None:
             if message["type"] == "http.response.start":
+                state[_STATUS] = message["status"]
                 _stamp(message, request_id, scope.get("scheme") == "https")
                 if self.access is not None:
                     self.access.write(scope, message["status"], request_id)
@@ -68,6 +78,22 @@ class AnswerStampMiddleware:
             await self.app(scope, receive, send_stamped)
         finally:
             request_id_var.reset(token)
+            if self.metrics is not None:
+                self.metrics.record(route_template(scope), scope["method"],
+                                    state.get(_STATUS, 500), time.perf_counter() - started)
+
+
+_STATUS = "answer_status"
+UNMATCHED = "unmatched"
+
+
+def route_template(scope: Scope) -> str:
+    """The template of the route that answered (``/api/v1/tenants/{tenant}``), a bounded set;
+    ``unmatched`` for a request no route took (a 404, or answered before routing: shed, or
+    refused by the request guard)."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else UNMATCHED
 
 
 def _stamp(message: Message, request_id: str, https: bool) -> None:
@@ -176,6 +202,7 @@ class ControlCharacterGuardMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        original = scope
         error: ProblemError | None = _url_problem(scope)
         if error is None and scope["method"] not in _BODILESS:
             scope, receive, error = await self._checked_body(scope, receive)
@@ -183,6 +210,8 @@ class ControlCharacterGuardMiddleware:
             await _problem(scope, send, error, [])
             return
         await self.app(scope, receive, send)
+        if scope is not original and "route" in scope:
+            original["route"] = scope["route"]  # the route that answered, for the metrics
 
     async def _checked_body(self, scope: Scope, receive: Receive
                             ) -> tuple[Scope, Receive, ProblemError | None]:

@@ -148,6 +148,20 @@ class Settings(BaseSettings):
                     "failed API tokens are counted by); unset: uvicorn's `FORWARDED_ALLOW_IPS`, "
                     "else `127.0.0.1,::1`")
 
+    metrics_token: str | None = Field(
+        default=None,
+        description="the bearer token a scraper sends for `GET /metrics` on the public port "
+                    "(`Authorization: Bearer ...`); unset: that path answers 404 (use "
+                    "`PORTAL_METRICS_ADDRESS`)")
+    metrics_address: str | None = Field(
+        default=None,
+        description="`host:port` where `portal serve` also serves its metrics without a token "
+                    "(e.g. `127.0.0.1:9464`); keep it off the ingress; unset: not served")
+    worker_metrics_address: str | None = Field(
+        default="127.0.0.1:9465",
+        description="`host:port` where `portal worker` serves its metrics (and the business "
+                    "gauges) without a token; empty: not served")
+
     session_idle_minutes: int = Field(
         default=60, description="a browser session ends after this long without a request")
     session_absolute_hours: int = Field(
@@ -345,6 +359,14 @@ class Settings(BaseSettings):
     log_level: str = Field(
         default="INFO", description="log level; every line carries the request id")
 
+    @field_validator("metrics_address", "worker_metrics_address")
+    @classmethod
+    def _listen_address(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        listen_address(value)
+        return value
+
     @field_validator("webhook_url")
     @classmethod
     def _webhook_url_is_a_base_address(cls, url: str | None) -> str | None:
@@ -430,6 +452,14 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """``host:port`` (an IPv6 host in brackets) as the host and the port to listen on."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} is not host:port")
+    return host.strip("[]"), int(port)
 
 
 @lru_cache

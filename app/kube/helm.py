@@ -11,17 +11,21 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
 from app.kit.config import Settings
+from app.kit.metrics import HELM_INSTALL_SECONDS
 from app.kube.connector import HostTarget
 from app.kube.manifests import dump_yaml
 from app.kube.simulated import SimulatedHost
 
 CHART = "vcluster"
+# The install durations' host label for the environment's own host (no host id known).
+ENV_HOST = "env"
 OCI_PREFIX = "oci://"
 _NOT_FOUND = ("release: not found", "not found")
 # How helm says the chart's values.schema.json refuses the values: the same values would be
@@ -76,7 +80,7 @@ class Installer(Protocol):
 class HelmInstaller:
     def __init__(self, *, binary: str, chart_repo: str, chart_version: str,
                  kubeconfig: str | None, timeout_seconds: float = 900.0,
-                 kubeconfig_yaml: str | None = None) -> None:
+                 kubeconfig_yaml: str | None = None, host: str = ENV_HOST) -> None:
         self.binary = binary
         self.chart_repo = chart_repo
         self.chart_version = chart_version
@@ -84,19 +88,24 @@ class HelmInstaller:
         self.timeout_seconds = timeout_seconds
         # A registered host's kubeconfig: written to a private file for each run only.
         self.kubeconfig_yaml = kubeconfig_yaml
+        # The host cluster's id, as the install durations are labelled.
+        self.host = host
 
     def for_host(self, target: HostTarget) -> HelmInstaller:
         """helm against one host: the environment's kubeconfig, or the host's stored one."""
         if target.kubeconfig_yaml is None:
-            return self
-        return self.for_kubeconfig_yaml(target.kubeconfig_yaml)
+            return HelmInstaller(binary=self.binary, chart_repo=self.chart_repo,
+                                 chart_version=self.chart_version, kubeconfig=self.kubeconfig,
+                                 timeout_seconds=self.timeout_seconds,
+                                 host=str(target.host_id))
+        return self.for_kubeconfig_yaml(target.kubeconfig_yaml, host=str(target.host_id))
 
-    def for_kubeconfig_yaml(self, kubeconfig_yaml: str) -> HelmInstaller:
+    def for_kubeconfig_yaml(self, kubeconfig_yaml: str, host: str = ENV_HOST) -> HelmInstaller:
         """The same helm against another host cluster, reached with this kubeconfig."""
         return HelmInstaller(binary=self.binary, chart_repo=self.chart_repo,
                              chart_version=self.chart_version, kubeconfig=None,
                              timeout_seconds=self.timeout_seconds,
-                             kubeconfig_yaml=kubeconfig_yaml)
+                             kubeconfig_yaml=kubeconfig_yaml, host=host)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HelmInstaller:
@@ -147,7 +156,8 @@ class HelmInstaller:
             values_file = Path(directory) / "vcluster.yaml"
             values_file.write_text(values_yaml)
             values_file.chmod(0o600)
-            self._run(helm.install_command(release, namespace, str(values_file)))
+            with _timed(self.host):
+                self._run(helm.install_command(release, namespace, str(values_file)))
 
     def uninstall(self, release: str, namespace: str) -> None:
         with tempfile.TemporaryDirectory(prefix="vcluster-host-") as directory, \
@@ -162,7 +172,9 @@ class HelmInstaller:
         with tempfile.TemporaryDirectory(prefix="vcluster-addon-") as directory:
             values_file = _private_file(Path(directory) / "values.yaml", dump_yaml(addon.values))
             config_file = _private_file(Path(directory) / "kubeconfig", kubeconfig)
-            self._run(self.addon_install_command(addon, str(values_file), str(config_file)))
+            with _timed(self.host):
+                self._run(self.addon_install_command(addon, str(values_file),
+                                                     str(config_file)))
 
     def uninstall_addon(self, name: str, kubeconfig: str) -> None:
         with tempfile.TemporaryDirectory(prefix="vcluster-addon-") as directory:
@@ -191,6 +203,16 @@ class HelmInstaller:
                 raise InstallError(f"the chart refused the values: {detail[-800:]}",
                                    reason="ValuesRejected", permanent=True)
             raise InstallError(f"helm {command[1]} failed: {detail[-500:]}")
+
+
+@contextmanager
+def _timed(host: str) -> Iterator[None]:
+    """An install's duration (``portal_helm_install_duration_seconds``), failed ones too."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        HELM_INSTALL_SECONDS.labels(host).observe(time.perf_counter() - started)
 
 
 def _private_file(path: Path, text: str) -> Path:

@@ -46,6 +46,8 @@ from app.http import hop
 from app.http.clients import client_address
 from app.http.health import PROBE_PATHS
 from app.http.health import router as health_router
+from app.http.metrics import PATH as METRICS_PATH
+from app.http.metrics import router as metrics_router
 from app.http.middleware import (
     RETRY_AFTER_SECONDS,
     AnswerStampMiddleware,
@@ -68,6 +70,7 @@ from app.kit.errors import (
     ValidationFailed,
 )
 from app.kit.logs import AccessLog
+from app.kit.metrics import HttpMetrics
 from app.kit.validation_messages import api_field_error
 from app.kube.connector import ClientConnector, KubeConnector
 from app.kubeconfigs import api as kubeconfigs_api
@@ -159,7 +162,7 @@ HOT_ROUTERS = [audit_api.router, me_api.router, nodes_api.router, clusters_api.r
 
 def all_routers() -> list[APIRouter]:
     rest = [r for r in [*API_ROUTERS, *WEB_ROUTERS] if r not in HOT_ROUTERS]
-    return [health_router, favicon_router, *HOT_ROUTERS, *rest]
+    return [health_router, metrics_router, favicon_router, *HOT_ROUTERS, *rest]
 
 
 # Where a host cluster's credentials are uploaded (API and pages): these bodies may reach
@@ -175,13 +178,15 @@ class _Portal(PortalApi):
 
     def build_middleware_stack(self) -> ASGIApp:
         return AnswerStampMiddleware(ProbeBypass(
-            super().build_middleware_stack(), self._probes(), PROBE_PATHS), access=AccessLog())
+            super().build_middleware_stack(), self._probes(), PROBE_PATHS | {METRICS_PATH}),
+            access=AccessLog(), metrics=self.state.metrics)
 
     def _probes(self) -> FastAPI:
-        """The health probes in an app of their own (FastAPI's error handling, their two
-        routes) sharing this one's state: matched without walking the portal's routers."""
+        """The health probes and the metrics in an app of their own (FastAPI's error handling,
+        their routes) sharing this one's state: matched without walking the portal's
+        routers."""
         probes = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-        probes.router.routes.extend(health_router.routes)
+        probes.router.routes.extend([*health_router.routes, *metrics_router.routes])
         probes.state = self.state
         probes.exception_handlers.update(self.exception_handlers)
         return probes
@@ -209,6 +214,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.settings = settings
+    app.state.metrics = HttpMetrics()
     app.state.database = database
     app.state.oauth = make_oauth(settings)
     app.state.kube = kube or ClientConnector(settings)

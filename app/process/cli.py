@@ -21,9 +21,11 @@ from app.keys import service as keys_service
 from app.kit.config import Settings, configuration_reference
 from app.kit.crypto import SecretBox
 from app.kit.errors import ProblemError
+from app.kit.metrics import registry_of
 from app.kube.connector import real_host_configured
 from app.process import quota_check
 from app.process.balance import connection_shares
+from app.process.business_metrics import BusinessGauges
 from app.process.capacity import shortfall, web_time_limits, worker_time_limits
 from app.process.devmode import (
     check_clusters_on_the_new_host,
@@ -33,6 +35,7 @@ from app.process.devmode import (
     seed_demo,
     simulated_host_for,
 )
+from app.process.metrics import metrics_address, multiprocess_metrics
 from app.process.preflight import (
     migrated_settings,
     refuse_in_production,
@@ -98,9 +101,12 @@ def serve(
     options = {**UVICORN_OPTIONS, "forwarded_allow_ips": settings.trusted_proxies,
                "timeout_graceful_shutdown": settings.web_shutdown_seconds}
     if processes == 1:
-        uvicorn.run(serving_app(settings), host=host, port=port, **options)
+        app = serving_app(settings)
+        with metrics_address(settings.metrics_address, app.state.metrics.registry):
+            uvicorn.run(app, host=host, port=port, **options)
     else:
-        with connection_shares():
+        with connection_shares(), multiprocess_metrics(processes), \
+                metrics_address(settings.metrics_address):
             uvicorn.run("app.process.serving:serving_app", factory=True, workers=processes,
                         host=host, port=port, timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
                         **options)
@@ -112,9 +118,12 @@ def worker() -> None:
     settings = settings_or_exit()
     refuse_simulated_host(settings)
     require_migrated(settings)
-    loop = build_worker(settings, Database(settings.database_url, worker_time_limits(settings)))
+    database = Database(settings.database_url, worker_time_limits(settings))
+    loop = build_worker(settings, database)
     stop_on_signals(loop.stop)
-    loop.run()
+    business = registry_of(BusinessGauges(database, loop.kinds))
+    with metrics_address(settings.worker_metrics_address, business):
+        loop.run()
 
 
 @cli.command()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.kit.config import Settings
+from app.kit.metrics import process_ended
 from app.process.balance import ConnectionShares, NoShares, shares_from_environment
 from app.process.preflight import settings_or_exit
 
@@ -105,7 +106,10 @@ def _counted_once_started(lifespan: Lifespan[Any]) -> Lifespan[Any]:
     async def counted(app: Any) -> AsyncIterator[Any]:
         async with lifespan(app) as state:
             BalancedProtocol.shares = shares_from_environment()
-            yield state
+            try:
+                yield state
+            finally:
+                process_ended(os.getpid())
 
     return counted
 

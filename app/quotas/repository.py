@@ -74,26 +74,27 @@ def _one(column: Any, where: Any, name: str) -> Any:
     return select(column).where(where).scalar_subquery().label(name)
 
 
-def quota_rows_query(tenant_id: int | BindParameter[int]) -> Select[*tuple[Any, ...]]:
-    """A tenant's quota rows as plain columns, with their class's ``product`` and
-    ``display_name``, the GPUs its clusters hold (``allocated``), its standing in the quota's
-    region as ``app.accounting.standing`` counts it (``dedicated``, ``shared_held``,
+def quota_rows_query(tenant_id: int | BindParameter[int] | None) -> Select[*tuple[Any, ...]]:
+    """A tenant's quota rows (every tenant's: None) as plain columns, with their class's
+    ``product`` and ``display_name``, the GPUs its clusters hold (``allocated``), its standing
+    in the quota's region as ``app.accounting.standing`` counts it (``dedicated``, ``shared_held``,
     ``dedicated_held``, ``shared_guarantee``), and the GPUs bound to its pods and of those the
     burst (``in_use``, ``burst``: both None until the worker read a host), all summed in one
     statement."""
     in_use, burst = (_in_use(column, TenantQuota.tenant_id, TenantQuota.gpu_class_id,
                              TenantQuota.region)
                      for column in (GpusInUse.gpus, GpusInUse.burst_gpus))
-    return (select(TenantQuota.id, TenantQuota.gpu_class_id, TenantQuota.region, TenantQuota.gpus,
-                   TenantQuota.cpu_millicores, TenantQuota.memory_mib, GpuClass.product,
-                   GpuClass.display_name,
-                   _allocated(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                              TenantQuota.region).label("allocated"),
-                   *standing_columns(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                                     TenantQuota.region, TenantQuota.gpus),
-                   in_use.label("in_use"), burst.label("burst"))
-            .join(GpuClass, GpuClass.id == TenantQuota.gpu_class_id)
-            .where(TenantQuota.tenant_id == tenant_id))
+    query = (select(TenantQuota.id, TenantQuota.tenant_id, TenantQuota.gpu_class_id,
+                    TenantQuota.region, TenantQuota.gpus,
+                    TenantQuota.cpu_millicores, TenantQuota.memory_mib, GpuClass.product,
+                    GpuClass.display_name,
+                    _allocated(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
+                               TenantQuota.region).label("allocated"),
+                    *standing_columns(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
+                                      TenantQuota.region, TenantQuota.gpus),
+                    in_use.label("in_use"), burst.label("burst"))
+             .join(GpuClass, GpuClass.id == TenantQuota.gpu_class_id))
+    return query if tenant_id is None else query.where(TenantQuota.tenant_id == tenant_id)
 
 
 def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int, region: str, *,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
+from app.kit import metrics
 from app.kube.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class HostBreakers:
             failures += 1
             until = self.clock() + timedelta(seconds=HOST_BACKOFF.backoff(min(failures, 20)))
             self._open[host_id] = (until, failures)
+        metrics.BREAKER_OPEN.labels(str(host_id)).set(1)
         log.warning("host cluster %d: unreachable (%d in a row); backing off until %s",
                     host_id, failures, until.isoformat())
         return until
@@ -48,6 +50,7 @@ class HostBreakers:
         with self._lock:
             if self._open.pop(host_id, None) is not None:
                 log.info("host cluster %d: reachable again", host_id)
+                metrics.BREAKER_OPEN.labels(str(host_id)).set(0)
 
 
 class HostSlots:

@@ -33,6 +33,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from app.database.core import Database, utcnow
+from app.kit import metrics
 from app.kube.retry import RetryPolicy
 from app.reconcilers.breaker import HostBreakers, HostSlots
 from app.reconcilers.kind import (
@@ -128,6 +129,7 @@ class Runtime:
                 claimed = self.claim(free) if free > 0 else []
                 running |= {pool.submit(self._run, item, held) for item in claimed}
                 self.passes += 1
+                metrics.worker_last_pass().set_to_current_time()
                 if until_idle and not claimed and not running:
                     break
                 if not claimed or free <= len(claimed):
@@ -161,6 +163,7 @@ class Runtime:
                     break
                 self._run(claimed[0], held)
                 done.add((claimed[0].kind, claimed[0].key))
+        metrics.worker_last_pass().set_to_current_time()
         return len(done)
 
     # ----- the queue
@@ -219,6 +222,16 @@ class Runtime:
             log.exception("%s %s: recording how the reconcile ended failed", *ref)
 
     def _reconcile(self, item: queue.Claimed, lease: Lease) -> Result | None:
+        """Runs the item and counts how it ended (``portal_reconcile_total``) and how long it
+        took; a lease lost to another worker is that worker's to count."""
+        started = time.perf_counter()
+        result, outcome = self._outcome(item, lease)
+        if outcome is not None:
+            metrics.RECONCILES.labels(item.kind, outcome).inc()
+            metrics.RECONCILE_SECONDS.labels(item.kind).observe(time.perf_counter() - started)
+        return result
+
+    def _outcome(self, item: queue.Claimed, lease: Lease) -> tuple[Result | None, str | None]:
         kind = self.kinds[item.kind]
         context = Context(lease, self.hosts, self.slots, item.attempts)
         failures = item.attempts + 1
@@ -226,28 +239,28 @@ class Runtime:
             outcome = kind.reconcile(item.key, context)
         except LeaseLost:
             log.warning("%s %s: lease lost to another worker; stopping", item.kind, item.key)
-            return None
+            return None, None
         except Deferred as deferred:
-            return Result(deferred.delay, item.attempts, postponed=True)
+            return Result(deferred.delay, item.attempts, postponed=True), "deferred"
         except HostUnreachable as error:
             until = self.hosts.trip(error.host_id)
             wait_for = max((until - self.clock()).total_seconds(), 1.0)
-            return Result(wait_for, item.attempts, str(error))
+            return Result(wait_for, item.attempts, str(error)), "host_unreachable"
         except RetryLater as error:
             delay = max(error.delay or 0.0, BACKOFF.backoff(min(failures, 20)))
             log.info("%s %s: retrying in %.0fs (attempt %d): %s", item.kind, item.key, delay,
                      failures, error)
-            return Result(delay, failures, str(error))
+            return Result(delay, failures, str(error)), "retry"
         except TerminalError as error:
             log.info("%s %s: failed, looked at again in %.0fs: %s", item.kind, item.key,
                      kind.resync_seconds, error)
-            return Result(kind.resync_seconds, failures, str(error))
+            return Result(kind.resync_seconds, failures, str(error)), "terminal"
         except Exception as error:
             # A bug or an error no step expected: one key's failure never stops the others.
             log.exception("%s %s: reconcile failed", item.kind, item.key)
             return Result(BACKOFF.backoff(min(failures, 20)), failures,
-                          f"{type(error).__name__}: {error}")
-        return _success(kind, outcome)
+                          f"{type(error).__name__}: {error}"), "bug"
+        return _success(kind, outcome), "success"
 
     def _finish(self, item: queue.Claimed, result: Result) -> None:
         now = self.clock()

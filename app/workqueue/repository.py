@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, case, delete, or_, select, tuple_, update
+from sqlalchemy import Table, and_, case, delete, func, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -187,3 +187,11 @@ def items(db: Session, kind: str | None = None) -> list[WorkItem]:
     if kind is not None:
         query = query.where(WorkItem.kind == kind)
     return list(db.scalars(query))
+
+
+def due_per_kind(db: Session, now: datetime) -> dict[str, tuple[int, datetime]]:
+    """Per kind with any, the items due now that no live lease holds, and the oldest one's due
+    time: the queue's backlog."""
+    rows = db.execute(select(WorkItem.kind, func.count(), func.min(WorkItem.due_at))
+                      .where(WorkItem.due_at <= now, _free(now)).group_by(WorkItem.kind))
+    return {kind: (int(count), oldest) for kind, count, oldest in rows}

@@ -50,6 +50,9 @@ ROUTES: list[Route] = [
     Route("GET", "/", Access.PUBLIC),
     Route("GET", "/healthz", Access.PUBLIC),
     Route("GET", "/readyz", Access.PUBLIC),
+    # Scrapers only, with PORTAL_METRICS_TOKEN (tests/http/test_metrics.py); none configured
+    # here, so the path does not exist for anyone.
+    Route("GET", "/metrics", Access.PUBLIC, also_ok=(404,)),
     Route("GET", "/favicon.ico", Access.PUBLIC),
     Route("GET", "/auth/login", Access.PUBLIC),
     Route("GET", "/auth/callback", Access.PUBLIC, also_ok=(400,)),
