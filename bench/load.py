@@ -25,6 +25,14 @@ LUA = Path(__file__).with_name("wrk.lua")
 UNIQUE = "{u}"
 
 
+def portal_client(base_url: str, timeout: float) -> httpx.Client:
+    """A client kept across a run's steps. A pooled connection idle past the server's
+    keep-alive (uvicorn's 5 s; a step measured meanwhile on a loaded machine lasts that long)
+    is closed by the server as the client reuses it: a reset. It is dropped after 1 s idle."""
+    return httpx.Client(base_url=base_url, timeout=timeout,
+                        limits=httpx.Limits(keepalive_expiry=1.0))
+
+
 @dataclass(frozen=True)
 class Request:
     method: str

@@ -36,7 +36,7 @@ if __package__ in (None, ""):  # run as a file: bench/ is on sys.path, the check
 
 from bench import seed
 from bench.cpu import Measured, me, measure, measure_alternating, measuring_parser
-from bench.load import UNIQUE, Request
+from bench.load import UNIQUE, Request, portal_client
 from bench.portal import Credentials, Portal, mint
 from bench.run import JSON, LOGS, Step, say, steps
 
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             # Each endpoint measured, with its twin, right after its capture: the writes
             # measured later add rows (audit events, clusters) that a page captured before
             # them would show and its twin would not.
-            with httpx.Client(base_url=server.url, timeout=60) as client:
+            with portal_client(server.url, timeout=60) as client:
                 for index, step in enumerate(endpoints(credentials, options.only)):
                     pair = capture(client, index, step, options.shapes)
                     pairs.append(pair)

@@ -36,7 +36,7 @@ import httpx
 import psycopg
 
 from bench import load, report, seed
-from bench.load import Request
+from bench.load import Request, portal_client
 from bench.portal import Credentials, Portal, bearer, browser, mint
 from bench.report import Overload, Row
 
@@ -158,7 +158,7 @@ class Bench:
     def check(self, step: Step) -> float:
         """One request of each shape before any load: anything but 2xx/3xx stops the run."""
         slowest = 0.0
-        with httpx.Client(base_url=self.server.url, timeout=60) as client:
+        with portal_client(self.server.url, timeout=60) as client:
             first, middle = step.requests[0], step.requests[len(step.requests) // 2]
             for n, request in enumerate([first] if middle is first else [first, middle]):
                 sent = request.render(f"{self.tag}-check-{n}")
@@ -246,7 +246,7 @@ class Bench:
         started = time.monotonic()
         streak_began = started
         streak = 0
-        with httpx.Client(base_url=self.server.url, timeout=self.timeout_s) as client:
+        with portal_client(self.server.url, timeout=self.timeout_s) as client:
             while time.monotonic() - started < limit_s:
                 begun = time.monotonic()
                 if self.timed(probe, client) <= threshold:

@@ -43,6 +43,7 @@ def test_the_worker_serves_its_metrics_and_the_business_gauges(tmp_path: Path) -
 
 
 def _last_pass(text: str) -> float:
+    """0 before the first pass: the gauge exists only once the worker has made one."""
     prefix = "portal_worker_last_pass_timestamp_seconds "
-    return next(float(line.removeprefix(prefix)) for line in text.splitlines()
-                if line.startswith(prefix))
+    return next((float(line.removeprefix(prefix)) for line in text.splitlines()
+                 if line.startswith(prefix)), 0.0)
