@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app.kit.config import ENV_PREFIX, Settings, configuration_reference
+from app.kit.config import ENV_PREFIX, Settings
+from app.kit.config_reference import configuration_reference
 from app.process.cli import cli
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "operator.md"

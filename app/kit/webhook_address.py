@@ -4,32 +4,14 @@ path itself (``/mutate-pods``, or ``/mutate-pods/hosts/<id>`` for a registered h
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from app.kit.base_url import base_url_problem
 
 WEBHOOK_PATH = "/mutate-pods"
 
 
 def webhook_url_problem(url: str) -> str | None:
     """Why the API server could not call the webhook at base address ``url`` (None: it can)."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        return "is not a URL"
-    if parts.scheme != "https":
-        return "must start with https://"
-    if not parts.hostname:
-        return "names no host"
-    if parts.username is not None or parts.password is not None:
-        return "must not carry a user name or password"
-    if parts.query or parts.fragment or url.endswith(("?", "#")):
-        return "must not carry a query or a fragment"
-    if WEBHOOK_PATH in parts.path:
-        return (
-            f"must be the base address, without {WEBHOOK_PATH}: the portal adds the path "
-            f"(e.g. https://{parts.netloc})"
-        )
-    return None
+    return base_url_problem(url, schemes=("https",), added_path=WEBHOOK_PATH)
 
 
 def called_url(base_url: str, path: str = WEBHOOK_PATH) -> str:

@@ -18,7 +18,8 @@ from app.auth import service as auth_service
 from app.database import migrate
 from app.database.core import Database, utcnow
 from app.keys import service as keys_service
-from app.kit.config import Settings, configuration_reference
+from app.kit.config import Settings
+from app.kit.config_reference import configuration_reference
 from app.kit.crypto import SecretBox
 from app.kit.errors import ProblemError
 from app.kit.metrics import registry_of
