@@ -198,22 +198,18 @@ def check_host(db: Session, principal: Principal, settings: Settings,
                connector: KubeConnector, charts: ChartProbe | None, name: str) -> HostOut:
     """"Check now": runs every health check against the host and stores the results."""
     ensure_platform_writer(principal)
+    target = target_for(_host(db, name), settings)
+    # The checks call the host for seconds: no transaction stays open meanwhile (on SQLite,
+    # whose write sessions begin IMMEDIATE, that would be the one write lock).
+    db.commit()
+    results = (checks_of(target, settings, connector, charts) if target is not None
+               else run_checks(None, settings, charts))
     row = _host(db, name)
-    results = check_row(row, settings, connector, charts)
+    store_health(row, results)
     _record(db, principal, "host_cluster.check", row, None,
             {"name": row.name, "reachable": row.health_reachable,
              "failed": [r.name for r in results if not r.passed]})
     return host_out(row)
-
-
-def check_row(row: HostCluster, settings: Settings, connector: KubeConnector,
-              charts: ChartProbe | None) -> list[CheckResult]:
-    """Runs the checks and stores their results on the row."""
-    target = target_for(row, settings)
-    results = (checks_of(target, settings, connector, charts) if target is not None
-               else run_checks(None, settings, charts))
-    store_health(row, results)
-    return results
 
 
 def checks_of(target: HostTarget, settings: Settings, connector: KubeConnector,
