@@ -94,14 +94,17 @@ class HttpMetrics:
         timed.observe(seconds)
 
 
-def exposition(*registries: CollectorRegistry) -> bytes:
-    """The process's metrics and ``registries``'; under ``--workers N`` every serving
-    process's, merged from their files."""
+def exposition(*registries: CollectorRegistry, default: bool = True) -> bytes:
+    """``registries``' metrics and, with ``default``, the process's (its reconciles, breakers,
+    helm installs: ``portal dev`` serves those on the worker's address only, its web app's
+    requests on the web's); under ``--workers N`` every serving process's, merged from their
+    files."""
     if os.environ.get(MULTIPROCESS_ENV):
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
         return generate_latest(merged)
-    return b"".join(generate_latest(registry) for registry in (*registries, REGISTRY))
+    served = (*registries, REGISTRY) if default else registries
+    return b"".join(generate_latest(registry) for registry in served)
 
 
 def registry_of(*collectors: Collector) -> CollectorRegistry:
@@ -137,13 +140,14 @@ class _Scrape(BaseHTTPRequestHandler):
     keeps that address off the ingress."""
 
     registries: tuple[CollectorRegistry, ...] = ()
+    default = True
     timeout = 10  # a scraper that stalls holds its thread no longer than this
 
     def do_GET(self) -> None:
         if self.path.partition("?")[0] not in ("/metrics", "/"):
             self.send_error(404)
             return
-        body = exposition(*self.registries)
+        body = exposition(*self.registries, default=self.default)
         self.send_response(200)
         self.send_header("Content-Type", CONTENT_TYPE)
         self.send_header("Content-Length", str(len(body)))
@@ -154,10 +158,11 @@ class _Scrape(BaseHTTPRequestHandler):
         """Scrapes every few seconds are not worth a line each."""
 
 
-def serve_metrics(host: str, port: int, *registries: CollectorRegistry) -> ThreadingHTTPServer:
-    """Serves ``exposition(*registries)`` on ``host:port`` from a daemon thread until
-    ``shutdown()``."""
-    handler = type("Scrape", (_Scrape,), {"registries": registries})
+def serve_metrics(host: str, port: int, *registries: CollectorRegistry,
+                  default: bool = True) -> ThreadingHTTPServer:
+    """Serves ``exposition(*registries, default=default)`` on ``host:port`` from a daemon
+    thread until ``shutdown()``."""
+    handler = type("Scrape", (_Scrape,), {"registries": registries, "default": default})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

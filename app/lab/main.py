@@ -3,9 +3,11 @@
 From the programs ``make tools`` built: the host's etcd, kube-apiserver, controller-manager and
 kube-scheduler; kwok keeping a GPU fleet read from a NodeList; KAI Scheduler's five programs;
 the pod runner that plays the kubelet of the vCluster control planes; the CONNECT proxy through
-which kubectl reaches them; and the portal (``portal dev`` on a real host: web, worker, the
-local sign-in provider) with ``portal webhook``, each under its ServiceAccount of the Kustomize
-base. Everything lives under one folder (``.lab``); a new lab starts from a clean one.
+which kubectl reaches them; the portal (``portal dev`` on a real host: web, worker, the local
+sign-in provider) with ``portal webhook``, each under its ServiceAccount of the Kustomize base;
+and its telemetry: a played DCGM exporter for kwok's GPUs and a real Prometheus scraping it and
+the portal's two metrics addresses, with the portal's alert rules. Everything lives under one
+folder (``.lab``); a new lab starts from a clean one.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from cryptography.fernet import Fernet
 
 from app.lab import charts, host, machines, network
 from app.lab.control_plane import ApiServer, free_port
+from app.lab.dcgm import PlayedDcgmExporter, bounded_adapter
 from app.lab.gpu import GpuScheduling
 from app.lab.kubelet_bootstrap import VirtualKwoks
 from app.lab.metal3 import PROGRAM as BAREMETAL_OPERATOR
 from app.lab.metal3 import BareMetalOperator
 from app.lab.pods import NODE_LABELS, HostAccess, PodRunner, prepare_mount_points
 from app.lab.processes import terminate_all
+from app.lab.prometheus import PrometheusError, PrometheusProcess, ScrapeJob, Telemetry
 from app.lab.proxy import ConnectProxy
 
 ENDPOINT_TEMPLATE = "https://{cluster}.{tenant}.vc.lab"
@@ -46,7 +50,12 @@ PODGROUPCONTROLLER_NETWORK = 9999
 REQUIRED_PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                      "kwok", "scheduler", "binder", "podgrouper", "queuecontroller",
                      "podgroupcontroller", "helm", "vcluster", "kine", "kubectl",
-                     BAREMETAL_OPERATOR)
+                     BAREMETAL_OPERATOR, "prometheus")
+# The lab's idle window: a GPU idle a minute is called idle (the floor; 30 by default).
+IDLE_GPU_WINDOW_MINUTES = 1
+PROMETHEUS_READY_SECONDS = 60.0
+# Every target up within a few scrapes of Prometheus being ready (a loaded machine is slow).
+TARGETS_UP_SECONDS = 30.0
 
 
 class LabError(RuntimeError):
@@ -62,8 +71,15 @@ class LabOptions:
     metal3_crds: Path = Path(".cache/metal3-crds")
     nodes: Path = Path("app/devdata/host-nodes.json")
     deploy_base: Path = Path("deploy/kubernetes/base")
+    rules: Path = Path("deploy/prometheus/portal-rules.yaml")
     port: int = 8000
     idp_port: int = 8900
+    # Loopback ports: the portal's web and worker metrics, the played exporter, Prometheus.
+    metrics_port: int = 9464
+    worker_metrics_port: int = 9465
+    dcgm_port: int = 9400
+    prometheus_port: int = 9090
+    scrape_interval: str = "2s"
     network: network.LabNetwork = field(default_factory=network.LabNetwork)
 
 
@@ -101,6 +117,7 @@ class Lab:
                                       isolate=self._isolated)
             stack.callback(self.gpus.stop)
             self.gpus.start()
+            self._start_exporter(stack)
             self._start_runner(stack)
             self.proxy = ConnectProxy(self.runner.routes).start()
             stack.callback(self.proxy.shutdown)
@@ -108,6 +125,7 @@ class Lab:
             self._start_machines(stack)
             chart_repo = stack.enter_context(charts.served(self.options.charts.resolve()))
             self._start_portal(chart_repo)
+            self._start_prometheus(stack)
             self._write_env()
             yield self
 
@@ -179,6 +197,43 @@ class Lab:
             thread.join(60)
         stack.callback(stop_runner)
 
+    # ----- telemetry
+
+    def _start_exporter(self, stack: contextlib.ExitStack) -> None:
+        """The DCGM exporter a GPU node would run, played for kwok's fleet, on its own
+        connection to the host."""
+        adapter = bounded_adapter(self.server.admin_kubeconfig)
+        try:
+            self.dcgm = PlayedDcgmExporter(adapter, "127.0.0.1", self.options.dcgm_port).start()
+        except OSError as error:
+            adapter.close()
+            raise LabError(f"the DCGM exporter's port {self.options.dcgm_port}: "
+                           f"{error.strerror or error}") from error
+        stack.callback(self.dcgm.stop)
+
+    def _scrape_jobs(self) -> list[ScrapeJob]:
+        return [ScrapeJob("portal-web", [f"127.0.0.1:{self.options.metrics_port}"]),
+                ScrapeJob("portal-worker", [f"127.0.0.1:{self.options.worker_metrics_port}"]),
+                ScrapeJob("dcgm-exporter", [f"127.0.0.1:{self.options.dcgm_port}"])]
+
+    def _start_prometheus(self, stack: contextlib.ExitStack) -> None:
+        """A real Prometheus scraping the portal's two addresses and the exporter, with the
+        portal's alert rules; not among ``self.processes``: a walk may stop it on purpose."""
+        prometheus = PrometheusProcess(
+            (self.options.programs / "prometheus").resolve(), self.folder / "prometheus",
+            f"127.0.0.1:{self.options.prometheus_port}", self._scrape_jobs(),
+            self.options.scrape_interval, [self.options.rules.resolve()])
+        self.telemetry = Telemetry(prometheus, PROMETHEUS_READY_SECONDS, TARGETS_UP_SECONDS)
+        stack.callback(prometheus.stop)
+        try:
+            self.telemetry.start_prometheus()
+        except PrometheusError as error:
+            raise LabError(str(error)) from error
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.options.prometheus_port}"
+
     # ----- the portal
 
     def _start_portal(self, chart_repo: str) -> None:
@@ -219,6 +274,10 @@ class Lab:
             # 2 minutes, and a deletion is announced a minute before (12 hours).
             "PORTAL_SLEEP_POLICY_SPEEDUP": str(SLEEP_POLICY_SPEEDUP),
             "PORTAL_SLEEP_DELETE_WARNING_HOURS": "12",
+            "PORTAL_PROMETHEUS_URL": self.prometheus_url,
+            "PORTAL_METRICS_ADDRESS": f"127.0.0.1:{self.options.metrics_port}",
+            "PORTAL_WORKER_METRICS_ADDRESS": f"127.0.0.1:{self.options.worker_metrics_port}",
+            "PORTAL_IDLE_GPU_WINDOW_MINUTES": str(IDLE_GPU_WINDOW_MINUTES),
             "HTTPS_PROXY": self.proxy.url,
             "NO_PROXY": f"127.0.0.1,localhost,{self.options.network.gateway}",
             "HOME": str(self.folder / "home"),
@@ -289,6 +348,7 @@ class Lab:
             "HTTPS_PROXY": self.proxy.url,
             "NO_PROXY": self.env["NO_PROXY"],
             "KUBECTL": str((self.options.programs / "kubectl").resolve()),
+            "PROMETHEUS_URL": self.prometheus_url,
         }
         path = self.folder / "env"
         path.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
@@ -304,6 +364,8 @@ class Lab:
             "  virtual clusters are reached through the lab's proxy: "
             f"export HTTPS_PROXY={self.proxy.url} NO_PROXY={self.env['NO_PROXY']}",
             f"  the same, and a platform-admin API token: {self.folder / 'env'}",
+            f"  Prometheus: {self.prometheus_url} (jobs portal-web, portal-worker and "
+            "dcgm-exporter, the lab's played DCGM exporter; the portal's alert rules)",
             "  the four teams: `make lab-demo` in another shell. Ctrl-C stops the lab.",
         ])
 

@@ -289,19 +289,28 @@ def dev(
             if simulation is not None:
                 check_clusters_on_the_new_host(db)
         loop = build_worker(settings, store, simulation, installer)
+        app = create_app(settings, store, simulation)
+        business = registry_of(BusinessGauges(store, loop.kinds))
         worker_thread = threading.Thread(target=loop.run, name="worker", daemon=True)
-        worker_thread.start()
-        typer.echo(f"GPU Tenant Portal: http://127.0.0.1:{port}  (sign-in provider {issuer})")
-        typer.echo("demo users: admin@example.com (platform admin), alice@example.com "
-                   "(admin of tenant 'demo'), bob@example.com (member). Ctrl-C stops.")
-        typer.echo(_host_line(settings, simulation is not None))
-        try:
-            uvicorn.run(create_app(settings, store, simulation), host="127.0.0.1", port=port,
-                        **UVICORN_OPTIONS)
-        finally:
-            loop.stop()
-            worker_thread.join(10)
-            store.dispose()
+        # As `portal serve` and `portal worker` apart: the web's address its app's requests
+        # only, the worker's the business gauges and this process's reconciles, breakers and
+        # helm installs (the worker runs here). The worker's only when named: its default
+        # port is `portal worker`'s, which a `portal dev` beside it would take.
+        named = "worker_metrics_address" in base.model_fields_set
+        with metrics_address(settings.metrics_address, app.state.metrics.registry,
+                             default=False), \
+                metrics_address(settings.worker_metrics_address if named else None, business):
+            worker_thread.start()
+            typer.echo(f"GPU Tenant Portal: http://127.0.0.1:{port}  (sign-in provider {issuer})")
+            typer.echo("demo users: admin@example.com (platform admin), alice@example.com "
+                       "(admin of tenant 'demo'), bob@example.com (member). Ctrl-C stops.")
+            typer.echo(_host_line(settings, simulation is not None))
+            try:
+                uvicorn.run(app, host="127.0.0.1", port=port, **UVICORN_OPTIONS)
+            finally:
+                loop.stop()
+                worker_thread.join(10)
+                store.dispose()
 
 
 def _host_line(settings: Settings, simulated: bool) -> str:

@@ -32,15 +32,17 @@ def multiprocess_metrics(processes: int) -> Iterator[None]:
 
 
 @contextmanager
-def metrics_address(address: str | None, *registries: CollectorRegistry) -> Iterator[None]:
-    """Serves the metrics on ``address`` while the block runs; unset: nothing. An address
-    another process holds costs the metrics, not the process (a warning)."""
+def metrics_address(address: str | None, *registries: CollectorRegistry,
+                    default: bool = True) -> Iterator[None]:
+    """Serves ``registries`` (and, with ``default``, the process's own metrics) on ``address``
+    while the block runs; unset: nothing. An address another process holds costs the metrics,
+    not the process (a warning)."""
     if not address:
         yield
         return
     host, port = listen_address(address)
     try:
-        server = serve_metrics(host, port, *registries)
+        server = serve_metrics(host, port, *registries, default=default)
     except OSError as error:
         log.warning("metrics not served on %s: %s", address, error.strerror or error)
         yield

@@ -28,7 +28,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             charts=Path(os.environ.get("PORTAL_CHARTS", ".cache/charts")),
             kai_crds=Path(os.environ.get("PORTAL_KAI_CRDS", ".cache/kai-crds")),
             metal3_crds=Path(os.environ.get("PORTAL_METAL3_CRDS", ".cache/metal3-crds")),
-            port=free_port(), idp_port=free_port(), network=groups.lab_network(slot))
+            port=free_port(), idp_port=free_port(), metrics_port=free_port(),
+            worker_metrics_port=free_port(), dcgm_port=free_port(),
+            prometheus_port=free_port(), network=groups.lab_network(slot))
         with Lab(options).running() as running:
             yield running
 

@@ -6,12 +6,12 @@
 
 It scrapes every second from a config written into ``workdir`` (its TSDB there too), answers on
 a free loopback port, and stops (terminate, then kill) when the block ends. Missing program:
-a skip, and a failure under ``CI=true``. Every wait and HTTP call is bounded.
+a skip, and a failure under ``CI=true``. Every wait and HTTP call is bounded. The process and
+its configuration are the lab's (``app/lab/prometheus.py``); the client is the tests'.
 """
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,41 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 from app.lab.control_plane import free_port
+from app.lab.prometheus import PrometheusError, PrometheusProcess
+from app.lab.prometheus import ScrapeJob as ScrapeJob
+from app.lab.prometheus import scrape_config as scrape_config
 from tests.support.kube_server import tool
 from tests.support.waiting import wait_for
 
 READY_SECONDS = 60.0
-STOP_SECONDS = 10.0
 HTTP_SECONDS = 10.0
-
-
-@dataclass(frozen=True)
-class ScrapeJob:
-    """One scrape job: its ``job`` label, ``host:port`` targets, path and optional bearer token
-    (the web's ``/metrics`` on the public port wants ``PORTAL_METRICS_TOKEN``)."""
-
-    name: str
-    targets: Sequence[str]
-    metrics_path: str = "/metrics"
-    bearer_token: str | None = None
-
-
-def scrape_config(jobs: Sequence[ScrapeJob], interval: str = "1s",
-                  rule_files: Sequence[Path] = ()) -> dict[str, Any]:
-    def job(spec: ScrapeJob) -> dict[str, Any]:
-        config: dict[str, Any] = {"job_name": spec.name, "metrics_path": spec.metrics_path,
-                                  "static_configs": [{"targets": list(spec.targets)}]}
-        if spec.bearer_token is not None:
-            config["authorization"] = {"type": "Bearer", "credentials": spec.bearer_token}
-        return config
-
-    return {"global": {"scrape_interval": interval, "scrape_timeout": interval,
-                       "evaluation_interval": interval},
-            "rule_files": [str(path) for path in rule_files],
-            "scrape_configs": [job(spec) for spec in jobs]}
 
 
 @dataclass
@@ -113,43 +88,19 @@ class Prometheus:
         self.http.close()
 
 
-def _ready(client: httpx.Client, process: subprocess.Popen[bytes], log: Path) -> bool:
-    if process.poll() is not None:
-        raise AssertionError(f"prometheus exited {process.returncode}:\n{log.read_text()}")
-    try:
-        return client.get("/-/ready").status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=STOP_SECONDS)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=STOP_SECONDS)
-
-
 @contextmanager
 def running_prometheus(workdir: Path, jobs: Sequence[ScrapeJob], *, interval: str = "1s",
                        rule_files: Sequence[Path] = ()) -> Iterator[Prometheus]:
     """A Prometheus scraping ``jobs`` every ``interval``, ready when the block starts."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = workdir / "prometheus.yml"
-    config.write_text(yaml.safe_dump(scrape_config(jobs, interval, rule_files)))
-    address = f"127.0.0.1:{free_port()}"
-    log = workdir / "prometheus.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            [str(tool("prometheus")), f"--config.file={config}",
-             f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address={address}"],
-            stdout=output, stderr=subprocess.STDOUT)
-    prometheus = Prometheus(f"http://{address}", log)
+    server = PrometheusProcess(tool("prometheus"), workdir, f"127.0.0.1:{free_port()}", jobs,
+                               interval, rule_files).start()
+    prometheus = Prometheus(server.url, server.log)
     try:
-        wait_for(lambda: _ready(prometheus.http, process, log),
-                 lambda: f"prometheus ready on {address}:\n{log.read_text()}", READY_SECONDS)
+        try:
+            server.wait_ready(READY_SECONDS)
+        except PrometheusError as error:
+            raise AssertionError(str(error)) from error
         yield prometheus
     finally:
         prometheus.close()
-        _stop(process)
+        server.stop()
