@@ -42,7 +42,7 @@ def _resolver(*addresses: str) -> outbound.Resolver:
     ("https://hooks.example.com/" + "a" * 2048, "is longer than 2048 characters"),
 ])
 def test_a_url_of_the_wrong_form_is_refused_with_its_reason(url: str, problem: str) -> None:
-    assert url_problem(url) == problem
+    assert (url_problem(url) or "").startswith(problem)
 
 
 def test_plain_http_only_to_the_hosts_the_operator_lists() -> None:
@@ -56,7 +56,8 @@ def test_plain_http_only_to_the_hosts_the_operator_lists() -> None:
     ("169.254.169.254", "cloud metadata"), ("169.254.1.1", "link-local"),
     ("fe80::1", "link-local"), ("10.0.0.1", "private"), ("172.16.5.4", "private"),
     ("192.168.1.1", "private"), ("fd00:ec2::254", "private"),
-    ("100.100.100.200", "private"), ("0.0.0.0", "unicast")  # noqa: S104 - refused, not bound, ("224.0.0.1", "unicast"),
+    ("100.100.100.200", "private"), ("224.0.0.1", "unicast"),
+    ("0.0.0.0", "unicast"),  # noqa: S104 - a refused address, nothing is bound
     # IPv6 forms that carry an IPv4 address inside: mapped, NAT64, 6to4, compatible
     ("::ffff:127.0.0.1", "loopback"), ("::ffff:169.254.169.254", "cloud metadata"),
     ("64:ff9b::a00:1", "private"), ("2002:a00:1::", "private"), ("::a00:1", "private"),
