@@ -32,6 +32,7 @@ from app.notifications.models import (
 )
 from app.quotas.schemas import ApproveIn, QuotaRequestCreate, RejectIn
 from app.quotas.service import approve, create_request, reject
+from app.templates.service import store_validation
 from app.tenants.models import Membership, Tenant
 from app.usage.reclaims import record_evictions
 from app.workqueue import NOTIFICATIONS
@@ -163,6 +164,21 @@ def _asleep_for_days(db: Session, t: Tenancy, days: int) -> VirtualCluster:
                              gpu_class_id=t.h100.id, gpus=1, power=power.ASLEEP,
                              asleep_since=utcnow() - timedelta(days=days),
                              delete_after_sleep_days=1)
+
+
+def test_a_failed_template_validation_tells_the_platform_admins_and_a_pass_nobody(
+        session: Session) -> None:
+    t = build_tenancy(session)
+    template = factories.cluster_template(session, "training")
+    version = factories.template_version(session, template, state="draft")
+    failed = {"passed": False, "checks": [{"name": "dry-run", "passed": False,
+                                            "reasons": ["refused"]}]}
+    store_validation(session, version, utcnow(), {"passed": True, "checks": []}, "worker")
+    assert session.scalars(select(Notification)).all() == []
+    store_validation(session, version, utcnow(), failed, "worker")
+    assert _told(session, "template.validation_failed") == _email(t.platform_admin)
+    assert session.scalar(select(Notification.payload)) == {
+        "template": "training", "version": 1, "path": "/admin/cluster-templates/training"}
 
 
 def test_webhooks_of_the_tenant_that_take_the_kind_get_a_delivery(session: Session) -> None:
