@@ -32,6 +32,7 @@ from app.kit.config import Settings
 from app.kube import manifests
 from app.kube.memory import InMemoryKube
 from app.kube.port import KubePort, Manifest
+from app.process.wiring import connect_hooks
 from app.quotas.models import TenantQuota
 from app.reconcilers.clusters import ClusterReconciler
 from app.tenants.models import Tenant
@@ -188,6 +189,7 @@ def report(results: dict[str, tuple[Figures, Figures]], clusters: int) -> None:
 
 
 def main() -> None:
+    connect_hooks()  # as every process that changes data: the audit trail's outbox listens
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clusters", type=int, default=1000)
     parser.add_argument("--tenants", type=int, default=50)

@@ -48,6 +48,7 @@ from app.kit.config import Settings
 from app.kube import manifests
 from app.kube.adapter import KubernetesAdapter
 from app.kube.port import KubePort, Manifest
+from app.process.wiring import connect_hooks
 from app.reconcilers.clusters import ClusterReconciler
 from app.reconcilers.runtime import Runtime
 from app.workqueue import CLUSTERS
@@ -401,6 +402,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
+    connect_hooks()  # as every process that changes data: the audit trail's outbox listens
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clusters", type=int, default=100)

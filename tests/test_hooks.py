@@ -29,7 +29,7 @@ def test_listeners_run_in_order_and_once_each() -> None:
 HOOKS = ("app.tenants.events.membership_changed", "app.tenants.events.tenant_suspended",
          "app.auth.events.signed_in", "app.clusters.events.cluster_deleting",
          "app.clusters.events.cluster_row_deleting", "app.quotas.events.quota_shrunk",
-         "app.quotas.events.quota_changed")
+         "app.quotas.events.quota_changed", "app.audit.events.recorded")
 
 _REPORT = """
 import importlib

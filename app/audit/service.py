@@ -11,7 +11,7 @@ from typing import Any, cast
 from sqlalchemy import Table
 from sqlalchemy.orm import Session
 
-from app.audit import readable, repository
+from app.audit import events, readable, repository
 from app.audit.models import AuditEvent
 from app.audit.schemas import AuditFilters
 from app.database.prepared import PreparedInsert
@@ -51,8 +51,9 @@ def record(
     before: dict[str, Any] | None = None,
     after: dict[str, Any] | None = None,
 ) -> None:
-    """Written at once, in the session's transaction: it commits or rolls back with it."""
-    _INSERT.add(db, {
+    """Written at once, in the session's transaction: it commits or rolls back with it, and
+    so does what its listeners (``events.recorded``) write."""
+    row: dict[str, Any] = {
         "action": action,
         "actor_id": actor_id,
         "actor_label": actor_label,
@@ -64,7 +65,10 @@ def record(
         "before": scrub(before),
         "after": scrub(after),
         "request_id": request_id_var.get(),
-    })
+    }
+    _INSERT.add(db, row)
+    events.recorded.fire(db, events.Recorded(action, tenant_id, target_type, row["target_id"],
+                                             row["target_label"], row["after"]))
 
 
 def page_of_events(db: Session, tenant_ids: list[int] | None, filters: AuditFilters,

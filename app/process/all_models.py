@@ -9,6 +9,12 @@ from app.hosts.models import HostCluster
 from app.kubeconfigs.models import KubeconfigGrant
 from app.machines.models import Machine
 from app.nodes.models import Node, NodeAssignment
+from app.notifications.models import (
+    Notification,
+    NotificationDelivery,
+    NotificationPreference,
+    WebhookEndpoint,
+)
 from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
 from app.templates.models import ClusterTemplate, ClusterTemplateVersion
 from app.tenants.models import GroupMapping, Membership, Tenant
@@ -36,6 +42,9 @@ __all__ = [
     "Membership",
     "Node",
     "NodeAssignment",
+    "Notification",
+    "NotificationDelivery",
+    "NotificationPreference",
     "QuotaRequest",
     "Tenant",
     "TenantQuota",
@@ -43,5 +52,6 @@ __all__ = [
     "User",
     "VirtualCluster",
     "WebSession",
+    "WebhookEndpoint",
     "WorkItem",
 ]

@@ -12,5 +12,6 @@ def connect_hooks() -> None:
     # Imported for the listeners they connect.
     import app.clusters.quota_cascades
     import app.kubeconfigs.cascades
+    import app.notifications.emit
     import app.reconcilers.watches
     import app.tenants.group_mappings  # noqa: F401

@@ -17,6 +17,8 @@ SLEEP_POLICY = "sleep-policy"  # one key, ALL: idle and scheduled sleep, deletio
 ALL = "all"
 TEMPLATE_VALIDATION = "template-validation"  # a template version's id
 MACHINES = "machines"  # a bare-metal machine's id: its BareMetalHost, secrets and phase
+# A destination with pending deliveries: "email:<user id>" or "webhook:<endpoint id>"
+NOTIFICATIONS = "notifications"
 
 
 def tenant_queue_key(tenant_id: int, host_cluster_id: int) -> str:

@@ -174,8 +174,10 @@ class ClusterScope:
             if values:
                 self.write(db, **values)
             if became_ready:
+                # Whether it was ready already (a resize): "Ready" is told on becoming ready.
                 self.audit(db, "virtual_cluster.ready", None,
-                           {"generation": self.wanted.generation})
+                           {"generation": self.wanted.generation,
+                            "was_ready": cond.is_true(self.wanted.conditions, cond.READY)})
             if newly_failed:
                 failed = cond.find(self.conditions, cond.FAILED) or {}
                 self.audit(db, "virtual_cluster.failed", None,

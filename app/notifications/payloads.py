@@ -1,0 +1,123 @@
+"""What a notification of each kind says: an allowlist of fields taken from the audit event
+(names, numbers, times) and a page path, never a copy of the event's before or after, so no
+secret can ride along."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit.events import Recorded
+from app.clusters.models import VirtualCluster
+from app.hosts.models import HostCluster
+from app.machines.models import Machine
+from app.tenants import repository as tenants
+
+NOTE_MAX = 500  # a decision's note, as its author wrote it
+Payload = dict[str, Any]
+
+
+def _picked(after: dict[str, Any] | None, *names: str) -> Payload:
+    after = after or {}
+    return {name: after.get(name) for name in names}
+
+
+def _slug(db: Session, tenant_id: int | None) -> str:
+    if tenant_id is None:
+        return ""
+    return tenants.slugs_of(db, [tenant_id]).get(tenant_id, "")
+
+
+def _number(value: str) -> int | None:
+    return int(value) if value.isdigit() else None
+
+
+def quota_requested(db: Session, event: Recorded) -> Payload:
+    return {"tenant": _slug(db, event.tenant_id), "request": event.target_label,
+            "request_id": _number(event.target_id),
+            **_picked(event.after, "gpus", "gpu_class", "region", "ends_at"),
+            "path": "/admin/quota-requests"}
+
+
+def quota_decided(db: Session, event: Recorded) -> Payload:
+    slug = _slug(db, event.tenant_id)
+    after = event.after or {}
+    return {"tenant": slug, "request": event.target_label,
+            "request_id": _number(event.target_id), "decision": after.get("state"),
+            **_picked(after, "gpus", "approved_gpus"),
+            "note": str(after.get("note") or "")[:NOTE_MAX], "path": f"/t/{quote(slug)}"}
+
+
+def quota_changed(db: Session, event: Recorded) -> Payload:
+    slug = _slug(db, event.tenant_id)
+    return {"tenant": slug, "quota": event.target_label, "change": "changed",
+            **_picked(event.after, "gpu_class", "region", "gpus"), "path": f"/t/{quote(slug)}"}
+
+
+def quota_expired(db: Session, event: Recorded) -> Payload:
+    slug = _slug(db, event.tenant_id)
+    after = event.after or {}
+    return {"tenant": slug, "request": event.target_label, "change": "expired",
+            "returned_gpus": after.get("approved_gpus"), "path": f"/t/{quote(slug)}"}
+
+
+def _cluster(db: Session, event: Recorded) -> tuple[str, Payload]:
+    """The cluster's tenant and name, and its page."""
+    slug = _slug(db, event.tenant_id)
+    cluster_id = _number(event.target_id)
+    name = db.scalar(select(VirtualCluster.name).where(
+        VirtualCluster.id == cluster_id, VirtualCluster.tenant_id == event.tenant_id)) or ""
+    return slug, {"tenant": slug, "cluster": name, "cluster_id": cluster_id,
+                  "path": f"/t/{quote(slug)}/clusters/{quote(name)}"}
+
+
+def cluster(db: Session, event: Recorded) -> Payload:
+    return _cluster(db, event)[1]
+
+
+def cluster_failed(db: Session, event: Recorded) -> Payload:
+    # The reason's word only: the message, on the cluster's page, may quote a host's answer.
+    return {**cluster(db, event), **_picked(event.after, "reason")}
+
+
+def cluster_power(db: Session, event: Recorded) -> Payload:
+    return {**cluster(db, event), **_picked(event.after, "reason")}
+
+
+def cluster_deletion_announced(db: Session, event: Recorded) -> Payload:
+    return {**cluster(db, event), **_picked(event.after, "deletes_at", "asleep_since")}
+
+
+def cluster_deleted(db: Session, event: Recorded) -> Payload:
+    slug, payload = _cluster(db, event)
+    return {**payload, "path": f"/t/{quote(slug)}/clusters"}
+
+
+def gpus_reclaimed(db: Session, event: Recorded) -> Payload:
+    """The first of a window's items; the digest appends the others (``emit``)."""
+    slug, payload = _cluster(db, event)
+    return {"tenant": slug, "items": [reclaimed_item(payload["cluster"], event)],
+            "count": 1, "path": f"/t/{quote(slug)}/clusters"}
+
+
+def reclaimed_item(cluster_name: str, event: Recorded) -> Payload:
+    return {"cluster": cluster_name, **_picked(event.after, "pod", "at")}
+
+
+def host_unreachable(db: Session, event: Recorded) -> Payload:
+    name = db.scalar(select(HostCluster.name).where(
+        HostCluster.id == _number(event.target_id))) or ""
+    return {"host": name, "path": f"/admin/hosts/{quote(name)}"}
+
+
+def machine_failed(db: Session, event: Recorded) -> Payload:
+    name = db.scalar(select(Machine.name).where(Machine.id == _number(event.target_id))) or ""
+    return {"machine": name, "path": f"/admin/machines/{quote(name)}"}
+
+
+def template_validation_failed(db: Session, event: Recorded) -> Payload:
+    return {"template": event.target_id, **_picked(event.after, "version"),
+            "path": f"/admin/cluster-templates/{quote(event.target_id)}"}
