@@ -93,6 +93,17 @@ def test_an_email_arrives_over_starttls_and_auth_with_both_parts_a_link_and_its_
     assert "Cluster train of tenant acme is Ready" in html.get_content()
 
 
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
+def test_tls_from_the_first_byte(tmp_path: Path) -> None:
+    with smtp_server(tmp_path, implicit_tls=True) as implicit:
+        batch = send_batch(implicit.settings(security="tls"), [_mail(_event())])
+        assert [r.outcome for r in batch.results] == [Outcome.DELIVERED]
+        assert implicit.logins == ["portal-mailer"] and len(implicit.messages) == 1
+        # The same server spoken to in plain text first: STARTTLS is not on offer.
+        refused = send_batch(implicit.settings(timeout_seconds=2), [_mail(_event())])
+        assert refused.results[0].outcome is Outcome.RETRY
+
+
 def test_a_name_in_an_email_is_text_never_markup(mailbox: Mailbox) -> None:
     send_batch(mailbox.settings(), [_mail(_event(cluster="<b>x</b>&"))])
     [got] = mailbox.messages
@@ -116,6 +127,17 @@ def test_one_bad_recipient_fails_only_its_own_message(mailbox: Mailbox) -> None:
     assert [rcpt for _, rcpt in mailbox.envelopes] == [["alice@example.com"],
                                                         ["bob@example.com"]]
     assert mailbox.logins == ["portal-mailer"]  # one connection for the batch
+
+
+def test_a_connection_lost_mid_batch_leaves_the_rest_for_later(mailbox: Mailbox) -> None:
+    mailbox.hang_up_at.add("carol@example.com")
+    batch = send_batch(mailbox.settings(), [
+        _mail(_event(), "alice@example.com"), _mail(_event(), "carol@example.com"),
+        _mail(_event(), "bob@example.com")])
+
+    assert [r.outcome for r in batch.results] == [
+        Outcome.DELIVERED, Outcome.RETRY, Outcome.RETRY]
+    assert [rcpt for _, rcpt in mailbox.envelopes] == [["alice@example.com"]]
 
 
 def test_a_wrong_password_is_permanent_and_nothing_is_sent(mailbox: Mailbox) -> None:

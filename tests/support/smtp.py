@@ -44,6 +44,8 @@ class Mailbox:
     envelopes: list[tuple[str, list[str]]] = field(default_factory=list)
     # recipient address -> the answer to its RCPT TO (e.g. "550 5.1.1 No such user")
     refuse: dict[str, str] = field(default_factory=dict)
+    # recipient addresses at whose RCPT TO the server drops the connection
+    hang_up_at: set[str] = field(default_factory=set)
     logins: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -68,6 +70,9 @@ class _Handler:
     async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook names
             self, server: SMTP, session: Session, envelope: Envelope, address: str,
             rcpt_options: list[str]) -> str:
+        if address in self.mailbox.hang_up_at and server.transport is not None:
+            server.transport.close()
+            return "421 4.3.0 Closing the connection"
         refusal = self.mailbox.refuse.get(address)
         if refusal:
             return refusal
@@ -100,8 +105,9 @@ def _authenticator(mailbox: Mailbox) -> Any:
 
 
 @contextmanager
-def smtp_server(tmp_path: Path) -> Iterator[Mailbox]:
-    """A running server on 127.0.0.1 and its mailbox, stopped when the block ends."""
+def smtp_server(tmp_path: Path, *, implicit_tls: bool = False) -> Iterator[Mailbox]:
+    """A running server on 127.0.0.1 and its mailbox, stopped when the block ends; with
+    ``implicit_tls`` TLS from the first byte (port 465's way) instead of STARTTLS."""
     certificate = issue([HOST], datetime.now(UTC), timedelta(hours=1))
     folder = tmp_path / "smtp-server"
     folder.mkdir(parents=True, exist_ok=True)
@@ -110,10 +116,15 @@ def smtp_server(tmp_path: Path) -> Iterator[Mailbox]:
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(folder / "cert.pem", folder / "key.pem")
     mailbox = Mailbox(port=free_port(HOST), ca_file=folder / "cert.pem")
+    # aiosmtpd does not see TLS it did not start itself: with implicit TLS, AUTH must not
+    # require it (every byte is encrypted anyway).
+    tls_options: dict[str, Any] = (
+        {"ssl_context": tls, "auth_require_tls": False} if implicit_tls
+        else {"tls_context": tls, "require_starttls": True, "auth_require_tls": True})
     controller = Controller(
         _Handler(mailbox), hostname=HOST, port=mailbox.port, ready_timeout=HANG_SECONDS,
-        server_hostname="smtp.test", tls_context=tls, require_starttls=True,
-        auth_required=True, auth_require_tls=True, authenticator=_authenticator(mailbox))
+        server_hostname="smtp.test", auth_required=True,
+        authenticator=_authenticator(mailbox), **tls_options)
     controller.start()
     try:
         yield mailbox
