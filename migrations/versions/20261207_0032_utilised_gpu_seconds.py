@@ -8,7 +8,7 @@ Folded hours keep ``utilised_gpu_seconds`` and ``utilisation_known_seconds``, th
 in use that had a figure. Everything sampled before has none.
 
 Revision ID: 0032
-Revises: 0030
+Revises: the revision before it (down_revision below)
 Create Date: 2026-12-07 12:00:00
 """
 
