@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from app.portalctl.common import TenantArg, TenantOpt, api, either_tenant
 from app.portalctl.output import Format, emit
 
+# A table's columns (the CSV's are the API's, new ones at their end): utilisation beside the
+# GPU-hours in use it weighs.
 ROW_COLUMNS = ("period", "tenant", "gpu_class", "approved_gpu_hours", "allocated_gpu_hours",
                "shared_pool_gpu_hours", "dedicated_gpu_hours", "used_gpu_hours",
-               "guaranteed_gpu_hours", "burst_gpu_hours", "slept_gpu_hours")
+               "guaranteed_gpu_hours", "burst_gpu_hours", "utilised_gpu_hours",
+               "utilisation_coverage", "slept_gpu_hours")
 
 
 CLUSTER_COLUMNS = ("period", "tenant", "cluster", "gpu_class", "allocated_gpu_hours",
                    "used_gpu_hours", "guaranteed_gpu_hours", "burst_gpu_hours",
-                   "slept_gpu_hours")
+                   "utilised_gpu_hours", "utilisation_coverage", "slept_gpu_hours")
 
 
 class By(StrEnum):
@@ -54,7 +57,9 @@ def usage(
                       ] = UsageFormat.table,
 ) -> None:
     """GPU-hours of approved quota, clusters, dedicated nodes and pods (guaranteed and burst),
-    and of the clusters' guarantees freed by sleep (slept), per period.
+    of the clusters' guarantees freed by sleep (slept), and of the pods' GPUs weighted by their
+    utilisation (utilised; "unknown" where Prometheus never said, and the share of the hours
+    in use it covers), per period.
 
     Without a tenant, every tenant you may see (all of them for platform admins).
 
@@ -72,6 +77,13 @@ def usage(
             return
         report = client.get(path, **params)
     if output is UsageFormat.table:
-        emit(report["rows"], Format.table, columns)
+        emit([_shown(row) for row in report["rows"]], Format.table, columns)
     else:
         emit(report, Format(output.value), columns)
+
+
+def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A table says "unknown" for utilised GPU-hours nothing was known of (never 0)."""
+    if row.get("utilised_gpu_hours") is None:
+        return {**row, "utilised_gpu_hours": "unknown"}
+    return row

@@ -1,11 +1,12 @@
 """Use samples, one host cluster per key: what each host reports becomes samples.
 
 Per host, four LISTs (queues, quotas, KAI's pending pods, and running pods while a node there
-is dedicated) and one transaction for its samples, its GPUs in use per tenant and class and its
-clusters' pods waiting for GPUs (app/usage/sampling.py). A host's objects count only for the
-clusters and nodes placed on that host. One more key, ``retention``, folds the raw samples
-past their retention into hourly ones and drops hourly ones past theirs, once per period for
-every host.
+is dedicated), one query of the operator's Prometheus for the GPUs' utilisation (when it is
+set; outside the transaction, bounded; unknown when it cannot say) and one transaction for its
+samples, its GPUs in use per tenant and class and its clusters' pods waiting for GPUs
+(app/usage/sampling.py). A host's objects count only for the clusters and nodes placed on that
+host. One more key, ``retention``, folds the raw samples past their retention into hourly ones
+and drops hourly ones past theirs, once per period for every host.
 
 The runtime reconciles each host at every resync period, and at once when the hosts service
 registers, edits or re-enables it. A host that cannot be read keeps its earlier samples and
@@ -36,7 +37,9 @@ from app.reconcilers.host_keys import failure, host_keys, host_target, wait_for_
 from app.reconcilers.kind import DONE, GONE, Context, Outcome, TerminalError
 from app.usage import ledger, samples
 from app.usage.reclaims import record_evictions
-from app.usage.sampling import record_usage, sample_hold
+from app.usage.sampling import Utilised, record_usage, sample_hold
+from app.utilisation.repository import ownership
+from app.utilisation.weights import utilised_by_subject
 from app.workqueue import USAGE
 
 log = logging.getLogger(__name__)
@@ -77,13 +80,24 @@ class UsageSampler:
         usage, evicted = self._read(target, port, pods_on_nodes=bool(on_host))
         context.hosts.reached(target.host_id)
         refused = self._refused_pods(target.host_id, usage)
-        now_s = int(ledger.now_in_seconds().timestamp())
+        now = ledger.now_in_seconds()
+        utilised = self._utilised(now) if usage.queues or on_host else None
         with self.database.transaction() as db:
             context.lease.fence(db)
-            record_usage(db, target.host_id, usage, now_s, on_host, refused,
-                         sample_hold(self.resync_seconds))
+            record_usage(db, target.host_id, usage, int(now.timestamp()), on_host, refused,
+                         sample_hold(self.resync_seconds), utilised=utilised)
             record_evictions(db, target.host_id, evicted)
         return DONE
+
+    def _utilised(self, at: datetime) -> Utilised | None:
+        """How many GPUs of each queue and node computed, from the operator's Prometheus: one
+        query, bounded by its timeout, with no database connection held while it answers;
+        None (the samples' figures unknown) when it is unset, down or slow."""
+        if not self.settings.prometheus_url:
+            return None
+        with self.database.session() as db:
+            owners = ownership(db)
+        return utilised_by_subject(owners, self.settings, at)
 
     def _retention(self) -> Outcome:
         now_s = int(ledger.now_in_seconds().timestamp())

@@ -11,10 +11,12 @@ from app.usage.schemas import ClusterUsageRow, UsageRow
 COLUMNS = ("period", "period_start", "period_end", "tenant", "gpu_class", "approved_gpu_hours",
            "allocated_gpu_hours", "dedicated_gpu_hours", "used_gpu_hours",
            "allocated_gpu_seconds", "guaranteed_gpu_hours", "burst_gpu_hours",
-           "slept_gpu_hours", "shared_pool_gpu_hours")
+           "slept_gpu_hours", "shared_pool_gpu_hours", "utilised_gpu_hours",
+           "utilisation_coverage")
 CLUSTER_COLUMNS = ("period", "period_start", "period_end", "tenant", "cluster", "gpu_class",
                    "allocated_gpu_hours", "used_gpu_hours", "guaranteed_gpu_hours",
-                   "burst_gpu_hours", "slept_gpu_hours")
+                   "burst_gpu_hours", "slept_gpu_hours", "utilised_gpu_hours",
+                   "utilisation_coverage")
 # New columns go at the end: readers index the columns (app.lab.demo reads column 8).
 # A spreadsheet evaluates a cell that starts with one of these as a formula.
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -33,7 +35,8 @@ def _cells(row: UsageRow) -> list[str]:
             _number(row.dedicated_gpu_hours), _number(row.used_gpu_hours),
             str(row.allocated_gpu_seconds), _number(row.guaranteed_gpu_hours),
             _number(row.burst_gpu_hours), _number(row.slept_gpu_hours),
-            _number(row.shared_pool_gpu_hours)]
+            _number(row.shared_pool_gpu_hours), _maybe(row.utilised_gpu_hours),
+            _maybe(row.utilisation_coverage)]
 
 
 def _cluster_cells(row: ClusterUsageRow) -> list[str]:
@@ -41,11 +44,17 @@ def _cluster_cells(row: ClusterUsageRow) -> list[str]:
             neutralised(row.tenant), neutralised(row.cluster), neutralised(row.gpu_class),
             _number(row.allocated_gpu_hours), _number(row.used_gpu_hours),
             _number(row.guaranteed_gpu_hours), _number(row.burst_gpu_hours),
-            _number(row.slept_gpu_hours)]
+            _number(row.slept_gpu_hours), _maybe(row.utilised_gpu_hours),
+            _maybe(row.utilisation_coverage)]
 
 
 def _number(value: float) -> str:
     return f"{value:.6f}"
+
+
+def _maybe(value: float | None) -> str:
+    """An unknown figure is an empty cell, never 0."""
+    return "" if value is None else _number(value)
 
 
 def csv_chunks(rows: Iterable[UsageRow]) -> Iterator[str]:

@@ -74,6 +74,10 @@ class UsageSample(Base):
     burst_gpus: Mapped[float] = mapped_column(default=0.0, server_default="0")
     # It stands until the subject's next sample, at most this long (the worker may stop).
     holds_s: Mapped[int] = mapped_column(default=600, server_default="600")
+    # Of ``used_gpus``, how many computed: their utilisation (DCGM) / 100, summed, as the
+    # operator's Prometheus said when the sample was taken; None when it could not say (never
+    # 0 for unknown). Only queue and node samples have one.
+    utilised_gpus: Mapped[float | None] = mapped_column(default=None)
 
 
 class HourlyUsage(Base):
@@ -103,6 +107,10 @@ class HourlyUsage(Base):
     # The hour's samples, each standing until the next (at most its holds_s), integrated.
     used_gpu_seconds: Mapped[float] = mapped_column(default=0.0, server_default="0")
     burst_gpu_seconds: Mapped[float] = mapped_column(default=0.0, server_default="0")
+    # Of the hour's used GPU-seconds, those computing (utilisation-weighted), and those whose
+    # samples had a utilisation figure at all: the coverage of the first.
+    utilised_gpu_seconds: Mapped[float] = mapped_column(default=0.0, server_default="0")
+    utilisation_known_seconds: Mapped[float] = mapped_column(default=0.0, server_default="0")
 
 
 class GpuReclaim(Base):

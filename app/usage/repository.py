@@ -37,7 +37,7 @@ from app.quotas.models import GpusInUse, TenantQuota
 from app.quotas.repository import BoundGpus
 from app.tenants.models import Tenant
 from app.usage.models import HourlyUsage, LedgerEntry, UsageSample
-from app.usage.samples import sample_spans
+from app.usage.samples import known_gpus, sample_spans
 
 HOUR = 3600
 DEDICATED = "dedicated-nodes"
@@ -45,6 +45,9 @@ DEDICATED_CLUSTER = "dedicated_cluster"
 # GPUs bound: KAI's allocation to a shared-pool cluster's queue, and the running pods on a
 # dedicated node. (A namespace's ResourceQuota counts its pods waiting for GPUs too.)
 USED_SOURCES = ("queue", "node")
+
+# The sums of used_seconds' selects, by kind, after their four keys.
+USED_KINDS = (("used", 4), ("burst", 5), ("utilised", 6), ("known", 7))
 
 
 @dataclass(frozen=True)
@@ -58,8 +61,9 @@ class SecondsRow:
     period: int  # index into the periods asked for
     tenant_id: int
     gpu_class_id: int
-    # quota, cluster (shared-pool, or placement unknown), dedicated_cluster, node, sleep, used
-    # or burst (part of used)
+    # quota, cluster (shared-pool, or placement unknown), dedicated_cluster, node, sleep, used,
+    # burst (part of used), utilised (used weighted by utilisation) or known (the part of used
+    # with a utilisation figure)
     kind: str
     cluster_id: int | None
     seconds: float
@@ -139,9 +143,10 @@ def allocated_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
 
 def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
                  tenant_ids: Any = None, by_cluster: bool = False) -> list[SecondsRow]:
-    """GPU-seconds in use (``used``) and of those burst (``burst``) per period, tenant and
-    class: each raw sample over the span it stands for (up to now), and the folded hours'
-    integrals. ``by_cluster``: per cluster too, from the clusters' queues only (dedicated
+    """GPU-seconds in use (``used``), of those burst (``burst``), utilised (``utilised``: each
+    GPU weighted by its utilisation) and with a utilisation figure (``known``) per period,
+    tenant and class: each raw sample over the span it stands for (up to now), and the folded
+    hours' integrals. ``by_cluster``: per cluster too, from the clusters' queues only (dedicated
     nodes' pods belong to no cluster's queue)."""
     if not periods:
         return []
@@ -151,7 +156,9 @@ def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
     hour_keys = [period.c.n, HourlyUsage.tenant_id, HourlyUsage.gpu_class_id,
                  HourlyUsage.subject_id if by_cluster else literal(None).label("subject_id")]
     folded = (select(*hour_keys, func.sum(HourlyUsage.used_gpu_seconds).label("seconds"),
-                     func.sum(HourlyUsage.burst_gpu_seconds).label("burst_seconds"))
+                     func.sum(HourlyUsage.burst_gpu_seconds).label("burst_seconds"),
+                     func.sum(HourlyUsage.utilised_gpu_seconds).label("utilised_seconds"),
+                     func.sum(HourlyUsage.utilisation_known_seconds).label("known_seconds"))
               .join_from(HourlyUsage, period, and_(HourlyUsage.hour_s >= period.c.start_s,
                                                    HourlyUsage.hour_s < period.c.end_s))
               .where(HourlyUsage.source.in_(sources),
@@ -162,7 +169,7 @@ def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
     raw = _raw_use(db, periods, cap, tenant_ids, sources, by_cluster)
     rows = db.execute(folded if raw is None else union_all(raw, folded)).all()
     return [SecondsRow(int(row[0]), row[1], row[2], kind, row[3], float(row[column] or 0))
-            for row in rows for kind, column in (("used", 4), ("burst", 5))]
+            for row in rows for kind, column in USED_KINDS]
 
 
 def _raw_use(db: Session, periods: Sequence[Period], cap: ColumnElement[int], tenant_ids: Any,
@@ -188,7 +195,9 @@ def _raw_use(db: Session, periods: Sequence[Period], cap: ColumnElement[int], te
             spans.c.subject_id if by_cluster else literal(None).label("subject_id")]
     overlap = _overlap(spans.c.start_s, end, period)
     return (select(*keys, func.sum(spans.c.used_gpus * overlap).label("seconds"),
-                   func.sum(spans.c.burst_gpus * overlap).label("burst_seconds"))
+                   func.sum(spans.c.burst_gpus * overlap).label("burst_seconds"),
+                   func.sum(spans.c.utilised_gpus * overlap).label("utilised_seconds"),
+                   func.sum(known_gpus(spans) * overlap).label("known_seconds"))
             .join_from(spans, period, and_(spans.c.start_s < period.c.end_s,
                                            end > period.c.start_s))
             .where(spans.c.gpu_class_id.is_not(None), spans.c.start_s < cap)
@@ -218,7 +227,8 @@ class ClusterNow:
     """A cluster's GPUs now: given to it, bound by KAI to its pods (its queue's allocation)
     and of those the burst beyond its queue's quota, and requested by its pods, waiting ones
     included (its namespace's ResourceQuota), by the latest samples; None until one was
-    taken."""
+    taken. ``computing``: of ``in_use``, the GPUs' utilisation / 100 summed at that sample
+    (None: not sampled, or utilisation unknown then)."""
 
     name: str
     gpu_class_id: int
@@ -226,9 +236,10 @@ class ClusterNow:
     in_use: float | None
     requested: float | None
     burst: float | None = None
+    computing: float | None = None
 
 
-def _clusters_now_statements() -> tuple[Select[str, int, float, float],
+def _clusters_now_statements() -> tuple[Select[str, int, float, float, float | None],
                                         Select[int, str, int | None, int]]:
     """Built once, the tenant a bound parameter: building the subquery and join on every
     dashboard took about 0.3 ms of CPU, more than running them."""
@@ -239,7 +250,7 @@ def _clusters_now_statements() -> tuple[Select[str, int, float, float],
                   ("quota", "queue")))
               .group_by(UsageSample.source, UsageSample.subject_id).subquery())
     used = (select(UsageSample.source, UsageSample.subject_id, UsageSample.used_gpus,
-                   UsageSample.burst_gpus)
+                   UsageSample.burst_gpus, UsageSample.utilised_gpus)
             .join(latest, and_(latest.c.source == UsageSample.source,
                                latest.c.subject_id == UsageSample.subject_id,
                                latest.c.taken_s == UsageSample.taken_s))
@@ -258,18 +269,20 @@ _USED_NOW, _CLUSTERS_NOW = _clusters_now_statements()
 
 def clusters_now(db: Session, tenant_id: int) -> list[ClusterNow]:
     tenant = {"tenant_id": tenant_id}
-    used = {(row.source, row.subject_id): (row.used_gpus, row.burst_gpus)
+    used = {(row.source, row.subject_id): (row.used_gpus, row.burst_gpus, row.utilised_gpus)
             for row in db.execute(_USED_NOW, tenant)}
     return [ClusterNow(c.name, c.gpu_class_id, c.gpus, *_queue_and_quota(used, c.id))
             for c in db.execute(_CLUSTERS_NOW, tenant)]
 
 
-def _queue_and_quota(used: dict[tuple[str, int], tuple[float, float]], cluster_id: int
-                     ) -> tuple[float | None, float | None, float | None]:
-    """In use, requested and burst, from the cluster's latest queue and quota samples."""
+def _queue_and_quota(used: dict[tuple[str, int], tuple[float, float, float | None]],
+                     cluster_id: int
+                     ) -> tuple[float | None, float | None, float | None, float | None]:
+    """In use, requested, burst and computing, from the cluster's latest queue and quota
+    samples."""
     queue, quota = used.get(("queue", cluster_id)), used.get(("quota", cluster_id))
     return (queue[0] if queue else None, quota[0] if quota else None,
-            queue[1] if queue else None)
+            queue[1] if queue else None, queue[2] if queue else None)
 
 
 def bound_now(db: Session, tenant_id: int | None) -> dict[int, BoundGpus]:

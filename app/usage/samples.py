@@ -78,7 +78,8 @@ def sample_spans(*, tenant_ids: Any = None, sources: Sequence[str] | None = None
     query = select(UsageSample.taken_s.label("start_s"),
                    case((following < held, following), else_=held).label("end_s"),
                    UsageSample.source, UsageSample.tenant_id, UsageSample.gpu_class_id,
-                   UsageSample.subject_id, UsageSample.used_gpus, UsageSample.burst_gpus)
+                   UsageSample.subject_id, UsageSample.used_gpus, UsageSample.burst_gpus,
+                   UsageSample.utilised_gpus)
     if tenant_ids is not None:
         query = query.where(UsageSample.tenant_id.in_(tenant_ids))
     if sources is not None:
@@ -86,11 +87,17 @@ def sample_spans(*, tenant_ids: Any = None, sources: Sequence[str] | None = None
     return query.subquery("spans")
 
 
+def known_gpus(spans: Any) -> Any:
+    """A span's GPUs in use when its utilisation is known, else none: summed over time, the
+    GPU-seconds the utilised GPU-seconds cover."""
+    return case((spans.c.utilised_gpus.is_not(None), spans.c.used_gpus), else_=0.0)
+
+
 def fold_old_samples(db: Session, now_s: int) -> int:
     """Raw samples older than the raw retention become one hourly row per hour and subject:
-    mean and peak, and the GPU-seconds of their spans in use and of those burst (a span is
-    counted in the hour it starts, so an hour's figure may reach into the next by up to one
-    sample's hold)."""
+    mean and peak, and the GPU-seconds of their spans in use, of those burst, utilised, and
+    with a utilisation figure (a span is counted in the hour it starts, so an hour's figure may
+    reach into the next by up to one sample's hold)."""
     cutoff = (now_s - int(RAW_RETENTION.total_seconds())) // HOUR * HOUR
     hour = UsageSample.taken_s - UsageSample.taken_s % HOUR
     folded = (select(hour.label("hour_s"), UsageSample.source, UsageSample.tenant_id,
@@ -109,18 +116,23 @@ def fold_old_samples(db: Session, now_s: int) -> int:
     integrals = (select(span_hour.label("hour_s"), spans.c.source, spans.c.tenant_id,
                         spans.c.subject_id,
                         func.sum(spans.c.used_gpus * length).label("seconds"),
-                        func.sum(spans.c.burst_gpus * length).label("burst_seconds"))
+                        func.sum(spans.c.burst_gpus * length).label("burst_seconds"),
+                        func.coalesce(func.sum(spans.c.utilised_gpus * length), 0.0)
+                        .label("utilised_seconds"),
+                        func.sum(known_gpus(spans) * length).label("known_seconds"))
                  .where(spans.c.start_s < cutoff)
                  .group_by(span_hour, spans.c.source, spans.c.tenant_id, spans.c.subject_id)
                  .subquery("integrals"))
-    rows = (select(folded, integrals.c.seconds, integrals.c.burst_seconds)
+    rows = (select(folded, integrals.c.seconds, integrals.c.burst_seconds,
+                   integrals.c.utilised_seconds, integrals.c.known_seconds)
             .join(integrals, and_(integrals.c.hour_s == folded.c.hour_s,
                                   integrals.c.source == folded.c.source,
                                   integrals.c.tenant_id == folded.c.tenant_id,
                                   integrals.c.subject_id == folded.c.subject_id)))
     columns = ["hour_s", "source", "tenant_id", "gpu_class_id", "subject_id", "samples",
                "mean_used_gpus", "peak_used_gpus", "mean_allocated_gpus", "mean_requested_gpus",
-               "used_gpu_seconds", "burst_gpu_seconds"]
+               "used_gpu_seconds", "burst_gpu_seconds", "utilised_gpu_seconds",
+               "utilisation_known_seconds"]
     db.execute(insert(HourlyUsage).from_select(columns, rows))
     result = db.execute(delete(UsageSample).where(UsageSample.taken_s < cutoff))
     return int(getattr(result, "rowcount", 0) or 0)

@@ -18,16 +18,21 @@ from app.usage import samples
 
 # How long a sample stands without a next one, at the default resync (300 s).
 DEFAULT_HOLD_S = 600
+# What the GPUs of a queue (tenant slug, cluster name) and of a node (its name) did when the
+# host was read: their utilisation / 100 summed, and how many GPUs the figure is of (the
+# worker's usage kind reads it from the operator's Prometheus; app.utilisation.weights).
+Utilised = Mapping[tuple[str, str] | str, tuple[float, int]]
 
 
 def record_usage(db: Session, host_id: int, usage: HostUsage, now_s: int,
                  dedicated: dict[str, samples.Owner],
                  refused: Mapping[tuple[str, str], WaitingPods] | None = None,
-                 holds_s: int = DEFAULT_HOLD_S) -> int:
+                 holds_s: int = DEFAULT_HOLD_S, *, utilised: Utilised | None = None) -> int:
     """Stores one sample per queue, namespace quota and dedicated node the portal knows on the
     host ``usage`` was read from (``dedicated``: that host's assigned nodes by name), and what
     is bound and waiting there now (``refused``: what waits inside virtual clusters, by
-    tenant and cluster name)."""
+    tenant and cluster name). Queue and node samples carry how many of their GPUs computed
+    (``utilised``; None: Prometheus could not say, every such figure unknown)."""
     clusters = samples.clusters_by_name(db, host_id)
     rows: list[dict[str, object]] = []
     for queue in usage.queues:
@@ -35,7 +40,8 @@ def record_usage(db: Session, host_id: int, usage: HostUsage, now_s: int,
         if owner is not None:
             rows.append(_row(now_s, "queue", owner, queue.allocated_gpus,
                              queue.allocated_gpus, queue.requested_gpus, holds_s,
-                             burst=queue.burst_gpus))
+                             burst=queue.burst_gpus, utilised=utilised_gpus(
+                                 utilised, (queue.tenant, queue.cluster), queue.allocated_gpus)))
     for namespace in usage.namespaces:
         owner = clusters.get((namespace.tenant, namespace.cluster))
         if owner is not None:
@@ -43,7 +49,8 @@ def record_usage(db: Session, host_id: int, usage: HostUsage, now_s: int,
                              namespace.used_gpus, holds_s))
     for name, node in dedicated.items():
         used = usage.gpus_by_node.get(name, 0.0)
-        rows.append(_row(now_s, "node", node, used, float(node.gpus), used, holds_s))
+        rows.append(_row(now_s, "node", node, used, float(node.gpus), used, holds_s,
+                         utilised=utilised_gpus(utilised, name, used)))
     samples.add_samples(db, rows)
     observed_at = datetime.fromtimestamp(now_s, UTC)
     quota_service.record_gpus_in_use(db, host_id, gpus_in_use(usage, clusters, dedicated),
@@ -108,10 +115,26 @@ def sample_hold(resync_seconds: float) -> int:
     return int(min(max(2 * resync_seconds, 30), 3600))
 
 
+def utilised_gpus(utilised: Utilised | None, subject: tuple[str, str] | str,
+                  used: float) -> float | None:
+    """Of ``used`` GPUs, how many computed, at most ``used``: 0 when none is bound; None
+    (unknown, never 0) without a reading, or when it shows fewer of the subject's GPUs than
+    are bound (a GPU the exporter does not report is not taken for an idle one)."""
+    if utilised is None:
+        return None
+    if used <= 0:
+        return 0.0
+    computing, seen = utilised.get(subject, (0.0, 0))
+    if seen < used - 1e-9:
+        return None
+    return min(computing, used)
+
+
 def _row(now_s: int, source: str, owner: samples.Owner, used: float, allocated: float,
-         requested: float, holds_s: int, burst: float = 0.0) -> dict[str, object]:
+         requested: float, holds_s: int, burst: float = 0.0,
+         utilised: float | None = None) -> dict[str, object]:
     """Only a queue's sample has burst: dedicated nodes and namespace quotas lend nothing."""
     return {"taken_s": now_s, "source": source, "tenant_id": owner.tenant_id,
             "gpu_class_id": owner.gpu_class_id, "subject_id": owner.subject_id,
             "used_gpus": used, "allocated_gpus": allocated, "requested_gpus": requested,
-            "holds_s": holds_s, "burst_gpus": burst}
+            "holds_s": holds_s, "burst_gpus": burst, "utilised_gpus": utilised}

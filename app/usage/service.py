@@ -26,7 +26,8 @@ from app.usage.schemas import (
 
 # Days are kept hourly for 400 days; months go back ten years.
 MAX_RANGE = {"day": timedelta(days=400), "month": timedelta(days=3660)}
-KINDS = ("quota", "cluster", repository.DEDICATED_CLUSTER, "node", "sleep", "used", "burst")
+KINDS = ("quota", "cluster", repository.DEDICATED_CLUSTER, "node", "sleep", "used", "burst",
+         "utilised", "known")
 # Per cluster: what it held, and of that what sleep freed.
 CLUSTER_LEDGER_KINDS = ("cluster", repository.DEDICATED_CLUSTER, "sleep")
 
@@ -182,17 +183,20 @@ def cluster_report(db: Session, principal: Principal,
 def _cluster_row(period: LabelledPeriod, tenant: str, cluster: str, gpu_class: str,
                  seconds: dict[str, float]) -> ClusterUsageRow:
     used, burst = hours(seconds["used"]), hours(seconds["burst"])
+    utilised, coverage = utilisation(seconds)
     return ClusterUsageRow(
         tenant=tenant, cluster=cluster, gpu_class=gpu_class, period=period.label,
         period_start=period.start, period_end=period.end,
         allocated_gpu_hours=hours(_allocated(seconds)), used_gpu_hours=used,
         guaranteed_gpu_hours=round(used - burst, 6), burst_gpu_hours=burst,
-        slept_gpu_hours=hours(seconds["sleep"]))
+        slept_gpu_hours=hours(seconds["sleep"]), utilised_gpu_hours=utilised,
+        utilisation_coverage=coverage)
 
 
 def _row(period: LabelledPeriod, tenant: str, gpu_class: str,
          seconds: dict[str, float]) -> UsageRow:
     used, burst = hours(seconds["used"]), hours(seconds["burst"])
+    utilised, coverage = utilisation(seconds)
     return UsageRow(
         tenant=tenant, gpu_class=gpu_class, period=period.label,
         period_start=period.start, period_end=period.end,
@@ -202,7 +206,19 @@ def _row(period: LabelledPeriod, tenant: str, gpu_class: str,
         dedicated_gpu_hours=hours(seconds["node"]),
         used_gpu_hours=used, guaranteed_gpu_hours=round(used - burst, 6),
         burst_gpu_hours=burst, allocated_gpu_seconds=round(_allocated(seconds)),
-        slept_gpu_hours=hours(seconds["sleep"]))
+        slept_gpu_hours=hours(seconds["sleep"]), utilised_gpu_hours=utilised,
+        utilisation_coverage=coverage)
+
+
+def utilisation(seconds: dict[str, float]) -> tuple[float | None, float | None]:
+    """The utilised GPU-hours (0 when no GPU was in use; None, unknown, when some were but
+    utilisation was never known for them), and the share of the GPU-hours in use they cover
+    (None when none was in use)."""
+    used, known = seconds["used"], seconds["known"]
+    if used <= 0:
+        return 0.0, None
+    return (hours(seconds["utilised"]) if known > 0 else None,
+            round(min(known / used, 1.0), 6))
 
 
 def _allocated(seconds: dict[str, float]) -> float:

@@ -37,7 +37,8 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> LedgerClock:
 
 def _history(db: Session) -> Principal:
     """A cluster of 4 GPUs held from 30 days ago, 8 from ten days ago; its hourly use from 32
-    days ago until two days ago and raw samples every ten minutes since, across midnights."""
+    days ago until two days ago and raw samples every ten minutes since, across midnights;
+    every other hour and sample with its utilisation known."""
     tenant, gpu = Tenant(slug="acme", display_name="Acme"), GpuClass(
         product="NVIDIA-H100-80GB-HBM3", display_name="H100", memory_mib=81559)
     admin = User(email="admin@example.com", name="admin", is_platform_admin=True)
@@ -53,11 +54,13 @@ def _history(db: Session) -> Principal:
         db.add(HourlyUsage(hour_s=hour_s, source="queue", tenant_id=tenant.id,
                            gpu_class_id=gpu.id, subject_id=7, samples=6, mean_used_gpus=3.0,
                            peak_used_gpus=4.0, used_gpu_seconds=3.0 * HOUR,
-                           burst_gpu_seconds=0.5 * HOUR))
+                           burst_gpu_seconds=0.5 * HOUR,
+                           utilised_gpu_seconds=1.5 * HOUR if hour_s % (2 * HOUR) else 0.0,
+                           utilisation_known_seconds=3.0 * HOUR if hour_s % (2 * HOUR) else 0.0))
     for taken_s in range(raw_since, now_s, 600):
         db.add(UsageSample(taken_s=taken_s, source="queue", tenant_id=tenant.id,
                            gpu_class_id=gpu.id, subject_id=7, used_gpus=2.0, burst_gpus=0.5,
-                           holds_s=600))
+                           holds_s=600, utilised_gpus=0.5 if taken_s % 1200 else None))
     db.commit()
     return Principal(user=admin, via="session")
 
@@ -99,6 +102,8 @@ def test_the_report_is_the_same_on_sqlite_and_postgresql(
         assert rows == _report(sqlite_database, on_sqlite, days, group_by)
         assert sum(row["allocated_gpu_hours"] for row in rows) > 0
         assert sum(row["used_gpu_hours"] for row in rows) > 0
+        assert {0 < row["utilisation_coverage"] < 1 for row in rows
+                if row["used_gpu_hours"]} == {True}
     two_days = _report(database, principal, 2, "day")
     # Raw samples reach across midnight into the second day: both days have their use.
     assert [row["used_gpu_hours"] > 0 for row in two_days] == [True, True]

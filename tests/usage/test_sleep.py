@@ -81,8 +81,8 @@ def test_json_csv_and_per_cluster_give_the_slept_gpu_hours(
         "train", 80.0, 12.0)
     per_cluster = list(csv.reader(io.StringIO(client.get(
         "/api/v1/usage/clusters.csv", params=DAY, headers=viewer).text)))
-    assert CLUSTER_COLUMNS[-1] == "slept_gpu_hours"
-    assert (per_cluster[0][-1], per_cluster[1][4], per_cluster[1][-1]) == (
+    assert CLUSTER_COLUMNS[10] == "slept_gpu_hours"  # where it was, utilisation after it
+    assert (per_cluster[0][10], per_cluster[1][4], per_cluster[1][10]) == (
         "slept_gpu_hours", "train", "12.000000")
 
 
