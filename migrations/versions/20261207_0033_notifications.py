@@ -4,7 +4,7 @@ A notification is written in the transaction of the change it tells of, with one
 destination (a person's email, an endpoint); the worker delivers them.
 
 Revision ID: 0033
-Revises: 0030
+Revises: 0032
 Create Date: 2026-12-07 12:00:00
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0033"
-down_revision: str | None = "0030"
+down_revision: str | None = "0032"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
