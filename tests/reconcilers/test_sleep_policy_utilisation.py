@@ -5,7 +5,9 @@ measured by bound GPUs sleeps as before whatever Prometheus does."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +15,8 @@ import pytest
 
 from app.database.core import Database
 from app.kube.manifests.names import host_namespace_name
+from app.reconcilers import sleep_policy as sleep_policy_kind
+from app.utilisation.windows import cluster_peaks as real_peaks
 from app.utilisation.windows import window_query
 from tests.reconcilers.test_sleep_policy import (
     MONDAY_NOON,
@@ -24,7 +28,12 @@ from tests.reconcilers.test_sleep_policy import (
     sample,
 )
 from tests.support.drive import run_due
-from tests.support.fake_prometheus import Answers, fake_prometheus, refusing_url
+from tests.support.fake_prometheus import (
+    Answers,
+    fake_prometheus,
+    refusing_url,
+    silent_prometheus,
+)
 
 TRAIN_NS = host_namespace_name("acme", "train")
 WINDOW = window_query(30 * 60)  # the idle minutes, 30, are more than two scrapes
@@ -101,7 +110,7 @@ def test_a_cluster_stays_awake_with(database: Database, clock: Clock, answers: A
     assert cluster(database, train).power == "awake", case
 
 
-@pytest.mark.parametrize("url", [None, "refused"])
+@pytest.mark.parametrize("url", [None, "refused", "silent"])
 def test_without_a_reading_a_utilisation_cluster_stays_and_a_bound_one_still_sleeps(
         database: Database, clock: Clock, url: str | None) -> None:
     train = measured(database)
@@ -110,8 +119,12 @@ def test_without_a_reading_a_utilisation_cluster_stays_and_a_bound_one_still_sle
     sample(database, quiet, MONDAY_NOON - timedelta(minutes=5), 0)
     plain = make_cluster(database, "plain", sleep_after_idle_minutes=30)
     sample(database, plain, MONDAY_NOON - timedelta(minutes=5), 0)
-    settings = {"prometheus_url": refusing_url()} if url else {}
-    run_due(kind(database, clock, **settings), "w")
+    with silent_prometheus() as silent:
+        settings = {"prometheus_url": refusing_url() if url == "refused" else silent,
+                    "prometheus_timeout_seconds": 0.5} if url else {}
+        began = time.monotonic()
+        run_due(kind(database, clock, **settings), "w")
+        assert time.monotonic() - began < 5  # a silent Prometheus waited on to its deadline
     assert cluster(database, train).power == "awake"
     assert [cluster(database, c).power for c in (quiet, plain)] == ["asleep", "asleep"]
     for event in events(database, "virtual_cluster.sleep"):
@@ -139,4 +152,39 @@ def test_a_sped_up_window_still_holds_two_scrapes(
     answers.instant[window_query(30)] = [(gpu("GPU-1"), 0.0)]
     run_due(reconciler, "w")
     assert answers.asked == [window_query(30)]  # 30 minutes / 720 = 2.5 s < 2 x 15 s
+    assert cluster(database, train).power == "asleep"
+
+
+def test_prometheus_is_read_with_no_session_or_transaction_open(
+        database: Database, clock: Clock, answers: Answers, prometheus: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow Prometheus holds no connection, transaction or row lock (up to its deadline)."""
+    train = measured(database)
+    bound_all_window(database, train)
+    answers.instant[WINDOW] = [(gpu("GPU-1"), 1.0), (gpu("GPU-2"), 1.0)]
+    reconciler = kind(database, clock, prometheus_url=prometheus)
+    open_now: list[str] = []
+    read_while: list[list[str]] = []
+
+    def counted(opened: Callable[[], Any], name: str) -> Callable[[], Any]:
+        @contextmanager
+        def wrapper() -> Iterator[Any]:
+            open_now.append(name)
+            try:
+                with opened() as db:
+                    yield db
+            finally:
+                open_now.remove(name)
+        return wrapper
+
+    monkeypatch.setattr(database, "session", counted(database.session, "session"))
+    monkeypatch.setattr(database, "transaction", counted(database.transaction, "transaction"))
+
+    def reading(*args: Any) -> dict[int, list[float]]:
+        read_while.append(list(open_now))
+        return real_peaks(*args)
+
+    monkeypatch.setattr(sleep_policy_kind, "cluster_peaks", reading)
+    run_due(reconciler, "w")
+    assert read_while == [[]]
     assert cluster(database, train).power == "asleep"
