@@ -132,6 +132,7 @@ WRITTEN_BY_THE_SERVER: dict[str, str] = {
     "cluster_template_versions.state": "fixed states",
     "cluster_template_versions.placement": "a Literal of the schema",
     "cluster_template_versions.pod_security": "a Literal of the schema",
+    "cluster_template_versions.idle_measure": "a Literal of the schema",
     "condition_transitions.type": "condition types the reconciler writes, cut to 200",
     "condition_transitions.status": "True, False or Unknown",
     "condition_transitions.reason": "condition reasons the reconciler writes, cut to 200",
@@ -186,6 +187,7 @@ WRITTEN_BY_THE_SERVER: dict[str, str] = {
     "virtual_clusters.endpoint": "the operator's configured endpoint and a cluster's name",
     "virtual_clusters.power": "fixed states",
     "virtual_clusters.power_reason": "fixed reasons",
+    "virtual_clusters.idle_measure": "a Literal of the schema",
     "web_sessions.id_hash": "a SHA-256 hex digest",
     # Until the endpoints' API (issue 60) writes them through its schema.
     "webhook_endpoints.name": "not written yet: the endpoints' schema",

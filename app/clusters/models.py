@@ -39,6 +39,7 @@ class VirtualCluster(Base):
                         name="idle_minutes_positive"),
         CheckConstraint("delete_after_sleep_days IS NULL OR delete_after_sleep_days > 0",
                         name="delete_days_positive"),
+        CheckConstraint("idle_measure IN ('bound', 'utilisation')", name="idle_measure"),
         Index("ix_virtual_clusters_tenant_id_id", "tenant_id", "id"),  # a tenant's list
         # Placement's sum of the shared pool's GPUs of a class per host, from the index alone.
         Index("ix_virtual_clusters_shared_pool_gpus", "gpu_class_id", "host_cluster_id",
@@ -89,6 +90,10 @@ class VirtualCluster(Base):
     # and deletion after days asleep (warned once, a set time before).
     never_sleep: Mapped[bool] = mapped_column(default=False, server_default=false())
     sleep_after_idle_minutes: Mapped[int | None]
+    # What idle means for those minutes: no GPU pod bound ("bound"), or also every GPU bound
+    # below the idle threshold ("utilisation").
+    idle_measure: Mapped[str] = mapped_column(String(12), default="bound",
+                                              server_default="bound")
     sleep_schedule: Mapped[str | None] = mapped_column(String(200))
     sleep_timezone: Mapped[str] = mapped_column(String(64), default="UTC", server_default="UTC")
     delete_after_sleep_days: Mapped[int | None]

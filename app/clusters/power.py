@@ -9,6 +9,7 @@ undoes it. Policies (idle, schedule) and a kubeconfig download ask through ``req
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from sqlalchemy.orm import Session
@@ -36,9 +37,11 @@ def may_sleep(cluster: VirtualCluster) -> bool:
 
 
 def request(db: Session, cluster: VirtualCluster, power: str, reason: str, *,
-            actor_id: int | None, actor_label: str) -> bool:
+            actor_id: int | None, actor_label: str,
+            detail: Mapping[str, object] | None = None) -> bool:
     """Ask the worker to put the (locked) cluster to sleep or wake it; False if it was asked
-    already. Audited as virtual_cluster.sleep or virtual_cluster.wake."""
+    already. Audited as virtual_cluster.sleep or virtual_cluster.wake, with ``detail`` (what
+    a policy read) added to the event's after."""
     if cluster.deletion_requested_at is not None:
         raise Conflict(f"cluster {cluster.name!r} is being deleted")
     if cluster.power == power:
@@ -58,7 +61,7 @@ def request(db: Session, cluster: VirtualCluster, power: str, reason: str, *,
     audit.record(db, action=action, actor_id=actor_id, actor_label=actor_label,
                  tenant_id=cluster.tenant_id, target_type="virtual_cluster",
                  target_id=cluster.id, target_label=readable.cluster_label(cluster.name),
-                 before=before, after=_power(cluster))
+                 before=before, after={**_power(cluster), **(detail or {})})
     return True
 
 

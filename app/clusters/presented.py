@@ -75,5 +75,6 @@ def cluster_fields(cluster: Any, tenant: str, gpu_class: tuple[str | None, str |
     }
 
 
-SLEEP_POLICY_FIELDS = ("never_sleep", "sleep_after_idle_minutes", "sleep_schedule",
-                       "sleep_timezone", "delete_after_sleep_days", "deletion_warned_at")
+SLEEP_POLICY_FIELDS = ("never_sleep", "sleep_after_idle_minutes", "idle_measure",
+                       "sleep_schedule", "sleep_timezone", "delete_after_sleep_days",
+                       "deletion_warned_at")

@@ -57,7 +57,8 @@ LISTED_COLUMNS = (
     VirtualCluster.created_at, VirtualCluster.updated_at, VirtualCluster.placement_reason,
     VirtualCluster.power, VirtualCluster.power_reason, VirtualCluster.power_changed_at,
     VirtualCluster.asleep_since, VirtualCluster.never_sleep,
-    VirtualCluster.sleep_after_idle_minutes, VirtualCluster.sleep_schedule,
+    VirtualCluster.sleep_after_idle_minutes, VirtualCluster.idle_measure,
+    VirtualCluster.sleep_schedule,
     VirtualCluster.sleep_timezone, VirtualCluster.delete_after_sleep_days,
     VirtualCluster.deletion_warned_at, VirtualCluster.deletion_due_at,
 )

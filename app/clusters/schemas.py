@@ -94,6 +94,12 @@ class PowerOut(BaseModel):
 # Idle minutes (5 minutes to a week) and days asleep before deletion (a day to a year).
 IDLE_MINUTES = (5, 7 * 24 * 60)
 DELETE_DAYS = (1, 365)
+IdleMeasure = Literal["bound", "utilisation"]
+IDLE_MEASURE_MEANS = (
+    "what idle means for the idle minutes: bound (no GPU pod bound), or utilisation (also "
+    "idle while every GPU bound for all those minutes stayed below the operator's idle "
+    "threshold, PORTAL_IDLE_GPU_UTILISATION_PERCENT, as the DCGM exporter reports through "
+    "Prometheus; while that reading is unknown the cluster is not put to sleep for it)")
 
 
 class SleepPolicyIn(BaseModel):
@@ -107,6 +113,7 @@ class SleepPolicyIn(BaseModel):
     sleep_after_idle_minutes: StrictInt | None = Field(
         default=None, ge=IDLE_MINUTES[0], le=IDLE_MINUTES[1],
         description="sleep after this many minutes without a GPU pod bound; null: never")
+    idle_measure: IdleMeasure = Field(default="bound", description=IDLE_MEASURE_MEANS)
     sleep_schedule: SingleLine | None = Field(
         default=None, max_length=sleep_schedule.MAX_LENGTH,
         description='asleep in these hours, e.g. "weekdays 20:00-08:00, weekends", '
@@ -139,6 +146,7 @@ class SleepPolicyOut(BaseModel):
     never_sleep: bool = Field(description="no idle or scheduled sleep, no deletion")
     sleep_after_idle_minutes: int | None = Field(
         description="sleep after this many minutes without a GPU pod bound; null: never")
+    idle_measure: IdleMeasure = Field(description=IDLE_MEASURE_MEANS)
     sleep_schedule: str | None = Field(
         description='asleep in these hours, e.g. "weekdays 20:00-08:00, weekends"')
     sleep_timezone: str = Field(description="the schedule's IANA time zone")

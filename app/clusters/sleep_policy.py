@@ -1,11 +1,13 @@
 """Sleep policies: what a tenant admin sets, and what it asks of a cluster at a moment.
 
-A policy may put an awake cluster to sleep after minutes without a GPU pod bound (``idle``)
-or inside the windows of a schedule in its time zone (``schedule``); a cluster the schedule
-put to sleep wakes when its window ends (one put to sleep otherwise stays asleep until someone
-wakes it). A cluster asleep for ``delete_after_sleep_days`` is deleted: first announced (the
-warning, ``deletion_warned_at``) a set time before, then deleted no sooner than that time
-after the warning. ``never_sleep`` turns all of it off. Waking clears the warning.
+A policy may put an awake cluster to sleep after minutes without a GPU pod bound (``idle``;
+with ``idle_measure`` ``utilisation`` also while every GPU bound stayed below the idle
+threshold all those minutes, which the worker reads from Prometheus) or inside the windows
+of a schedule in its time zone (``schedule``); a cluster the schedule put to sleep wakes when
+its window ends (one put to sleep otherwise stays asleep until someone wakes it). A cluster
+asleep for ``delete_after_sleep_days`` is deleted: first announced (the warning,
+``deletion_warned_at``) a set time before, then deleted no sooner than that time after the
+warning. ``never_sleep`` turns all of it off. Waking clears the warning.
 
 The worker's ``sleep-policy`` kind (app/reconcilers/sleep_policy.py) reads the GPU use and
 calls ``decide`` and ``carry_out`` for each live cluster with a policy.
@@ -14,7 +16,8 @@ calls ``decide`` and ``carry_out`` for each live cluster with a policy.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
@@ -32,8 +35,8 @@ from app.workqueue import ALL, SLEEP_POLICY, enqueue
 log = logging.getLogger(__name__)
 
 ACTOR: Final = "sleep-policy"
-POLICY_FIELDS: Final = ("never_sleep", "sleep_after_idle_minutes", "sleep_schedule",
-                        "sleep_timezone", "delete_after_sleep_days")
+POLICY_FIELDS: Final = ("never_sleep", "sleep_after_idle_minutes", "idle_measure",
+                        "sleep_schedule", "sleep_timezone", "delete_after_sleep_days")
 Action = Literal["sleep-idle", "sleep-schedule", "wake-schedule", "warn", "delete"]
 
 
@@ -107,7 +110,8 @@ def _due(cluster: Any, speedup: float = 1.0) -> datetime:
 @dataclass(frozen=True)
 class Moment:
     """What ``decide`` knows besides the cluster: the time, whether a GPU pod was bound in
-    the cluster's idle minutes (None: the cluster's use was not sampled then), and how long
+    the cluster's idle minutes, or, measured by utilisation, whether one of its GPUs was used
+    (None: not known, its use was not sampled then or Prometheus could not say), and how long
     before a deletion it is announced."""
 
     now: datetime
@@ -115,6 +119,9 @@ class Moment:
     warning: timedelta
     # Demonstrations and tests run the policies' durations faster (PORTAL_SLEEP_POLICY_SPEEDUP).
     speedup: float = 1.0
+    # What the idle reading rests on when it is more than "no GPU pod bound" (GPU utilisation:
+    # its measure and peak), recorded with an idle sleep.
+    evidence: Mapping[str, object] = field(default_factory=dict)
 
 
 def decide(cluster: VirtualCluster, moment: Moment) -> Action | None:
@@ -184,7 +191,8 @@ def carry_out(db: Session, cluster: VirtualCluster, action: Action, moment: Mome
     if action.startswith("sleep") and not power.may_sleep(cluster):
         return  # a private-nodes cluster's policy never puts it to sleep (power.py)
     if action == "sleep-idle":
-        power.request(db, cluster, power.ASLEEP, "idle", actor_id=None, actor_label=ACTOR)
+        power.request(db, cluster, power.ASLEEP, "idle", actor_id=None, actor_label=ACTOR,
+                      detail=moment.evidence)
     elif action == "sleep-schedule":
         power.request(db, cluster, power.ASLEEP, "schedule", actor_id=None, actor_label=ACTOR)
     elif action == "wake-schedule":

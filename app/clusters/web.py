@@ -50,8 +50,8 @@ CREATE_FIELDS = ("name", "kubernetes_version", "placement", "region", "gpu_class
                  "cpu_millicores", "memory_mib", "template", "template_version")
 SIZE_FIELDS = ("gpus", "cpu_millicores", "memory_mib")
 POLLING_PHASES = ("Provisioning", "Deleting", "Unreachable", "Sleeping", "Waking")
-POLICY_FIELDS = ("never_sleep", "sleep_after_idle_minutes", "sleep_schedule", "sleep_timezone",
-                 "delete_after_sleep_days")
+POLICY_FIELDS = ("never_sleep", "sleep_after_idle_minutes", "idle_measure", "sleep_schedule",
+                 "sleep_timezone", "delete_after_sleep_days")
 
 
 def _create_payload(fields: dict[str, str]) -> dict[str, Any]:
@@ -171,8 +171,16 @@ def _detail(request: Request, db: DbSession, principal: Principal, settings: Set
         "form": form or {k: str(getattr(cluster, k)) for k in SIZE_FIELDS},
         "errors": errors or {},
         "policy": policy or _policy_form(cluster), "policy_errors": policy_errors or {},
-        "sleeps_now": sleeps_now,
+        "sleeps_now": sleeps_now, "idle_reading": _idle_reading(settings),
     }, status_code=status_code)
+
+
+def _idle_reading(settings: Settings) -> dict[str, Any]:
+    """What the page says of idleness read from GPU utilisation: the threshold, and why it is
+    unknown when it is known to be (no Prometheus); the utilisation panel, loaded after the
+    page, says whether Prometheus answers now."""
+    unknown = None if settings.prometheus_url else "Prometheus is not configured"
+    return {"threshold_percent": settings.idle_gpu_utilisation_percent, "unknown": unknown}
 
 
 def _policy_form(cluster: ClusterOut) -> dict[str, Any]:
@@ -254,8 +262,11 @@ SLEEP_NOW = "sleep_now"
 
 
 def _policy_payload(fields: dict[str, str]) -> dict[str, Any]:
-    return parse_form(fields, keys=POLICY_FIELDS, booleans=("never_sleep",),
-                      integers=("sleep_after_idle_minutes", "delete_after_sleep_days"))
+    payload = parse_form(fields, keys=POLICY_FIELDS, booleans=("never_sleep",),
+                         integers=("sleep_after_idle_minutes", "delete_after_sleep_days"))
+    if not payload.get("idle_measure"):  # a form without the choice: the default, bound
+        payload.pop("idle_measure", None)
+    return payload
 
 
 def _sleeps_at_once(db: DbSession, principal: Principal, tenant: str, cluster: str,

@@ -278,6 +278,11 @@ class Settings(BaseSettings):
         description="a GPU is idle past the window when it was bound this many minutes and its "
                     "highest utilisation over them is below "
                     "`PORTAL_IDLE_GPU_UTILISATION_PERCENT`")
+    utilisation_scrape_seconds: int = Field(
+        default=60, ge=1, le=3600,
+        description="how often the operator's Prometheus scrapes the DCGM exporter; a sleep "
+                    "policy that reads idleness from GPU utilisation looks back at least two "
+                    "scrapes, so a shortened (sped-up) idle window still holds two readings")
 
     # Bare-metal machines (Metal3): what a provisioned machine is imaged with and how long the
     # bootstrap token it joins with lives.

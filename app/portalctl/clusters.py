@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
@@ -227,9 +228,14 @@ def clusters_upgrade_template(
     emit(upgraded, output, (*CLUSTER_COLUMNS, "template_version_id"))
 
 
-POLICY_FIELDS = ("never_sleep", "sleep_after_idle_minutes", "sleep_schedule", "sleep_timezone",
-                 "delete_after_sleep_days")
+POLICY_FIELDS = ("never_sleep", "sleep_after_idle_minutes", "idle_measure", "sleep_schedule",
+                 "sleep_timezone", "delete_after_sleep_days")
 POLICY_COLUMNS = (*POLICY_FIELDS, "deletion_warned_at", "deletes_at")
+
+
+class IdleOn(StrEnum):
+    bound = "bound"
+    utilisation = "utilisation"
 
 
 @clusters_app.command("sleep-policy")
@@ -238,6 +244,10 @@ def clusters_sleep_policy(
     idle_minutes: Annotated[int | None, typer.Option(
         help="sleep after this many minutes without a GPU pod bound (5 to 10080; 0: never)",
         min=0)] = None,
+    idle_on: Annotated[IdleOn | None, typer.Option(
+        help="what idle means for those minutes: bound (no GPU pod bound) or utilisation "
+             "(also every GPU below the operator's idle threshold, read from Prometheus)")
+    ] = None,
     schedule: Annotated[str | None, typer.Option(
         help='asleep in these hours, e.g. "weekdays 20:00-08:00, weekends" ("": none)')
     ] = None,
@@ -252,10 +262,11 @@ def clusters_sleep_policy(
 ) -> None:
     """Show a cluster's sleep policy, or change it: what is left out keeps its value.
 
-    Example: portalctl clusters sleep-policy train --idle-minutes 60 --schedule "weekdays
-    20:00-08:00, weekends" --timezone Europe/Berlin --delete-after-days 30
+    Example: portalctl clusters sleep-policy train --idle-minutes 60 --idle-on utilisation
+    --schedule "weekdays 20:00-08:00, weekends" --timezone Europe/Berlin --delete-after-days 30
     """
-    changes = {"sleep_after_idle_minutes": idle_minutes, "sleep_schedule": schedule,
+    changes = {"sleep_after_idle_minutes": idle_minutes,
+               "idle_measure": idle_on.value if idle_on else None, "sleep_schedule": schedule,
                "sleep_timezone": timezone, "delete_after_sleep_days": delete_after_days,
                "never_sleep": never_sleep}
     given = {k: v for k, v in changes.items() if v is not None}

@@ -19,8 +19,8 @@ from app.templates.addons import cluster_addons
 from app.templates.models import DEFAULT_TEMPLATE, ClusterTemplate, ClusterTemplateVersion
 
 # The sleep policy a version may give its new clusters (app.clusters.sleep_policy).
-SLEEP_DEFAULTS = ("never_sleep", "sleep_after_idle_minutes", "sleep_schedule", "sleep_timezone",
-                  "delete_after_sleep_days")
+SLEEP_DEFAULTS = ("never_sleep", "sleep_after_idle_minutes", "idle_measure", "sleep_schedule",
+                  "sleep_timezone", "delete_after_sleep_days")
 
 
 def sleep_defaults(row: ClusterTemplateVersion) -> dict[str, Any]:

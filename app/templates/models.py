@@ -44,6 +44,8 @@ class ClusterTemplateVersion(Base):
                         name="idle_minutes_positive"),
         CheckConstraint("delete_after_sleep_days IS NULL OR delete_after_sleep_days > 0",
                         name="delete_days_positive"),
+        CheckConstraint("idle_measure IS NULL OR idle_measure IN ('bound', 'utilisation')",
+                        name="idle_measure"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -69,6 +71,7 @@ class ClusterTemplateVersion(Base):
     # the tenant's admins may change a cluster's policy afterwards.
     never_sleep: Mapped[bool | None]
     sleep_after_idle_minutes: Mapped[int | None]
+    idle_measure: Mapped[str | None] = mapped_column(String(12))
     sleep_schedule: Mapped[str | None] = mapped_column(String(200))
     sleep_timezone: Mapped[str | None] = mapped_column(String(64))
     delete_after_sleep_days: Mapped[int | None]

@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from app.clusters import sleep_schedule
-from app.clusters.schemas import DELETE_DAYS, IDLE_MINUTES, Placement
+from app.clusters.schemas import DELETE_DAYS, IDLE_MINUTES, IdleMeasure, Placement
 from app.kit.validation import MAX_ROW_ID, SingleLine, Visible, dns_label_problem
 from app.quotas.schemas import MAX_GPUS
 from app.templates.addons import addon_values
@@ -112,6 +112,10 @@ class VersionSettings(BaseModel):
     sleep_after_idle_minutes: StrictInt | None = Field(
         default=None, ge=IDLE_MINUTES[0], le=IDLE_MINUTES[1],
         description="new clusters sleep after this many minutes without a GPU pod bound")
+    idle_measure: IdleMeasure | None = Field(
+        default=None, description="what idle means for new clusters' idle minutes: bound (no "
+                                  "GPU pod bound) or utilisation (also every GPU below the "
+                                  "idle threshold); null: bound")
     sleep_schedule: SingleLine | None = Field(
         default=None, max_length=sleep_schedule.MAX_LENGTH,
         description='new clusters sleep in these hours, e.g. "weekdays 20:00-08:00, weekends"')

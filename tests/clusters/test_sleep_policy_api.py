@@ -19,7 +19,7 @@ from tests import factories
 from tests.support.tenancy import Tenancy, headers
 
 URL = "/api/v1/tenants/acme/clusters/train/sleep-policy"
-POLICY = {"never_sleep": False, "sleep_after_idle_minutes": 30,
+POLICY = {"never_sleep": False, "sleep_after_idle_minutes": 30, "idle_measure": "bound",
           "sleep_schedule": "weekdays 20:00-08:00, weekends", "sleep_timezone": "Europe/Berlin",
           "delete_after_sleep_days": 14}
 
@@ -62,9 +62,9 @@ def test_what_is_left_out_is_off(client: TestClient, db: Session, tenancy: Tenan
     client.put(URL, json=POLICY, headers=headers(db, tenancy.acme_admin))
     answer = client.put(URL, json={"sleep_schedule": ""}, headers=headers(db, tenancy.acme_admin))
     assert answer.json()["sleep_policy"] == {
-        "never_sleep": False, "sleep_after_idle_minutes": None, "sleep_schedule": None,
-        "sleep_timezone": "UTC", "delete_after_sleep_days": None, "deletion_warned_at": None,
-        "deletes_at": None}
+        "never_sleep": False, "sleep_after_idle_minutes": None, "idle_measure": "bound",
+        "sleep_schedule": None, "sleep_timezone": "UTC", "delete_after_sleep_days": None,
+        "deletion_warned_at": None, "deletes_at": None}
 
 
 @pytest.mark.parametrize("user", ["acme_member", "acme_viewer", "globex_admin"])

@@ -49,3 +49,18 @@ def test_sleep_and_wake(portal_with_ready_cluster: Portal, portalctl: PortalCtl)
     assert json.loads(slept.stdout)["power"]["wanted"] == "asleep"
     woken = portalctl("clusters", "wake", "train", "-o", "json")
     assert json.loads(woken.stdout)["power"]["wanted"] == "awake"
+
+
+def test_idle_on_utilisation_is_set_kept_and_a_bad_choice_refused(
+        portal_with_ready_cluster: Portal, portalctl: PortalCtl) -> None:
+    portalctl.login(portal_with_ready_cluster, "acme-admin")
+    set_ = portalctl("clusters", "sleep-policy", "train", "--idle-minutes", "30", "--idle-on",
+                     "utilisation", "-o", "json")
+    assert set_.exit_code == 0, set_.stderr
+    assert json.loads(set_.stdout)["idle_measure"] == "utilisation"
+    kept = json.loads(portalctl("clusters", "sleep-policy", "train", "--idle-minutes", "60",
+                                "-o", "json").stdout)
+    assert (kept["idle_measure"], kept["sleep_after_idle_minutes"]) == ("utilisation", 60)
+    refused = portalctl("clusters", "sleep-policy", "train", "--idle-on", "sometimes")
+    assert refused.exit_code != 0 and "bound" in refused.stderr and "utilisation" in (
+        refused.stderr)
