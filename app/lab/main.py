@@ -278,6 +278,8 @@ class Lab:
             "PORTAL_METRICS_ADDRESS": f"127.0.0.1:{self.options.metrics_port}",
             "PORTAL_WORKER_METRICS_ADDRESS": f"127.0.0.1:{self.options.worker_metrics_port}",
             "PORTAL_IDLE_GPU_WINDOW_MINUTES": str(IDLE_GPU_WINDOW_MINUTES),
+            # An idle window on utilisation must hold two of the lab's scrapes, not two of 60 s.
+            "PORTAL_UTILISATION_SCRAPE_SECONDS": self.options.scrape_interval.removesuffix("s"),
             "HTTPS_PROXY": self.proxy.url,
             "NO_PROXY": f"127.0.0.1,localhost,{self.options.network.gateway}",
             "HOME": str(self.folder / "home"),
