@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Connection, insert, inspect, text
+from sqlalchemy import Connection, MetaData, Table, inspect, text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.schema import CallableColumnDefault, ScalarElementColumnDefault
 
 import app.process.all_models  # noqa: F401
 from app.clusters.models import VirtualCluster
@@ -277,16 +278,32 @@ def test_0016_counts_no_burst_in_what_was_sampled_before_and_goes_down_again(
     assert "burst_gpus" not in columns
 
 
+def _insert_as_of(connection: Connection, model: type[Base], **values: object) -> None:
+    """A row of ``model`` as the table is at this revision: a column the model gained since is
+    left out, and the model's defaults fill the columns that exist."""
+    table = Table(model.__tablename__, MetaData(), autoload_with=connection)
+    defaults = {column.name: _default_of(column.default) for column in model.__table__.columns
+                if column.default is not None and column.name in table.c}
+    connection.execute(table.insert().values({**defaults, **values}))
+
+
+def _default_of(default: object) -> object:
+    if isinstance(default, ScalarElementColumnDefault):
+        return default.arg
+    assert isinstance(default, CallableColumnDefault), default
+    return default.arg(None)
+
+
 def _two_clusters_one_asleep(connection: Connection) -> None:
     """acme's shared-pool ``train`` (4 GPUs) asleep since 10:00:00.5, and ``serve`` awake."""
-    connection.execute(insert(Tenant).values(slug="acme", display_name="Acme"))
-    connection.execute(insert(HostCluster).values(name="default"))
-    connection.execute(insert(GpuClass).values(product="H100", display_name="H100"))
+    _insert_as_of(connection, Tenant, slug="acme", display_name="Acme")
+    _insert_as_of(connection, HostCluster, name="default")
+    _insert_as_of(connection, GpuClass, product="H100", display_name="H100")
     asleep = datetime(2026, 12, 2, 10, 0, 0, 500000, tzinfo=UTC)
     for name, since in (("train", asleep), ("serve", None)):
-        connection.execute(insert(VirtualCluster).values(
+        _insert_as_of(connection, VirtualCluster,
             tenant_id=1, host_cluster_id=1, name=name, kubernetes_version="1.32.4",
-            placement="shared-pool", gpu_class_id=1, gpus=4, asleep_since=since))
+            placement="shared-pool", gpu_class_id=1, gpus=4, asleep_since=since)
 
 
 def test_0020_records_the_clusters_asleep_now_keeps_the_ledger_append_only_and_goes_down(
