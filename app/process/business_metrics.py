@@ -5,14 +5,17 @@ oldest one's age; clusters by phase, machines by phase; the queue's backlog per 
 the settings, the idle GPUs per tenant and class from the operator's Prometheus.
 
 Each scrape reads in one short transaction under its own statement timeout: a slow database
-costs the scrape those figures (logged), never the worker's reconciles. Prometheus is asked
-after that transaction ended (no HTTP while a connection is held), at most every
-``IDLE_GAUGE_CACHE_SECONDS``: a Prometheus that scrapes the worker would otherwise query itself
-on every scrape."""
+costs the scrape those figures (logged), never the worker's reconciles. The idle GPUs are read
+at most every ``IDLE_GAUGE_CACHE_SECONDS`` (a Prometheus that scrapes the worker would otherwise
+query itself on every scrape): the scrape that finds the last reading that old reads the
+ownership in its transaction and asks Prometheus after it ended, in the background, answering
+with the last reading meanwhile. No HTTP while a connection is held, and no scrape waits for
+Prometheus (whose scrape timeout may be shorter than the portal's bound on its queries)."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
@@ -45,20 +48,29 @@ GPU_STATES = ("approved", "allocated", "in_use", "burst", "slept")
 IDLE_GAUGE_CACHE_SECONDS = 30
 Figures = dict[tuple[str, str], dict[str, float]]
 IdleCounts = dict[tuple[str, str], int]
+Runner = Callable[[Callable[[], None]], None]
+
+
+def in_background(work: Callable[[], None]) -> None:
+    threading.Thread(target=work, name="idle-gpus", daemon=True).start()
 
 
 class BusinessGauges(Collector):
-    """``settings`` (its Prometheus, the idle rule) adds the idle GPUs; without, they are not
-    served."""
+    """``settings`` (its Prometheus, the idle rule) adds the idle GPUs, served from the first
+    reading on; without, they are not served. ``run`` runs a reading of Prometheus (tests: at
+    once, in the scrape)."""
 
     def __init__(self, database: Database, kinds: Iterable[str],
-                 clock: Callable[[], datetime] = utcnow, settings: Settings | None = None) -> None:
+                 clock: Callable[[], datetime] = utcnow, settings: Settings | None = None,
+                 run: Runner = in_background) -> None:
         self.database = database
         self.kinds = sorted(kinds)
         self.clock = clock
         self.settings = settings
+        self.run = run
         # When the idle GPUs were last read, and what was read (None: Prometheus could not say).
         self._idle: tuple[datetime, IdleCounts | None] | None = None
+        self._reading = threading.Lock()  # one reading at a time
 
     def collect(self) -> Iterator[Metric]:
         now = self.clock()
@@ -73,16 +85,25 @@ class BusinessGauges(Collector):
             log.warning("the business metrics could not be read: %s", type(error).__name__)
             return
         yield from self._families(read, now)
-        if self.settings is not None:
-            if ownership is not None:
-                self._idle = (now, _idle_counts(ownership, self.settings, now))
-            yield from _idle_families(self._idle[1] if self._idle else None)
+        if ownership is not None and self._reading.acquire(blocking=False):
+            self.run(lambda: self._read_idle(ownership, now))
+        if self._idle is not None:
+            yield from _idle_families(self._idle[1])
 
     def _idle_due(self, now: datetime) -> bool:
-        return self.settings is not None and (
+        return self.settings is not None and not self._reading.locked() and (
             self._idle is None
             or now - self._idle[0] >= timedelta(seconds=IDLE_GAUGE_CACHE_SECONDS)
             or now < self._idle[0])
+
+    def _read_idle(self, ownership: Ownership, now: datetime) -> None:
+        assert self.settings is not None
+        try:
+            self._idle = (now, _idle_counts(ownership, self.settings, now))
+        except Exception:  # a bug: the last reading stays, the next scrape reads again
+            log.exception("the idle GPUs could not be read")
+        finally:
+            self._reading.release()
 
     def _families(self, read: dict[str, Any], now: datetime) -> Iterator[Metric]:
         gpus = GaugeMetricFamily("portal_tenant_gpus", "a tenant's GPUs of a class, all regions: "

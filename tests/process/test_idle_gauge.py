@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -21,7 +21,12 @@ from prometheus_client import generate_latest
 from app.database.core import Database, utcnow
 from app.kit.config import Settings
 from app.kit.metrics import registry_of
-from app.process.business_metrics import IDLE_GAUGE_CACHE_SECONDS, BusinessGauges
+from app.process.business_metrics import (
+    IDLE_GAUGE_CACHE_SECONDS,
+    BusinessGauges,
+    Runner,
+    in_background,
+)
 from tests.http.test_metrics import sample
 from tests.support.fake_prometheus import (
     Answers,
@@ -65,11 +70,16 @@ class Clock:
         return self.now
 
 
+def at_once(work: Callable[[], None]) -> None:
+    work()
+
+
 def gauges(fleet: Fleet, url: str | None, clock: Clock | None = None,
-           timeout: float = 30.0) -> BusinessGauges:
+           timeout: float = 30.0, run: Runner = at_once) -> BusinessGauges:
+    """The worker's gauges; Prometheus read within the scrape unless ``run`` says otherwise."""
     settings = fleet.settings.model_copy(update={"prometheus_url": url,
                                                  "prometheus_timeout_seconds": timeout})
-    return BusinessGauges(fleet.database, [], clock=clock or utcnow, settings=settings)
+    return BusinessGauges(fleet.database, [], clock=clock or utcnow, settings=settings, run=run)
 
 
 def scrape(collector: BusinessGauges) -> str:
@@ -159,6 +169,26 @@ def test_without_an_answer_the_gauge_is_left_out_and_known_is_zero(fleet: Fleet)
     assert unlabelled(text, "portal_utilisation_known") == 0
 
 
+def test_a_scrape_never_waits_for_prometheus(fleet: Fleet) -> None:
+    """The worker's Prometheus reading runs beside the scrapes: one that hangs costs the
+    gauge its figure (unknown once the bound is reached), never a scrape its answer, however
+    short the scraper's timeout."""
+    with silent_prometheus() as url:
+        collector = gauges(fleet, url, timeout=5.0, run=in_background)
+        started = time.monotonic()
+        first = scrape(collector)
+        assert time.monotonic() - started < 4
+        assert "portal_utilisation_known" not in first  # no reading yet
+        assert unlabelled(first, "portal_quota_requests_pending") == 0
+
+        def read_once() -> str | None:
+            text = scrape(collector)
+            return text if "portal_utilisation_known" in text else None
+
+        later = wait_for(read_once, "the reading to end at its bound", timeout=60)
+    assert unlabelled(later, "portal_utilisation_known") == 0
+
+
 def test_without_settings_no_utilisation_is_served(fleet: Fleet) -> None:
     text = scrape(BusinessGauges(fleet.database, []))
     assert "portal_utilisation_known" not in text
@@ -181,10 +211,12 @@ def test_portal_worker_serves_the_idle_gauge(tmp_path: Path, empty_prometheus: s
                  PORTAL_PROMETHEUS_URL=empty_prometheus))
 
     def scraped() -> str | None:
+        """A scrape after the first reading of Prometheus (the worker's runs beside)."""
         try:
-            return httpx.get(f"http://{address}/metrics", timeout=10).text
+            text = httpx.get(f"http://{address}/metrics", timeout=10).text
         except httpx.TransportError:
             return None
+        return text if "portal_utilisation_known" in text else None
 
     try:
         text = wait_for(scraped, f"the worker's metrics on {address}", timeout=HANG_SECONDS)
