@@ -86,7 +86,11 @@ class BusinessGauges(Collector):
             return
         yield from self._families(read, now)
         if ownership is not None and self._reading.acquire(blocking=False):
-            self.run(lambda: self._read_idle(ownership, now))
+            try:
+                self.run(lambda: self._read_idle(ownership, now))
+            except BaseException:  # no thread to be had: the next scrape tries again
+                self._reading.release()
+                raise
         if self._idle is not None:
             yield from _idle_families(self._idle[1])
 
