@@ -19,6 +19,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, ORMExecuteState, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
+from app.database.pool_metrics import CheckoutCount, timed_pool_class
 from app.kit.validation import clamped_to_calendar
 
 NAMING_CONVENTION = {
@@ -83,16 +84,19 @@ def make_engine(url: str, limits: TimeLimits | None = None, **kwargs: Any) -> En
     # pydantic-core's parser (Rust) reads the JSON columns (conditions, audit) about twice as
     # fast as ``json.loads``, with the same values.
     kwargs.setdefault("json_deserializer", from_json)
+    if (timed := timed_pool_class(url, kwargs)) is not None:
+        kwargs["poolclass"] = timed
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
         event.listen(engine, "connect", _configure_sqlite)
         event.listen(engine, "begin", _begin_sqlite)
-        return engine
-    if limits is not None:
-        kwargs["connect_args"] = {**kwargs.get("connect_args", {}), "options": limits.options()}
-    engine = create_engine(url, **kwargs)
-    event.listen(engine, "checkin", _note_idle_since)
-    event.listen(engine, "checkout", _ping_if_idle(engine.dialect))
+    else:
+        if limits is not None:
+            kwargs["connect_args"] = {**kwargs.get("connect_args", {}),
+                                      "options": limits.options()}
+        engine = create_engine(url, **kwargs)
+        event.listen(engine, "checkin", _note_idle_since)
+        event.listen(engine, "checkout", _ping_if_idle(engine.dialect))
     return engine
 
 
@@ -184,6 +188,8 @@ class Database:
     def __init__(self, url: str, limits: TimeLimits | None = None, **engine_kwargs: Any) -> None:
         self.url = url
         self.engine = make_engine(url, limits, **engine_kwargs)
+        # Listened after the engine's ping: a checkout it refuses is retried, counted once.
+        self.checkouts = CheckoutCount(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.read_sessions = self._readers(self.engine)
 
@@ -201,6 +207,11 @@ class Database:
         event.listen(readers, "before_flush", _refuse_writes)
         event.listen(readers, "do_orm_execute", _refuse_statements_that_write)
         return readers
+
+    def count_pool_as(self, process: str) -> Database:
+        """Names this pool in the metrics: ``web`` (unless told), ``worker``."""
+        self.checkouts.process = process
+        return self
 
     def configure_sessions(self, **options: Any) -> None:
         """Options (e.g. ``info``) for every session made from now on."""

@@ -119,10 +119,10 @@ def worker() -> None:
     settings = settings_or_exit()
     refuse_simulated_host(settings)
     require_migrated(settings)
-    database = Database(settings.database_url, worker_time_limits(settings))
+    database = Database(settings.database_url, worker_time_limits(settings)).count_pool_as("worker")
     loop = build_worker(settings, database)
     stop_on_signals(loop.stop)
-    business = registry_of(BusinessGauges(database, loop.kinds))
+    business = registry_of(BusinessGauges(database, loop.kinds, settings=settings))
     with metrics_address(settings.worker_metrics_address, business):
         loop.run()
 

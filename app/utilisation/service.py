@@ -64,7 +64,12 @@ class Reading:
 def read(db: Session, settings: Settings, now: datetime | None = None) -> Reading:
     """Every owned GPU now: utilisation, framebuffer and the idle window's peak; raises
     ``Unavailable`` when Prometheus cannot say."""
-    ownership = repository.ownership(db)
+    return read_owned(repository.ownership(db), settings, now)
+
+
+def read_owned(ownership: Ownership, settings: Settings, now: datetime | None = None) -> Reading:
+    """``read`` with the ownership already read: Prometheus only, no database, so a caller can
+    end its transaction first (no HTTP while it holds a connection)."""
     prometheus = Prometheus(settings.prometheus_url, settings.prometheus_timeout_seconds)
     at = now or datetime.now(UTC)
     samples = prometheus.instant(UTILISATION, at)
@@ -167,17 +172,11 @@ def _idle_out(gpu: Gpu) -> IdleGpuOut:
                       peak_in_window_percent=gpu.peak_in_window_percent or 0.0)
 
 
-def idle_gpus_by_tenant_and_class(db: Session,
-                                  settings: Settings) -> dict[tuple[str, str], int] | None:
-    """For the worker's ``portal_tenant_idle_gpus{tenant,gpu_class}`` gauge: idle GPUs per
-    tenant and class; None when Prometheus cannot say (the gauge is then left out)."""
-    try:
-        reading = read(db, settings)
-    except Unavailable:
-        return None
+def count_idle(reading: Reading, threshold_percent: float) -> dict[tuple[str, str], int]:
+    """For the worker's ``portal_tenant_idle_gpus{tenant,gpu_class}``: per tenant and class of
+    the GPUs Prometheus shows, how many are idle past the window (0: none of them)."""
     counts: dict[tuple[str, str], int] = {}
     for gpu in reading.gpus:
-        if gpu.idle(settings.idle_gpu_utilisation_percent):
-            key = (gpu.owner.tenant, gpu.owner.gpu_class)
-            counts[key] = counts.get(key, 0) + 1
+        key = (gpu.owner.tenant, gpu.owner.gpu_class)
+        counts[key] = counts.get(key, 0) + gpu.idle(threshold_percent)
     return counts

@@ -14,7 +14,6 @@ from sqlalchemy.orm import Session
 from app.database.core import Database
 from app.kit.config import Settings
 from app.process.asgi import create_app
-from app.utilisation import service
 from tests.support.fake_prometheus import fake_prometheus, refusing_url, silent_prometheus
 from tests.support.tenancy import Tenancy, build_tenancy, headers
 from tests.support.web import HTML
@@ -143,16 +142,3 @@ def test_prometheus_that_never_answers_is_unknown_within_the_bound(
         assert (body["known"], body["gpus_idle"]) == (False, None)
         assert "in time" in body["reason"]
 
-
-def test_the_workers_gauge_counts_idle_gpus_per_tenant_and_class(
-        settings: Settings, db: Session, tenancy: Tenancy) -> None:
-    """``portal_tenant_idle_gpus{tenant,gpu_class}``'s figures; None (the gauge left out)
-    when Prometheus cannot say, never zeros."""
-    product = tenancy.h100.product
-    with fake_prometheus(answers()) as url:
-        counts = service.idle_gpus_by_tenant_and_class(
-            db, settings.model_copy(update={"prometheus_url": url,
-                                            "prometheus_timeout_seconds": GENEROUS}))
-    assert counts == {("acme", product): 2, ("globex", product): 1}
-    assert service.idle_gpus_by_tenant_and_class(
-        db, settings.model_copy(update={"prometheus_url": refusing_url()})) is None
