@@ -290,7 +290,7 @@ def dev(
                 check_clusters_on_the_new_host(db)
         loop = build_worker(settings, store, simulation, installer)
         app = create_app(settings, store, simulation)
-        business = registry_of(BusinessGauges(store, loop.kinds))
+        business = registry_of(BusinessGauges(store, loop.kinds, settings=settings))
         worker_thread = threading.Thread(target=loop.run, name="worker", daemon=True)
         # As `portal serve` and `portal worker` apart: the web's address its app's requests
         # only, the worker's the business gauges and this process's reconciles, breakers and
