@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import pytest
 from app.kit import outbound
 from app.kit.outbound import Refused, address_problem, checked_addresses, post, url_problem
 from app.webhook.certificates import issue
+from tests.support.http_servers import served
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.1/32")]
 RECEIVER_NAME = "hooks.example.com"
@@ -140,18 +141,10 @@ def _https_receiver(tmp_path: Path, redirect_to: str | None = None
     serving.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
     received: list[tuple[str, bytes]] = []
     handler = type("Handler", (_Receiver,), {"received": received, "redirect_to": redirect_to})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.socket = serving.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     trusting = ssl.create_default_context(cadata=certificate.cert_pem)
     trusting.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    try:
-        yield server.server_address[1], received, trusting
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with served(handler, lambda sock: serving.wrap_socket(sock, server_side=True)) as port:
+        yield port, received, trusting
 
 
 def test_a_call_goes_to_the_checked_address_and_tls_checks_the_name(tmp_path: Path) -> None:

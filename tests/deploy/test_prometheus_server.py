@@ -3,14 +3,14 @@ token where asked, reports a dead target down, and loads the portal's alerting r
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from app.lab.control_plane import free_port
 from tests.deploy.test_prometheus_rules import RULES, _yaml
+from tests.support.http_servers import served
 from tests.support.prometheus import ScrapeJob, running_prometheus
 from tests.support.waiting import wait_for
 
@@ -44,16 +44,8 @@ class _Exporter(BaseHTTPRequestHandler):
 
 @contextmanager
 def _exporter(token: str | None = None) -> Iterator[str]:
-    handler = type("Handler", (_Exporter,), {"token": token})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with served(type("Handler", (_Exporter,), {"token": token})) as port:
+        yield f"127.0.0.1:{port}"
 
 
 def test_a_scraped_series_reads_back_through_the_query_api(tmp_path: Path) -> None:

@@ -18,13 +18,10 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -37,6 +34,7 @@ from app.kit.crypto import SecretBox
 from app.kube.manifests.names import host_namespace_name
 from app.tenants.models import Tenant
 from tests import factories
+from tests.support.http_servers import metrics_page
 from tests.support.kube_server import MISSING as NO_KUBE_ASSETS
 from tests.support.kube_server import (
     ApiServer,
@@ -257,30 +255,6 @@ def _exporter_page(labels: dict[str, str], utilisation: float) -> bytes:
             f"# TYPE DCGM_FI_DEV_FB_USED gauge\nDCGM_FI_DEV_FB_USED{{{named}}} 0\n").encode()
 
 
-@contextmanager
-def _played_exporter(page: bytes) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(page)))
-            self.end_headers()
-            self.wfile.write(page)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-
-
 def _standin_helm(folder: Path) -> Path:
     """A helm that installs nothing and succeeds: the release's Secret never comes, so the
     cluster waits for its control plane (Provisioning) after one install."""
@@ -351,7 +325,8 @@ def test_each_documented_metric_reads_back_as_the_sequence_left_it(
     scratch.mkdir()
     jobs = [ScrapeJob("portal-web", [f"127.0.0.1:{web_metrics}"]),
             ScrapeJob("portal-worker", [f"127.0.0.1:{worker_metrics}"])]
-    with _played_exporter(_exporter_page(gpu, 0.0)) as exporter, \
+    page = _exporter_page(gpu, 0.0)
+    with metrics_page(lambda: page) as exporter, \
             running_prometheus(tmp_path / "prometheus", [*jobs, ScrapeJob("dcgm-exporter",
                                [exporter])], rule_files=[RULES]) as prometheus:
         serve = _portal_env(own_pg_database, TMPDIR=str(scratch),

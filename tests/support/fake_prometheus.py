@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.support.http_servers import served
 
 Labels = Mapping[str, str]
 
@@ -72,15 +73,8 @@ def _handler(answers: Answers) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def fake_prometheus(answers: Answers) -> Iterator[str]:
     """Its base URL while the block runs."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(answers))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with served(_handler(answers)) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @contextmanager

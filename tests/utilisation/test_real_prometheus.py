@@ -4,18 +4,15 @@ chart, and call no GPU idle that was bound only moments ago."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
 
 from app.kit.config import Settings
 from app.utilisation import service
+from tests.support.http_servers import metrics_page
 from tests.support.prometheus import ScrapeJob, running_prometheus
 from tests.support.tenancy import Tenancy, build_tenancy
 from tests.utilisation.support import BUSY, DEDICATED, IDLE, RIVAL, build_fleet
@@ -36,31 +33,6 @@ def exposition() -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-@contextmanager
-def played_exporter() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = exposition()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-
-
 @pytest.fixture
 def tenancy(db: Session) -> Tenancy:
     tenancy = build_tenancy(db, nodes=0)
@@ -70,7 +42,7 @@ def tenancy(db: Session) -> Tenancy:
 
 def test_a_real_prometheus_gives_the_cluster_its_gpus_and_none_idle_yet(
         tmp_path: Path, settings: Settings, db: Session, tenancy: Tenancy) -> None:
-    with played_exporter() as target, \
+    with metrics_page(exposition) as target, \
             running_prometheus(tmp_path, [ScrapeJob("dcgm", [target])]) as prometheus:
         prometheus.wait_for_scrape("dcgm")
         prometheus.wait_for_value('DCGM_FI_DEV_GPU_UTIL{UUID="GPU-2"}', 1.0)
