@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
 GroupBy = Literal["day", "month"]
+
+
+UtilisedGpuHours = Annotated[float | None, Field(
+    description="of used_gpu_hours, those computing: each GPU-hour in use weighted by the "
+                "GPU's utilisation (DCGM_FI_DEV_GPU_UTIL / 100) read from the operator's "
+                "Prometheus at each sample, over the part utilisation_coverage says was "
+                "known; null (unknown) when it never was, 0 when no GPU was in use")]
+UtilisationCoverage = Annotated[float | None, Field(
+    description="the share (0 to 1) of used_gpu_hours whose utilisation was known, so "
+                "utilised_gpu_hours counts; null when no GPU was in use")]
 
 
 class UsageFilters(BaseModel):
@@ -52,16 +62,8 @@ class UsageRow(BaseModel):
                     "deleted, its GPUs were the shared pool's again, free for other tenants. "
                     "Part of allocated_gpu_hours (the tenant still holds the cluster); "
                     "dedicated-nodes clusters free none")
-    utilised_gpu_hours: float | None = Field(
-        default=None,
-        description="of used_gpu_hours, those computing: each GPU-hour in use weighted by the "
-                    "GPU's utilisation (DCGM_FI_DEV_GPU_UTIL / 100) read from the operator's "
-                    "Prometheus at each sample, over the part utilisation_coverage says was "
-                    "known; null (unknown) when it never was, 0 when no GPU was in use")
-    utilisation_coverage: float | None = Field(
-        default=None,
-        description="the share (0 to 1) of used_gpu_hours whose utilisation was known, so "
-                    "utilised_gpu_hours counts; null when no GPU was in use")
+    utilised_gpu_hours: UtilisedGpuHours = None
+    utilisation_coverage: UtilisationCoverage = None
 
 
 class UsageReport(BaseModel):
@@ -93,16 +95,8 @@ class ClusterUsageRow(BaseModel):
                     "fell asleep on the host until it woke or was deleted, its GPUs were the "
                     "shared pool's again, free for other tenants. Part of allocated_gpu_hours "
                     "(the tenant still holds it); dedicated-nodes clusters free none")
-    utilised_gpu_hours: float | None = Field(
-        default=None,
-        description="of used_gpu_hours, those computing: each GPU-hour in use weighted by the "
-                    "GPU's utilisation (DCGM_FI_DEV_GPU_UTIL / 100) read from the operator's "
-                    "Prometheus at each sample, over the part utilisation_coverage says was "
-                    "known; null (unknown) when it never was, 0 when no GPU was in use")
-    utilisation_coverage: float | None = Field(
-        default=None,
-        description="the share (0 to 1) of used_gpu_hours whose utilisation was known, so "
-                    "utilised_gpu_hours counts; null when no GPU was in use")
+    utilised_gpu_hours: UtilisedGpuHours = None
+    utilisation_coverage: UtilisationCoverage = None
 
 
 class ClusterUsageReport(BaseModel):
