@@ -19,6 +19,7 @@ import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
@@ -152,7 +153,7 @@ class NotificationSender:
             lease.check()
             sent = webhooks.deliver(endpoint, item.event, base_url=self.base_url,
                                     now=self.now(), network=self.network)
-            self._record([item], [sent], lease)
+            (written,) = self._record([item], [sent], lease)
             with self.database.transaction() as db:
                 lease.fence(db)
                 if sent.outcome is Result.DELIVERED:
@@ -161,7 +162,7 @@ class NotificationSender:
                     endpoint_failed(db, endpoint_id, sent.detail, self.now())
             if sent.outcome is Result.RETRY:
                 # The receiver is down or busy: the rest wait with it, untried.
-                self._release(claimed[number + 1:], lease)
+                self._release(claimed[number + 1:], written["next_attempt_at"], lease)
                 return
 
     def _endpoint(self, endpoint_id: int) -> webhooks.Endpoint | None:
@@ -178,17 +179,22 @@ class NotificationSender:
 
     # ----- (3) record each result
 
-    def _record(self, claimed: Sequence[Claimed], results: Sequence[Sent], lease: Lease) -> None:
+    def _record(self, claimed: Sequence[Claimed], results: Sequence[Sent], lease: Lease
+                ) -> list[dict[str, Any]]:
+        """Writes each result; what was written, per delivery."""
         now = self.now()
+        written = [self._after(item, sent, now) for item, sent in zip(claimed, results,
+                                                                       strict=True)]
         with self.database.transaction() as db:
             lease.fence(db)
-            for item, sent in zip(claimed, results, strict=True):
+            for item, values in zip(claimed, written, strict=True):
                 db.execute(update(NotificationDelivery)
                            .where(NotificationDelivery.id == item.id)
-                           .values(sending_since=None, **self._after(item, sent, now))
+                           .values(sending_since=None, **values)
                            .execution_options(synchronize_session=False))
+        return written
 
-    def _after(self, item: Claimed, sent: Sent, now: datetime) -> dict[str, object]:
+    def _after(self, item: Claimed, sent: Sent, now: datetime) -> dict[str, Any]:
         if sent.outcome is Result.DELIVERED:
             return {"state": "delivered", "delivered_at": now, "last_error": sent.detail}
         permanent = sent.outcome is Result.PERMANENT and (
@@ -199,11 +205,11 @@ class NotificationSender:
         wait = backoff_seconds(item.attempts, self.jitter())
         return {"next_attempt_at": now + timedelta(seconds=wait), "last_error": sent.detail}
 
-    def _release(self, untried: Sequence[Claimed], lease: Lease) -> None:
-        """Claimed but not sent: pending as before, this attempt not counted."""
+    def _release(self, untried: Sequence[Claimed], later: datetime, lease: Lease) -> None:
+        """Claimed but not sent: pending as before, this attempt not counted, tried after the
+        one that failed (in their order)."""
         if not untried:
             return
-        later = self.now() + timedelta(seconds=backoff_seconds(1, self.jitter()))
         with self.database.transaction() as db:
             lease.fence(db)
             for item in untried:
