@@ -123,6 +123,14 @@ def endpoint(database: Database, url: str) -> int:
         return row.id
 
 
+@pytest.fixture(params=["postgresql", "sqlite"])
+def store(request: pytest.FixtureRequest) -> Database:
+    """PostgreSQL (the test's rolled-back transaction) or the embedded SQLite file."""
+    name = "database" if request.param == "postgresql" else "sqlite_database"
+    found: Database = request.getfixturevalue(name)
+    return found
+
+
 @pytest.fixture
 def receiver(tmp_path: Path) -> Iterator[Receiver]:
     with webhook_receiver(tmp_path, [SECRET]) as serving:
@@ -136,12 +144,12 @@ def mailbox(tmp_path: Path) -> Iterator[Mailbox]:
 
 
 def test_an_emitted_notification_reaches_the_mailbox_and_the_receiver_signed_with_its_uid(
-        database: Database, tmp_path: Path, mailbox: Mailbox, receiver: Receiver) -> None:
-    box = outbox(database, tmp_path, **smtp_settings(mailbox.port, mailbox.ca_file),
+        store: Database, tmp_path: Path, mailbox: Mailbox, receiver: Receiver) -> None:
+    box = outbox(store, tmp_path, **smtp_settings(mailbox.port, mailbox.ca_file),
                  **webhook_settings(receiver, tmp_path), base_url="https://portal.test")
-    ada = person(database, "ada@example.com")
-    hook = endpoint(database, receiver.url)
-    uid = emitted(database, [ada], [hook])
+    ada = person(store, "ada@example.com")
+    hook = endpoint(store, receiver.url)
+    uid = emitted(store, [ada], [hook])
 
     assert box.run() == 2
     (message,) = mailbox.to("ada@example.com")
@@ -161,10 +169,10 @@ def test_an_emitted_notification_reaches_the_mailbox_and_the_receiver_signed_wit
 
 
 def test_a_receiver_failing_twice_gets_it_on_the_third_try_after_the_backoff(
-        database: Database, tmp_path: Path, receiver: Receiver) -> None:
-    box = outbox(database, tmp_path, **webhook_settings(receiver, tmp_path))
-    hook = endpoint(database, receiver.url)
-    uid = emitted(database, [], [hook])
+        store: Database, tmp_path: Path, receiver: Receiver) -> None:
+    box = outbox(store, tmp_path, **webhook_settings(receiver, tmp_path))
+    hook = endpoint(store, receiver.url)
+    uid = emitted(store, [], [hook])
     receiver.fail_next(1, 503)
     receiver.fail_next(1, 429)
 
@@ -185,7 +193,7 @@ def test_a_receiver_failing_twice_gets_it_on_the_third_try_after_the_backoff(
     assert (done.state, done.attempts) == ("delivered", 3)
     assert [r.id for r in receiver.received] == [uid, uid, uid]
     assert len(receiver.accepted()) == 1
-    with database.session() as db:
+    with store.session() as db:
         row = db.get(WebhookEndpoint, hook)
         assert row is not None and row.state == "ok" and row.consecutive_failures == 0
 
@@ -221,11 +229,11 @@ def test_a_4xx_fails_the_delivery_for_good(
 
 
 def test_mail_waits_while_the_smtp_server_is_down_and_goes_once_it_is_up(
-        database: Database, tmp_path: Path) -> None:
+        store: Database, tmp_path: Path) -> None:
     port = free_port(smtp.HOST)
     ca_file = tmp_path / "smtp-server" / "cert.pem"
-    box = outbox(database, tmp_path, **smtp_settings(port, ca_file))
-    uid = emitted(database, [person(database, "ada@example.com")])
+    box = outbox(store, tmp_path, **smtp_settings(port, ca_file))
+    uid = emitted(store, [person(store, "ada@example.com")])
 
     box.run()
     (waiting,) = box.deliveries()
