@@ -10,8 +10,9 @@ from typing import Annotated, Any, Literal
 
 from cryptography.fernet import Fernet
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
+from app.kit.notify_settings import NotifySettings
 from app.kit.prometheus_address import prometheus_url_problem
 from app.kit.webhook_address import webhook_url_problem
 
@@ -25,7 +26,7 @@ class InsecureProductionConfig(ValueError):
     """Production was asked for with a development secret or key."""
 
 
-class Settings(BaseSettings):
+class Settings(NotifySettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     env: Literal["development", "production", "test"] = Field(

@@ -29,7 +29,7 @@ def configuration_reference() -> str:
 def _shown_default(name: str, default: Any) -> str:
     if name in _SHOWN_DEFAULTS:
         return _SHOWN_DEFAULTS[name]
-    if default is None or default == []:
+    if default is None or default == [] or default == "":
         return "unset"
     if isinstance(default, list):
         return f"`{json.dumps(default)}`"

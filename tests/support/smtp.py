@@ -105,9 +105,11 @@ def _authenticator(mailbox: Mailbox) -> Any:
 
 
 @contextmanager
-def smtp_server(tmp_path: Path, *, implicit_tls: bool = False) -> Iterator[Mailbox]:
-    """A running server on 127.0.0.1 and its mailbox, stopped when the block ends; with
-    ``implicit_tls`` TLS from the first byte (port 465's way) instead of STARTTLS."""
+def smtp_server(tmp_path: Path, *, implicit_tls: bool = False,
+                port: int | None = None) -> Iterator[Mailbox]:
+    """A running server on 127.0.0.1 (on ``port``, else a free one) and its mailbox, stopped
+    when the block ends; with ``implicit_tls`` TLS from the first byte (port 465's way)
+    instead of STARTTLS."""
     certificate = issue([HOST], datetime.now(UTC), timedelta(hours=1))
     folder = tmp_path / "smtp-server"
     folder.mkdir(parents=True, exist_ok=True)
@@ -115,7 +117,7 @@ def smtp_server(tmp_path: Path, *, implicit_tls: bool = False) -> Iterator[Mailb
     (folder / "key.pem").write_text(certificate.key_pem)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(folder / "cert.pem", folder / "key.pem")
-    mailbox = Mailbox(port=free_port(HOST), ca_file=folder / "cert.pem")
+    mailbox = Mailbox(port=port or free_port(HOST), ca_file=folder / "cert.pem")
     # aiosmtpd does not see TLS it did not start itself: with implicit TLS, AUTH must not
     # require it (every byte is encrypted anyway).
     tls_options: dict[str, Any] = (

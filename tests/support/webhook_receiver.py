@@ -75,6 +75,8 @@ class Receiver:
     # Every request (after the failures) answers this.
     status: int = 200
     released: threading.Event = field(default_factory=threading.Event)
+    # Requests being held (read, not yet answered).
+    waiting: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -121,7 +123,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         headers = {name.lower(): value for name, value in self.headers.items()}
+        with self.receiver._lock:
+            self.receiver.waiting += 1
         self.receiver.released.wait(HANG_SECONDS)
+        with self.receiver._lock:
+            self.receiver.waiting -= 1
         refused = signature_problem(self.receiver.secrets, headers, body, time.time())
         status = self.receiver._answer_for(refused)
         self.receiver._record(Received(headers.get("webhook-id", ""), headers, body,
