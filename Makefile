@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: lab lab-demo lab-reclaim lab-sleep run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds metal3-crds postgres bench-tools bench
+.PHONY: lab lab-demo lab-reclaim lab-sleep lab-idle run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds metal3-crds postgres bench-tools bench
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Every program the tests run is built from the Go module proxy by `make tools` into .cache/bin,
@@ -144,6 +144,10 @@ lab-reclaim: setup
 # Sleep on idle, wake on use, deletion after days asleep (policies 720 times faster).
 lab-sleep: setup
 	$(SUDO) $(BIN)/portal lab-sleep
+
+# GPUs held but idle: flagged through the lab's Prometheus, slept by a utilisation policy.
+lab-idle: setup
+	$(SUDO) $(BIN)/portal lab-idle
 
 # The suite in parallel (pytest-xdist; tests/conftest.py keeps a file, or a lab, on one
 # worker, and orders the files: xdist's own reorder would start the labs last): most tests

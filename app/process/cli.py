@@ -382,6 +382,19 @@ def lab_sleep(
     _run_lab_walk(lab, sleeping.run)
 
 
+@cli.command("lab-idle")
+def lab_idle(
+    lab: Annotated[Path, typer.Option(help="the running lab's folder")] = Path(".lab"),
+) -> None:
+    """Idle GPUs on a running lab, through its Prometheus and played DCGM exporter: a busy team's
+    utilisation shown within two scrapes, an idle team flagged after the 1-minute window and put
+    to sleep by a policy idle on utilisation, its GPUs bound to a third team's waiting pods.
+    Exits 1 if a check fails."""
+    from app.lab import idle_walk
+
+    _run_lab_walk(lab, idle_walk.run)
+
+
 def _run_lab_walk(lab: Path, walk: Callable[[dict[str, str], Path], Report]) -> None:
     from app.lab import demo
 

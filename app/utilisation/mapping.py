@@ -82,6 +82,11 @@ def node_of(labels: Mapping[str, str]) -> str:
     return next((labels[k] for k in NODE_LABELS if labels.get(k)), "")
 
 
+def holder_of(labels: Mapping[str, str]) -> tuple[str, str]:
+    """The namespace and pod a series names as holding its GPU (empty: none)."""
+    return _first(labels, NAMESPACE_LABELS), _first(labels, POD_LABELS)
+
+
 def _first(labels: Mapping[str, str], keys: Iterable[str]) -> str:
     return next((labels[k] for k in keys if labels.get(k)), "")
 

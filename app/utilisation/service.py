@@ -26,6 +26,7 @@ from app.utilisation.mapping import (
     figures,
     gpu_key,
     gpus_of,
+    holder_of,
     mean_over_time,
 )
 from app.utilisation.schemas import (
@@ -74,9 +75,13 @@ def read_owned(ownership: Ownership, settings: Settings, now: datetime | None = 
     at = now or datetime.now(UTC)
     samples = prometheus.instant(UTILISATION, at)
     used = {gpu_key(s.labels): s.value for s in prometheus.instant(FRAMEBUFFER_USED, at)}
+    holders = {gpu_key(s.labels): holder_of(s.labels) for s in samples}
     peaks: dict[str, float] = {}
     for sample in prometheus.instant(idle_window_query(settings.idle_gpu_window_minutes), at):
         key = gpu_key(sample.labels)
+        if holders.get(key) != holder_of(sample.labels):
+            # The GPU's series of an earlier holder, or of no pod: not the window of this one.
+            continue
         peaks[key] = max(sample.value, peaks.get(key, sample.value))
     gpus = gpus_of(((s.labels, s.value) for s in samples), ownership, used, peaks)
     return Reading(gpus, ownership, at, prometheus)
