@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy import Table, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -30,8 +30,7 @@ def add_notification(db: Session, values: Mapping[str, Any]) -> int:
 
 def add_notification_once(db: Session, values: Mapping[str, Any]) -> int | None:
     """The new row's id, or None when a row of its ``dedupe_key`` exists already."""
-    dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
-    statement = dialect.insert(_NOTIFICATIONS).values(dict(values)).on_conflict_do_nothing(
+    statement = _dialect(db).insert(_NOTIFICATIONS).values(dict(values)).on_conflict_do_nothing(
         index_elements=[_NOTIFICATIONS.c.dedupe_key]).returning(_NOTIFICATIONS.c.id)
     found = db.execute(statement).scalar_one_or_none()
     return int(found) if found is not None else None
@@ -50,8 +49,15 @@ def replace_payload(db: Session, notification_id: int, payload: dict[str, Any]) 
 
 
 def add_deliveries(db: Session, rows: Sequence[Mapping[str, Any]]) -> None:
+    """A delivery per (notification, destination) once: fanning out again adds nothing."""
     if rows:
-        db.execute(insert(_DELIVERIES), list(rows))
+        db.execute(_dialect(db).insert(_DELIVERIES).on_conflict_do_nothing(
+            index_elements=[_DELIVERIES.c.notification_id, _DELIVERIES.c.destination]),
+            list(rows))
+
+
+def _dialect(db: Session) -> Any:
+    return postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
 
 
 def emails_off(db: Session, user_ids: Sequence[int], kind: str) -> set[int]:

@@ -23,7 +23,7 @@ from app.database.core import Database, make_engine, utcnow
 from app.kit.config import Settings
 from app.kube.evictions import Eviction
 from app.kube.manifests.names import host_namespace_name
-from app.notifications import emit
+from app.notifications import emit, repository
 from app.notifications.models import (
     Notification,
     NotificationDelivery,
@@ -130,6 +130,17 @@ def test_an_approval_tells_the_requester_and_the_tenants_admins_and_nobody_else(
     assert payload is not None
     assert (payload["decision"], payload["approved_gpus"], payload["path"]) == (
         "approved", 4, "/t/acme")
+
+
+def test_fanning_out_again_adds_no_second_delivery(session: Session) -> None:
+    """A replayed fan-out (a retried transaction, a replayed write) tells nobody twice."""
+    t = build_tenancy(session)
+    _submitted(session, t)
+    first = _told(session, "quota.requested")
+    rows = [{k: v for k, v in row._mapping.items() if k != "id"} for row in session.execute(
+        select(NotificationDelivery.__table__))]
+    repository.add_deliveries(session, rows)
+    assert _told(session, "quota.requested") == first
 
 
 def test_a_requester_who_left_the_tenant_is_not_told(session: Session) -> None:

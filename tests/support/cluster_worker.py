@@ -23,6 +23,7 @@ from app.database.core import Database
 from app.kit.config import Settings
 from app.kit.logs import configure_logging
 from app.kube.connector import ClientConnector
+from app.process.wiring import connect_hooks
 from app.reconcilers.clusters import ClusterReconciler
 from app.reconcilers.runtime import Runtime
 from tests.support.drive import beside
@@ -32,6 +33,7 @@ from tests.support.paths import ROOT
 def main() -> None:
     settings = Settings()
     configure_logging(settings.log_level)
+    connect_hooks()  # as `portal worker`: the audit trail's outbox listens to every change
     database = Database(settings.database_url)
     reconciler = ClusterReconciler(settings, database, ClientConnector(settings))
     worker = Runtime(database, [*beside(reconciler), reconciler],
