@@ -1,5 +1,5 @@
-"""The lab's modules in two groups, a lab each: a parallel run gives them to two workers, and
-each lab its own network."""
+"""The lab's modules in three groups, a lab each: a parallel run gives them to three workers,
+and each lab its own network."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from app.lab.network import LabNetwork
 TEAMS = pytest.mark.xdist_group("lab-teams")
 # The sleep and reclaim walks, the longest two.
 WALKS = pytest.mark.xdist_group("lab-walks")
+# The idle-GPU walk: most of it a real minute of waiting, beside the other two walks rather
+# than after them (in one group the three walks were the suite's longest path).
+IDLE = pytest.mark.xdist_group("lab-idle")
 
 
 def lab_network(slot: int) -> LabNetwork:

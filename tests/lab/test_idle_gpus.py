@@ -9,7 +9,7 @@ from app.lab import demo, idle_walk
 from app.lab.main import Lab
 from tests.lab import groups
 
-pytestmark = groups.WALKS
+pytestmark = groups.IDLE
 
 
 def test_an_idle_team_is_flagged_and_slept_by_utilisation_and_unknown_is_said_without_prometheus(
