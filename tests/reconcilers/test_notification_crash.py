@@ -18,7 +18,8 @@ from app.notifications import emit, signing
 from app.notifications.models import Notification, NotificationDelivery, WebhookEndpoint
 from tests import factories
 from tests.support import smtp
-from tests.support.notification_worker import NotificationWorker, notification_worker_env
+from tests.support.cluster_worker import WorkerProcess
+from tests.support.notification_worker import notification_worker_env
 from tests.support.smtp import Mailbox, smtp_server
 from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import Receiver, webhook_receiver
@@ -84,7 +85,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing_and_repeats_only_what_was_in
     log = tmp_path / "workers.log"
 
     receiver.hold()
-    first = NotificationWorker.start(env, log)
+    first = WorkerProcess.start(env, log, "tests.support.notification_worker")
     try:
         # Every email sent and recorded; a webhook claimed and committed, its request sent
         # and held by the receiver: kill it there.
@@ -97,7 +98,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing_and_repeats_only_what_was_in
         first.kill()
     receiver.release()
 
-    second = NotificationWorker.start(env, log)
+    second = WorkerProcess.start(env, log, "tests.support.notification_worker")
     try:
         wait_for(lambda: _states(own_pg_database) == Counter(delivered=2 * COUNT),
                  lambda: f"every delivery delivered, found {_states(own_pg_database)}",

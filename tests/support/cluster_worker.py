@@ -14,29 +14,43 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+import app.process.all_models  # noqa: F401 - every table, as `portal worker` has them
 from app.database.core import Database
 from app.kit.config import Settings
 from app.kit.logs import configure_logging
 from app.kube.connector import ClientConnector
 from app.process.wiring import connect_hooks
 from app.reconcilers.clusters import ClusterReconciler
+from app.reconcilers.kind import Kind
 from app.reconcilers.runtime import Runtime
 from tests.support.drive import beside
 from tests.support.paths import ROOT
 
+STOP_SECONDS = 30.0
+
 
 def main() -> None:
+    run_worker(_cluster_kinds)
+
+
+def _cluster_kinds(settings: Settings, database: Database) -> list[Kind]:
+    reconciler = ClusterReconciler(settings, database, ClientConnector(settings))
+    return [*beside(reconciler), reconciler]
+
+
+def run_worker(kinds: Callable[[Settings, Database], list[Kind]]) -> None:
+    """The worker loop over ``kinds`` as `portal worker` runs it, until SIGTERM; the first line
+    on stdout is its identity."""
     settings = Settings()
     configure_logging(settings.log_level)
     connect_hooks()  # as `portal worker`: the audit trail's outbox listens to every change
     database = Database(settings.database_url)
-    reconciler = ClusterReconciler(settings, database, ClientConnector(settings))
-    worker = Runtime(database, [*beside(reconciler), reconciler],
+    worker = Runtime(database, kinds(settings, database),
                      lease_seconds=settings.worker_lease_seconds,
                      concurrency=settings.worker_concurrency,
                      poll_seconds=settings.worker_poll_seconds)
@@ -74,15 +88,17 @@ class WorkerProcess:
     identity: str
 
     @classmethod
-    def start(cls, env: Mapping[str, str], log: Path) -> WorkerProcess:
+    def start(cls, env: Mapping[str, str], log: Path,
+              module: str = "tests.support.cluster_worker") -> WorkerProcess:
+        """``module``'s worker (its ``main`` calls ``run_worker``) in a session of its own."""
         with log.open("a") as errors:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.cluster_worker"], env=dict(env), cwd=ROOT,
+                [sys.executable, "-m", module], env=dict(env), cwd=ROOT,
                 stdout=subprocess.PIPE, stderr=errors, text=True, start_new_session=True)
         assert popen.stdout is not None
         identity = popen.stdout.readline().strip()
         if not identity:
-            popen.wait()
+            popen.wait(STOP_SECONDS)
             raise RuntimeError(f"the worker did not start: {log.read_text()[-2000:]}")
         return cls(popen, identity)
 
@@ -91,9 +107,9 @@ class WorkerProcess:
 
     def kill(self) -> None:
         self._signal_group(signal.SIGKILL)
-        self.popen.wait()
+        self.popen.wait(STOP_SECONDS)
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = STOP_SECONDS) -> None:
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
