@@ -14,7 +14,6 @@ import contextlib
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from app.auth.models import User
 from app.auth.sessions import SECURE_COOKIE, SessionPolicy, SessionStore
 from app.database.core import Database, utcnow
 from app.gpu_classes.models import GpuClass
+from app.lab.ports import free_port
 from app.nodes.models import NodeAssignment
 from app.tenants.models import Tenant
 from bench.seed import ADMIN_EMAIL, BENCH_CLASS, ROOT, Fleet, slug, user_id
@@ -103,13 +103,6 @@ def bearer(token: str) -> dict[str, str]:
 
 def browser(cookie: str) -> dict[str, str]:
     return {"Cookie": f"{SECURE_COOKIE}={cookie}", "Accept": "text/html"}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _stat_fields(pid: int) -> list[str]:

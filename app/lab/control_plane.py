@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -28,18 +27,13 @@ from app.kube.adapter import KubernetesAdapter
 from app.kube.port import KubePort, register_kind
 from app.kube.retry import RetryPolicy
 from app.lab.pki import CertificateAuthority, KeyPair, rsa_key_pair
+from app.lab.ports import free_port
 
 ADMISSION_PLUGINS = ",".join([
     "NamespaceLifecycle", "LimitRanger", "ServiceAccount", "ResourceQuota", "PodSecurity",
     "MutatingAdmissionWebhook", "ValidatingAdmissionWebhook", "ValidatingAdmissionPolicy",
 ])
 SA_ISSUER = "https://kubernetes.default.svc"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 def kubeconfig_yaml(server: str, ca_pem: bytes, *, name: str = "test",

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.kube.port import Manifest
-from app.lab.control_plane import ApiServer, free_port, install_crds
+from app.lab.control_plane import ApiServer, install_crds
+from app.lab.ports import free_port
 from app.lab.processes import terminate_all
 
 KAI_PROGRAMS = ("scheduler", "binder", "podgrouper", "queuecontroller", "podgroupcontroller")

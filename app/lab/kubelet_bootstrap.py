@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from app.kube.port import Manifest
-from app.lab.control_plane import free_port
+from app.lab.ports import free_port
 from app.lab.processes import terminate_all
 
 log = logging.getLogger(__name__)

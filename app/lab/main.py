@@ -28,13 +28,14 @@ import httpx
 from cryptography.fernet import Fernet
 
 from app.lab import charts, host, machines, network
-from app.lab.control_plane import ApiServer, free_port
+from app.lab.control_plane import ApiServer
 from app.lab.dcgm import PlayedDcgmExporter, bounded_adapter
 from app.lab.gpu import GpuScheduling
 from app.lab.kubelet_bootstrap import VirtualKwoks
 from app.lab.metal3 import PROGRAM as BAREMETAL_OPERATOR
 from app.lab.metal3 import BareMetalOperator
 from app.lab.pods import NODE_LABELS, HostAccess, PodRunner, prepare_mount_points
+from app.lab.ports import free_port
 from app.lab.processes import terminate_all
 from app.lab.prometheus import PrometheusError, PrometheusProcess, ScrapeJob, Telemetry
 from app.lab.proxy import ConnectProxy

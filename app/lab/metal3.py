@@ -21,7 +21,8 @@ from pathlib import Path
 import httpx
 
 from app.kube.port import register_kind
-from app.lab.control_plane import ApiServer, free_port, install_crds
+from app.lab.control_plane import ApiServer, install_crds
+from app.lab.ports import free_port
 from app.lab.processes import terminate_all
 
 PROGRAM = "baremetal-operator"

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from app.lab.control_plane import free_port
+from app.lab.ports import free_port
 from tests.deploy.test_prometheus_rules import RULES, _yaml
 from tests.support.http_servers import served
 from tests.support.prometheus import ScrapeJob, running_prometheus

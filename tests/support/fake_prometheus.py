@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from app.lab.ports import free_port
 from tests.support.http_servers import served
 
 Labels = Mapping[str, str]
@@ -88,7 +89,4 @@ def silent_prometheus() -> Iterator[str]:
 
 def refusing_url() -> str:
     """A loopback port nothing listens on: connections are refused at once."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from app.lab.control_plane import free_port
+from app.lab.ports import free_port
 from app.lab.prometheus import PrometheusError, PrometheusProcess
 from app.lab.prometheus import ScrapeJob as ScrapeJob
 from app.lab.prometheus import scrape_config as scrape_config

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import httpx
 import uvicorn
+from starlette.types import ASGIApp
 
 from app.database.core import Database
 from app.kit.config import Settings
@@ -17,39 +18,50 @@ from app.kube.connector import KubeConnector
 from app.kube.helm import Installer
 from app.process.asgi import create_app
 from app.process.worker import build_worker
-from tests.support.web import free_port
 
 
 @contextmanager
 def serving(settings: Settings, database: Database, kube: KubeConnector | None = None,
             *, with_worker: bool = False, installer: Installer | None = None) -> Iterator[str]:
     """The portal on a free loopback port (and its worker, when asked); yields the base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, database, kube),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    threads = [threading.Thread(target=server.run, daemon=True)]
-    worker = build_worker(settings, database, kube, installer) if with_worker else None
-    if worker is not None:
-        threads.append(threading.Thread(target=worker.run, daemon=True))
-    for thread in threads:
+    with served_app(create_app(settings, database, kube)) as base:
+        if not with_worker:
+            yield base
+            return
+        worker = build_worker(settings, database, kube, installer)
+        thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
-    base = f"http://127.0.0.1:{port}"
-    _wait_until_up(base)
-    try:
-        yield base
-    finally:
-        server.should_exit = True
-        if worker is not None:
+        try:
+            yield base
+        finally:
             worker.stop()
-        for thread in threads:
             thread.join(10)
 
 
-def _wait_until_up(base: str) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{base}/healthz")
-            return
-        except httpx.TransportError:
-            time.sleep(0.1)
+@contextmanager
+def served_app(app: ASGIApp, *, started_within: float = 60.0) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread, on a loopback socket bound here, so that no
+    other process can take its port between the choice and the bind; yields the base URL once
+    the server accepts."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        _wait_until_started(server, thread, started_within)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        listener.close()
+
+
+def _wait_until_started(server: uvicorn.Server, thread: threading.Thread, within: float) -> None:
+    deadline = time.monotonic() + within
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("the portal's server stopped before it started: see its log")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the portal's server did not start in {within:.0f} s")
+        time.sleep(0.05)

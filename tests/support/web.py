@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from app.lab.control_plane import free_port as free_port
+from app.lab.ports import free_port as free_port
 
 HTML = {"accept": "text/html"}
 

@@ -4,14 +4,12 @@ count against the load shedder's requests in flight."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import update
@@ -24,8 +22,8 @@ from app.process.asgi import create_app
 from app.web import live
 from tests import factories
 from tests.support.principals import bearer
+from tests.support.serving import served_app
 from tests.support.waiting import wait_for
-from tests.support.web import free_port
 
 STREAM = "/live/t/acme/clusters/train"
 
@@ -60,23 +58,8 @@ def served(own_pg_database: Database, settings: Settings,
     with own_pg_database.session() as db:
         alice, gary = _seed(db)
     app = create_app(settings.model_copy(update={"web_max_in_flight": 1}), own_pg_database)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _answers(base), "the server to start", timeout=15)
-    yield Live(base, app, own_pg_database, alice, gary)
-    server.should_exit = True
-    thread.join(10)
-
-
-def _answers(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/healthz").status_code == 200
-    except httpx.TransportError:
-        return False
+    with served_app(app) as base:
+        yield Live(base, app, own_pg_database, alice, gary)
 
 
 def _events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
