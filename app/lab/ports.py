@@ -24,7 +24,8 @@ FLOOR = 20_000
 # A process keeps its newest reservations; an older port has long been bound by its program
 # (or given up), and a bound port fails the next process's own check.
 KEPT = 512
-RESERVATIONS = Path(tempfile.gettempdir()) / "gpu-tenant-portal-ports"
+# Per user: a folder root made (`sudo make lab`) would not let another user lock in it.
+RESERVATIONS = Path(tempfile.gettempdir()) / f"gpu-tenant-portal-ports-{os.getuid()}"
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 _lock = threading.Lock()
@@ -61,8 +62,8 @@ def candidate_range() -> tuple[int, int]:
 
 
 def _reserve(port: int) -> bool:
-    RESERVATIONS.mkdir(mode=0o1777, parents=True, exist_ok=True)
-    descriptor = os.open(RESERVATIONS / str(port), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o666)
+    RESERVATIONS.mkdir(mode=0o700, parents=True, exist_ok=True)
+    descriptor = os.open(RESERVATIONS / str(port), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -32,7 +32,7 @@ sys.stdin.read()  # holds its reservations until the test lets it go
 @pytest.fixture
 def own_reservations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """This process's allocator as a fresh process's, on reservations of this test's own."""
-    folder = tmp_path / "gpu-tenant-portal-ports"
+    folder = tmp_path / f"gpu-tenant-portal-ports-{os.getuid()}"
     monkeypatch.setattr(ports, "RESERVATIONS", folder)
     monkeypatch.setattr(ports, "_cursor", [])
     monkeypatch.setattr(ports, "_held", type(ports._held)())
