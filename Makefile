@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 
 .PHONY: lab lab-demo lab-reclaim lab-sleep lab-idle run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds metal3-crds postgres bench-tools bench
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# apt-get one at a time: `make test` installs packages side by side, and dpkg has one lock.
+APT_LOCK := /tmp/gpu-tenant-portal-apt.lock
+APT_GET := $(SUDO) flock $(APT_LOCK) env DEBIAN_FRONTEND=noninteractive apt-get
 
 # Every program the tests run is built from the Go module proxy by `make tools` into .cache/bin,
 # pinned by the go.mod/go.sum of one module each under tools/ (etcd is Debian's etcd-server).
@@ -75,26 +78,26 @@ typecheck: setup
 
 # The browser tests drive Debian's Chromium (never a downloaded browser).
 chromium:
-	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+	@command -v chromium >/dev/null || { $(APT_GET) update -qq && \
+		$(APT_GET) install -y -qq chromium >/dev/null; }
 
 # The OCI chart tests run a real registry: CNCF distribution, Debian's docker-registry.
 oci-registry:
-	@command -v docker-registry >/dev/null || { $(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq docker-registry >/dev/null; }
+	@command -v docker-registry >/dev/null || { $(APT_GET) update -qq && \
+		$(APT_GET) install -y -qq docker-registry >/dev/null; }
 
 # The HTTP benchmark (bench/run.py) drives the portal with Debian's wrk (else asyncio clients).
 bench-tools:
-	@command -v wrk >/dev/null || { $(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq wrk >/dev/null; }
+	@command -v wrk >/dev/null || { $(APT_GET) update -qq && \
+		$(APT_GET) install -y -qq wrk >/dev/null; }
 
 bench: setup bench-tools
 	$(BIN)/python bench/run.py --quick
 
 # etcd from Debian, linked beside the built programs.
 etcd:
-	@command -v etcd >/dev/null || { $(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq etcd-server >/dev/null; }
+	@command -v etcd >/dev/null || { $(APT_GET) update -qq && \
+		$(APT_GET) install -y -qq etcd-server >/dev/null; }
 	@mkdir -p $(TOOLS_BIN) && ln -sf "$$(command -v etcd)" $(TOOLS_BIN)/etcd
 
 tool-%:
@@ -154,10 +157,14 @@ lab-idle: setup
 # wait on a process (an API server, KAI, a browser), so on 2 cores more workers than cores pay. The 25 slowest tests and the count that ran close every run;
 # PYTEST_ARGS adds options (e.g. `--junitxml=times.xml` for every test's time).
 PYTEST_WORKERS ?= 4
-pytest: setup chromium oci-registry tools postgres
+PYTEST_NEEDS := setup chromium oci-registry tools postgres
+pytest: $(if $(PYTEST_NEEDS_MET),,$(PYTEST_NEEDS))
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
-test: lint typecheck pytest
+# The checks beside the programs' builds and installs (each waits on its own), then the suite.
+test:
+	$(MAKE) --no-print-directory --jobs=3 --output-sync=target lint typecheck $(PYTEST_NEEDS)
+	$(MAKE) --no-print-directory pytest PYTEST_NEEDS_MET=1
 
 clean:
 	rm -rf $(VENV) .cache portal.db* .mypy_cache .ruff_cache .pytest_cache

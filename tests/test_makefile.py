@@ -49,3 +49,27 @@ def test_make_run_after_make_test_installs_nothing_more(tmp_path: Path) -> None:
     )
     assert "pip" not in stamp.stdout
     assert (venv / "bin" / ".runtime").exists()
+
+
+def test_make_test_checks_and_builds_side_by_side_then_runs_the_suite_once(
+        tmp_path: Path) -> None:
+    plan = _planned("test", tmp_path / "venv").splitlines()
+    suite = [n for n, line in enumerate(plan) if "-m pytest -n" in line]
+    checks = [n for n, line in enumerate(plan)
+              if line.endswith(("/mypy", "ruff check app tests bench")) or "go install" in line]
+    assert len(suite) == 1 and len(checks) > 2
+    assert max(checks) < suite[0]
+
+
+def test_every_apt_get_waits_for_the_others() -> None:
+    """`make test` installs its packages side by side, and dpkg has one lock: an apt-get
+    started beside another would fail at once."""
+    scripts = [ROOT / "Makefile", *sorted((ROOT / "tools").glob("*.sh"))]
+    calls = [(path.name, line.strip()) for path in scripts
+             for line in path.read_text().splitlines()
+             if "apt-get" in line and not line.strip().startswith("#")]
+    assert calls
+    unlocked = [call for call in calls
+                if "flock" not in call[1] and "$(APT_GET)" not in call[1]
+                and '"${apt[@]}"' not in call[1]]
+    assert not unlocked, unlocked

@@ -8,8 +8,10 @@ SUDO=""
 MARK="# gpu-tenant-portal tests: loopback trust"
 
 if ! command -v pg_ctlcluster >/dev/null || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+  # One apt-get at a time: `make test` installs its packages side by side (Makefile's APT_GET).
+  apt=($SUDO flock /tmp/gpu-tenant-portal-apt.lock env DEBIAN_FRONTEND=noninteractive apt-get)
+  "${apt[@]}" update -qq
+  "${apt[@]}" install -y -qq postgresql >/dev/null
 fi
 
 version="$(ls /usr/lib/postgresql | sort -V | tail -1)"
