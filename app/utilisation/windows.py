@@ -14,7 +14,7 @@ from datetime import datetime
 
 from app.kit.config import Settings
 from app.telemetry.prometheus import Prometheus
-from app.utilisation.mapping import Ownership, gpu_key, owner_of
+from app.utilisation.mapping import Ownership, gpu_key, holder_of, owner_of
 
 UTILISATION = "DCGM_FI_DEV_GPU_UTIL"
 
@@ -44,6 +44,8 @@ def cluster_peaks(settings: Settings, ownership: Ownership, asked: Mapping[int, 
     peaks: dict[int, dict[str, float]] = {cluster_id: {} for cluster_id in asked}
     for window_s in sorted({a.window_s for a in asked.values()}):
         for sample in prometheus.instant(window_query(window_s), at):
+            if not any(holder_of(sample.labels)):
+                continue  # a GPU no pod held (a private node's spare): none of its cluster's
             owner = owner_of(sample.labels, ownership)
             cluster_id = wanted.get((owner.tenant, owner.cluster or "", window_s)) \
                 if owner else None
