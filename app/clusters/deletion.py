@@ -15,20 +15,24 @@ from app.workqueue import CLUSTERS, enqueue
 
 
 def request_deletion(db: Session, cluster: VirtualCluster, before: dict[str, Any], *,
-                     actor_id: int | None, actor_label: str) -> bool:
+                     actor_id: int | None, actor_label: str, reason: str | None = None) -> bool:
     """Asks the worker to take the (locked) cluster down; False if it was asked already.
-    Audited as virtual_cluster.delete, ``before`` being the cluster's spec."""
+    Audited as virtual_cluster.delete, ``before`` being the cluster's spec (with ``reason``
+    when the asker has one to give)."""
     if cluster.deletion_requested_at is not None:
         return False
     cluster.deletion_requested_at = utcnow()
     cluster.generation += 1
     enqueue(db, CLUSTERS, cluster.id)
     db.flush()
+    after: dict[str, Any] = {"deletion_requested_at": cluster.deletion_requested_at.isoformat()}
+    if reason:
+        after["reason"] = reason
     audit.record(db, action="virtual_cluster.delete", actor_id=actor_id,
                  actor_label=actor_label, tenant_id=cluster.tenant_id,
                  target_type="virtual_cluster", target_id=cluster.id,
                  target_label=readable.cluster_label(cluster.name), before=before,
-                 after={"deletion_requested_at": cluster.deletion_requested_at.isoformat()})
+                 after=after)
     return True
 
 

@@ -7,7 +7,9 @@ of a schedule in its time zone (``schedule``); a cluster the schedule put to sle
 its window ends (one put to sleep otherwise stays asleep until someone wakes it). A cluster
 asleep for ``delete_after_sleep_days`` is deleted: first announced (the warning,
 ``deletion_warned_at``) a set time before, then deleted no sooner than that time after the
-warning. ``never_sleep`` turns all of it off. Waking clears the warning.
+warning. ``never_sleep`` turns all of it off. Waking clears the warning. The deletion waits
+while the warning is still on its way to someone (its notifications pending), at most one more
+warning period: then it goes anyway, saying so.
 
 The worker's ``sleep-policy`` kind (app/reconcilers/sleep_policy.py) reads the GPU use and
 calls ``decide`` and ``carry_out`` for each live cluster with a policy.
@@ -37,6 +39,9 @@ log = logging.getLogger(__name__)
 ACTOR: Final = "sleep-policy"
 POLICY_FIELDS: Final = ("never_sleep", "sleep_after_idle_minutes", "idle_measure",
                         "sleep_schedule", "sleep_timezone", "delete_after_sleep_days")
+# Why a deletion went ahead while its warning was still being delivered (the audit's reason).
+UNANNOUNCED: Final = ("the deletion warning was still undelivered one warning period after "
+                      "the announced time")
 Action = Literal["sleep-idle", "sleep-schedule", "wake-schedule", "warn", "delete"]
 
 
@@ -122,6 +127,9 @@ class Moment:
     # What the idle reading rests on when it is more than "no GPU pod bound" (GPU utilisation:
     # its measure and peak), recorded with an idle sleep.
     evidence: Mapping[str, object] = field(default_factory=dict)
+    # Whether the cluster's deletion warning is still being delivered to someone (a
+    # notification pending): the deletion waits for it, at most one more warning period.
+    announcing: bool = False
 
 
 def decide(cluster: VirtualCluster, moment: Moment) -> Action | None:
@@ -148,7 +156,19 @@ def _asleep(cluster: VirtualCluster, moment: Moment) -> Action | None:
         return "warn" if moment.now >= _due(cluster, moment.speedup) - moment.warning else None
     due = cluster.deletion_due_at or _due(cluster, moment.speedup)
     warned_long_enough = moment.now >= cluster.deletion_warned_at + moment.warning
-    return "delete" if moment.now >= due and warned_long_enough else None
+    if moment.now < due or not warned_long_enough:
+        return None
+    if moment.announcing and not _unannounced_overdue(cluster, moment):
+        return None
+    return "delete"
+
+
+def _unannounced_overdue(cluster: VirtualCluster, moment: Moment) -> bool:
+    """Whether a deletion whose warning is still undelivered has waited its one more warning
+    period past its time."""
+    due = max(cluster.deletion_due_at or _due(cluster, moment.speedup),
+              (cluster.deletion_warned_at or moment.now) + moment.warning)
+    return moment.now >= due + moment.warning
 
 
 def _in_window(cluster: VirtualCluster, now: datetime) -> bool:
@@ -200,8 +220,13 @@ def carry_out(db: Session, cluster: VirtualCluster, action: Action, moment: Mome
     elif action == "warn":
         _warn(db, cluster, moment)
     else:
+        reason = None
+        if moment.announcing:
+            reason = UNANNOUNCED
+            log.warning("cluster %d: deleted by its sleep policy although its deletion warning "
+                        "is still undelivered, one warning period past its time", cluster.id)
         deletion.request_deletion(db, cluster, deletion.spec_of(cluster), actor_id=None,
-                                  actor_label=ACTOR)
+                                  actor_label=ACTOR, reason=reason)
 
 
 def _warn(db: Session, cluster: VirtualCluster, moment: Moment) -> None:

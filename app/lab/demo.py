@@ -5,7 +5,8 @@ Three tenants get approved GPU quota through the portal's API; each creates a sh
 cluster, one also a dedicated-nodes cluster on GB200 nodes the admin dedicates to it. With the
 kubeconfigs the portal issues, each team applies GPU pods and a Job into its own virtual
 cluster with kubectl. Then the checks read the host (the lab's admin kubeconfig), the teams'
-own kubeconfigs and the portal's API, and say what they found.
+own kubeconfigs and the portal's API, and say what they found. Last, the lab's mailbox: each
+team's admin got its notification emails, and none of another team's (``mail.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import httpx
 
 from app.kube.adapter import KubernetesAdapter
 from app.kube.manifests.names import cluster_queue_name
-from app.lab import isolation
+from app.lab import isolation, mail
 from app.lab.gpu import SCHEDULER_NAME
 from app.lab.walk import DemoError, Kubectl, Report, Team, Workload
 
@@ -115,10 +116,14 @@ def set_up(portal: Portal, teams: tuple[Team, ...]) -> None:
 
 
 def create_tenants(portal: Portal, teams: tuple[Team, ...]) -> None:
+    """Each tenant with its admin, who hears of what happens to it by email."""
     for tenant, display_name in {t.tenant: t.display_name for t in teams}.items():
         portal.call("POST", "/tenants", {"slug": tenant, "display_name": display_name},
                     accept=frozenset({409}))
-        print(f"tenant {tenant}", flush=True)
+        admin = mail.team_admin(tenant)
+        portal.call("POST", f"/tenants/{tenant}/members", {"email": admin, "role": "admin"},
+                    accept=frozenset({409}))
+        print(f"tenant {tenant}, admin {admin}", flush=True)
 
 
 def grant_quota(portal: Portal, team: Team) -> None:
@@ -387,6 +392,9 @@ def run(env: Mapping[str, str], folder: Path, teams: tuple[Team, ...] = TEAMS) -
         check_in_use(report, portal, host, teams)
         for team in teams[:2]:
             check_gpu_hours(report, portal, team)
+        if env.get("MAILDIR"):
+            print("== the teams' notification emails", flush=True)
+            mail.check(report, Path(env["MAILDIR"]), teams)
     except DemoError as error:
         report.check("the walkthrough ran to its end", False, str(error))
     finally:

@@ -6,8 +6,9 @@ the pod runner that plays the kubelet of the vCluster control planes; the CONNEC
 which kubectl reaches them; the portal (``portal dev`` on a real host: web, worker, the local
 sign-in provider) with ``portal webhook``, each under its ServiceAccount of the Kustomize base;
 and its telemetry: a played DCGM exporter for kwok's GPUs and a real Prometheus scraping it and
-the portal's two metrics addresses, with the portal's alert rules. Everything lives under one
-folder (``.lab``); a new lab starts from a clean one.
+the portal's two metrics addresses, with the portal's alert rules; a real SMTP server (aiosmtpd)
+on loopback that keeps the portal's notification emails in a Maildir (``.lab/mail``).
+Everything lives under one folder (``.lab``); a new lab starts from a clean one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -57,6 +59,9 @@ IDLE_GPU_WINDOW_MINUTES = 1
 PROMETHEUS_READY_SECONDS = 60.0
 # Every target up within a few scrapes of Prometheus being ready (a loaded machine is slow).
 TARGETS_UP_SECONDS = 30.0
+# The SMTP server answers within this long of its start.
+MAIL_READY_SECONDS = 30.0
+MAIL_SENDER = "GPU Tenant Portal (lab) <portal@lab.example.com>"
 
 
 class LabError(RuntimeError):
@@ -125,6 +130,7 @@ class Lab:
             # After the proxy: machines of private-nodes clusters join through it.
             self._start_machines(stack)
             chart_repo = stack.enter_context(charts.served(self.options.charts.resolve()))
+            self._start_mail(stack)
             self._start_portal(chart_repo)
             self._start_prometheus(stack)
             self._write_env()
@@ -235,6 +241,29 @@ class Lab:
     def prometheus_url(self) -> str:
         return f"http://127.0.0.1:{self.options.prometheus_port}"
 
+    # ----- the mail server
+
+    @property
+    def maildir(self) -> Path:
+        return self.folder / "mail"
+
+    def _start_mail(self, stack: contextlib.ExitStack) -> None:
+        """aiosmtpd's own server, plain SMTP on loopback, each message into ``maildir``."""
+        self.smtp_port = free_port()
+        with (self.folder / "mail.log").open("ab") as log:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "aiosmtpd", "-n", "-l", f"127.0.0.1:{self.smtp_port}",
+                 "-c", "aiosmtpd.handlers.Mailbox", str(self.maildir)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        stack.callback(terminate_all, [server])
+        deadline = time.monotonic() + MAIL_READY_SECONDS
+        while not _answers("127.0.0.1", self.smtp_port):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise LabError("the SMTP server did not start: see "
+                               f"{self.folder / 'mail.log'}")
+            time.sleep(0.2)
+
     # ----- the portal
 
     def _start_portal(self, chart_repo: str) -> None:
@@ -284,6 +313,12 @@ class Lab:
             "HTTPS_PROXY": self.proxy.url,
             "NO_PROXY": f"127.0.0.1,localhost,{self.options.network.gateway}",
             "HOME": str(self.folder / "home"),
+            # Notifications to the lab's SMTP server: plain SMTP, which only loopback may be.
+            "PORTAL_SMTP_HOST": "127.0.0.1",
+            "PORTAL_SMTP_PORT": str(self.smtp_port),
+            "PORTAL_SMTP_SECURITY": "none",
+            "PORTAL_SMTP_FROM": MAIL_SENDER,
+            "PORTAL_BASE_URL": self.portal_url,
         }
 
     def _kubeconfig_for(self, account: str) -> Path:
@@ -352,6 +387,7 @@ class Lab:
             "NO_PROXY": self.env["NO_PROXY"],
             "KUBECTL": str((self.options.programs / "kubectl").resolve()),
             "PROMETHEUS_URL": self.prometheus_url,
+            "MAILDIR": str(self.maildir),
         }
         path = self.folder / "env"
         path.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
@@ -369,8 +405,16 @@ class Lab:
             f"  the same, and a platform-admin API token: {self.folder / 'env'}",
             f"  Prometheus: {self.prometheus_url} (jobs portal-web, portal-worker and "
             "dcgm-exporter, the lab's played DCGM exporter; the portal's alert rules)",
+            f"  notification emails: SMTP 127.0.0.1:{self.smtp_port}, kept in the Maildir "
+            f"{self.maildir}",
             "  the four teams: `make lab-demo` in another shell. Ctrl-C stops the lab.",
         ])
 
     def _stop_processes(self) -> None:
         terminate_all(self.processes.values(), timeout=15.0)
+
+
+def _answers(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+        return True
+    return False

@@ -7,7 +7,9 @@ transaction of its own, decides again on the locked row and carries it out: slee
 (no GPU pod bound in its idle minutes, read from the usage samples) or inside its schedule's
 window, wake what the schedule put to sleep when the window ends, announce a deletion
 ``PORTAL_SLEEP_DELETE_WARNING_HOURS`` before it, then delete. Every change is audited with
-the actor ``sleep-policy``.
+the actor ``sleep-policy``. A deletion waits while its warning's notifications are pending
+(email ones only when SMTP is configured: otherwise they cannot go), at most one more warning
+period (``app.clusters.sleep_policy``).
 
 A cluster whose policy measures idleness by ``utilisation`` is idle also while GPU pods are
 bound, if every GPU it holds stayed below ``PORTAL_IDLE_GPU_UTILISATION_PERCENT`` over the
@@ -35,6 +37,8 @@ from app.clusters.models import VirtualCluster
 from app.database.core import Database, utcnow
 from app.kit.config import Settings
 from app.kit.errors import Conflict
+from app.notifications.kinds import CLUSTER_DELETION_ANNOUNCED
+from app.notifications.models import Notification, NotificationDelivery
 from app.reconcilers.kind import DONE, GONE, Context, Outcome
 from app.telemetry.prometheus import Unavailable
 from app.tenants.models import Tenant
@@ -85,8 +89,12 @@ class SleepPolicyReconciler:
             clusters = repository.sleep_policy_clusters(db)
             use = self._use(db, clusters, now)
             question = self._question(db, clusters, use, now)
+            announcing = self._announcing(
+                db, [c.id for c in clusters if c.deletion_warned_at is not None])
         reading = self._read(question, now)
-        found = [(c.id, policy.decide(c, self._moment(c, now, use, reading))) for c in clusters]
+        found = [(c.id, policy.decide(c, self._moment(c, now, use, reading,
+                                                      c.id in announcing)))
+                 for c in clusters]
         return [(cluster_id, action) for cluster_id, action in found
                 if action is not None], reading
 
@@ -136,14 +144,22 @@ class SleepPolicyReconciler:
             return Reading(unknown=unavailable.reason)
         return Reading(peaks=peaks, bound=question.bound, asked=question.asked)
 
+    def _announcing(self, db: Session, cluster_ids: list[int]) -> set[int]:
+        """The clusters among ``cluster_ids`` whose deletion warning is still pending for
+        someone; email counts only when SMTP is configured."""
+        if not cluster_ids:
+            return set()
+        channels = ["webhook", "email"] if self.settings.smtp_host else ["webhook"]
+        return announcing(db, cluster_ids, channels)
+
     def _moment(self, cluster: VirtualCluster, now: datetime, use: dict[int, ClusterGpuUse],
-                reading: Reading) -> policy.Moment:
+                reading: Reading, announcing: bool = False) -> policy.Moment:
         busy = self._bound_busy(cluster, now, use.get(cluster.id))
         evidence: dict[str, object] = {}
         if busy is True and cluster.idle_measure == UTILISATION:
             busy, evidence = self._utilisation_busy(cluster, reading)
         return policy.Moment(now=now, busy=busy, warning=self.warning, speedup=self.speedup,
-                             evidence=evidence)
+                             evidence=evidence, announcing=announcing)
 
     def _bound_busy(self, cluster: VirtualCluster, now: datetime,
                     use: ClusterGpuUse | None) -> bool | None:
@@ -183,7 +199,8 @@ class SleepPolicyReconciler:
             cluster = repository.lock_cluster(db, cluster_id)
             if cluster is None:
                 return
-            moment = self._moment(cluster, now, self._use(db, [cluster], now), reading)
+            moment = self._moment(cluster, now, self._use(db, [cluster], now), reading,
+                                  cluster_id in self._announcing(db, [cluster_id]))
             if policy.decide(cluster, moment) != action:
                 return  # changed since it was read: the next pass looks again
             try:
@@ -228,3 +245,17 @@ def bound_gpus(db: Session, cluster_ids: list[int], since_s: int) -> dict[int, f
               & (latest.c.taken_s == UsageSample.taken_s))
         .where(*sources).group_by(UsageSample.subject_id))
     return {int(cluster_id): float(used) for cluster_id, used in rows}
+
+
+def announcing(db: Session, cluster_ids: list[int], channels: list[str]) -> set[int]:
+    """The clusters with a deletion warning's delivery on ``channels`` still pending."""
+    subjects = [str(cluster_id) for cluster_id in cluster_ids]
+    rows = db.scalars(
+        select(Notification.subject_id).distinct()
+        .join(NotificationDelivery, NotificationDelivery.notification_id == Notification.id)
+        .where(Notification.kind == CLUSTER_DELETION_ANNOUNCED,
+               Notification.subject_type == "virtual_cluster",
+               Notification.subject_id.in_(subjects),
+               NotificationDelivery.state == "pending",
+               NotificationDelivery.channel.in_(channels)))
+    return {int(subject) for subject in rows}
