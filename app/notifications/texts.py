@@ -65,9 +65,9 @@ KINDS: dict[str, KindText] = {
         (("quota", "Quota"), *_QUOTA, ("returned_gpus", "GPUs returned"))),
     "quota.expiring": KindText(
         "Quota of {gpus:GPU} ({gpu_class}) for {tenant} ends on {ends_at:day}",
-        "The quota of {gpus:GPU} of class {gpu_class} approved to tenant {tenant} by {request} "
-        "ends on {ends_at:moment}: its GPUs then go back to the pool. Ask for more quota before "
-        "then if you still need them.",
+        "The quota of {gpus:GPU} of class {gpu_class} that request #{request_id} gave tenant "
+        "{tenant} ends on {ends_at:moment}: its GPUs then go back to the pool. Ask for more "
+        "quota before then if you still need them.",
         (("request", "Request"), *_QUOTA, ("ends_at", "Ends"))),
     "cluster.ready": KindText(
         "Cluster {cluster} is Ready",
@@ -116,7 +116,7 @@ KINDS: dict[str, KindText] = {
     "gpus.idle": KindText(
         "{gpus:GPU} of {tenant} idle on {date:day}",
         "On {date:day}, {gpus:GPU} held by tenant {tenant} stayed below {threshold_percent}% "
-        "utilisation for {window_minutes:minute} (read at {observed_at:moment}). Put the idle "
+        "utilisation for {window_minutes:minute} (as of {observed_at:moment}). Put the idle "
         "clusters below to sleep, or give their GPUs back for other tenants.",
         (_TENANT, ("gpus", "Idle GPUs"), ("observed_at", "Read at")),
         item_fields=(_CLUSTER, ("gpus", "Idle GPUs"))),

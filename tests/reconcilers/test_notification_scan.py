@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, true
 from sqlalchemy.orm import Session
 
 from app.clusters.models import VirtualCluster
@@ -20,6 +20,7 @@ from app.database.core import Database, utcnow
 from app.gpu_classes.models import GpuClass
 from app.kit.config import Settings
 from app.kubeconfigs.models import KubeconfigGrant
+from app.notifications import scan
 from app.notifications.messages import Event, email_message
 from app.notifications.models import Notification, NotificationDelivery
 from app.process.worker import build_kinds
@@ -157,6 +158,23 @@ def test_a_quota_ending_within_three_days_tells_the_tenants_admins_once(
     assert "https://portal.test/t/acme" in body
 
 
+def test_two_workers_scanning_at_once_tell_it_once(
+        store: Database, people: People, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both read the request as untold (the race the queries' filter cannot close): the
+    outbox's unique dedupe key lets only the first write it, with its deliveries."""
+    approved(store, people, timedelta(days=1))
+    monkeypatch.setattr(scan, "_untold", lambda *_: true())
+    written = []
+    for _ in ("worker-1", "worker-2"):
+        with store.transaction() as db:
+            written.append(scan.expiring_quotas(db, MONDAY_NOON, 100))
+    assert written == [1, 0]
+    assert [(kind, users) for kind, _, users in told(store)] == [
+        ("quota.expiring", sorted([people.acme_admin, people.acme_admin_2]))]
+    with store.session() as db:
+        assert len(db.scalars(select(NotificationDelivery.id)).all()) == 2
+
+
 # ----- clusters stuck provisioning
 
 
@@ -206,6 +224,29 @@ def test_a_cluster_provisioning_too_long_tells_its_creator_and_admins_once_per_g
     run_due(kind, "w")
     assert [key for _, key, _ in told(store)] == [f"cluster.stuck:{stuck}:1",
                                                    f"cluster.stuck:{stuck}:2"]
+
+
+HOUR_AGO = MONDAY_NOON - timedelta(hours=1)
+
+
+@pytest.mark.parametrize(("conditions", "since", "step"), [
+    ([], MONDAY_NOON - timedelta(hours=5), "NamespaceReady"),
+    # Left Ready an hour ago (its spec changed): provisioning since then.
+    ([condition("NamespaceReady", True), condition("Ready", False, HOUR_AGO)], HOUR_AGO,
+     "QuotaApplied"),
+    # Retried an hour ago after failing.
+    ([condition("Ready", False), condition("Failed", False, HOUR_AGO)], HOUR_AGO,
+     "NamespaceReady"),
+    ([condition("HostReachable", False)], None, None),
+    ([condition("Asleep", True)], None, None),
+    ([condition("Ready", True)], None, None),
+    ([condition("Failed", True)], None, None),
+])
+def test_since_when_and_on_what_a_cluster_waits(
+        conditions: list[dict[str, Any]], since: datetime | None, step: str | None) -> None:
+    found = scan.provisioning(conditions, MONDAY_NOON - timedelta(hours=5), None)
+    shown = (found.since, found.step) if found else (None, None)
+    assert shown == (since, step)
 
 
 def test_the_stuck_minutes_are_the_operators(store: Database, people: People,
