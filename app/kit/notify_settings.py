@@ -47,6 +47,11 @@ class NotifySettings(BaseSettings):
         default=None,
         description="a PEM file of the CAs to trust for webhook receivers instead of the "
                     "system's")
+    notify_stuck_minutes: int = Field(
+        default=30, ge=1, le=10080,
+        description="a cluster still provisioning (neither Ready nor Failed) this many minutes "
+                    "after it began is told to its creator and its tenant's admins as stuck, "
+                    "once per change of its spec")
 
     @field_validator("notify_webhook_allowed_networks")
     @classmethod

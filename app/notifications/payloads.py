@@ -1,15 +1,19 @@
 """What a notification of each kind says: an allowlist of fields taken from the audit event
 (names, numbers, times) and a page path, never a copy of the event's before or after, so no
-secret can ride along."""
+secret can ride along. The time-based kinds (the worker's scan) name their fields one by one
+from the rows they are about."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import UTC, date, datetime
 from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.audit import readable
 from app.audit.events import Recorded
 from app.clusters.models import VirtualCluster
 from app.hosts.models import HostCluster
@@ -121,3 +125,52 @@ def machine_failed(db: Session, event: Recorded) -> Payload:
 def template_validation_failed(db: Session, event: Recorded) -> Payload:
     return {"template": event.target_id, **_picked(event.after, "version"),
             "path": f"/admin/cluster-templates/{quote(event.target_id)}"}
+
+
+# ----- the time-based kinds, found by the worker's scan (app/notifications/scan.py)
+
+
+def _iso(moment: datetime) -> str:
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
+
+
+def _cluster_path(tenant: str, cluster_name: str) -> str:
+    return f"/t/{quote(tenant)}/clusters/{quote(cluster_name)}"
+
+
+def quota_expiring(*, tenant: str, request_id: int, gpu_class: str, gpus: int, region: str,
+                   ends_at: datetime) -> Payload:
+    return {"tenant": tenant, "request": readable.quota_request_label(gpu_class, request_id,
+                                                                      tenant),
+            "request_id": request_id, "gpus": gpus, "gpu_class": gpu_class,
+            "region": region or None, "ends_at": _iso(ends_at), "path": f"/t/{quote(tenant)}"}
+
+
+def cluster_stuck(*, tenant: str, cluster_id: int, cluster_name: str, generation: int,
+                  since: datetime, minutes: int, limit_minutes: int, step: str) -> Payload:
+    return {"tenant": tenant, "cluster": cluster_name, "cluster_id": cluster_id,
+            "generation": generation, "provisioning_since": _iso(since), "minutes": minutes,
+            "limit_minutes": limit_minutes, "step": step[:100],
+            "path": _cluster_path(tenant, cluster_name)}
+
+
+def kubeconfig_expiring(*, tenant: str, cluster_name: str, grant_id: int, role: str,
+                        expires_at: datetime) -> Payload:
+    # The grant's role and end only: never its service account's token or the kubeconfig.
+    return {"tenant": tenant, "cluster": cluster_name, "grant_id": grant_id, "role": role,
+            "expires_at": _iso(expires_at), "path": _cluster_path(tenant, cluster_name)}
+
+
+DEDICATED_NODES = "dedicated nodes (no cluster)"
+
+
+def gpus_idle(*, tenant: str, day: date, idle: Mapping[str | None, int],
+              threshold_percent: float, window_minutes: int, observed_at: datetime) -> Payload:
+    """``idle``: idle GPUs per cluster name (None: the tenant's dedicated nodes, no cluster's
+    pod on them)."""
+    items = [{"cluster": cluster if cluster is not None else DEDICATED_NODES, "gpus": gpus}
+             for cluster, gpus in sorted(idle.items(), key=lambda i: (i[0] is None, i[0] or ""))]
+    return {"tenant": tenant, "date": day.isoformat(), "gpus": sum(idle.values()),
+            "threshold_percent": int(threshold_percent) if threshold_percent.is_integer()
+            else threshold_percent, "window_minutes": window_minutes,
+            "observed_at": _iso(observed_at), "items": items, "path": f"/t/{quote(tenant)}/usage"}

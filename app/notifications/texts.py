@@ -2,14 +2,15 @@
 
 Only the fields named here are ever written into a message (email, Slack, CloudEvents ``data``):
 a payload that carried anything else (a token, say) would not show it. ``{gpus:GPU}`` writes
-a counted noun ("1 GPU", "4 GPUs"); a field the payload lacks is written as a dash. A kind
-missing from the table gets a plain generic message, never an error.
+a counted noun ("1 GPU", "4 GPUs"), ``{ends_at:day}`` a day in words ("9 Dec 2026") and
+``{ends_at:moment}`` with its time ("9 Dec 2026 at 14:00 UTC"); a field the payload lacks is
+written as a dash. A kind missing from the table gets a plain generic message, never an error.
 """
 
 from __future__ import annotations
 
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -63,9 +64,10 @@ KINDS: dict[str, KindText] = {
         "Quota {quota} of tenant {tenant} was {change}.",
         (("quota", "Quota"), *_QUOTA, ("returned_gpus", "GPUs returned"))),
     "quota.expiring": KindText(
-        "Quota for {tenant} ends {ends_at}",
-        "The {gpus:GPU} of class {gpu_class} approved for tenant {tenant} in {region} end at "
-        "{ends_at}. Ask for more quota before then if you still need them.",
+        "Quota of {gpus:GPU} ({gpu_class}) for {tenant} ends on {ends_at:day}",
+        "The quota of {gpus:GPU} of class {gpu_class} that request #{request_id} gave tenant "
+        "{tenant} ends on {ends_at:moment}: its GPUs then go back to the pool. Ask for more "
+        "quota before then if you still need them.",
         (("request", "Request"), *_QUOTA, ("ends_at", "Ends"))),
     "cluster.ready": KindText(
         "Cluster {cluster} is Ready",
@@ -76,15 +78,18 @@ KINDS: dict[str, KindText] = {
         "Cluster {cluster} of tenant {tenant} failed ({reason}). Its page says what went wrong.",
         (_CLUSTER, _TENANT, _REASON)),
     "cluster.stuck": KindText(
-        "Cluster {cluster} is still provisioning",
-        "Cluster {cluster} of tenant {tenant} has been provisioning for {minutes:minute}, "
-        "longer than expected. Its page shows the step it waits on.",
-        (_CLUSTER, _TENANT, ("minutes", "Minutes"))),
+        "Cluster {cluster} of {tenant} stuck provisioning since {provisioning_since:moment}",
+        "Cluster {cluster} of tenant {tenant} has been provisioning since "
+        "{provisioning_since:moment}, {minutes:minute} now: longer than the {limit_minutes:minute} "
+        "it should take. It waits on step {step}; its page shows why.",
+        (_CLUSTER, _TENANT, ("provisioning_since", "Provisioning since"), ("step", "Waiting on"),
+         ("generation", "Generation"))),
     "kubeconfig.expiring": KindText(
-        "Your kubeconfig for {cluster} expires {expires_at}",
-        "The kubeconfig you took for cluster {cluster} of tenant {tenant} expires at "
-        "{expires_at}. Take a new one from the cluster's page.",
-        (_CLUSTER, _TENANT, ("expires_at", "Expires"))),
+        "Your kubeconfig for {cluster} expires on {expires_at:moment}",
+        "The {role} kubeconfig you took for cluster {cluster} of tenant {tenant} expires on "
+        "{expires_at:moment}. Take a new one from the cluster's page before then to keep "
+        "your access.",
+        (_CLUSTER, _TENANT, ("role", "Role"), ("expires_at", "Expires"))),
     "cluster.asleep": KindText(
         "Cluster {cluster} is asleep",
         "Cluster {cluster} of tenant {tenant} is asleep: its GPUs are freed until it is woken.",
@@ -109,9 +114,12 @@ KINDS: dict[str, KindText] = {
         (_TENANT, ("count", "Pods")),
         item_fields=(_CLUSTER, ("pod", "Pod"), ("at", "When"))),
     "gpus.idle": KindText(
-        "Idle GPUs in {tenant}",
-        "{gpus:GPU} held by tenant {tenant} sat idle on {date}.",
-        (_TENANT, ("gpus", "GPUs"), ("date", "Day"))),
+        "{gpus:GPU} of {tenant} idle on {date:day}",
+        "On {date:day}, {gpus:GPU} held by tenant {tenant} stayed below {threshold_percent}% "
+        "utilisation for {window_minutes:minute} (as of {observed_at:moment}). Put the idle "
+        "clusters below to sleep, or give their GPUs back for other tenants.",
+        (_TENANT, ("gpus", "Idle GPUs"), ("observed_at", "Read at")),
+        item_fields=(_CLUSTER, ("gpus", "Idle GPUs"))),
     "host.unreachable": KindText(
         "Host {host} is unreachable",
         "The portal cannot reach host cluster {host}. Its page shows the last answer.",
@@ -224,6 +232,32 @@ def _time_text(value: str) -> str:
         return value
 
 
+def _moment(value: Any) -> datetime | None:
+    """A time or day as stored (a datetime, ISO 8601 text), in UTC; None if it is neither."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if not isinstance(value, datetime):
+        return None
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def _day(moment: datetime) -> str:
+    return f"{moment.day} {_MONTHS[moment.month - 1]} {moment.year}"
+
+
+def _day_and_time(moment: datetime) -> str:
+    return f"{_day(moment)} at {moment:%H:%M} UTC"
+
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+# ``{ends_at:day}`` "9 Dec 2026"; ``{ends_at:moment}`` "9 Dec 2026 at 14:00 UTC" (English
+# month names whatever the machine's locale).
+_MOMENTS: dict[str, Callable[[datetime], str]] = {"day": _day, "moment": _day_and_time}
+
+
 class _Formatter(string.Formatter):
     """``str.format`` over the payload's named fields only: no attribute or index lookups
     (``{tenant.__class__}``), a missing field a dash, ``{n:noun}`` a counted noun."""
@@ -236,6 +270,9 @@ class _Formatter(string.Formatter):
 
     def format_field(self, value: Any, format_spec: str) -> str:
         name, raw = value
+        if format_spec in _MOMENTS:
+            moment = _moment(raw)
+            return _MOMENTS[format_spec](moment) if moment else shown(name, raw)
         if format_spec and isinstance(raw, int | float) and not isinstance(raw, bool):
             return counted(raw, format_spec)
         return shown(name, raw)

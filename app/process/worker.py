@@ -13,6 +13,7 @@ from app.reconcilers.kind import Kind
 from app.reconcilers.kubeconfigs import KubeconfigReconciler
 from app.reconcilers.machines import MachineReconciler
 from app.reconcilers.nodes import NodeReconciler
+from app.reconcilers.notification_scan import NotificationScanner
 from app.reconcilers.notifications import NotificationSender
 from app.reconcilers.platform_objects import PlatformObjectsReconciler
 from app.reconcilers.quota_expiry import QuotaExpiryReconciler
@@ -44,7 +45,8 @@ def build_kinds(
             UsageSampler(settings, database, kube),
             TemplateValidator(settings, database, kube, charts),
             HostHealthReconciler(settings, database, kube, charts),
-            NotificationSender(settings, database)]
+            NotificationSender(settings, database),
+            NotificationScanner(settings, database)]
 
 
 def build_worker(

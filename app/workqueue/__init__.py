@@ -12,6 +12,7 @@ from app.workqueue.kinds import (
     KUBECONFIGS,
     MACHINES,
     NODES,
+    NOTIFICATION_SCAN,
     NOTIFICATIONS,
     PLATFORM_OBJECTS,
     QUOTA_EXPIRY,
@@ -25,6 +26,6 @@ from app.workqueue.kinds import (
 from app.workqueue.repository import ask, enqueue, enqueue_many
 
 __all__ = ["ALL", "CLUSTERS", "HOSTS", "KUBECONFIGS", "MACHINES", "NODES", "NOTIFICATIONS",
-           "PLATFORM_OBJECTS", "QUOTA_EXPIRY", "SLEEP_POLICY", "TEMPLATE_VALIDATION",
-           "TENANT_QUEUES", "USAGE", "WEBHOOK", "ask", "enqueue", "enqueue_many",
-           "tenant_queue_key"]
+           "NOTIFICATION_SCAN", "PLATFORM_OBJECTS", "QUOTA_EXPIRY", "SLEEP_POLICY",
+           "TEMPLATE_VALIDATION", "TENANT_QUEUES", "USAGE", "WEBHOOK", "ask", "enqueue",
+           "enqueue_many", "tenant_queue_key"]

@@ -19,6 +19,9 @@ TEMPLATE_VALIDATION = "template-validation"  # a template version's id
 MACHINES = "machines"  # a bare-metal machine's id: its BareMetalHost, secrets and phase
 # A destination with pending deliveries: "email:<user id>" or "webhook:<endpoint id>"
 NOTIFICATIONS = "notifications"
+# One key, ALL: the notifications no audited change causes (quota and kubeconfig ending soon,
+# clusters stuck provisioning, idle GPUs), found by looking
+NOTIFICATION_SCAN = "notification-scan"
 
 
 def tenant_queue_key(tenant_id: int, host_cluster_id: int) -> str:

@@ -403,7 +403,7 @@ def test_counts_and_missing_fields_read_right() -> None:
     assert "failed (—)" in _plain(missing)
     expiring = _mail(_event("kubeconfig.expiring",
                             expires_at=(WHEN + timedelta(hours=20)).isoformat()))
-    assert expiring["Subject"] == "Your kubeconfig for train expires 2026-12-08 05:30 UTC"
+    assert expiring["Subject"] == "Your kubeconfig for train expires on 8 Dec 2026 at 05:30 UTC"
 
 
 def test_a_digest_lists_its_items_up_to_a_bound() -> None:
