@@ -67,7 +67,8 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (
     Kind(CLUSTER_DELETED, "tenant", False, "Cluster deleted",
          "A cluster and everything in it were deleted."),
     Kind(KUBECONFIG_EXPIRING, "person", False, "Kubeconfig expiring",
-         "A kubeconfig issued to you expires within a day."),
+         "A kubeconfig issued to you expires soon: when a quarter of its life is left, at "
+         "most a day (none for kubeconfigs of less than 4 hours)."),
     Kind(GPUS_RECLAIMED, "tenant", False, "Burst GPUs reclaimed",
          "GPUs your tenant borrowed beyond its quota were taken back (one message per "
          "window)."),

@@ -31,6 +31,10 @@ from app.tenants.models import Tenant
 
 QUOTA_NOTICE = timedelta(days=3)
 KUBECONFIG_NOTICE = timedelta(hours=24)
+# A kubeconfig is told of when a quarter of its life is left (at most a day): a day's (the
+# default longest) 6 hours before its end. Shorter ones serve a script or a session, not a
+# person who must renew them.
+SHORTEST_TOLD = timedelta(hours=4)
 # Conditions that say what a cluster is, not a step it waits on.
 _SUMMARIES = frozenset({cond.READY, cond.FAILED, cond.ASLEEP})
 
@@ -142,8 +146,9 @@ def _transition(condition: Mapping[str, Any]) -> datetime | None:
 
 
 def expiring_kubeconfigs(db: Session, now: datetime, limit: int) -> int:
-    """Kubeconfigs not revoked ending within ``KUBECONFIG_NOTICE``, to their holder only; how
-    many. One taken for no longer than the notice is not told: its holder chose its end."""
+    """Kubeconfigs not revoked with a quarter of their life left (at most
+    ``KUBECONFIG_NOTICE``), to their holder only; how many. Those taken for less than
+    ``SHORTEST_TOLD`` are not told."""
     rows = db.execute(
         select(KubeconfigGrant.id, KubeconfigGrant.role, KubeconfigGrant.created_at,
                KubeconfigGrant.expires_at, VirtualCluster.tenant_id, VirtualCluster.name,
@@ -157,7 +162,8 @@ def expiring_kubeconfigs(db: Session, now: datetime, limit: int) -> int:
         .order_by(KubeconfigGrant.expires_at, KubeconfigGrant.id)).all()
     told = 0
     for row in rows:
-        if row.expires_at - row.created_at <= KUBECONFIG_NOTICE:
+        life = row.expires_at - row.created_at
+        if life < SHORTEST_TOLD or row.expires_at - now > min(KUBECONFIG_NOTICE, life / 4):
             continue
         payload = payloads.kubeconfig_expiring(
             tenant=row.slug, cluster_name=row.name, grant_id=row.id, role=row.role,

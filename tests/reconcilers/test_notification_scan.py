@@ -111,10 +111,14 @@ def told(store: Database) -> list[tuple[str, str | None, list[int]]]:
             for row in rows]
 
 
-def subject(store: Database, kind: str) -> tuple[str, str]:
-    """The subject and plain body of the kind's one notification, as emailed."""
+def subject(store: Database, kind: str, key: str | None = None) -> tuple[str, str]:
+    """The subject and plain body of the kind's one notification (of dedupe ``key``), as
+    emailed."""
     with store.session() as db:
-        row = db.scalars(select(Notification).where(Notification.kind == kind)).one()
+        query = select(Notification).where(Notification.kind == kind)
+        if key is not None:
+            query = query.where(Notification.dedupe_key == key)
+        row = db.scalars(query).one()
         message = email_message(Event(row.uid, row.kind, row.payload, row.created_at),
                                 base_url="https://portal.test", sender=smtp.SENDER,
                                 recipient="someone@example.com")
@@ -276,20 +280,26 @@ def test_a_kubeconfig_ending_within_a_day_tells_its_holder_only_once(
         store: Database, people: People, clock: Clock) -> None:
     train = cluster(store, people, "train", timedelta(days=3),
                     conditions=[condition("Ready", True)])
-    ending = grant(store, people, people.acme_viewer, train, timedelta(hours=20))
-    grant(store, people, people.acme_member, train, timedelta(days=3))  # not yet
+    ending = grant(store, people, people.acme_viewer, train, timedelta(hours=12))
+    grant(store, people, people.acme_member, train, timedelta(hours=20))  # not yet
     grant(store, people, people.acme_admin, train, timedelta(hours=10),
           revoked_at=MONDAY_NOON - timedelta(hours=1))
-    # Taken for eight hours a moment ago: its holder chose its end, no warning.
-    grant(store, people, people.acme_member, train, timedelta(hours=8),
-          taken_ago=timedelta(minutes=1))
+    # The default day-long kubeconfig: told with a quarter of its life left, 6 hours.
+    day_long = grant(store, people, people.acme_member, train, timedelta(hours=5),
+                     taken_ago=timedelta(hours=19))
+    grant(store, people, people.acme_admin, train, timedelta(hours=7),
+          taken_ago=timedelta(hours=17))  # more than a quarter left
+    # Taken for three hours: a script's or a session's, never told.
+    grant(store, people, people.acme_member, train, timedelta(minutes=30),
+          taken_ago=timedelta(hours=2, minutes=30))
 
     scan_twice(store, clock, scanner(store, clock))
 
-    assert told(store) == [("kubeconfig.expiring", f"kubeconfig.expiring:{ending}",
-                            [people.acme_viewer])]
-    title, body = subject(store, "kubeconfig.expiring")
-    assert title == "Your kubeconfig for train expires on 8 Dec 2026 at 08:00 UTC"
+    assert sorted(told(store)) == sorted([
+        ("kubeconfig.expiring", f"kubeconfig.expiring:{ending}", [people.acme_viewer]),
+        ("kubeconfig.expiring", f"kubeconfig.expiring:{day_long}", [people.acme_member])])
+    title, body = subject(store, "kubeconfig.expiring", f"kubeconfig.expiring:{ending}")
+    assert title == "Your kubeconfig for train expires on 8 Dec 2026 at 00:00 UTC"
     assert "The edit kubeconfig you took for cluster train of tenant acme" in body
 
 
@@ -299,12 +309,12 @@ def test_a_kubeconfig_warning_reaches_its_holder_through_the_smtp_server(
     clock = Clock(utcnow())
     train = cluster(store, people, "train", timedelta(days=3),
                     conditions=[condition("Ready", True)])
-    ending = grant(store, people, people.acme_viewer, train, timedelta(hours=20))
+    ending = grant(store, people, people.acme_viewer, train, timedelta(hours=12))
     with store.transaction() as db:  # the grant's times from the clock, not MONDAY_NOON
         row = db.get(KubeconfigGrant, ending)
         assert row is not None
         row.created_at, row.expires_at = clock.now - timedelta(days=2), clock.now + timedelta(
-            hours=20)
+            hours=12)
     assert run_due(scanner(store, clock), "w") == 1
 
     with smtp_server(tmp_path) as mailbox:
