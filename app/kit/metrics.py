@@ -54,6 +54,23 @@ HELM_INSTALL_SECONDS = Histogram(
     "portal_helm_install_duration_seconds", "how long a helm install or upgrade of a "
     "virtual cluster or add-on took, by host cluster", ["host"], buckets=SLOW_BUCKETS)
 
+# What became of notification deliveries: each attempt's result (delivered, retry, failed)
+# and those given up unsent (dropped at fan-out, the destination's queue full; expired).
+NOTIFICATION_CHANNELS = ("email", "webhook")
+NOTIFICATION_OUTCOMES = ("delivered", "retry", "failed", "dropped", "expired")
+NOTIFICATIONS = Counter(
+    "portal_notifications", "notification deliveries by channel (email, webhook) and outcome: "
+    "delivered, retry (an attempt to try again), failed (for good), dropped (the "
+    "destination's queue full), expired (not delivered in time)", ["channel", "outcome"])
+for _channel in NOTIFICATION_CHANNELS:
+    for _outcome in NOTIFICATION_OUTCOMES:
+        NOTIFICATIONS.labels(_channel, _outcome)  # every series from 0: rate() sees the first
+
+
+def count_notifications(channel: str, outcome: str, amount: int = 1) -> None:
+    if amount > 0 and channel in NOTIFICATION_CHANNELS and outcome in NOTIFICATION_OUTCOMES:
+        NOTIFICATIONS.labels(channel, outcome).inc(amount)
+
 
 @functools.cache
 def worker_last_pass() -> Gauge:

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from app.audit import events
 from app.audit.events import Recorded
 from app.database.core import utcnow
-from app.notifications import kinds, payloads, recipients, repository
+from app.notifications import counted, kinds, payloads, recipients, repository
 from app.notifications.kinds import KINDS
 from app.notifications.models import new_uid
 from app.notifications.recipients import Role
@@ -88,6 +88,7 @@ def _fan_out(db: Session, notification_id: int, notice: Notice, people: Sequence
              "delivered_at": None, "last_error": "queue full" if destination in full else ""}
             for channel, user_id, endpoint_id, destination in targets]
     repository.add_deliveries(db, rows)
+    counted.dropped(db, [target[0] for target in targets if target[3] in full])
     due = [target[3] for target in targets if target[3] not in full]
     if due:
         enqueue_many(db, NOTIFICATIONS, due, at=notice.deliver_after)

@@ -33,6 +33,7 @@ from app.portalctl.common import (
 from app.portalctl.fleet import fleet, gpu_classes_app, nodes_app
 from app.portalctl.hosts import hosts_app
 from app.portalctl.machines import machines_app
+from app.portalctl.notifications import notifications_app
 from app.portalctl.output import Format, emit
 from app.portalctl.templates import templates_app
 from app.portalctl.usage import usage
@@ -55,6 +56,7 @@ app.command("fleet")(fleet)
 app.add_typer(templates_app, name="templates")
 app.add_typer(hosts_app, name="hosts")
 app.add_typer(machines_app, name="machines")
+app.add_typer(notifications_app, name="notifications")
 app.command("audit")(audit)
 app.command("usage")(usage)
 

@@ -1,7 +1,8 @@
 """The figures an operator charts, read from the database when the worker is scraped (one
 process answers them: not multiplied by the web processes): per tenant and GPU class the GPUs
 approved, allocated, in use, of those the burst, and asleep; pending quota requests and the
-oldest one's age; clusters by phase, machines by phase; the queue's backlog per kind; and, given
+oldest one's age; clusters by phase, machines by phase; the queue's backlog per kind; the
+notification deliveries pending per channel; and, given
 the settings, the idle GPUs per tenant and class from the operator's Prometheus.
 
 Each scrape reads in one short transaction under its own statement timeout: a slow database
@@ -32,6 +33,7 @@ from app.database.core import Database, utcnow
 from app.gpu_classes.models import GpuClass
 from app.kit.config import Settings
 from app.machines.models import Machine
+from app.notifications.models import CHANNELS, NotificationDelivery
 from app.quotas import repository as quotas
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.telemetry.prometheus import Unavailable
@@ -140,6 +142,12 @@ class BusinessGauges(Collector):
             age.add_metric([kind], _age(now, since))
         yield depth
         yield age
+        pending = GaugeMetricFamily("portal_notification_deliveries_pending", "notification "
+                                    "deliveries not yet delivered, failed, dropped or expired, "
+                                    "by channel", labels=["channel"])
+        for channel in CHANNELS:
+            pending.add_metric([channel], read["deliveries"].get(channel, 0))
+        yield pending
 
 
 def _idle_counts(ownership: Ownership, settings: Settings, now: datetime) -> IdleCounts | None:
@@ -175,7 +183,11 @@ def _read(db: Session, now: datetime) -> dict[str, Any]:
             "clusters": _cluster_phases(db),
             "machines": {phase: int(count) for phase, count in db.execute(
                 select(Machine.phase, func.count()).group_by(Machine.phase))},
-            "due": queue.due_per_kind(db, now)}
+            "due": queue.due_per_kind(db, now),
+            "deliveries": {channel: int(count) for channel, count in db.execute(
+                select(NotificationDelivery.channel, func.count())
+                .where(NotificationDelivery.state == "pending")
+                .group_by(NotificationDelivery.channel))}}
 
 
 def _gpus(db: Session) -> Figures:

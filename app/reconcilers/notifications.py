@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.database.core import Database, utcnow
-from app.kit import outbound
+from app.kit import metrics, outbound
 from app.kit.config import Settings
 from app.kit.crypto import SecretBox
 from app.notifications import email, webhooks
@@ -114,7 +114,7 @@ class NotificationSender:
         now = self.now()
         with self.database.transaction() as db:
             lease.fence(db)
-            _expire(db, key, now)
+            expired = _expire(db, key, now)
             rows = db.execute(
                 select(NotificationDelivery.id, NotificationDelivery.attempts, Notification.uid,
                        Notification.kind, Notification.payload, Notification.created_at)
@@ -130,6 +130,7 @@ class NotificationSender:
                            .where(NotificationDelivery.id == item.id)
                            .values(sending_since=now, attempts=item.attempts)
                            .execution_options(synchronize_session=False))
+        metrics.count_notifications(key.partition(":")[0], "expired", expired)
         return claimed
 
     # ----- (2) send
@@ -143,7 +144,7 @@ class NotificationSender:
         messages = [email_message(item.event, base_url=self.base_url, sender=sender,
                                   recipient=address) for item in claimed]
         batch = email.send_batch(self._smtp(), messages)
-        self._record(claimed, batch.results, lease)
+        self._record("email", claimed, batch.results, lease)
         if batch.server_problem:
             raise RetryLater(batch.server_problem)
 
@@ -153,7 +154,7 @@ class NotificationSender:
             lease.check()
             sent = webhooks.deliver(endpoint, item.event, base_url=self.base_url,
                                     now=self.now(), network=self.network)
-            (written,) = self._record([item], [sent], lease)
+            (written,) = self._record("webhook", [item], [sent], lease)
             with self.database.transaction() as db:
                 lease.fence(db)
                 if sent.outcome is Result.DELIVERED:
@@ -179,9 +180,9 @@ class NotificationSender:
 
     # ----- (3) record each result
 
-    def _record(self, claimed: Sequence[Claimed], results: Sequence[Sent], lease: Lease
-                ) -> list[dict[str, Any]]:
-        """Writes each result; what was written, per delivery."""
+    def _record(self, channel: str, claimed: Sequence[Claimed], results: Sequence[Sent],
+                lease: Lease) -> list[dict[str, Any]]:
+        """Writes each result, then counts it; what was written, per delivery."""
         now = self.now()
         written = [self._after(item, sent, now) for item, sent in zip(claimed, results,
                                                                        strict=True)]
@@ -192,6 +193,8 @@ class NotificationSender:
                            .where(NotificationDelivery.id == item.id)
                            .values(sending_since=None, **values)
                            .execution_options(synchronize_session=False))
+        for values in written:
+            metrics.count_notifications(channel, values.get("state", "retry"))
         return written
 
     def _after(self, item: Claimed, sent: Sent, now: datetime) -> dict[str, Any]:
@@ -257,14 +260,16 @@ def _due(now: datetime):  # type: ignore[no-untyped-def]
                     Notification.deliver_after <= now - GRACE))
 
 
-def _expire(db: Session, key: str, now: datetime) -> None:
+def _expire(db: Session, key: str, now: datetime) -> int:
+    """Expires the destination's deliveries past ``MAX_AGE``; how many."""
     old = select(Notification.id).where(Notification.created_at < now - MAX_AGE)
-    db.execute(update(NotificationDelivery).where(
+    result = db.execute(update(NotificationDelivery).where(
         NotificationDelivery.destination == key, NotificationDelivery.state == "pending",
         NotificationDelivery.notification_id.in_(old))
         .values(state="expired", sending_since=None,
                 last_error=f"not delivered within {MAX_AGE_HOURS} hours")
         .execution_options(synchronize_session=False))
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def _ssl(settings: Settings) -> ssl.SSLContext | None:

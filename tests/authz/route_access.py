@@ -72,6 +72,13 @@ ROUTES: list[Route] = [
           body=lambda w: {"name": "ci", "scopes": "read", "expires_in_days": "7"}),
     Route("POST", "/tokens/{token_id}/revoke", Access.SIGNED_IN,
           params=lambda w: {"token_id": w.spare_token_ids.get(w.current, 0)}),
+    # The caller's own notification preferences: a kind every user receives, turned off.
+    Route("GET", "/api/v1/me/notification-preferences", Access.SIGNED_IN),
+    Route("PUT", "/api/v1/me/notification-preferences", Access.SIGNED_IN,
+          body=lambda w: {"preferences": [{"kind": "kubeconfig.expiring", "email": False}]}),
+    Route("GET", "/account/notifications", Access.SIGNED_IN),
+    Route("POST", "/account/notifications", Access.SIGNED_IN,
+          body=lambda w: {"kinds": "kubeconfig.expiring"}),
     # portalctl login in a browser (without portalctl's query, the page says how to start it);
     # tests/auth/test_cli_login.py covers the rest.
     Route("GET", "/cli/login", Access.SIGNED_IN),

@@ -1,14 +1,17 @@
 """Every metric docs/operator.md §13 names, read back through a real Prometheus after a known
 sequence: `portal serve --workers 2` on PostgreSQL (its processes' values merged), `portal
 worker` with a real kube-apiserver as its host and a registered host that does not answer, a
-stand-in DCGM exporter page with one tenant GPU at 0 %, and the alerting rules loaded.
+stand-in DCGM exporter page with one tenant GPU at 0 %, a real SMTP server that refuses the
+tenant admin's mailbox for now (450), and the alerting rules loaded.
 
 The sequence: three GETs of the tenant list and two of an unknown path; a tenant and two quota
 requests through the API, one approved; a one-GPU cluster on the real host (the stand-in helm
 installs it once; its control plane never answers, so it stays Provisioning); a bare-metal
-machine registered; then the idle window (1 minute) runs out. ``expectations`` says what
-Prometheus must then give; a metric §13 documents without a row there fails
-``test_every_documented_metric_is_read_back``, so a new metric comes with its read-back.
+machine registered; then the idle window (1 minute) runs out. The two requests are emailed to
+the platform admin (delivered), the approval to the tenant admin (tried again later: pending).
+``expectations`` says what Prometheus must then give; a metric §13 documents without a row
+there fails ``test_every_documented_metric_is_read_back``, so a new metric comes with its
+read-back.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from app.kit.crypto import SecretBox
 from app.kube.manifests.names import host_namespace_name
 from app.tenants.models import Tenant
 from tests import factories
+from tests.support import smtp
 from tests.support.http_servers import metrics_page
 from tests.support.kube_server import MISSING as NO_KUBE_ASSETS
 from tests.support.kube_server import (
@@ -46,6 +50,7 @@ from tests.support.kube_server import (
 from tests.support.paths import KAI_QUEUE_CRD, ROOT
 from tests.support.principals import bearer
 from tests.support.prometheus import Prometheus, ScrapeJob, running_prometheus
+from tests.support.smtp import Mailbox, smtp_server
 from tests.support.waiting import wait_for
 from tests.support.web import free_port
 
@@ -131,6 +136,14 @@ def expectations(known: Known) -> dict[str, list[Expect]]:
         "portal_machines": [equal(f"sum(portal_machines{{{worker}}})", 1)],
         "portal_tenant_idle_gpus": [equal(f"portal_tenant_idle_gpus{{{worker},{tenant}}}", 1)],
         "portal_utilisation_known": [equal(f"portal_utilisation_known{{{worker}}}", 1)],
+        "portal_notifications_total": [
+            at_least(f'sum(portal_notifications_total{{{worker},channel="email",'
+                     'outcome="delivered"})', 2),
+            at_least(f'sum(portal_notifications_total{{{worker},channel="email",'
+                     'outcome="retry"})', 1)],
+        "portal_notification_deliveries_pending": [
+            at_least(f'portal_notification_deliveries_pending{{{worker},channel="email"}}', 1),
+            equal(f'portal_notification_deliveries_pending{{{worker},channel="webhook"}}', 0)],
         "portal_db_pool_connections_in_use": [
             at_least(f'portal_db_pool_connections_in_use{{{web},process="web"}}', 0),
             at_least(f'portal_db_pool_connections_in_use{{{worker},process="worker"}}', 0)],
@@ -248,6 +261,12 @@ def _running(argv: list[str], env: dict[str, str], log: Path) -> Iterator[None]:
             process.wait(timeout=60)
 
 
+def _smtp_env(mailbox: Mailbox) -> dict[str, str]:
+    return {"PORTAL_SMTP_HOST": smtp.HOST, "PORTAL_SMTP_PORT": str(mailbox.port),
+            "PORTAL_SMTP_USERNAME": smtp.USERNAME, "PORTAL_SMTP_PASSWORD": smtp.PASSWORD,
+            "PORTAL_SMTP_FROM": smtp.SENDER, "PORTAL_SMTP_CA_FILE": str(mailbox.ca_file)}
+
+
 def _exporter_page(labels: dict[str, str], utilisation: float) -> bytes:
     """The DCGM exporter's page for one GPU, its names and labels."""
     named = ",".join(f'{k}="{v}"' for k, v in labels.items())
@@ -326,7 +345,7 @@ def test_each_documented_metric_reads_back_as_the_sequence_left_it(
     jobs = [ScrapeJob("portal-web", [f"127.0.0.1:{web_metrics}"]),
             ScrapeJob("portal-worker", [f"127.0.0.1:{worker_metrics}"])]
     page = _exporter_page(gpu, 0.0)
-    with metrics_page(lambda: page) as exporter, \
+    with smtp_server(tmp_path) as mailbox, metrics_page(lambda: page) as exporter, \
             running_prometheus(tmp_path / "prometheus", [*jobs, ScrapeJob("dcgm-exporter",
                                [exporter])], rule_files=[RULES]) as prometheus:
         serve = _portal_env(own_pg_database, TMPDIR=str(scratch),
@@ -337,7 +356,8 @@ def test_each_documented_metric_reads_back_as_the_sequence_left_it(
             PORTAL_KUBECONFIG=str(host.write_admin_kubeconfig(tmp_path / "host.kubeconfig")),
             PORTAL_HELM_BINARY=str(_standin_helm(tmp_path / "bin")),
             PORTAL_VCLUSTER_CHART_REPO=f"http://127.0.0.1:{free_port()}",
-            PORTAL_WORKER_POLL_SECONDS="0.5")
+            PORTAL_WORKER_POLL_SECONDS="0.5", **_smtp_env(mailbox))
+        mailbox.refuse[seeded.tenant_admin_email] = "450 4.2.1 Mailbox busy, try again later"
         with _running(["serve", "--port", str(port), "--workers", "2"], serve,
                       tmp_path / "serve.log"), \
                 _running(["worker"], worker, tmp_path / "worker.log"):
