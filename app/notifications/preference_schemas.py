@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from app.notifications.kinds import KINDS
 from app.notifications.models import KIND_MAX
+from app.notifications.preference_service import NEVER_EMAILED
 
 
 class PreferenceOut(BaseModel):
@@ -18,11 +19,25 @@ class PreferenceOut(BaseModel):
     mandatory: bool = Field(description="sent whatever you choose: it cannot be turned off")
 
 
+# Every kind a person may choose for (a webhook's test-send is never emailed).
+CHOICES = sorted(set(KINDS) - NEVER_EMAILED)
+
+
 class PreferenceIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kind: Annotated[str, StringConstraints(min_length=1, max_length=KIND_MAX)]
+    kind: Annotated[str, StringConstraints(min_length=1, max_length=KIND_MAX),
+                    Field(json_schema_extra={"enum": CHOICES},
+                          description="a kind GET lists for you")]
     email: StrictBool
+
+    @field_validator("kind")
+    @classmethod
+    def _a_kind(cls, value: str) -> str:
+        if value not in CHOICES:
+            raise ValueError(f"no notification kind {value!r}; the kinds are "
+                             f"{', '.join(CHOICES)}")
+        return value
 
 
 class PreferencesIn(BaseModel):

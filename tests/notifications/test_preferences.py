@@ -154,7 +154,10 @@ def test_unknown_and_unoffered_kinds_are_refused_naming_them(
     db.commit()
 
     unknown = _put(client, bearer(db, t.acme_admin), cluster__exploded=False)
-    assert unknown.status_code == 422 and "'cluster.exploded'" in unknown.json()["detail"]
+    assert unknown.status_code == 422
+    [error] = unknown.json()["errors"]
+    assert error["field"] == "preferences.0.kind"
+    assert error["message"].startswith("no notification kind 'cluster.exploded'")
     # Never emailed, so never a choice.
     assert _put(client, bearer(db, t.acme_admin), test=False).status_code == 422
     viewer = _put(client, bearer(db, t.acme_viewer), cluster__ready=False)
