@@ -7,7 +7,8 @@ uid (a receiver drops the repeat by it). Each result is then written in a fenced
 of its own: delivered, tried again later with backoff, or failed for good. A delivery older
 than ``MAX_AGE`` expires. The lease makes one worker at a time send to one destination, in
 order, over one SMTP connection per batch; a failing receiver backs off without holding up
-the others.
+the others. Every result is counted in ``portal_notifications_total`` by channel and outcome
+once written (docs/operator.md §13).
 """
 
 from __future__ import annotations
