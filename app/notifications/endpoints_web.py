@@ -62,6 +62,8 @@ def _page(request: Request, db: DbSession, principal: Principal, slug: str | Non
 
 def _create_payload(fields: dict[str, str]) -> dict[str, Any]:
     payload = form_payload(fields, keys=("name", "url", "format"))
+    if not payload["format"]:
+        del payload["format"]  # the default
     chosen = [key.removeprefix(KIND_FIELD) for key, value in fields.items()
               if key.startswith(KIND_FIELD) and value]
     payload["kinds"] = chosen or None
