@@ -53,7 +53,7 @@ def _add(pages: TestClient, path: str, url: str, **fields: str) -> str:
                                    "format": "cloudevents", **fields})
     assert added.status_code == 201, added.text[:500]
     (secret,) = SECRET.findall(added.text)
-    return secret
+    return str(secret)
 
 
 def test_a_tenant_admin_adds_a_webhook_sees_its_secret_once_and_sends_a_test(
