@@ -35,7 +35,7 @@ class EndpointCreate(BaseModel):
                             description="https only; the address must be a public one")
     format: Format = Field(default="cloudevents",
                            description="`slack` (a Slack incoming webhook) or `cloudevents`")
-    kinds: list[str] | None = Field(
+    kinds: list[SingleLine] | None = Field(
         default=None, max_length=KINDS_MAX,
         description="the kinds of notification it receives; null: every kind of its tenant "
                     "(or of the platform)")
@@ -51,7 +51,7 @@ class EndpointUpdate(BaseModel):
     name: SingleLine | None = Field(default=None, min_length=1, max_length=NAME_MAX)
     url: SingleLine | None = Field(default=None, min_length=1, max_length=URL_MAX)
     format: Format | None = None
-    kinds: list[str] | None = Field(default=None, max_length=KINDS_MAX)
+    kinds: list[SingleLine] | None = Field(default=None, max_length=KINDS_MAX)
     disabled: bool | None = Field(default=None,
                                   description="a disabled endpoint keeps its messages for later")
 
