@@ -36,6 +36,7 @@ from app.portalctl.machines import machines_app
 from app.portalctl.output import Format, emit
 from app.portalctl.templates import templates_app
 from app.portalctl.usage import usage
+from app.portalctl.webhooks import webhooks_app
 
 EXIT_CODES = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 forbidden or not signed in."
 app = typer.Typer(help=f"The GPU Tenant Portal from a terminal.\n\n{EXIT_CODES}",
@@ -55,6 +56,7 @@ app.command("fleet")(fleet)
 app.add_typer(templates_app, name="templates")
 app.add_typer(hosts_app, name="hosts")
 app.add_typer(machines_app, name="machines")
+app.add_typer(webhooks_app, name="webhooks")
 app.command("audit")(audit)
 app.command("usage")(usage)
 
