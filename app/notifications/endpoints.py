@@ -103,6 +103,9 @@ def update_endpoint(db: Session, principal: Principal, slug: str | None, endpoin
     if payload.url is not None and payload.url != row.url:
         _check_url(payload.url, settings)
         row.url = payload.url
+        # A new address starts with a clean record: the old one's failures were not its own.
+        row.state, row.failing_since, row.consecutive_failures = "ok", None, 0
+        row.last_error = ""
     if payload.name is not None:
         row.name = payload.name
     if payload.format is not None:

@@ -220,3 +220,21 @@ def test_a_name_is_checked_after_resolution_and_an_allowed_network_lets_it_throu
     t = build_tenancy(db)
     made = _create(api, headers(db, t.acme_admin), "https://receiver.example:8443/hook")
     assert made["url"] == "https://receiver.example:8443/hook"
+
+
+def test_a_new_address_starts_with_a_clean_record_and_kinds_null_means_every_kind(
+        api: TestClient, db: Session, receiver: Receiver) -> None:
+    t = build_tenancy(db)
+    auth = headers(db, t.acme_admin)
+    made = _create(api, auth, receiver.url, kinds=["cluster.ready"])
+    db.execute(update(WebhookEndpoint).values(state="failing", failing_since=utcnow(),
+                                              consecutive_failures=6, last_error="HTTP 503"))
+    db.commit()
+    moved = api.patch(f"{TENANT_HOOKS}/{made['id']}", headers=auth,
+                      json={"url": receiver.url + "/v2", "kinds": None})
+    assert moved.status_code == 200, moved.text
+    assert (moved.json()["state"], moved.json()["last_error"], moved.json()["kinds"]) == (
+        "ok", "", None)
+    refused = api.patch(f"{TENANT_HOOKS}/{made['id']}", headers=auth,
+                        json={"url": "https://127.0.0.2/"})
+    assert refused.status_code == 422 and "loopback" in refused.text
