@@ -41,6 +41,7 @@ from app.gpu_classes.schemas import GpuClassCreate, GpuClassUpdate
 from app.hosts.schemas import HostCredentialsIn, HostRegister, HostUpdate, StateChange
 from app.machines.schemas import BmcCredentialsIn, MachineRegister
 from app.nodes.schemas import AssignmentIn, SuggestionIn
+from app.notifications.endpoint_schemas import EndpointCreate, EndpointUpdate
 from app.quotas.schemas import ApproveIn, QuotaRequestCreate, RejectIn
 from app.templates.schemas import (
     AddonSpec,
@@ -72,6 +73,8 @@ WRITES: dict[type[BaseModel], str] = {
     VersionEdit: "cluster_template_versions",
     TenantCreate: "tenants",
     TenantUpdate: "tenants",
+    EndpointCreate: "webhook_endpoints",
+    EndpointUpdate: "webhook_endpoints",
 }
 # Fields that write columns of another name, or more than one column.
 ALSO_WRITES: dict[Field, tuple[str, ...]] = {
@@ -190,8 +193,6 @@ WRITTEN_BY_THE_SERVER: dict[str, str] = {
     "virtual_clusters.idle_measure": "a Literal of the schema",
     "web_sessions.id_hash": "a SHA-256 hex digest",
     # Until the endpoints' API (issue 60) writes them through its schema.
-    "webhook_endpoints.name": "not written yet: the endpoints' schema",
-    "webhook_endpoints.url": "not written yet: the endpoints' schema",
     "webhook_endpoints.format": "fixed formats",
     "webhook_endpoints.state": "fixed states",
     "webhook_endpoints.last_error": "a delivery's error, cut to 300",

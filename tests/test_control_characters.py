@@ -382,10 +382,10 @@ def test_every_text_field_of_every_api_write_refuses_format_characters_naming_th
 # Form fields that are not text: numbers, choices, check boxes and names typed to confirm.
 # Each refuses or ignores the character (nothing is stored) without naming it.
 NOT_TEXT = frozenset({
-    "burst_gpus", "confirm_name", "cpu_millicores", "decision", "expires_in_days",
-    "gpu_class_id", "gpu_count", "gpus", "kind", "kinds", "lifetime_seconds", "max_gpus",
-    "memory_mib", "no_ceiling", "node", "overcommit", "placement", "port", "power", "role",
-    "scopes", "sleep_after_idle_minutes", "state", "tenant", "tier"})
+    "burst_gpus", "confirm_name", "cpu_millicores", "decision", "disabled", "expires_in_days",
+    "format", "gpu_class_id", "gpu_count", "gpus", "kind", "kinds", "lifetime_seconds",
+    "max_gpus", "memory_mib", "no_ceiling", "node", "overcommit", "placement", "port", "power",
+    "role", "scopes", "sleep_after_idle_minutes", "state", "tenant", "tier"})
 SECRET_FORM_FIELDS = frozenset({"kubeconfig", "token", "ca_certificate"})
 # Optional text fields of the forms, beyond the bodies route_access sends (a valid value each).
 FORM_TEXT_BEYOND_ROUTE_BODIES: dict[str, dict[str, str]] = {

@@ -27,6 +27,8 @@ ACTION_KINDS: tuple[tuple[str, str], ...] = (
     ("host_cluster.", "Host clusters"),
     ("machine.", "Bare-metal machines"),
     ("cluster_template.", "Cluster templates"),
+    ("webhook_endpoint.", "Webhook endpoints"),
+    ("notification_preference.", "Notification preferences"),
     ("auth.", "Sign-ins"),
     ("authz.", "Access denied"),
 )
@@ -43,6 +45,7 @@ _KIND_WORDS = {
     "host_cluster": "host",
     "group_mapping": "group mapping",
     "cluster_template": "cluster template",
+    "webhook_endpoint": "webhook endpoint",
 }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import literal, select, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
@@ -11,6 +11,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from app.clusters.models import VirtualCluster
 from app.hosts.models import HostCluster
 from app.machines.models import Machine
+from app.notifications.models import WebhookEndpoint
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,12 @@ SEALED_COLUMNS = (
                  literal(None)),
     SealedColumn("machine", Machine, Machine.bmc_credentials_encrypted,
                  literal(None)),
+    # A webhook's signing secret, and its predecessor while a roll overlaps.
+    SealedColumn("webhook_endpoint", WebhookEndpoint,
+                 cast("InstrumentedAttribute[str | None]", WebhookEndpoint.secret_sealed),
+                 WebhookEndpoint.tenant_id),
+    SealedColumn("webhook_endpoint", WebhookEndpoint, WebhookEndpoint.previous_secret_sealed,
+                 WebhookEndpoint.tenant_id),
 )
 
 

@@ -178,6 +178,10 @@ EVENTS: dict[str, EventSpec] = {
     "cluster_template.validate": EventSpec(kinds.TEMPLATE_VALIDATION_FAILED, _PLATFORM_ADMINS,
                                            payloads.template_validation_failed,
                                            lambda after: after.get("passed") is False),
+    # Marked failing by the worker (``reconcilers/notification_endpoints.py``): told once,
+    # to whoever registered the endpoint, by email.
+    "webhook_endpoint.failing": EventSpec(kinds.ENDPOINT_FAILING, ("registrant",),
+                                          payloads.endpoint_failing),
 }
 
 # Told as one message per tenant per window.

@@ -18,6 +18,7 @@ from app.audit.events import Recorded
 from app.clusters.models import VirtualCluster
 from app.hosts.models import HostCluster
 from app.machines.models import Machine
+from app.notifications.models import WebhookEndpoint
 from app.tenants import repository as tenants
 
 NOTE_MAX = 500  # a decision's note, as its author wrote it
@@ -125,6 +126,16 @@ def machine_failed(db: Session, event: Recorded) -> Payload:
 def template_validation_failed(db: Session, event: Recorded) -> Payload:
     return {"template": event.target_id, **_picked(event.after, "version"),
             "path": f"/admin/cluster-templates/{quote(event.target_id)}"}
+
+
+def endpoint_failing(db: Session, event: Recorded) -> Payload:
+    row = db.execute(select(WebhookEndpoint.name, WebhookEndpoint.failing_since).where(
+        WebhookEndpoint.id == _number(event.target_id))).one_or_none()
+    slug = _slug(db, event.tenant_id)
+    failing_since = row.failing_since.isoformat() if row and row.failing_since else None
+    return {"endpoint": row.name if row else "", "tenant": slug,
+            "failing_since": failing_since, **_picked(event.after, "last_error"),
+            "path": f"/t/{quote(slug)}/webhooks" if slug else "/admin/webhooks"}
 
 
 # ----- the time-based kinds, found by the worker's scan (app/notifications/scan.py)

@@ -16,13 +16,15 @@ from sqlalchemy.orm import Session
 from app.auth.models import User
 from app.clusters.models import VirtualCluster
 from app.kubeconfigs.models import KubeconfigGrant
+from app.notifications.models import WebhookEndpoint
 from app.quotas.models import QuotaRequest
 from app.tenants.models import Membership
 
 # tenant_admins: the admins of the event's tenant; platform_admins; the others the one person
 # the event's subject names: a quota request's requester, a cluster's creator, a kubeconfig's
-# holder.
-Role = Literal["tenant_admins", "platform_admins", "requester", "creator", "holder"]
+# holder, a webhook endpoint's registrant.
+Role = Literal["tenant_admins", "platform_admins", "requester", "creator", "holder",
+               "registrant"]
 
 
 def resolve(db: Session, roles: Iterable[Role], tenant_id: int | None,
@@ -37,6 +39,8 @@ def resolve(db: Session, roles: Iterable[Role], tenant_id: int | None,
 def _of_role(db: Session, role: Role, tenant_id: int | None, subject_id: str) -> list[int]:
     if role == "platform_admins":
         return platform_admins(db)
+    if role == "registrant":
+        return _registrant(db, tenant_id, subject_id)
     if tenant_id is None:
         return []
     if role == "tenant_admins":
@@ -63,6 +67,20 @@ def _members(db: Session, tenant_id: int, person: Select[Any]) -> list[int]:
     """The person the subject names, if a member of the tenant today (any role)."""
     return list(db.scalars(select(Membership.user_id).where(
         Membership.tenant_id == tenant_id, Membership.user_id.in_(person))))
+
+
+def _registrant(db: Session, tenant_id: int | None, subject_id: str) -> list[int]:
+    """Who registered the endpoint, while still one of those who manage it: an admin of its
+    tenant, or for the platform's a platform admin."""
+    endpoint_id = int(subject_id) if subject_id.isdigit() else None
+    owned = (WebhookEndpoint.tenant_id.is_(None) if tenant_id is None
+             else WebhookEndpoint.tenant_id == tenant_id)
+    person = db.scalar(select(WebhookEndpoint.created_by_id).where(
+        WebhookEndpoint.id == endpoint_id, owned))
+    if person is None:
+        return []
+    managers = platform_admins(db) if tenant_id is None else tenant_admins(db, tenant_id)
+    return [person] if person in managers else []
 
 
 def _requester(request_id: int, tenant_id: int) -> Select[Any]:

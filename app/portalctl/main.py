@@ -37,6 +37,7 @@ from app.portalctl.notifications import notifications_app
 from app.portalctl.output import Format, emit
 from app.portalctl.templates import templates_app
 from app.portalctl.usage import usage
+from app.portalctl.webhooks import webhooks_app
 
 EXIT_CODES = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 forbidden or not signed in."
 app = typer.Typer(help=f"The GPU Tenant Portal from a terminal.\n\n{EXIT_CODES}",
@@ -57,6 +58,7 @@ app.add_typer(templates_app, name="templates")
 app.add_typer(hosts_app, name="hosts")
 app.add_typer(machines_app, name="machines")
 app.add_typer(notifications_app, name="notifications")
+app.add_typer(webhooks_app, name="webhooks")
 app.command("audit")(audit)
 app.command("usage")(usage)
 

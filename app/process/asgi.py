@@ -79,6 +79,8 @@ from app.machines import api as machines_api
 from app.machines import web as machines_web
 from app.nodes import api as nodes_api
 from app.nodes import web as nodes_web
+from app.notifications import endpoints_api as webhooks_api
+from app.notifications import endpoints_web as webhooks_web
 from app.notifications import preference_api, preference_web
 from app.pages import audit_api as audit_api
 from app.pages import audit_web as audit_web
@@ -113,7 +115,8 @@ API_ROUTERS = [me_api.router, token_api.router, group_mappings.router, audit_api
                clusters_api.router, clusters_api.power_router, templates_api.router,
                templates_api.cluster_router,
                usage_api.router, hosts_api.router, machines_api.router, fleet_api.router,
-               limits_api.router, utilisation_api.router, preference_api.router]
+               limits_api.router, utilisation_api.router, preference_api.router,
+               webhooks_api.router]
 WEB_ROUTERS = [home.router, auth_web.router, token_web.router, cli_login.router,
                audit_web.router,
                dashboard.router, tenants_web.router, quotas_web.router, gpu_classes_web.router,
@@ -121,7 +124,7 @@ WEB_ROUTERS = [home.router, auth_web.router, token_web.router, cli_login.router,
                nodes_web.router,
                clusters_web.router, templates_web.router, usage_web.router, hosts_web.router,
                machines_web.router, fleet_web.router, utilisation_web.router,
-               preference_web.router, api_docs.router]
+               preference_web.router, webhooks_web.router, api_docs.router]
 
 
 

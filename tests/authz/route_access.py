@@ -506,3 +506,68 @@ ROUTES += [
           params=acme_cluster),
     Route("GET", "/admin/idle-gpus", Access.PLATFORM_ADMIN),
 ]
+
+# Webhook endpoints (issue 60): acme's (its admins) and the platform's; a literal public
+# address, so that registering it asks no DNS.
+WEBHOOK_BODY = {"name": "matrix-new-hook", "url": "https://93.184.216.34/new"}
+TENANT_WEBHOOKS = "/api/v1/tenants/{tenant}/webhooks"
+ADMIN_WEBHOOKS = "/api/v1/admin/webhooks"
+
+
+def acme_webhook(world: World) -> dict[str, Any]:
+    return {"tenant": "acme", "endpoint_id": world.webhook_id}
+
+
+def platform_webhook(world: World) -> dict[str, Any]:
+    return {"endpoint_id": world.platform_webhook_id}
+
+
+ROUTES += [
+    Route("GET", TENANT_WEBHOOKS, Access.TENANT_ADMIN, params=acme),
+    Route("POST", TENANT_WEBHOOKS, Access.TENANT_ADMIN, params=acme,
+          body=lambda _w: dict(WEBHOOK_BODY, kinds=["cluster.ready"])),
+    Route("GET", TENANT_WEBHOOKS + "/{endpoint_id}", Access.TENANT_ADMIN, params=acme_webhook),
+    Route("PATCH", TENANT_WEBHOOKS + "/{endpoint_id}", Access.TENANT_ADMIN,
+          params=acme_webhook, body=lambda _w: {"name": "matrix-renamed", "disabled": True}),
+    Route("DELETE", TENANT_WEBHOOKS + "/{endpoint_id}", Access.TENANT_ADMIN,
+          params=acme_webhook),
+    Route("POST", TENANT_WEBHOOKS + "/{endpoint_id}/test", Access.TENANT_ADMIN,
+          params=acme_webhook),
+    Route("POST", TENANT_WEBHOOKS + "/{endpoint_id}/roll-secret", Access.TENANT_ADMIN,
+          params=acme_webhook),
+    Route("GET", ADMIN_WEBHOOKS, Access.PLATFORM_ADMIN),
+    Route("POST", ADMIN_WEBHOOKS, Access.PLATFORM_ADMIN,
+          body=lambda _w: dict(WEBHOOK_BODY, kinds=["host.unreachable"])),
+    Route("GET", ADMIN_WEBHOOKS + "/{endpoint_id}", Access.PLATFORM_ADMIN,
+          params=platform_webhook),
+    Route("PATCH", ADMIN_WEBHOOKS + "/{endpoint_id}", Access.PLATFORM_ADMIN,
+          params=platform_webhook, body=lambda _w: {"name": "matrix-renamed", "disabled": True}),
+    Route("DELETE", ADMIN_WEBHOOKS + "/{endpoint_id}", Access.PLATFORM_ADMIN,
+          params=platform_webhook),
+    Route("POST", ADMIN_WEBHOOKS + "/{endpoint_id}/test", Access.PLATFORM_ADMIN,
+          params=platform_webhook),
+    Route("POST", ADMIN_WEBHOOKS + "/{endpoint_id}/roll-secret", Access.PLATFORM_ADMIN,
+          params=platform_webhook),
+    Route("GET", "/t/{tenant}/webhooks", Access.TENANT_ADMIN, params=acme),
+    Route("POST", "/t/{tenant}/webhooks", Access.TENANT_ADMIN, params=acme,
+          body=lambda _w: dict(WEBHOOK_BODY, format="cloudevents")),
+    Route("POST", "/t/{tenant}/webhooks/{endpoint_id}", Access.TENANT_ADMIN,
+          params=acme_webhook, body=lambda _w: {"disabled": "true"}),
+    Route("POST", "/t/{tenant}/webhooks/{endpoint_id}/test", Access.TENANT_ADMIN,
+          params=acme_webhook),
+    Route("POST", "/t/{tenant}/webhooks/{endpoint_id}/roll-secret", Access.TENANT_ADMIN,
+          params=acme_webhook),
+    Route("POST", "/t/{tenant}/webhooks/{endpoint_id}/delete", Access.TENANT_ADMIN,
+          params=acme_webhook),
+    Route("GET", "/admin/webhooks", Access.PLATFORM_ADMIN),
+    Route("POST", "/admin/webhooks", Access.PLATFORM_ADMIN,
+          body=lambda _w: dict(WEBHOOK_BODY, format="cloudevents")),
+    Route("POST", "/admin/webhooks/{endpoint_id}", Access.PLATFORM_ADMIN,
+          params=platform_webhook, body=lambda _w: {"disabled": "true"}),
+    Route("POST", "/admin/webhooks/{endpoint_id}/test", Access.PLATFORM_ADMIN,
+          params=platform_webhook),
+    Route("POST", "/admin/webhooks/{endpoint_id}/roll-secret", Access.PLATFORM_ADMIN,
+          params=platform_webhook),
+    Route("POST", "/admin/webhooks/{endpoint_id}/delete", Access.PLATFORM_ADMIN,
+          params=platform_webhook),
+]

@@ -29,6 +29,11 @@ SHOWN_WHERE_POSTED = {
     "/t/{tenant}/clusters/{cluster}/sleep-policy/check": (
         "checks a form being filled in; never a form's action"),
     "/admin/fleet/suggest": "a question, not a change: the suggestion is shown where asked",
+    "/t/{tenant}/webhooks": "the new webhook's signing secret, shown once: the portal shows "
+                            "it no more",
+    "/t/{tenant}/webhooks/{endpoint_id}/roll-secret": "the rolled secret, shown once",
+    "/admin/webhooks": "the new webhook's signing secret, shown once: the portal shows it no more",
+    "/admin/webhooks/{endpoint_id}/roll-secret": "the rolled secret, shown once",
 }
 # Forms without hx-post: a plain 303 is what the browser gets, htmx or not.
 PLAIN_FORMS = {"/auth/logout"}

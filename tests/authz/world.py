@@ -18,6 +18,7 @@ from app.hosts.models import HostCluster
 from app.kit.config import DEV_ENCRYPTION_KEY
 from app.kit.crypto import SecretBox
 from app.lab.pki import CertificateAuthority
+from app.notifications.models import WebhookEndpoint
 from app.quotas.models import QuotaRequest
 from app.tenants.models import GroupMapping, Tenant
 from tests import factories
@@ -75,6 +76,9 @@ class World:
     host_name: str = ""
     # Machines (issue 32): a registered machine in the pool of the default host.
     machine_name: str = ""
+    # Webhook endpoints (issue 60): one of acme's and one of the platform's.
+    webhook_id: int = 0
+    platform_webhook_id: int = 0
 
 
 def _session_cookie(db: Session, user: User) -> tuple[str, str]:
@@ -119,8 +123,19 @@ def build_world(db: Session) -> World:
     _add_templates(db, world)
     _add_registered_host(db, world)
     _add_machine(db, world, gpu)
+    _add_webhooks(db, world, acme)
     db.flush()
     return world
+
+
+def _add_webhooks(db: Session, world: World, acme: Tenant) -> None:
+    sealed = SecretBox(DEV_ENCRYPTION_KEY).seal("whsec_" + "A" * 44)
+    rows = [WebhookEndpoint(tenant_id=tenant_id, name="matrix-hook", format="cloudevents",
+                            url="https://93.184.216.34/hook", secret_sealed=sealed)
+            for tenant_id in (acme.id, None)]
+    db.add_all(rows)
+    db.flush()
+    world.webhook_id, world.platform_webhook_id = rows[0].id, rows[1].id
 
 
 def _add_machine(db: Session, world: World, gpu: GpuClass) -> None:

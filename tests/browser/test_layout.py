@@ -16,9 +16,12 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 from sqlalchemy import select
 
+from app.database.core import utcnow
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
+from app.notifications.models import WebhookEndpoint
 from app.process.devmode import DEMO_ADMIN, DEMO_MEMBER, DEMO_TENANT, DEMO_TENANT_ADMIN
+from app.tenants.models import Tenant
 from tests import factories
 from tests.browser.conftest import H100, Screenshots, SimulatedPortal, seed_work
 from tests.browser.layout import layout_problems
@@ -36,14 +39,15 @@ CLI_LOGIN = "/cli/login?port=54321&state=" + "s" * 43 + "&name=portalctl"
 # the cluster page is walked apart, with its kubeconfig panel in each of its states.
 MEMBER_PAGES = ("/", T, f"{T}/members", f"{T}/clusters", f"{T}/nodes", f"{T}/usage",
                 f"{T}/clusters/train/template", "/tokens", CLI_LOGIN)
-TENANT_ADMIN_PAGES = (*MEMBER_PAGES, f"{T}/quota-requests/new", "/audit", "/t/no-such-tenant")
+TENANT_ADMIN_PAGES = (*MEMBER_PAGES, f"{T}/quota-requests/new", f"{T}/webhooks", "/audit",
+                      "/t/no-such-tenant")
 PLATFORM_ADMIN_PAGES = (
     "/", "/admin/quota-requests", "/admin/tenants", "/admin/gpu-classes", "/admin/fleet",
     "/admin/fleet/hosts", "/admin/fleet/sleep", "/admin/fleet/sleeping",
     "/admin/nodes/h100-r1-n1", "/admin/fleet/suggest", "/admin/usage",
     "/admin/cluster-templates", "/admin/cluster-templates/default", "/admin/hosts",
-    "/admin/hosts/local", "/admin/machines", f"/admin/machines/{MACHINE}", "/audit", "/tokens",
-    T, f"{T}/usage")
+    "/admin/hosts/local", "/admin/machines", f"/admin/machines/{MACHINE}", "/admin/webhooks",
+    "/audit", "/tokens", T, f"{T}/usage")
 NOT_FOUND = ("/t/no-such-tenant",)
 
 
@@ -91,12 +95,19 @@ def sign_in(browser: Browser, base: str, email: str, walk: Walk | None = None) -
 
 
 def seed_pages(portal: SimulatedPortal) -> None:
-    """seed_work's quota, pending request and cluster, and a bare-metal machine."""
+    """seed_work's quota, pending request and cluster, a bare-metal machine, and a failing
+    webhook endpoint with a long address for the tenant and the platform."""
     seed_work(portal)
     with portal.database.transaction() as db:
         h100 = db.scalars(select(GpuClass).where(GpuClass.product == H100)).one()
         host = db.scalars(select(HostCluster).where(HostCluster.is_default)).one()
         factories.machine(db, host, h100, MACHINE)
+        tenant_id = db.scalars(select(Tenant.id).where(Tenant.slug == DEMO_TENANT)).one()
+        db.add_all([WebhookEndpoint(
+            tenant_id=owner, name="team-alerts", format="slack", secret_sealed="sealed",
+            url="https://hooks.example.com/services/T0000000/B0000000/" + "x" * 60,
+            state="failing", failing_since=utcnow(), consecutive_failures=9,
+            last_error="HTTP 503: " + "upstream-unavailable-" * 8) for owner in (tenant_id, None)])
 
 
 def walk_cluster_page(page: Page, persona: str, walk: Walk) -> None:

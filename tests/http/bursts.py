@@ -23,6 +23,7 @@ from app.kubeconfigs.models import KubeconfigGrant
 from app.lab.pki import CertificateAuthority
 from app.machines.models import Machine
 from app.nodes.models import Node, NodeAssignment
+from app.notifications.models import WebhookEndpoint
 from app.quotas.models import QuotaRequest, TenantQuota
 from app.templates.models import ClusterTemplateVersion
 from app.tenants.models import GroupMapping, Membership, Tenant
@@ -810,8 +811,62 @@ def upgrade_template(one_row: bool) -> Callable[[Session, World], Plan]:
     return prepare
 
 
+def _webhooks(db: Session, tenant_id: int | None, n: int) -> list[int]:
+    rows = [WebhookEndpoint(tenant_id=tenant_id, name=f"burst-hook-{i}", format="cloudevents",
+                            url="https://93.184.216.34/hook", secret_sealed="sealed")
+            for i in range(n)]
+    db.add_all(rows)
+    db.flush()
+    return [row.id for row in rows]
+
+
+# verb -> (method, path tail, body of the i-th call, the statuses it answers)
+_WEBHOOK_VERBS: dict[str, tuple[str, str, Callable[[int], Any], tuple[int, ...]]] = {
+    "update": ("PATCH", "", lambda i: {"disabled": i % 2 == 0, "name": f"hook-{i % 2}"},
+               (200,)),
+    "delete": ("DELETE", "", lambda i: None, (204, 404)),
+    "test": ("POST", "/test", lambda i: None, (202, 409)),
+    "roll_secret": ("POST", "/roll-secret", lambda i: None, (200,)),
+}
+
+
+def webhook(verb: str, platform: bool) -> Callable[[bool], Callable[[Session, World], Plan]]:
+    """A webhook endpoint changed by 50 clicks at once (a tenant's, or the platform's); rows:
+    10 endpoints."""
+    method, tail, body, answered = _WEBHOOK_VERBS[verb]
+
+    def burst(one_row: bool) -> Callable[[Session, World], Plan]:
+        def prepare(db: Session, world: World) -> Plan:
+            t = new_tenancy(db, nodes=0)
+            ids = _webhooks(db, None if platform else t.tenant.id, 1 if one_row else 10)
+            base = ("/api/v1/admin/webhooks" if platform
+                    else f"/api/v1/tenants/{t.slug}/webhooks")
+            headers = world.platform if platform else t.headers
+            calls = [Call(method, f"{base}/{ids[i % len(ids)]}{tail}", headers, body(i))
+                     for i in range(BURST)]
+
+            def holds(db: Session, statuses: Counter[int]) -> None:
+                _only(statuses, *answered)
+                done = _audited(db, f"webhook_endpoint.{verb}", ids)
+                if verb == "delete":
+                    assert statuses[204] == len(ids) == done
+                    assert db.scalar(select(func.count()).select_from(WebhookEndpoint).where(
+                        WebhookEndpoint.id.in_(ids))) == 0
+                elif verb == "update":
+                    assert 0 < done <= BURST
+                else:
+                    assert done == statuses[answered[0]] > 0
+
+            return Plan(calls, holds)
+
+        return prepare
+
+    return burst
+
+
 TENANT = "/api/v1/tenants/{tenant}"
 CLUSTER = f"{TENANT}/clusters/{{cluster}}"
+ADMIN_WEBHOOKS = "/api/v1/admin/webhooks"
 # Every write route that takes a row lock, and the bursts it gets.
 ROUTES: dict[tuple[str, str], Callable[[bool], Callable[[Session, World], Plan]]] = {
     ("POST", f"{TENANT}/quota-requests/{{request_id}}/cancel"): cancel,
@@ -853,4 +908,7 @@ ROUTES: dict[tuple[str, str], Callable[[bool], Callable[[Session, World], Plan]]
     ("POST", "/api/v1/cluster-templates/{name}/versions"): new_version,
     ("POST", "/api/v1/cluster-templates/{name}/versions/{version}/offer"): offer_version,
     ("POST", f"{CLUSTER}/template-upgrade"): upgrade_template,
+    **{(_WEBHOOK_VERBS[verb][0], f"{owner}/{{endpoint_id}}{_WEBHOOK_VERBS[verb][1]}"):
+       webhook(verb, owner == ADMIN_WEBHOOKS)
+       for verb in _WEBHOOK_VERBS for owner in (f"{TENANT}/webhooks", ADMIN_WEBHOOKS)},
 }

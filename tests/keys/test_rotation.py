@@ -18,6 +18,7 @@ from app.hosts.models import HostCluster
 from app.keys.service import rotate_stored_secrets
 from app.kit.config import get_settings
 from app.kit.crypto import SecretBox, UnreadableSecret
+from app.notifications.models import WebhookEndpoint
 from app.process.cli import cli
 from tests import factories
 
@@ -115,6 +116,32 @@ def test_a_credential_no_key_opens_is_reported_and_left_as_it_is(
     assert len(report.unreadable) == 3
     assert report.unreadable[0].startswith("virtual_cluster ")
     assert _sealed(database) == before
+
+
+def test_webhook_signing_secrets_and_a_rolled_ones_predecessor_move_to_the_new_key(
+    database: Database, keys: Keys
+) -> None:
+    old_box = SecretBox(keys.old)
+    with database.transaction() as db:
+        tenant = factories.tenant(db)
+        rolled = WebhookEndpoint(tenant_id=tenant.id, name="rolled", url="https://a.example/",
+                                 format="slack", secret_sealed=old_box.seal("whsec_current"),
+                                 previous_secret_sealed=old_box.seal("whsec_previous"))
+        platform = WebhookEndpoint(tenant_id=None, name="ops", url="https://b.example/",
+                                   format="cloudevents", secret_sealed=old_box.seal("whsec_ops"))
+        db.add_all([rolled, platform])
+    report = rotate_stored_secrets(database, keys.rotating())
+    assert (report.reencrypted, report.unreadable) == (3, [])
+    new_box = SecretBox(keys.new)
+    with database.session() as db:
+        rows = db.scalars(select(WebhookEndpoint).order_by(WebhookEndpoint.id)).all()
+        assert [(new_box.open(row.secret_sealed), row.previous_secret_sealed and new_box.open(
+            row.previous_secret_sealed)) for row in rows] == [
+            ("whsec_current", "whsec_previous"), ("whsec_ops", None)]
+        events = db.scalars(select(AuditEvent).where(
+            AuditEvent.action == "webhook_endpoint.credential_reencrypted")).all()
+    assert sorted(e.tenant_id is None for e in events) == [False, False, True]
+    assert not any("whsec_" in str([e.before, e.after]) for e in events)
 
 
 # ----- the command, as an operator runs it
