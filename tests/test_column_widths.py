@@ -42,6 +42,7 @@ from app.hosts.schemas import HostCredentialsIn, HostRegister, HostUpdate, State
 from app.machines.schemas import BmcCredentialsIn, MachineRegister
 from app.nodes.schemas import AssignmentIn, SuggestionIn
 from app.notifications.endpoint_schemas import EndpointCreate, EndpointUpdate
+from app.notifications.preference_schemas import PreferenceIn
 from app.quotas.schemas import ApproveIn, QuotaRequestCreate, RejectIn
 from app.templates.schemas import (
     AddonSpec,
@@ -75,6 +76,7 @@ WRITES: dict[type[BaseModel], str] = {
     TenantUpdate: "tenants",
     EndpointCreate: "webhook_endpoints",
     EndpointUpdate: "webhook_endpoints",
+    PreferenceIn: "notification_preferences",
 }
 # Fields that write columns of another name, or more than one column.
 ALSO_WRITES: dict[Field, tuple[str, ...]] = {
@@ -165,7 +167,6 @@ WRITTEN_BY_THE_SERVER: dict[str, str] = {
     "notification_deliveries.destination": "'email:' or 'webhook:' and an id",
     "notification_deliveries.state": "fixed states",
     "notification_deliveries.last_error": "a delivery's error, cut to 300",
-    "notification_preferences.kind": "fixed kinds (app/notifications/kinds.py)",
     "notifications.uid": "a generated uuid4 (36 characters)",
     "notifications.kind": "fixed kinds (app/notifications/kinds.py)",
     "notifications.subject_type": "fixed kind names (an audit event's target type)",
