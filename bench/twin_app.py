@@ -16,6 +16,7 @@ names stay unique.
 
 from __future__ import annotations
 
+import difflib
 import queue
 import secrets
 import string
@@ -133,17 +134,21 @@ def fresh(value: str) -> str:
 def generated_parameters(first: tuple[Statement, ...], second: tuple[Statement, ...],
                          marker: str, other: str) -> frozenset[tuple[int, Any]]:
     """The text parameters two runs of the same write made differently, its markers aside:
-    values the endpoint generates (a token and its hash) and a twin must generate too."""
-    if [sql for sql, _, _ in first] != [sql for sql, _, _ in second]:
-        return frozenset()
+    values the endpoint generates (a token and its hash, a notification's uid) and a twin must
+    generate too; by index in ``first``. The statements are paired by their SQL: a run may send
+    one the other did not (a cache that expired in between reads its row again)."""
+    matched = difflib.SequenceMatcher(a=[sql for sql, _, _ in first],
+                                      b=[sql for sql, _, _ in second], autojunk=False)
     found = set()
-    for index, ((_, a, many), (_, b, _)) in enumerate(zip(first, second, strict=True)):
-        if many or not isinstance(a, dict) or not isinstance(b, dict):
-            continue
-        for name, value in a.items():
-            if isinstance(value, str) and marker not in value and \
-                    value.replace(marker, other) != b.get(name):
-                found.add((index, name))
+    for block in matched.get_matching_blocks():
+        for offset in range(block.size):
+            index = block.a + offset
+            (_, a, many), (_, b, _) = first[index], second[block.b + offset]
+            if many or not isinstance(a, dict) or not isinstance(b, dict):
+                continue
+            found |= {(index, name) for name, value in a.items()
+                      if isinstance(value, str) and marker not in value
+                      and value.replace(marker, other) != b.get(name)}
     return frozenset(found)
 
 

@@ -22,7 +22,7 @@ from app.nodes.models import Node
 from app.process.asgi import create_app
 from app.quotas.models import TenantQuota
 from app.tenants.models import Tenant
-from bench import cpu, load, lower_bound, portal, run, seed
+from bench import cpu, load, lower_bound, portal, run, seed, twin_app
 from bench.load import Request, Result
 from bench.report import Overload, Row
 from tests.support import postgres
@@ -225,3 +225,14 @@ def test_a_run_with_no_request_done_or_too_few_ticks_runs_again_twice_as_long(
     measured = cpu.cpu_per_request(server, "db", run.HEALTHZ, 0.5, 1)  # type: ignore[arg-type]
     assert asked == [0.5, 1.0, 2.0]
     assert measured.result.requests == 10 and measured.cpu_s == 0.05
+
+
+def test_a_twin_makes_what_its_write_generates_even_when_one_run_read_more() -> None:
+    """A write run twice (markers m and n) that generates a uid; the second run also read
+    a row its first had cached. The uid is still found generated, so that the twin makes a
+    fresh one each time rather than replaying the first run's into a unique column."""
+    insert = "INSERT INTO notifications (uid, kind, subject_id) VALUES (%(uid)s, %(kind)s, %(s)s)"
+    first = ((insert, {"uid": "5c1e-a", "kind": "quota.requested", "s": "m-1"}, False),)
+    second = (("SELECT users.id FROM users WHERE users.id = %(id)s", {"id": 1}, False),
+              (insert, {"uid": "9f0b-c", "kind": "quota.requested", "s": "n-1"}, False))
+    assert twin_app.generated_parameters(first, second, "m", "n") == {(0, "uid")}
