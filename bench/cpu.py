@@ -114,6 +114,7 @@ class Run:
 # machine, whose first slow page outlasted it), so it runs again, twice as long.
 MIN_CPU_S = 2 / TICKS
 LONGER_AT_MOST = 4
+WARM_UP_S = 1.0
 
 
 def cpu_per_request(server: Portal, url: str, step: Step, seconds: float,
@@ -164,8 +165,8 @@ def measure_alternating(measured: list[Measured], seconds: float, connections: i
     is compared (two checkouts, or an endpoint and its twin) sees the same machine."""
     floor: list[list[float]] = [[] for _ in measured]
     own: list[list[Run]] = [[] for _ in measured]
-    for one in measured:
-        cpu_per_request(one.server, one.url, one.step, 1, connections)  # warm-up
+    for one in measured:  # warm-up: caches filled, as under load
+        cpu_per_request(one.server, one.url, one.step, min(WARM_UP_S, seconds), connections)
     for _ in range(repeat):
         for index, one in enumerate(measured):
             floor[index].append(
