@@ -64,12 +64,6 @@ def _everything(message: EmailMessage) -> str:
     return "\n".join(texts)
 
 
-@pytest.fixture
-def mailbox(tmp_path: Path) -> Iterator[Mailbox]:
-    with smtp_server(tmp_path) as served:
-        yield served
-
-
 def test_an_email_arrives_over_starttls_and_auth_with_both_parts_a_link_and_its_ids(
         mailbox: Mailbox) -> None:
     event = _event()

@@ -6,7 +6,6 @@ on the sleep policy's fixed clock run 720 times faster (a day of warning is two 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from datetime import timedelta
 from email.message import EmailMessage
 from pathlib import Path
@@ -28,7 +27,7 @@ from tests.clusters.support import Clock, Harness, create
 from tests.reconcilers.test_notification_delivery import Outbox, outbox, smtp_settings
 from tests.support import smtp
 from tests.support.drive import run_due
-from tests.support.smtp import Mailbox, smtp_server
+from tests.support.smtp import Mailbox
 from tests.support.tenancy import Tenancy
 from tests.support.web import free_port
 
@@ -36,12 +35,6 @@ SPEEDUP = 720
 # PORTAL_SLEEP_DELETE_WARNING_HOURS=24 at 720 times: two minutes.
 WARNING = timedelta(hours=24) / SPEEDUP
 ANNOUNCED = "cluster.deletion_announced"
-
-
-@pytest.fixture
-def mailbox(tmp_path: Path) -> Iterator[Mailbox]:
-    with smtp_server(tmp_path) as serving:
-        yield serving
 
 
 class Walk:

@@ -3,10 +3,8 @@ real SMTP server, to nobody else (not the tenant's other admins, not the platfor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -16,23 +14,11 @@ from app.notifications.models import WebhookEndpoint
 from app.reconcilers.notification_endpoints import FAILING_AFTER, FAILING_FOR
 from tests import factories
 from tests.notifications.endpoint_support import Worker, app_client, audit_trail, hook_settings
-from tests.support.smtp import Mailbox, smtp_server
+from tests.support.smtp import Mailbox
 from tests.support.tenancy import build_tenancy, headers
-from tests.support.webhook_receiver import Receiver, webhook_receiver
+from tests.support.webhook_receiver import Receiver
 
 HOOKS = "/api/v1/tenants/acme/webhooks"
-
-
-@pytest.fixture
-def receiver(tmp_path: Path) -> Iterator[Receiver]:
-    with webhook_receiver(tmp_path, []) as serving:
-        yield serving
-
-
-@pytest.fixture
-def mailbox(tmp_path: Path) -> Iterator[Mailbox]:
-    with smtp_server(tmp_path) as serving:
-        yield serving
 
 
 def test_a_failing_endpoint_emails_its_registrant_once_and_nobody_else(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,25 +21,13 @@ from tests.notifications.endpoint_support import (
     Worker,
     app_client,
     audit_trail,
-    hook_settings,
     loopback_resolver,
 )
 from tests.support.tenancy import Tenancy, build_tenancy, headers
-from tests.support.webhook_receiver import Receiver, webhook_receiver
+from tests.support.webhook_receiver import Receiver
 
 TENANT_HOOKS = "/api/v1/tenants/acme/webhooks"
 ADMIN_HOOKS = "/api/v1/admin/webhooks"
-
-
-@pytest.fixture
-def receiver(tmp_path: Path) -> Iterator[Receiver]:
-    with webhook_receiver(tmp_path, []) as serving:
-        yield serving
-
-
-@pytest.fixture
-def hooked(settings: Settings, tmp_path: Path, receiver: Receiver) -> Settings:
-    return hook_settings(settings, tmp_path, receiver)
 
 
 @pytest.fixture

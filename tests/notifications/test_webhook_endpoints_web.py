@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -20,24 +19,13 @@ from app.kit.config import Settings
 from app.notifications.models import WebhookEndpoint
 from tests import factories
 from tests.conftest import ADMIN_GROUP
-from tests.notifications.endpoint_support import Worker, app_client, audit_trail, hook_settings
+from tests.notifications.endpoint_support import Worker, app_client, audit_trail
 from tests.support import oidc
 from tests.support.tenancy import signed_in_admin_of
 from tests.support.web import HTML, csrf_of, htmx
-from tests.support.webhook_receiver import Receiver, webhook_receiver
+from tests.support.webhook_receiver import Receiver
 
 SECRET = re.compile(r"whsec_[A-Za-z0-9+/=]+")
-
-
-@pytest.fixture
-def receiver(tmp_path: Path) -> Iterator[Receiver]:
-    with webhook_receiver(tmp_path, []) as serving:
-        yield serving
-
-
-@pytest.fixture
-def hooked(settings: Settings, tmp_path: Path, receiver: Receiver) -> Settings:
-    return hook_settings(settings, tmp_path, receiver)
 
 
 @pytest.fixture
