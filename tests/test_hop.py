@@ -133,3 +133,32 @@ def test_one_keys_work_leaves_the_others_a_thread() -> None:
         assert run_alone(scenario()) == ["globex"] + ["acme"] * 5
     finally:
         hop.set_threads(hop.DEFAULT_THREADS)
+
+
+def test_an_app_that_stops_after_another_started_drops_none_of_the_newer_ones_work() -> None:
+    """Two apps in one process (a served portal winding down while the next one serves): the
+    first one's stop left the second's requests cancelled, each a 500 (seen in the browser
+    tests as a page without its sign-in link)."""
+    first = hop.set_threads(1)
+    second = hop.set_threads(1)
+    started, release = threading.Event(), threading.Event()
+
+    def holding_the_thread() -> str:
+        started.set()
+        release.wait(10)
+        return "held"
+
+    async def scenario() -> list[str]:
+        running = asyncio.create_task(hop.run_sync(holding_the_thread))
+        await asyncio.to_thread(started.wait, 5)
+        queued = asyncio.create_task(hop.run_sync(lambda: "queued"))
+        await asyncio.sleep(0.05)
+        hop.stop(first)  # the older app's end
+        release.set()
+        return [await running, await asyncio.wait_for(queued, timeout=5)]
+
+    try:
+        assert run_alone(scenario()) == ["held", "queued"]
+    finally:
+        hop.stop(second)
+        hop.set_threads(hop.DEFAULT_THREADS)

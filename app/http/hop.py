@@ -35,23 +35,34 @@ DEFAULT_THREADS = 3  # PORTAL_WEB_THREADS's default
 _lock = threading.Lock()
 _executors: dict[str, ThreadPoolExecutor] = {}
 _threads = {"portal-web": DEFAULT_THREADS, "portal-release": DEFAULT_THREADS}
+# Which app's threads these are: an app that stops after another one started (two in one
+# process: the tests' served portals, one winding down while the next serves) must not drop
+# the newer one's work.
+_generation = [0]
 
 
-def set_threads(count: int, connections: int | None = None) -> None:
+def set_threads(count: int, connections: int | None = None) -> int:
     """How many threads the next hops use (``PORTAL_WEB_THREADS``), and ``release`` (one for
-    each of the ``connections`` the pool may hand out; default ``count``)."""
+    each of the ``connections`` the pool may hand out; default ``count``); returns the
+    generation to give ``stop``."""
     with _lock:
         _threads.update({"portal-web": count, "portal-release": connections or count})
         previous = list(_executors.values())
         _executors.clear()
+        _generation[0] += 1
+        generation = _generation[0]
     for executor in previous:
         executor.shutdown(wait=False)
+    return generation
 
 
-def stop() -> None:
+def stop(generation: int | None = None) -> None:
     """Drops the work no thread has started (a stopping process answers nobody any more);
-    what runs finishes, bounded by the database's own timeouts."""
+    what runs finishes, bounded by the database's own timeouts. Given the ``generation`` its
+    app's ``set_threads`` returned, nothing is dropped once another app has set its own."""
     with _lock:
+        if generation is not None and generation != _generation[0]:
+            return
         previous = list(_executors.values())
         _executors.clear()
     for executor in previous:

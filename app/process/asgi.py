@@ -276,7 +276,7 @@ def _lifespan(threads: int, database: Database | None
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         to_thread.current_default_thread_limiter().total_tokens = threads
-        hop.set_threads(threads, threads + SPARE_CONNECTIONS)
+        generation = hop.set_threads(threads, threads + SPARE_CONNECTIONS)
         flusher = asyncio.create_task(_flush_denials(app)) if _may_flush_meanwhile(app) else None
         listener = listen_for_changes(database) if database is not None else None
         try:
@@ -288,7 +288,7 @@ def _lifespan(threads: int, database: Database | None
                 flusher.cancel()
                 await asyncio.gather(flusher, return_exceptions=True)
             _write_denials(app, app.state.denials.drain())
-            hop.stop()
+            hop.stop(generation)
 
     return lifespan
 

@@ -45,7 +45,9 @@ def served_app(app: ASGIApp, *, started_within: float = 60.0) -> Iterator[str]:
     the server accepts."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    # Bounded, as `portal serve`'s: a browser's open stream must not keep it serving on.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning",
+                                           timeout_graceful_shutdown=5))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     try:
