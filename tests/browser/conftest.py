@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,11 +19,35 @@ from app.kit.config import Settings
 from app.process.devmode import DEMO_TENANT, DEMO_TENANT_ADMIN
 from app.tenants.models import Tenant
 from tests import factories
+from tests.support.browser_events import BrowserEvents, watched
 from tests.support.dev_portal import SimulatedPortal, demo_database, serving_simulated_portal
 from tests.support.paths import ROOT
 from tests.support.serving import serving
 
 __all__ = ["SimulatedPortal", "demo_database"]  # the browser tests import them from here
+
+
+@pytest.fixture(autouse=True)
+def browser_events(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> BrowserEvents:
+    """What the test's browser contexts saw, told when it fails (pytest_runtest_makereport)."""
+    events = BrowserEvents()
+    if "browser" in request.fixturenames:
+        browser: Browser = request.getfixturevalue("browser")
+        monkeypatch.setattr(browser, "new_context", watched(browser, events))
+    return events
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report: pytest.TestReport = yield
+    events = getattr(item, "funcargs", {}).get("browser_events")
+    if report.when == "call" and report.failed and isinstance(events, BrowserEvents):
+        report.sections.append(("what the browser saw", events.report()))
+    return report
 
 
 @pytest.fixture
