@@ -26,6 +26,7 @@ every call bounded by the adapter's timeout; at most ``MAX_SCRAPES`` are answere
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 import uuid
@@ -153,7 +154,7 @@ class PlayedDcgmExporter:
         self._page: tuple[float, bytes] | None = None
         self._slots = threading.BoundedSemaphore(MAX_SCRAPES)
         handler = type("DcgmScrape", (_Scrape,), {"exporter": self})
-        self.server = ThreadingHTTPServer((host, port), handler)
+        self.server = _ScrapeServer((host, port), handler)
         self.server.daemon_threads = True
 
     @property
@@ -288,6 +289,16 @@ def _number(value: str | None, default: float) -> float:
 
 def _escaped(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class _ScrapeServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A scraper that hung up (its scrape timed out on a loaded machine) is not worth a
+        # traceback on stderr per scrape; anything else still is.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            log.debug("scraper %s hung up", client_address)
+            return
+        super().handle_error(request, client_address)
 
 
 class _Scrape(BaseHTTPRequestHandler):

@@ -196,3 +196,20 @@ def _pod_on(played: Played, pod: str) -> dict[int, tuple[dict[str, str], float]]
 
 def _gpus_of(gpus: dict[int, tuple[dict[str, str], Any]], pod: str) -> list[int]:
     return sorted(i for i, (labels, _) in gpus.items() if labels.get("pod") == pod)
+
+
+def test_a_scraper_that_hangs_up_costs_no_traceback_and_other_faults_still_do(
+    played: Played, capfd: pytest.CaptureFixture[str]
+) -> None:
+    server = played.exporter.server
+    for fault in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
+        try:
+            raise fault
+        except ConnectionError:
+            server.handle_error(None, ("127.0.0.1", 40000))
+    assert capfd.readouterr().err == ""
+    try:
+        raise KeyError("a bug in the exporter")
+    except KeyError:
+        server.handle_error(None, ("127.0.0.1", 40000))
+    assert "a bug in the exporter" in capfd.readouterr().err
