@@ -169,7 +169,10 @@ def test_the_worker_backs_off_on_failures_and_deletes_the_secret_once_the_api_an
     assert grant.revoked_at is not None and grant.secret_deleted_at is None
     assert secret_exists(fake.kube, grant)
 
-    reconciler = KubeconfigReconciler(settings, database, clusters)
+    # The worker's clock holds still: the first backoff is 1 to 2 s, which a loaded machine
+    # spends between two lines of this test.
+    held = [utcnow()]
+    reconciler = KubeconfigReconciler(settings, database, clusters, clock=lambda: held[0])
     fake.kube.inject("delete", PermanentKubeError("forbidden", reason="Forbidden"), times=1)
     assert run_due(reconciler, "w1") == 1  # one attempt, failed
     db.expire_all()
@@ -177,12 +180,13 @@ def test_the_worker_backs_off_on_failures_and_deletes_the_secret_once_the_api_an
     [item] = queue.items(db, KUBECONFIGS)
     assert item.key == str(grant.id)
     assert item.attempts == 1 and "Forbidden" in (item.last_error or "")
-    assert item.due_at > utcnow()
+    assert item.due_at > held[0]
     calls = len(fake.kube.calls)
     assert run_due(reconciler, "w1") == 0 and len(fake.kube.calls) == calls  # backing off
 
     enqueue(db, KUBECONFIGS, grant.id)  # due now: as if the backoff had run out
     db.commit()
+    held[0] = utcnow()
     assert run_due(reconciler, "w1") == 1
     assert not secret_exists(fake.kube, grant)
     db.expire_all()
