@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from app.accounting.standing import held_gpus, standing_columns
 from app.auth.models import User
 from app.database.concurrency import upsert
+from app.database.grant_units import amount_of
 from app.database.prepared import PreparedInsert
 from app.gpu_classes.models import GpuClass
 from app.hosts.repository import hosts_in
@@ -135,9 +136,10 @@ def replace_gpus_in_use(db: Session, host_id: int, gpus: Mapping[tuple[int, int]
     db.execute(stale)
     upsert(db, GpusInUse, [
         {"tenant_id": tenant_id, "gpu_class_id": class_id, "host_cluster_id": host_id,
-         "gpus": bound.gpus, "burst_gpus": bound.burst_gpus, "observed_at": observed_at}
+         "unit": "gpu", "mig_profile": "", "gpus": bound.gpus, "burst_gpus": bound.burst_gpus,
+         "observed_at": observed_at}
         for (tenant_id, class_id), bound in sorted(gpus.items())],
-        keys=("tenant_id", "gpu_class_id", "host_cluster_id"))
+        keys=("tenant_id", "gpu_class_id", "host_cluster_id", "unit", "mig_profile"))
 
 
 _REQUESTS = cast(Table, QuotaRequest.__table__)
@@ -151,7 +153,7 @@ def pending_count(db: Session, tenant_id: int) -> int:
 
 def add_request(db: Session, values: Mapping[str, Any]) -> Any:
     """A new quota request's row, every column as stored (its id and created_at among them)."""
-    return _ADD_REQUEST.add(db, values)
+    return _ADD_REQUEST.add(db, amount_of(values))
 
 
 def request_for_update(db: Session, request_id: int) -> QuotaRequest | None:
