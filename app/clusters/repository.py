@@ -221,8 +221,9 @@ def standings(db: Session, tenant_id: int, gpu_class_id: int, *, lock: bool = Fa
 def shared_guarantees(db: Session, tenant_id: int, region: str) -> dict[int, int]:
     """class id -> what the shared pool of the region guarantees the tenant of the class."""
     return {class_id: found.shared_guarantee
-            for (_, class_id, of_region), found in accounting.every_standing(db, tenant_id).items()
-            if of_region == region}
+            for (_, class_id, of_region, unit, _), found
+            in accounting.every_standing(db, tenant_id).items()
+            if of_region == region and unit == accounting.WHOLE}
 
 
 # ----- what placement sees of each host
