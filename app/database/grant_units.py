@@ -2,8 +2,9 @@
 database checks between them: on a row of whole GPUs, ``amount`` is ``gpus``.
 
 Code that writes only ``gpus`` (every door that knew whole GPUs alone) keeps that so through
-the ORM: a whole-GPU row's ``amount`` follows its ``gpus`` when it is added or changed without
-an ``amount`` of its own. A plain INSERT statement gives ``amount`` itself (``amount_of``).
+the ORM: on a whole-GPU row, whichever of ``gpus`` and ``amount`` was set last is copied to the
+other when the row is flushed. A plain INSERT statement gives ``amount`` itself
+(``amount_of``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import String, event, inspect
+from sqlalchemy import String, event
 from sqlalchemy.orm import Mapped, mapped_column
 
 UNITS_CHECK = "unit IN ('gpu', 'mig', 'share')"
@@ -35,19 +36,39 @@ def amount_of(values: Mapping[str, Any]) -> dict[str, Any]:
     return {**values, "amount": values.get("gpus") or 0}
 
 
+_LAST = "_whole_gpus_last_written"  # which of gpus and amount was set last, on an instance
+
+
 def amount_follows_gpus(model: type[Any]) -> type[Any]:
-    """Class decorator: ``model``'s whole-GPU rows keep ``amount == gpus`` through the ORM."""
+    """Class decorator: ``model``'s whole-GPU rows keep ``amount == gpus`` through the ORM. Of
+    the two, the one set last wins when the row is flushed (``gpus`` when neither was)."""
+
+    def _written(name: str) -> Any:
+        def remember(target: Any, value: Any, _old: Any, _initiator: Any) -> Any:
+            setattr(target, _LAST, name)
+            return value
+        return remember
+
+    for name in ("gpus", "amount"):
+        event.listen(getattr(model, name), "set", _written(name), retval=True)
+
+    def _follow(target: Any) -> None:
+        if target.unit not in (None, "gpu"):
+            return
+        last = target.__dict__.pop(_LAST, None)
+        if last == "amount" or (target.gpus is None and target.amount is not None):
+            target.gpus = target.amount
+        else:
+            target.amount = target.gpus or 0
+        target.__dict__.pop(_LAST, None)
 
     @event.listens_for(model, "before_insert")
     def _on_insert(_mapper: Any, _connection: Any, target: Any) -> None:
-        if target.amount is None and target.unit in (None, "gpu"):
-            target.amount = target.gpus or 0
+        _follow(target)
 
     @event.listens_for(model, "before_update")
     def _on_update(_mapper: Any, _connection: Any, target: Any) -> None:
-        attributes = inspect(target).attrs
-        if (target.unit == "gpu" and attributes.gpus.history.has_changes()
-                and not attributes.amount.history.has_changes()):
-            target.amount = target.gpus
+        if _LAST in target.__dict__:
+            _follow(target)
 
     return model

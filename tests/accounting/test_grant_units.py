@@ -129,3 +129,19 @@ def test_a_whole_gpu_row_keeps_amount_and_gpus_together(db: Session) -> None:
     db.expire_all()
     assert (quota.unit, quota.amount, cluster.amount) == ("gpu", 20, 6)
     assert accounting.standing(db, acme.id, h100.id, REGION).approved == 20
+
+
+def test_on_a_whole_gpu_row_the_figure_written_last_wins(db: Session) -> None:
+    acme, host, h100 = _acme_with_whole_gpus(db)
+    quota = TenantQuota(tenant_id=acme.id, gpu_class_id=h100.id, region="us", gpus=0)
+    quota.amount = 6  # a door that counts in units
+    cluster = factories.cluster(db, acme, host, "serve", gpu_class_id=h100.id, amount=2, gpus=3)
+    db.add(quota)
+    db.flush()
+    db.expire_all()
+    assert (quota.gpus, quota.amount, cluster.gpus, cluster.amount) == (6, 6, 3, 3)
+    slices = _parts_cluster(db, acme, host, h100, "notebooks", SLICE, 2)
+    slices.amount = 4
+    db.flush()
+    db.expire_all()
+    assert (slices.gpus, slices.amount) == (0, 4)

@@ -17,7 +17,9 @@ from app.hosts.models import HostCluster
 from app.quotas.models import GpusInUse, TenantQuota
 from app.tenants.models import Tenant
 from tests import factories
+from tests.support import oidc
 from tests.support.tenancy import headers
+from tests.support.web import HTML, csrf_of, htmx
 
 A100_SLICES = {"nvidia.com/mig-1g.10gb": 14, "nvidia.com/mig-3g.40gb": 4,
                "nvidia.com/mig-1g.10gb+me": 2}
@@ -162,3 +164,31 @@ def test_a_platform_admin_sets_and_clears_a_share_step_audited(
                          .order_by(AuditEvent.id)).all()
     assert [(e.before, e.after) for e in changes] == [
         ({"share_step": None}, {"share_step": 25}), ({"share_step": 25}, {"share_step": None})]
+
+
+def test_the_class_page_sets_a_share_step_and_the_fleet_page_shows_slices_and_shares(
+        client: TestClient, db: Session) -> None:
+    acme, _, host, h100 = _h100_fleet(db)
+    _quota(db, acme, h100, "share", 75)
+    _a100_fleet_on(db, host, acme)
+    db.commit()
+    oidc.sign_in(client, "admin@example.com")
+    page = client.get("/admin/gpu-classes", headers=HTML)
+    assert page.status_code == 200 and 'name="share_step"' in page.text
+    csrf, url = csrf_of(page.text), f"/admin/gpu-classes/{h100.id}"
+    uneven = client.post(url, headers=htmx(csrf), data={"display_name": "H100", "share_step": "30"})
+    assert uneven.status_code == 422 and "divide one GPU" in uneven.text
+    halves = client.post(url, headers=htmx(csrf), data={"display_name": "H100", "share_step": "50"})
+    assert halves.status_code == 200 and 'name="share_step"' in halves.text
+    assert 'value="50"' in halves.text
+    off = client.post(url, headers=htmx(csrf), data={"display_name": "H100", "share_step": ""})
+    assert off.status_code == 200
+    db.expire_all()
+    assert db.get_one(GpuClass, h100.id).share_step is None
+    fleet = client.get("/admin/fleet", headers=HTML)
+    assert fleet.status_code == 200
+    assert 'data-profile="3g.40gb"' in fleet.text and "counts each as 3 GPUs" in fleet.text
+    assert "nvidia.com/mig-1g.10gb+me: not offered, KAI cannot count it" in fleet.text
+    shares = fleet.text[fleet.text.index('class="shares"'):]
+    assert shares.startswith('class="shares"><span class="shares-guaranteed">0.75</span>')
+    assert "not shared any more" in shares[:400]
