@@ -18,6 +18,7 @@ from app.quotas.models import GpusInUse, TenantQuota
 from app.tenants.models import Tenant
 from tests import factories
 from tests.support import oidc
+from tests.support.capacity import chart_of
 from tests.support.tenancy import headers
 from tests.support.web import HTML, csrf_of, htmx
 
@@ -192,3 +193,7 @@ def test_the_class_page_sets_a_share_step_and_the_fleet_page_shows_slices_and_sh
     shares = fleet.text[fleet.text.index('class="shares"'):]
     assert shares.startswith('class="shares"><span class="shares-guaranteed">0.75</span>')
     assert "not shared any more" in shares[:400]
+    # The chart stacks the whole GPUs the shares take with the guarantees: its bar is the total.
+    [bar] = [bar for name, bar in chart_of(fleet.text, "capacity-chart").items()
+             if "H100" in name]
+    assert bar == {"dedicated": 0, "shared-guaranteed": 5, "free": 11, "pool-not-ready": 0}
