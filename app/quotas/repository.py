@@ -13,6 +13,7 @@ from sqlalchemy import (
     Select,
     Table,
     bindparam,
+    case,
     delete,
     func,
     select,
@@ -162,7 +163,11 @@ def request_for_update(db: Session, request_id: int) -> QuotaRequest | None:
 
 
 def claim_request(db: Session, request_id: int, from_state: str, **values: Any) -> bool:
-    """Moves a request out of ``from_state`` only if it is still there: one decision wins."""
+    """Moves a request out of ``from_state`` only if it is still there: one decision wins. A
+    whole-GPU request's approved amount is its approved GPUs."""
+    if "approved_gpus" in values and "approved_amount" not in values:
+        values["approved_amount"] = case((QuotaRequest.unit == "gpu", values["approved_gpus"]),
+                                         else_=QuotaRequest.approved_amount)
     result = db.execute(
         update(QuotaRequest)
         .where(QuotaRequest.id == request_id, QuotaRequest.state == from_state)

@@ -10,13 +10,17 @@ from sqlalchemy.orm import Session
 from app.accounting import over_quota
 from app.accounting import standing as accounting
 from app.accounting.standing import Standing, shared_refusal
+from app.auth.principal import Principal
 from app.clusters.models import VirtualCluster
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
 from app.kit.gpu_units import SHARE, GrantUnit
-from app.quotas.models import TenantQuota
+from app.quotas import service as quotas
+from app.quotas.models import QuotaRequest, TenantQuota
+from app.quotas.schemas import ApproveIn, QuotaRequestCreate
 from app.tenants.models import Tenant
 from tests import factories
+from tests.clusters.support import cluster_settings
 
 SLICE = GrantUnit("mig", "1g.10gb")
 REGION = "eu"
@@ -145,3 +149,17 @@ def test_on_a_whole_gpu_row_the_figure_written_last_wins(db: Session) -> None:
     db.flush()
     db.expire_all()
     assert (slices.gpus, slices.amount) == (0, 4)
+
+
+def test_an_approved_whole_gpu_request_says_its_amount_too(db: Session) -> None:
+    acme, _, h100 = _acme_with_whole_gpus(db)
+    admin = factories.user(db, "admin@acme.example.com")
+    factories.membership(db, acme, admin, "admin")
+    platform = factories.user(db, "platform@example.com", admin=True)
+    request = quotas.create_request(
+        db, Principal(user=admin, via="token", roles={acme.id: "admin"}), cluster_settings(),
+        "acme", QuotaRequestCreate(gpu_class_id=h100.id, gpus=6, region=REGION, reason="work"))
+    quotas.approve(db, Principal(user=platform, via="token", roles={}), request.id,
+                   ApproveIn(gpus=4, overcommit=True))
+    row = db.get_one(QuotaRequest, request.id)
+    assert (row.unit, row.amount, row.approved_gpus, row.approved_amount) == ("gpu", 6, 4, 4)
