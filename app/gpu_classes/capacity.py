@@ -62,6 +62,7 @@ from app.hosts.models import HostCluster
 from app.kit.gpu_units import (
     MIG_RESOURCE_PREFIX,
     SHARE_STEPS,
+    GrantUnit,
     gpu_instances,
     profile_of_resource,
     share_text,
@@ -112,8 +113,10 @@ class Sums:
         (``share_step``) or shares are approved or in use."""
         shared = None
         if share_step is not None or self.share_guaranteed or self.share_in_use:
+            slack = self.shared_fraction_gpus * SHARE_STEPS - self.share_guaranteed
             shared = {"step": share_step, "guaranteed": share_text(self.share_guaranteed),
-                      "in_use": share_text(round(self.share_in_use * SHARE_STEPS))}
+                      "in_use": share_text(round(self.share_in_use * SHARE_STEPS)),
+                      "free_hundredths": self.free * SHARE_STEPS + slack}
         return {"total": self.total, "ready": self.total - self.not_ready,
                 "not_ready": self.not_ready, "dedicated": self.dedicated,
                 "guaranteed": self.dedicated + self.shared_guaranteed
@@ -240,6 +243,17 @@ def class_capacities(db: Session, class_ids: Sequence[int],
     steps = repository.share_steps(db, class_ids)
     return {class_id: as_capacity(figures, steps.get(class_id))
             for class_id, figures in sums.items()}
+
+
+def free_steps(capacity: Capacity, unit: GrantUnit) -> int:
+    """What approvals of ``unit`` are checked against, in its steps: free whole GPUs, free
+    slices of the profile (0 where the class has none), or free hundredths of a GPU."""
+    if unit.kind == "mig":
+        return next((p.free for p in capacity.mig_profiles if p.profile == unit.profile), 0)
+    if unit.kind == "share":
+        return (capacity.shared.free_hundredths if capacity.shared is not None
+                else capacity.free * SHARE_STEPS)
+    return capacity.free
 
 
 def as_capacity(sums: Sums, share_step: int | None = None) -> Capacity:

@@ -104,6 +104,10 @@ class SharedFigures(BaseModel):
                     "0.25); null: the class is not shared")
     guaranteed: str = Field(description="shares approved to tenants, in GPUs", examples=["0.75"])
     in_use: str = Field(description="shares bound to pods, in GPUs", examples=["0.5"])
+    free_hundredths: int = Field(
+        description="hundredths of a GPU new shares may still take: the whole free GPUs, and "
+                    "what the shares guaranteed leave of the last GPU they take; what share "
+                    "approvals are checked against")
 
 
 class CapacityFigures(BaseModel):

@@ -30,9 +30,10 @@ from app.accounting import standing as accounting
 from app.accounting.standing import Standing
 from app.clusters.models import VirtualCluster
 from app.database.core import Database
+from app.gpu_classes.capacity import free_steps
 from app.gpu_classes.service import capacities
 from app.hosts.models import HostCluster
-from app.kit.gpu_units import GrantUnit
+from app.kit.gpu_units import SHARE, GrantUnit
 from app.nodes.models import Node, NodeAssignment
 from app.quotas.models import TenantQuota
 from tests import factories
@@ -240,6 +241,7 @@ class UnitStandingMachine(RuleBasedStateMachine):
         shares = pool.get((region, self.classes[H100], "share", ""), 0)
         assert (h100.shared_guaranteed, h100.shared_fraction_gpus, h100.free) == (
             whole, ceil(shares / 100), ready_shared - whole - ceil(shares / 100)), region
+        assert free_steps(h100, SHARE) == h100.free * 100 + ceil(shares / 100) * 100 - shares
         assert h100.total == h100.guaranteed + h100.free + h100.not_ready - sum(
             node.gpu_count for node, _, of in rows.dedicated if of == region and not node.ready)
         a100 = figures[self.classes[A100]]
@@ -248,6 +250,7 @@ class UnitStandingMachine(RuleBasedStateMachine):
             ready = SLICES[f"nvidia.com/mig-{profile.profile}"]
             assert (profile.ready, profile.guaranteed, profile.free) == (
                 ready, guaranteed, ready - guaranteed), (region, profile.profile)
+            assert free_steps(a100, GrantUnit("mig", profile.profile)) == profile.free
         assert (a100.total, a100.free) == (0, 0)
 
 

@@ -11,9 +11,11 @@ from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.database.core import utcnow
+from app.gpu_classes.capacity import free_steps
 from app.gpu_classes.models import GpuClass
 from app.gpu_classes.service import capacity
 from app.hosts.models import HostCluster
+from app.kit.gpu_units import SHARE, WHOLE_GPUS, GrantUnit
 from app.quotas.models import GpusInUse, TenantQuota
 from app.tenants.models import Tenant
 from tests import factories
@@ -70,6 +72,9 @@ def test_slices_are_counted_per_profile_kai_can_count(db: Session) -> None:
     # The profile KAI cannot count is still listed as the nodes have it, but never offered.
     assert found.mig_resources == {name: 2 * count for name, count in A100_SLICES.items()}
     assert found.shared is None
+    assert [free_steps(found, GrantUnit("mig", p)) for p in ("1g.10gb", "3g.40gb", "2g.20gb")] == [
+        11, 4, 0]
+    assert free_steps(found, SHARE) == 0  # no whole GPUs to share
 
 
 def _h100_fleet(db: Session) -> tuple[Tenant, Tenant, HostCluster, GpuClass]:
@@ -93,7 +98,9 @@ def test_shares_take_whole_gpus_out_of_free_rounded_up(db: Session) -> None:
             found.free) == (4, 1, 5, 11)
     assert found.total == found.guaranteed + found.free + found.not_ready
     assert found.shared is not None
-    assert found.shared.model_dump() == {"step": 25, "guaranteed": "0.75", "in_use": "0"}
+    assert found.shared.model_dump() == {"step": 25, "guaranteed": "0.75", "in_use": "0",
+                                         "free_hundredths": 1125}
+    assert (free_steps(found, SHARE), free_steps(found, WHOLE_GPUS)) == (1125, 11)
     _quota(db, factories.tenant(db, "initech"), h100, "share", 50)
     found = capacity(db, h100.id)
     assert (found.shared_fraction_gpus, found.free, found.shared.guaranteed if found.shared
@@ -127,7 +134,8 @@ def test_the_api_shows_profiles_and_shares_per_host_region_and_class(
     fleet = _fleet(client, db)
     [h100_host] = [r for r in fleet["hosts"] if r["gpu_class"] == h100.product]
     assert (h100_host["shared_fraction_gpus"], h100_host["free"]) == (1, 15)
-    assert h100_host["shared"] == {"step": 25, "guaranteed": "0.5", "in_use": "0"}
+    assert h100_host["shared"] == {"step": 25, "guaranteed": "0.5", "in_use": "0",
+                                   "free_hundredths": 1550}
     [h100_class] = [r for r in fleet["classes"] if r["gpu_class"] == h100.product]
     assert (h100_class["guaranteed"], h100_class["free"]) == (5, 11)
     [a100_class] = [r for r in fleet["classes"] if r["gpu_class"] == a100.product]
