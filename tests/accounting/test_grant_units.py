@@ -163,3 +163,22 @@ def test_an_approved_whole_gpu_request_says_its_amount_too(db: Session) -> None:
                    ApproveIn(gpus=4, overcommit=True))
     row = db.get_one(QuotaRequest, request.id)
     assert (row.unit, row.amount, row.approved_gpus, row.approved_amount) == ("gpu", 6, 4, 4)
+
+
+def test_the_quota_rows_figures_in_one_statement_follow_each_rows_unit(db: Session) -> None:
+    """``standing_columns`` given a quota row's own unit and profile: each row's figures in its
+    steps (the quota list's one statement)."""
+    acme, host, h100 = _acme_with_whole_gpus(db)
+    _parts_quota(db, acme, h100, SLICE, 3)
+    _parts_quota(db, acme, h100, SHARE, 50)
+    _parts_cluster(db, acme, host, h100, "notebooks", SLICE, 2)
+    _parts_cluster(db, acme, host, h100, "inference", SHARE, 75)
+    rows = db.execute(
+        select(TenantQuota.unit, TenantQuota.amount,
+               *accounting.standing_columns(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
+                                            TenantQuota.region, TenantQuota.amount,
+                                            TenantQuota.unit, TenantQuota.mig_profile))
+        .order_by(TenantQuota.id))
+    assert [tuple(row) for row in rows] == [
+        # unit, approved, dedicated, shared-pool, dedicated-nodes, private-nodes, guarantee
+        ("gpu", 16, 8, 4, 0, 0, 8), ("mig", 3, 0, 2, 0, 0, 3), ("share", 50, 0, 75, 0, 0, 75)]
