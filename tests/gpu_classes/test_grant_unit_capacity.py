@@ -11,8 +11,10 @@ from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.database.core import utcnow
+from app.gpu_classes import repository
 from app.gpu_classes.capacity import free_steps
 from app.gpu_classes.models import GpuClass
+from app.gpu_classes.repository import SliceSums
 from app.gpu_classes.service import capacity
 from app.hosts.models import HostCluster
 from app.kit.gpu_units import SHARE, WHOLE_GPUS, GrantUnit
@@ -75,6 +77,8 @@ def test_slices_are_counted_per_profile_kai_can_count(db: Session) -> None:
     assert [free_steps(found, GrantUnit("mig", p)) for p in ("1g.10gb", "3g.40gb", "2g.20gb")] == [
         11, 4, 0]
     assert free_steps(found, SHARE) == 0  # no whole GPUs to share
+    assert repository.mig_sums(db, [a100.id])[a100.id]["nvidia.com/mig-3g.40gb"] == SliceSums(
+        total=8, not_ready=4)
 
 
 def _h100_fleet(db: Session) -> tuple[Tenant, Tenant, HostCluster, GpuClass]:
