@@ -32,6 +32,7 @@ from app.clusters.models import (
     VirtualCluster,
 )
 from app.database.concurrency import add_first_or_conflict, lock_row, lock_rows, upsert
+from app.database.grant_units import amount_of
 from app.database.prepared import Prepared, PreparedInsert
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
@@ -153,7 +154,7 @@ _ADD_CLUSTER = PreparedInsert(_CLUSTERS, returning=list(_CLUSTERS.columns))
 def add_cluster(db: Session, values: Mapping[str, Any], name_taken: Conflict) -> Any:
     """A new cluster's row, every column as stored; a name taken by a parallel create is
     ``name_taken``. The transaction's first write (see ``add_first_or_conflict``)."""
-    return add_first_or_conflict(db, _ADD_CLUSTER, values, name_taken)
+    return add_first_or_conflict(db, _ADD_CLUSTER, amount_of(values), name_taken)
 
 
 def lock_cluster(db: Session, cluster_id: int) -> VirtualCluster | None:
@@ -220,8 +221,9 @@ def standings(db: Session, tenant_id: int, gpu_class_id: int, *, lock: bool = Fa
 def shared_guarantees(db: Session, tenant_id: int, region: str) -> dict[int, int]:
     """class id -> what the shared pool of the region guarantees the tenant of the class."""
     return {class_id: found.shared_guarantee
-            for (_, class_id, of_region), found in accounting.every_standing(db, tenant_id).items()
-            if of_region == region}
+            for (_, class_id, of_region, unit, _), found
+            in accounting.every_standing(db, tenant_id).items()
+            if of_region == region and unit == accounting.WHOLE}
 
 
 # ----- what placement sees of each host

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Select,
     Table,
     bindparam,
+    case,
     delete,
     func,
     select,
@@ -24,6 +25,7 @@ from sqlalchemy.orm import Session
 from app.accounting.standing import held_gpus, standing_columns
 from app.auth.models import User
 from app.database.concurrency import upsert
+from app.database.grant_units import amount_of
 from app.database.prepared import PreparedInsert
 from app.gpu_classes.models import GpuClass
 from app.hosts.repository import hosts_in
@@ -135,9 +137,10 @@ def replace_gpus_in_use(db: Session, host_id: int, gpus: Mapping[tuple[int, int]
     db.execute(stale)
     upsert(db, GpusInUse, [
         {"tenant_id": tenant_id, "gpu_class_id": class_id, "host_cluster_id": host_id,
-         "gpus": bound.gpus, "burst_gpus": bound.burst_gpus, "observed_at": observed_at}
+         "unit": "gpu", "mig_profile": "", "gpus": bound.gpus, "burst_gpus": bound.burst_gpus,
+         "observed_at": observed_at}
         for (tenant_id, class_id), bound in sorted(gpus.items())],
-        keys=("tenant_id", "gpu_class_id", "host_cluster_id"))
+        keys=("tenant_id", "gpu_class_id", "host_cluster_id", "unit", "mig_profile"))
 
 
 _REQUESTS = cast(Table, QuotaRequest.__table__)
@@ -151,7 +154,7 @@ def pending_count(db: Session, tenant_id: int) -> int:
 
 def add_request(db: Session, values: Mapping[str, Any]) -> Any:
     """A new quota request's row, every column as stored (its id and created_at among them)."""
-    return _ADD_REQUEST.add(db, values)
+    return _ADD_REQUEST.add(db, amount_of(values))
 
 
 def request_for_update(db: Session, request_id: int) -> QuotaRequest | None:
@@ -160,7 +163,11 @@ def request_for_update(db: Session, request_id: int) -> QuotaRequest | None:
 
 
 def claim_request(db: Session, request_id: int, from_state: str, **values: Any) -> bool:
-    """Moves a request out of ``from_state`` only if it is still there: one decision wins."""
+    """Moves a request out of ``from_state`` only if it is still there: one decision wins. A
+    whole-GPU request's approved amount is its approved GPUs."""
+    if "approved_gpus" in values and "approved_amount" not in values:
+        values["approved_amount"] = case((QuotaRequest.unit == "gpu", values["approved_gpus"]),
+                                         else_=QuotaRequest.approved_amount)
     result = db.execute(
         update(QuotaRequest)
         .where(QuotaRequest.id == request_id, QuotaRequest.state == from_state)
