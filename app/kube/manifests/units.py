@@ -20,6 +20,10 @@ MIG_PROFILE: Final = re.compile(r"^([1-7])g\.\d{1,3}gb$")
 MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
 # A share is counted in hundredths of one GPU.
 SHARE_STEPS: Final = 100
+# How a pod's gpu-fraction annotation may be written: a number in (0, 1] in steps of 0.01
+# ("0.25", ".5", "1"; "0" and "0.00" match, and are refused for being 0). RE2 and Python alike,
+# for the webhook and the tenancy guard's CEL.
+FRACTION_TEXT: Final = r"^(0?[.][0-9]{1,2}0*|1([.]0*)?)$"
 
 _MIB = 1024 * 1024
 _MB = 1000 * 1000
