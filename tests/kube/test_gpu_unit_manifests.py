@@ -156,13 +156,16 @@ def test_the_tenant_queue_sums_whole_gpus_g_counts_and_shares_and_bursts_on_top(
     assert gpu == {"quota": 13.5, "limit": 13.5, "overQuotaWeight": 1}
     bursting = tenant_queue(acme(burst_gpus=2), POLICY)["spec"]["resources"]["gpu"]
     assert (bursting["quota"], bursting["limit"]) == (13.5, 15.5)
-    asleep = acme(asleep_gpus=Decimal(3))  # its 3 x 1g.10gb cluster sleeps
+    asleep = acme(asleep_grants=Decimal(3))  # its 3 x 1g.10gb cluster sleeps
     assert tenant_queue(asleep, POLICY)["spec"]["resources"]["gpu"]["quota"] == 10.5
+    both = acme(asleep_grants=Decimal(3), asleep_gpus=2)
+    assert tenant_queue(both, POLICY)["spec"]["resources"]["gpu"]["quota"] == 8.5
 
 
 def test_a_cluster_of_whole_gpus_bursts_in_whole_gpus_and_slices_not_at_all() -> None:
     bursting = acme(burst_gpus=2)
-    assert cluster_gpu_limit(bursting, 4, "shared-pool") == 15  # 15.5, in whole GPUs
+    # Its own 4 whole GPUs and the burst: idle slices (KAI's 9.5) lend no whole GPU.
+    assert cluster_gpu_limit(bursting, 4, "shared-pool") == 6
     assert cluster_gpu_limit(bursting, 0, "shared-pool", "mig") is None
     assert cluster_gpu_limit(bursting, 0, "shared-pool", "share") is None
 

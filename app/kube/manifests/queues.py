@@ -57,13 +57,13 @@ def root_queue(policy: ManifestPolicy) -> Manifest:
 
 def cluster_gpu_limit(tenant: TenantSpec, gpus: int, placement: str,
                       gpu_unit: str = "gpu") -> int | None:
-    """A shared-pool cluster of a bursting tenant may hold what its tenant may (its queue's
-    limit; KAI keeps the tenant's clusters together under the tenant's ceiling), in whole GPUs;
-    without burst, on dedicated nodes, or of MIG slices or a share, its own GPUs (None)."""
+    """A shared-pool cluster of a bursting tenant may hold the whole GPUs its tenant may (KAI
+    keeps the tenant's clusters together under the tenant's ceiling); without burst, on
+    dedicated nodes, or of MIG slices or a share, its own GPUs (None)."""
     if placement != "shared-pool" or tenant.burst_gpus == 0 or gpu_unit != "gpu":
         return None
-    ceiling = tenant.gpu_ceiling
-    return UNLIMITED if ceiling is None else max(int(ceiling), gpus)
+    ceiling = tenant.whole_gpu_ceiling
+    return UNLIMITED if ceiling is None else max(ceiling, gpus)
 
 
 def _min_runtimes(tenant: TenantSpec) -> dict[str, str]:

@@ -89,9 +89,8 @@ class TenantSpec:
     gpu_quota: dict[str, int]
     cpu_millicores: int
     memory_mb: int
-    # KAI's count (units.kai_gpus) of its clusters asleep on this host: their guarantee is
-    # given back to the pool.
-    asleep_gpus: Decimal | int = 0
+    # GPUs of its clusters asleep on this host: their guarantee is given back to the pool.
+    asleep_gpus: int = 0
     # GPUs the tenant may borrow beyond its guarantee while others leave theirs idle (KAI
     # reclaims them when their owners come back): 0 none, None no ceiling but the pool.
     burst_gpus: int | None = 0
@@ -100,8 +99,10 @@ class TenantSpec:
     # How long a pod of the tenant runs before KAI may reclaim or preempt it; None: at once.
     reclaim_min_runtime_s: int | None = None
     preempt_min_runtime_s: int | None = None
-    # Its guarantees in MIG slices and GPU shares, which KAI's queues count by units.kai_gpus.
+    # Its guarantees in MIG slices and GPU shares, which KAI's queues count by units.kai_gpus,
+    # and KAI's count of those its clusters asleep on this host hold (given back too).
     gpu_grants: tuple[GpuGrant, ...] = ()
+    asleep_grants: Decimal = Decimal(0)
 
     def __post_init__(self) -> None:
         _require_slug(self.slug, "tenant slug", TENANT_SLUG_MAX)
@@ -119,14 +120,16 @@ class TenantSpec:
         return sum(self.gpu_quota.values())
 
     @property
-    def kai_total(self) -> Decimal:
-        """Its whole GPUs, slices and shares, as KAI counts them (units.kai_gpus)."""
-        return Decimal(self.total_gpus) + sum((g.kai_gpus for g in self.gpu_grants), Decimal(0))
+    def whole_guaranteed(self) -> int:
+        """Its whole GPUs on the host, less those its sleeping clusters gave back."""
+        return max(0, self.total_gpus - self.asleep_gpus)
 
     @property
     def guaranteed_gpus(self) -> Decimal:
-        """Its quota on the host in KAI's count, less what its sleeping clusters gave back."""
-        return max(Decimal(0), self.kai_total - Decimal(self.asleep_gpus))
+        """Its quota on the host in KAI's count (whole GPUs, slices by their g-count, shares),
+        less what its sleeping clusters gave back."""
+        grants = sum((g.kai_gpus for g in self.gpu_grants), Decimal(0))
+        return self.whole_guaranteed + max(Decimal(0), grants - self.asleep_grants)
 
     @property
     def gpu_ceiling(self) -> Decimal | None:
@@ -134,6 +137,12 @@ class TenantSpec:
         shares included, with the burst on top, so that slices never eat the burst; None: no
         ceiling."""
         return None if self.burst_gpus is None else self.guaranteed_gpus + self.burst_gpus
+
+    @property
+    def whole_gpu_ceiling(self) -> int | None:
+        """The most whole GPUs it may hold at once: its own with the burst on top. Idle slices
+        never become whole GPUs to borrow (KAI weighs a 1g.10gb slice as a whole GPU)."""
+        return None if self.burst_gpus is None else self.whole_guaranteed + self.burst_gpus
 
 
 @dataclass(frozen=True)
