@@ -21,11 +21,13 @@ from app.kube.manifests import (
     vcluster_values,
 )
 from app.kube.manifests import labels as lbl
+from app.kube.manifests.chart_schema import validate_values
 from app.kube.manifests.queues import cluster_gpu_limit
 from app.kube.manifests.specs import GpuGrant, InvalidSpec
 from app.kube.manifests.team_queues import team_queues
 from app.kube.manifests.units import kai_gpus, kai_number, mig_g_count, share_text
 from app.kube.quantities import drifted
+from tests.templates.support import vcluster_values_schema
 
 POLICY = ManifestPolicy()
 A100 = "NVIDIA-A100-SXM4-80GB"
@@ -125,6 +127,11 @@ def test_an_asleep_cluster_of_slices_may_hold_none() -> None:
 def test_the_charts_quota_has_the_host_quotas_gpu_lines(unit: str) -> None:
     chart = vcluster_values(cluster(unit), POLICY)["policies"]["resourceQuota"]["quota"]
     assert {k: v for k, v in chart.items() if "nvidia.com" in k} == gpu_lines(cluster(unit))
+
+
+@pytest.mark.parametrize("unit", ["mig", "share"])
+def test_the_values_of_slices_and_shares_are_valid_for_the_pinned_chart(unit: str) -> None:
+    assert validate_values(vcluster_values(cluster(unit), POLICY), vcluster_values_schema()) == []
 
 
 # --- KAI queues -------------------------------------------------------------------------
