@@ -20,7 +20,7 @@ from app.kube import manifests
 from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec, team_queues
 from app.kube.manifests.queues import cluster_gpu_limit
 from app.kube.manifests.specs import Placement
-from app.kube.manifests.units import mib_to_mb
+from app.kube.manifests.units import GpuUnit, mib_to_mb
 from app.quotas.burst import Burst, tenant_burst
 from app.tenants.models import Tenant
 
@@ -106,6 +106,7 @@ def addon_digest(addon: ClusterAddon) -> str:
 
 def cluster_spec(cluster: VirtualCluster, tenant_slug: str, gpu_class: GpuClass | None,
                  settings: Settings) -> ClusterSpec:
+    unit = _gpu_unit(cluster.unit)
     return ClusterSpec(
         tenant=tenant_slug, name=cluster.name, kubernetes_version=cluster.kubernetes_version,
         placement=_placement(cluster.placement),
@@ -114,7 +115,19 @@ def cluster_spec(cluster: VirtualCluster, tenant_slug: str, gpu_class: GpuClass 
         endpoint=cluster.endpoint or endpoint_for(settings, tenant_slug, cluster.name),
         pod_security=effective_pod_security(settings, cluster.pod_security),
         user_namespaces=bool(cluster.user_namespaces),
+        # Whole GPUs are ``gpus`` (the spec takes its amount from them: a row not yet flushed
+        # has no amount); slices and shares are ``amount`` of the row's unit.
+        gpu_unit=unit, mig_profile=cluster.mig_profile or "",
+        amount=None if unit == "gpu" else cluster.amount,
     )
+
+
+_GPU_UNITS: dict[str, GpuUnit] = {"mig": "mig", "share": "share"}
+
+
+def _gpu_unit(stored: str | None) -> GpuUnit:
+    """The row's unit (None on a row not yet flushed: whole GPUs, the column's default)."""
+    return _GPU_UNITS.get(stored or "gpu", "gpu")
 
 
 _PLACEMENTS: dict[str, Placement] = {"dedicated-nodes": "dedicated-nodes",
@@ -214,7 +227,8 @@ def build(facts: ClusterFacts, settings: Settings) -> DesiredCluster:
     cluster = facts.cluster
     tenant_wanted = tenant_spec(facts.tenant)
     spec = cluster_spec(cluster, facts.tenant.slug, facts.gpu_class, settings)
-    spec = replace(spec, gpu_limit=cluster_gpu_limit(tenant_wanted, spec.gpus, spec.placement),
+    spec = replace(spec, gpu_limit=cluster_gpu_limit(tenant_wanted, spec.gpus, spec.placement,
+                                                     spec.gpu_unit),
                    asleep=cluster.power == "asleep")
     conditions = list(cluster.conditions or [])
     teams = () if facts.groups is None else tuple(team_queues.teams(facts.groups))
