@@ -15,6 +15,7 @@ from sqlalchemy import (
     Select,
     Table,
     bindparam,
+    case,
     delete,
     func,
     or_,
@@ -218,12 +219,17 @@ def standings(db: Session, tenant_id: int, gpu_class_id: int, *, lock: bool = Fa
     return accounting.standings(db, tenant_id, gpu_class_id, excluding=excluding)
 
 
-def shared_guarantees(db: Session, tenant_id: int, region: str) -> dict[int, int]:
-    """class id -> what the shared pool of the region guarantees the tenant of the class."""
-    return {class_id: found.shared_guarantee
-            for (_, class_id, of_region, unit, _), found
+GrantKey = tuple[int, str, str]
+"""(GPU class id, unit, MIG profile): one unit of a class (``app.kit.gpu_units``)."""
+
+
+def shared_guarantees(db: Session, tenant_id: int, region: str) -> dict[GrantKey, int]:
+    """(class id, unit, profile) -> what the shared pool of the region guarantees the tenant
+    of the class in that unit, in its steps (whole GPUs, slices, hundredths)."""
+    return {(class_id, unit, profile): found.shared_guarantee
+            for (_, class_id, of_region, unit, profile), found
             in accounting.every_standing(db, tenant_id).items()
-            if of_region == region and unit == accounting.WHOLE}
+            if of_region == region}
 
 
 # ----- what placement sees of each host
@@ -372,12 +378,18 @@ def has_clusters_on(db: Session, tenant_id: int, host_cluster_id: int) -> bool:
     return db.scalar(query) is not None
 
 
-def asleep_gpus(db: Session, tenant_id: int, host_cluster_id: int) -> int:
-    """GPUs of the tenant's shared-pool clusters on the host that are to sleep: their
+def asleep_held(db: Session, tenant_id: int, host_cluster_id: int) -> dict[tuple[str, str], int]:
+    """(unit, profile) -> what the tenant's shared-pool clusters on the host that are to sleep
+    hold, in the unit's steps (``gpus`` of whole GPUs, ``amount`` of the others): their
     guarantee goes back to the pool."""
-    return int(db.scalar(select(func.coalesce(func.sum(VirtualCluster.gpus), 0)).where(
-        VirtualCluster.tenant_id == tenant_id, VirtualCluster.host_cluster_id == host_cluster_id,
-        VirtualCluster.placement == "shared-pool", VirtualCluster.power == "asleep")) or 0)
+    clusters = VirtualCluster
+    held = case((clusters.unit == "gpu", clusters.gpus), else_=clusters.amount)
+    rows = db.execute(
+        select(clusters.unit, clusters.mig_profile, func.sum(held))
+        .where(clusters.tenant_id == tenant_id, clusters.host_cluster_id == host_cluster_id,
+               clusters.placement == "shared-pool", clusters.power == "asleep")
+        .group_by(clusters.unit, clusters.mig_profile))
+    return {(unit, profile): int(amount or 0) for unit, profile, amount in rows}
 
 
 def delete_cluster_row(db: Session, cluster_id: int) -> None:
