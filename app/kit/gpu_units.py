@@ -27,7 +27,7 @@ TIMES = "\u00d7"  # the multiplication sign of "3 \u00d7 1g.10gb"
 MAX_PROFILE_LENGTH = 16
 
 # KAI Scheduler's own shape of a MIG profile it can count (g GPU instances, memory in GB).
-_PROFILE = re.compile(r"^([1-7])g\.\d{1,3}gb$")
+_PROFILE = re.compile(r"^([1-7])g\.[0-9]{1,3}gb$")
 # Letters said with a leading vowel sound: "an H100", "an A100", "an L40S", but "a B200".
 _SAID_WITH_A_VOWEL = "AEFHILMNORSX8"
 
@@ -38,7 +38,7 @@ class ProfileRefused(ValueError):
 
 def parse_profile(profile: str) -> str:
     """The profile itself when KAI can count it; ``ProfileRefused`` saying why otherwise."""
-    if _PROFILE.match(profile):
+    if _PROFILE.fullmatch(profile):
         return profile
     if profile.startswith(MIG_RESOURCE_PREFIX):
         raise ProfileRefused(f"name the MIG profile without {MIG_RESOURCE_PREFIX!r}: "
@@ -58,12 +58,12 @@ def profile_of_resource(resource: str) -> str | None:
     if not resource.startswith(MIG_RESOURCE_PREFIX):
         return None
     profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
-    return profile if _PROFILE.match(profile) else None
+    return profile if _PROFILE.fullmatch(profile) else None
 
 
 def gpu_instances(profile: str) -> int:
     """The ``g`` of a ``<g>g.<m>gb`` profile: what KAI counts one slice as, in GPUs."""
-    found = _PROFILE.match(profile)
+    found = _PROFILE.fullmatch(profile)
     if found is None:
         raise ProfileRefused(f"{profile!r} is not a MIG profile KAI Scheduler can count")
     return int(found.group(1))

@@ -16,7 +16,7 @@ from typing import Final, Literal
 GpuUnit = Literal["gpu", "mig", "share"]
 GPU_UNITS: Final = ("gpu", "mig", "share")
 # KAI's own pattern: a profile it cannot parse counts as 0 GPUs in its queues.
-MIG_PROFILE: Final = re.compile(r"^([1-7])g\.\d{1,3}gb$")
+MIG_PROFILE: Final = re.compile(r"^([1-7])g\.[0-9]{1,3}gb$")
 MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
 # A share is counted in hundredths of one GPU.
 SHARE_STEPS: Final = 100
