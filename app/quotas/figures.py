@@ -68,6 +68,7 @@ def _unit_fields(row: Any, unit: GrantUnit, allocated: int, left: int) -> dict[s
             "slices": amount if unit.kind == "mig" else None,
             "gpu_share": share_text(amount) if unit.kind == "share" else None,
             "grant": words(unit, amount, row.display_name), "allocated_amount": allocated,
+            "allocated": steps(unit, allocated),
             "left_amount": left, "left": steps(unit, left)}
 
 

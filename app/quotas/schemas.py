@@ -202,6 +202,7 @@ class TenantQuotaOut(BaseModel):
     gpu_share: str | None = Field(default=None, description="the share of one GPU approved")
     grant: str = Field(default="", description="what is approved, in words")
     allocated_amount: int = Field(default=0, description="held by clusters, in the unit's steps")
+    allocated: str = Field(default="", description="allocated_amount in words")
     left_amount: int = Field(default=0, description="what a new shared-pool cluster may take, "
                                                     "in the unit's steps")
     left: str = Field(default="", description="left_amount in words")

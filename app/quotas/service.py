@@ -161,12 +161,10 @@ def classes_to_request(db: Session, principal: Principal, slug: str) -> list[Gpu
     return gpu_classes.all_classes(db)
 
 
-def mig_only_classes(db: Session, classes: Sequence[GpuClass]) -> set[int]:
-    """Classes whose nodes offer MIG slices and no whole GPU: quota is in whole GPUs, so the
-    form says so rather than offering them."""
-    figures = gpu_classes.recent_capacities(db, [c.id for c in classes])
-    return {class_id for class_id, capacity in figures.items()
-            if capacity.total == 0 and capacity.mig_resources}
+def offers(db: Session, classes: Sequence[GpuClass]) -> list[units.Offer]:
+    """What the request form offers: per class, what its fleet can give (``units.offers_of``),
+    from the figures the pages show."""
+    return units.offers_of(classes, gpu_classes.recent_capacities(db, [c.id for c in classes]))
 
 
 def regions_to_request(db: Session) -> list[str]:

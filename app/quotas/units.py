@@ -11,10 +11,12 @@ instead), a profile no live node of the class offers, a share of a class that is
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from app.gpu_classes.models import GpuClass
 from app.gpu_classes.schemas import Capacity, MigProfileFigures, NamedClass
 from app.kit.errors import ValidationFailed
 from app.kit.gpu_units import (
@@ -29,6 +31,7 @@ from app.kit.gpu_units import (
     steps,
     words,
 )
+from app.quotas.room import offer_value
 from app.quotas.schemas import ApproveIn, QuotaRequestCreate
 
 AMOUNT_FIELDS = {"gpu": "gpus", "mig": "slices", "share": "gpu_share"}
@@ -211,3 +214,63 @@ def unit_audit(row: Any) -> dict[str, Any]:
     return {"unit": unit.kind, "mig_profile": unit.profile, "amount": row.amount,
             **({"approved_amount": row.approved_amount}
                if hasattr(row, "approved_amount") else {})}
+
+
+# ----- what the fleet can give: the request form's offers
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One thing a tenant may ask quota of: whole GPUs of a class, a share of one of its GPUs,
+    or slices of one MIG profile of it."""
+
+    gpu_class_id: int
+    display_name: str
+    product: str
+    unit: GrantUnit
+    share_step: int | None = None
+
+    @property
+    def value(self) -> str:
+        return offer_value(self.gpu_class_id, self.unit)
+
+    @property
+    def what(self) -> str:
+        """ "whole GPUs", "a share of one GPU (steps of 0.25)", "1g.10gb slices"."""
+        if self.unit.kind == "mig":
+            return f"{self.unit.profile} slices"
+        if self.unit.kind == "share":
+            return f"a share of one GPU (steps of {share_text(self.share_step or 1)})"
+        return "whole GPUs"
+
+    @property
+    def amount_label(self) -> str:
+        """The amount field's label for this offer."""
+        if self.unit.kind == "mig":
+            return f"Slices of {self.unit.profile}"
+        if self.unit.kind == "share":
+            return f"Share of one GPU (steps of {share_text(self.share_step or 1)}, at most 1)"
+        return "GPUs"
+
+    @property
+    def amount_step(self) -> str:
+        return share_text(self.share_step or 1) if self.unit.kind == "share" else "1"
+
+
+def offers_of(classes: Sequence[GpuClass], capacities: Mapping[int, Capacity]) -> list[Offer]:
+    """Per class, what its fleet can give: whole GPUs unless its nodes offer only MIG slices;
+    a share of one GPU when the class is shared and has whole GPUs; slices of each profile
+    KAI Scheduler can count on its live nodes."""
+    found: list[Offer] = []
+    for row in classes:
+        capacity = capacities.get(row.id)
+        mig_only = capacity is not None and capacity.total == 0 and bool(capacity.mig_resources)
+        if not mig_only:
+            found.append(Offer(row.id, row.display_name, row.product, WHOLE_GPUS))
+        if capacity is None:
+            continue
+        if row.share_step is not None and capacity.total > 0:
+            found.append(Offer(row.id, row.display_name, row.product, SHARE, row.share_step))
+        found.extend(Offer(row.id, row.display_name, row.product, GrantUnit("mig", p.profile))
+                     for p in _offered_profiles(capacity))
+    return found
