@@ -124,6 +124,8 @@ class QuotaRequestOut(BaseModel):
     unit: str = Field(default="gpu", description='"gpu" (whole GPUs), "mig" (MIG slices of '
                                                  'mig_profile) or "share" (a share of one GPU)')
     mig_profile: str = Field(default="", description="the MIG profile of a request of slices")
+    amount: int = Field(default=0, description="asked, in the unit's steps: GPUs, slices or "
+                                               "hundredths of a GPU")
     slices: int | None = Field(default=None, description="MIG slices asked; null for other units")
     gpu_share: str | None = Field(default=None, examples=["0.5"],
                                   description="the share of one GPU asked; null for other units")

@@ -195,7 +195,7 @@ def request_unit_fields(row: Any, class_name: str) -> dict[str, Any]:
     approved = row.approved_amount
     if approved is None and unit.is_whole:
         approved = row.approved_gpus
-    return {"unit": unit.kind, "mig_profile": unit.profile,
+    return {"unit": unit.kind, "mig_profile": unit.profile, "amount": row.amount,
             "slices": row.amount if unit.kind == "mig" else None,
             "gpu_share": share_text(row.amount) if unit.kind == "share" else None,
             "grant": words(unit, row.amount, class_name),
