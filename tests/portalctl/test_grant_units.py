@@ -70,3 +70,24 @@ def test_slices_and_a_share_are_asked_and_approved_and_said_in_words(
     assert sorted((q["unit"], q["grant"]) for q in quota) == [
         ("gpu", "16 H100 80GB GPUs"), ("mig", "2 \u00d7 1g.10gb of A100 SXM4 80GB"),
         ("share", "0.25 of an H100 80GB")]
+
+
+def test_a_cluster_of_slices_is_created_and_resized_with_slices(
+        portal: Portal, portalctl: PortalCtl) -> None:
+    _with_slices_and_shares(portal)
+    portalctl.login(portal, "acme-admin")
+    asked = _json(portalctl("quota", "request", "--gpu-class", "a100", "--slices", "2",
+                            "--mig-profile", "1g.10gb", "--reason", "notebooks", "-o", "json"))
+    _as_admin(portal, portalctl)
+    assert portalctl("--profile", "ops", "quota", "approve", str(asked["id"])).exit_code == 0
+    created = _json(portalctl("clusters", "create", "notebooks", "--gpu-class", "a100",
+                              "--slices", "2", "--mig-profile", "1g.10gb", "-o", "json"))
+    assert (created["unit"], created["amount"], created["grant"]) == (
+        "mig", 2, "2 \u00d7 1g.10gb of A100 SXM4 80GB")
+    header = portalctl("clusters", "list").stdout.splitlines()[0].split()
+    assert header[-4:] == ["GRANT", "UNIT", "MIG_PROFILE", "AMOUNT"]
+    beyond = portalctl("clusters", "resize", "notebooks", "--slices", "3")
+    assert beyond.exit_code == 1
+    assert "3 \u00d7 1g.10gb asked: request more quota first" in " ".join(beyond.stderr.split())
+    off_unit = portalctl("clusters", "resize", "notebooks", "--gpus", "1")
+    assert off_unit.exit_code == 1 and "one unit for its life" in off_unit.stderr
