@@ -12,7 +12,7 @@ instead), a profile no live node of the class offers, a share of a class that is
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -229,6 +229,9 @@ class Offer:
     product: str
     unit: GrantUnit
     share_step: int | None = None
+    # The class's only offer (whole GPUs of a class neither shared nor sliced): its option is
+    # the class's name alone, as before units.
+    alone: bool = False
 
     @property
     def value(self) -> str:
@@ -265,12 +268,17 @@ def offers_of(classes: Sequence[GpuClass], capacities: Mapping[int, Capacity]) -
     for row in classes:
         capacity = capacities.get(row.id)
         mig_only = capacity is not None and capacity.total == 0 and bool(capacity.mig_resources)
+        offered: list[Offer] = []
         if not mig_only:
-            found.append(Offer(row.id, row.display_name, row.product, WHOLE_GPUS))
-        if capacity is None:
-            continue
-        if row.share_step is not None and capacity.total > 0:
-            found.append(Offer(row.id, row.display_name, row.product, SHARE, row.share_step))
-        found.extend(Offer(row.id, row.display_name, row.product, GrantUnit("mig", p.profile))
-                     for p in _offered_profiles(capacity))
+            offered.append(Offer(row.id, row.display_name, row.product, WHOLE_GPUS))
+        if capacity is not None:
+            if row.share_step is not None and capacity.total > 0:
+                offered.append(Offer(row.id, row.display_name, row.product, SHARE,
+                                     row.share_step))
+            offered.extend(Offer(row.id, row.display_name, row.product,
+                                 GrantUnit("mig", p.profile))
+                           for p in _offered_profiles(capacity))
+        if len(offered) == 1 and offered[0].unit.is_whole:
+            offered = [replace(offered[0], alone=True)]
+        found.extend(offered)
     return found

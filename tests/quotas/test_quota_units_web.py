@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.quotas.models import QuotaRequest, TenantQuota
+from tests import factories
 from tests.quotas.units_fleet import SLICES_MESSAGE, UnitsFleet, units_fleet
 from tests.support import oidc
 from tests.support.tenancy import signed_in_admin_of
@@ -42,8 +43,13 @@ def test_the_form_offers_only_what_the_fleet_can_give(client: TestClient, db: Se
                                                       oidc_issuer: str) -> None:
     fleet = _signed_in(client, db, oidc_issuer)
     h100, a100 = fleet.h100.id, fleet.a100.id
+    l40s = factories.gpu_class(db, "NVIDIA-L40S", display_name="L40S 48GB")
+    factories.node(db, fleet.host, l40s, gpu_count=4)
+    db.commit()
     page = client.get("/t/acme/quota-requests/new", headers=HTML).text
     assert _options(page) == {
+        # a class offered in whole GPUs alone is named as it always was
+        f"{l40s.id}": "L40S 48GB (NVIDIA-L40S)",
         f"{a100}:mig:1g.10gb": "A100 SXM4 80GB (NVIDIA-A100-SXM4-80GB) — 1g.10gb slices",
         f"{a100}:mig:3g.40gb": "A100 SXM4 80GB (NVIDIA-A100-SXM4-80GB) — 3g.40gb slices",
         f"{a100}:mig:7g.80gb": "A100 SXM4 80GB (NVIDIA-A100-SXM4-80GB) — 7g.80gb slices",
