@@ -4,6 +4,7 @@ in words; whole GPUs of a MIG-only class are refused with the slices to ask for 
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,7 +13,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
+from app.database.core import utcnow
 from app.quotas.models import QuotaRequest, TenantQuota
+from app.quotas.service import expire_quotas
 from tests.quotas.units_fleet import SLICES_MESSAGE, UnitsFleet, units_fleet
 from tests.support.tenancy import headers
 
@@ -195,3 +198,19 @@ def test_whole_gpu_requests_of_a_class_with_slices_and_gpus_stay_as_they_were(
     create = db.scalars(select(AuditEvent).where(AuditEvent.action == "quota_request.create")
                         ).one()
     assert create.after is not None and "slices" not in create.after
+
+
+def test_an_expiring_approval_of_slices_takes_the_slices_back(client: TestClient,
+                                                              db: Session) -> None:
+    fleet = units_fleet(db)
+    ends_at = (utcnow() + timedelta(days=2)).isoformat()
+    asked = _ask(client, db, fleet, gpu_class_id=fleet.a100.id, slices=3,
+                 mig_profile="3g.40gb", ends_at=ends_at).json()
+    assert _approve(client, db, fleet, asked["id"], slices=2).status_code == 200
+    [expired] = expire_quotas(db, utcnow() + timedelta(days=3))
+    assert (expired.request_id, expired.gpus) == (asked["id"], 2)
+    row = db.scalars(select(TenantQuota)).one()
+    assert (row.unit, row.mig_profile, row.amount, row.gpus) == ("mig", "3g.40gb", 0, 0)
+    change = db.scalars(select(AuditEvent).where(AuditEvent.action == "tenant_quota.change")
+                        .order_by(AuditEvent.id.desc())).first()
+    assert change is not None and change.after is not None and change.after["amount"] == 0
