@@ -52,6 +52,7 @@ def clusters_query(tenant_id: int) -> Select[VirtualCluster]:
 LISTED_COLUMNS = (
     VirtualCluster.id, VirtualCluster.name, VirtualCluster.kubernetes_version,
     VirtualCluster.placement, VirtualCluster.gpu_class_id, VirtualCluster.gpus,
+    VirtualCluster.unit, VirtualCluster.mig_profile, VirtualCluster.amount,
     VirtualCluster.cpu_millicores, VirtualCluster.memory_mib, VirtualCluster.template_version_id,
     VirtualCluster.pod_security, VirtualCluster.user_namespaces, VirtualCluster.generation,
     VirtualCluster.observed_generation, VirtualCluster.over_quota,
@@ -168,7 +169,7 @@ def lock_quota(db: Session, tenant_id: int, gpu_class_id: int,
     in a region queue here."""
     quota_id = db.scalar(select(TenantQuota.id).where(
         TenantQuota.tenant_id == tenant_id, TenantQuota.gpu_class_id == gpu_class_id,
-        TenantQuota.region == region))
+        TenantQuota.region == region).order_by(TenantQuota.id).limit(1))  # one row per unit
     return lock_row(db, TenantQuota, quota_id) if quota_id is not None else None
 
 

@@ -63,13 +63,16 @@ def queue_rows_query(
     *, state: str | BindParameter[str] | None = None
 ) -> Select[*tuple[Any, ...]]:
     """Requests as ``request_rows_query``, with the tenant's quota (``quota_gpus``) and
-    allocation (``allocated_gpus``) of the class in the request's region."""
+    allocation (``allocated_gpus``) of the class in the request's region, in the request's unit
+    (its steps: GPUs, slices of its profile, hundredths)."""
     return request_rows_query(state=state).add_columns(
-        _one(TenantQuota.gpus, (TenantQuota.tenant_id == QuotaRequest.tenant_id)
+        _one(TenantQuota.amount, (TenantQuota.tenant_id == QuotaRequest.tenant_id)
              & (TenantQuota.gpu_class_id == QuotaRequest.gpu_class_id)
-             & (TenantQuota.region == QuotaRequest.region), "quota_gpus"),
-        _allocated(QuotaRequest.tenant_id, QuotaRequest.gpu_class_id,
-                   QuotaRequest.region).label("allocated_gpus"))
+             & (TenantQuota.region == QuotaRequest.region)
+             & (TenantQuota.unit == QuotaRequest.unit)
+             & (TenantQuota.mig_profile == QuotaRequest.mig_profile), "quota_gpus"),
+        _allocated(QuotaRequest.tenant_id, QuotaRequest.gpu_class_id, QuotaRequest.region,
+                   QuotaRequest.unit, QuotaRequest.mig_profile).label("allocated_gpus"))
 
 
 def _one(column: Any, where: Any, name: str) -> Any:
@@ -87,13 +90,17 @@ def quota_rows_query(tenant_id: int | BindParameter[int] | None) -> Select[*tupl
                              TenantQuota.region)
                      for column in (GpusInUse.gpus, GpusInUse.burst_gpus))
     query = (select(TenantQuota.id, TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                    TenantQuota.region, TenantQuota.gpus,
+                    TenantQuota.region, TenantQuota.gpus, TenantQuota.unit,
+                    TenantQuota.mig_profile, TenantQuota.amount,
                     TenantQuota.cpu_millicores, TenantQuota.memory_mib, GpuClass.product,
                     GpuClass.display_name,
                     _allocated(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                               TenantQuota.region).label("allocated"),
+                               TenantQuota.region, TenantQuota.unit,
+                               TenantQuota.mig_profile).label("allocated"),
+                    # each row's figures in its own unit's steps
                     *standing_columns(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                                      TenantQuota.region, TenantQuota.gpus),
+                                      TenantQuota.region, TenantQuota.amount, TenantQuota.unit,
+                                      TenantQuota.mig_profile),
                     in_use.label("in_use"), burst.label("burst"))
              .join(GpuClass, GpuClass.id == TenantQuota.gpu_class_id))
     return query if tenant_id is None else query.where(TenantQuota.tenant_id == tenant_id)
@@ -108,8 +115,10 @@ def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int, region: str, 
                                    excluding=excluding, host_cluster_id=host_cluster_id)) or 0)
 
 
-def _allocated(tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
-    return held_gpus(tenant_id, gpu_class_id, region).scalar_subquery()
+def _allocated(tenant_id: Any, gpu_class_id: Any, region: Any, unit: Any = "gpu",
+               profile: Any = "") -> Any:
+    return held_gpus(tenant_id, gpu_class_id, region, unit=unit,
+                     profile=profile).scalar_subquery()
 
 
 def _in_use(column: Any, tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
@@ -190,11 +199,12 @@ def due_expiries(db: Session, now: datetime) -> list[int]:
     return list(db.scalars(query))
 
 
-def tenant_quota_for_update(db: Session, tenant_id: int, gpu_class_id: int,
-                            region: str) -> TenantQuota | None:
+def tenant_quota_for_update(db: Session, tenant_id: int, gpu_class_id: int, region: str,
+                            unit: str = "gpu", mig_profile: str = "") -> TenantQuota | None:
     query = select(TenantQuota).where(
         TenantQuota.tenant_id == tenant_id, TenantQuota.gpu_class_id == gpu_class_id,
-        TenantQuota.region == region).with_for_update()
+        TenantQuota.region == region, TenantQuota.unit == unit,
+        TenantQuota.mig_profile == mig_profile).with_for_update()
     return db.scalar(query.execution_options(populate_existing=True))
 
 
