@@ -288,9 +288,10 @@ def _queue_and_quota(used: dict[tuple[str, int], tuple[float, float, float | Non
 def bound_now(db: Session, tenant_id: int | None) -> dict[int, BoundGpus]:
     """GPUs of each class bound to the tenant's pods (every tenant's: None) over all hosts and
     of those the burst, as the worker last read them (app.quotas.models.GpusInUse); a class no
-    host reported yet is absent."""
+    host reported yet is absent. GPUs: whole ones and shares as fractions; MIG slices, which are
+    no GPUs, are left out."""
     query = select(GpusInUse.gpu_class_id, func.sum(GpusInUse.gpus),
-                   func.sum(GpusInUse.burst_gpus))
+                   func.sum(GpusInUse.burst_gpus)).where(GpusInUse.unit != "mig")
     if tenant_id is not None:
         query = query.where(GpusInUse.tenant_id == tenant_id)
     rows = db.execute(query.group_by(GpusInUse.gpu_class_id))

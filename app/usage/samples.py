@@ -27,16 +27,21 @@ class Owner:
     tenant_id: int
     gpu_class_id: int | None
     gpus: int = 0  # a dedicated node's GPUs
+    # What its figures count (app.kit.gpu_units): a cluster's unit and profile; a node's GPUs.
+    unit: str = "gpu"
+    mig_profile: str = ""
 
 
 def clusters_by_name(db: Session, host_id: int) -> dict[tuple[str, str], Owner]:
     """The virtual clusters placed on one host by (tenant slug, cluster name), as that host's
     labels name them: a queue on host A never counts for a cluster placed on host B."""
     rows = db.execute(select(Tenant.slug, VirtualCluster.name, VirtualCluster.id,
-                             VirtualCluster.tenant_id, VirtualCluster.gpu_class_id)
+                             VirtualCluster.tenant_id, VirtualCluster.gpu_class_id,
+                             VirtualCluster.unit, VirtualCluster.mig_profile)
                       .join(Tenant, Tenant.id == VirtualCluster.tenant_id)
                       .where(VirtualCluster.host_cluster_id == host_id))
-    return {(r.slug, r.name): Owner(r.id, r.tenant_id, r.gpu_class_id) for r in rows}
+    return {(r.slug, r.name): Owner(r.id, r.tenant_id, r.gpu_class_id, unit=r.unit,
+                                    mig_profile=r.mig_profile) for r in rows}
 
 
 def ready_clusters(db: Session, host_id: int) -> list[tuple[str, VirtualCluster]]:
