@@ -130,8 +130,15 @@ class BoundGpus:
     burst_gpus: float = 0.0
 
 
-# (tenant id, class id, unit, MIG profile) of a row of GPUs in use.
-InUseKey = tuple[int, int, str, str]
+# (tenant id, class id, unit, MIG profile) of a row of GPUs in use; (tenant id, class id):
+# whole GPUs.
+InUseKey = tuple[int, int, str, str] | tuple[int, int]
+
+
+def _in_unit(key: InUseKey) -> tuple[int, int, str, str]:
+    if len(key) == 4:
+        return key
+    return key[0], key[1], "gpu", ""
 
 
 def replace_gpus_in_use(db: Session, host_id: int, gpus: Mapping[InUseKey, BoundGpus],
@@ -139,16 +146,17 @@ def replace_gpus_in_use(db: Session, host_id: int, gpus: Mapping[InUseKey, Bound
     """The host's figures by (tenant, class, unit, profile), ``gpus`` in GPUs for whole GPUs
     and shares and in slices for MIG: those given are written, the host's others (no cluster
     or dedicated node of that tenant, class and unit there any more) go."""
+    rows = {_in_unit(key): bound for key, bound in gpus.items()}
     stale = delete(GpusInUse).where(GpusInUse.host_cluster_id == host_id)
-    if gpus:
+    if rows:
         stale = stale.where(tuple_(GpusInUse.tenant_id, GpusInUse.gpu_class_id, GpusInUse.unit,
-                                   GpusInUse.mig_profile).not_in(list(gpus)))
+                                   GpusInUse.mig_profile).not_in(list(rows)))
     db.execute(stale)
     upsert(db, GpusInUse, [
         {"tenant_id": tenant_id, "gpu_class_id": class_id, "host_cluster_id": host_id,
          "unit": unit, "mig_profile": profile, "gpus": bound.gpus,
          "burst_gpus": bound.burst_gpus, "observed_at": observed_at}
-        for (tenant_id, class_id, unit, profile), bound in sorted(gpus.items())],
+        for (tenant_id, class_id, unit, profile), bound in sorted(rows.items())],
         keys=("tenant_id", "gpu_class_id", "host_cluster_id", "unit", "mig_profile"))
 
 

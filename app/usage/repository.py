@@ -2,7 +2,12 @@
 
 The database does the sums: a ledger entry's interval ends where the next entry of its series
 begins (a window function), each interval is clipped to each period it overlaps, and only the
-sums per tenant, class and period come back. All times are whole Unix seconds.
+sums per tenant, class, unit, MIG profile and period come back. All times are whole Unix
+seconds.
+
+Seconds are in the unit's steps (app.kit.gpu_units): the ledger's are whole GPUs, slices or
+hundredths of a GPU times seconds (integers: the report divides once); the samples' are GPUs
+(a share's as fractions) or slices times seconds.
 """
 
 from __future__ import annotations
@@ -46,8 +51,8 @@ DEDICATED_CLUSTER = "dedicated_cluster"
 # dedicated node. (A namespace's ResourceQuota counts its pods waiting for GPUs too.)
 USED_SOURCES = ("queue", "node")
 
-# The sums of used_seconds' selects, by kind, after their four keys.
-USED_KINDS = (("used", 4), ("burst", 5), ("utilised", 6), ("known", 7))
+# The sums of used_seconds' selects, by kind, after their six keys.
+USED_KINDS = (("used", 6), ("burst", 7), ("utilised", 8), ("known", 9))
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ class SecondsRow:
     kind: str
     cluster_id: int | None
     seconds: float
+    unit: str = "gpu"
+    mig_profile: str = ""
 
 
 # The periods a report is cut into, as one JSON parameter the database unpacks, so that a
@@ -104,14 +111,17 @@ def _overlap(start: Any, end: Any, period: Any) -> ColumnElement[Any]:
 
 def _ledger_intervals(tenant_ids: Any, until_s: ColumnElement[int]) -> Any:
     series = (LedgerEntry.kind, LedgerEntry.subject_id, LedgerEntry.tenant_id,
-              LedgerEntry.gpu_class_id)
+              LedgerEntry.gpu_class_id, LedgerEntry.unit, LedgerEntry.mig_profile)
     following = func.lead(LedgerEntry.at_s).over(partition_by=series,
                                                  order_by=(LedgerEntry.at_s, LedgerEntry.id))
     # A dedicated-nodes cluster's GPU-hours are on the tenant's dedicated nodes: a kind apart.
     kind = case((and_(LedgerEntry.kind == "cluster", LedgerEntry.placement == DEDICATED),
                   literal(DEDICATED_CLUSTER)), else_=LedgerEntry.kind)
+    # Whole GPUs are ``gpus`` (as before the units); slices and hundredths are ``amount``.
+    held = case((LedgerEntry.unit == "gpu", LedgerEntry.gpus), else_=LedgerEntry.amount)
     query = select(kind.label("kind"), LedgerEntry.tenant_id, LedgerEntry.gpu_class_id,
-                   LedgerEntry.cluster_id, LedgerEntry.gpus,
+                   LedgerEntry.unit, LedgerEntry.mig_profile,
+                   LedgerEntry.cluster_id, held.label("gpus"),
                    LedgerEntry.at_s.label("start_s"), following.label("end_s")
                    ).where(LedgerEntry.at_s < until_s)
     if tenant_ids is not None:
@@ -121,7 +131,8 @@ def _ledger_intervals(tenant_ids: Any, until_s: ColumnElement[int]) -> Any:
 
 def allocated_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
                       tenant_ids: Any = None, by_cluster: bool = False) -> list[SecondsRow]:
-    """GPU-seconds held per period, tenant, class and kind (and cluster, if asked)."""
+    """Seconds held per period, tenant, class, unit, profile and kind (and cluster, if
+    asked), in the unit's steps."""
     if not periods:
         return []
     cap = _seconds(min(now_s, periods[-1].end_s))
@@ -130,14 +141,16 @@ def allocated_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
     ended = func.coalesce(spans.c.end_s, cap)
     end = case((ended < cap, ended), else_=cap)
     cluster = spans.c.cluster_id if by_cluster else literal(None).label("cluster_id")
-    keys = [period.c.n, spans.c.tenant_id, spans.c.gpu_class_id, spans.c.kind]
+    keys = [period.c.n, spans.c.tenant_id, spans.c.gpu_class_id, spans.c.kind, spans.c.unit,
+            spans.c.mig_profile]
     query = (select(*keys, cluster, func.sum(spans.c.gpus * _overlap(spans.c.start_s, end, period)))
              .join_from(spans, period, and_(spans.c.start_s < period.c.end_s,
                                             end > period.c.start_s))
              # Intervals over before the range are dropped before pairing with the periods.
              .where(spans.c.gpus > 0, end > _seconds(periods[0].start_s))
              .group_by(*keys, *([spans.c.cluster_id] if by_cluster else [])))
-    return [SecondsRow(int(row[0]), row[1], row[2], row[3], row[4], float(row[5] or 0))
+    return [SecondsRow(int(row[0]), row[1], row[2], row[3], row[6], float(row[7] or 0),
+                       unit=row[4], mig_profile=row[5])
             for row in db.execute(query)]
 
 
@@ -154,6 +167,7 @@ def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
     sources = ("queue",) if by_cluster else USED_SOURCES
     period = _periods_table(db, list(enumerate(periods)))
     hour_keys = [period.c.n, HourlyUsage.tenant_id, HourlyUsage.gpu_class_id,
+                 HourlyUsage.unit, HourlyUsage.mig_profile,
                  HourlyUsage.subject_id if by_cluster else literal(None).label("subject_id")]
     folded = (select(*hour_keys, func.sum(HourlyUsage.used_gpu_seconds).label("seconds"),
                      func.sum(HourlyUsage.burst_gpu_seconds).label("burst_seconds"),
@@ -163,12 +177,13 @@ def used_seconds(db: Session, periods: Sequence[Period], now_s: int, *,
                                                    HourlyUsage.hour_s < period.c.end_s))
               .where(HourlyUsage.source.in_(sources),
                      HourlyUsage.gpu_class_id.is_not(None), HourlyUsage.hour_s < cap)
-              .group_by(*hour_keys[:3], *hour_keys[3:] if by_cluster else ()))
+              .group_by(*hour_keys[:5], *hour_keys[5:] if by_cluster else ()))
     if tenant_ids is not None:
         folded = folded.where(HourlyUsage.tenant_id.in_(tenant_ids))
     raw = _raw_use(db, periods, cap, tenant_ids, sources, by_cluster)
     rows = db.execute(folded if raw is None else union_all(raw, folded)).all()
-    return [SecondsRow(int(row[0]), row[1], row[2], kind, row[3], float(row[column] or 0))
+    return [SecondsRow(int(row[0]), row[1], row[2], kind, row[5], float(row[column] or 0),
+                       unit=row[3], mig_profile=row[4])
             for row in rows for kind, column in USED_KINDS]
 
 
@@ -191,7 +206,8 @@ def _raw_use(db: Session, periods: Sequence[Period], cap: ColumnElement[int], te
     period = _periods_table(db, reached, "raw_periods")
     spans = sample_spans(tenant_ids=tenant_ids, sources=sources)
     end = case((spans.c.end_s < cap, spans.c.end_s), else_=cap)
-    keys = [period.c.n, spans.c.tenant_id, spans.c.gpu_class_id,
+    keys = [period.c.n, spans.c.tenant_id, spans.c.gpu_class_id, spans.c.unit,
+            spans.c.mig_profile,
             spans.c.subject_id if by_cluster else literal(None).label("subject_id")]
     overlap = _overlap(spans.c.start_s, end, period)
     return (select(*keys, func.sum(spans.c.used_gpus * overlap).label("seconds"),
@@ -201,7 +217,7 @@ def _raw_use(db: Session, periods: Sequence[Period], cap: ColumnElement[int], te
             .join_from(spans, period, and_(spans.c.start_s < period.c.end_s,
                                            end > period.c.start_s))
             .where(spans.c.gpu_class_id.is_not(None), spans.c.start_s < cap)
-            .group_by(*keys[:3], *keys[3:] if by_cluster else ()))
+            .group_by(*keys[:5], *keys[5:] if by_cluster else ()))
 
 
 def cluster_names(db: Session, cluster_ids: set[int]) -> dict[int, str]:

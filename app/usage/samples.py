@@ -83,6 +83,7 @@ def sample_spans(*, tenant_ids: Any = None, sources: Sequence[str] | None = None
     query = select(UsageSample.taken_s.label("start_s"),
                    case((following < held, following), else_=held).label("end_s"),
                    UsageSample.source, UsageSample.tenant_id, UsageSample.gpu_class_id,
+                   UsageSample.unit, UsageSample.mig_profile,
                    UsageSample.subject_id, UsageSample.used_gpus, UsageSample.burst_gpus,
                    UsageSample.utilised_gpus)
     if tenant_ids is not None:
@@ -107,34 +108,40 @@ def fold_old_samples(db: Session, now_s: int) -> int:
     hour = UsageSample.taken_s - UsageSample.taken_s % HOUR
     folded = (select(hour.label("hour_s"), UsageSample.source, UsageSample.tenant_id,
                      func.max(UsageSample.gpu_class_id).label("gpu_class_id"),
-                     UsageSample.subject_id, func.count().label("samples"),
+                     UsageSample.subject_id, UsageSample.unit, UsageSample.mig_profile,
+                     func.count().label("samples"),
                      func.avg(UsageSample.used_gpus).label("mean_used"),
                      func.max(UsageSample.used_gpus).label("peak_used"),
                      func.avg(UsageSample.allocated_gpus).label("mean_allocated"),
                      func.avg(UsageSample.requested_gpus).label("mean_requested"))
               .where(UsageSample.taken_s < cutoff)
-              .group_by(hour, UsageSample.source, UsageSample.tenant_id, UsageSample.subject_id)
+              .group_by(hour, UsageSample.source, UsageSample.tenant_id, UsageSample.subject_id,
+                        UsageSample.unit, UsageSample.mig_profile)
               .subquery("folded"))
     spans = sample_spans()
     span_hour = spans.c.start_s - spans.c.start_s % HOUR
     length = spans.c.end_s - spans.c.start_s
     integrals = (select(span_hour.label("hour_s"), spans.c.source, spans.c.tenant_id,
-                        spans.c.subject_id,
+                        spans.c.subject_id, spans.c.unit, spans.c.mig_profile,
                         func.sum(spans.c.used_gpus * length).label("seconds"),
                         func.sum(spans.c.burst_gpus * length).label("burst_seconds"),
                         func.coalesce(func.sum(spans.c.utilised_gpus * length), 0.0)
                         .label("utilised_seconds"),
                         func.sum(known_gpus(spans) * length).label("known_seconds"))
                  .where(spans.c.start_s < cutoff)
-                 .group_by(span_hour, spans.c.source, spans.c.tenant_id, spans.c.subject_id)
+                 .group_by(span_hour, spans.c.source, spans.c.tenant_id, spans.c.subject_id,
+                           spans.c.unit, spans.c.mig_profile)
                  .subquery("integrals"))
     rows = (select(folded, integrals.c.seconds, integrals.c.burst_seconds,
                    integrals.c.utilised_seconds, integrals.c.known_seconds)
             .join(integrals, and_(integrals.c.hour_s == folded.c.hour_s,
                                   integrals.c.source == folded.c.source,
                                   integrals.c.tenant_id == folded.c.tenant_id,
-                                  integrals.c.subject_id == folded.c.subject_id)))
-    columns = ["hour_s", "source", "tenant_id", "gpu_class_id", "subject_id", "samples",
+                                  integrals.c.subject_id == folded.c.subject_id,
+                                  integrals.c.unit == folded.c.unit,
+                                  integrals.c.mig_profile == folded.c.mig_profile)))
+    columns = ["hour_s", "source", "tenant_id", "gpu_class_id", "subject_id", "unit",
+               "mig_profile", "samples",
                "mean_used_gpus", "peak_used_gpus", "mean_allocated_gpus", "mean_requested_gpus",
                "used_gpu_seconds", "burst_gpu_seconds", "utilised_gpu_seconds",
                "utilisation_known_seconds"]
