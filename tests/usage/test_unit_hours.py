@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from app.usage.models import LedgerEntry, UsageSample
 from app.usage.sampling import record_usage
 from tests import factories
 from tests.support.tenancy import Tenancy, build_tenancy, headers
+from tests.support.web import HTML
 from tests.usage.support import LedgerClock, fix_clock, report
 from tests.usage.test_utilised_hours import (
     NEW_COLUMNS,
@@ -187,3 +189,23 @@ def test_the_api_and_portalctl_say_the_unit(client: TestClient, db: Session,
     shown = CliRunner().invoke(portalctl, ["usage", "--by", "cluster", "-o", "json"]).stdout
     assert '"used_slice_hours": 6.0' in shown
     assert db.scalar(select(VirtualCluster.amount).where(VirtualCluster.name == "infer")) == 25
+
+
+def test_the_usage_page_says_each_clusters_grant_and_a_mig_rows_slice_hours(
+    client: TestClient, db: Session, clock: LedgerClock
+) -> None:
+    t = _a_day_in_units(db, clock)
+    notes = db.scalars(select(VirtualCluster).where(VirtualCluster.name == "notes")).one()
+    notes.deletion_requested_at = None  # back, to be listed among the clusters now
+    db.commit()
+    page = client.get("/t/acme/usage", headers={**HTML, **headers(db, t.acme_viewer)}).text
+    now = {name: re.search(rf'data-cluster="{name}".*?<td class="allocated"[^>]*>(.*?)</td>'
+                           r'\s*<td class="in-use">(.*?)</td>', page, flags=re.S)
+           for name in ("train", "infer", "notes")}
+    assert {name: found.groups() if found else None for name, found in now.items()} == {
+        "train": ("2", "not sampled yet"), "infer": ("0.25 of a GPU", "0.5"),
+        "notes": ("3 \u00d7 1g.10gb", "3.0 slices")}
+    rows = page.split('id="usage-rows"')[1]
+    mig_row = rows.split('data-gpu-class="NVIDIA-A100-SXM4-80GB"')[1].split("</tr>")[0]
+    assert "1g.10gb slices" in mig_row
+    assert "12.00 / 9.00 / 6.00" in mig_row
