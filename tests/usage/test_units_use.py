@@ -16,7 +16,8 @@ from app.kube.manifests import labels as lbl
 from app.kube.manifests.names import cluster_queue_name, host_namespace_name
 from app.kube.memory import InMemoryKube
 from app.kube.usage import GpuAsk, gpus_by_node, namespace_use, pod_gpu_ask, queue_use
-from app.quotas.models import GpusInUse
+from app.quotas.models import GpusInUse, TenantQuota
+from app.quotas.repository import quota_rows_query
 from app.usage.models import UsageSample
 from tests import factories
 from tests.support.drive import run_due
@@ -139,7 +140,13 @@ def test_the_sampler_writes_each_clusters_use_in_its_unit(database: Database,
                           amount=50, gpus=0)
         factories.cluster(db, t.acme, host, "notes", gpu_class_id=a100.id, unit="mig",
                           mig_profile="3g.40gb", amount=3, gpus=0)
-        ids = {"h100": t.h100.id, "a100": a100.id}
+        for class_id, unit, amount, profile in ((t.h100.id, "gpu", 8, ""),
+                                                (t.h100.id, "share", 50, ""),
+                                                (a100.id, "mig", 3, "3g.40gb")):
+            db.add(TenantQuota(tenant_id=t.acme.id, gpu_class_id=class_id, unit=unit,
+                               mig_profile=profile, amount=amount,
+                               gpus=amount if unit == "gpu" else 0))
+        ids = {"h100": t.h100.id, "a100": a100.id, "acme": t.acme.id}
     kube = InMemoryKube()
     for obj in (unit_queue("acme", "train", {lbl.GPU_RESOURCE: "3"}, quota=2),
                 unit_queue("acme", "infer", {lbl.GPU_RESOURCE: "500m"},
@@ -154,6 +161,9 @@ def test_the_sampler_writes_each_clusters_use_in_its_unit(database: Database,
                  for s in db.scalars(select(UsageSample))}
         in_use = {(r.gpu_class_id, r.unit, r.mig_profile): (r.gpus, r.burst_gpus)
                   for r in db.scalars(select(GpusInUse))}
+        quota_rows = db.execute(select(quota_rows_query(ids["acme"]).subquery())).mappings()
+        units = {row.id: row.unit for row in db.execute(select(TenantQuota.id, TenantQuota.unit))}
+        quota_in_use = {units[row["id"]]: (row["in_use"], row["burst"]) for row in quota_rows}
     assert taken == {("queue", "gpu", ""): (3.0, 3.0, 1.0),
                      ("queue", "share", ""): (0.5, 0.75, 0.0),
                      ("queue", "mig", "3g.40gb"): (3.0, 4.0, 0.0),
@@ -161,3 +171,5 @@ def test_the_sampler_writes_each_clusters_use_in_its_unit(database: Database,
     assert in_use == {(ids["h100"], "gpu", ""): (3.0, 1.0),
                       (ids["h100"], "share", ""): (0.5, 0.0),
                       (ids["a100"], "mig", "3g.40gb"): (3.0, 0.0)}
+    # each quota row's in use is of its own unit: no slice counted as a GPU, nor a share twice
+    assert quota_in_use == {"gpu": (3.0, 1.0), "share": (0.5, 0.0), "mig": (3.0, 0.0)}
