@@ -348,6 +348,29 @@ def approved_now(db: Session, tenant_id: int | None) -> dict[int, int]:
     return {row[0]: int(row[1] or 0) for row in rows}
 
 
+# (class id, unit, MIG profile) of a tenant's figures now.
+UnitKey = tuple[int, str, str]
+
+
+def approved_in_units(db: Session, tenant_id: int) -> dict[UnitKey, int]:
+    """What of each class the tenant was approved, per unit, in the unit's steps (whole GPUs,
+    slices of a profile, hundredths of a GPU), over all regions."""
+    held = case((TenantQuota.unit == "gpu", TenantQuota.gpus), else_=TenantQuota.amount)
+    keys = (TenantQuota.gpu_class_id, TenantQuota.unit, TenantQuota.mig_profile)
+    rows = db.execute(select(*keys, func.sum(held)).where(TenantQuota.tenant_id == tenant_id)
+                      .group_by(*keys))
+    return {(row[0], row[1], row[2]): int(row[3] or 0) for row in rows}
+
+
+def bound_in_units(db: Session, tenant_id: int) -> dict[UnitKey, BoundGpus]:
+    """What is bound to the tenant's pods now per class and unit over all hosts (GPUs, a
+    share's as fractions, or slices), and of that the burst; absent until a host reported."""
+    keys = (GpusInUse.gpu_class_id, GpusInUse.unit, GpusInUse.mig_profile)
+    rows = db.execute(select(*keys, func.sum(GpusInUse.gpus), func.sum(GpusInUse.burst_gpus))
+                      .where(GpusInUse.tenant_id == tenant_id).group_by(*keys))
+    return {(row[0], row[1], row[2]): BoundGpus(float(row[3]), float(row[4])) for row in rows}
+
+
 @dataclass(frozen=True)
 class NodeSpan:
     """A GPU node's class and GPUs from when the inventory first saw it until it went (None:

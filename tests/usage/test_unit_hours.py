@@ -205,6 +205,13 @@ def test_the_usage_page_says_each_clusters_grant_and_a_mig_rows_slice_hours(
     assert {name: found.groups() if found else None for name, found in now.items()} == {
         "train": ("2", "not sampled yet"), "infer": ("0.25 of a GPU", "0.5"),
         "notes": ("3 \u00d7 1g.10gb", "3.0 slices")}
+    totals = {unit: re.search(rf'class="class-total"[^>]*data-unit="{unit}".*?'
+                              r'<td class="allocated"[^>]*>(.*?)</td>\s*<td class="in-use">(.*?)<',
+                              page, flags=re.S) for unit in ("gpu", "share", "mig")}
+    assert {unit: found.groups() if found else None for unit, found in totals.items()} == {
+        "gpu": ("2 of 8 approved", "0.0"),  # its host was read: nothing bound
+        "share": ("0.25 of 0.75 of a GPU approved", "0.5"),
+        "mig": ("3 of 3 \u00d7 1g.10gb approved", "3.0 slices")}
     rows = page.split('id="usage-rows"')[1]
     mig_row = rows.split('data-gpu-class="NVIDIA-A100-SXM4-80GB"')[1].split("</tr>")[0]
     assert "1g.10gb slices" in mig_row
