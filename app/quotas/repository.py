@@ -87,7 +87,7 @@ def quota_rows_query(tenant_id: int | BindParameter[int] | None) -> Select[*tupl
     burst (``in_use``, ``burst``: both None until the worker read a host), all summed in one
     statement."""
     in_use, burst = (_in_use(column, TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                             TenantQuota.region)
+                             TenantQuota.region, TenantQuota.unit, TenantQuota.mig_profile)
                      for column in (GpusInUse.gpus, GpusInUse.burst_gpus))
     query = (select(TenantQuota.id, TenantQuota.tenant_id, TenantQuota.gpu_class_id,
                     TenantQuota.region, TenantQuota.gpus, TenantQuota.unit,
@@ -121,9 +121,12 @@ def _allocated(tenant_id: Any, gpu_class_id: Any, region: Any, unit: Any = "gpu"
                      profile=profile).scalar_subquery()
 
 
-def _in_use(column: Any, tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
+def _in_use(column: Any, tenant_id: Any, gpu_class_id: Any, region: Any, unit: Any,
+            mig_profile: Any) -> Any:
+    """In use of a quota row's own unit: its GPUs (a share's as fractions) or its slices."""
     return (select(func.sum(column))
             .where(GpusInUse.tenant_id == tenant_id, GpusInUse.gpu_class_id == gpu_class_id,
+                   GpusInUse.unit == unit, GpusInUse.mig_profile == mig_profile,
                    GpusInUse.host_cluster_id.in_(hosts_in(region)))
             .scalar_subquery())
 
@@ -136,19 +139,33 @@ class BoundGpus:
     burst_gpus: float = 0.0
 
 
-def replace_gpus_in_use(db: Session, host_id: int, gpus: Mapping[tuple[int, int], BoundGpus],
+# (tenant id, class id, unit, MIG profile) of a row of GPUs in use; (tenant id, class id):
+# whole GPUs.
+InUseKey = tuple[int, int, str, str] | tuple[int, int]
+
+
+def _in_unit(key: InUseKey) -> tuple[int, int, str, str]:
+    if len(key) == 4:
+        return key
+    return key[0], key[1], "gpu", ""
+
+
+def replace_gpus_in_use(db: Session, host_id: int, gpus: Mapping[InUseKey, BoundGpus],
                         observed_at: datetime) -> None:
-    """The host's figures by (tenant, class): those given are written, the host's others
-    (no cluster or dedicated node of that tenant and class there any more) go."""
+    """The host's figures by (tenant, class, unit, profile), ``gpus`` in GPUs for whole GPUs
+    and shares and in slices for MIG: those given are written, the host's others (no cluster
+    or dedicated node of that tenant, class and unit there any more) go."""
+    rows = {_in_unit(key): bound for key, bound in gpus.items()}
     stale = delete(GpusInUse).where(GpusInUse.host_cluster_id == host_id)
-    if gpus:
-        stale = stale.where(tuple_(GpusInUse.tenant_id, GpusInUse.gpu_class_id).not_in(list(gpus)))
+    if rows:
+        stale = stale.where(tuple_(GpusInUse.tenant_id, GpusInUse.gpu_class_id, GpusInUse.unit,
+                                   GpusInUse.mig_profile).not_in(list(rows)))
     db.execute(stale)
     upsert(db, GpusInUse, [
         {"tenant_id": tenant_id, "gpu_class_id": class_id, "host_cluster_id": host_id,
-         "unit": "gpu", "mig_profile": "", "gpus": bound.gpus, "burst_gpus": bound.burst_gpus,
-         "observed_at": observed_at}
-        for (tenant_id, class_id), bound in sorted(gpus.items())],
+         "unit": unit, "mig_profile": profile, "gpus": bound.gpus,
+         "burst_gpus": bound.burst_gpus, "observed_at": observed_at}
+        for (tenant_id, class_id, unit, profile), bound in sorted(rows.items())],
         keys=("tenant_id", "gpu_class_id", "host_cluster_id", "unit", "mig_profile"))
 
 

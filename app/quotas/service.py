@@ -139,7 +139,7 @@ def tenant_quota(
 
 
 def record_gpus_in_use(db: Session, host_id: int,
-                       gpus: Mapping[tuple[int, int], repository.BoundGpus],
+                       gpus: Mapping[repository.InUseKey, repository.BoundGpus],
                        observed_at: datetime) -> None:
     """What the worker read on one host: GPUs bound per (tenant, class) there and of those
     the burst, for every tenant and class with a cluster or dedicated node on it."""
