@@ -50,6 +50,8 @@ INFERENCE = Team("tailspin", "Tailspin Toys", "inference", H100, 0, "shared-pool
                  Workload(pods=(), gpus_each=1))
 NOTEBOOK = "notebook"
 QUOTA_NAME = "tenant-quota"
+# The reason of vCluster's syncer's event on a virtual pod the host refused.
+SYNC_ERROR = "SyncError"
 # A share is bound after its reservation pod reports (KAI waits 40 s, then retries the bind).
 BOUND_TIMEOUT = 180.0
 
@@ -221,10 +223,11 @@ def slices_walk(report: Report, portal: Portal, admin: KubernetesAdapter, kubect
                  len(pods) == SLICES and strategies == {"mixed"}
                  and {p["spec"].get("schedulerName") for p in pods} == {SCHEDULER_NAME},
                  f"{len(pods)} bound on {sorted({p['spec']['nodeName'] for p in pods})}")
-    pending = demo.wait_until(lambda: _pending(kubectl, kubeconfig, NOTEBOOK),
+    pending = demo.wait_until(lambda: _pending(kubectl, kubeconfig, NOTEBOOK, 1),
                               f"the 4th of {NOTEBOOKS.label}'s notebooks to wait", 60.0)
-    waiting = demo._settled(lambda: portal.cluster(NOTEBOOKS).get("waiting_for_gpus") or {},
-                            lambda found: found.get("pods") == 1, 150.0)
+    # The worker looks each resync: until it has seen the pods that run, more wait.
+    waiting = demo.wait_until(lambda: _waiting(portal, NOTEBOOKS, 1),
+                              f"the portal to say 1 of {NOTEBOOKS.label}'s pods waits", 150.0)
     reason = str(waiting.get("reason") or "")
     report.check(f"{NOTEBOOKS.label}: the 4th notebook waits, and the portal says why",
                  len(pending) == 1 and waiting.get("pods") == 1 and "exceeded quota" in reason
@@ -277,6 +280,11 @@ def shares_walk(report: Report, admin: KubernetesAdapter, kubectl: Kubectl,
                  reason[:240])
 
 
+def _waiting(portal: Portal, team: Team, pods: int) -> dict[str, Any] | None:
+    found: dict[str, Any] = portal.cluster(team).get("waiting_for_gpus") or {}
+    return found if found.get("pods") == pods else None
+
+
 def _node_label(admin: KubernetesAdapter, node: str, key: str) -> str | None:
     found = admin.get("v1", "Node", node) or {}
     labels: dict[str, str] = (found.get("metadata") or {}).get("labels") or {}
@@ -291,18 +299,23 @@ def _portion(admin: KubernetesAdapter, pod: Mapping[str, Any]) -> tuple[str | No
     return data.get("NVIDIA_VISIBLE_DEVICES"), data.get("GPU_PORTION")
 
 
-def _pending(kubectl: Kubectl, kubeconfig: Path, app: str) -> list[str] | None:
+def _pending(kubectl: Kubectl, kubeconfig: Path, app: str, count: int) -> list[str] | None:
+    """The virtual cluster's Pending pods of ``app`` once there are ``count`` (those bound on
+    the host turn Running there as the syncer copies their status back)."""
     pods = kubectl.pods(kubeconfig, "-n", "default", "-l", f"app={app}")
     pending = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Pending"]
-    return pending or None
+    return pending if len(pending) == count else None
 
 
 def _sync_error(kubectl: Kubectl, kubeconfig: Path, pod: str) -> str | None:
-    """What vCluster's syncer says on the virtual pod the host refused."""
-    events = kubectl.run(kubeconfig, "get", "events", "-n", "default", "-o", "json",
-                         "--field-selector", f"involvedObject.name={pod}")
-    messages = [str(e.get("message") or "") for e in json.loads(events)["items"]]
-    return next((m for m in messages if "denied" in m or "forbidden" in m.lower()), None)
+    """What vCluster's syncer says on the virtual pod the host refused (its latest
+    ``SyncError`` event, which the portal's waiting pods read too)."""
+    events = json.loads(kubectl.run(
+        kubeconfig, "get", "events", "-n", "default", "-o", "json", "--field-selector",
+        f"involvedObject.name={pod},reason={SYNC_ERROR}"))["items"]
+    latest = sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime")
+                                               or ""))
+    return str(latest[-1].get("message") or "") or None if latest else None
 
 
 def _kai_reason(admin: KubernetesAdapter, team: Team, name: str) -> str | None:
