@@ -220,7 +220,7 @@ def check_create(
     part = parts.part_of(payload)
     if part is not None:
         gpu_class = parts.checked_class(gpu_class, payload, part)
-    checks.check_spec(db, settings, tenant, payload, gpu_class)
+    checks.check_spec(db, settings, tenant, payload, gpu_class, _unit_columns(part))
     hardened = desired.hardening(settings, resolved.pod_security if resolved else None,
                                  resolved.user_namespaces if resolved else False)
     if part is not None and gpu_class is not None:
@@ -231,6 +231,13 @@ def check_create(
     if gpu_class is not None:
         checks.check_placed(db, tenant, gpu_class, payload, placed, rooms)
     return CreateChecked(tenant, resolved, placed, gpu_class)
+
+
+def _unit_columns(part: Ask | None) -> dict[str, object]:
+    """A cluster row's columns for the slices or share it holds (none for whole GPUs)."""
+    if part is None:
+        return {}
+    return {"unit": part.unit.kind, "mig_profile": part.unit.profile, "amount": part.amount}
 
 
 def region_choices(db: Session) -> list[str]:
@@ -244,8 +251,7 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
     checked = check_create(db, principal, settings, slug, payload, lock=True, resolver=resolver)
     tenant, resolved, placed, gpu_class = (checked.tenant, checked.resolved, checked.placed,
                                            checked.gpu_class)
-    unit = ({"unit": checked.part.unit.kind, "mig_profile": checked.part.unit.profile,
-             "amount": checked.part.amount} if checked.part is not None else {})
+    unit = _unit_columns(checked.part)
     if resolved is not None:
         payload = resolved.payload
     # The create's first write: the checks before it read and lock only.
