@@ -378,9 +378,9 @@ def _dedicate(t: _Tables, tenant: int, class_id: int, quota: _Quota, per_node: i
 
 
 def _approved(t: _Tables, tenant: int, class_id: int, gpus: int) -> None:
-    t.add("tenant_quotas", "tenant_id, gpu_class_id, region, gpus, cpu_millicores, memory_mib, "
-          "updated_at", (tenant, class_id, REGION, gpus, gpus * 16_000, gpus * 131_072,
-                         t.ago(100)))
+    t.add("tenant_quotas", "tenant_id, gpu_class_id, region, gpus, amount, cpu_millicores, "
+          "memory_mib, updated_at", (tenant, class_id, REGION, gpus, gpus, gpus * 16_000,
+                                     gpus * 131_072, t.ago(100)))
     _request(t, tenant, class_id, gpus, "approved", t.ago(101), approved=gpus)
 
 
@@ -399,13 +399,13 @@ def _other_requests(t: _Tables, tenant: int, class_id: int) -> None:
 def _request(t: _Tables, tenant: int, class_id: int, gpus: int, state: str, at: datetime,
              approved: int | None = None, ends_at: datetime | None = None) -> None:
     decided = state not in ("pending", "cancelled")
-    t.add("quota_requests", "tenant_id, gpu_class_id, region, gpus, cpu_millicores, memory_mib, "
-          "reason, ends_at, state, requested_by_id, created_at, approved_gpus, overcommitted, "
-          "decided_by_id, decided_at, decision_note",
-          (tenant, class_id, REGION, gpus, gpus * 16_000, gpus * 131_072,
+    t.add("quota_requests", "tenant_id, gpu_class_id, region, gpus, amount, cpu_millicores, "
+          "memory_mib, reason, ends_at, state, requested_by_id, created_at, approved_gpus, "
+          "approved_amount, overcommitted, decided_by_id, decided_at, decision_note",
+          (tenant, class_id, REGION, gpus, gpus, gpus * 16_000, gpus * 131_072,
            "Training runs for the next quarter", ends_at, state, user_id(tenant, "admin"), at,
-           approved, False, 1 if decided else None, at + timedelta(hours=3) if decided else None,
-           "seeded"))
+           approved, approved, False, 1 if decided else None,
+           at + timedelta(hours=3) if decided else None, "seeded"))
 
 
 def _clusters(t: _Tables, fleet: Fleet, quotas: dict[int, dict[int, _Quota]]) -> None:
@@ -441,13 +441,14 @@ def _cluster(t: _Tables, tenant: int, j: int, class_id: int | None, gpus: int,
              else "provisioning" if j % 13 == 3 else "ready")
     created = t.ago(1 + (tenant * 31 + j * 7) % 300)
     t.add("virtual_clusters", "tenant_id, host_cluster_id, name, kubernetes_version, placement, "
-          "gpu_class_id, gpus, cpu_millicores, memory_mib, generation, observed_generation, "
+          "gpu_class_id, gpus, amount, cpu_millicores, memory_mib, generation, "
+          "observed_generation, "
           "conditions, endpoint, admin_kubeconfig_encrypted, over_quota, deletion_requested_at, "
           "created_by_id, created_at, updated_at, failed_attempts, template_version_id, "
           "user_namespaces, addons, "
           "placement_reason",
           (tenant, 1, name, VERSIONS[(tenant + j) % len(VERSIONS)], placement, class_id, gpus,
-           (2000, 4000, 8000, 16000)[j % 4], (8192, 16384, 32768, 65536)[j % 4], generation,
+           gpus, (2000, 4000, 8000, 16000)[j % 4], (8192, 16384, 32768, 65536)[j % 4], generation,
            generation - 1 if state == "provisioning" else generation,
            _conditions(state, generation, created), ENDPOINT.format(cluster=name,
                                                                     tenant=slug(tenant)),

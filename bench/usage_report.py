@@ -82,8 +82,9 @@ def seed(url: str, tenants: int, clusters: int, now_s: int) -> None:
     busy = [ids[f"busy-{n}"] for n in range(tenants)]
     with psycopg.connect(_psycopg_url(url)) as connection:
         _copy(connection, "usage_ledger", ("at", "at_s", "kind", "subject_id", "tenant_id",
-                                           "gpu_class_id", "cluster_id", "cluster_name", "gpus"),
-              _ledger(busy, clusters, gpu_id, now_s))
+                                           "gpu_class_id", "cluster_id", "cluster_name", "gpus",
+                                           "amount"),
+              (row + row[-1:] for row in _ledger(busy, clusters, gpu_id, now_s)))
         _copy(connection, "usage_hourly", ("hour_s", "source", "tenant_id", "gpu_class_id",
                                            "subject_id", "samples", "mean_used_gpus",
                                            "peak_used_gpus", "mean_allocated_gpus",

@@ -121,6 +121,10 @@ NARROWED: dict[Field, int] = {
     (HostUpdate, "region"): 63,
     (MachineRegister, "name"): 63,
 }
+# A grant's unit and MIG profile (issue 61): one of app.kit.gpu_units.UNITS, and a profile of
+# KAI's shape (parse_profile: at most 8 characters).
+_UNIT = "a grant unit of app.kit.gpu_units (gpu, mig, share)"
+_PROFILE = "a MIG profile app.kit.gpu_units.parse_profile accepts (8 characters at most)"
 # String columns no schema field writes, and what writes them (width checked where it is built,
 # or by the label test below).
 WRITTEN_BY_THE_SERVER: dict[str, str] = {
@@ -184,6 +188,18 @@ WRITTEN_BY_THE_SERVER: dict[str, str] = {
     "usage_ledger.cluster_name": "a cluster's name (virtual_clusters.name, 40)",
     "usage_ledger.placement": "a cluster's placement (virtual_clusters.placement, fixed values)",
     "usage_samples.source": "fixed sources",
+    "quota_requests.unit": _UNIT,
+    "tenant_quotas.unit": _UNIT,
+    "tenant_quotas.mig_profile": _PROFILE,
+    "virtual_clusters.unit": _UNIT,
+    "quota_gpus_in_use.unit": _UNIT,
+    "quota_gpus_in_use.mig_profile": _PROFILE,
+    "usage_ledger.unit": _UNIT,
+    "usage_ledger.mig_profile": _PROFILE,
+    "usage_samples.unit": _UNIT,
+    "usage_samples.mig_profile": _PROFILE,
+    "usage_hourly.unit": _UNIT,
+    "usage_hourly.mig_profile": _PROFILE,
     "users.issuer": "the configured IdP's issuer URL",
     "users.subject": "the IdP's subject: a longer one is a refused sign-in",
     "virtual_clusters.placement": "a Literal of the schema",

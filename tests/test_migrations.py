@@ -19,6 +19,7 @@ from app.database import migrate
 from app.database.core import Base, make_engine
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
+from app.quotas.models import GpusInUse, QuotaRequest, TenantQuota
 from app.tenants.models import Tenant
 from tests.support import postgres
 
@@ -214,8 +215,9 @@ def test_0010_puts_existing_quota_in_the_default_hosts_region(empty_url: str) ->
         reason = connection.execute(text("SELECT placement_reason FROM virtual_clusters"))
         assert "default host" in reason.scalar_one()
         connection.execute(text(
-            "INSERT INTO tenant_quotas (tenant_id, gpu_class_id, region, gpus, cpu_millicores, "
-            "memory_mib, updated_at) VALUES (1, 1, 'us-1', 4, 0, 0, '2026-11-01')"))
+            "INSERT INTO tenant_quotas (tenant_id, gpu_class_id, region, gpus, amount, "
+            "cpu_millicores, memory_mib, updated_at) VALUES (1, 1, 'us-1', 4, 4, 0, 0, "
+            "'2026-11-01')"))
     migrate.downgrade(empty_url, "0009")
     with engine.connect() as connection:
         assert connection.execute(text("SELECT gpus FROM tenant_quotas")).scalars().all() == [12]
@@ -338,3 +340,68 @@ def test_0020_records_the_clusters_asleep_now_keeps_the_ledger_append_only_and_g
     with pytest.raises(DBAPIError), engine.begin() as connection:
         connection.execute(text("DELETE FROM usage_ledger"))
     engine.dispose()
+
+
+def _count(connection: Connection, query: str) -> object:
+    return connection.execute(text(query)).scalar_one()
+
+
+def test_0034_counts_what_was_granted_in_whole_gpus_and_goes_down_without_the_parts(
+        empty_url: str) -> None:
+    """Every grant made before 0034 is whole GPUs (amount = gpus, the ledger's too); the checks
+    refuse a row whose unit, profile and figures disagree; a tenant holds whole GPUs and slices
+    of a class in one region side by side. Down again, slices and shares go, whole GPUs stay."""
+    migrate.upgrade(empty_url, "0033")
+    engine = make_engine(empty_url)
+    with engine.begin() as connection:
+        _two_clusters_one_asleep(connection)
+        _insert_as_of(connection, TenantQuota, tenant_id=1, gpu_class_id=1, gpus=8)
+        _insert_as_of(connection, QuotaRequest, tenant_id=1, gpu_class_id=1, gpus=8,
+                      state="approved", approved_gpus=8)
+        _insert_as_of(connection, GpusInUse, tenant_id=1, gpu_class_id=1, host_cluster_id=1,
+                      gpus=2.0, observed_at=datetime(2026, 12, 7, tzinfo=UTC))
+        connection.execute(text(
+            "INSERT INTO usage_ledger (at, at_s, kind, subject_id, tenant_id, gpu_class_id, "
+            "cluster_name, gpus) VALUES ('2026-12-02', 0, 'quota', 1, 1, 1, '', 8)"))
+    migrate.upgrade(empty_url, "0034")
+    with engine.begin() as connection:
+        for table in ("tenant_quotas", "quota_requests", "virtual_clusters", "usage_ledger"):
+            assert connection.execute(text(
+                f"SELECT DISTINCT unit, mig_profile, amount - gpus FROM {table}"  # noqa: S608
+            )).all() == [
+                ("gpu", "", 0)], table
+        assert _count(connection, "SELECT approved_amount FROM quota_requests") == 8
+        assert _count(connection, "SELECT unit FROM quota_gpus_in_use") == "gpu"
+        _insert_as_of(connection, TenantQuota, tenant_id=1, gpu_class_id=1, gpus=0,
+                      unit="mig", mig_profile="1g.10gb", amount=3)
+        _insert_as_of(connection, GpusInUse, tenant_id=1, gpu_class_id=1, host_cluster_id=1,
+                      unit="mig", mig_profile="1g.10gb", gpus=3.0,
+                      observed_at=datetime(2026, 12, 7, tzinfo=UTC))
+    for refused in (
+        "UPDATE tenant_quotas SET amount = 7 WHERE unit = 'gpu'",  # whole GPUs: amount = gpus
+        "UPDATE tenant_quotas SET mig_profile = '' WHERE unit = 'mig'",
+        "UPDATE tenant_quotas SET gpus = 3 WHERE unit = 'mig'",  # gpus are whole GPUs only
+        "UPDATE virtual_clusters SET unit = 'share', gpus = 0, amount = 50, "
+        "placement = 'dedicated-nodes'",
+        "UPDATE quota_requests SET unit = 'share', gpus = 0, amount = 150",
+        "UPDATE quota_requests SET unit = 'cpu'",
+        "UPDATE gpu_classes SET share_step = 30",
+    ):
+        with pytest.raises(DBAPIError), engine.begin() as connection:
+            connection.execute(text(refused))
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE gpu_classes SET share_step = 25"))
+        connection.execute(text("UPDATE virtual_clusters SET unit = 'share', gpus = 0, "
+                                "amount = 50 WHERE name = 'serve'"))
+    migrate.downgrade(empty_url, "0033")
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT gpus FROM tenant_quotas")).all() == [(8,)]
+        assert connection.execute(text("SELECT gpus FROM quota_gpus_in_use")).all() == [(2.0,)]
+        assert connection.execute(text(
+            "SELECT name, gpus FROM virtual_clusters ORDER BY name")).all() == [
+            ("serve", 0), ("train", 4)]
+        columns = {c["name"] for c in inspect(connection).get_columns("tenant_quotas")}
+        assert _count(connection, "SELECT count(*) FROM usage_ledger") == 1
+    engine.dispose()
+    assert not {"unit", "mig_profile", "amount"} & columns
+    migrate.upgrade(empty_url)

@@ -9,14 +9,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.accounting.read_models import node_assignments, nodes, virtual_clusters
-from app.accounting.standing import SHARED, Standing, every_standing
+from app.accounting.standing import SHARED, Standing, every_standing, unit_of
 from app.hosts.models import HostCluster
+from app.kit.gpu_units import WHOLE_GPUS, GrantUnit
 from app.tenants.models import Tenant
 
 
 @dataclass(frozen=True)
 class Holding:
-    """A dedicated node or a shared-pool cluster: on which host, its name, its GPUs."""
+    """A dedicated node or a shared-pool cluster: on which host, its name, its GPUs (or what
+    it holds in the standing's unit)."""
 
     host: str
     name: str
@@ -31,18 +33,21 @@ class OverQuota:
     standing: Standing
     dedicated_nodes: list[Holding]
     shared_clusters: list[Holding]
+    unit: GrantUnit = WHOLE_GPUS  # what the standing and the holdings count in
 
 
 def over_quota(db: Session) -> list[OverQuota]:
-    """Every (tenant, class, region) whose dedicated GPUs and shared-pool clusters pass its
-    approved quota, by tenant, class and region."""
+    """Every (tenant, class, region, unit) whose dedicated GPUs and shared-pool clusters pass
+    its approved quota, by tenant, class, region and unit."""
     found = {key: standing for key, standing in every_standing(db).items() if standing.over}
     slugs = dict(db.execute(select(Tenant.id, Tenant.slug)
                             .where(Tenant.id.in_({key[0] for key in found}))).all())
     return [OverQuota(slugs.get(tenant, str(tenant)), class_id, region, standing,
-                      _dedicated_nodes(db, tenant, class_id, region),
-                      _shared_clusters(db, tenant, class_id, region))
-            for (tenant, class_id, region), standing in found.items()]
+                      _dedicated_nodes(db, tenant, class_id, region) if unit_of(key).is_whole
+                      else [],
+                      _shared_clusters(db, tenant, class_id, region, unit_of(key)),
+                      unit_of(key))
+            for key, standing in found.items() for tenant, class_id, region in [key[:3]]]
 
 
 def _dedicated_nodes(db: Session, tenant_id: int, gpu_class_id: int,
@@ -58,13 +63,14 @@ def _dedicated_nodes(db: Session, tenant_id: int, gpu_class_id: int,
     return [Holding(*row) for row in rows]
 
 
-def _shared_clusters(db: Session, tenant_id: int, gpu_class_id: int,
-                     region: str) -> list[Holding]:
+def _shared_clusters(db: Session, tenant_id: int, gpu_class_id: int, region: str,
+                     unit: GrantUnit) -> list[Holding]:
     clusters = virtual_clusters.c
     rows = db.execute(
-        select(HostCluster.name, clusters.name, clusters.gpus)
+        select(HostCluster.name, clusters.name, clusters.amount)
         .join(HostCluster, HostCluster.id == clusters.host_cluster_id)
         .where(clusters.tenant_id == tenant_id, clusters.gpu_class_id == gpu_class_id,
-               clusters.placement == SHARED, clusters.gpus > 0, HostCluster.region == region)
+               clusters.unit == unit.kind, clusters.mig_profile == unit.profile,
+               clusters.placement == SHARED, clusters.amount > 0, HostCluster.region == region)
         .order_by(HostCluster.name, clusters.name))
     return [Holding(*row) for row in rows]

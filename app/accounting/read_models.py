@@ -15,7 +15,8 @@ from app.database.core import UTCDateTime
 tenant_quotas = table(
     "tenant_quotas",
     column("id", Integer), column("tenant_id", Integer), column("gpu_class_id", Integer),
-    column("region", String), column("gpus", Integer),
+    column("region", String), column("gpus", Integer), column("unit", String),
+    column("mig_profile", String), column("amount", Integer),
 )
 
 nodes = table(
@@ -33,7 +34,8 @@ virtual_clusters = table(
     "virtual_clusters",
     column("id", Integer), column("name", String), column("tenant_id", Integer),
     column("gpu_class_id", Integer), column("host_cluster_id", Integer),
-    column("placement", String), column("gpus", Integer),
+    column("placement", String), column("gpus", Integer), column("unit", String),
+    column("mig_profile", String), column("amount", Integer),
 )
 
 # Bare-metal machines, for the private-nodes pool: which are free, which serve which cluster.

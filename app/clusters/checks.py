@@ -180,12 +180,15 @@ def gpu_class_of(db: Session, gpu_class_id: int | None, gpus: int) -> GpuClass |
 
 
 def check_spec(db: Session, settings: Settings, tenant: Tenant, payload: ClusterCreate,
-               gpu_class: GpuClass | None) -> None:
-    """The builders' own validation, so a request the worker could not build is refused now."""
+               gpu_class: GpuClass | None, unit: Mapping[str, object] | None = None) -> None:
+    """The builders' own validation, so a request the worker could not build is refused now;
+    ``unit`` the columns of a cluster of slices or a share (``unit``, ``mig_profile``,
+    ``amount``), built as the worker will build it."""
     probe = VirtualCluster(
         name=payload.name, placement=payload.placement, gpus=payload.gpus,
         kubernetes_version=payload.kubernetes_version or settings.kubernetes_versions[0],
-        cpu_millicores=payload.cpu_millicores, memory_mib=payload.memory_mib, endpoint="")
+        cpu_millicores=payload.cpu_millicores, memory_mib=payload.memory_mib, endpoint="",
+        **(unit or {}))
     try:
         desired.cluster_spec(probe, tenant.slug, gpu_class, settings)
     except ValueError as error:

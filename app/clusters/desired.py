@@ -6,6 +6,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Literal
 
 from sqlalchemy.orm import Session
@@ -17,14 +18,15 @@ from app.clusters.shapes import ClusterAddon
 from app.gpu_classes.models import GpuClass
 from app.kit.config import Settings
 from app.kube import manifests
-from app.kube.manifests import ClusterSpec, ManifestPolicy, TenantSpec, team_queues
+from app.kube.manifests import ClusterSpec, GpuGrant, ManifestPolicy, TenantSpec, team_queues
 from app.kube.manifests.queues import cluster_gpu_limit
 from app.kube.manifests.specs import Placement
-from app.kube.manifests.units import mib_to_mb
+from app.kube.manifests.units import GpuUnit, kai_gpus, mib_to_mb
 from app.quotas.burst import Burst, tenant_burst
 from app.tenants.models import Tenant
 
 CHART = "vcluster"
+WHOLE = "gpu"  # the unit of whole GPUs, as the ``unit`` columns store it
 # The chart (in any repository) that installs KAI Scheduler.
 KAI_CHART = "kai-scheduler"
 
@@ -106,6 +108,7 @@ def addon_digest(addon: ClusterAddon) -> str:
 
 def cluster_spec(cluster: VirtualCluster, tenant_slug: str, gpu_class: GpuClass | None,
                  settings: Settings) -> ClusterSpec:
+    unit = _gpu_unit(cluster.unit)
     return ClusterSpec(
         tenant=tenant_slug, name=cluster.name, kubernetes_version=cluster.kubernetes_version,
         placement=_placement(cluster.placement),
@@ -114,7 +117,19 @@ def cluster_spec(cluster: VirtualCluster, tenant_slug: str, gpu_class: GpuClass 
         endpoint=cluster.endpoint or endpoint_for(settings, tenant_slug, cluster.name),
         pod_security=effective_pod_security(settings, cluster.pod_security),
         user_namespaces=bool(cluster.user_namespaces),
+        # Whole GPUs are ``gpus`` (the spec takes its amount from them: a row not yet flushed
+        # has no amount); slices and shares are ``amount`` of the row's unit.
+        gpu_unit=unit, mig_profile=cluster.mig_profile or "",
+        amount=None if unit == "gpu" else cluster.amount,
     )
+
+
+_GPU_UNITS: dict[str, GpuUnit] = {"mig": "mig", "share": "share"}
+
+
+def _gpu_unit(stored: str | None) -> GpuUnit:
+    """The row's unit (None on a row not yet flushed: whole GPUs, the column's default)."""
+    return _GPU_UNITS.get(stored or "gpu", "gpu")
 
 
 _PLACEMENTS: dict[str, Placement] = {"dedicated-nodes": "dedicated-nodes",
@@ -154,6 +169,10 @@ class TenantFacts:
     memory_mib: int
     burst: Burst
     asleep_gpus: int
+    # Its guarantees in MIG slices and GPU shares there, and KAI's count of what its clusters
+    # asleep on the host hold of them (given back like their whole GPUs).
+    grants: tuple[GpuGrant, ...] = ()
+    asleep_grants: Decimal = Decimal(0)
 
 
 @dataclass(frozen=True)
@@ -171,16 +190,26 @@ class ClusterFacts:
 def read_tenant(db: Session, tenant: Tenant, region: str, host_id: int) -> TenantFacts:
     """The tenant's parent queue on a host gets the shared pool's guarantee to it of every
     class in the host's region (``Standing.shared_guarantee``: its approved quota less its
-    dedicated GPUs), less the GPUs of its clusters asleep there."""
+    dedicated GPUs), less the GPUs of its clusters asleep there; its MIG slices and GPU shares
+    likewise, per unit, which the queue counts in KAI's units (``GpuGrant``)."""
     quotas = repository.tenant_quotas(db, tenant.id, region)
     guarantees = repository.shared_guarantees(db, tenant.id, region)
-    products = repository.class_products(db, [q.gpu_class_id for q in quotas])
+    parts = {key: amount for key, amount in guarantees.items() if key[1] != WHOLE and amount}
+    products = repository.class_products(
+        db, sorted({q.gpu_class_id for q in quotas} | {class_id for class_id, _, _ in parts}))
+    asleep = repository.asleep_held(db, tenant.id, host_id)
     return TenantFacts(
         slug=tenant.slug, display_name=tenant.display_name,
-        guarantees={products[q.gpu_class_id]: guarantees.get(q.gpu_class_id, 0) for q in quotas},
+        guarantees={products[q.gpu_class_id]: guarantees.get((q.gpu_class_id, WHOLE, ""), 0)
+                    for q in quotas if q.unit == WHOLE},
         cpu_millicores=sum(q.cpu_millicores for q in quotas),
         memory_mib=sum(q.memory_mib for q in quotas), burst=tenant_burst(db, tenant.id),
-        asleep_gpus=repository.asleep_gpus(db, tenant.id, host_id))
+        asleep_gpus=sum(held for (unit, _), held in asleep.items() if unit == WHOLE),
+        grants=tuple(GpuGrant(products[class_id], _gpu_unit(unit), profile, amount)
+                     for (class_id, unit, profile), amount in parts.items()),
+        asleep_grants=sum((kai_gpus(unit, held, profile)
+                           for (unit, profile), held in asleep.items() if unit != WHOLE),
+                          Decimal(0)))
 
 
 def read_cluster(db: Session, cluster: VirtualCluster) -> ClusterFacts:
@@ -206,7 +235,8 @@ def tenant_spec(facts: TenantFacts) -> TenantSpec:
         burst_gpus=None if burst.burst_gpus == manifests.UNLIMITED_GPUS else burst.burst_gpus,
         over_quota_weight=burst.over_quota_weight,
         reclaim_min_runtime_s=burst.reclaim_min_runtime_s,
-        preempt_min_runtime_s=burst.preempt_min_runtime_s, asleep_gpus=facts.asleep_gpus)
+        preempt_min_runtime_s=burst.preempt_min_runtime_s, asleep_gpus=facts.asleep_gpus,
+        gpu_grants=facts.grants, asleep_grants=facts.asleep_grants)
 
 
 def build(facts: ClusterFacts, settings: Settings) -> DesiredCluster:
@@ -214,7 +244,8 @@ def build(facts: ClusterFacts, settings: Settings) -> DesiredCluster:
     cluster = facts.cluster
     tenant_wanted = tenant_spec(facts.tenant)
     spec = cluster_spec(cluster, facts.tenant.slug, facts.gpu_class, settings)
-    spec = replace(spec, gpu_limit=cluster_gpu_limit(tenant_wanted, spec.gpus, spec.placement),
+    spec = replace(spec, gpu_limit=cluster_gpu_limit(tenant_wanted, spec.gpus, spec.placement,
+                                                     spec.gpu_unit),
                    asleep=cluster.power == "asleep")
     conditions = list(cluster.conditions or [])
     teams = () if facts.groups is None else tuple(team_queues.teams(facts.groups))

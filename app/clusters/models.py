@@ -18,14 +18,32 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.database.core import Base, utcnow
+from app.database.grant_units import (
+    GPU_AMOUNT_CHECK,
+    PROFILE_CHECK,
+    UNITS_CHECK,
+    WHOLE_ONLY_CHECK,
+    amount_follows_gpus,
+    profile_column,
+    unit_column,
+)
 
 PLACEMENTS = ("shared-pool", "dedicated-nodes", "private-nodes")
 
 
+@amount_follows_gpus
 class VirtualCluster(Base):
     __tablename__ = "virtual_clusters"
     __table_args__ = (
         UniqueConstraint("tenant_id", "name"),
+        CheckConstraint(UNITS_CHECK, name="unit"),
+        CheckConstraint(PROFILE_CHECK, name="unit_profile"),
+        CheckConstraint(GPU_AMOUNT_CHECK, name="gpu_amount"),
+        CheckConstraint(WHOLE_ONLY_CHECK, name="whole_gpus_only"),
+        CheckConstraint("amount >= 0", name="amount_non_negative"),
+        # MIG slices and shares are only in the shared pool (no dedicated MIG nodes).
+        CheckConstraint("unit = 'gpu' OR placement = 'shared-pool'",
+                        name="parts_in_shared_pool"),
         CheckConstraint("placement IN ('shared-pool', 'dedicated-nodes', 'private-nodes')",
                         name="placement"),
         CheckConstraint("gpus >= 0", name="gpus_non_negative"),
@@ -57,6 +75,11 @@ class VirtualCluster(Base):
     placement: Mapped[str] = mapped_column(String(20))
     gpu_class_id: Mapped[int | None] = mapped_column(ForeignKey("gpu_classes.id"))
     gpus: Mapped[int] = mapped_column(default=0)
+    # What the cluster holds of its class, in one unit for its life (app.kit.gpu_units):
+    # ``amount`` whole GPUs (then ``gpus``), slices of ``mig_profile``, or hundredths of a GPU.
+    unit: Mapped[str] = unit_column()
+    mig_profile: Mapped[str] = profile_column()
+    amount: Mapped[int]
     # The template version the cluster was made from (or last upgraded to), and the hardening it
     # fixed; the templates domain resolves a template into these concrete fields.
     template_version_id: Mapped[int | None] = mapped_column(

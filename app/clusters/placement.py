@@ -10,6 +10,9 @@ A host fits when all of these hold, each checked and each refusal named per host
 - it is in the requested region, when one is named;
 - the tenant's quota of the class in the host's region has room for the GPUs asked;
 - for ``dedicated-nodes``: the tenant's nodes of the class on that host have room for them;
+- for MIG slices (issue 61): its live nodes of the class have slices of the profile; for a
+  share of one GPU: it has whole GPUs of the class to share; and the tenant's quota of that
+  unit in its region has room for the slices or the share asked;
 - for ``shared-pool`` on the open-source vCluster, and for a hardened cluster (a template with
   pod security baseline or user namespaces, whose pods the webhook hardens): its API server can
   reach the portal's admission webhook (the environment's host, or a host with a webhook URL).
@@ -22,8 +25,9 @@ class when no GPUs are asked), then the name.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from app.kit.gpu_units import GrantUnit, steps
 from app.kit.plurals import counted, plural
 from app.kube.manifests import labels as lbl
 
@@ -55,6 +59,8 @@ class HostFacts:
     # For ``private-nodes``: why this host's free machines of the class cannot make the GPUs
     # asked (None: they can).
     private_unfit: str | None = None
+    # (GPU class id, MIG profile) -> slices on live nodes of the class here.
+    slices: Mapping[tuple[int, str], int] = field(default_factory=dict)
 
     def free_of(self, gpu_class_id: int | None) -> int:
         if gpu_class_id is None:
@@ -76,6 +82,10 @@ class PlacementRequest:
     # The hardening level the webhook gives the cluster's pods (app/kube/manifests/host.py's
     # hardening_level); None: none.
     hardening: str | None = None
+    # A cluster of MIG slices or of a share of one GPU: its unit and amount in the unit's
+    # steps (``gpus`` is then 0, and ``quota_free`` is of that unit).
+    unit: GrantUnit | None = None
+    amount: int = 0
 
 
 @dataclass(frozen=True)
@@ -128,7 +138,27 @@ def unfit_reasons(host: HostFacts, request: PlacementRequest,
         reasons.append(f"in region {host.region or '(none)'}, not {request.region or '(none)'}")
     if request.gpus > 0 and request.gpu_class_id is not None:
         reasons.extend(_gpu_reasons(host, request, request.gpu_class_id, class_seen))
+    if request.unit is not None and request.gpu_class_id is not None:
+        reasons.extend(_part_reasons(host, request, request.unit, request.gpu_class_id))
     return tuple(reasons)
+
+
+def _part_reasons(host: HostFacts, request: PlacementRequest, unit: GrantUnit,
+                  class_id: int) -> list[str]:
+    """Why a host cannot take a cluster of slices or of a share, in words."""
+    reasons = []
+    name = request.gpu_class_name
+    if unit.kind == "mig" and host.slices.get((class_id, unit.profile), 0) <= 0:
+        reasons.append(f"has no {unit.profile} slices of {name}")
+    elif unit.kind == "share" and host.class_gpus.get(class_id, 0) <= 0:
+        reasons.append(f"has no {name} GPUs to share")
+    room = request.quota_free.get(host.region, 0)
+    if room < request.amount:
+        what = f"{unit.profile} slices" if unit.kind == "mig" else "shares"
+        reasons.append(f"the tenant's quota of {name} {what} in region "
+                       f"{host.region or '(none)'} has room for {steps(unit, max(room, 0))}, "
+                       f"{steps(unit, request.amount)} asked")
+    return reasons
 
 
 _HARDENING = {
@@ -170,6 +200,14 @@ def _gpu_reasons(host: HostFacts, request: PlacementRequest, class_id: int,
     return reasons
 
 
+def _part_room(host: HostFacts, request: PlacementRequest, unit: GrantUnit,
+               class_id: int) -> str:
+    if unit.kind == "mig":
+        return (f"{host.slices.get((class_id, unit.profile), 0)} {unit.profile} slices of "
+                f"{request.gpu_class_name} on its nodes")
+    return f"{request.gpu_class_name} GPUs to share"
+
+
 def place(hosts: Iterable[HostFacts], request: PlacementRequest) -> Placed | Unplaceable:
     """The host for the request, or why none fits."""
     candidates = sorted(hosts, key=lambda h: h.name)
@@ -195,7 +233,9 @@ def _reason(chosen: HostFacts, request: PlacementRequest, fitting: list[HostFact
     where = (f"region {region} as requested" if request.region is not None
              else f"region {region} chosen by the portal")
     class_id = request.gpu_class_id if request.gpus > 0 else None
-    if class_id is None:
+    if request.unit is not None and request.gpu_class_id is not None:
+        what = _part_room(chosen, request, request.unit, request.gpu_class_id)
+    elif class_id is None:
         what = f"{chosen.free_of(None)} free {plural(chosen.free_of(None), 'GPU')}"
     elif request.placement == PRIVATE:
         what = f"free {request.gpu_class_name} machines for {counted(request.gpus, 'GPU')}"

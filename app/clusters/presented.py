@@ -10,6 +10,7 @@ from typing import Any
 from app.clusters import conditions as cond
 from app.clusters import sleep_policy
 from app.clusters.schemas import ConditionOut, GpusInUseOut, GpuWaitOut
+from app.kit.gpu_units import GrantUnit, share_text, words
 
 
 def gpu_wait(pods: int | None, reason: str, observed_at: datetime | None) -> GpuWaitOut | None:
@@ -72,7 +73,20 @@ def cluster_fields(cluster: Any, tenant: str, gpu_class: tuple[str | None, str |
                          "deletes_at": sleep_policy.deletes_at(cluster)},
         "private_nodes": [],  # a private-nodes cluster's, filled in by the service
         "created_at": cluster.created_at, "updated_at": cluster.updated_at,
+        **unit_fields(cluster, gpu_class[1]),
     }
+
+
+def unit_fields(cluster: Any, class_name: str | None) -> dict[str, Any]:
+    """What the cluster holds in its unit (``app.kit.gpu_units``), and in words."""
+    unit = GrantUnit(getattr(cluster, "unit", None) or "gpu",
+                     getattr(cluster, "mig_profile", None) or "")
+    amount = getattr(cluster, "amount", None)
+    amount = cluster.gpus if amount is None else int(amount)
+    return {"unit": unit.kind, "mig_profile": unit.profile, "amount": amount,
+            "slices": amount if unit.kind == "mig" else None,
+            "gpu_share": share_text(amount) if unit.kind == "share" else None,
+            "grant": words(unit, amount, class_name) if class_name and amount else ""}
 
 
 SLEEP_POLICY_FIELDS = ("never_sleep", "sleep_after_idle_minutes", "idle_measure",

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Select,
     Table,
     bindparam,
+    case,
     delete,
     func,
     or_,
@@ -32,6 +33,7 @@ from app.clusters.models import (
     VirtualCluster,
 )
 from app.database.concurrency import add_first_or_conflict, lock_row, lock_rows, upsert
+from app.database.grant_units import amount_of
 from app.database.prepared import Prepared, PreparedInsert
 from app.gpu_classes.models import GpuClass
 from app.hosts.models import HostCluster
@@ -50,6 +52,7 @@ def clusters_query(tenant_id: int) -> Select[VirtualCluster]:
 LISTED_COLUMNS = (
     VirtualCluster.id, VirtualCluster.name, VirtualCluster.kubernetes_version,
     VirtualCluster.placement, VirtualCluster.gpu_class_id, VirtualCluster.gpus,
+    VirtualCluster.unit, VirtualCluster.mig_profile, VirtualCluster.amount,
     VirtualCluster.cpu_millicores, VirtualCluster.memory_mib, VirtualCluster.template_version_id,
     VirtualCluster.pod_security, VirtualCluster.user_namespaces, VirtualCluster.generation,
     VirtualCluster.observed_generation, VirtualCluster.over_quota,
@@ -153,7 +156,7 @@ _ADD_CLUSTER = PreparedInsert(_CLUSTERS, returning=list(_CLUSTERS.columns))
 def add_cluster(db: Session, values: Mapping[str, Any], name_taken: Conflict) -> Any:
     """A new cluster's row, every column as stored; a name taken by a parallel create is
     ``name_taken``. The transaction's first write (see ``add_first_or_conflict``)."""
-    return add_first_or_conflict(db, _ADD_CLUSTER, values, name_taken)
+    return add_first_or_conflict(db, _ADD_CLUSTER, amount_of(values), name_taken)
 
 
 def lock_cluster(db: Session, cluster_id: int) -> VirtualCluster | None:
@@ -166,7 +169,7 @@ def lock_quota(db: Session, tenant_id: int, gpu_class_id: int,
     in a region queue here."""
     quota_id = db.scalar(select(TenantQuota.id).where(
         TenantQuota.tenant_id == tenant_id, TenantQuota.gpu_class_id == gpu_class_id,
-        TenantQuota.region == region))
+        TenantQuota.region == region).order_by(TenantQuota.id).limit(1))  # one row per unit
     return lock_row(db, TenantQuota, quota_id) if quota_id is not None else None
 
 
@@ -217,10 +220,16 @@ def standings(db: Session, tenant_id: int, gpu_class_id: int, *, lock: bool = Fa
     return accounting.standings(db, tenant_id, gpu_class_id, excluding=excluding)
 
 
-def shared_guarantees(db: Session, tenant_id: int, region: str) -> dict[int, int]:
-    """class id -> what the shared pool of the region guarantees the tenant of the class."""
-    return {class_id: found.shared_guarantee
-            for (_, class_id, of_region), found in accounting.every_standing(db, tenant_id).items()
+GrantKey = tuple[int, str, str]
+"""(GPU class id, unit, MIG profile): one unit of a class (``app.kit.gpu_units``)."""
+
+
+def shared_guarantees(db: Session, tenant_id: int, region: str) -> dict[GrantKey, int]:
+    """(class id, unit, profile) -> what the shared pool of the region guarantees the tenant
+    of the class in that unit, in its steps (whole GPUs, slices, hundredths)."""
+    return {(class_id, unit, profile): found.shared_guarantee
+            for (_, class_id, of_region, unit, profile), found
+            in accounting.every_standing(db, tenant_id).items()
             if of_region == region}
 
 
@@ -370,12 +379,18 @@ def has_clusters_on(db: Session, tenant_id: int, host_cluster_id: int) -> bool:
     return db.scalar(query) is not None
 
 
-def asleep_gpus(db: Session, tenant_id: int, host_cluster_id: int) -> int:
-    """GPUs of the tenant's shared-pool clusters on the host that are to sleep: their
+def asleep_held(db: Session, tenant_id: int, host_cluster_id: int) -> dict[tuple[str, str], int]:
+    """(unit, profile) -> what the tenant's shared-pool clusters on the host that are to sleep
+    hold, in the unit's steps (``gpus`` of whole GPUs, ``amount`` of the others): their
     guarantee goes back to the pool."""
-    return int(db.scalar(select(func.coalesce(func.sum(VirtualCluster.gpus), 0)).where(
-        VirtualCluster.tenant_id == tenant_id, VirtualCluster.host_cluster_id == host_cluster_id,
-        VirtualCluster.placement == "shared-pool", VirtualCluster.power == "asleep")) or 0)
+    clusters = VirtualCluster
+    held = case((clusters.unit == "gpu", clusters.gpus), else_=clusters.amount)
+    rows = db.execute(
+        select(clusters.unit, clusters.mig_profile, func.sum(held))
+        .where(clusters.tenant_id == tenant_id, clusters.host_cluster_id == host_cluster_id,
+               clusters.placement == "shared-pool", clusters.power == "asleep")
+        .group_by(clusters.unit, clusters.mig_profile))
+    return {(unit, profile): int(amount or 0) for unit, profile, amount in rows}
 
 
 def delete_cluster_row(db: Session, cluster_id: int) -> None:

@@ -8,8 +8,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 from app.clusters import sleep_schedule
+from app.kit.gpu_units import MAX_PROFILE_LENGTH
 from app.kit.validation import MAX_ROW_ID, SingleLine, dns_label_problem
-from app.quotas.schemas import MAX_CPU_MILLICORES, MAX_GPUS, MAX_MEMORY_MIB
+from app.quotas.schemas import (
+    MAX_CPU_MILLICORES,
+    MAX_GPUS,
+    MAX_MEMORY_MIB,
+    SHARE_DESCRIPTION,
+    SLICES_DESCRIPTION,
+    GpuShare,
+)
 
 # The column holds 40 characters; longer names would also crowd the derived host names.
 NAME_MAX = 40
@@ -31,6 +39,15 @@ class ClusterCreate(BaseModel):
                     "a region where the tenant's quota of the class has room")
     gpu_class_id: StrictInt | None = Field(default=None, ge=1, le=MAX_ROW_ID)
     gpus: StrictInt = Field(default=0, ge=0, le=MAX_GPUS)
+    # Instead of whole GPUs (issue 61): slices of one MIG profile, or a share of one GPU; such
+    # a cluster is in the shared pool, and keeps its unit for its life.
+    slices: StrictInt | None = Field(default=None, ge=1, le=MAX_GPUS,
+                                     description=SLICES_DESCRIPTION + ", instead of gpus")
+    mig_profile: SingleLine | None = Field(default=None, max_length=MAX_PROFILE_LENGTH,
+                                           examples=["1g.10gb"],
+                                           description="the MIG profile of the slices")
+    gpu_share: GpuShare | None = Field(default=None, examples=["0.5"],
+                                       description=SHARE_DESCRIPTION + ", instead of gpus")
     cpu_millicores: StrictInt = Field(default=4000, ge=0, le=MAX_CPU_MILLICORES)
     memory_mib: StrictInt = Field(default=16384, ge=0, le=MAX_MEMORY_MIB)
     template: SingleLine | None = Field(
@@ -56,6 +73,10 @@ class ClusterResize(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     gpus: StrictInt | None = Field(default=None, ge=0, le=MAX_GPUS)
+    slices: StrictInt | None = Field(default=None, ge=1, le=MAX_GPUS,
+                                     description="of a cluster of MIG slices: its new count")
+    gpu_share: GpuShare | None = Field(default=None,
+                                       description="of a cluster of a share: its new share")
     cpu_millicores: StrictInt | None = Field(default=None, ge=0, le=MAX_CPU_MILLICORES)
     memory_mib: StrictInt | None = Field(default=None, ge=0, le=MAX_MEMORY_MIB)
 
@@ -221,6 +242,15 @@ class ClusterOut(BaseModel):
                                           "(empty for the other placements)")
     created_at: datetime
     updated_at: datetime
+    unit: str = Field(default="gpu", description='"gpu" (whole GPUs), "mig" (MIG slices of '
+                                                 'mig_profile) or "share" (a share of one GPU)')
+    mig_profile: str = Field(default="", description="the MIG profile of a cluster of slices")
+    amount: int = Field(default=0, description="what it holds in the unit's steps: GPUs, "
+                                               "slices or hundredths of a GPU")
+    slices: int | None = Field(default=None, description="MIG slices it holds")
+    gpu_share: str | None = Field(default=None, description="the share of one GPU it holds")
+    grant: str = Field(default="", examples=["2 \u00d7 1g.10gb of A100 SXM4 80GB"],
+                       description="what it holds, in words; empty without GPUs")
 
 
 class ClusterPreview(BaseModel):

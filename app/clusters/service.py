@@ -36,12 +36,13 @@ from app.clusters import (
     deletion,
     desired,
     limits,
+    parts,
     power,
     repository,
     sleep_policy,
     template_upgrade,
 )
-from app.clusters.deletion import spec_of as _spec
+from app.clusters.deletion import spec_of
 from app.clusters.models import VirtualCluster
 from app.clusters.placement import Placed
 from app.clusters.presented import cluster_fields, gpu_wait, gpus_in_use
@@ -60,6 +61,7 @@ from app.kit.errors import Conflict, NotFound, ValidationFailed
 from app.kube.helm import HelmInstaller
 from app.kube.manifests import dump_yaml
 from app.quotas import regions
+from app.quotas.units import Ask
 from app.tenants.access import tenant_for
 from app.tenants.models import Tenant
 from app.workqueue import CLUSTERS, PLATFORM_OBJECTS, TENANT_QUEUES, enqueue, tenant_queue_key
@@ -174,6 +176,12 @@ def cluster_version(db: Session, principal: Principal, slug: str, name: str) -> 
 # ----- create
 
 
+def _spec(cluster: VirtualCluster) -> dict[str, Any]:
+    """The cluster's spec for its audit entries, with the unit of a cluster of slices or a
+    share (a whole-GPU cluster's entries as they always were)."""
+    return {**spec_of(cluster), **parts.unit_audit(cluster)}
+
+
 def tenant_to_create_in(db: Session, principal: Principal, slug: str) -> Tenant:
     """The tenant, if the caller may create clusters there: checked before any form feedback."""
     return tenant_for(db, principal, slug, "manage")
@@ -187,6 +195,7 @@ class CreateChecked:
     resolved: ResolvedCreate | None
     placed: Placed
     gpu_class: GpuClass | None
+    part: Ask | None = None  # slices of a MIG profile or a share of one GPU (issue 61)
 
 
 def check_create(
@@ -208,14 +217,27 @@ def check_create(
     if repository.name_taken(db, tenant.id, payload.name):
         raise _name_taken(payload.name)
     gpu_class = checks.gpu_class_of(db, payload.gpu_class_id, payload.gpus)
-    checks.check_spec(db, settings, tenant, payload, gpu_class)
+    part = parts.part_of(payload)
+    if part is not None:
+        gpu_class = parts.checked_class(gpu_class, payload, part)
+    checks.check_spec(db, settings, tenant, payload, gpu_class, _unit_columns(part))
     hardened = desired.hardening(settings, resolved.pod_security if resolved else None,
                                  resolved.user_namespaces if resolved else False)
+    if part is not None and gpu_class is not None:
+        placed = parts.place(db, settings, tenant, payload, gpu_class, hardened, part, lock=lock)
+        return CreateChecked(tenant, resolved, placed, gpu_class, part)
     rooms = repository.standings(db, tenant.id, gpu_class.id, lock=lock) if gpu_class else {}
     placed = checks.place(db, settings, tenant, payload, gpu_class, hardened, rooms)
     if gpu_class is not None:
         checks.check_placed(db, tenant, gpu_class, payload, placed, rooms)
     return CreateChecked(tenant, resolved, placed, gpu_class)
+
+
+def _unit_columns(part: Ask | None) -> dict[str, object]:
+    """A cluster row's columns for the slices or share it holds (none for whole GPUs)."""
+    if part is None:
+        return {}
+    return {"unit": part.unit.kind, "mig_profile": part.unit.profile, "amount": part.amount}
 
 
 def region_choices(db: Session) -> list[str]:
@@ -229,6 +251,7 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
     checked = check_create(db, principal, settings, slug, payload, lock=True, resolver=resolver)
     tenant, resolved, placed, gpu_class = (checked.tenant, checked.resolved, checked.placed,
                                            checked.gpu_class)
+    unit = _unit_columns(checked.part)
     if resolved is not None:
         payload = resolved.payload
     # The create's first write: the checks before it read and lock only.
@@ -245,7 +268,7 @@ def create_cluster(db: Session, principal: Principal, settings: Settings, slug: 
         pod_security=resolved.pod_security if resolved else None,
         user_namespaces=resolved.user_namespaces if resolved else False,
         addons=[a.as_json() for a in resolved.addons] if resolved else [],
-        **(resolved.sleep_policy if resolved else {}),
+        **(resolved.sleep_policy if resolved else {}), **unit,
     ), _name_taken(payload.name))
     # Its queue hangs from its tenant's, under the host's root queue: their kinds make them,
     # due first, so that a worker has them by the time it looks at the cluster.
@@ -288,8 +311,11 @@ def resize_cluster(db: Session, principal: Principal, slug: str, name: str,
         raise NotFound(f"no cluster {name!r} in tenant {slug!r}")
     if cluster.deletion_requested_at is not None:
         raise Conflict(f"cluster {name!r} is being deleted")
-    wanted = {k: v for k, v in payload.model_dump(exclude_none=True).items()
-              if getattr(cluster, k) != v}
+    new_amount = parts.resized_amount(cluster, payload)
+    sizes = payload.model_dump(exclude_none=True, exclude={"slices", "gpu_share"})
+    wanted = {k: v for k, v in sizes.items() if getattr(cluster, k) != v}
+    if new_amount is not None and new_amount != cluster.amount:
+        wanted["amount"] = new_amount
     if not wanted:
         return cluster_out(db, cluster)
     limits.refuse_empty({**_spec(cluster), **wanted})
@@ -298,6 +324,8 @@ def resize_cluster(db: Session, principal: Principal, slug: str, name: str,
             "gpus", "a private-nodes cluster keeps the machines it was made with (this "
                     "version): create another cluster for more GPUs, or delete this one to "
                     "give its machines back")
+    if gpu_class is not None and wanted.get("amount", 0) > cluster.amount:
+        parts.check_growth(db, tenant, gpu_class, region, cluster, wanted["amount"])
     new_gpus = wanted.get("gpus", cluster.gpus)
     if gpu_class is None and new_gpus > 0:
         raise ValidationFailed.on_field(

@@ -25,6 +25,7 @@ from app.http.routing import UnitOfWorkRoute
 from app.kit.config import Settings
 from app.kit.errors import NotFound, ValidationFailed
 from app.quotas import service as quotas
+from app.quotas.room import parse_offer
 from app.tenants import service as tenants_service
 from app.web import live
 from app.web.charts.timeline import condition_timeline
@@ -54,15 +55,41 @@ POLICY_FIELDS = ("never_sleep", "sleep_after_idle_minutes", "idle_measure", "sle
                  "sleep_timezone", "delete_after_sleep_days")
 
 
+# The class select's options name a unit too (``room.offer_value``) and the one amount field,
+# "gpus", holds slices or a share for them: the API's fields of those units are shown there.
+FORM_FIELD_OF = {"slices": "gpus", "gpu_share": "gpus", "mig_profile": "gpu_class_id"}
+
+
 def _create_payload(fields: dict[str, str]) -> dict[str, Any]:
-    payload = parse_form(fields, keys=CREATE_FIELDS,
+    offered = parse_offer(fields.get("gpu_class_id", "").strip())
+    chosen = {**fields, "gpu_class_id": offered[0]} if offered is not None else fields
+    payload = parse_form(chosen, keys=CREATE_FIELDS,
                          integers=("gpu_class_id", "gpus", "cpu_millicores", "memory_mib",
                                    "template_version"))
     for optional in ("kubernetes_version", "gpu_class_id", "placement", "region", "template",
                      "template_version"):
         if payload.get(optional) in ("", None):
             payload.pop(optional, None)
+    if offered is not None and not offered[1].is_whole:
+        return _in_unit(payload, offered[1].kind, offered[1].profile)
     return payload
+
+
+def _in_unit(payload: dict[str, Any], unit: str, profile: str) -> dict[str, Any]:
+    """The form's amount ("gpus") as the field of the cluster's unit."""
+    if "gpus" not in payload:
+        return payload
+    amount = payload.pop("gpus")
+    if unit == "mig":
+        return {**payload, "slices": amount, **({"mig_profile": profile} if profile else {})}
+    return {**payload, "gpu_share": str(amount)}
+
+
+def _on_the_form(errors: FieldErrors) -> FieldErrors:
+    shown: FieldErrors = {}
+    for field, message in errors.items():
+        shown.setdefault(FORM_FIELD_OF.get(field, field), message)
+    return shown
 
 
 def _form_context(request: Request, db: DbSession, principal: Principal, settings: Settings,
@@ -123,7 +150,7 @@ def validate_cluster(request: Request, tenant: str, db: DbSession, principal: Cu
                             resolver=resolver)
 
     def refused(refusal: Refusal) -> Response:
-        errors = only_touched(request, fields, refusal.errors)
+        errors = only_touched(request, fields, _on_the_form(refusal.errors))
         return _create_form(request, db, principal, settings, tenant, fields, errors,
                             422 if errors else 200, resolver=resolver)
 
@@ -142,7 +169,8 @@ def create_cluster(request: Request, tenant: str, db: DbSession, principal: Curr
                      toast=f"Cluster {created.name} requested: the worker is provisioning it.")
 
     return submitted(create, lambda refusal: _create_form(
-        request, db, principal, settings, tenant, fields, refusal.errors, refusal.status,
+        request, db, principal, settings, tenant, fields, _on_the_form(refusal.errors),
+        refusal.status,
         whole_page=not is_htmx(request), resolver=resolver))
 
 
@@ -168,7 +196,7 @@ def _detail(request: Request, db: DbSession, principal: Principal, settings: Set
         "polling": cluster.phase in POLLING_PHASES, "no_host": no_host,
         "timeline": _timeline(db, cluster), "delete_error": delete_error,
         "preview": service.preview(db, principal, settings, tenant, name),
-        "form": form or {k: str(getattr(cluster, k)) for k in SIZE_FIELDS},
+        "form": form or _size_form(cluster),
         "errors": errors or {},
         "policy": policy or _policy_form(cluster), "policy_errors": policy_errors or {},
         "sleeps_now": sleeps_now, "idle_reading": _idle_reading(settings),
@@ -229,6 +257,9 @@ def resize_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
                    principal: CurrentPrincipal, settings: AppSettings,
                    fields: FormFields) -> Response:
     payload = parse_form(fields, keys=SIZE_FIELDS, integers=SIZE_FIELDS)
+    unit = service.get_cluster(db, principal, tenant, cluster).unit
+    if unit != "gpu":
+        payload = _in_unit(payload, unit, "")
 
     def resize() -> Response:
         service.resize_cluster(db, principal, tenant, cluster,
@@ -237,8 +268,16 @@ def resize_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
                      toast=f"Cluster {cluster} resized: the worker applies the new size.")
 
     return submitted(resize, lambda refusal: _detail(
-        request, db, principal, settings, tenant, cluster, fields, refusal.errors,
-        refusal.status))
+        request, db, principal, settings, tenant, cluster, fields,
+        _on_the_form(refusal.errors), refusal.status))
+
+
+def _size_form(cluster: ClusterOut) -> dict[str, str]:
+    """The resize form's values: the amount in the cluster's unit (slices, a share)."""
+    form = {k: str(getattr(cluster, k)) for k in SIZE_FIELDS}
+    if cluster.unit != "gpu":
+        form["gpus"] = str(cluster.slices if cluster.unit == "mig" else cluster.gpu_share)
+    return form
 
 
 @router.post("/t/{tenant}/clusters/{cluster}/delete", dependencies=STATE_CHANGING)

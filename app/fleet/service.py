@@ -57,22 +57,25 @@ def _host_kept(row: figures.HostRow, filters: FleetFilters) -> bool:
 
 def _host_out(row: figures.HostRow) -> HostCapacityOut:
     return HostCapacityOut(
-        **row.sums.figures(), host_cluster=row.host.name, region=row.host.region,
+        **row.sums.figures(row.gpu_class.share_step), host_cluster=row.host.name,
+        region=row.host.region,
         state=row.host.state, reachable=row.host.health_reachable,
         gpu_class=row.gpu_class.product, display_name=row.gpu_class.display_name)
 
 
 def _region_out(row: figures.RegionRow) -> RegionCapacityOut:
     return RegionCapacityOut(
-        **row.sums.figures(), region=row.region, gpu_class=row.gpu_class.product,
+        **row.sums.figures(row.gpu_class.share_step), region=row.region,
+        gpu_class=row.gpu_class.product,
         display_name=row.gpu_class.display_name, hosts=sorted(row.hosts))
 
 
 def _classes_out(regions: list[figures.RegionRow]) -> list[ClassCapacityOut]:
     sums: dict[str, figures.Sums] = defaultdict(figures.Sums)
-    names: dict[str, str] = {}
+    classes: dict[str, GpuClass] = {}
     for row in regions:
         sums[row.gpu_class.product].add(row.sums)
-        names[row.gpu_class.product] = row.gpu_class.display_name
-    return [ClassCapacityOut(**sums[product].figures(), gpu_class=product,
-                             display_name=names[product]) for product in sorted(sums)]
+        classes[row.gpu_class.product] = row.gpu_class
+    return [ClassCapacityOut(**sums[product].figures(classes[product].share_step),
+                             gpu_class=product, display_name=classes[product].display_name)
+            for product in sorted(sums)]

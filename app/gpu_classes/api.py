@@ -43,5 +43,8 @@ def declare_class(request: Request, payload: GpuClassCreate, db: DbSession,
               summary="Update a GPU class", responses=problems(403, 404))
 def update_class(class_id: RowId, payload: GpuClassUpdate, db: DbSession,
                  principal: CurrentPrincipal) -> GpuClassOut:
-    """Changes a class's display name (platform admins). Audited."""
+    """Changes a class's display name, or its share step (platform admins): the hundredths of
+    one GPU a share of the class is asked for in (25: 0.25, 0.5, 0.75, 1), or null to share
+    none of it. KAI GPU sharing gives no memory isolation between the pods sharing a GPU.
+    Audited."""
     return gpu_classes.update_class(db, principal, class_id, payload)

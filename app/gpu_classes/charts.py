@@ -28,7 +28,9 @@ def pool_not_ready(figures: CapacityFigures) -> int:
 
 def segments(figures: CapacityFigures) -> dict[str, int]:
     """The chart's figures of a row; they add up to its total."""
-    return {"dedicated": figures.dedicated, "shared-guaranteed": figures.shared_guaranteed,
+    # The whole GPUs shares of one GPU take are guaranteed in the shared pool too.
+    guaranteed = figures.shared_guaranteed + figures.shared_fraction_gpus
+    return {"dedicated": figures.dedicated, "shared-guaranteed": guaranteed,
             "free": figures.free, "pool-not-ready": pool_not_ready(figures)}
 
 
@@ -44,5 +46,6 @@ def capacity_chart(chart_id: str, title: str,
 def _said(name: str, f: CapacityFigures) -> str:
     free = f"{f.free} free" if f.free >= 0 else f"overcommitted by {-f.free}"
     return (f"{name}: {f.total} GPUs ({f.ready} ready, {f.not_ready} not ready), "
-            f"{f.dedicated} dedicated, {f.shared_guaranteed} guaranteed in the shared pool, "
+            f"{f.dedicated} dedicated, {f.shared_guaranteed + f.shared_fraction_gpus} "
+            "guaranteed in the shared pool, "
             f"{free}, {pool_not_ready(f)} not ready in the shared pool")

@@ -28,11 +28,12 @@ node_assignments = table(
 virtual_clusters = table(
     "virtual_clusters",
     column("host_cluster_id", Integer), column("gpu_class_id", Integer),
-    column("placement", String), column("gpus", Integer),
+    column("placement", String), column("gpus", Integer), column("unit", String),
+    column("mig_profile", String), column("amount", Integer),
 )
 
 gpus_in_use = table(
     "quota_gpus_in_use",
     column("host_cluster_id", Integer), column("gpu_class_id", Integer), column("gpus", Double),
-    column("burst_gpus", Double),
+    column("burst_gpus", Double), column("unit", String), column("mig_profile", String),
 )

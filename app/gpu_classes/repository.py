@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Double,
     Integer,
     Select,
     and_,
@@ -16,8 +17,10 @@ from sqlalchemy import (
     case,
     cast,
     func,
+    literal,
     select,
     true,
+    union_all,
 )
 from sqlalchemy.orm import Session
 
@@ -34,6 +37,7 @@ from app.gpu_classes.read_models import (
 from app.gpu_classes.schemas import NamedClass
 from app.hosts.repository import hosts_in
 from app.http.pagination import KeysetPage, PageParams
+from app.kit.gpu_units import MIG_RESOURCE_PREFIX
 
 
 def classes_query() -> Select[GpuClass]:
@@ -43,7 +47,8 @@ def classes_query() -> Select[GpuClass]:
 # What a list shows of each class, as plain columns.
 _CLASS_PAGE = KeysetPage(select(GpuClass.id, GpuClass.product, GpuClass.display_name,
                                 GpuClass.memory_mib, GpuClass.gpus_per_node,
-                                GpuClass.declared_by_admin, GpuClass.created_at), GpuClass.id)
+                                GpuClass.declared_by_admin, GpuClass.created_at,
+                                GpuClass.share_step), GpuClass.id)
 
 
 def class_page(db: Session, params: PageParams) -> tuple[Sequence[Any], str | None]:
@@ -64,6 +69,23 @@ def class_by_product(db: Session, product: str) -> GpuClass | None:
 
 
 @dataclass
+class SliceSums:
+    """MIG slices of one profile (a ``nvidia.com/mig-*`` resource) on a host, region or class:
+    on live nodes, of them on nodes not Ready, guaranteed to tenants, and bound to pods."""
+
+    total: int = 0
+    not_ready: int = 0
+    guaranteed: int = 0
+    in_use: float = 0.0
+
+    def add(self, other: SliceSums) -> None:
+        self.total += other.total
+        self.not_ready += other.not_ready
+        self.guaranteed += other.guaranteed
+        self.in_use += other.in_use
+
+
+@dataclass
 class HostSums:
     """One host's GPUs of one class, each summed by the database (see ``capacity``)."""
 
@@ -74,6 +96,17 @@ class HostSums:
     placed_shared: int = 0
     in_use: float = 0.0
     borrowed: float = 0.0
+    # Shares of one GPU: hundredths held by the shared-pool clusters placed on the host, and
+    # GPUs bound to share pods (in GPUs, as fractions).
+    placed_share: int = 0
+    share_in_use: float = 0.0
+    # MIG slices per resource name (``nvidia.com/mig-1g.10gb``).
+    slices: dict[str, SliceSums] = field(default_factory=dict)
+
+
+def _slice(sums: dict[tuple[int, int], HostSums], host_id: int, class_id: int,
+           profile: str) -> SliceSums:
+    return sums[host_id, class_id].slices.setdefault(MIG_RESOURCE_PREFIX + profile, SliceSums())
 
 
 def host_sums(db: Session, class_ids: Sequence[int] | None = None,
@@ -86,35 +119,80 @@ def host_sums(db: Session, class_ids: Sequence[int] | None = None,
         row = sums[host_id, class_id]
         row.total, row.not_ready = int(total or 0), int(not_ready or 0)
         row.dedicated, row.dedicated_not_ready = int(dedicated or 0), int(dedicated_not_ready or 0)
-    for host_id, class_id, gpus in db.execute(_placed_shared(class_ids, region)):
-        sums[host_id, class_id].placed_shared = int(gpus or 0)
-    for host_id, class_id, in_use, borrowed in db.execute(_in_use(class_ids, region)):
-        sums[host_id, class_id].in_use = float(in_use or 0)
-        sums[host_id, class_id].borrowed = float(borrowed or 0)
+    # What the shared-pool clusters placed hold and what is in use, in one statement.
+    placed_and_used = union_all(_placed_shared(class_ids, region), _in_use(class_ids, region))
+    for source, host_id, class_id, unit, profile, first, second in db.execute(placed_and_used):
+        if source == "placed":
+            _add_placed(sums, (host_id, class_id), str(unit), str(profile), int(first or 0),
+                        int(second or 0))
+        else:
+            _add_in_use(sums, (host_id, class_id), str(unit), str(profile), float(first or 0),
+                        float(second or 0))
     for host_id, class_id, gpus, joining in db.execute(_private_machines(class_ids, region)):
         row = sums[host_id, class_id]
         row.total, row.dedicated = row.total + int(gpus), row.dedicated + int(gpus)
         row.not_ready += int(joining or 0)
         row.dedicated_not_ready += int(joining or 0)
+    for host_id, class_id, name, total, not_ready in db.execute(
+            _mig_totals(db, class_ids, region)):
+        found = sums[host_id, class_id].slices.setdefault(str(name), SliceSums())
+        found.total, found.not_ready = int(total or 0), int(not_ready or 0)
     return dict(sums)
 
 
+def _add_placed(sums: dict[tuple[int, int], HostSums], key: tuple[int, int], unit: str,
+                profile: str, gpus: int, amount: int) -> None:
+    if unit == "gpu":
+        sums[key].placed_shared += gpus
+    elif unit == "share":
+        sums[key].placed_share += amount
+    else:
+        _slice(sums, *key, profile).guaranteed += amount
+
+
+def _add_in_use(sums: dict[tuple[int, int], HostSums], key: tuple[int, int], unit: str,
+                profile: str, in_use: float, borrowed: float) -> None:
+    """GPUs in use of one unit: whole GPUs and shares (as fractions of a GPU) are GPUs bound
+    to pods; MIG slices are counted apart, per profile."""
+    row = sums[key]
+    if unit == "mig":
+        _slice(sums, *key, profile).in_use += in_use
+        return
+    row.in_use += in_use
+    row.borrowed += borrowed
+    if unit == "share":
+        row.share_in_use += in_use
+
+
 def shared_guarantees(db: Session, class_ids: Sequence[int] | None = None,
-                      region: str | None = None) -> dict[tuple[str, int], int]:
-    """(region, class id) -> what the shared pool there guarantees the tenants
-    (``app.accounting.standing.pool_guarantees``), in one aggregate query."""
-    return {(str(region_of), class_id): int(gpus or 0)
-            for region_of, class_id, gpus in db.execute(pool_guarantees(class_ids, region))}
+                      region: str | None = None) -> dict[tuple[str, int, str, str], int]:
+    """(region, class id, unit, profile) -> what the shared pool there guarantees the tenants
+    in that unit's steps (``app.accounting.standing.pool_guarantees``), in one aggregate
+    query."""
+    return {(str(region_of), class_id, str(unit), str(profile)): int(amount or 0)
+            for region_of, class_id, unit, profile, amount
+            in db.execute(pool_guarantees(class_ids, region))}
 
 
 def mig_sums(db: Session, class_ids: Sequence[int],
-             region: str | None = None) -> dict[int, dict[str, int]]:
-    """class id -> MIG slices per profile on its nodes in a MIG mode."""
-    found: dict[int, dict[str, int]] = defaultdict(dict)
+             region: str | None = None) -> dict[int, dict[str, SliceSums]]:
+    """class id -> MIG slices per resource name (``nvidia.com/mig-1g.10gb``) on its live nodes
+    in a MIG mode, with those on nodes not Ready (of the region's hosts, if given)."""
+    found: dict[int, dict[str, SliceSums]] = defaultdict(dict)
     if class_ids:
-        for class_id, name, count in db.execute(_mig_totals(db, list(class_ids), region)):
-            found[class_id][str(name)] = int(count)
+        for _, class_id, name, total, not_ready in db.execute(
+                _mig_totals(db, list(class_ids), region)):
+            summed = found[class_id].setdefault(str(name), SliceSums())
+            summed.add(SliceSums(int(total or 0), int(not_ready or 0)))
     return dict(found)
+
+
+def share_steps(db: Session, class_ids: Sequence[int] | None = None) -> dict[int, int | None]:
+    """class id -> its share step in hundredths (None: not shared)."""
+    query = select(GpuClass.id, GpuClass.share_step)
+    if class_ids is not None:
+        query = query.where(GpuClass.id.in_(list(class_ids)))
+    return {row.id: row.share_step for row in db.execute(query)}
 
 
 def _of_classes(column: Any, class_ids: Sequence[int] | None) -> ColumnElement[bool]:
@@ -159,36 +237,46 @@ def _node_totals(class_ids: Sequence[int] | None, region: str | None) -> Select[
 
 
 def _placed_shared(class_ids: Sequence[int] | None, region: str | None) -> Select[Any]:
-    """GPUs of the shared-pool clusters placed on each host: their queues' quotas there."""
+    """What the shared-pool clusters placed on each host hold, per unit and profile (whole
+    GPUs, hundredths, slices): their queues' quotas there."""
     clusters = virtual_clusters.c
-    return (select(clusters.host_cluster_id, clusters.gpu_class_id, func.sum(clusters.gpus))
-            .where(clusters.gpu_class_id.is_not(None), clusters.gpus > 0,
+    return (select(literal("placed"), clusters.host_cluster_id, clusters.gpu_class_id,
+                   clusters.unit, clusters.mig_profile,
+                   cast(func.sum(clusters.gpus), Double), cast(func.sum(clusters.amount), Double))
+            .where(clusters.gpu_class_id.is_not(None), clusters.amount > 0,
                    clusters.placement == "shared-pool",
                    _of_classes(clusters.gpu_class_id, class_ids),
                    _in_region(region, clusters.host_cluster_id))
-            .group_by(clusters.host_cluster_id, clusters.gpu_class_id))
+            .group_by(clusters.host_cluster_id, clusters.gpu_class_id, clusters.unit,
+                      clusters.mig_profile))
 
 
 def _in_use(class_ids: Sequence[int] | None, region: str | None) -> Select[Any]:
-    """GPUs bound to pods on each host, and of them the burst, as the worker last read it."""
+    """GPUs bound to pods on each host, and of them the burst, as the worker last read it, per
+    unit and profile."""
     used = gpus_in_use.c
-    return (select(used.host_cluster_id, used.gpu_class_id, func.sum(used.gpus),
-                   func.sum(used.burst_gpus))
+    return (select(literal("in use"), used.host_cluster_id, used.gpu_class_id, used.unit,
+                   used.mig_profile, func.sum(used.gpus), func.sum(used.burst_gpus))
             .where(_of_classes(used.gpu_class_id, class_ids),
                    _in_region(region, used.host_cluster_id))
-            .group_by(used.host_cluster_id, used.gpu_class_id))
+            .group_by(used.host_cluster_id, used.gpu_class_id, used.unit, used.mig_profile))
 
 
-def _mig_totals(db: Session, class_ids: list[int], region: str | None) -> Select[Any]:
-    """MIG slices per class and profile, summed from the nodes' JSON in the database.
+def _mig_totals(db: Session, class_ids: Sequence[int] | None, region: str | None) -> Select[Any]:
+    """MIG slices per host, class and resource on live nodes, and of them on nodes not Ready,
+    summed from the nodes' JSON in the database.
 
     Only nodes in a MIG mode carry slices, so the partial index on them keeps this small.
     """
     each = "json_each_text" if db.get_bind().dialect.name == "postgresql" else "json_each"
     slices = getattr(func, each)(nodes.c.mig_resources).table_valued("key", "value")
-    return (select(nodes.c.gpu_class_id, slices.c.key, func.sum(cast(slices.c.value, Integer)))
+    count = cast(slices.c.value, Integer)
+    not_ready = case((nodes.c.ready.is_(False), count), else_=0)
+    return (select(nodes.c.host_cluster_id, nodes.c.gpu_class_id, slices.c.key,
+                   func.sum(count), func.sum(not_ready))
             .select_from(nodes).join(slices, true())
-            .where(nodes.c.gpu_class_id.in_(class_ids), nodes.c.gone_at.is_(None),
-                   nodes.c.mig_strategy != "none", _in_region(region))
-            .group_by(nodes.c.gpu_class_id, slices.c.key)
-            .order_by(nodes.c.gpu_class_id, slices.c.key))
+            .where(nodes.c.gpu_class_id.is_not(None), nodes.c.gone_at.is_(None),
+                   nodes.c.mig_strategy != "none", _of_classes(nodes.c.gpu_class_id, class_ids),
+                   _in_region(region))
+            .group_by(nodes.c.host_cluster_id, nodes.c.gpu_class_id, slices.c.key)
+            .order_by(nodes.c.host_cluster_id, nodes.c.gpu_class_id, slices.c.key))

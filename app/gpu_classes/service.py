@@ -69,7 +69,7 @@ def to_outs(db: Session, principal: Principal, rows: Sequence[GpuClass],
         id=row.id, product=row.product, display_name=row.display_name,
         memory_mib=row.memory_mib, gpus_per_node=row.gpus_per_node,
         declared_by_admin=row.declared_by_admin, created_at=row.created_at,
-        capacity=figures.get(row.id)) for row in rows]
+        share_step=row.share_step, capacity=figures.get(row.id)) for row in rows]
 
 
 def list_classes(db: Session, principal: Principal, params: PageParams) -> Page[GpuClassOut]:
@@ -121,13 +121,21 @@ def declare_class(db: Session, principal: Principal, payload: GpuClassCreate) ->
 def update_class(
     db: Session, principal: Principal, gpu_class_id: int, payload: GpuClassUpdate
 ) -> GpuClassOut:
+    """Renames a class, or sets its share step (None: not shared); audited with what changed."""
     ensure_platform_writer(principal)
     row = get_class(db, gpu_class_id)
-    before = {"display_name": row.display_name}
-    row.display_name = payload.display_name
+    changes: dict[str, object] = {}
+    if payload.display_name is not None:
+        changes["display_name"] = payload.display_name
+    if "share_step" in payload.model_fields_set:
+        changes["share_step"] = payload.share_step
+    before = {name: getattr(row, name) for name in changes}
+    for name, value in changes.items():
+        setattr(row, name, value)
     audit.record(db, action="gpu_class.update", actor_id=principal.user_id,
                  actor_label=principal.label, target_type="gpu_class", target_id=row.id,
-                 target_label=f"GPU class {row.display_name}", before=before,
-                 after={"display_name": row.display_name})
+                 target_label=f"GPU class {row.display_name}", before=before, after=changes)
     db.flush()
+    if "share_step" in changes:
+        capacity_cache.forget(db)
     return to_out(db, principal, row)

@@ -65,7 +65,11 @@ def declare_class(request: Request, db: DbSession, principal: CurrentPrincipal,
 def rename_class(request: Request, class_id: RowId, db: DbSession, principal: CurrentPrincipal,
                  fields: FormFields) -> Response:
     def rename() -> Response:
-        payload = GpuClassUpdate.model_validate(form_payload(fields, keys=("display_name",)))
+        given = form_payload(fields, keys=("display_name", "share_step"),
+                             integers=("share_step",))
+        if "share_step" in fields:  # the row's field, left blank: not shared
+            given.setdefault("share_step", None)
+        payload = GpuClassUpdate.model_validate(given)
         row = gpu_classes.update_class(db, principal, class_id, payload)
         if not is_htmx(request):
             return go_to(request, "/admin/gpu-classes")

@@ -75,8 +75,22 @@ def _canonical(value: Decimal, form: str) -> str:
 
 def comparable(obj: Manifest) -> Manifest:
     """A copy whose quantity fields hold the values a server stores, so that what the portal
-    applies and what the server returns compare equal when they are equal."""
-    return _map_quantities(obj, resource_list_value)
+    applies and what the server returns compare equal when they are equal; a KAI Queue's
+    numbers as exact Decimals (its CRD's ``type: number``: 0.07 and 3 against 3.0)."""
+    result = _map_quantities(obj, resource_list_value)
+    if result.get("kind") == "Queue":
+        for amounts in ((result.get("spec") or {}).get("resources") or {}).values():
+            _convert_values(amounts, _exact_number)
+    return result
+
+
+def _exact_number(value: Any) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"not a number: {value!r}")
+    try:
+        return Decimal(str(value)).normalize()
+    except ArithmeticError as error:
+        raise ValueError(f"not a number: {value!r}") from error
 
 
 def drifted(live: Manifest | None, wanted: Manifest) -> bool:

@@ -4,11 +4,19 @@
   running workloads and requested by running and pending ones; and its ``spec``'s GPU quota,
   the guarantee beyond which KAI's allocation is burst (``burst_of``);
 - each portal-made ResourceQuota's ``status.used`` (written by the controller-manager's quota
-  controller): GPUs requested by the namespace's pods;
+  controller): GPUs requested by the namespace's pods, and MIG slices per profile;
 - running pods (a field selector, so only those come back): GPUs requested per node, for
   dedicated nodes;
 - pending pods of KAI's scheduler: the GPU pods that wait for GPUs, per namespace, with the
   reason KAI's scheduler gave them.
+
+A pod asks for whole GPUs (``nvidia.com/gpu``), a share of one GPU (KAI's ``gpu-fraction``
+annotation) or MIG slices (``nvidia.com/mig-<profile>``): ``pod_gpu_ask``. A queue's status
+keeps them apart: KAI's podgroup controller sums the containers' requests and, for a pod bound
+to a fraction, the fraction it received, and its queue controller sums those per resource name;
+so whole GPUs and fractions are both under ``nvidia.com/gpu`` (a fraction in any quantity form,
+"250m" or "0.25"), and slices under their own ``nvidia.com/mig-<profile>``, one per slice (never
+the g-count KAI weighs them by in its fair share).
 """
 
 from __future__ import annotations
@@ -17,8 +25,10 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
+from app.kit.gpu_units import MIG_RESOURCE_PREFIX as MIG_PREFIX
+from app.kit.gpu_units import profile_of_resource
 from app.kube.manifests import labels as lbl
 from app.kube.port import KubePort, Manifest
 from app.kube.quantities import parse_quantity
@@ -28,6 +38,10 @@ from app.kube.quantities import parse_quantity
 # nvidia.com/gpu, a fraction as a decimal quantity ("500m"). The "gpu" key is only the spec's.
 GPU_KEYS = (lbl.GPU_RESOURCE,)
 QUOTA_USED_KEYS = (f"requests.{lbl.GPU_RESOURCE}", lbl.GPU_RESOURCE)
+# KAI's pod annotations of GPU sharing: a fraction of one GPU in (0, 1], on so many devices.
+GPU_FRACTION = "gpu-fraction"
+GPU_FRACTION_DEVICES = "gpu-fraction-num-devices"
+_REQUESTS = "requests."
 
 
 def burst_of(allocated_gpus: float, quota_gpus: float | None) -> float:
@@ -47,6 +61,10 @@ class QueueUse:
     requested_gpus: float
     # The queue's own spec.resources.gpu.quota, as KAI sees it; None: no guarantee known.
     quota_gpus: float | None = None
+    # MIG slices per profile, allocated and requested: counted apart from GPUs (KAI's status
+    # keys each profile by its own resource name).
+    allocated_slices: Mapping[str, float] = field(default_factory=dict)
+    requested_slices: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def burst_gpus(self) -> float:
@@ -57,6 +75,15 @@ class QueueUse:
         """The part of the allocation within the queue's guarantee."""
         return self.allocated_gpus - self.burst_gpus
 
+    def in_unit(self, unit: str, profile: str = "") -> tuple[float, float, float]:
+        """Allocated, requested and burst in a cluster's unit: GPUs (fractions as such) for
+        whole GPUs and shares, slices of ``profile`` for MIG. Slices never burst: a MIG
+        queue's limit is its quota (and its quota is in KAI's g-count, not in slices)."""
+        if unit == "mig":
+            return (self.allocated_slices.get(profile, 0.0),
+                    self.requested_slices.get(profile, 0.0), 0.0)
+        return self.allocated_gpus, self.requested_gpus, self.burst_gpus
+
 
 @dataclass(frozen=True)
 class NamespaceUse:
@@ -64,6 +91,24 @@ class NamespaceUse:
     cluster: str
     used_gpus: float
     hard_gpus: float
+    # requests.nvidia.com/mig-<profile> per profile, used and hard.
+    used_slices: Mapping[str, float] = field(default_factory=dict)
+    hard_slices: Mapping[str, float] = field(default_factory=dict)
+
+    def in_unit(self, unit: str, profile: str = "") -> tuple[float, float]:
+        """Used and hard in a cluster's unit: slices of ``profile`` for MIG, else GPUs (a
+        share's namespace caps whole GPUs at 0: fractions request no extended resource)."""
+        if unit == "mig":
+            return self.used_slices.get(profile, 0.0), self.hard_slices.get(profile, 0.0)
+        return self.used_gpus, self.hard_gpus
+
+    @property
+    def full(self) -> bool:
+        """Some GPU line of the quota is used up: only then can it refuse a GPU pod."""
+        lines = [(self.used_gpus, self.hard_gpus),
+                 *((used, self.hard_slices[p]) for p, used in self.used_slices.items()
+                   if p in self.hard_slices)]
+        return any(hard > 0 and used >= hard for used, hard in lines)
 
 
 @dataclass(frozen=True)
@@ -114,15 +159,28 @@ def _gpus(resources: Mapping[str, Any] | None, keys: tuple[str, ...]) -> float:
     return 0.0
 
 
+def _slices(resources: Mapping[str, Any] | None, prefix: str = "") -> dict[str, float]:
+    """MIG slices per profile under ``<prefix>nvidia.com/mig-<profile>`` keys; a profile KAI
+    cannot count is left out, as the portal never grants one."""
+    found: dict[str, float] = {}
+    for key, value in (resources or {}).items():
+        profile = profile_of_resource(key.removeprefix(prefix)) if key.startswith(prefix) else None
+        if profile is not None:
+            found[profile] = float(parse_quantity(value))
+    return found
+
+
 def queue_use(queue: Manifest) -> QueueUse | None:
     """A leaf queue's status; the tenant's parent queue (no cluster label) is left out."""
     owner = _cluster_of(queue)
     if owner is None:
         return None
     status = queue.get("status") or {}
-    return QueueUse(*owner, allocated_gpus=_gpus(status.get("allocated"), GPU_KEYS),
-                    requested_gpus=_gpus(status.get("requested"), GPU_KEYS),
-                    quota_gpus=quota_gpus(queue))
+    allocated, requested = status.get("allocated"), status.get("requested")
+    return QueueUse(*owner, allocated_gpus=_gpus(allocated, GPU_KEYS),
+                    requested_gpus=_gpus(requested, GPU_KEYS),
+                    quota_gpus=quota_gpus(queue), allocated_slices=_slices(allocated),
+                    requested_slices=_slices(requested))
 
 
 def quota_gpus(queue: Manifest) -> float | None:
@@ -144,26 +202,84 @@ def namespace_use(quota: Manifest) -> NamespaceUse | None:
     if owner is None:
         return None
     status = quota.get("status") or {}
-    return NamespaceUse(*owner, used_gpus=_gpus(status.get("used"), QUOTA_USED_KEYS),
-                        hard_gpus=_gpus(status.get("hard"), QUOTA_USED_KEYS))
+    used, hard = status.get("used"), status.get("hard")
+    return NamespaceUse(*owner, used_gpus=_gpus(used, QUOTA_USED_KEYS),
+                        hard_gpus=_gpus(hard, QUOTA_USED_KEYS),
+                        used_slices=_slices(used, _REQUESTS), hard_slices=_slices(hard, _REQUESTS))
 
 
-def pod_gpu_request(pod: Manifest) -> Decimal:
-    """GPUs a pod holds: its containers' sum, or its largest init container if larger.
-    An extended resource's request equals its limit, so a limit alone counts too."""
+class GpuAsk(NamedTuple):
+    """What a pod asks for: ``amount`` whole GPUs (``gpu``), a share of GPUs as a fraction
+    (``share``, 0.25 of one GPU; times its devices), or ``amount`` slices of ``profile``
+    (``mig``). Nothing: ``gpu`` 0."""
+
+    unit: str
+    profile: str
+    amount: Decimal
+
+
+NO_GPUS = GpuAsk("gpu", "", Decimal(0))
+
+
+def pod_gpu_ask(pod: Manifest) -> GpuAsk:
+    """A pod's GPU ask. A valid ``gpu-fraction`` (0 < f <= 1; KAI ignores any other value
+    and treats the pod as one without GPUs) makes it a share; else its MIG slices (the
+    profile it asks most of) if it asks any; else its whole GPUs. Containers' sums, or the
+    largest init container if larger; an extended resource's request equals its limit, so a
+    limit alone counts too."""
+    fraction = _fraction(pod)
+    if fraction is not None:
+        return GpuAsk("share", "", fraction)
+    asked = _extended_resources(pod)
+    slices = {profile: amount for key, amount in asked.items()
+              if amount > 0 and (profile := profile_of_resource(key)) is not None}
+    if slices:
+        profile = max(sorted(slices), key=lambda p: slices[p])
+        return GpuAsk("mig", profile, slices[profile])
+    return GpuAsk("gpu", "", asked.get(lbl.GPU_RESOURCE, Decimal(0)))
+
+
+def _fraction(pod: Manifest) -> Decimal | None:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if GPU_FRACTION not in annotations:
+        return None
+    try:
+        fraction = parse_quantity(str(annotations[GPU_FRACTION]))
+        devices = parse_quantity(str(annotations.get(GPU_FRACTION_DEVICES, "1")))
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+    if not 0 < fraction <= 1 or devices < 1:
+        return None
+    return fraction * devices
+
+
+def _extended_resources(pod: Manifest) -> dict[str, Decimal]:
+    """GPU-like resources per name: the containers' sum, or the largest init container's."""
     spec = pod.get("spec") or {}
 
-    def of(container: Mapping[str, Any]) -> Decimal:
+    def of(container: Mapping[str, Any]) -> dict[str, Decimal]:
         resources = container.get("resources") or {}
-        for part in ("requests", "limits"):
-            value = (resources.get(part) or {}).get(lbl.GPU_RESOURCE)
-            if value is not None:
-                return parse_quantity(value)
-        return Decimal(0)
+        found: dict[str, Decimal] = {}
+        for part in ("limits", "requests"):  # requests win where both are given
+            for key, value in (resources.get(part) or {}).items():
+                if key == lbl.GPU_RESOURCE or key.startswith(MIG_PREFIX):
+                    found[key] = parse_quantity(value)
+        return found
 
-    running = sum((of(c) for c in spec.get("containers") or []), Decimal(0))
-    first = max((of(c) for c in spec.get("initContainers") or []), default=Decimal(0))
-    return max(running, first)
+    running: dict[str, Decimal] = defaultdict(Decimal)
+    for container in spec.get("containers") or []:
+        for key, amount in of(container).items():
+            running[key] += amount
+    for container in spec.get("initContainers") or []:
+        for key, amount in of(container).items():
+            running[key] = max(running[key], amount)
+    return dict(running)
+
+
+def pod_gpus(pod: Manifest) -> Decimal:
+    """GPUs a pod holds on a node, a share as its fraction; MIG slices are no whole GPUs."""
+    ask = pod_gpu_ask(pod)
+    return Decimal(0) if ask.unit == "mig" else ask.amount
 
 
 def gpus_by_node(pods: list[Manifest]) -> dict[str, float]:
@@ -171,7 +287,7 @@ def gpus_by_node(pods: list[Manifest]) -> dict[str, float]:
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
-            found[node] += pod_gpu_request(pod)
+            found[node] += pod_gpus(pod)
     return {node: float(gpus) for node, gpus in sorted(found.items())}
 
 
@@ -180,7 +296,7 @@ def waiting_pods(pending: list[Manifest]) -> list[WaitingPods]:
     into its ``PodScheduled`` condition (status False, reason Unschedulable) on every cycle."""
     reasons: dict[str, list[str]] = defaultdict(list)
     for pod in pending:
-        if (pod.get("spec") or {}).get("nodeName") or not pod_gpu_request(pod):
+        if (pod.get("spec") or {}).get("nodeName") or not pod_gpu_ask(pod).amount:
             continue
         reasons[(pod.get("metadata") or {}).get("namespace", "")].append(unschedulable(pod))
     return [WaitingPods(namespace, len(found), _most_common(found))
@@ -193,7 +309,7 @@ def read_virtual_waits(port: KubePort) -> WaitingPods:
     them), with the syncer's reason for the latter (its ``SyncError`` event)."""
     pending = port.list("v1", "Pod", field_selector={"status.phase": "Pending"})
     waiting = [pod for pod in pending
-               if not (pod.get("spec") or {}).get("nodeName") and pod_gpu_request(pod)]
+               if not (pod.get("spec") or {}).get("nodeName") and pod_gpu_ask(pod).amount]
     if not waiting:
         return WaitingPods("", 0, "")
     said = _sync_errors(port.list("v1", "Event", field_selector={"reason": SYNC_ERROR}))

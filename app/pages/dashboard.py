@@ -51,6 +51,8 @@ QUOTA_SERIES = (palette.kind("approved"), palette.kind("allocated"), palette.kin
 
 
 def _quota_chart(tenant: str, quotas: Sequence[TenantQuotaOut]) -> Markup | None:
+    """Whole GPUs per class; quota of slices and shares is in the table, in words."""
+    quotas = [quota for quota in quotas if quota.unit == "gpu"]
     if not quotas:
         return None
     groups = [Group(_label(q), {"approved": q.approved_gpus, "allocated": q.allocated_gpus,

@@ -24,12 +24,13 @@ from app.portalctl.common import (
     resolve_gpu_class,
     tenant_of,
 )
+from app.portalctl.grants import UNIT_COLUMNS, GpuShare, MigProfile, Slices, grant_fields
 from app.portalctl.output import Format, emit
 
 clusters_app = command_group("A tenant's virtual clusters.")
 
 CLUSTER_COLUMNS = ("name", "phase", "region", "host_cluster", "placement", "gpu_class", "gpus",
-                   "cpu_millicores", "memory_mib", "kubernetes_version")
+                   "cpu_millicores", "memory_mib", "kubernetes_version", *UNIT_COLUMNS)
 
 
 def clusters_path(client: Client, tenant: str | None) -> str:
@@ -110,6 +111,7 @@ def clusters_create(
     name: str,
     gpu_class: GpuClassOpt = None,
     gpus: Annotated[int, typer.Option(help="whole GPUs from the tenant's quota")] = 0,
+    slices: Slices = None, mig_profile: MigProfile = None, gpu_share: GpuShare = None,
     cpu_millicores: Annotated[int, typer.Option(help="CPU, in millicores")] = 4000,
     memory_mib: Annotated[int, typer.Option(help="memory, in MiB")] = 16384,
     placement: Annotated[str | None, typer.Option(
@@ -139,6 +141,8 @@ def clusters_create(
     Example: portalctl clusters create train --gpu-class NVIDIA-H100-80GB-HBM3 --gpus 4 --wait
 
     Example: portalctl clusters create train --template training --template-version 2 --gpus 8
+
+    Example: portalctl clusters create notebooks --gpu-class a100 --slices 2 --mig-profile 1g.10gb
     """
     if template_version is not None and template is None:
         fail("--template-version goes with --template", USAGE)
@@ -148,6 +152,7 @@ def clusters_create(
                 "kubernetes_version": kubernetes_version, "template": template,
                 "template_version": template_version}
     body.update({k: v for k, v in optional.items() if v is not None})
+    body.update(grant_fields(None, slices, mig_profile, gpu_share))
     with api() as client:
         if gpu_class is not None:
             body["gpu_class_id"] = resolve_gpu_class(client, gpu_class)["id"]
@@ -192,18 +197,26 @@ def wait_for(fetch: Callable[[], dict[str, Any]], timeout: float,
 def clusters_resize(
     name: str,
     gpus: Annotated[int | None, typer.Option(help="whole GPUs")] = None,
+    slices: Annotated[int | None, typer.Option(help="of a cluster of MIG slices")] = None,
+    gpu_share: Annotated[str | None, typer.Option(help="of a cluster of a share, e.g. 0.5")
+                         ] = None,
     cpu_millicores: Annotated[int | None, typer.Option(help="CPU, in millicores")] = None,
     memory_mib: Annotated[int | None, typer.Option(help="memory, in MiB")] = None,
     tenant: TenantOpt = None, output: Output = Format.table,
 ) -> None:
-    """Change a cluster's sizes; those left out keep their value.
+    """Change a cluster's sizes; those left out keep their value. A cluster of MIG slices or
+    of a share keeps its unit: --slices or --gpu-share.
 
     Example: portalctl clusters resize train --gpus 8
+
+    Example: portalctl clusters resize notebooks --slices 3
     """
-    body = {k: v for k, v in {"gpus": gpus, "cpu_millicores": cpu_millicores,
-                              "memory_mib": memory_mib}.items() if v is not None}
+    body = {k: v for k, v in {"cpu_millicores": cpu_millicores, "memory_mib": memory_mib,
+                              **grant_fields(gpus, slices, None, gpu_share)}.items()
+            if v is not None}
     if not body:
-        fail("give at least one of --gpus, --cpu-millicores, --memory-mib", USAGE)
+        fail("give at least one of --gpus, --slices, --gpu-share, --cpu-millicores, "
+             "--memory-mib", USAGE)
     with api() as client:
         resized = client.request("PATCH", f"{clusters_path(client, tenant)}/{name}", json=body)
     emit(resized, output, CLUSTER_COLUMNS)

@@ -31,6 +31,14 @@ from app.portalctl.common import (
     tenant_of,
 )
 from app.portalctl.fleet import fleet, gpu_classes_app, nodes_app
+from app.portalctl.grants import (
+    UNIT_COLUMNS,
+    Gpus,
+    GpuShare,
+    MigProfile,
+    Slices,
+    grant_fields,
+)
 from app.portalctl.hosts import hosts_app
 from app.portalctl.machines import machines_app
 from app.portalctl.notifications import notifications_app
@@ -198,9 +206,9 @@ QUOTA_COLUMNS = ("gpu_class_id", "gpu_class", "region", "approved_gpus", "dedica
                  "shared_pool_allocated_gpus", "shared_pool_left_gpus",
                  "dedicated_allocated_gpus", "dedicated_left_gpus", "over_quota_gpus",
                  "allocated_gpus", "in_use_gpus", "burst_in_use_gpus", "cpu_millicores",
-                 "memory_mib")
+                 "memory_mib", *UNIT_COLUMNS)
 REQUEST_COLUMNS = ("id", "tenant", "gpu_class", "region", "gpus", "state", "requested_by",
-                   "created_at")
+                   "created_at", *UNIT_COLUMNS)
 
 
 @quota_app.command("show")
@@ -239,8 +247,9 @@ def quota_requests(slug: TenantArg = None, tenant: TenantOpt = None,
 @quota_app.command("request")
 def quota_request(
     gpu_class: RequiredGpuClass,
-    gpus: Annotated[int, typer.Option(help="whole GPUs")],
     reason: Annotated[str, typer.Option(help="why the tenant needs them")],
+    gpus: Gpus = None, slices: Slices = None, mig_profile: MigProfile = None,
+    gpu_share: GpuShare = None,
     cpu_millicores: Annotated[int, typer.Option(help="CPU, in millicores")] = 0,
     memory_mib: Annotated[int, typer.Option(help="memory, in MiB")] = 0,
     ends_at: Annotated[str | None, typer.Option(help="ISO 8601 end, e.g. 2027-01-01T00:00Z")
@@ -249,13 +258,20 @@ def quota_request(
         help="the region of host clusters the quota is for (default: the only region)")] = "",
     tenant: TenantOpt = None, output: Output = Format.table,
 ) -> None:
-    """Ask the platform admins for GPU quota, in one region.
+    """Ask the platform admins for GPU quota, in one region: whole GPUs, slices of a MIG
+    profile, or a share of one GPU.
 
     Example: portalctl quota request --gpu-class NVIDIA-H100-80GB-HBM3 --gpus 8 --region eu
     --reason "May runs"
+
+    Example: portalctl quota request --gpu-class a100 --slices 3 --mig-profile 1g.10gb
+    --reason notebooks
+
+    Example: portalctl quota request --gpu-class h100 --gpu-share 0.5 --reason inference
     """
-    body: dict[str, Any] = {"gpus": gpus, "reason": reason, "cpu_millicores": cpu_millicores,
-                            "memory_mib": memory_mib, "region": region}
+    body: dict[str, Any] = {"reason": reason, "cpu_millicores": cpu_millicores,
+                            "memory_mib": memory_mib, "region": region,
+                            **grant_fields(gpus, slices, mig_profile, gpu_share)}
     if ends_at:
         body["ends_at"] = ends_at
     with api() as client:
@@ -284,6 +300,9 @@ def quota_cancel(request_id: int, tenant: TenantOpt = None,
 def quota_approve(
     request_id: int,
     gpus: Annotated[int | None, typer.Option(help="approve fewer GPUs than asked")] = None,
+    slices: Annotated[int | None, typer.Option(help="approve fewer slices than asked")] = None,
+    gpu_share: Annotated[str | None, typer.Option(
+        help="approve a smaller share than asked, e.g. 0.25")] = None,
     note: Annotated[str, typer.Option(help="a note to the tenant")] = "",
     overcommit: Annotated[bool, typer.Option(
         help="confirm guaranteeing more than the class's free GPUs")] = False,
@@ -293,9 +312,8 @@ def quota_approve(
 
     Example: portalctl quota approve 42 --gpus 4 --note "4 now, 4 in June"
     """
-    body: dict[str, Any] = {"note": note, "overcommit": overcommit}
-    if gpus is not None:
-        body["gpus"] = gpus
+    body: dict[str, Any] = {"note": note, "overcommit": overcommit,
+                            **grant_fields(gpus, slices, None, gpu_share)}
     with api() as client:
         decided = client.request("POST", f"/api/v1/quota-requests/{request_id}/approve",
                                  json=body)

@@ -10,17 +10,21 @@ import typer
 from app.portalctl.common import TenantArg, TenantOpt, api, either_tenant
 from app.portalctl.output import Format, emit
 
+# The unit of a row and a MIG row's slice-hours, after the GPU-hours.
+UNIT_COLUMNS = ("unit", "mig_profile", "approved_slice_hours", "allocated_slice_hours",
+                "used_slice_hours")
 # A table's columns (the CSV's are the API's, new ones at their end): utilisation beside the
 # GPU-hours in use it weighs.
 ROW_COLUMNS = ("period", "tenant", "gpu_class", "approved_gpu_hours", "allocated_gpu_hours",
                "shared_pool_gpu_hours", "dedicated_gpu_hours", "used_gpu_hours",
                "guaranteed_gpu_hours", "burst_gpu_hours", "utilised_gpu_hours",
-               "utilisation_coverage", "slept_gpu_hours")
+               "utilisation_coverage", "slept_gpu_hours", *UNIT_COLUMNS)
 
 
 CLUSTER_COLUMNS = ("period", "tenant", "cluster", "gpu_class", "allocated_gpu_hours",
                    "used_gpu_hours", "guaranteed_gpu_hours", "burst_gpu_hours",
-                   "utilised_gpu_hours", "utilisation_coverage", "slept_gpu_hours")
+                   "utilised_gpu_hours", "utilisation_coverage", "slept_gpu_hours",
+                   *UNIT_COLUMNS)
 
 
 class By(StrEnum):
@@ -59,7 +63,9 @@ def usage(
     """GPU-hours of approved quota, clusters, dedicated nodes and pods (guaranteed and burst),
     of the clusters' guarantees freed by sleep (slept), and of the pods' GPUs weighted by their
     utilisation (utilised; "unknown" where Prometheus never said, and the share of the hours
-    in use it covers), per period.
+    in use it covers), per period. A row per unit: whole GPUs (gpu), shares of one GPU
+    (shared, counted in GPU-hours as the fractions they are) and MIG slices of a profile
+    (mig, counted in slice-hours; their GPU-hours are 0).
 
     Without a tenant, every tenant you may see (all of them for platform admins).
 

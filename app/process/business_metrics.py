@@ -197,6 +197,8 @@ def _gpus(db: Session) -> Figures:
     rows = db.execute(quotas.quota_rows_query(None).add_columns(Tenant.slug.label("tenant"))
                       .join(Tenant, Tenant.id == TenantQuota.tenant_id))
     for row in rows:
+        if row.unit != "gpu":  # these figures are whole GPUs; rows of slices and shares apart
+            continue
         states = figures[(row.tenant, row.product)]
         states["approved"] += row.gpus
         states["allocated"] += int(row.allocated or 0)

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Select,
     Table,
     bindparam,
+    case,
     delete,
     func,
     select,
@@ -24,6 +25,7 @@ from sqlalchemy.orm import Session
 from app.accounting.standing import held_gpus, standing_columns
 from app.auth.models import User
 from app.database.concurrency import upsert
+from app.database.grant_units import amount_of
 from app.database.prepared import PreparedInsert
 from app.gpu_classes.models import GpuClass
 from app.hosts.repository import hosts_in
@@ -61,13 +63,16 @@ def queue_rows_query(
     *, state: str | BindParameter[str] | None = None
 ) -> Select[*tuple[Any, ...]]:
     """Requests as ``request_rows_query``, with the tenant's quota (``quota_gpus``) and
-    allocation (``allocated_gpus``) of the class in the request's region."""
+    allocation (``allocated_gpus``) of the class in the request's region, in the request's unit
+    (its steps: GPUs, slices of its profile, hundredths)."""
     return request_rows_query(state=state).add_columns(
-        _one(TenantQuota.gpus, (TenantQuota.tenant_id == QuotaRequest.tenant_id)
+        _one(TenantQuota.amount, (TenantQuota.tenant_id == QuotaRequest.tenant_id)
              & (TenantQuota.gpu_class_id == QuotaRequest.gpu_class_id)
-             & (TenantQuota.region == QuotaRequest.region), "quota_gpus"),
-        _allocated(QuotaRequest.tenant_id, QuotaRequest.gpu_class_id,
-                   QuotaRequest.region).label("allocated_gpus"))
+             & (TenantQuota.region == QuotaRequest.region)
+             & (TenantQuota.unit == QuotaRequest.unit)
+             & (TenantQuota.mig_profile == QuotaRequest.mig_profile), "quota_gpus"),
+        _allocated(QuotaRequest.tenant_id, QuotaRequest.gpu_class_id, QuotaRequest.region,
+                   QuotaRequest.unit, QuotaRequest.mig_profile).label("allocated_gpus"))
 
 
 def _one(column: Any, where: Any, name: str) -> Any:
@@ -82,16 +87,20 @@ def quota_rows_query(tenant_id: int | BindParameter[int] | None) -> Select[*tupl
     burst (``in_use``, ``burst``: both None until the worker read a host), all summed in one
     statement."""
     in_use, burst = (_in_use(column, TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                             TenantQuota.region)
+                             TenantQuota.region, TenantQuota.unit, TenantQuota.mig_profile)
                      for column in (GpusInUse.gpus, GpusInUse.burst_gpus))
     query = (select(TenantQuota.id, TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                    TenantQuota.region, TenantQuota.gpus,
+                    TenantQuota.region, TenantQuota.gpus, TenantQuota.unit,
+                    TenantQuota.mig_profile, TenantQuota.amount,
                     TenantQuota.cpu_millicores, TenantQuota.memory_mib, GpuClass.product,
                     GpuClass.display_name,
                     _allocated(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                               TenantQuota.region).label("allocated"),
+                               TenantQuota.region, TenantQuota.unit,
+                               TenantQuota.mig_profile).label("allocated"),
+                    # each row's figures in its own unit's steps
                     *standing_columns(TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                                      TenantQuota.region, TenantQuota.gpus),
+                                      TenantQuota.region, TenantQuota.amount, TenantQuota.unit,
+                                      TenantQuota.mig_profile),
                     in_use.label("in_use"), burst.label("burst"))
              .join(GpuClass, GpuClass.id == TenantQuota.gpu_class_id))
     return query if tenant_id is None else query.where(TenantQuota.tenant_id == tenant_id)
@@ -106,13 +115,18 @@ def allocated_gpus(db: Session, tenant_id: int, gpu_class_id: int, region: str, 
                                    excluding=excluding, host_cluster_id=host_cluster_id)) or 0)
 
 
-def _allocated(tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
-    return held_gpus(tenant_id, gpu_class_id, region).scalar_subquery()
+def _allocated(tenant_id: Any, gpu_class_id: Any, region: Any, unit: Any = "gpu",
+               profile: Any = "") -> Any:
+    return held_gpus(tenant_id, gpu_class_id, region, unit=unit,
+                     profile=profile).scalar_subquery()
 
 
-def _in_use(column: Any, tenant_id: Any, gpu_class_id: Any, region: Any) -> Any:
+def _in_use(column: Any, tenant_id: Any, gpu_class_id: Any, region: Any, unit: Any,
+            mig_profile: Any) -> Any:
+    """In use of a quota row's own unit: its GPUs (a share's as fractions) or its slices."""
     return (select(func.sum(column))
             .where(GpusInUse.tenant_id == tenant_id, GpusInUse.gpu_class_id == gpu_class_id,
+                   GpusInUse.unit == unit, GpusInUse.mig_profile == mig_profile,
                    GpusInUse.host_cluster_id.in_(hosts_in(region)))
             .scalar_subquery())
 
@@ -125,19 +139,34 @@ class BoundGpus:
     burst_gpus: float = 0.0
 
 
-def replace_gpus_in_use(db: Session, host_id: int, gpus: Mapping[tuple[int, int], BoundGpus],
+# (tenant id, class id, unit, MIG profile) of a row of GPUs in use; (tenant id, class id):
+# whole GPUs.
+InUseKey = tuple[int, int, str, str] | tuple[int, int]
+
+
+def _in_unit(key: InUseKey) -> tuple[int, int, str, str]:
+    if len(key) == 4:
+        return key
+    return key[0], key[1], "gpu", ""
+
+
+def replace_gpus_in_use(db: Session, host_id: int, gpus: Mapping[InUseKey, BoundGpus],
                         observed_at: datetime) -> None:
-    """The host's figures by (tenant, class): those given are written, the host's others
-    (no cluster or dedicated node of that tenant and class there any more) go."""
+    """The host's figures by (tenant, class, unit, profile), ``gpus`` in GPUs for whole GPUs
+    and shares and in slices for MIG: those given are written, the host's others (no cluster
+    or dedicated node of that tenant, class and unit there any more) go."""
+    rows = {_in_unit(key): bound for key, bound in gpus.items()}
     stale = delete(GpusInUse).where(GpusInUse.host_cluster_id == host_id)
-    if gpus:
-        stale = stale.where(tuple_(GpusInUse.tenant_id, GpusInUse.gpu_class_id).not_in(list(gpus)))
+    if rows:
+        stale = stale.where(tuple_(GpusInUse.tenant_id, GpusInUse.gpu_class_id, GpusInUse.unit,
+                                   GpusInUse.mig_profile).not_in(list(rows)))
     db.execute(stale)
     upsert(db, GpusInUse, [
         {"tenant_id": tenant_id, "gpu_class_id": class_id, "host_cluster_id": host_id,
-         "gpus": bound.gpus, "burst_gpus": bound.burst_gpus, "observed_at": observed_at}
-        for (tenant_id, class_id), bound in sorted(gpus.items())],
-        keys=("tenant_id", "gpu_class_id", "host_cluster_id"))
+         "unit": unit, "mig_profile": profile, "gpus": bound.gpus,
+         "burst_gpus": bound.burst_gpus, "observed_at": observed_at}
+        for (tenant_id, class_id, unit, profile), bound in sorted(rows.items())],
+        keys=("tenant_id", "gpu_class_id", "host_cluster_id", "unit", "mig_profile"))
 
 
 _REQUESTS = cast(Table, QuotaRequest.__table__)
@@ -151,7 +180,7 @@ def pending_count(db: Session, tenant_id: int) -> int:
 
 def add_request(db: Session, values: Mapping[str, Any]) -> Any:
     """A new quota request's row, every column as stored (its id and created_at among them)."""
-    return _ADD_REQUEST.add(db, values)
+    return _ADD_REQUEST.add(db, amount_of(values))
 
 
 def request_for_update(db: Session, request_id: int) -> QuotaRequest | None:
@@ -160,7 +189,11 @@ def request_for_update(db: Session, request_id: int) -> QuotaRequest | None:
 
 
 def claim_request(db: Session, request_id: int, from_state: str, **values: Any) -> bool:
-    """Moves a request out of ``from_state`` only if it is still there: one decision wins."""
+    """Moves a request out of ``from_state`` only if it is still there: one decision wins. A
+    whole-GPU request's approved amount is its approved GPUs."""
+    if "approved_gpus" in values and "approved_amount" not in values:
+        values["approved_amount"] = case((QuotaRequest.unit == "gpu", values["approved_gpus"]),
+                                         else_=QuotaRequest.approved_amount)
     result = db.execute(
         update(QuotaRequest)
         .where(QuotaRequest.id == request_id, QuotaRequest.state == from_state)
@@ -183,11 +216,12 @@ def due_expiries(db: Session, now: datetime) -> list[int]:
     return list(db.scalars(query))
 
 
-def tenant_quota_for_update(db: Session, tenant_id: int, gpu_class_id: int,
-                            region: str) -> TenantQuota | None:
+def tenant_quota_for_update(db: Session, tenant_id: int, gpu_class_id: int, region: str,
+                            unit: str = "gpu", mig_profile: str = "") -> TenantQuota | None:
     query = select(TenantQuota).where(
         TenantQuota.tenant_id == tenant_id, TenantQuota.gpu_class_id == gpu_class_id,
-        TenantQuota.region == region).with_for_update()
+        TenantQuota.region == region, TenantQuota.unit == unit,
+        TenantQuota.mig_profile == mig_profile).with_for_update()
     return db.scalar(query.execution_options(populate_existing=True))
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Literal
+from decimal import Decimal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -16,6 +17,7 @@ from pydantic import (
 
 from app.database.core import utcnow
 from app.gpu_classes.schemas import Capacity
+from app.kit.gpu_units import MAX_PROFILE_LENGTH
 from app.kit.validation import MAX_ROW_ID, MultiLine, SingleLine, UtcMoment
 
 MAX_GPUS = 10_000
@@ -27,12 +29,30 @@ MAX_QUOTA_LIFETIME = timedelta(days=5 * 366)
 RequestState = Literal["pending", "approved", "rejected", "cancelled", "expired"]
 REQUEST_STATES: tuple[str, ...] = ("pending", "approved", "rejected", "cancelled", "expired")
 
+# A share of one GPU as written ("0.5"): hundredths at most; above 1 is refused in words
+# (app.quotas.units), as is a share finer than the class's step.
+GpuShare = Annotated[Decimal, Field(gt=0, max_digits=6, decimal_places=2)]
+SLICES_DESCRIPTION = "MIG slices of mig_profile, 1 to 10,000"
+SHARE_DESCRIPTION = ('a share of one GPU such as "0.5": more than 0, at most 1, in the '
+                     "class's share steps")
+
 
 class QuotaRequestCreate(BaseModel):
+    """Asks for exactly one of: ``gpus`` whole GPUs; ``slices`` MIG slices of ``mig_profile``;
+    or ``gpu_share``, a share of one GPU (app.kit.gpu_units)."""
+
     model_config = ConfigDict(extra="forbid")
 
     gpu_class_id: StrictInt = Field(ge=1, le=MAX_ROW_ID)
-    gpus: StrictInt = Field(ge=1, le=MAX_GPUS, description="whole GPUs, 1 to 10,000")
+    gpus: StrictInt | None = Field(default=None, ge=1, le=MAX_GPUS,
+                                   description="whole GPUs, 1 to 10,000")
+    slices: StrictInt | None = Field(default=None, ge=1, le=MAX_GPUS,
+                                     description=SLICES_DESCRIPTION)
+    mig_profile: SingleLine | None = Field(default=None, max_length=MAX_PROFILE_LENGTH,
+                                           examples=["1g.10gb"],
+                                           description="the MIG profile of the slices")
+    gpu_share: GpuShare | None = Field(default=None, examples=["0.5"],
+                                       description=SHARE_DESCRIPTION)
     region: SingleLine = Field(
         default="", max_length=63,
         description="the region of host clusters the quota is for; empty: the only region "
@@ -63,6 +83,12 @@ class ApproveIn(BaseModel):
     gpus: StrictInt | None = Field(
         default=None, ge=1, le=MAX_GPUS, description="1 to the requested count; default all"
     )
+    slices: StrictInt | None = Field(
+        default=None, ge=1, le=MAX_GPUS,
+        description="of a request of slices: 1 to the requested count; default all")
+    gpu_share: GpuShare | None = Field(
+        default=None, description="of a request of a share: up to the requested share, in the "
+                                  "class's steps; default all")
     note: MultiLine = Field(default="", max_length=MAX_TEXT)
     overcommit: StrictBool = Field(
         default=False, description="confirm guaranteeing more than the class's free GPUs"
@@ -95,6 +121,19 @@ class QuotaRequestOut(BaseModel):
     decided_by: str | None
     decided_at: datetime | None
     decision_note: str
+    unit: str = Field(default="gpu", description='"gpu" (whole GPUs), "mig" (MIG slices of '
+                                                 'mig_profile) or "share" (a share of one GPU)')
+    mig_profile: str = Field(default="", description="the MIG profile of a request of slices")
+    amount: int = Field(default=0, description="asked, in the unit's steps: GPUs, slices or "
+                                               "hundredths of a GPU")
+    slices: int | None = Field(default=None, description="MIG slices asked; null for other units")
+    gpu_share: str | None = Field(default=None, examples=["0.5"],
+                                  description="the share of one GPU asked; null for other units")
+    grant: str = Field(default="", examples=["3 \u00d7 1g.10gb of A100 SXM4 80GB"],
+                       description="what is asked, in words")
+    approved_slices: int | None = Field(default=None, description="MIG slices approved")
+    approved_gpu_share: str | None = Field(default=None, description="the share approved")
+    approved_grant: str | None = Field(default=None, description="what was approved, in words")
     warnings: list[str] = Field(
         default_factory=list,
         description="what the requester and the approver should know, such as a request for "
@@ -105,7 +144,9 @@ class QueueItem(QuotaRequestOut):
     """A request with what the approver needs to decide it."""
 
     tenant_quota_gpus: int = Field(
-        description="the tenant's approved GPUs of the class in the request's region")
+        description="the tenant's approved GPUs of the class in the request's region (of a "
+                    "request of slices or a share: its approved quota in that unit's steps, "
+                    "slices or hundredths of a GPU)")
     tenant_allocated_gpus: int = Field(description="of those, given to its clusters")
     capacity: Capacity = Field(description="of the class in the request's region")
 
@@ -152,6 +193,21 @@ class TenantQuotaOut(BaseModel):
                     "but nothing adds to it")
     cpu_millicores: int
     memory_mib: int
+    unit: str = Field(default="gpu", description='"gpu", "mig" or "share": a quota of each unit '
+                                                 "(and MIG profile) is a row of its own; the "
+                                                 "*_gpus figures of a row of slices or a share "
+                                                 "are 0 (whole GPUs)")
+    mig_profile: str = Field(default="", description="the MIG profile of a quota of slices")
+    amount: int = Field(default=0, description="approved, in the unit's steps: GPUs, slices or "
+                                               "hundredths of a GPU")
+    slices: int | None = Field(default=None, description="MIG slices approved")
+    gpu_share: str | None = Field(default=None, description="the share of one GPU approved")
+    grant: str = Field(default="", description="what is approved, in words")
+    allocated_amount: int = Field(default=0, description="held by clusters, in the unit's steps")
+    allocated: str = Field(default="", description="allocated_amount in words")
+    left_amount: int = Field(default=0, description="what a new shared-pool cluster may take, "
+                                                    "in the unit's steps")
+    left: str = Field(default="", description="left_amount in words")
 
 
 class ExpiredQuota(BaseModel):

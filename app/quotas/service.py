@@ -27,6 +27,7 @@ from app.auth.models import User
 from app.auth.principal import Principal
 from app.authz import ensure_platform_admin, ensure_platform_writer
 from app.database.core import utcnow
+from app.gpu_classes import capacity as capacity_figures
 from app.gpu_classes import capacity_cache
 from app.gpu_classes import service as gpu_classes
 from app.gpu_classes.models import GpuClass
@@ -34,8 +35,11 @@ from app.gpu_classes.schemas import Capacity, NamedClass
 from app.http.pagination import Page, PageParams
 from app.kit.config import Settings
 from app.kit.errors import Conflict, NotFound, ValidationFailed
-from app.quotas import events, figures, limits, regions, repository
+from app.quotas import events, figures, limits, regions, repository, units
 from app.quotas.models import QuotaRequest, TenantQuota
+from app.quotas.room import ALL_QUOTA_ROWS as ALL_QUOTA_ROWS
+from app.quotas.room import ClassRoom as ClassRoom
+from app.quotas.room import room_per_class as room_per_class
 from app.quotas.schemas import (
     ApproveIn,
     ExpiredQuota,
@@ -107,6 +111,7 @@ def _request_fields(request: QuotaRequest, tenant: str, gpu_class: str, gpu_clas
         "approved_gpus": request.approved_gpus, "overcommitted": request.overcommitted,
         "decided_by": decided_by, "decided_at": request.decided_at,
         "decision_note": request.decision_note,
+        **units.request_unit_fields(request, gpu_class_name),
     }
 
 
@@ -118,7 +123,8 @@ def _listed_request_fields(row: Any) -> dict[str, Any]:
 
 def _decision_state(request: QuotaRequest) -> dict[str, Any]:
     return {"state": request.state, "gpus": request.gpus, "approved_gpus": request.approved_gpus,
-            "overcommitted": request.overcommitted, "note": request.decision_note}
+            "overcommitted": request.overcommitted, "note": request.decision_note,
+            **units.unit_audit(request)}
 
 
 # ----- what a tenant sees
@@ -132,42 +138,8 @@ def tenant_quota(
     return Page(items=[TenantQuotaOut(**fields) for fields in items], next_cursor=cursor)
 
 
-@dataclass(frozen=True)
-class ClassRoom:
-    """What a tenant has left of one GPU class for new clusters, all regions together: for
-    shared-pool clusters (its quota less its dedicated GPUs and its shared-pool clusters') and
-    for dedicated-nodes clusters (its dedicated GPUs no cluster holds)."""
-
-    gpu_class_id: int
-    product: str
-    display_name: str
-    approved: int
-    left: int
-    dedicated: int = 0
-    dedicated_left: int = 0
-
-
-ALL_QUOTA_ROWS = PageParams(limit=1000)
-
-
-def room_per_class(db: Session, principal: Principal, slug: str) -> list[ClassRoom]:
-    """The classes the tenant holds approved quota of, and what is left of them for new
-    clusters of each placement: what a create form offers."""
-    figures: dict[int, list[int]] = {}
-    names: dict[int, tuple[str, str]] = {}
-    for row in tenant_quota(db, principal, slug, ALL_QUOTA_ROWS).items:
-        summed = figures.setdefault(row.gpu_class_id, [0, 0, 0, 0])
-        for index, value in enumerate((row.approved_gpus, row.shared_pool_left_gpus,
-                                       row.dedicated_gpus, row.dedicated_left_gpus)):
-            summed[index] += value
-        names[row.gpu_class_id] = (row.gpu_class, row.display_name)
-    return [ClassRoom(class_id, *names[class_id], *figures[class_id])
-            for class_id in sorted(figures, key=lambda c: names[c][1])
-            if figures[class_id][0] > 0]
-
-
 def record_gpus_in_use(db: Session, host_id: int,
-                       gpus: Mapping[tuple[int, int], repository.BoundGpus],
+                       gpus: Mapping[repository.InUseKey, repository.BoundGpus],
                        observed_at: datetime) -> None:
     """What the worker read on one host: GPUs bound per (tenant, class) there and of those
     the burst, for every tenant and class with a cluster or dedicated node on it."""
@@ -189,12 +161,10 @@ def classes_to_request(db: Session, principal: Principal, slug: str) -> list[Gpu
     return gpu_classes.all_classes(db)
 
 
-def mig_only_classes(db: Session, classes: Sequence[GpuClass]) -> set[int]:
-    """Classes whose nodes offer MIG slices and no whole GPU: quota is in whole GPUs, so the
-    form says so rather than offering them."""
-    figures = gpu_classes.recent_capacities(db, [c.id for c in classes])
-    return {class_id for class_id, capacity in figures.items()
-            if capacity.total == 0 and capacity.mig_resources}
+def offers(db: Session, classes: Sequence[GpuClass]) -> list[units.Offer]:
+    """What the request form offers: per class, what its fleet can give (``units.offers_of``),
+    from the figures the pages show."""
+    return units.offers_of(classes, gpu_classes.recent_capacities(db, [c.id for c in classes]))
 
 
 def regions_to_request(db: Session) -> list[str]:
@@ -207,19 +177,24 @@ def check_request(
 ) -> tuple[Tenant, str]:
     """Everything ``create_request`` checks, without writing: for inline form validation.
     The tenant, and the concrete region the request is for."""
-    tenant, _, region = _checked_request(db, principal, slug, payload)
+    tenant, _, region, _ = _checked_request(db, principal, slug, payload)
     return tenant, region
 
 
 def _checked_request(
     db: Session, principal: Principal, slug: str, payload: QuotaRequestCreate
-) -> tuple[Tenant, NamedClass, str]:
+) -> tuple[Tenant, NamedClass, str, units.Ask]:
     tenant = tenant_for(db, principal, slug, "manage")
+    ask = units.asked(payload)
     gpu_class = gpu_classes.named_class(db, payload.gpu_class_id)
     if gpu_class is None:
         raise ValidationFailed.on_field("gpu_class_id",
                                         f"there is no GPU class {payload.gpu_class_id}")
-    return tenant, gpu_class, regions.resolve(db, payload.region)
+    region = regions.resolve(db, payload.region)
+    row = db.get(GpuClass, gpu_class.id)
+    units.refuse_what_the_fleet_lacks(gpu_class, gpu_classes.capacity(db, gpu_class.id, region),
+                                      row.share_step if row else None, ask, region)
+    return tenant, gpu_class, region, ask
 
 
 def request_warnings(db: Session, principal: Principal, slug: str, gpu_class_id: int,
@@ -262,13 +237,14 @@ def _beyond_fleet(gpus: int, display_name: str, region: str, total: int) -> list
 
 def create_request(db: Session, principal: Principal, settings: Settings, slug: str,
                    payload: QuotaRequestCreate) -> QuotaRequestOut:
-    tenant, gpu_class, region = _checked_request(db, principal, slug, payload)
+    tenant, gpu_class, region, ask = _checked_request(db, principal, slug, payload)
     limits.ensure_room_for_a_request(db, settings, tenant)
     # A statement, not an ORM object: the row answers as it was stored, and nothing reads the
     # request back in this transaction.
     request = repository.add_request(db, {
         "tenant_id": tenant.id, "gpu_class_id": gpu_class.id, "region": region,
-        "gpus": payload.gpus, "cpu_millicores": payload.cpu_millicores,
+        "gpus": payload.gpus or 0, "unit": ask.unit.kind, "mig_profile": ask.unit.profile,
+        "amount": ask.amount, "cpu_millicores": payload.cpu_millicores,
         "memory_mib": payload.memory_mib, "reason": payload.reason,
         "ends_at": payload.ends_at, "state": "pending", "requested_by_id": principal.user_id})
     audit.record(db, action="quota_request.create", actor_id=principal.user_id,
@@ -276,14 +252,22 @@ def create_request(db: Session, principal: Principal, settings: Settings, slug: 
                  target_id=request.id,
                  target_label=readable.quota_request_label(gpu_class.display_name, request.id,
                                                            tenant.slug),
-                 after={**payload.model_dump(mode="json"), "gpu_class": gpu_class.display_name,
-                        "region": region})
+                 after={**payload.model_dump(mode="json", exclude=_unused(payload)),
+                        "gpu_class": gpu_class.display_name, "region": region})
     # The caller's own email, rather than reading it again.
     return QuotaRequestOut(**_request_fields(request, tenant.slug, gpu_class.product,
                                              gpu_class.display_name, principal.user.email,
                                              None),
                            warnings=_warnings_for_requester(db, principal, gpu_class, region,
-                                                            payload.gpus))
+                                                            ask.amount)
+                           if ask.unit.is_whole else [])
+
+
+def _unused(payload: QuotaRequestCreate) -> set[str]:
+    """The unit fields a request leaves out, kept out of its audit entry (a whole-GPU
+    request's entry as it always was)."""
+    return {name for name in ("slices", "mig_profile", "gpu_share")
+            if getattr(payload, name) is None}
 
 
 def cancel_request(
@@ -349,7 +333,7 @@ def _queue_items(db: Session, rows: Sequence[Any],
 
 
 def _queue_warnings(request: QuotaRequest, class_name: str, capacity: Capacity) -> list[str]:
-    if request.state != "pending":
+    if request.state != "pending" or request.unit != "gpu":
         return []
     return _beyond_fleet(request.gpus, class_name, request.region, capacity.total)
 
@@ -365,23 +349,22 @@ def get_queue_item(db: Session, principal: Principal, request_id: int) -> QueueI
 def approve(db: Session, principal: Principal, request_id: int, payload: ApproveIn) -> QueueItem:
     ensure_platform_writer(principal)
     request = _pending_request(db, request_id)
-    granted = payload.gpus if payload.gpus is not None else request.gpus
-    if granted > request.gpus:
-        raise ValidationFailed.on_field(
-            "gpus", f"approve 1 to {request.gpus} GPUs: at most what was requested")
+    unit = units.unit_of(request)
     gpu_class = gpu_classes.lock_class(db, request.gpu_class_id)
+    granted = units.approved_amount(request, payload, gpu_class.share_step,
+                                    gpu_class.display_name)
     capacity = gpu_classes.capacity(db, gpu_class.id, request.region)
-    overcommitted = granted > capacity.free
+    free = capacity_figures.free_steps(capacity, unit)
+    overcommitted = granted > free
     if overcommitted and not payload.overcommit:
-        where = f" in region {request.region}" if request.region else ""
         raise Conflict(
-            f"approving {granted} {gpu_class.display_name} GPUs would guarantee "
-            f"{capacity.guaranteed + granted} of the {capacity.ready} ready{where} "
-            f"({max(capacity.free, 0)} free); confirm the overcommit to approve anyway",
+            units.overcommit_refusal(unit, granted, gpu_class.display_name, capacity, free,
+                                     request.region),
             errors=[{"field": "overcommit", "message": "needs an explicit overcommit"}],
         )
     before = _decision_state(request)
-    _claim(db, request, "pending", state="approved", approved_gpus=granted,
+    _claim(db, request, "pending", state="approved",
+           approved_gpus=granted if unit.is_whole else 0, approved_amount=granted,
            overcommitted=overcommitted, decided_by_id=principal.user_id, decided_at=utcnow(),
            decision_note=payload.note)
     actor = Actor.of(principal)
@@ -420,15 +403,20 @@ def _change_quota(
 ) -> TenantQuota:
     """Adds (or with negative figures, takes away) quota; the caller holds the class lock."""
     row = repository.tenant_quota_for_update(db, request.tenant_id, request.gpu_class_id,
-                                             request.region)
+                                             request.region, request.unit, request.mig_profile)
     before = None
     if row is None:
         row = TenantQuota(tenant_id=request.tenant_id, gpu_class_id=request.gpu_class_id,
-                          region=request.region, gpus=0, cpu_millicores=0, memory_mib=0)
+                          region=request.region, gpus=0, unit=request.unit,
+                          mig_profile=request.mig_profile, amount=0, cpu_millicores=0,
+                          memory_mib=0)
         db.add(row)
     else:
         before = _quota_figures(db, row)
-    row.gpus = max(0, row.gpus + gpus)
+    if request.unit == "gpu":
+        row.gpus = max(0, row.gpus + gpus)
+    else:
+        row.amount = max(0, row.amount + gpus)
     row.cpu_millicores = max(0, row.cpu_millicores + cpu)
     row.memory_mib = max(0, row.memory_mib + memory)
     db.flush()
@@ -446,7 +434,8 @@ def _quota_figures(db: Session, row: TenantQuota) -> dict[str, Any]:
     return {"gpu_class_id": row.gpu_class_id,
             "gpu_class": gpu_class.display_name if gpu_class else None,
             "region": row.region, "gpus": row.gpus,
-            "cpu_millicores": row.cpu_millicores, "memory_mib": row.memory_mib}
+            "cpu_millicores": row.cpu_millicores, "memory_mib": row.memory_mib,
+            **units.unit_audit(row)}
 
 
 # ----- expiry
@@ -478,7 +467,7 @@ def _expire_one(db: Session, actor: Actor, request_id: int, now: datetime) -> Ex
     if not repository.claim_request(db, request.id, "approved", state="expired"):
         return None
     _record(db, actor, "quota_request.expire", request, before, _decision_state(request))
-    gpus = request.approved_gpus or 0
+    gpus = (request.approved_gpus if request.unit == "gpu" else request.approved_amount) or 0
     quota = _change_quota(db, actor, request, -gpus, -request.cpu_millicores,
                           -request.memory_mib)
     shrunk = events.QuotaShrunk(request.tenant_id, request.gpu_class_id, request.region,

@@ -19,11 +19,13 @@ from app.http.deps import DbSession, RowId
 from app.http.pagination import Paging
 from app.http.routing import UnitOfWorkRoute
 from app.kit.errors import ProblemError, ValidationFailed
+from app.kit.gpu_units import WHOLE_GPUS
 from app.kit.limits import LimitReached
 from app.kit.plurals import counted
 from app.kit.validation import MAX_ROW_ID
 from app.quotas import burst, service
 from app.quotas.api import AppSettings
+from app.quotas.room import parse_offer
 from app.quotas.schemas import (
     MAX_GPUS,
     REQUEST_STATES,
@@ -54,9 +56,32 @@ REQUEST_FIELDS = ("gpu_class_id", "gpus", "region", "cpu_millicores", "memory_mi
                   "ends_at")
 
 
+# The form has one class select, whose options name a unit too (``room.offer_value``), and one
+# amount field, "gpus"; the API's fields of the other units are shown on those two.
+FORM_FIELD_OF = {"slices": "gpus", "gpu_share": "gpus", "mig_profile": "gpu_class_id"}
+
+
 def _request_payload(fields: dict[str, str]) -> dict[str, Any]:
-    return form_payload(fields, keys=REQUEST_FIELDS, dates=("ends_at",),
-                        integers=("gpu_class_id", "gpus", "cpu_millicores", "memory_mib"))
+    offered = parse_offer(fields.get("gpu_class_id", "").strip())
+    unit = offered[1] if offered is not None else WHOLE_GPUS
+    chosen = {**fields, "gpu_class_id": offered[0] if offered is not None else
+              fields.get("gpu_class_id", "")}
+    payload = form_payload(chosen, keys=REQUEST_FIELDS, dates=("ends_at",),
+                           integers=("gpu_class_id", "gpus", "cpu_millicores", "memory_mib"))
+    if unit.is_whole or "gpus" not in payload:
+        return payload
+    amount = payload.pop("gpus")
+    if unit.kind == "mig":
+        return {**payload, "slices": amount, "mig_profile": unit.profile}
+    return {**payload, "gpu_share": str(amount)}
+
+
+def _on_the_form(errors: FieldErrors) -> FieldErrors:
+    """The refusals of the API's unit fields on the form's fields that hold them."""
+    shown: FieldErrors = {}
+    for field, message in errors.items():
+        shown.setdefault(FORM_FIELD_OF.get(field, field), message)
+    return shown
 
 
 def _request_form(request: Request, db: DbSession, principal: Principal, tenant: str,
@@ -64,9 +89,11 @@ def _request_form(request: Request, db: DbSession, principal: Principal, tenant:
                   whole_page: bool = False, warnings: list[str] | None = None) -> Response:
     template = "quotas/request_page.html" if whole_page else "quotas/_request_form.html"
     classes = service.classes_to_request(db, principal, tenant)
+    offers = service.offers(db, classes)
+    value = fields.get("gpu_class_id", "")
     return render(request, template, {
-        "tenant_slug": tenant, "classes": classes,
-        "mig_only": service.mig_only_classes(db, classes),
+        "tenant_slug": tenant, "offers": offers,
+        "chosen": next((offer for offer in offers if offer.value == value), None),
         "regions": service.regions_to_request(db),
         "form": fields, "errors": errors, "checked": not errors and bool(fields),
         "warnings": warnings or [],
@@ -107,7 +134,7 @@ def validate_request(request: Request, tenant: str, db: DbSession,
                              warnings=warnings)
 
     def refused(refusal: Refusal) -> Response:
-        errors = only_touched(request, fields, refusal.errors)
+        errors = only_touched(request, fields, _on_the_form(refusal.errors))
         return _request_form(request, db, principal, tenant, fields, errors,
                              422 if errors else 200, warnings=warnings)
 
@@ -127,7 +154,7 @@ def create_request(request: Request, tenant: str, db: DbSession, principal: Curr
 
     def refused(refusal: Refusal) -> Response:
         errors = ({"gpus": refusal.detail} if isinstance(refusal.problem, LimitReached)
-                  else refusal.errors)
+                  else _on_the_form(refusal.errors))
         return _request_form(request, db, principal, tenant, fields, errors, refusal.status,
                              whole_page=not is_htmx(request))
 
@@ -142,7 +169,8 @@ def cancel_request(request: Request, tenant: str, request_id: RowId, db: DbSessi
         return go_to(request, f"/t/{tenant}")
     response = render(request, "quotas/_request_row.html",
                       {"item": item, "tenant_slug": tenant, "can_manage": True})
-    return with_toast(response, f"Request for {counted(item.gpus, 'GPU')} cancelled.")
+    what = counted(item.gpus, "GPU") if item.unit == "gpu" else item.grant
+    return with_toast(response, f"Request for {what} cancelled.")
 
 
 # ----- burst
@@ -314,8 +342,12 @@ def _needs_overcommit(problem: ProblemError) -> bool:
 def approve(request: Request, request_id: RowId, db: DbSession, principal: CurrentPrincipal,
             fields: FormFields) -> Response:
     def decide() -> Any:
-        payload = form_payload(fields, keys=("gpus", "note", "overcommit"),
-                               integers=("gpus",), booleans=("overcommit",))
+        payload = form_payload(fields, keys=("gpus", "slices", "gpu_share", "note",
+                                             "overcommit"),
+                               integers=("gpus", "slices"), booleans=("overcommit",))
+        for unused in ("slices", "gpu_share"):
+            if payload.get(unused) == "":
+                payload.pop(unused)
         return service.approve(db, principal, request_id, ApproveIn.model_validate(payload))
 
     return _decided(request, db, principal, request_id, decide)

@@ -109,8 +109,7 @@ class UsageSampler:
     def _refused_pods(self, host_id: int, usage: HostUsage) -> dict[tuple[str, str], WaitingPods]:
         """For the clusters whose host quota is full (only then can it refuse a pod), the GPU
         pods waiting in the virtual cluster itself, some never synced to the host."""
-        full = {(n.tenant, n.cluster) for n in usage.namespaces
-                if n.hard_gpus > 0 and n.used_gpus >= n.hard_gpus}
+        full = {(n.tenant, n.cluster) for n in usage.namespaces if n.full}
         if not full:
             return {}
         with self.database.session() as db:

@@ -7,6 +7,11 @@ read and compared with its last ledger entry; a difference appends one entry. Co
 ledger rather than with the row's previous values also repairs a ledger that missed a change.
 A virtual cluster is two series: what it holds (``cluster``) and, while the worker has it
 asleep (``asleep_since``), what of that sleep gave back to the pool (``sleep``).
+
+A holding is in its subject's unit (app.kit.gpu_units): ``amount`` whole GPUs (``gpus`` too),
+slices of ``mig_profile``, or hundredths of one GPU (``gpus`` 0 on the latter two), and a series
+is keyed by unit and profile as well. Amounts stay integers: a share's GPU-seconds are
+``amount`` times seconds, divided by 100 only when a report turns them into hours.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ from app.usage.models import LedgerEntry
 
 # The columns whose change can change what a subject holds; others (leases, conditions) cannot.
 _TRACKED: dict[type[Any], frozenset[str]] = {
-    TenantQuota: frozenset({"gpus", "tenant_id", "gpu_class_id"}),
+    TenantQuota: frozenset({"gpus", "tenant_id", "gpu_class_id", "unit", "mig_profile",
+                            "amount"}),
     VirtualCluster: frozenset({"gpus", "tenant_id", "gpu_class_id", "deletion_requested_at",
-                               "name", "asleep_since"}),
+                               "name", "asleep_since", "unit", "mig_profile", "amount"}),
     NodeAssignment: frozenset({"ended_at", "tenant_id", "node_id"}),
     Node: frozenset({"gpu_count", "gpu_class_id", "gone_at"}),
 }
@@ -39,7 +45,8 @@ _TRACKED: dict[type[Any], frozenset[str]] = {
 
 @dataclass(frozen=True)
 class Holding:
-    """What one subject holds of one (tenant, class) now."""
+    """What one subject holds of one (tenant, class) now: ``amount`` of ``unit`` (whole GPUs,
+    then also ``gpus``; slices of ``mig_profile``; hundredths of a GPU)."""
 
     tenant_id: int
     gpu_class_id: int
@@ -48,9 +55,25 @@ class Holding:
     cluster_name: str = ""
     node_id: int | None = None
     placement: str | None = None
+    unit: str = "gpu"
+    mig_profile: str = ""
+    amount: int | None = None  # None: ``gpus`` (whole GPUs)
+
+    @property
+    def held(self) -> int:
+        """In the unit's steps: whole GPUs, slices, or hundredths."""
+        return self.gpus if self.amount is None or self.unit == "gpu" else self.amount
+
+    @property
+    def key(self) -> Series:
+        return self.tenant_id, self.gpu_class_id, self.unit, self.mig_profile
 
 
 Subject = tuple[str, int]  # (kind, subject id)
+# A subject's series: (tenant id, class id, unit, MIG profile).
+Series = tuple[int, int, str, str]
+# The ledger's last (gpus, amount) of each series of a subject.
+Levels = Mapping[Series, tuple[int, int]]
 # A virtual cluster is two subjects: what it holds, and what of that sleep has freed.
 CLUSTER_KINDS = ("cluster", "sleep")
 
@@ -63,10 +86,12 @@ def now_in_seconds() -> datetime:
 # ----- current holdings, read from rows
 
 
-def _quota_holdings(row: TenantQuota | None) -> list[Holding]:
+def _quota_holdings(row: Any) -> list[Holding]:
+    """A quota (a mapped row or a selected one) in its unit."""
     if row is None:
         return []
-    return [Holding(row.tenant_id, row.gpu_class_id, row.gpus)]
+    return [Holding(row.tenant_id, row.gpu_class_id, row.gpus, unit=row.unit or "gpu",
+                    mig_profile=row.mig_profile or "", amount=row.amount)]
 
 
 def _cluster_holdings(kind: str, row: Any) -> list[Holding]:
@@ -78,7 +103,9 @@ def _cluster_holdings(kind: str, row: Any) -> list[Holding]:
     if kind == "sleep":
         held = held and _freed_by_sleep(row)
     return [Holding(row.tenant_id, row.gpu_class_id, row.gpus if held else 0,
-                    cluster_id=row.id, cluster_name=row.name, placement=row.placement)]
+                    cluster_id=row.id, cluster_name=row.name, placement=row.placement,
+                    unit=row.unit or "gpu", mig_profile=row.mig_profile or "",
+                    amount=(row.amount or 0) if held else 0)]
 
 
 def _freed_by_sleep(row: Any) -> bool:
@@ -104,9 +131,9 @@ def _current(connection: Connection, kind: str, subject_id: int) -> list[Holding
     if kind == "quota":
         quota = connection.execute(
             select(TenantQuota.id, TenantQuota.tenant_id, TenantQuota.gpu_class_id,
-                   TenantQuota.gpus).where(TenantQuota.id == subject_id)).one_or_none()
-        return [] if quota is None else [Holding(quota.tenant_id, quota.gpu_class_id,
-                                                 quota.gpus)]
+                   TenantQuota.gpus, TenantQuota.unit, TenantQuota.mig_profile,
+                   TenantQuota.amount).where(TenantQuota.id == subject_id)).one_or_none()
+        return _quota_holdings(quota)
     if kind in CLUSTER_KINDS:
         cluster = connection.execute(
             select(VirtualCluster.__table__).where(VirtualCluster.id == subject_id)
@@ -118,27 +145,34 @@ def _current(connection: Connection, kind: str, subject_id: int) -> list[Holding
 # ----- comparing with the ledger
 
 
-def _last_levels(connection: Connection, kind: str, subject_id: int) -> dict[tuple[int, int], int]:
+def _last_levels(connection: Connection, kind: str,
+                 subject_id: int) -> dict[Series, tuple[int, int]]:
     latest = (select(func.max(LedgerEntry.id))
               .where(LedgerEntry.kind == kind, LedgerEntry.subject_id == subject_id)
-              .group_by(LedgerEntry.tenant_id, LedgerEntry.gpu_class_id))
+              .group_by(LedgerEntry.tenant_id, LedgerEntry.gpu_class_id, LedgerEntry.unit,
+                        LedgerEntry.mig_profile))
     rows = connection.execute(
-        select(LedgerEntry.tenant_id, LedgerEntry.gpu_class_id, LedgerEntry.gpus)
+        select(LedgerEntry.tenant_id, LedgerEntry.gpu_class_id, LedgerEntry.unit,
+               LedgerEntry.mig_profile, LedgerEntry.gpus, LedgerEntry.amount)
         .where(LedgerEntry.id.in_(latest)))
-    return {(row.tenant_id, row.gpu_class_id): row.gpus for row in rows}
+    return {(row.tenant_id, row.gpu_class_id, row.unit, row.mig_profile): (row.gpus, row.amount)
+            for row in rows}
 
 
 def _entries(kind: str, subject_id: int, holdings: Iterable[Holding],
-             last: Mapping[tuple[int, int], int], at: datetime) -> list[dict[str, Any]]:
+             last: Levels, at: datetime) -> list[dict[str, Any]]:
     entries = []
-    current = {(h.tenant_id, h.gpu_class_id): h for h in holdings}
+    current = {h.key: h for h in holdings}
     for key in sorted({*current, *last}):
-        holding = current.get(key) or Holding(*key, gpus=0)
-        if holding.gpus == last.get(key, 0):
+        tenant_id, class_id, unit, profile = key
+        holding = current.get(key) or Holding(tenant_id, class_id, 0, unit=unit,
+                                              mig_profile=profile, amount=0)
+        if (holding.gpus, holding.held) == last.get(key, (0, 0)):
             continue
         entries.append({
             "at": at, "at_s": int(at.timestamp()), "kind": kind, "subject_id": subject_id,
-            "tenant_id": key[0], "gpu_class_id": key[1], "gpus": holding.gpus,
+            "tenant_id": tenant_id, "gpu_class_id": class_id, "gpus": holding.gpus,
+            "unit": unit, "mig_profile": profile, "amount": holding.held,
             "cluster_id": holding.cluster_id if kind in CLUSTER_KINDS else None,
             "cluster_name": holding.cluster_name, "node_id": holding.node_id,
             "placement": holding.placement if kind == "cluster" else None,
@@ -151,7 +185,8 @@ _ADD_ENTRIES = insert(LedgerEntry)
 
 def record(connection: Connection, changes: Mapping[Subject, list[Holding] | None],
            new: Collection[Subject] = ()) -> int:
-    """Appends an entry for each (tenant, class) whose holding differs from the ledger's last.
+    """Appends an entry for each (tenant, class, unit, profile) whose holding differs from the
+    ledger's last.
 
     ``None`` as a subject's holdings means: read them from the database now. Subjects in
     ``new`` were inserted by this flush: the ledger has nothing of them to compare with.

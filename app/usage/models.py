@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.database.core import Base, utcnow
+from app.database.grant_units import UNITS_CHECK, profile_column, unit_column
 
 LEDGER_KINDS = ("quota", "cluster", "node", "sleep")
 SAMPLE_SOURCES = ("queue", "quota", "node")
+
+
+def _amount_of_gpus(context: Any) -> int | None:
+    """An entry written with ``gpus`` alone holds that many whole GPUs."""
+    if context is None:
+        return None
+    given = context.get_current_parameters()
+    return int(given["gpus"]) if given.get("unit", "gpu") == "gpu" else None
 
 
 class LedgerEntry(Base):
@@ -30,6 +40,8 @@ class LedgerEntry(Base):
     __table_args__ = (
         CheckConstraint("gpus >= 0", name="gpus_non_negative"),
         CheckConstraint("kind IN ('quota', 'cluster', 'node', 'sleep')", name="kind"),
+        CheckConstraint(UNITS_CHECK, name="unit"),
+        CheckConstraint("amount >= 0", name="amount_non_negative"),
         Index("ix_usage_ledger_tenant_id_at_s", "tenant_id", "at_s"),
         Index("ix_usage_ledger_at_s", "at_s"),
         Index("ix_usage_ledger_kind_subject_id_id", "kind", "subject_id", "id"),
@@ -46,6 +58,11 @@ class LedgerEntry(Base):
     cluster_name: Mapped[str] = mapped_column(String(40), default="")
     node_id: Mapped[int | None]
     gpus: Mapped[int]
+    # What the subject holds in its unit (app.kit.gpu_units): whole GPUs (then ``gpus``),
+    # slices of ``mig_profile`` or hundredths of a GPU; ``gpus`` is 0 on the latter two.
+    unit: Mapped[str] = unit_column()
+    mig_profile: Mapped[str] = profile_column()
+    amount: Mapped[int] = mapped_column(default=_amount_of_gpus)
     # A cluster entry's placement (None: a cluster gone before 0029 recorded it, or another
     # kind): reports tell shared-pool clusters' GPU-hours from dedicated-nodes clusters'.
     placement: Mapped[str | None] = mapped_column(String(20), default=None)
@@ -57,6 +74,7 @@ class UsageSample(Base):
     __tablename__ = "usage_samples"
     __table_args__ = (
         CheckConstraint("source IN ('queue', 'quota', 'node')", name="source"),
+        CheckConstraint(UNITS_CHECK, name="unit"),
         Index("ix_usage_samples_tenant_id_taken_s", "tenant_id", "taken_s"),
         Index("ix_usage_samples_taken_s", "taken_s"),
     )
@@ -67,6 +85,9 @@ class UsageSample(Base):
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     gpu_class_id: Mapped[int | None] = mapped_column(ForeignKey("gpu_classes.id"))
     subject_id: Mapped[int]  # the cluster (queue, quota) or the node
+    # What the figures count: GPUs (shares as fractions of one), or slices of ``mig_profile``.
+    unit: Mapped[str] = unit_column()
+    mig_profile: Mapped[str] = profile_column()
     used_gpus: Mapped[float]
     allocated_gpus: Mapped[float] = mapped_column(default=0.0)
     requested_gpus: Mapped[float] = mapped_column(default=0.0)
@@ -87,8 +108,10 @@ class HourlyUsage(Base):
     __table_args__ = (
         CheckConstraint("source IN ('queue', 'quota', 'node')", name="source"),
         CheckConstraint("samples > 0", name="samples_positive"),
+        CheckConstraint(UNITS_CHECK, name="unit"),
         # An hour is folded once: a second worker folding the same hour fails and retries.
-        UniqueConstraint("source", "subject_id", "tenant_id", "hour_s"),
+        UniqueConstraint("source", "subject_id", "tenant_id", "hour_s", "unit", "mig_profile",
+                         name="uq_usage_hourly_subject_hour_unit"),
         Index("ix_usage_hourly_tenant_id_hour_s", "tenant_id", "hour_s"),
         Index("ix_usage_hourly_hour_s", "hour_s"),
     )
@@ -99,6 +122,8 @@ class HourlyUsage(Base):
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     gpu_class_id: Mapped[int | None] = mapped_column(ForeignKey("gpu_classes.id"))
     subject_id: Mapped[int]
+    unit: Mapped[str] = unit_column()
+    mig_profile: Mapped[str] = profile_column()
     samples: Mapped[int]
     mean_used_gpus: Mapped[float]
     peak_used_gpus: Mapped[float]

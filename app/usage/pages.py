@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from app import authz
 from app.auth.principal import Principal
 from app.gpu_classes import service as gpu_classes
+from app.kit.gpu_units import GrantUnit, share_text, steps
 from app.quotas.repository import BoundGpus
 from app.tenants import access
 from app.tenants.models import Tenant
@@ -80,12 +81,35 @@ def _kind(key: str, label: str, values: Sequence[float | None]) -> Series:
 
 @dataclass(frozen=True)
 class ClassNow:
+    """A class's figures now in one unit: whole GPUs, a share of GPUs, or slices of a
+    profile (``approved`` and ``allocated`` in the unit's steps)."""
+
     gpu_class: str
     approved: int
     allocated: int
     in_use: float
     burst: float  # of in_use, lent by KAI beyond the clusters' guarantees
     sampled: bool
+    unit: str = "gpu"
+    mig_profile: str = ""
+
+    def _said(self, amount: int) -> str:
+        if self.unit == "gpu":
+            return str(amount)
+        return steps(GrantUnit(repository.cast_unit(self.unit), self.mig_profile), amount)
+
+    @property
+    def approved_text(self) -> str:
+        return self._said(self.approved)
+
+    @property
+    def allocated_text(self) -> str:
+        """The number alone, before "of <approved>": "2", "0.25", "3"."""
+        return share_text(self.allocated) if self.unit == "share" else str(self.allocated)
+
+    @property
+    def counted_in(self) -> str:
+        return " slices" if self.unit == "mig" else ""
 
 
 def tenant_page(db: Session, principal: Principal, slug: str, chosen: Span) -> dict[str, Any]:
@@ -146,23 +170,30 @@ def _total(rows: list[UsageRow], labels: list[str], field: str, label: str) -> S
     return _kind(label, label, [round(v, 6) for v in by_day.values()])
 
 
+_UNIT_ORDER = {"gpu": 0, "share": 1, "mig": 2}
+
+
 def _classes_now(db: Session, tenant: Tenant,
                  clusters: list[repository.ClusterNow]) -> list[ClassNow]:
-    approved = repository.approved_now(db, tenant.id)
-    bound = repository.bound_now(db, tenant.id)
-    class_ids = set(approved) | {c.gpu_class_id for c in clusters}
-    products = repository.class_products(db, class_ids)
+    """A row per class and unit the tenant holds quota or clusters in."""
+    approved = repository.approved_in_units(db, tenant.id)
+    bound = repository.bound_in_units(db, tenant.id)
+    keys = set(approved) | {(c.gpu_class_id, c.unit, c.mig_profile) for c in clusters}
+    products = repository.class_products(db, {key[0] for key in keys})
     found = []
-    for class_id in sorted(class_ids, key=lambda c: products[c]):
-        mine = [c for c in clusters if c.gpu_class_id == class_id]
-        now = bound.get(class_id, BoundGpus(0.0))
-        found.append(ClassNow(products[class_id], approved.get(class_id, 0),
-                              sum(c.allocated for c in mine), now.gpus, now.burst_gpus,
-                              class_id in bound))
+    for key in sorted(keys, key=lambda k: (products[k[0]], _UNIT_ORDER.get(k[1], 3), k[2])):
+        class_id, unit, profile = key
+        mine = [c for c in clusters if (c.gpu_class_id, c.unit, c.mig_profile) == key]
+        now = bound.get(key, BoundGpus(0.0))
+        found.append(ClassNow(products[class_id], approved.get(key, 0),
+                              sum(c.allocated if unit == "gpu" else c.amount for c in mine),
+                              now.gpus, now.burst_gpus, key in bound, unit, profile))
     return found
 
 
-def _now_chart(tenant: Tenant, classes: list[ClassNow], names_of: dict[str, str]) -> Markup:
+def _now_chart(tenant: Tenant, every: list[ClassNow], names_of: dict[str, str]) -> Markup:
+    """Whole GPUs only: a share and slices are in the table below."""
+    classes = [c for c in every if c.unit == "gpu"]
     names = [gpu_class_name(names_of.get(c.gpu_class), c.gpu_class) for c in classes]
     return grouped_bars(
         "GPUs now per GPU class: approved, allocated, in use and burst",

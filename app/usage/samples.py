@@ -27,16 +27,21 @@ class Owner:
     tenant_id: int
     gpu_class_id: int | None
     gpus: int = 0  # a dedicated node's GPUs
+    # What its figures count (app.kit.gpu_units): a cluster's unit and profile; a node's GPUs.
+    unit: str = "gpu"
+    mig_profile: str = ""
 
 
 def clusters_by_name(db: Session, host_id: int) -> dict[tuple[str, str], Owner]:
     """The virtual clusters placed on one host by (tenant slug, cluster name), as that host's
     labels name them: a queue on host A never counts for a cluster placed on host B."""
     rows = db.execute(select(Tenant.slug, VirtualCluster.name, VirtualCluster.id,
-                             VirtualCluster.tenant_id, VirtualCluster.gpu_class_id)
+                             VirtualCluster.tenant_id, VirtualCluster.gpu_class_id,
+                             VirtualCluster.unit, VirtualCluster.mig_profile)
                       .join(Tenant, Tenant.id == VirtualCluster.tenant_id)
                       .where(VirtualCluster.host_cluster_id == host_id))
-    return {(r.slug, r.name): Owner(r.id, r.tenant_id, r.gpu_class_id) for r in rows}
+    return {(r.slug, r.name): Owner(r.id, r.tenant_id, r.gpu_class_id, unit=r.unit,
+                                    mig_profile=r.mig_profile) for r in rows}
 
 
 def ready_clusters(db: Session, host_id: int) -> list[tuple[str, VirtualCluster]]:
@@ -78,6 +83,7 @@ def sample_spans(*, tenant_ids: Any = None, sources: Sequence[str] | None = None
     query = select(UsageSample.taken_s.label("start_s"),
                    case((following < held, following), else_=held).label("end_s"),
                    UsageSample.source, UsageSample.tenant_id, UsageSample.gpu_class_id,
+                   UsageSample.unit, UsageSample.mig_profile,
                    UsageSample.subject_id, UsageSample.used_gpus, UsageSample.burst_gpus,
                    UsageSample.utilised_gpus)
     if tenant_ids is not None:
@@ -102,34 +108,40 @@ def fold_old_samples(db: Session, now_s: int) -> int:
     hour = UsageSample.taken_s - UsageSample.taken_s % HOUR
     folded = (select(hour.label("hour_s"), UsageSample.source, UsageSample.tenant_id,
                      func.max(UsageSample.gpu_class_id).label("gpu_class_id"),
-                     UsageSample.subject_id, func.count().label("samples"),
+                     UsageSample.subject_id, UsageSample.unit, UsageSample.mig_profile,
+                     func.count().label("samples"),
                      func.avg(UsageSample.used_gpus).label("mean_used"),
                      func.max(UsageSample.used_gpus).label("peak_used"),
                      func.avg(UsageSample.allocated_gpus).label("mean_allocated"),
                      func.avg(UsageSample.requested_gpus).label("mean_requested"))
               .where(UsageSample.taken_s < cutoff)
-              .group_by(hour, UsageSample.source, UsageSample.tenant_id, UsageSample.subject_id)
+              .group_by(hour, UsageSample.source, UsageSample.tenant_id, UsageSample.subject_id,
+                        UsageSample.unit, UsageSample.mig_profile)
               .subquery("folded"))
     spans = sample_spans()
     span_hour = spans.c.start_s - spans.c.start_s % HOUR
     length = spans.c.end_s - spans.c.start_s
     integrals = (select(span_hour.label("hour_s"), spans.c.source, spans.c.tenant_id,
-                        spans.c.subject_id,
+                        spans.c.subject_id, spans.c.unit, spans.c.mig_profile,
                         func.sum(spans.c.used_gpus * length).label("seconds"),
                         func.sum(spans.c.burst_gpus * length).label("burst_seconds"),
                         func.coalesce(func.sum(spans.c.utilised_gpus * length), 0.0)
                         .label("utilised_seconds"),
                         func.sum(known_gpus(spans) * length).label("known_seconds"))
                  .where(spans.c.start_s < cutoff)
-                 .group_by(span_hour, spans.c.source, spans.c.tenant_id, spans.c.subject_id)
+                 .group_by(span_hour, spans.c.source, spans.c.tenant_id, spans.c.subject_id,
+                           spans.c.unit, spans.c.mig_profile)
                  .subquery("integrals"))
     rows = (select(folded, integrals.c.seconds, integrals.c.burst_seconds,
                    integrals.c.utilised_seconds, integrals.c.known_seconds)
             .join(integrals, and_(integrals.c.hour_s == folded.c.hour_s,
                                   integrals.c.source == folded.c.source,
                                   integrals.c.tenant_id == folded.c.tenant_id,
-                                  integrals.c.subject_id == folded.c.subject_id)))
-    columns = ["hour_s", "source", "tenant_id", "gpu_class_id", "subject_id", "samples",
+                                  integrals.c.subject_id == folded.c.subject_id,
+                                  integrals.c.unit == folded.c.unit,
+                                  integrals.c.mig_profile == folded.c.mig_profile)))
+    columns = ["hour_s", "source", "tenant_id", "gpu_class_id", "subject_id", "unit",
+               "mig_profile", "samples",
                "mean_used_gpus", "peak_used_gpus", "mean_allocated_gpus", "mean_requested_gpus",
                "used_gpu_seconds", "burst_gpu_seconds", "utilised_gpu_seconds",
                "utilisation_known_seconds"]

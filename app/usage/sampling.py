@@ -1,6 +1,10 @@
 """What a host's GPU use becomes in the portal: samples, GPUs in use per tenant and class, and
 each cluster's pods waiting for GPUs. Pure steps over one reading of a host (the worker's usage
-kind, app/reconcilers/usage.py, takes the readings)."""
+kind, app/reconcilers/usage.py, takes the readings).
+
+Each figure is in its cluster's unit (app.kit.gpu_units): GPUs for whole GPUs and for shares
+(0.5 for half a GPU), slices of the cluster's profile for MIG, never KAI's g-count. A sample and
+a row of GPUs in use carry that unit and profile."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from app.clusters import service as cluster_service
 from app.kube.manifests.names import host_namespace_name
 from app.kube.usage import HostUsage, WaitingPods
 from app.quotas import service as quota_service
-from app.quotas.repository import BoundGpus
+from app.quotas.repository import BoundGpus, InUseKey
 from app.usage import samples
 
 # How long a sample stands without a next one, at the default resync (300 s).
@@ -38,15 +42,15 @@ def record_usage(db: Session, host_id: int, usage: HostUsage, now_s: int,
     for queue in usage.queues:
         owner = clusters.get((queue.tenant, queue.cluster))
         if owner is not None:
-            rows.append(_row(now_s, "queue", owner, queue.allocated_gpus,
-                             queue.allocated_gpus, queue.requested_gpus, holds_s,
-                             burst=queue.burst_gpus, utilised=utilised_gpus(
-                                 utilised, (queue.tenant, queue.cluster), queue.allocated_gpus)))
+            allocated, requested, burst = queue.in_unit(owner.unit, owner.mig_profile)
+            rows.append(_row(now_s, "queue", owner, allocated, allocated, requested, holds_s,
+                             burst=burst, utilised=_utilised_of(
+                                 utilised, owner, (queue.tenant, queue.cluster), allocated)))
     for namespace in usage.namespaces:
         owner = clusters.get((namespace.tenant, namespace.cluster))
         if owner is not None:
-            rows.append(_row(now_s, "quota", owner, namespace.used_gpus, namespace.hard_gpus,
-                             namespace.used_gpus, holds_s))
+            used, hard = namespace.in_unit(owner.unit, owner.mig_profile)
+            rows.append(_row(now_s, "quota", owner, used, hard, used, holds_s))
     for name, node in dedicated.items():
         used = usage.gpus_by_node.get(name, 0.0)
         rows.append(_row(now_s, "node", node, used, float(node.gpus), used, holds_s,
@@ -61,21 +65,31 @@ def record_usage(db: Session, host_id: int, usage: HostUsage, now_s: int,
     return len(rows)
 
 
+def _in_use_key(owner: samples.Owner) -> InUseKey | None:
+    if owner.gpu_class_id is None:
+        return None
+    return (owner.tenant_id, owner.gpu_class_id, owner.unit, owner.mig_profile)
+
+
 def gpus_in_use(usage: HostUsage, clusters: dict[tuple[str, str], samples.Owner],
-                dedicated: dict[str, samples.Owner]) -> dict[tuple[int, int], BoundGpus]:
-    """GPUs bound now per (tenant, class) on the host, and of those the burst: what KAI
-    allocated to the clusters' queues, plus the running pods on dedicated nodes (their pods
-    are not KAI's, never burst). Every tenant and class with a cluster or dedicated node on
-    the host has a figure, 0 included."""
-    found = {(owner.tenant_id, owner.gpu_class_id): (0.0, 0.0)
-             for owner in (*clusters.values(), *dedicated.values())
-             if owner.gpu_class_id is not None}
-    bound = [(clusters.get((q.tenant, q.cluster)), q.allocated_gpus, q.burst_gpus)
-             for q in usage.queues]
+                dedicated: dict[str, samples.Owner]) -> dict[InUseKey, BoundGpus]:
+    """What is bound now per (tenant, class, unit, profile) on the host, and of that the
+    burst: what KAI allocated to the clusters' queues in each cluster's unit (GPUs for whole
+    GPUs and shares, slices for MIG), plus the running pods on dedicated nodes (whole GPUs;
+    their pods are not KAI's, never burst). Every tenant, class and unit with a cluster or
+    dedicated node on the host has a figure, 0 included."""
+    found = {key: (0.0, 0.0) for owner in (*clusters.values(), *dedicated.values())
+             if (key := _in_use_key(owner)) is not None}
+    bound: list[tuple[samples.Owner | None, float, float]] = []
+    for queue in usage.queues:
+        owner = clusters.get((queue.tenant, queue.cluster))
+        if owner is not None:
+            allocated, _requested, burst = queue.in_unit(owner.unit, owner.mig_profile)
+            bound.append((owner, allocated, burst))
     bound += [(node, usage.gpus_by_node.get(name, 0.0), 0.0) for name, node in dedicated.items()]
     for owner, gpus, burst in bound:
-        if owner is not None and owner.gpu_class_id is not None:
-            key = (owner.tenant_id, owner.gpu_class_id)
+        key = _in_use_key(owner) if owner is not None else None
+        if key is not None:
             found[key] = (found[key][0] + gpus, found[key][1] + burst)
     return {key: BoundGpus(gpus, burst) for key, (gpus, burst) in found.items()}
 
@@ -89,7 +103,8 @@ def cluster_gpus_in_use(usage: HostUsage, clusters: dict[tuple[str, str], sample
     for queue in usage.queues:
         owner = clusters.get((queue.tenant, queue.cluster))
         if owner is not None:
-            found[owner.subject_id] = (queue.guaranteed_gpus, queue.burst_gpus)
+            allocated, _requested, burst = queue.in_unit(owner.unit, owner.mig_profile)
+            found[owner.subject_id] = (allocated - burst, burst)
     return found
 
 
@@ -130,11 +145,20 @@ def utilised_gpus(utilised: Utilised | None, subject: tuple[str, str] | str,
     return min(computing, used)
 
 
+def _utilised_of(utilised: Utilised | None, owner: samples.Owner, subject: tuple[str, str],
+                 used: float) -> float | None:
+    """The DCGM exporter reports whole GPUs, not slices: a MIG queue's figure is unknown."""
+    if owner.unit == "mig":
+        return None if utilised is None or used > 0 else 0.0
+    return utilised_gpus(utilised, subject, used)
+
+
 def _row(now_s: int, source: str, owner: samples.Owner, used: float, allocated: float,
          requested: float, holds_s: int, burst: float = 0.0,
          utilised: float | None = None) -> dict[str, object]:
     """Only a queue's sample has burst: dedicated nodes and namespace quotas lend nothing."""
     return {"taken_s": now_s, "source": source, "tenant_id": owner.tenant_id,
             "gpu_class_id": owner.gpu_class_id, "subject_id": owner.subject_id,
-            "used_gpus": used, "allocated_gpus": allocated, "requested_gpus": requested,
+            "unit": owner.unit, "mig_profile": owner.mig_profile, "used_gpus": used,
+            "allocated_gpus": allocated, "requested_gpus": requested,
             "holds_s": holds_s, "burst_gpus": burst, "utilised_gpus": utilised}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -18,6 +18,20 @@ UtilisedGpuHours = Annotated[float | None, Field(
 UtilisationCoverage = Annotated[float | None, Field(
     description="the share (0 to 1) of used_gpu_hours whose utilisation was known, so "
                 "utilised_gpu_hours counts; null when no GPU was in use")]
+
+
+ReportUnit = Annotated[Literal["gpu", "shared", "mig"], Field(
+    description="what the row's grant is counted in: whole GPUs (gpu), shares of one GPU "
+                "scheduled by KAI's GPU sharing (shared: its *_gpu_hours are the fractions "
+                "held or bound, e.g. 0.5 GPU for an hour is 0.5), or MIG slices of mig_profile "
+                "(mig: its *_gpu_hours are 0 and its hours are the *_slice_hours)")]
+MigProfile = Annotated[str, Field(description="the MIG profile of a mig row (1g.10gb); "
+                                              "empty on every other")]
+
+
+def _slice_hours(what: str) -> Any:
+    return Field(default=0.0, description=f"slice-hours {what} (slices times hours) on a "
+                                          "mig row; 0 on every other")
 
 
 class UsageFilters(BaseModel):
@@ -64,6 +78,13 @@ class UsageRow(BaseModel):
                     "dedicated-nodes clusters free none")
     utilised_gpu_hours: UtilisedGpuHours = None
     utilisation_coverage: UtilisationCoverage = None
+    unit: ReportUnit = "gpu"
+    mig_profile: MigProfile = ""
+    approved_slice_hours: float = _slice_hours("of approved quota")
+    allocated_slice_hours: float = _slice_hours(
+        "given to virtual clusters")
+    used_slice_hours: float = _slice_hours(
+        "bound to pods (KAI's allocation to the queues, sampled each worker resync)")
 
 
 class UsageReport(BaseModel):
@@ -97,6 +118,14 @@ class ClusterUsageRow(BaseModel):
                     "(the tenant still holds it); dedicated-nodes clusters free none")
     utilised_gpu_hours: UtilisedGpuHours = None
     utilisation_coverage: UtilisationCoverage = None
+    unit: ReportUnit = "gpu"
+    mig_profile: MigProfile = ""
+    approved_slice_hours: float = _slice_hours(
+        "of the cluster's approved slices (as allocated_slice_hours)")
+    allocated_slice_hours: float = _slice_hours(
+        "of the cluster's approved slices")
+    used_slice_hours: float = _slice_hours(
+        "KAI allocated to the cluster's leaf queue")
 
 
 class ClusterUsageReport(BaseModel):

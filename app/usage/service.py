@@ -1,4 +1,10 @@
-"""GPU-hour reports: who may see which tenant's usage, the periods, and the rows."""
+"""GPU-hour reports: who may see which tenant's usage, the periods, and the rows.
+
+A row is per tenant, class, unit and MIG profile (and cluster). Its ``*_gpu_hours`` are
+GPU-hours: whole GPUs, and shares as the fractions of a GPU they are (the ledger's hundredths
+times seconds, divided once by 100 times 3600); 0 on a row of MIG slices, whose hours are
+``*_slice_hours`` (slices times hours).
+"""
 
 from __future__ import annotations
 
@@ -30,6 +36,13 @@ KINDS = ("quota", "cluster", repository.DEDICATED_CLUSTER, "node", "sleep", "use
          "utilised", "known")
 # Per cluster: what it held, and of that what sleep freed.
 CLUSTER_LEDGER_KINDS = ("cluster", repository.DEDICATED_CLUSTER, "sleep")
+LEDGER_KINDS = ("quota", "cluster", repository.DEDICATED_CLUSTER, "node", "sleep")
+# How many of the ledger's steps make one GPU, per unit; MIG slices make none.
+STEPS_PER_GPU = {"gpu": 1, "share": 100}
+# The unit as the reports name it.
+UNIT_NAMES = {"gpu": "gpu", "share": "shared", "mig": "mig"}
+# (period, tenant id, class id, unit, MIG profile)
+RowKey = tuple[int, int, int, str, str]
 
 
 @dataclass(frozen=True)
@@ -140,16 +153,18 @@ def usage_rows(db: Session, labelled: list[LabelledPeriod], tenant_ids: Any) -> 
     now_s = int(ledger.now_in_seconds().timestamp())
     found = (repository.allocated_seconds(db, spans, now_s, tenant_ids=tenant_ids)
              + repository.used_seconds(db, spans, now_s, tenant_ids=tenant_ids))
-    sums: dict[tuple[int, int, int], dict[str, float]] = {}
+    sums: dict[RowKey, dict[str, float]] = {}
     for row in found:
-        kinds = sums.setdefault((row.period, row.tenant_id, row.gpu_class_id),
-                                dict.fromkeys(KINDS, 0.0))
+        kinds = sums.setdefault((row.period, row.tenant_id, row.gpu_class_id, row.unit,
+                                 row.mig_profile), dict.fromkeys(KINDS, 0.0))
         kinds[row.kind] += row.seconds
     slugs = repository.tenant_slugs(db, {key[1] for key in sums})
     products = repository.class_products(db, {key[2] for key in sums})
-    rows = [_row(labelled[n], slugs[tenant], products[gpu_class], kinds)
-            for (n, tenant, gpu_class), kinds in sums.items() if any(kinds.values())]
-    return sorted(rows, key=lambda r: (r.period_start, r.tenant, r.gpu_class))
+    rows = [_row(labelled[n], slugs[tenant], products[gpu_class], unit, profile, kinds)
+            for (n, tenant, gpu_class, unit, profile), kinds in sums.items()
+            if any(kinds.values())]
+    return sorted(rows, key=lambda r: (r.period_start, r.tenant, r.gpu_class, r.unit,
+                                       r.mig_profile))
 
 
 def cluster_report(db: Session, principal: Principal,
@@ -164,60 +179,90 @@ def cluster_report(db: Session, principal: Principal,
                                                          by_cluster=True)
              if row.kind in CLUSTER_LEDGER_KINDS]
     found += repository.used_seconds(db, spans, now_s, tenant_ids=tenant_ids, by_cluster=True)
-    sums: dict[tuple[int, int, int, int], dict[str, float]] = {}
+    sums: dict[tuple[int, int, int, int, str, str], dict[str, float]] = {}
     for row in found:
         if row.cluster_id is not None:
-            key = (row.period, row.tenant_id, row.gpu_class_id, row.cluster_id)
+            key = (row.period, row.tenant_id, row.gpu_class_id, row.cluster_id, row.unit,
+                   row.mig_profile)
             sums.setdefault(key, dict.fromkeys(KINDS, 0.0))[row.kind] += row.seconds
     slugs = repository.tenant_slugs(db, {key[1] for key in sums})
     products = repository.class_products(db, {key[2] for key in sums})
     names = repository.cluster_names(db, {key[3] for key in sums})
     rows = [_cluster_row(labelled[n], slugs[tenant], names.get(cluster, str(cluster)),
-                         products[gpu_class], kinds)
-            for (n, tenant, gpu_class, cluster), kinds in sums.items() if any(kinds.values())]
+                         products[gpu_class], unit, profile, kinds)
+            for (n, tenant, gpu_class, cluster, unit, profile), kinds in sums.items()
+            if any(kinds.values())]
     rows.sort(key=lambda r: (r.period_start, r.tenant, r.cluster, r.gpu_class))
     return ClusterUsageReport(start=start, end=end, group_by=filters.group_by,
                               tenant=filters.tenant, rows=rows)
 
 
-def _cluster_row(period: LabelledPeriod, tenant: str, cluster: str, gpu_class: str,
-                 seconds: dict[str, float]) -> ClusterUsageRow:
-    used, burst = hours(seconds["used"]), hours(seconds["burst"])
-    utilised, coverage = utilisation(seconds)
+def in_steps(unit: str, seconds: dict[str, float]) -> tuple[dict[str, float], int]:
+    """A row's seconds in steps of a GPU, and how many steps make one: the ledger's are
+    (hundredths of a share: integers, which the hours divide once), the samples' fractions of
+    a GPU are scaled to them; no GPU-seconds at all on a MIG row."""
+    steps = STEPS_PER_GPU.get(unit)
+    if steps is None:
+        return dict.fromkeys(seconds, 0.0), 1
+    return {kind: value if kind in LEDGER_KINDS else value * steps
+            for kind, value in seconds.items()}, steps
+
+
+def slice_hours(unit: str, seconds: float) -> float:
+    """Slice-hours of a MIG row (slices times hours); 0 on every other."""
+    return hours(seconds) if unit == "mig" else 0.0
+
+
+def _unit_fields(unit: str, profile: str, seconds: dict[str, float]) -> dict[str, Any]:
+    return {"unit": UNIT_NAMES.get(unit, unit), "mig_profile": profile,
+            "approved_slice_hours": slice_hours(unit, seconds["quota"]),
+            "allocated_slice_hours": slice_hours(unit, _allocated(seconds)),
+            "used_slice_hours": slice_hours(unit, seconds["used"])}
+
+
+def _cluster_row(period: LabelledPeriod, tenant: str, cluster: str, gpu_class: str, unit: str,
+                 profile: str, raw: dict[str, float]) -> ClusterUsageRow:
+    """A cluster's approved slice-hours are those it held, as its allocated GPU-hours are."""
+    seconds, steps = in_steps(unit, raw)
+    used, burst = hours(seconds["used"], steps), hours(seconds["burst"], steps)
+    utilised, coverage = utilisation(seconds, steps)
     return ClusterUsageRow(
         tenant=tenant, cluster=cluster, gpu_class=gpu_class, period=period.label,
         period_start=period.start, period_end=period.end,
-        allocated_gpu_hours=hours(_allocated(seconds)), used_gpu_hours=used,
+        allocated_gpu_hours=hours(_allocated(seconds), steps), used_gpu_hours=used,
         guaranteed_gpu_hours=round(used - burst, 6), burst_gpu_hours=burst,
-        slept_gpu_hours=hours(seconds["sleep"]), utilised_gpu_hours=utilised,
-        utilisation_coverage=coverage)
+        slept_gpu_hours=hours(seconds["sleep"], steps), utilised_gpu_hours=utilised,
+        utilisation_coverage=coverage,
+        **_unit_fields(unit, profile, {**raw, "quota": _allocated(raw)}))
 
 
-def _row(period: LabelledPeriod, tenant: str, gpu_class: str,
-         seconds: dict[str, float]) -> UsageRow:
-    used, burst = hours(seconds["used"]), hours(seconds["burst"])
-    utilised, coverage = utilisation(seconds)
+def _row(period: LabelledPeriod, tenant: str, gpu_class: str, unit: str, profile: str,
+         raw: dict[str, float]) -> UsageRow:
+    seconds, steps = in_steps(unit, raw)
+    used, burst = hours(seconds["used"], steps), hours(seconds["burst"], steps)
+    utilised, coverage = utilisation(seconds, steps)
     return UsageRow(
         tenant=tenant, gpu_class=gpu_class, period=period.label,
         period_start=period.start, period_end=period.end,
-        approved_gpu_hours=hours(seconds["quota"]),
-        allocated_gpu_hours=hours(_allocated(seconds)),
-        shared_pool_gpu_hours=hours(seconds["cluster"]),
-        dedicated_gpu_hours=hours(seconds["node"]),
+        approved_gpu_hours=hours(seconds["quota"], steps),
+        allocated_gpu_hours=hours(_allocated(seconds), steps),
+        shared_pool_gpu_hours=hours(seconds["cluster"], steps),
+        dedicated_gpu_hours=hours(seconds["node"], steps),
         used_gpu_hours=used, guaranteed_gpu_hours=round(used - burst, 6),
-        burst_gpu_hours=burst, allocated_gpu_seconds=round(_allocated(seconds)),
-        slept_gpu_hours=hours(seconds["sleep"]), utilised_gpu_hours=utilised,
-        utilisation_coverage=coverage)
+        burst_gpu_hours=burst, allocated_gpu_seconds=round(_allocated(seconds) / steps),
+        slept_gpu_hours=hours(seconds["sleep"], steps), utilised_gpu_hours=utilised,
+        utilisation_coverage=coverage, **_unit_fields(unit, profile, raw))
 
 
-def utilisation(seconds: dict[str, float]) -> tuple[float | None, float | None]:
+def utilisation(seconds: dict[str, float],
+                steps: int = 1) -> tuple[float | None, float | None]:
     """The utilised GPU-hours (0 when no GPU was in use; None, unknown, when some were but
     utilisation was never known for them), and the share of the GPU-hours in use they cover
     (None when none was in use)."""
     used, known = seconds["used"], seconds["known"]
     if used <= 0:
         return 0.0, None
-    return (hours(seconds["utilised"]) if known > 0 else None,
+    return (hours(seconds["utilised"], steps) if known > 0 else None,
             round(min(known / used, 1.0), 6))
 
 
@@ -232,8 +277,9 @@ def gpus_in_use_by_class(db: Session, tenant_id: int) -> dict[int, float]:
     return {class_id: bound.gpus for class_id, bound in repository.bound_now(db, tenant_id).items()}
 
 
-def hours(seconds: float) -> float:
-    return round(seconds / 3600, 6)
+def hours(seconds: float, steps: int = 1) -> float:
+    """Hours of ``seconds`` counted in ``steps`` per GPU (100 for a share's hundredths)."""
+    return round(seconds / (3600 * steps), 6)
 
 
 def seconds_by_cluster(db: Session, principal: Principal, slug: str, start: datetime,

@@ -13,6 +13,10 @@ set on CREATE only.
 
 In any of them, a pod reaching for another tenant's nodes (placement.py) is refused.
 
+In a shared-pool namespace a pod asks only for GPUs in the unit its cluster holds them in
+(gpu_asks.py), and one asking for a share of one GPU leaves with the sharing ConfigMaps KAI's
+binder needs (gpu_sharing.py).
+
 Pure: the namespace's labels are passed in.
 """
 
@@ -24,6 +28,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.kube.manifests import labels as lbl
+from app.webhook.gpu_asks import gpu_ask_refusal
+from app.webhook.gpu_sharing import NoFractionContainer, sharing_patch
 from app.webhook.placement import placement_refusal
 
 Review = dict[str, Any]
@@ -60,14 +66,32 @@ def review_pod(review: Any, namespace_labels: Mapping[str, str] | None) -> Revie
         return allowed(request["uid"])
     namespace, operation = str(request.get("namespace") or ""), str(request.get("operation"))
     refusal = ((_refusal(pod, queue, namespace) if queue is not None else None)
+               or (_gpu_refusal(request, namespace_labels) if queue is not None else None)
                or (_hardening_refusal(pod, namespace, harden) if harden else None)
                or placement_refusal(pod, namespace_labels, operation))
     if refusal is not None:
         return denied(request["uid"], refusal)
     patch = pod_patch(pod, queue, operation) if queue is not None else []
+    if queue is not None:
+        # After pod_patch: it may rewrite /spec/volumes, to which this appends.
+        patch += sharing_patch(pod, request["uid"], operation)
     if harden is not None:
         patch += hardening_patch(pod, operation, harden)
     return allowed(request["uid"], patch)
+
+
+def _gpu_refusal(request: Mapping[str, Any],
+                 namespace_labels: Mapping[str, str] | None) -> str | None:
+    pod, operation = request["object"], str(request.get("operation"))
+    old = request.get("oldObject")
+    refusal = gpu_ask_refusal(pod, old if isinstance(old, dict) else None, namespace_labels,
+                              operation)
+    if refusal is None:
+        try:
+            sharing_patch(pod, request["uid"], operation)
+        except NoFractionContainer as error:
+            return str(error)
+    return refusal
 
 
 def hardening_level(namespace_labels: Mapping[str, str] | None) -> str | None:

@@ -23,7 +23,8 @@ def test_capacity_counts_live_nodes_quota_and_dedicated_nodes_once(db: Session) 
     assert capacity(db, t.h100.id).model_dump() == {
         "total": 20, "ready": 20, "not_ready": 0, "dedicated": 4, "assigned": 4,
         "guaranteed": 12, "shared_guaranteed": 8, "free": 8, "in_use": 0.0, "borrowed": 0.0,
-        "lent_from_idle_guarantees": 0.0, "mig_resources": {}}
+        "lent_from_idle_guarantees": 0.0, "mig_resources": {},
+        "shared_fraction_gpus": 0, "mig_profiles": [], "shared": None}
 
 
 def test_platform_admins_declare_and_rename_classes(client: TestClient, db: Session) -> None:
@@ -37,7 +38,8 @@ def test_platform_admins_declare_and_rename_classes(client: TestClient, db: Sess
     assert body["capacity"] == {
         "total": 0, "ready": 0, "not_ready": 0, "dedicated": 0, "assigned": 0, "guaranteed": 0,
         "shared_guaranteed": 0, "free": 0, "in_use": 0.0, "borrowed": 0.0,
-        "lent_from_idle_guarantees": 0.0, "mig_resources": {}}
+        "lent_from_idle_guarantees": 0.0, "mig_resources": {},
+        "shared_fraction_gpus": 0, "mig_profiles": [], "shared": None}
     renamed = client.patch(f"/api/v1/gpu-classes/{body['id']}", headers=pa,
                            json={"display_name": "A100"})
     assert renamed.json()["display_name"] == "A100"

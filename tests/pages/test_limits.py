@@ -250,6 +250,7 @@ def test_a_create_holding_its_tenant_holds_back_no_insert_naming_the_tenant(
             other.execute(text("SET lock_timeout = '2s'"))
             other.execute(text(
                 "INSERT INTO usage_ledger (at, at_s, kind, subject_id, tenant_id, gpu_class_id,"
-                " cluster_name, gpus) VALUES (now(), 0, 'quota', 1, :tenant, :gpu, '', 1)"),
+                " cluster_name, gpus, amount) VALUES (now(), 0, 'quota', 1, :tenant, :gpu, '', 1,"
+                " 1)"),
                 {"tenant": tenancy.acme.id, "gpu": tenancy.h100.id})
             other.rollback()

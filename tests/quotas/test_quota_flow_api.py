@@ -37,7 +37,8 @@ def test_tenant_admin_asks_for_8_and_platform_admin_approves_6(
     assert item["capacity"] == {
         "total": 64, "ready": 64, "not_ready": 0, "dedicated": 0, "assigned": 0,
         "guaranteed": 0, "shared_guaranteed": 0, "free": 64, "in_use": 0.0, "borrowed": 0.0,
-        "lent_from_idle_guarantees": 0.0, "mig_resources": {}}
+        "lent_from_idle_guarantees": 0.0, "mig_resources": {},
+        "shared_fraction_gpus": 0, "mig_profiles": [], "shared": None}
 
     approved = client.post(f"/api/v1/quota-requests/{request_id}/approve",
                            headers=platform_admin, json={"gpus": 6, "note": "6 for now"})
@@ -138,7 +139,8 @@ def test_approving_past_free_capacity_needs_an_explicit_overcommit(
     assert forced.json()["capacity"] == {
         "total": 8, "ready": 8, "not_ready": 0, "dedicated": 0, "assigned": 0, "guaranteed": 9,
         "shared_guaranteed": 9, "free": -1, "in_use": 0.0, "borrowed": 0.0,
-        "lent_from_idle_guarantees": 0.0, "mig_resources": {}}
+        "lent_from_idle_guarantees": 0.0, "mig_resources": {},
+        "shared_fraction_gpus": 0, "mig_profiles": [], "shared": None}
     db.expire_all()
     stored = db.get(QuotaRequest, rid2)
     assert stored is not None and stored.overcommitted

@@ -151,6 +151,8 @@ def test_a_class_with_mig_slices_only_is_not_offered_for_whole_gpus(
     db.commit()
     oidc.sign_in(client, "tess@acme.example")
     form = client.get("/t/acme/quota-requests/new", headers=HTML).text
-    assert re.search(rf'<option value="{a100.id}" disabled>A100 80GB \(NVIDIA-A100-SXM4-80GB\): '
-                     r"MIG slices only, no whole GPUs to ask for</option>", form)
+    # Issue 61: offered in its slices only, never for whole GPUs.
+    assert not re.search(rf'<option value="{a100.id}"', form)
+    assert re.search(rf'<option value="{a100.id}:mig:1g.10gb"\s*>A100 80GB '
+                     r"\(NVIDIA-A100-SXM4-80GB\) — 1g.10gb slices</option>", form)
     assert re.search(rf'<option value="{h100}"\s*>H100 80GB', form)

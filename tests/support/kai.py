@@ -4,17 +4,19 @@ built, or a skip (a failure in CI) when they are missing."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from app.kube.port import Manifest
 from app.lab import gpu
 from app.lab.gpu import KAI_PROGRAMS as KAI_PROGRAMS
 from app.lab.gpu import SCHEDULER_NAME as SCHEDULER_NAME
 from app.lab.gpu import gpu_node as gpu_node
+from app.lab.gpu import mig_node as mig_node
 from tests.support import slots
 from tests.support.kube_server import ApiServer, skip_unless_ci, tool
 
@@ -42,9 +44,12 @@ class GpuScheduling(gpu.GpuScheduling):
 
 @contextmanager
 def gpu_host(assets: Path, workdir: Path, name: str, product: str,
-             nodes: dict[str, int]) -> Iterator[GpuScheduling]:
+             nodes: dict[str, int], more_nodes: Sequence[Manifest] = ()
+             ) -> Iterator[GpuScheduling]:
     """A host of its own whose GPU pods are scheduled for real: KAI and kwok, and ``nodes``
-    (name: GPUs) of ``product``; everything stops when the block ends."""
+    (name: GPUs) of ``product``, and ``more_nodes`` as they are (a ``mig_node``); everything
+    stops when the block ends. KAI's GPU sharing is on, its reservation pods answered by the
+    lab's player."""
     # KAI's podgroupcontroller always binds :8080 (its metrics flag is read and never used):
     # one per machine outside a lab's network namespace, so another suite's waits its turn.
     with slots.exclusive("kai-podgroupcontroller-8080", timeout=PODGROUPCONTROLLER_WAIT):
@@ -56,6 +61,8 @@ def gpu_host(assets: Path, workdir: Path, name: str, product: str,
             admin = server.adapter()
             for node, gpus in nodes.items():
                 admin.apply(gpu_node(node, product, gpus), force=True)
+            for built in more_nodes:
+                admin.apply(built, force=True)
             admin.close()
             yield scheduling
         finally:

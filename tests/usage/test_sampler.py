@@ -3,6 +3,7 @@ used GPU-hours from them, and their folding into hourly means."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from app.database.core import Database
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.names import cluster_queue_name, host_namespace_name
 from app.kube.memory import InMemoryKube
-from app.kube.usage import pod_gpu_request
+from app.kube.usage import GpuAsk, pod_gpu_ask
 from app.nodes.models import Node
 from app.reconcilers.usage import UsageSampler
 from app.usage.models import HourlyUsage, UsageSample
@@ -188,4 +189,4 @@ def test_gpu_hours_in_use_start_when_the_pods_are_bound_to_the_minute(
 def test_a_pods_gpus_are_its_containers_or_its_largest_init_container(
     spec: dict[str, Any], gpus: int
 ) -> None:
-    assert pod_gpu_request({"spec": spec}) == gpus
+    assert pod_gpu_ask({"spec": spec}) == GpuAsk("gpu", "", Decimal(gpus))

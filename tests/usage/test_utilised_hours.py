@@ -46,6 +46,9 @@ OLD_CLUSTER_COLUMNS = ("period", "period_start", "period_end", "tenant", "cluste
                        "allocated_gpu_hours", "used_gpu_hours", "guaranteed_gpu_hours",
                        "burst_gpu_hours", "slept_gpu_hours")
 NEW_COLUMNS = ("utilised_gpu_hours", "utilisation_coverage")
+# After them, the units of issue 61 (tests/usage/test_unit_hours.py).
+UNIT_COLUMNS = ("unit", "mig_profile", "approved_slice_hours", "allocated_slice_hours",
+                "used_slice_hours")
 
 
 @pytest.fixture
@@ -144,9 +147,10 @@ def test_the_csvs_keep_their_old_columns_in_order_and_add_utilisation_at_the_end
     t = _sampled_morning(db, clock)
     clock.at(hours=12)
     lines = _csv(client.get(path, params=DAYS, headers=headers(db, t.platform_admin)).text)
-    assert tuple(lines[0]) == (*old, *NEW_COLUMNS)
+    assert tuple(lines[0]) == (*old, *NEW_COLUMNS, *UNIT_COLUMNS)
     assert (COLUMNS if path == "/api/v1/usage.csv" else CLUSTER_COLUMNS) == tuple(lines[0])
-    cells = {row[key]: row[len(old):] for row in lines[1:] if row[0] == "2026-11-02"}
+    cells = {row[key]: row[len(old):len(old) + len(NEW_COLUMNS)]
+             for row in lines[1:] if row[0] == "2026-11-02"}
     names = ("acme", "globex") if key == 3 else ("train", "rival")
     assert cells == {names[0]: [f"{UTILISED_HOURS:.6f}", f"{COVERAGE:.6f}"],
                      names[1]: ["", "0.000000"]}  # unknown: an empty cell, never 0
@@ -218,8 +222,9 @@ def test_portalctl_usage_shows_utilised_hours_and_says_unknown(
     monkeypatch.setattr(portalctl_usage, "api", lambda: _Api(body))
     table = CliRunner().invoke(portalctl, ["usage"]).stdout.splitlines()
     header = table[0].split()
-    assert header[-3:-1] == ["UTILISED_GPU_HOURS", "UTILISATION_COVERAGE"]
-    shown = {line.split()[1]: line.split()[-3:-1] for line in table[1:]}
+    at = header.index("UTILISED_GPU_HOURS")
+    assert header[at:at + 3] == ["UTILISED_GPU_HOURS", "UTILISATION_COVERAGE", "SLEPT_GPU_HOURS"]
+    shown = {line.split()[1]: line.split()[at:at + 2] for line in table[1:]}
     assert shown == {"acme": [str(UTILISED_HOURS), str(COVERAGE)], "globex": ["unknown", "0.0"]}
 
 

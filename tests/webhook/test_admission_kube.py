@@ -454,3 +454,59 @@ def test_a_baseline_namespace_gives_pods_runtime_default_seccomp_but_not_user_na
     with pytest.raises(PermanentKubeError) as refused:
         webhook.kube.apply(unconfined, force=True)
     assert refused.value.status == 403 and "Unconfined" in refused.value.message
+
+
+@pytest.fixture
+def shared_gpu(webhook: Webhook) -> Iterator[str]:
+    """A shared-pool cluster holding half of one H100 (issue 61)."""
+    spec = ClusterSpec(tenant=_unique("sh"), name=RELEASE, kubernetes_version="1.32.4",
+                       placement="shared-pool", gpu_class="NVIDIA-H100-80GB-HBM3", gpus=0,
+                       cpu_millicores=1000, memory_mib=1024,
+                       endpoint="https://train.acme.vc.example.com", gpu_unit="share",
+                       amount=50)
+    name = _created_namespace(webhook.kube, namespace(spec, ManifestPolicy()))
+    try:
+        _wait_until_mutating(webhook, name)
+        yield name
+    finally:
+        webhook.kube.delete("v1", "Namespace", name)
+
+
+def _sharing(namespace_name: str, fraction: str) -> Manifest:
+    obj = pod(namespace_name, SYNCED)
+    obj["metadata"]["annotations"] = {lbl.GPU_FRACTION: fraction}
+    return obj
+
+
+def test_a_pod_asking_for_a_share_lands_with_kais_sharing_configmaps(
+        webhook: Webhook, shared_gpu: str) -> None:
+    created = webhook.kube.apply(_sharing(shared_gpu, "0.25"), force=True)
+    prefix = created["metadata"]["annotations"][lbl.SHARED_GPU_CONFIGMAP]
+    assert prefix.startswith(created["metadata"]["name"] + "-")
+    assert prefix.endswith("-shared-gpu")
+    container = created["spec"]["containers"][0]
+    assert {e["name"]: e["valueFrom"]["configMapKeyRef"] for e in container["env"]} == {
+        name: {"name": f"{prefix}-0", "key": name}
+        for name in ("NVIDIA_VISIBLE_DEVICES", "RUNAI_NUM_OF_GPUS", "GPU_PORTION")}
+    assert container["envFrom"] == [{"configMapRef": {"name": f"{prefix}-0-evar",
+                                                      "optional": False}}]
+    volume = next(v for v in created["spec"]["volumes"] if v["name"] == f"{prefix}-0-vol")
+    assert volume["configMap"]["name"] == f"{prefix}-0"
+    # The syncer's later updates go through, and change none of it.
+    updated = _update_labels(webhook, created, {**SYNCED, "app": "v2"})
+    assert updated["spec"] == created["spec"]
+    assert updated["metadata"]["annotations"] == created["metadata"]["annotations"]
+
+
+def test_a_pod_asking_for_more_than_the_clusters_share_is_refused_in_words(
+        webhook: Webhook, shared_gpu: str) -> None:
+    with pytest.raises(PermanentKubeError) as refused:
+        webhook.kube.apply(_sharing(shared_gpu, "0.75"), force=True)
+    assert refused.value.status == 403
+    assert "this pod asks 0.75 of one H100 80GB HBM3, the cluster holds 0.5" in (
+        refused.value.message)
+    obj = pod(shared_gpu, SYNCED)
+    obj["spec"]["containers"][0]["resources"] = {"limits": {lbl.GPU_RESOURCE: "1"}}
+    with pytest.raises(PermanentKubeError) as whole:
+        webhook.kube.apply(obj, force=True)
+    assert "ask with the annotation gpu-fraction" in whole.value.message

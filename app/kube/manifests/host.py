@@ -5,7 +5,7 @@ from typing import Any
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.names import cluster_queue_name, host_namespace_name, release_name
 from app.kube.manifests.specs import ClusterSpec, ManifestPolicy
-from app.kube.manifests.units import cpu_quantity, memory_quantity
+from app.kube.manifests.units import cpu_quantity, memory_quantity, mig_resource
 
 Manifest = dict[str, Any]
 
@@ -35,11 +35,23 @@ def namespace(spec: ClusterSpec, policy: ManifestPolicy) -> Manifest:
     level = hardening_level(spec.pod_security, spec.user_namespaces)
     if level is not None:
         labels[lbl.HARDENING] = level
+    labels.update(unit_labels(spec))
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
         "metadata": {"name": host_namespace_name(spec.tenant, spec.name), "labels": labels},
     }
+
+
+def unit_labels(spec: ClusterSpec) -> dict[str, str]:
+    """What the webhook and the tenancy guard read of a cluster of MIG slices or a GPU share;
+    nothing for whole GPUs (their namespaces keep the labels they always had)."""
+    if spec.gpu_unit == "gpu":
+        return {}
+    labels = {lbl.GPU_UNIT: spec.gpu_unit, lbl.GPU_CLASS: spec.gpu_class or ""}
+    if spec.gpu_unit == "mig":
+        return {**labels, lbl.MIG_PROFILE: spec.mig_profile, lbl.MIG_SLICES: str(spec.amount)}
+    return {**labels, lbl.GPU_SHARE: str(spec.amount)}
 
 
 def hardening_level(pod_security: str, user_namespaces: bool) -> str | None:
@@ -58,10 +70,15 @@ def quota_lines(spec: ClusterSpec) -> dict[str, str]:
 
     GPUs are capped at the cluster's burst ceiling, not its guarantee: KAI keeps the guarantee
     and reclaims the burst. Without a ceiling (unlimited burst) the quota has no GPU line.
+    A cluster of MIG slices is capped at its slices of its one profile (no burst) and holds no
+    whole GPU; a share holds no whole GPU either, and asks for no extended resource at all (the
+    gpu-fraction annotation), so its KAI queue's limit is its cap.
     """
     memory = memory_quantity(spec.memory_mib)
+    slices = {} if spec.gpu_unit != "mig" else _lines(mig_resource(spec.mig_profile), spec.held)
     return {
         **_gpu_lines(spec.gpu_ceiling),
+        **slices,
         "requests.cpu": cpu_quantity(spec.cpu_millicores),
         "requests.memory": memory,
         # No memory overcommit on nodes shared by tenants; CPU limits stay free (only throttling).
@@ -74,10 +91,13 @@ def quota_lines(spec: ClusterSpec) -> dict[str, str]:
 def _gpu_lines(ceiling: int | None) -> dict[str, str]:
     if ceiling is None:
         return {}
+    return _lines(lbl.GPU_RESOURCE, ceiling)
+
+
+def _lines(resource: str, cap: int) -> dict[str, str]:
     # Extended resources cannot be overcommitted (limit == request), so quota admission
     # enforces the requests.* line; the limits.* line states the same cap for readers.
-    return {f"requests.{lbl.GPU_RESOURCE}": str(ceiling),
-            f"limits.{lbl.GPU_RESOURCE}": str(ceiling)}
+    return {f"requests.{resource}": str(cap), f"limits.{resource}": str(cap)}
 
 
 def resource_quota(spec: ClusterSpec) -> Manifest:

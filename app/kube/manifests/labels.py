@@ -20,6 +20,23 @@ PRIVATE_NODES_OF: Final = "gpu-tenant-portal/private-nodes-of"
 # The leaf queue a shared-pool namespace's pods must name; read by the admission guard.
 QUEUE: Final = "gpu-tenant-portal/queue"
 
+# On the namespace of a cluster of MIG slices or a GPU share (never on one of whole GPUs),
+# read by the admission webhook and the tenancy guard: its unit (mig or share); for mig the
+# profile and how many slices it holds; for share its hundredths of one GPU (the most one pod
+# may ask for); and the GPU class (nvidia.com/gpu.product) the refusals name.
+GPU_UNIT: Final = "gpu-tenant-portal/gpu-unit"
+MIG_PROFILE: Final = "gpu-tenant-portal/mig-profile"
+MIG_SLICES: Final = "gpu-tenant-portal/mig-slices"
+GPU_SHARE: Final = "gpu-tenant-portal/gpu-share"
+GPU_CLASS: Final = "gpu-tenant-portal/gpu-class"
+
+# KAI's pod annotations for a share of one GPU (KAI v0.12 common/constants).
+GPU_FRACTION: Final = "gpu-fraction"
+GPU_MEMORY: Final = "gpu-memory"
+GPU_FRACTION_DEVICES: Final = "gpu-fraction-num-devices"
+GPU_FRACTION_CONTAINER: Final = "gpu-fraction-container-name"
+SHARED_GPU_CONFIGMAP: Final = "runai/shared-gpu-configmap"
+
 # On namespaces whose synced pods the admission webhook hardens (its namespace selector):
 # "seccomp" gives pods the RuntimeDefault profile (Pod Security baseline does not require one);
 # "user-namespaces" also sets hostUsers: false.

@@ -7,10 +7,12 @@ known-good values at fixed keys (nothing tenant-supplied becomes a key or a YAML
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
 from app.kube.manifests.names import SEPARATOR, is_dns_label
+from app.kube.manifests.units import GPU_UNITS, SHARE_STEPS, GpuUnit, is_mig_profile, kai_gpus
 
 Placement = Literal["shared-pool", "dedicated-nodes", "private-nodes"]
 PodSecurityLevel = Literal["restricted", "baseline"]
@@ -49,6 +51,36 @@ def _require_non_negative(**values: int) -> None:
         _require(value >= 0, f"{name} must be >= 0, got {value}")
 
 
+def _require_unit(unit: str, mig_profile: str) -> None:
+    _require(unit in GPU_UNITS, f"unknown GPU unit {unit!r}")
+    if unit == "mig":
+        _require(is_mig_profile(mig_profile),
+                 f"not a MIG profile KAI can count (<1-7>g.<memory>gb): {mig_profile!r}")
+    else:
+        _require(mig_profile == "", "only MIG slices have a MIG profile")
+
+
+@dataclass(frozen=True)
+class GpuGrant:
+    """A guarantee of one class in MIG slices (``amount`` slices of ``mig_profile``) or in a
+    share (``amount`` hundredths of one GPU); whole GPUs stay in ``TenantSpec.gpu_quota``."""
+
+    gpu_class: str
+    unit: GpuUnit
+    mig_profile: str
+    amount: int
+
+    def __post_init__(self) -> None:
+        _require(_LABEL_VALUE.fullmatch(self.gpu_class) is not None, "invalid GPU class")
+        _require(self.unit != "gpu", "whole GPUs are a tenant's gpu_quota")
+        _require_unit(self.unit, self.mig_profile)
+        _require_non_negative(amount=self.amount)
+
+    @property
+    def kai_gpus(self) -> Decimal:
+        return kai_gpus(self.unit, self.amount, self.mig_profile)
+
+
 @dataclass(frozen=True)
 class TenantSpec:
     slug: str
@@ -67,6 +99,10 @@ class TenantSpec:
     # How long a pod of the tenant runs before KAI may reclaim or preempt it; None: at once.
     reclaim_min_runtime_s: int | None = None
     preempt_min_runtime_s: int | None = None
+    # Its guarantees in MIG slices and GPU shares, which KAI's queues count by units.kai_gpus,
+    # and KAI's count of those its clusters asleep on this host hold (given back too).
+    gpu_grants: tuple[GpuGrant, ...] = ()
+    asleep_grants: Decimal = Decimal(0)
 
     def __post_init__(self) -> None:
         _require_slug(self.slug, "tenant slug", TENANT_SLUG_MAX)
@@ -80,17 +116,33 @@ class TenantSpec:
 
     @property
     def total_gpus(self) -> int:
+        """Its whole GPUs, every class together."""
         return sum(self.gpu_quota.values())
 
     @property
-    def guaranteed_gpus(self) -> int:
-        """Its quota on the host, less what its sleeping clusters gave back."""
+    def whole_guaranteed(self) -> int:
+        """Its whole GPUs on the host, less those its sleeping clusters gave back."""
         return max(0, self.total_gpus - self.asleep_gpus)
 
     @property
-    def gpu_ceiling(self) -> int | None:
-        """The most GPUs the tenant may hold at once, burst included; None: no ceiling."""
+    def guaranteed_gpus(self) -> Decimal:
+        """Its quota on the host in KAI's count (whole GPUs, slices by their g-count, shares),
+        less what its sleeping clusters gave back."""
+        grants = sum((g.kai_gpus for g in self.gpu_grants), Decimal(0))
+        return self.whole_guaranteed + max(Decimal(0), grants - self.asleep_grants)
+
+    @property
+    def gpu_ceiling(self) -> Decimal | None:
+        """The most GPUs (KAI's count) the tenant may hold at once: its guarantee, slices and
+        shares included, with the burst on top, so that slices never eat the burst; None: no
+        ceiling."""
         return None if self.burst_gpus is None else self.guaranteed_gpus + self.burst_gpus
+
+    @property
+    def whole_gpu_ceiling(self) -> int | None:
+        """The most whole GPUs it may hold at once: its own with the burst on top. Idle slices
+        never become whole GPUs to borrow (KAI weighs a 1g.10gb slice as a whole GPU)."""
+        return None if self.burst_gpus is None else self.whole_guaranteed + self.burst_gpus
 
 
 @dataclass(frozen=True)
@@ -114,8 +166,16 @@ class ClusterSpec:
     gpu_limit: int | None = None
     # Asleep: no GPU for its pods (it runs none) and no guarantee held in the pool.
     asleep: bool = False
+    # What it holds: whole GPUs (``gpus``), slices of one MIG profile or a share of one GPU
+    # (``amount`` slices, or hundredths: 50 is half a GPU), the latter two only in the shared
+    # pool, with ``gpus`` 0 and no burst. None: ``gpus`` (whole GPUs).
+    gpu_unit: GpuUnit = "gpu"
+    mig_profile: str = ""
+    amount: int | None = None
 
     def __post_init__(self) -> None:
+        if self.amount is None and self.gpu_unit == "gpu":
+            object.__setattr__(self, "amount", self.gpus)
         _require_slug(self.tenant, "tenant slug", TENANT_SLUG_MAX)
         _require_slug(self.name, "cluster name")
         _require(self.placement in _PLACEMENTS, f"unknown placement {self.placement!r}")
@@ -140,6 +200,39 @@ class ClusterSpec:
                  or self.gpu_limit >= self.gpus, "gpu_limit must be -1 or >= gpus")
         _require(self.gpu_limit is None or self.placement == "shared-pool",
                  "only a shared-pool cluster bursts")
+        self._check_unit()
+
+    def _check_unit(self) -> None:
+        _require_unit(self.gpu_unit, self.mig_profile)
+        _require(self.amount is not None and self.amount >= 0, "amount must be >= 0")
+        if self.gpu_unit == "gpu":
+            _require(self.amount == self.gpus, "a cluster of whole GPUs holds amount == gpus")
+            return
+        _require(self.gpus == 0, "a cluster of MIG slices or a GPU share holds no whole GPUs")
+        _require(self.gpu_class is not None, "MIG slices and GPU shares need a GPU class")
+        _require(self.placement == "shared-pool", "MIG slices and GPU shares are shared-pool only")
+        _require(self.gpu_limit is None, "MIG slices and GPU shares do not burst")
+        _require(self.gpu_unit != "share" or (self.amount or 0) <= SHARE_STEPS,
+                 "a share is at most one GPU (100 hundredths)")
+
+    @property
+    def held(self) -> int:
+        """What it holds of the host in its own unit (0 asleep or on machines of its own)."""
+        return 0 if self.holds_no_host_gpus else (self.amount or 0)
+
+    @property
+    def kai_guarantee(self) -> Decimal:
+        """Its guarantee in KAI's count (units.kai_gpus)."""
+        return kai_gpus(self.gpu_unit, self.held, self.mig_profile)
+
+    @property
+    def kai_ceiling(self) -> Decimal | None:
+        """The most GPUs (KAI's count) its pods may hold at once; None: no ceiling but KAI's.
+        Slices and shares never burst: their ceiling is their guarantee."""
+        if self.gpu_unit != "gpu":
+            return self.kai_guarantee
+        ceiling = self.gpu_ceiling
+        return None if ceiling is None else Decimal(ceiling)
 
     @property
     def holds_no_host_gpus(self) -> bool:

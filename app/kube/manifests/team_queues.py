@@ -7,6 +7,10 @@ between them (the first teams in name order take the remainder), so the leaves' 
 the cluster's. Each leaf may borrow up to the whole cluster when the others leave it idle. A
 tenant without team groups gets a single leaf, ``<cluster>-default``, with everything.
 
+GPUs are split in the cluster's own unit (whole GPUs, slices, hundredths of a GPU), then each
+part converted to KAI's count (units.kai_gpus: a slice counts its profile's g-count), so that no
+team gets part of a slice.
+
 Names come from the cluster's name (a DNS label the portal checked) and a DNS-label form of the
 group name; the group name itself only goes into ``displayName`` and nowhere else.
 """
@@ -16,11 +20,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
+from decimal import Decimal
 from typing import Any, Final
 
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.specs import ClusterSpec
-from app.kube.manifests.units import mib_to_mb
+from app.kube.manifests.units import kai_gpus, kai_number, mib_to_mb
 
 Manifest = dict[str, Any]
 TEAM_ROLES: Final = ("admin", "member")
@@ -51,8 +56,9 @@ def split(total: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-def _resource(quota: int, limit: int) -> dict[str, int]:
-    return {"quota": quota, "limit": limit, "overQuotaWeight": 1}
+def _resource(quota: Decimal | int, limit: Decimal | int) -> dict[str, int | float]:
+    return {"quota": kai_number(Decimal(quota)), "limit": kai_number(Decimal(limit)),
+            "overQuotaWeight": 1}
 
 
 def _queue(name: str, team: str | None, spec: Manifest) -> Manifest:
@@ -68,18 +74,22 @@ def team_queue_name(cluster: str, team: str) -> str:
 def team_queues(cluster: ClusterSpec, team_names: Sequence[str]) -> list[Manifest]:
     """The parent queue (first), then one leaf queue per team, for KAI inside the cluster."""
     memory_mb = mib_to_mb(cluster.memory_mib)
+    amount = cluster.amount or 0
+    gpus = kai_gpus(cluster.gpu_unit, amount, cluster.mig_profile)
     parent = _queue(cluster.name, None, {
         "displayName": f"cluster {cluster.name}",
-        "resources": {"gpu": _resource(cluster.gpus, cluster.gpus),
+        "resources": {"gpu": _resource(gpus, gpus),
                       "cpu": _resource(cluster.cpu_millicores, cluster.cpu_millicores),
                       "memory": _resource(memory_mb, memory_mb)}})
     count = len(team_names)
-    shares = zip(team_names, split(cluster.gpus, count), split(cluster.cpu_millicores, count),
+    team_gpus = [kai_gpus(cluster.gpu_unit, part, cluster.mig_profile)
+                 for part in split(amount, count)]
+    shares = zip(team_names, team_gpus, split(cluster.cpu_millicores, count),
                  split(memory_mb, count), strict=True)
     leaves = [_queue(team_queue_name(cluster.name, team), team, {
         "displayName": team, "parentQueue": cluster.name,
-        "resources": {"gpu": _resource(gpus, cluster.gpus),
+        "resources": {"gpu": _resource(team_gpu, gpus),
                       "cpu": _resource(cpu, cluster.cpu_millicores),
                       "memory": _resource(memory, memory_mb)}})
-        for team, gpus, cpu, memory in shares]
+        for team, team_gpu, cpu, memory in shares]
     return [parent, *leaves]

@@ -21,8 +21,15 @@ on a node it may not use:
   shared-pool pod a node dedicated to nobody. The node's name stands for its host name, as
   the kubelet labels it by default.
 
-The portal's admission webhook refuses the same specs (app/webhook/placement.py) with the pod's
-own words where it is called; these policies are the backstop that no virtual cluster can skip.
+- the tenancy guard also holds a shared-pool pod to the GPU unit its namespace's labels name
+  (host.unit_labels; none: whole GPUs): no share annotations or MIG slices beside whole GPUs; only
+  the cluster's own MIG profile beside slices; only a ``gpu-fraction`` in (0, 1] in steps of 0.01
+  beside a share, at creation no more than the share; and on UPDATE no change to
+  ``gpu-fraction`` or ``gpu-memory`` (KAI reads them again every cycle).
+
+The portal's admission webhook refuses the same specs (app/webhook/placement.py, gpu_asks.py)
+with the pod's own words where it is called; these policies are the backstop that no virtual
+cluster can skip.
 Pods the syncer did not write (the vCluster control plane) are not matched, as for the queue guard.
 
 The endpoints guard keeps a tenant's synced Endpoints and EndpointSlices off the cluster's own
@@ -33,6 +40,7 @@ from typing import Any, Final
 
 from app.kube.manifests import labels as lbl
 from app.kube.manifests.admission import guard_binding, guard_policy
+from app.kube.manifests.units import FRACTION_TEXT, MIG_RESOURCE_PREFIX
 
 Manifest = dict[str, Any]
 TENANCY_POLICY_NAME: Final = "gpu-tenant-portal-tenancy-guard"
@@ -72,6 +80,61 @@ _AFFINITY = (
 _NODE_NAME = (
     "request.operation != 'CREATE' || !variables.shared"
     " || !has(object.spec.nodeName) || object.spec.nodeName == ''")
+
+# What a pod asks of GPUs, for the unit rules (tenancy guard only).
+_ANNOTATIONS = "object.metadata.annotations"
+_GPU_VARIABLES = [
+    {"name": "unit", "expression":
+     f"'{lbl.GPU_UNIT}' in {_NS_LABELS} ? {_NS_LABELS}['{lbl.GPU_UNIT}'] : 'gpu'"},
+    {"name": "shareAsks", "expression":
+     f"['{lbl.GPU_FRACTION}', '{lbl.GPU_MEMORY}', '{lbl.GPU_FRACTION_DEVICES}']"
+     f".filter(k, has({_ANNOTATIONS}) && k in {_ANNOTATIONS})"},
+    {"name": "fraction", "expression":
+     f"'{lbl.GPU_FRACTION}' in variables.shareAsks ? {_ANNOTATIONS}['{lbl.GPU_FRACTION}'] : ''"},
+    {"name": "containers", "expression":
+     "object.spec.containers + (has(object.spec.initContainers)"
+     " ? object.spec.initContainers : [])"},
+]
+
+
+def _asks(resource: str) -> str:
+    """Whether a container requests or limits a resource ``k`` for which ``resource`` holds."""
+    return ("variables.containers.exists(c, has(c.resources) && ("
+            f"(has(c.resources.requests) && c.resources.requests.exists(k, {resource}))"
+            f" || (has(c.resources.limits) && c.resources.limits.exists(k, {resource}))))")
+
+
+def _same_annotation(key: str) -> str:
+    old, new = "oldObject.metadata.annotations", _ANNOTATIONS
+    in_old, in_new = f"(has({old}) && '{key}' in {old})", f"(has({new}) && '{key}' in {new})"
+    return f"{in_old} == {in_new} && (!{in_new} || {old}['{key}'] == {new}['{key}'])"
+
+
+_MIG_RESOURCE_OF_NS = f"'{MIG_RESOURCE_PREFIX}' + {_NS_LABELS}['{lbl.MIG_PROFILE}']"
+_MIG = f"k.startsWith('{MIG_RESOURCE_PREFIX}')"
+_WHOLE = f"k == '{lbl.GPU_RESOURCE}'"
+_FRACTION_OK = (f"variables.fraction.matches('{FRACTION_TEXT}')"
+                " && double(variables.fraction) > 0.0")
+_WHOLE_UNIT = (
+    "!variables.shared || variables.unit != 'gpu' || ("
+    f"!variables.shareAsks.exists(k, k != '{lbl.GPU_FRACTION_DEVICES}') && !{_asks(_MIG)})")
+_MIG_UNIT = (
+    "!variables.shared || variables.unit != 'mig' || (variables.shareAsks.size() == 0"
+    f" && !{_asks(f'{_WHOLE} || ({_MIG} && k != {_MIG_RESOURCE_OF_NS})')})")
+_SHARE_UNIT = (
+    "!variables.shared || variables.unit != 'share' || ("
+    f"!{_asks(f'{_WHOLE} || {_MIG}')}"
+    f" && !('{lbl.GPU_MEMORY}' in variables.shareAsks)"
+    f" && !('{lbl.GPU_FRACTION_DEVICES}' in variables.shareAsks)"
+    f" && (!('{lbl.GPU_FRACTION}' in variables.shareAsks) || ({_FRACTION_OK})))")
+# Hundredths in a double: 0.07 * 100.0 is 7.000000000000001, so compare with half a step.
+_SHARE_CEILING = (
+    "!variables.shared || variables.unit != 'share' || request.operation != 'CREATE'"
+    f" || !('{lbl.GPU_FRACTION}' in variables.shareAsks) || !({_FRACTION_OK})"
+    f" || double(variables.fraction) * 100.0 < double({_NS_LABELS}['{lbl.GPU_SHARE}']) + 0.5")
+_SHARE_ASK_FIXED = (
+    "!variables.shared || request.operation != 'UPDATE' || ("
+    f"{_same_annotation(lbl.GPU_FRACTION)}) && ({_same_annotation(lbl.GPU_MEMORY)})")
 
 _NAMES_PARAM_NODE = (
     "(has(object.spec.nodeName) && object.spec.nodeName == params.metadata.name)"
@@ -115,8 +178,32 @@ def tenancy_guard_policy() -> Manifest:
                     f"by the {lbl.TENANT} label (a shared-pool pod none at all)"),
         _validation(_NODE_NAME, "a shared-pool pod is placed by kai-scheduler in its queue; "
                     "it may not name its node (spec.nodeName)"),
+        *_gpu_unit_validations(),
     ]
-    return _policy(TENANCY_POLICY_NAME, _pods("CREATE", "UPDATE"), validations)
+    policy = _policy(TENANCY_POLICY_NAME, _pods("CREATE", "UPDATE"), validations)
+    policy["spec"]["variables"] = [*_COMMON_VARIABLES, *_GPU_VARIABLES]
+    return policy
+
+
+def _gpu_unit_validations() -> list[Manifest]:
+    unit = f"the {lbl.GPU_UNIT} label of its namespace"
+    return [
+        _validation(_WHOLE_UNIT, "a pod of a cluster of whole GPUs asks for them with "
+                    f"{lbl.GPU_RESOURCE}: no share of one ({lbl.GPU_FRACTION}, {lbl.GPU_MEMORY}) "
+                    f"and no MIG slices ({MIG_RESOURCE_PREFIX}*)"),
+        _validation(_MIG_UNIT, "a pod of a cluster of MIG slices asks only for slices of the "
+                    f"cluster's profile ({MIG_RESOURCE_PREFIX}<{lbl.MIG_PROFILE}>): no whole "
+                    f"GPUs, no share of one, no other profile ({unit})"),
+        _validation(_SHARE_UNIT, "a pod of a cluster holding a share of one GPU asks with the "
+                    f"annotation {lbl.GPU_FRACTION}, a number in (0, 1] in steps of 0.01: no "
+                    f"whole GPUs, MIG slices, {lbl.GPU_MEMORY} or {lbl.GPU_FRACTION_DEVICES} "
+                    f"({unit})"),
+        _validation(_SHARE_CEILING, f"a pod asks at most its cluster's share in "
+                    f"{lbl.GPU_FRACTION} (the {lbl.GPU_SHARE} label of its namespace, in "
+                    "hundredths of one GPU)"),
+        _validation(_SHARE_ASK_FIXED, f"the annotations {lbl.GPU_FRACTION} and "
+                    f"{lbl.GPU_MEMORY} of a pod cannot change once it is made"),
+    ]
 
 
 def dedicated_node_guard_policy() -> Manifest:

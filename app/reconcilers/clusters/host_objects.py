@@ -14,6 +14,7 @@ from app.clusters import conditions as cond
 from app.kube import manifests, quantities
 from app.kube.errors import KubeError, TransientKubeError
 from app.kube.manifests import InvalidSpec
+from app.kube.manifests.units import share_text
 from app.kube.port import Manifest, ObjectRef
 from app.reconcilers.clusters.results import Pass
 from app.reconcilers.clusters.scope import ClusterScope
@@ -67,8 +68,17 @@ def _namespace(scope: ClusterScope) -> tuple[str, str]:
 def _quota(scope: ClusterScope) -> tuple[str, str]:
     ensure(scope, _objects(scope, "ResourceQuota", "LimitRange"))
     spec = scope.wanted.spec
-    return "Applied", (f"ResourceQuota: {spec.gpus} GPUs, {spec.cpu_millicores}m CPU, "
+    return "Applied", (f"ResourceQuota: {quota_gpu_words(spec)}, {spec.cpu_millicores}m CPU, "
                        f"{spec.memory_mib} MiB memory; LimitRange defaults")
+
+
+def quota_gpu_words(spec: manifests.ClusterSpec) -> str:
+    """What the quota gives the cluster's pods of GPUs, as the condition says it."""
+    if spec.gpu_unit == "mig":
+        return f"{spec.amount} slices of {spec.mig_profile}"
+    if spec.gpu_unit == "share":
+        return f"a share of {share_text(spec.amount or 0)} of one GPU"
+    return f"{spec.gpus} GPUs"
 
 
 def _network_policies(scope: ClusterScope) -> tuple[str, str]:
