@@ -26,6 +26,8 @@ from app.kit.config import Settings
 from app.kit.errors import NotFound, ValidationFailed
 from app.quotas import service as quotas
 from app.quotas.room import parse_offer
+from app.quotas.unit_form import in_unit, on_the_form
+from app.quotas.units import unit_of
 from app.tenants import service as tenants_service
 from app.web import live
 from app.web.charts.timeline import condition_timeline
@@ -55,11 +57,6 @@ POLICY_FIELDS = ("never_sleep", "sleep_after_idle_minutes", "idle_measure", "sle
                  "sleep_timezone", "delete_after_sleep_days")
 
 
-# The class select's options name a unit too (``room.offer_value``) and the one amount field,
-# "gpus", holds slices or a share for them: the API's fields of those units are shown there.
-FORM_FIELD_OF = {"slices": "gpus", "gpu_share": "gpus", "mig_profile": "gpu_class_id"}
-
-
 def _create_payload(fields: dict[str, str]) -> dict[str, Any]:
     offered = parse_offer(fields.get("gpu_class_id", "").strip())
     chosen = {**fields, "gpu_class_id": offered[0]} if offered is not None else fields
@@ -70,26 +67,7 @@ def _create_payload(fields: dict[str, str]) -> dict[str, Any]:
                      "template_version"):
         if payload.get(optional) in ("", None):
             payload.pop(optional, None)
-    if offered is not None and not offered[1].is_whole:
-        return _in_unit(payload, offered[1].kind, offered[1].profile)
-    return payload
-
-
-def _in_unit(payload: dict[str, Any], unit: str, profile: str) -> dict[str, Any]:
-    """The form's amount ("gpus") as the field of the cluster's unit."""
-    if "gpus" not in payload:
-        return payload
-    amount = payload.pop("gpus")
-    if unit == "mig":
-        return {**payload, "slices": amount, **({"mig_profile": profile} if profile else {})}
-    return {**payload, "gpu_share": str(amount)}
-
-
-def _on_the_form(errors: FieldErrors) -> FieldErrors:
-    shown: FieldErrors = {}
-    for field, message in errors.items():
-        shown.setdefault(FORM_FIELD_OF.get(field, field), message)
-    return shown
+    return in_unit(payload, offered[1]) if offered is not None else payload
 
 
 def _form_context(request: Request, db: DbSession, principal: Principal, settings: Settings,
@@ -150,7 +128,7 @@ def validate_cluster(request: Request, tenant: str, db: DbSession, principal: Cu
                             resolver=resolver)
 
     def refused(refusal: Refusal) -> Response:
-        errors = only_touched(request, fields, _on_the_form(refusal.errors))
+        errors = only_touched(request, fields, on_the_form(refusal.errors))
         return _create_form(request, db, principal, settings, tenant, fields, errors,
                             422 if errors else 200, resolver=resolver)
 
@@ -169,7 +147,7 @@ def create_cluster(request: Request, tenant: str, db: DbSession, principal: Curr
                      toast=f"Cluster {created.name} requested: the worker is provisioning it.")
 
     return submitted(create, lambda refusal: _create_form(
-        request, db, principal, settings, tenant, fields, _on_the_form(refusal.errors),
+        request, db, principal, settings, tenant, fields, on_the_form(refusal.errors),
         refusal.status,
         whole_page=not is_htmx(request), resolver=resolver))
 
@@ -257,9 +235,10 @@ def resize_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
                    principal: CurrentPrincipal, settings: AppSettings,
                    fields: FormFields) -> Response:
     payload = parse_form(fields, keys=SIZE_FIELDS, integers=SIZE_FIELDS)
-    unit = service.get_cluster(db, principal, tenant, cluster).unit
-    if unit != "gpu":
-        payload = _in_unit(payload, unit, "")
+    shown = service.get_cluster(db, principal, tenant, cluster)
+    if shown.unit != "gpu":  # a resize keeps the cluster's profile: its count is enough
+        payload = in_unit(payload, unit_of(shown))
+        payload.pop("mig_profile", None)
 
     def resize() -> Response:
         service.resize_cluster(db, principal, tenant, cluster,
@@ -269,7 +248,7 @@ def resize_cluster(request: Request, tenant: str, cluster: str, db: DbSession,
 
     return submitted(resize, lambda refusal: _detail(
         request, db, principal, settings, tenant, cluster, fields,
-        _on_the_form(refusal.errors), refusal.status))
+        on_the_form(refusal.errors), refusal.status))
 
 
 def _size_form(cluster: ClusterOut) -> dict[str, str]:

@@ -34,6 +34,7 @@ from app.quotas.schemas import (
     QuotaRequestCreate,
     RejectIn,
 )
+from app.quotas.unit_form import in_unit, on_the_form
 from app.web import live
 from app.web.forms import (
     FieldErrors,
@@ -56,11 +57,6 @@ REQUEST_FIELDS = ("gpu_class_id", "gpus", "region", "cpu_millicores", "memory_mi
                   "ends_at")
 
 
-# The form has one class select, whose options name a unit too (``room.offer_value``), and one
-# amount field, "gpus"; the API's fields of the other units are shown on those two.
-FORM_FIELD_OF = {"slices": "gpus", "gpu_share": "gpus", "mig_profile": "gpu_class_id"}
-
-
 def _request_payload(fields: dict[str, str]) -> dict[str, Any]:
     offered = parse_offer(fields.get("gpu_class_id", "").strip())
     unit = offered[1] if offered is not None else WHOLE_GPUS
@@ -68,20 +64,7 @@ def _request_payload(fields: dict[str, str]) -> dict[str, Any]:
               fields.get("gpu_class_id", "")}
     payload = form_payload(chosen, keys=REQUEST_FIELDS, dates=("ends_at",),
                            integers=("gpu_class_id", "gpus", "cpu_millicores", "memory_mib"))
-    if unit.is_whole or "gpus" not in payload:
-        return payload
-    amount = payload.pop("gpus")
-    if unit.kind == "mig":
-        return {**payload, "slices": amount, "mig_profile": unit.profile}
-    return {**payload, "gpu_share": str(amount)}
-
-
-def _on_the_form(errors: FieldErrors) -> FieldErrors:
-    """The refusals of the API's unit fields on the form's fields that hold them."""
-    shown: FieldErrors = {}
-    for field, message in errors.items():
-        shown.setdefault(FORM_FIELD_OF.get(field, field), message)
-    return shown
+    return in_unit(payload, unit)
 
 
 def _request_form(request: Request, db: DbSession, principal: Principal, tenant: str,
@@ -134,7 +117,7 @@ def validate_request(request: Request, tenant: str, db: DbSession,
                              warnings=warnings)
 
     def refused(refusal: Refusal) -> Response:
-        errors = only_touched(request, fields, _on_the_form(refusal.errors))
+        errors = only_touched(request, fields, on_the_form(refusal.errors))
         return _request_form(request, db, principal, tenant, fields, errors,
                              422 if errors else 200, warnings=warnings)
 
@@ -154,7 +137,7 @@ def create_request(request: Request, tenant: str, db: DbSession, principal: Curr
 
     def refused(refusal: Refusal) -> Response:
         errors = ({"gpus": refusal.detail} if isinstance(refusal.problem, LimitReached)
-                  else _on_the_form(refusal.errors))
+                  else on_the_form(refusal.errors))
         return _request_form(request, db, principal, tenant, fields, errors, refusal.status,
                              whole_page=not is_htmx(request))
 

@@ -10,12 +10,9 @@ vCluster's syncer writes them, after the portal's admission webhook (its patch a
 
 from __future__ import annotations
 
-import base64
-import json
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,6 +26,7 @@ from app.lab.reservations import GPU_GROUP, GPU_INDEX, RESERVATION_APP, RESERVAT
 from app.webhook.mutation import review_pod
 from tests.kube.test_real_server import POLICY, remove
 from tests.support import kai
+from tests.support.json_patch import patched
 from tests.support.kai import GpuScheduling, mig_node
 from tests.support.kai import gpu_host as kai_host
 from tests.support.kubectl import Kubectl, KubectlError
@@ -82,21 +80,7 @@ def as_admitted(pod: Manifest, namespace: Manifest) -> Manifest:
                                      "namespace": namespace["metadata"]["name"],
                                      "object": pod}}, namespace["metadata"]["labels"])
     response = answer["response"]
-    assert response["allowed"], response
-    result: dict[str, Any] = json.loads(json.dumps(pod))
-    for op in json.loads(base64.b64decode(response.get("patch") or b"W10=")):
-        *parents, last = [t.replace("~1", "/").replace("~0", "~")
-                          for t in op["path"].split("/")[1:]]
-        target: Any = result
-        for token in parents:
-            target = target[int(token)] if isinstance(target, list) else target[token]
-        if last == "-":
-            target.append(op["value"])
-        elif isinstance(target, list):
-            target[int(last)] = op["value"]
-        else:
-            target[last] = op["value"]
-    return result
+    return patched(pod, response)
 
 
 def synced_pod(name: str, namespace: str, annotations: dict[str, str],

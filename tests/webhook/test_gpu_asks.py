@@ -13,6 +13,7 @@ from app.kube.manifests import ClusterSpec, ManifestPolicy, namespace
 from app.kube.manifests import labels as lbl
 from app.webhook.gpu_sharing import configmap_prefix
 from app.webhook.mutation import review_pod
+from tests.support.json_patch import patched
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -68,22 +69,7 @@ def refusal(obj: dict[str, Any], labels: dict[str, str], operation: str = "CREAT
 def landed(obj: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
     """The pod as the API server stores it after the webhook's patch."""
     response = review(obj, labels)
-    assert response["allowed"], response
-    result: dict[str, Any] = json.loads(json.dumps(obj))
-    for op in json.loads(base64.b64decode(response.get("patch", "") or b"W10=")):
-        *parents, last = [t.replace("~1", "/").replace("~0", "~")
-                          for t in op["path"].split("/")[1:]]
-        target: Any = result
-        for token in parents:
-            target = target[int(token)] if isinstance(target, list) else target[token]
-        if last == "-":
-            target.append(op["value"])
-        elif isinstance(target, list):
-            target[int(last)] = op["value"]
-        else:
-            assert op["op"] == "add" or last in target
-            target[last] = op["value"]
-    return result
+    return patched(obj, response)
 
 
 GPU, MIG, SHARE = labels_of("gpu"), labels_of("mig"), labels_of("share")
