@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: lab lab-demo lab-reclaim lab-sleep lab-idle run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds metal3-crds postgres bench-tools bench
+.PHONY: lab lab-demo lab-reclaim lab-sleep lab-idle lab-slices run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds metal3-crds postgres bench-tools bench
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # apt-get one at a time: `make test` installs packages side by side, and dpkg has one lock.
 APT_LOCK := /tmp/gpu-tenant-portal-apt.lock
@@ -151,6 +151,10 @@ lab-sleep: setup
 # GPUs held but idle: flagged through the lab's Prometheus, slept by a utilisation policy.
 lab-idle: setup
 	$(SUDO) $(BIN)/portal lab-idle
+
+# Less than a GPU: MIG slices and shares of one GPU, bound by KAI, counted in the ledger.
+lab-slices: setup
+	$(SUDO) $(BIN)/portal lab-slices
 
 # The suite in parallel (pytest-xdist; tests/conftest.py keeps a file, or a lab, on one
 # worker, and orders the files: xdist's own reorder would start the labs last): most tests

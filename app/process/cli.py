@@ -395,6 +395,19 @@ def lab_idle(
     _run_lab_walk(lab, idle_walk.run)
 
 
+@cli.command("lab-slices")
+def lab_slices(
+    lab: Annotated[Path, typer.Option(help="the running lab's folder")] = Path(".lab"),
+) -> None:
+    """Less than a GPU on a running lab: a team granted 3 x 1g.10gb runs three pods on MIG
+    slices while a fourth waits with its reason, a team granted 0.5 of an H100 runs two 0.25
+    pods on one GPU bound by KAI's binder while larger asks wait, and the ledger counts
+    slice-hours and fractional GPU-hours. Exits 1 if a check fails."""
+    from app.lab import slices
+
+    _run_lab_walk(lab, slices.run)
+
+
 def _run_lab_walk(lab: Path, walk: Callable[[dict[str, str], Path], Report]) -> None:
     from app.lab import demo
 
