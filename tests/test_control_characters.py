@@ -307,6 +307,8 @@ def _free_text_fields(schema: dict[str, Any], node: dict[str, Any],
         dotted = f"{prefix}{name}"
         if (model.get("title"), name) in NEVER_SHOWN:
             continue
+        if any(option.get("type") == "number" for option in _options(schema, prop)):
+            continue  # a number that may come as a string too (a Decimal: "0.5"), not text
         for option in _options(schema, prop):
             items = _options(schema, option.get("items", {}))
             if "properties" in option:

@@ -245,4 +245,5 @@ def test_a_prepared_insert_of_a_tracked_row_without_its_columns_is_refused(db: S
     add_cluster = PreparedInsert(VirtualCluster.__table__)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="the usage ledger needs the virtual_clusters row"):
         add_cluster.add(db, {"tenant_id": tenant.id, "host_cluster_id": host.id, "name": "c",
-                             "kubernetes_version": "1.31", "placement": "shared-pool"})
+                             "kubernetes_version": "1.31", "placement": "shared-pool",
+                             "amount": 0})

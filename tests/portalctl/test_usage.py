@@ -94,9 +94,15 @@ def test_usage_gives_the_gpu_hours_freed_by_sleep_per_tenant_and_per_cluster(
     assert [(r["period"], r["slept_gpu_hours"]) for r in report["rows"]] == [
         ("2025-01-01", 12.0), ("2025-01-02", 0.0)]
     table = portalctl("usage", "--tenant", "acme", *RANGE).stdout.splitlines()
-    assert table[0].split()[-1] == "SLEPT_GPU_HOURS" and table[1].split()[-1] == "12.0"
+    assert _column(table, "SLEPT_GPU_HOURS")[0] == "12.0"
     clusters = portalctl("usage", "--by", "cluster", "--tenant", "acme", *RANGE)
     assert clusters.exit_code == 0, clusters.stderr
     lines = clusters.stdout.splitlines()
-    assert lines[0].split()[-1] == "SLEPT_GPU_HOURS"
-    assert lines[1].split()[2] == "old-train" and lines[1].split()[-1] == "12.0"
+    assert lines[1].split()[2] == "old-train" and _column(lines, "SLEPT_GPU_HOURS")[0] == "12.0"
+
+
+def _column(table: list[str], name: str) -> list[str]:
+    """A column of a printed table, its rows' cells as printed (cells are aligned under the
+    header)."""
+    start = table[0].index(name)
+    return [row[start:].split()[0] if row[start:].strip() else "" for row in table[1:]]

@@ -43,7 +43,7 @@ def test_a_tenant_admin_creates_lists_tests_and_deletes_a_webhook(
     assert _json(portalctl("webhooks", "list", "-o", "json")) == []
     with portal.database.session() as db:
         trail = db.scalars(select(AuditEvent).where(
-            AuditEvent.action.like("webhook_endpoint.%"))).all()
+            AuditEvent.action.like("webhook_endpoint.%")).order_by(AuditEvent.id)).all()
     assert [e.action for e in trail] == [
         "webhook_endpoint.create", "webhook_endpoint.test", "webhook_endpoint.delete"]
     assert secret not in json.dumps([[e.before, e.after] for e in trail])
