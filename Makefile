@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: lab lab-demo lab-reclaim lab-sleep lab-idle lab-slices run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds metal3-crds postgres bench-tools bench
+.PHONY: bytecode lab lab-demo lab-reclaim lab-sleep lab-idle lab-slices run test lint typecheck pytest setup upgrade-deps clean chromium oci-registry tools etcd vcluster-chart kai-crds metal3-crds postgres bench-tools bench
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # apt-get one at a time: `make test` installs packages side by side, and dpkg has one lock.
 APT_LOCK := /tmp/gpu-tenant-portal-apt.lock
@@ -16,6 +16,11 @@ APT_GET := $(SUDO) flock $(APT_LOCK) env DEBIAN_FRONTEND=noninteractive apt-get
 # fail under CI=true).
 GO ?= go
 TOOLS_BIN := .cache/bin
+# What a fresh clone need not redo, kept beside Go's caches: the linked programs, per inputs
+# (tools/build-programs.sh), and mypy's cache (checked against each file's hash).
+USER_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpu-tenant-portal
+TOOLS_CACHE ?= $(USER_CACHE)/programs
+MYPY_CACHE_DIR ?= $(USER_CACHE)/mypy
 TOOL_MODULES := kube helm kwok kai vcluster kine metal3 prometheus
 KUBEBUILDER_ASSETS ?= $(abspath $(TOOLS_BIN))
 PORTAL_TOOLS_BIN ?= $(abspath $(TOOLS_BIN))
@@ -74,7 +79,7 @@ lint: setup
 	$(BIN)/lint-imports
 
 typecheck: setup
-	$(BIN)/mypy
+	MYPY_CACHE_DIR=$(MYPY_CACHE_DIR) $(BIN)/mypy
 
 # The browser tests drive Debian's Chromium (never a downloaded browser).
 chromium:
@@ -101,9 +106,7 @@ etcd:
 	@mkdir -p $(TOOLS_BIN) && ln -sf "$$(command -v etcd)" $(TOOLS_BIN)/etcd
 
 tool-%:
-	@mkdir -p $(TOOLS_BIN)
-	cd tools/$* && GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOBIN=$(abspath $(TOOLS_BIN)) \
-		$(GO) install -trimpath -tags "$(TAGS_$*)" -ldflags "-s -w $(LDFLAGS_$*)" tool
+	GO=$(GO) bash tools/build-programs.sh $* $(TOOLS_BIN) $(TOOLS_CACHE) "$(TAGS_$*)" "-s -w $(LDFLAGS_$*)"
 
 # The chart is read from the module download (never copied into the repository), versioned as
 # its release is, and indexed so that helm installs it with --repo/--version like any release.
@@ -161,9 +164,18 @@ lab-slices: setup
 # wait on a process (an API server, KAI, a browser), so on 2 cores more workers than cores pay. The 25 slowest tests and the count that ran close every run;
 # PYTEST_ARGS adds options (e.g. `--junitxml=times.xml` for every test's time).
 PYTEST_WORKERS ?= 4
-PYTEST_NEEDS := setup chromium oci-registry tools postgres
+PYTEST_NEEDS := setup chromium oci-registry tools postgres bytecode
 pytest: $(if $(PYTEST_NEEDS_MET),,$(PYTEST_NEEDS))
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+	$(WRITE_BYTECODE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+
+# Python's bytecode, written once for the suite: an environment may turn Python's cache off
+# (PYTHONDONTWRITEBYTECODE), and then each worker rewrites every test module's asserts again
+# (pytest) and every `portal` the tests start compiles app/ again. A collection beside the
+# builds writes it all before the workers start (its errors are the suite's to report).
+WRITE_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
+bytecode: setup
+	$(WRITE_BYTECODE) $(BIN)/python -m compileall -q app bench >/dev/null
+	$(WRITE_BYTECODE) $(BIN)/python -m pytest --collect-only -q >/dev/null 2>&1 || true
 
 # The checks beside the programs' builds and installs (each waits on its own), then the suite.
 test:
