@@ -189,7 +189,7 @@ def test_the_lower_bound_bench_measures_its_probes_next_to_the_real_endpoints(
     real endpoint, gets its CPU per request as a multiple of the floor (last: it re-creates
     the database)."""
     assert lower_bound.main(["--database-url", bench_url, "--scale", str(TINY_SCALE),
-                             "--seconds", "0.5", "--repeat", "1", "--shapes", "2"]) == 0
+                             "--seconds", "0.2", "--repeat", "1", "--shapes", "2"]) == 0
     figures = json.loads(capsys.readouterr().out.splitlines()[-1])
     steps = {row["step"]: row for row in figures["steps"]}
     assert {"probe: thread hop + SELECT 1", "GET /api/v1/tenants/{t}/clusters",
