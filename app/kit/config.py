@@ -314,7 +314,7 @@ class Settings(NotifySettings):
         default=1.0, ge=1, le=1_000_000,
         description="for demonstrations and tests only: the sleep policies' idle minutes, days "
                     "asleep and deletion warning pass this many times faster (`portal lab` "
-                    "runs them 720 times faster); 1 in production")
+                    "runs them 2880 times faster); 1 in production")
 
     worker_poll_seconds: float = Field(
         default=2.0, description="how often an idle worker looks for due work")

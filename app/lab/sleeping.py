@@ -9,7 +9,7 @@ back to the pool, and KAI binds hooli's 2 waiting pods. ``portalctl kubeconfig -
 it: its ConfigMap and Deployment are there, and scaled up again its pods are bound (KAI takes
 hooli's borrowed GPUs back for them). Put to sleep with "delete after 1 day asleep", it is
 announced, then deleted with its namespace, its kubeconfigs revoked. The lab runs the sleep
-policies 720 times faster (``app.lab.main.SLEEP_POLICY_SPEEDUP``).
+policies 2880 times faster (``app.lab.main.SLEEP_POLICY_SPEEDUP``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ DEPLOYMENT = "nightly-train"
 CONFIG = "nightly-settings"
 SLEEP_TIMEOUT = 120.0
 WAKE_TIMEOUT = 240.0
-# A day asleep is two minutes in the lab; the worker then removes the cluster.
+# A day asleep is 30 s in the lab; the worker then removes the cluster.
 DELETE_TIMEOUT = 300.0
 
 
@@ -159,7 +159,7 @@ def wake_on_kubeconfig(report: Report, env: Mapping[str, str], admin: Kubernetes
 
 def delete_after_days_asleep(report: Report, portal: Portal,
                              admin: KubernetesAdapter) -> None:
-    print(f"== {SLEEPER.label}: deleted after a day asleep (2 minutes here), announced a minute "
+    print(f"== {SLEEPER.label}: deleted after a day asleep (30 s here), announced 15 s "
           "before", flush=True)
     _policy(portal, {"delete_after_sleep_days": 1})
     portal.call("POST", f"/tenants/{SLEEPER.tenant}/clusters/{SLEEPER.cluster}/sleep")

@@ -376,7 +376,7 @@ def lab_sleep(
     lab: Annotated[Path, typer.Option(help="the running lab's folder")] = Path(".lab"),
 ) -> None:
     """Sleep on idle, wake on `portalctl kubeconfig`, deletion after days asleep, on a running
-    lab (its sleep policies run 720 times faster). Exits 1 if a check fails."""
+    lab (its sleep policies run 2880 times faster). Exits 1 if a check fails."""
     from app.lab import sleeping
 
     _run_lab_walk(lab, sleeping.run)
