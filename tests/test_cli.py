@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,21 @@ def _env(tmp_path: Path, *, default_database: bool = False, **extra: str) -> dic
     return env
 
 
+@pytest.fixture(scope="module")
+def migrated_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``portal db upgrade`` once for this file's tests: those that start from a migrated
+    database copy it (the upgrade itself is tested below)."""
+    folder = tmp_path_factory.mktemp("cli-migrated")
+    upgraded = _run(folder, "db", "upgrade")
+    assert upgraded.returncode == 0, upgraded.stderr
+    return folder / "cli.db"
+
+
+def _migrated(tmp_path: Path, migrated_file: Path) -> None:
+    for part in migrated_file.parent.glob(f"{migrated_file.name}*"):
+        shutil.copyfile(part, tmp_path / part.name)
+
+
 def _run(tmp_path: Path, *args: str,
          default_database: bool = False) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*PORTAL, *args], env=_env(tmp_path, default_database=default_database),
@@ -56,8 +72,9 @@ def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
     database.dispose()
 
 
-def test_tokens_create_prints_the_token_alone_and_stores_only_its_hash(tmp_path: Path) -> None:
-    _run(tmp_path, "db", "upgrade")
+def test_tokens_create_prints_the_token_alone_and_stores_only_its_hash(
+        tmp_path: Path, migrated_file: Path) -> None:
+    _migrated(tmp_path, migrated_file)
     result = _run(tmp_path, "tokens", "create", "ops@example.com", "--scope", "read",
                   "--scope", "write", "--expires-in", "1d")
     assert result.returncode == 0, result.stderr
@@ -72,16 +89,16 @@ def test_tokens_create_prints_the_token_alone_and_stores_only_its_hash(tmp_path:
     database.dispose()
 
 
-def test_tokens_create_refuses_an_unknown_scope(tmp_path: Path) -> None:
-    _run(tmp_path, "db", "upgrade")
+def test_tokens_create_refuses_an_unknown_scope(tmp_path: Path, migrated_file: Path) -> None:
+    _migrated(tmp_path, migrated_file)
     result = _run(tmp_path, "tokens", "create", "ops@example.com", "--scope", "root")
     assert result.returncode == 2
     assert result.stdout == ""
     assert "scopes must be" in result.stderr
 
 
-def test_make_admin_grants_platform_admin(tmp_path: Path) -> None:
-    _run(tmp_path, "db", "upgrade")
+def test_make_admin_grants_platform_admin(tmp_path: Path, migrated_file: Path) -> None:
+    _migrated(tmp_path, migrated_file)
     assert _run(tmp_path, "users", "make-admin", "root@example.com").returncode == 0
     database = Database(f"sqlite:///{tmp_path / 'cli.db'}")
     with database.session() as db:
@@ -135,8 +152,8 @@ def test_a_signal_stops_a_loop_waiting_on_its_event_wherever_it_lands() -> None:
         assert ran.returncode == 0, ran.stderr
 
 
-def test_worker_starts_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    _run(tmp_path, "db", "upgrade")
+def test_worker_starts_and_stops_cleanly_on_sigterm(tmp_path: Path, migrated_file: Path) -> None:
+    _migrated(tmp_path, migrated_file)
     worker = subprocess.Popen([*PORTAL, "worker"], env=_env(tmp_path, PORTAL_LOG_LEVEL="INFO"),
                               cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     assert worker.stderr is not None
@@ -191,8 +208,8 @@ def test_an_unmigrated_database_file_is_one_line_saying_what_to_run(tmp_path: Pa
     assert "cli.db is missing or not migrated: run `portal db upgrade`" in result.stderr
 
 
-def test_webhook_without_a_host_cluster_says_so(tmp_path: Path) -> None:
-    _run(tmp_path, "db", "upgrade")
+def test_webhook_without_a_host_cluster_says_so(tmp_path: Path, migrated_file: Path) -> None:
+    _migrated(tmp_path, migrated_file)
     result = _run(tmp_path, "webhook", "--port", str(free_port()))
     assert result.returncode == 2
     assert "needs the host cluster" in result.stderr
@@ -376,8 +393,9 @@ def test_serve_runs_one_process_on_sqlite() -> None:
     assert serving_processes(Settings(database_url="sqlite:///portal.db")) == 1
 
 
-def test_quota_check_says_every_tenant_is_within_and_exits_0(tmp_path: Path) -> None:
-    _run(tmp_path, "db", "upgrade")
+def test_quota_check_says_every_tenant_is_within_and_exits_0(
+        tmp_path: Path, migrated_file: Path) -> None:
+    _migrated(tmp_path, migrated_file)
     result = _run(tmp_path, "quota", "check")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("every tenant is within its quota")
