@@ -31,6 +31,10 @@ HOST_CA = CertificateAuthority()
 HOST_SERVER = "https://matrix-host.invalid:6443"
 HOST_KUBECONFIG = kubeconfig_yaml(HOST_SERVER, HOST_CA.cert_pem, token="matrix-token")
 
+# A world serves a worker's walks for the whole run (tests/authz/conftest.py): its browser
+# sessions and kubeconfig grant last longer than a run on a loaded machine (an hour and more).
+SESSION_HOURS = 12
+
 PRINCIPALS = (
     "anonymous",
     "outsider",
@@ -86,7 +90,7 @@ def _session_cookie(db: Session, user: User) -> tuple[str, str]:
     now = utcnow()
     db.add(WebSession(id_hash=hash_session_id(session_id), user_id=user.id,
                       data={"uid": user.id, "csrf": csrf}, created_at=now, last_seen_at=now,
-                      expires_at=now + timedelta(hours=1)))
+                      expires_at=now + timedelta(hours=SESSION_HOURS)))
     return session_id, csrf
 
 
@@ -175,7 +179,8 @@ def _add_cluster(db: Session, world: World, acme: Tenant, gpu: GpuClass) -> None
 def _add_kubeconfig_grant(db: Session, world: World, acme: Tenant) -> None:
     cluster = virtual_clusters.ready_cluster(db, acme, name="kc-train")
     world.kubeconfig_cluster = cluster.name
-    world.grant_id = virtual_clusters.grant(db, cluster, world.users["acme_member"].id).id
+    world.grant_id = virtual_clusters.grant(db, cluster, world.users["acme_member"].id,
+                                            hours=SESSION_HOURS).id
 
 
 def _add_nodes(db: Session, world: World, gpu: GpuClass, globex: Tenant) -> None:
