@@ -91,7 +91,7 @@ def test_a_vanished_node_is_marked_gone_and_keeps_its_assignment(
                                                   NodeAssignment.ended_at.is_(None)))
     assert capacity(db, _class(db, H100).id).total == 56
     actions = list(db.scalars(select(AuditEvent.action).where(
-        AuditEvent.target_id == "default/h100-r1-n1")))
+        AuditEvent.target_id == "default/h100-r1-n1").order_by(AuditEvent.id)))
     assert actions == ["node.discover", "node.gone"]
 
 

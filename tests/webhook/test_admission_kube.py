@@ -346,7 +346,8 @@ def test_rotation_keeps_pods_admitted(webhook: Webhook, shared_pool: str) -> Non
     assert created["spec"]["schedulerName"] == lbl.KAI_SCHEDULER_NAME
     with webhook.database.session() as db:
         actions = list(db.scalars(select(AuditEvent.action).where(
-            AuditEvent.actor_label == "webhook-reconciler", AuditEvent.tenant_id.is_(None))))
+            AuditEvent.actor_label == "webhook-reconciler", AuditEvent.tenant_id.is_(None))
+            .order_by(AuditEvent.id)))
     assert actions == ["webhook.certificate_issued", "webhook.certificate_rotated"]
 
 
