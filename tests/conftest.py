@@ -179,10 +179,8 @@ def pg_engine_database(pg_template: str) -> Iterator[Database]:
 @pytest.fixture
 def database(pg_engine_database: Database) -> Iterator[Database]:
     """The app's database inside one outer transaction, rolled back after the test."""
-    with pg_engine_database.engine.connect() as connection:
-        outer = connection.begin()
-        yield Database.within(connection)
-        outer.rollback()
+    with postgres.rolled_back(pg_engine_database.engine) as database:
+        yield database
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ mkdir -p "$bin" "$cache"
 if [ ! -f "$kept/.complete" ]; then
     scratch=$(mktemp -d "$cache/.$module.XXXXXX") && chmod 755 "$scratch"
     trap 'rm -rf "$scratch"' EXIT
-    (cd "$dir" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOBIN="$scratch" \
+    (cd "$dir" && GOFLAGS=-mod=readonly GOBIN="$scratch" \
         "$go" install -trimpath -tags "$tags" -ldflags "$ldflags" tool)
     touch "$scratch/.complete"
     # Another run building the same key at once may have kept it first: either copy serves.

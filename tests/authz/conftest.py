@@ -39,10 +39,8 @@ def database(request: pytest.FixtureRequest,
     engine = pg_engine_database.engine
     if "world" in request.fixturenames:
         engine = request.getfixturevalue("world_database")[0].engine
-    with engine.connect() as connection:
-        outer = connection.begin()
-        yield Database.within(connection)
-        outer.rollback()
+    with postgres.rolled_back(engine) as database:
+        yield database
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from sqlalchemy import Engine
 
 from app.database.core import Database
 
@@ -60,3 +61,12 @@ def cloned_database(template: str, prefix: str, **engine_options: Any) -> Iterat
     finally:
         database.dispose()
         drop_database(name)
+
+
+@contextmanager
+def rolled_back(engine: Engine) -> Iterator[Database]:
+    """The app's database inside one outer transaction on ``engine``, rolled back at the end."""
+    with engine.connect() as connection:
+        outer = connection.begin()
+        yield Database.within(connection)
+        outer.rollback()
