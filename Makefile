@@ -147,7 +147,7 @@ lab-demo: setup
 lab-reclaim: setup
 	$(SUDO) $(BIN)/portal lab-reclaim
 
-# Sleep on idle, wake on use, deletion after days asleep (policies 720 times faster).
+# Sleep on idle, wake on use, deletion after days asleep (policies 2880 times faster).
 lab-sleep: setup
 	$(SUDO) $(BIN)/portal lab-sleep
 
