@@ -246,9 +246,10 @@ def shares_walk(report: Report, admin: KubernetesAdapter, kubectl: Kubectl,
                 kubeconfig: Path) -> None:
     print(f"== {INFERENCE.tenant} runs two pods of {QUARTER} on its {SHARE} of an H100",
           flush=True)
-    kubectl.apply(kubeconfig, [share_pod(f"infer-{i}", QUARTER) for i in range(2)])
-    pods = demo.wait_until(lambda: demo.at_least(bound(admin, INFERENCE), 2),
-                           f"{INFERENCE.label}'s two shares to be bound", BOUND_TIMEOUT)
+    # One after the other: KAI v0.12.0's binder, binding two shares of a new GPU group at once,
+    # may delete the group's reservation pod (kai-scheduler/KAI-Scheduler#1103).
+    _bind_share(admin, kubectl, kubeconfig, 0)
+    pods = _bind_share(admin, kubectl, kubeconfig, 1)
     groups = {(p["metadata"].get("labels") or {}).get(GPU_GROUP) for p in pods}
     nodes = {p["spec"]["nodeName"] for p in pods}
     reservations = [r for r in admin.list("v1", "Pod", RESERVATION_NAMESPACE,
@@ -278,6 +279,14 @@ def shares_walk(report: Report, admin: KubernetesAdapter, kubectl: Kubectl,
     report.check(f"{INFERENCE.label}: a third {QUARTER} waits on the host with KAI's limit",
                  f"Limit is {SHARE} GPUs" in reason and len(bound(admin, INFERENCE)) == 2,
                  reason[:240])
+
+
+def _bind_share(admin: KubernetesAdapter, kubectl: Kubectl, kubeconfig: Path,
+                index: int) -> list[dict[str, Any]]:
+    """Pod ``infer-<index>`` of a quarter applied, once KAI has bound it: the bound pods."""
+    kubectl.apply(kubeconfig, [share_pod(f"infer-{index}", QUARTER)])
+    return demo.wait_until(lambda: demo.at_least(bound(admin, INFERENCE), index + 1),
+                           f"{INFERENCE.label}'s share infer-{index} to be bound", BOUND_TIMEOUT)
 
 
 def _waiting(portal: Portal, team: Team, pods: int) -> dict[str, Any] | None:
