@@ -267,7 +267,7 @@ def check_over_quota(report: Report, team: Team, portal: Portal, kubectl: Kubect
     report.check(f"{team.label}: the {beyond} pod(s) beyond the grant stay Pending",
                  len(pending) == beyond, f"{sorted(pending)}")
     # The worker looks each resync: until it has seen the pods that run, more wait.
-    waiting = _settled(lambda: portal.cluster(team).get("waiting_for_gpus") or {},
+    waiting = settled(lambda: portal.cluster(team).get("waiting_for_gpus") or {},
                        lambda found: found.get("pods") == beyond, 150.0)
     report.check(f"{team.label}: the portal says how many pods wait for GPUs, and why",
                  waiting.get("pods") == beyond and bool(waiting.get("reason")),
@@ -286,7 +286,7 @@ def at_least(pods: list[dict[str, Any]], count: int) -> list[dict[str, Any]] | N
     return pods if len(pods) >= count else None
 
 
-def _settled(read: Callable[[], T], done: Callable[[T], bool], timeout: float) -> T:
+def settled(read: Callable[[], T], done: Callable[[T], bool], timeout: float) -> T:
     """What ``read`` gives once ``done`` says so, or what it gave last."""
     deadline = time.monotonic() + timeout
     found = read()
@@ -309,7 +309,7 @@ def _check_in_use(report: Report, portal: Portal, host: KubernetesAdapter,
     tenant, product = teams[0].tenant, teams[0].product
     bound = sum(gpus_of(p) for t in teams for p in team_host_pods(host, t)
                 if p["spec"].get("nodeName") and p["status"].get("phase") == "Running")
-    shown = _settled(lambda: portal.in_use(tenant, product), lambda figure: figure == bound,
+    shown = settled(lambda: portal.in_use(tenant, product), lambda figure: figure == bound,
                      150.0)
     report.check(f"{tenant}: in use ({product}) is what KAI bound", shown == bound,
                  f"portal says {shown}, host has {bound} bound")
@@ -320,7 +320,7 @@ def check_gpu_hours(report: Report, portal: Portal, team: Team) -> None:
     the cluster's GPUs of slack, the sampling's grain), and the CSV says the same. Today's
     figure grows while the pods run, so the CSV is read just before and just after the API:
     the API's figure lies between the two."""
-    before, (used, held), after = _settled(lambda: _gpu_hours(portal, team),
+    before, (used, held), after = settled(lambda: _gpu_hours(portal, team),
                                            lambda hours: hours[1][0] > 0, 60.0)
     report.check(f"{team.tenant}: GPU-hours in use ({team.product}) follow what was bound",
                  0 < used <= held + team.gpus / 60 and before - 1e-4 <= used <= after + 1e-4,
