@@ -268,7 +268,7 @@ def check_over_quota(report: Report, team: Team, portal: Portal, kubectl: Kubect
                  len(pending) == beyond, f"{sorted(pending)}")
     # The worker looks each resync: until it has seen the pods that run, more wait.
     waiting = settled(lambda: portal.cluster(team).get("waiting_for_gpus") or {},
-                       lambda found: found.get("pods") == beyond, 150.0)
+                      lambda found: found.get("pods") == beyond, 150.0)
     report.check(f"{team.label}: the portal says how many pods wait for GPUs, and why",
                  waiting.get("pods") == beyond and bool(waiting.get("reason")),
                  f"{waiting.get('pods')} waiting: {waiting.get('reason')}")
@@ -310,7 +310,7 @@ def _check_in_use(report: Report, portal: Portal, host: KubernetesAdapter,
     bound = sum(gpus_of(p) for t in teams for p in team_host_pods(host, t)
                 if p["spec"].get("nodeName") and p["status"].get("phase") == "Running")
     shown = settled(lambda: portal.in_use(tenant, product), lambda figure: figure == bound,
-                     150.0)
+                    150.0)
     report.check(f"{tenant}: in use ({product}) is what KAI bound", shown == bound,
                  f"portal says {shown}, host has {bound} bound")
 
@@ -321,7 +321,7 @@ def check_gpu_hours(report: Report, portal: Portal, team: Team) -> None:
     figure grows while the pods run, so the CSV is read just before and just after the API:
     the API's figure lies between the two."""
     before, (used, held), after = settled(lambda: _gpu_hours(portal, team),
-                                           lambda hours: hours[1][0] > 0, 60.0)
+                                          lambda hours: hours[1][0] > 0, 60.0)
     report.check(f"{team.tenant}: GPU-hours in use ({team.product}) follow what was bound",
                  0 < used <= held + team.gpus / 60 and before - 1e-4 <= used <= after + 1e-4,
                  f"{used:.4f} in use of {held:.4f} held; CSV {before:.4f} to {after:.4f}")
